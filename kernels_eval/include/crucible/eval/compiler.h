@@ -1,0 +1,58 @@
+#pragma once
+// Stage 1: compile a candidate into a shared object, cached by content hash.
+#include <cstddef>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace crucible::eval {
+
+struct CompileOptions {
+  std::string backend = "cpu";  // "cpu" (g++) or "cuda" (nvcc)
+  std::string cuda_arch = "sm_90";
+  std::vector<std::string> extra_flags;
+  double time_limit_s = 60.0;
+  std::size_t memory_limit_bytes = std::size_t{4} << 30;
+  std::size_t max_source_bytes = 256 * 1024;
+  std::size_t max_binary_bytes = std::size_t{64} << 20;
+};
+
+struct CompileResult {
+  enum class Outcome { ok, failed, timed_out, source_too_large };
+  Outcome outcome = Outcome::failed;
+  bool cached = false;
+  double seconds = 0.0;
+  std::string hash;
+  std::filesystem::path so_path;
+  std::string log;
+  bool ok() const { return outcome == Outcome::ok; }
+};
+
+class Compiler {
+ public:
+  // include_dir holds crucible/kernel.h; cache_dir is created on demand.
+  Compiler(std::filesystem::path cache_dir, std::filesystem::path include_dir);
+
+  CompileResult compile(const std::string& source, const CompileOptions& options);
+
+  // The exact command line (without the source and output paths) that a backend uses.
+  std::vector<std::string> flags(const CompileOptions& options) const;
+  std::string cache_key(const std::string& source, const CompileOptions& options);
+  const std::filesystem::path& cache_dir() const { return cache_dir_; }
+
+ private:
+  const std::string& compiler_version(const std::string& backend);
+
+  std::filesystem::path cache_dir_;
+  std::filesystem::path include_dir_;
+  std::string header_text_;
+  std::mutex mutex_;
+  std::map<std::string, std::string> versions_;
+};
+
+std::filesystem::path default_cache_dir();
+std::string sha256_hex(const std::string& data);
+
+}  // namespace crucible::eval

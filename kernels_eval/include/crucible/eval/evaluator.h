@@ -1,0 +1,71 @@
+#pragma once
+// Evaluates one candidate against one task: compile, static gate, sandboxed load, correctness, timing.
+// Plain C++ surface; LibTorch stays inside the implementation.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "crucible/eval/compiler.h"
+#include "crucible/eval/task_spec.h"
+#include "crucible/eval/verdict.h"
+#include "crucible/eval/worker_process.h"
+
+namespace crucible::eval {
+
+enum class Mode { fast, full };
+
+struct EvalOptions {
+  Mode mode = Mode::fast;
+  std::string device = "cpu";
+  // Negative values take the mode's defaults: fast 2 / 5 / 1, full 5 / 50 / 3.
+  int correctness_trials = -1;
+  int timing_trials = -1;
+  int warmup_calls = -1;
+  int input_sets = 3;           // timing rotates among these
+  double call_timeout_s = 10.0;  // wall-clock limit of one call (and of loading)
+  WorkerLimits limits;
+  CompileOptions compile;
+  uint64_t seed = 0;
+};
+
+// The task itself is unusable (no reference, degenerate outputs): not a verdict on the candidate.
+class TaskError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct EvaluatorConfig {
+  std::filesystem::path cache_dir = default_cache_dir();
+  std::filesystem::path include_dir;  // empty: default_include_dir()
+  std::filesystem::path worker_binary;  // empty: default_worker_binary()
+  int warm_workers = 1;
+  int threads = 1;  // LibTorch threads for references; candidates run single-threaded too
+};
+
+class Evaluator {
+ public:
+  explicit Evaluator(EvaluatorConfig config = {});
+  ~Evaluator();
+
+  Verdict evaluate(const TaskSpec& task, const std::string& source, const EvalOptions& options = {});
+
+  Compiler& compiler() { return compiler_; }
+  WorkerPool& pool() { return pool_; }
+  const EvaluatorConfig& config() const { return config_; }
+
+ private:
+  EvaluatorConfig config_;
+  Compiler compiler_;
+  WorkerPool pool_;
+  std::map<std::string, TimingStats> reference_times_;  // by task, sizes, mode: timed once
+};
+
+std::filesystem::path default_include_dir();
+// Names of the built-in LibTorch references a task may use.
+std::vector<std::string> known_references();
+
+}  // namespace crucible::eval

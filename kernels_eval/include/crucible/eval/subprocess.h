@@ -1,0 +1,29 @@
+#pragma once
+// Runs a program with resource limits and a wall-clock limit, capturing its merged output.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace crucible::eval {
+
+struct ProcessLimits {
+  double wall_seconds = 30.0;
+  std::size_t address_space_bytes = 0;  // 0: unlimited
+  std::size_t file_size_bytes = 0;      // 0: unlimited
+  std::size_t max_output_bytes = 64 * 1024;
+};
+
+struct ProcessResult {
+  int exit_code = -1;   // valid when !signaled
+  int signal = 0;       // the signal that ended it, 0 if it exited
+  bool timed_out = false;
+  double seconds = 0.0;
+  std::string output;   // stdout and stderr, truncated to max_output_bytes
+  bool ok() const { return !timed_out && signal == 0 && exit_code == 0; }
+};
+
+// The child runs in its own process group, so a timeout kills the whole tree it started.
+ProcessResult run_process(const std::vector<std::string>& argv, const ProcessLimits& limits,
+                          const std::string& working_dir = {});
+
+}  // namespace crucible::eval

@@ -1,0 +1,67 @@
+#pragma once
+// A task as the evaluator sees it: plain values, no TOML and no torch.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "crucible/eval/dtype.h"
+
+namespace crucible::eval {
+
+// How an input is drawn. Bounds may name a size symbol (e.g. randint high = "C").
+struct InitSpec {
+  enum class Kind { normal, uniform, randint };
+  Kind kind = Kind::normal;
+  double mean = 0.0, std = 1.0;  // normal
+  double low = 0.0, high = 1.0;  // uniform, randint (high exclusive)
+  std::string high_symbol;       // randint: a size symbol used as the exclusive upper bound
+  // Each trial multiplies the draw by a factor drawn from [scale_low, scale_high], so outputs that
+  // concentrate (means, losses) still differ between trials and a fixed answer cannot pass.
+  double scale_low = 1.0, scale_high = 1.0;
+};
+
+// A shape dimension is a size symbol ("M") or a literal ("3").
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::float32;
+  std::vector<std::string> shape;
+  InitSpec init;
+};
+
+struct Tolerance {
+  double atol = 1e-5;
+  double rtol = 1e-5;
+};
+
+using Sizes = std::map<std::string, int64_t>;
+
+struct TaskSpec {
+  std::string name;
+  int level = 1;
+  std::string family;
+  std::string description;
+  std::string reference;         // name of a built-in LibTorch reference
+  std::string reference_source;  // PyTorch-style snippet shown in prompts
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  std::map<std::string, double> params;     // scalar parameters of the reference (eps, kernel size...)
+  std::map<DType, Tolerance> tolerance;     // per output dtype
+  std::map<std::string, Sizes> sizes;       // backend ("cpu", "cuda") -> symbol -> value
+  std::vector<std::string> allow_imports;   // extra symbols a candidate may import (e.g. a BLAS call)
+  std::string flops;                        // optional product expression over size symbols
+  std::string source_path;                  // where the spec came from, for messages
+
+  const Sizes& sizes_for(const std::string& backend) const;  // throws std::invalid_argument
+  Tolerance tolerance_for(DType t) const;
+};
+
+// Concrete shape of a tensor for the given sizes; throws std::invalid_argument on unknown symbols.
+std::vector<int64_t> resolve_shape(const TensorSpec& t, const Sizes& sizes);
+int64_t resolve_dim(const std::string& dim, const Sizes& sizes);
+// Value of a product expression such as "2*M*N*K"; 0 for an empty expression.
+double evaluate_product(const std::string& expr, const Sizes& sizes);
+int64_t numel(const std::vector<int64_t>& shape);
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
+
+}  // namespace crucible::eval

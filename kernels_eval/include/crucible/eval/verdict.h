@@ -1,0 +1,77 @@
+#pragma once
+// The result of evaluating one candidate: a status, the reasons behind it and the measurements.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace crucible::eval {
+
+enum class Status { correct, incorrect, compile_error, rejected, runtime_error, timeout };
+
+std::string_view status_name(Status s);
+
+// A machine-readable code ("input_mutated", "forbidden_import", ...) and a human-readable detail.
+struct Reason {
+  std::string code;
+  std::string detail;
+};
+
+struct CompileReport {
+  bool cached = false;
+  double seconds = 0.0;
+  std::string hash;
+  std::string log_excerpt;
+};
+
+struct TrialReport {
+  int trial = 0;
+  bool passed = false;
+  double max_abs_error = 0.0;
+  double max_rel_error = 0.0;
+  int64_t mismatched = 0;  // elements outside tolerance
+  int64_t elements = 0;
+};
+
+struct TimingStats {
+  int trials = 0;
+  double median_us = 0.0;
+  double mean_us = 0.0;
+  double min_us = 0.0;
+  double max_us = 0.0;
+  double cv = 0.0;  // standard deviation / mean
+};
+
+TimingStats summarize_times(std::vector<double> samples_us);
+
+// Wall time of each stage and how much of it was not spent inside the kernels themselves.
+struct StageTimes {
+  double compile_s = 0.0;
+  double gate_s = 0.0;
+  double load_s = 0.0;
+  double correctness_s = 0.0;
+  double timing_s = 0.0;
+  double total_s = 0.0;
+  double kernel_s = 0.0;    // time inside candidate and reference calls
+  double overhead_s = 0.0;  // total - compile - kernel
+};
+
+struct Verdict {
+  Status status = Status::runtime_error;
+  std::string task;
+  std::string device;
+  std::string mode;
+  std::vector<Reason> reasons;
+  CompileReport compile;
+  std::vector<TrialReport> trials;
+  std::optional<TimingStats> candidate_time;
+  std::optional<TimingStats> reference_time;
+  std::optional<double> speedup;
+  std::optional<double> gflops;  // candidate, when the task declares flops
+  int threads = 1;
+  StageTimes stages;
+
+  bool has_reason(std::string_view code) const;
+};
+
+}  // namespace crucible::eval

@@ -1,0 +1,114 @@
+#pragma once
+// The evaluator's handle on one sandboxed worker process (see worker_protocol.h), and a pool that keeps
+// workers started ahead of need. A worker serves one candidate and is then ended.
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "crucible/eval/dtype.h"
+
+namespace crucible::eval {
+
+struct ArenaTensor {
+  DType dtype = DType::float32;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+  std::size_t offset = 0;
+  std::size_t bytes = 0;
+};
+
+// Several sets of (inputs, outputs) laid out after the control page, each tensor 256-byte aligned.
+struct ArenaLayout {
+  std::size_t bytes = 0;
+  std::vector<std::vector<ArenaTensor>> inputs;   // [set][input]
+  std::vector<std::vector<ArenaTensor>> outputs;  // [set][output]
+  int sets() const { return static_cast<int>(inputs.size()); }
+};
+
+struct TensorShape {
+  DType dtype;
+  std::vector<int64_t> shape;
+};
+
+ArenaLayout plan_arena(const std::vector<TensorShape>& inputs, const std::vector<TensorShape>& outputs, int sets);
+
+struct WorkerLimits {
+  std::size_t memory_bytes = std::size_t{1} << 30;  // beyond the arena and the loaded libraries
+  unsigned cpu_seconds = 120;
+};
+
+// How a load or a call ended.
+struct CallOutcome {
+  enum class Kind { ok, candidate_error, crashed, forbidden_syscall, timed_out, cpu_limit, worker_lost };
+  Kind kind = Kind::ok;
+  int rc = 0;
+  double seconds = 0.0;
+  std::string detail;
+  bool ok() const { return kind == Kind::ok; }
+};
+
+class WorkerProcess {
+ public:
+  static std::unique_ptr<WorkerProcess> spawn(const std::filesystem::path& binary);
+  ~WorkerProcess();
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+
+  // Maps the arena, has the worker load the candidate and seal itself.
+  CallOutcome load(const std::filesystem::path& so_path, const ArenaLayout& layout, const WorkerLimits& limits,
+                   double timeout_s);
+  // Runs crucible_forward on one set. `seconds` is measured here, from ringing the doorbell to seeing
+  // the worker's completion, so the candidate cannot touch it.
+  CallOutcome call(int set, double timeout_s);
+  // Returns once every earlier call has returned inside the worker. A candidate that signals completion
+  // early and works on would show its hidden time here.
+  CallOutcome sync(double timeout_s) { return call(sets_, timeout_s); }
+
+  std::byte* arena() const { return arena_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  WorkerProcess() = default;
+  bool wait_hello(double timeout_s);
+  CallOutcome lost(double seconds);  // classify the end of a worker that died
+  void terminate();
+
+  pid_t pid_ = -1;
+  int socket_ = -1;
+  int arena_fd_ = -1;
+  std::byte* arena_ = nullptr;
+  std::size_t arena_bytes_ = 0;
+  uint32_t sequence_ = 0;
+  int sets_ = 0;
+  bool reaped_ = false;
+  int wait_status_ = 0;
+  bool hello_seen_ = false;
+
+  friend class WorkerPool;
+};
+
+class WorkerPool {
+ public:
+  explicit WorkerPool(std::filesystem::path binary, int warm = 1);
+  std::unique_ptr<WorkerProcess> acquire();  // a started worker; a replacement starts at once
+  int started() const { return started_; }
+  const std::filesystem::path& binary() const { return binary_; }
+
+ private:
+  void top_up();
+  std::filesystem::path binary_;
+  int warm_;
+  int started_ = 0;
+  std::deque<std::unique_ptr<WorkerProcess>> idle_;
+};
+
+// The worker binary beside the running executable, or $CRUCIBLE_WORKER, or the build-time default.
+std::filesystem::path default_worker_binary();
+
+}  // namespace crucible::eval

@@ -1,0 +1,63 @@
+#pragma once
+// What the evaluator and its sandboxed worker process share: a fixed-size load request sent over a
+// socket, and a control block at the start of the shared tensor arena used as a doorbell for calls.
+// The parent times each call from its side of the doorbell, so nothing the candidate does inside its
+// own process can alter a measured time.
+#include <atomic>
+#include <cstdint>
+
+namespace crucible::eval::protocol {
+
+constexpr int kMaxDims = 8;
+constexpr int kMaxTensors = 16;  // inputs + outputs of one set
+constexpr int kMaxSets = 8;
+constexpr uint32_t kMagic = 0x43525543;  // "CRUC"
+constexpr int kSocketFd = 3;             // where the worker finds its end of the socket
+constexpr int kArenaFd = 4;              // and the shared-memory arena
+constexpr uint64_t kControlBytes = 4096;
+
+struct TensorDesc {
+  int32_t dtype;
+  int32_t ndim;
+  int64_t shape[kMaxDims];
+  int64_t strides[kMaxDims];
+  uint64_t offset;  // from the arena base
+};
+
+struct LoadRequest {
+  uint32_t magic;
+  uint32_t num_sets;
+  uint32_t num_inputs;
+  uint32_t num_outputs;
+  uint64_t arena_bytes;
+  uint64_t memory_limit_bytes;  // address space the candidate may add beyond what is mapped at load
+  uint32_t cpu_seconds;
+  char so_path[4096];
+  TensorDesc tensors[kMaxSets][kMaxTensors];  // inputs first, then outputs
+};
+
+struct LoadReply {
+  uint32_t magic;
+  int32_t ok;            // 1 when the candidate is loaded and the sandbox is sealed
+  char error[1024];
+};
+
+struct Hello {
+  uint32_t magic;
+  int32_t pid;
+};
+
+// Lives at arena offset 0. Sequence numbers only grow; the worker sleeps on `go` via futex when idle.
+struct Control {
+  alignas(64) std::atomic<uint32_t> go;
+  std::atomic<uint32_t> worker_sleeping;
+  int32_t set;  // which input/output set the requested call uses
+  alignas(64) std::atomic<uint32_t> done;
+  int32_t rc;
+  alignas(64) std::atomic<int32_t> crash_signal;  // written by the worker's fatal-signal handler
+  int32_t crash_code;
+  uint64_t crash_address;
+};
+static_assert(sizeof(Control) <= kControlBytes, "control block must fit its page");
+
+}  // namespace crucible::eval::protocol

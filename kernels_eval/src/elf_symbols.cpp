@@ -1,0 +1,74 @@
+// Reads the dynamic symbol table of an ELF64 little-endian shared object, bounds-checking every access.
+#include <elf.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "crucible/eval/static_gate.h"
+
+namespace crucible::eval {
+namespace {
+
+template <typename T>
+T read_at(const std::string& image, std::size_t offset) {
+  if (offset > image.size() || image.size() - offset < sizeof(T))
+    throw std::runtime_error("malformed ELF: read past the end of the file");
+  T value;
+  std::memcpy(&value, image.data() + offset, sizeof(T));
+  return value;
+}
+
+std::string string_at(const std::string& image, std::size_t table_offset, std::size_t table_size, std::size_t index) {
+  if (index >= table_size) throw std::runtime_error("malformed ELF: symbol name outside its string table");
+  std::size_t start = table_offset + index;
+  std::size_t end = image.find('\0', start);
+  if (end == std::string::npos || end > table_offset + table_size)
+    throw std::runtime_error("malformed ELF: unterminated symbol name");
+  return image.substr(start, end - start);
+}
+
+}  // namespace
+
+DynamicSymbols read_dynamic_symbols(const std::filesystem::path& so_path) {
+  std::ifstream in(so_path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + so_path.string());
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  const std::string image = buffer.str();
+
+  auto header = read_at<Elf64_Ehdr>(image, 0);
+  if (std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0) throw std::runtime_error("not an ELF file");
+  if (header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_ident[EI_DATA] != ELFDATA2LSB)
+    throw std::runtime_error("not a 64-bit little-endian ELF file");
+  if (header.e_type != ET_DYN) throw std::runtime_error("not a shared object");
+  if (header.e_shentsize != sizeof(Elf64_Shdr)) throw std::runtime_error("malformed ELF: section header size");
+
+  DynamicSymbols symbols;
+  bool found = false;
+  for (std::size_t i = 0; i < header.e_shnum; ++i) {
+    auto section = read_at<Elf64_Shdr>(image, header.e_shoff + i * sizeof(Elf64_Shdr));
+    if (section.sh_type != SHT_DYNSYM) continue;
+    found = true;
+    if (section.sh_link >= header.e_shnum) throw std::runtime_error("malformed ELF: dynsym string table index");
+    auto strtab = read_at<Elf64_Shdr>(image, header.e_shoff + section.sh_link * sizeof(Elf64_Shdr));
+    if (section.sh_entsize != sizeof(Elf64_Sym)) throw std::runtime_error("malformed ELF: dynsym entry size");
+    std::size_t count = section.sh_size / sizeof(Elf64_Sym);
+    for (std::size_t s = 1; s < count; ++s) {  // entry 0 is the null symbol
+      auto sym = read_at<Elf64_Sym>(image, section.sh_offset + s * sizeof(Elf64_Sym));
+      std::string name = string_at(image, strtab.sh_offset, strtab.sh_size, sym.st_name);
+      if (name.empty()) continue;
+      unsigned bind = ELF64_ST_BIND(sym.st_info);
+      if (bind == STB_LOCAL) continue;
+      if (sym.st_shndx == SHN_UNDEF)
+        symbols.imports.push_back(name);
+      else if (ELF64_ST_VISIBILITY(sym.st_other) == STV_DEFAULT || ELF64_ST_VISIBILITY(sym.st_other) == STV_PROTECTED)
+        symbols.exports.push_back(name);
+    }
+  }
+  if (!found) throw std::runtime_error("malformed shared object: no dynamic symbol table");
+  return symbols;
+}
+
+}  // namespace crucible::eval

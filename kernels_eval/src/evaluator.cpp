@@ -1,0 +1,357 @@
+#include "crucible/eval/evaluator.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <random>
+
+#include "crucible/eval/static_gate.h"
+#include "references.h"
+#include "tensor_checks.h"
+
+namespace crucible::eval {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Maps how a worker call ended onto a verdict; false when the call succeeded.
+bool classify_failure(const CallOutcome& out, Verdict& v) {
+  using K = CallOutcome::Kind;
+  switch (out.kind) {
+    case K::ok: return false;
+    case K::candidate_error:
+      v.status = Status::runtime_error;
+      v.reasons.push_back({out.rc != 0 ? "nonzero_return" : "load_failed", out.detail});
+      return true;
+    case K::crashed:
+      v.status = Status::runtime_error;
+      v.reasons.push_back({"crash", out.detail});
+      return true;
+    case K::forbidden_syscall:
+      v.status = Status::rejected;
+      v.reasons.push_back({"forbidden_syscall", out.detail});
+      return true;
+    case K::timed_out:
+      v.status = Status::timeout;
+      v.reasons.push_back({"wall_timeout", out.detail});
+      return true;
+    case K::cpu_limit:
+      v.status = Status::timeout;
+      v.reasons.push_back({"cpu_time_limit", out.detail});
+      return true;
+    case K::worker_lost:
+      v.status = Status::runtime_error;
+      v.reasons.push_back({"worker_lost", out.detail});
+      return true;
+  }
+  return true;
+}
+
+std::string mode_name(Mode m) { return m == Mode::full ? "full" : "fast"; }
+
+// The largest input: rotating it before each timed call is enough to defeat any output cache.
+std::size_t largest_input(const std::vector<ArenaTensor>& inputs) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < inputs.size(); ++i)
+    if (inputs[i].bytes > inputs[best].bytes) best = i;
+  return best;
+}
+
+void check_task_outputs(const TaskSpec& task, const std::vector<torch::Tensor>& refs,
+                        const std::vector<TensorShape>& declared) {
+  if (refs.size() != declared.size())
+    throw TaskError("task '" + task.name + "': reference returns " + std::to_string(refs.size()) +
+                    " outputs but the task declares " + std::to_string(declared.size()));
+  for (std::size_t i = 0; i < refs.size(); ++i) {
+    if (refs[i].sizes().vec() != declared[i].shape || refs[i].scalar_type() != to_torch(declared[i].dtype))
+      throw TaskError("task '" + task.name + "': reference output " + task.outputs[i].name +
+                      " does not match its declared shape and dtype");
+  }
+}
+
+// The constant-output hack: if zeros would pass, the check proves nothing.
+void check_not_degenerate(const TaskSpec& task, const std::vector<torch::Tensor>& refs) {
+  for (std::size_t i = 0; i < refs.size(); ++i) {
+    if (!refs[i].is_floating_point()) continue;
+    auto tol = task.tolerance_for(task.outputs[i].dtype);
+    if (compare(torch::zeros_like(refs[i]), refs[i], tol).passed)
+      throw TaskError("task '" + task.name + "' is degenerate: an all-zero " + task.outputs[i].name +
+                      " passes its tolerance; draw inputs that move the output away from zero");
+  }
+}
+
+}  // namespace
+
+fs::path default_include_dir() {
+  if (const char* env = std::getenv("CRUCIBLE_INCLUDE_DIR")) return env;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && fs::exists(self.parent_path() / "include" / "crucible" / "kernel.h")) return self.parent_path() / "include";
+#ifdef CRUCIBLE_INCLUDE_DEFAULT_DIR
+  return CRUCIBLE_INCLUDE_DEFAULT_DIR;
+#else
+  return "include";
+#endif
+}
+
+std::vector<std::string> known_references() { return reference_names(); }
+
+namespace {
+EvaluatorConfig resolved(EvaluatorConfig c) {
+  if (c.include_dir.empty()) c.include_dir = default_include_dir();
+  if (c.worker_binary.empty()) c.worker_binary = default_worker_binary();
+  return c;
+}
+}  // namespace
+
+Evaluator::Evaluator(EvaluatorConfig config)
+    : config_(resolved(std::move(config))),
+      compiler_(config_.cache_dir, config_.include_dir),
+      pool_(config_.worker_binary, config_.warm_workers) {
+  torch::set_num_threads(config_.threads);
+}
+
+Evaluator::~Evaluator() = default;
+
+Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, const EvalOptions& options) {
+  const auto start = Clock::now();
+  const bool full = options.mode == Mode::full;
+  const int trials = options.correctness_trials >= 0 ? options.correctness_trials : (full ? 5 : 2);
+  const int timed = options.timing_trials >= 0 ? options.timing_trials : (full ? 50 : 5);
+  const int warmup = options.warmup_calls >= 0 ? options.warmup_calls : (full ? 3 : 1);
+  const int sets = std::max(1, std::min(options.input_sets, 8));
+  const double timeout = options.call_timeout_s;
+
+  Verdict v;
+  v.task = task.name;
+  v.device = options.device;
+  v.mode = mode_name(options.mode);
+  v.threads = config_.threads;
+  auto finish = [&]() -> Verdict {
+    v.stages.total_s = since(start);
+    v.stages.overhead_s = std::max(0.0, v.stages.total_s - v.stages.compile_s - v.stages.kernel_s);
+    return v;
+  };
+
+  const std::string backend = options.device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
+  if (backend != "cpu") throw std::invalid_argument("device '" + options.device + "' is not supported by this build");
+  ReferenceFn reference = find_reference(task.reference);
+  if (!reference) throw TaskError("task '" + task.name + "': unknown reference '" + task.reference + "'");
+  const Sizes& sizes = task.sizes_for(backend);
+  std::vector<TensorShape> in_shapes, out_shapes;
+  for (const auto& t : task.inputs) in_shapes.push_back({t.dtype, resolve_shape(t, sizes)});
+  for (const auto& t : task.outputs) out_shapes.push_back({t.dtype, resolve_shape(t, sizes)});
+
+  // 1. Compile.
+  CompileOptions copts = options.compile;
+  copts.backend = backend;
+  CompileResult compiled = compiler_.compile(source, copts);
+  v.compile = {compiled.cached, compiled.seconds, compiled.hash, compiled.log};
+  v.stages.compile_s = compiled.seconds;
+  switch (compiled.outcome) {
+    case CompileResult::Outcome::ok: break;
+    case CompileResult::Outcome::source_too_large:
+      v.status = Status::rejected;
+      v.reasons.push_back({"source_too_large", compiled.log});
+      return finish();
+    case CompileResult::Outcome::timed_out:
+      v.status = Status::compile_error;
+      v.reasons.push_back({"compile_timeout", "compile time limit exceeded"});
+      return finish();
+    case CompileResult::Outcome::failed:
+      v.status = Status::compile_error;
+      v.reasons.push_back({"compiler_error", "the compiler reported errors (see compile log)"});
+      return finish();
+  }
+
+  // 2. Static gate.
+  auto gate_start = Clock::now();
+  GatePolicy policy{backend, task.allow_imports, copts.max_binary_bytes};
+  auto refusals = check_shared_object(compiled.so_path, policy);
+  v.stages.gate_s = since(gate_start);
+  if (!refusals.empty()) {
+    v.status = Status::rejected;
+    v.reasons = std::move(refusals);
+    return finish();
+  }
+
+  // 3. Load into a sandboxed worker.
+  auto load_start = Clock::now();
+  ArenaLayout layout = plan_arena(in_shapes, out_shapes, sets);
+  auto worker = pool_.acquire();
+  CallOutcome loaded = worker->load(compiled.so_path, layout, options.limits, timeout);
+  v.stages.load_s = since(load_start);
+  if (classify_failure(loaded, v)) return finish();
+  std::byte* arena = worker->arena();
+  double kernel_s = 0.0;
+
+  // 4. Correctness: fresh inputs per trial in the same buffers; each input set run twice with
+  //    different poison; inputs must come back unchanged.
+  auto correctness_start = Clock::now();
+  std::vector<torch::Tensor> first_refs;
+  bool all_passed = true;
+  bool fixed_answer_passes = trials >= 2;
+  for (int trial = 0; trial < trials; ++trial) {
+    auto inputs = draw_inputs(task, sizes, options.seed * 1000003 + static_cast<uint64_t>(trial));
+    auto ref_start = Clock::now();
+    auto refs = reference(inputs, task.params);
+    kernel_s += since(ref_start);
+    check_task_outputs(task, refs, out_shapes);
+    check_not_degenerate(task, refs);
+    if (trial == 0) {
+      for (auto& r : refs) first_refs.push_back(r.clone());
+    } else {
+      for (std::size_t i = 0; i < refs.size(); ++i)
+        if (!compare(first_refs[i], refs[i], task.tolerance_for(task.outputs[i].dtype)).passed)
+          fixed_answer_passes = false;
+    }
+    for (std::size_t i = 0; i < inputs.size(); ++i) write_tensor(arena, layout.inputs[0][i], inputs[i]);
+
+    TrialReport report;
+    report.trial = trial;
+    std::vector<torch::Tensor> runs[2];
+    bool mutated = false;
+    int64_t unwritten = 0;
+    for (int run = 0; run < 2; ++run) {
+      for (const auto& slot : layout.outputs[0]) poison(arena, slot, run);
+      CallOutcome out = worker->call(0, timeout);
+      kernel_s += out.seconds;
+      if (classify_failure(out, v)) {
+        v.stages.kernel_s = kernel_s;
+        return finish();
+      }
+      for (std::size_t i = 0; i < inputs.size(); ++i) mutated |= !same_bytes(arena, layout.inputs[0][i], inputs[i]);
+      for (const auto& slot : layout.outputs[0]) {
+        unwritten += count_poisoned(arena, slot, run);
+        runs[run].push_back(view_tensor(arena, slot).clone());
+      }
+      if (mutated) {  // put the inputs back so the second run sees what the reference saw
+        for (std::size_t i = 0; i < inputs.size(); ++i) write_tensor(arena, layout.inputs[0][i], inputs[i]);
+      }
+    }
+    bool passed = true, disagree = false;
+    int64_t nan_mismatched = 0;
+    for (std::size_t i = 0; i < refs.size(); ++i) {
+      auto tol = task.tolerance_for(task.outputs[i].dtype);
+      for (int run = 0; run < 2; ++run) {
+        Comparison c = compare(runs[run][i], refs[i], tol);
+        passed &= c.passed;
+        report.max_abs_error = std::max(report.max_abs_error, c.max_abs);
+        report.max_rel_error = std::max(report.max_rel_error, c.max_rel);
+        report.mismatched = std::max(report.mismatched, c.mismatched);
+        nan_mismatched = std::max(nan_mismatched, c.nan_mismatched);
+        report.elements = c.elements;
+      }
+      disagree |= !compare(runs[0][i], runs[1][i], tol).passed;
+    }
+    passed &= !mutated;
+    report.passed = passed;
+    v.trials.push_back(report);
+    if (passed) continue;
+    all_passed = false;
+    std::string where = "trial " + std::to_string(trial) + ": ";
+    if (mutated) v.reasons.push_back({"input_mutated", where + "an input was modified by the candidate"});
+    if (unwritten > 0)
+      v.reasons.push_back({"output_unwritten", where + std::to_string(unwritten) + " output elements never written"});
+    if (disagree)
+      v.reasons.push_back({"nondeterministic", where + "the same inputs gave different outputs on two calls "
+                                                       "(stale memory or state kept between calls)"});
+    if (unwritten == 0 && nan_mismatched > 0)
+      v.reasons.push_back({"nan", where + std::to_string(nan_mismatched) + " NaN outputs"});
+    if (!mutated && unwritten == 0 && !disagree && nan_mismatched == 0)
+      v.reasons.push_back({"mismatch", where + std::to_string(report.mismatched) + " of " +
+                                           std::to_string(report.elements) + " elements outside tolerance"});
+    break;  // one failing trial decides the verdict
+  }
+  v.stages.correctness_s = since(correctness_start);
+  if (!all_passed) {
+    v.status = Status::incorrect;
+    v.stages.kernel_s = kernel_s;
+    return finish();
+  }
+  if (fixed_answer_passes)
+    throw TaskError("task '" + task.name + "' is degenerate: the first trial's answer passes every other trial; "
+                    "vary the inputs (e.g. scale_low/scale_high) so a fixed output cannot pass");
+  v.status = Status::correct;
+
+  // 5. Timing: rotate among input sets, and rotate the largest input's contents before each call.
+  auto timing_start = Clock::now();
+  std::vector<std::vector<torch::Tensor>> set_inputs;
+  for (int s = 0; s < sets; ++s) {
+    set_inputs.push_back(draw_inputs(task, sizes, options.seed * 1000003 + 500000 + static_cast<uint64_t>(s)));
+    for (std::size_t i = 0; i < set_inputs[s].size(); ++i) write_tensor(arena, layout.inputs[s][i], set_inputs[s][i]);
+  }
+  const std::size_t rotated = largest_input(layout.inputs[0]);
+  std::mt19937_64 rng(options.seed ^ 0x9e3779b97f4a7c15ULL);
+  auto rotate_set = [&](int s, std::size_t shift) {
+    const auto& slot = layout.inputs[s][rotated];
+    std::size_t n = slot.bytes / dtype_size(slot.dtype);
+    rotate_contents(arena + slot.offset, n, dtype_size(slot.dtype), shift);
+    auto& mine = set_inputs[s][rotated];
+    rotate_contents(static_cast<std::byte*>(mine.data_ptr()), n, dtype_size(slot.dtype), shift);
+  };
+  for (int w = 0; w < warmup; ++w)
+    for (int s = 0; s < sets; ++s) {
+      CallOutcome out = worker->call(s, timeout);
+      kernel_s += out.seconds;
+      if (classify_failure(out, v)) return finish();
+    }
+  std::vector<double> samples;
+  for (int i = 0; i < timed; ++i) {
+    int s = i % sets;
+    rotate_set(s, rng());
+    CallOutcome out = worker->call(s, timeout);
+    kernel_s += out.seconds;
+    if (classify_failure(out, v)) {
+      v.stages.kernel_s = kernel_s;
+      return finish();
+    }
+    samples.push_back(out.seconds * 1e6);
+  }
+  CallOutcome synced = worker->sync(timeout);
+  if (classify_failure(synced, v)) return finish();
+  v.candidate_time = summarize_times(samples);
+  if (timed > 0 && synced.seconds * 1e6 > std::max(200.0, v.candidate_time->median_us)) {
+    v.status = Status::rejected;
+    v.reasons.push_back({"timing_tampered", "the worker was still busy " + std::to_string(synced.seconds * 1e6) +
+                                                " us after its last call reported completion"});
+  }
+  for (int s = 0; s < sets; ++s)
+    for (std::size_t i = 0; i < set_inputs[s].size(); ++i)
+      if (!same_bytes(arena, layout.inputs[s][i], set_inputs[s][i]) && v.status == Status::correct) {
+        v.status = Status::incorrect;
+        v.reasons.push_back({"input_mutated", "an input was modified during timing"});
+      }
+
+  const std::string key = task.name + "|" + task.source_path + "|" + backend + "|" + std::to_string(timed) + "|" +
+                          std::to_string(sets) + "|" + std::to_string(config_.threads);
+  auto cached = reference_times_.find(key);
+  if (cached != reference_times_.end()) {
+    v.reference_time = cached->second;
+  } else if (timed > 0) {
+    for (int w = 0; w < warmup; ++w)
+      for (int s = 0; s < sets; ++s) reference(set_inputs[s], task.params);
+    std::vector<double> ref_samples;
+    for (int i = 0; i < timed; ++i) {
+      int s = i % sets;
+      rotate_set(s, rng());
+      auto t0 = Clock::now();
+      auto out = reference(set_inputs[s], task.params);
+      double seconds = since(t0);
+      kernel_s += seconds;
+      ref_samples.push_back(seconds * 1e6);
+    }
+    v.reference_time = reference_times_[key] = summarize_times(ref_samples);
+  }
+  v.stages.timing_s = since(timing_start);
+  if (v.candidate_time && v.reference_time && v.candidate_time->median_us > 0)
+    v.speedup = v.reference_time->median_us / v.candidate_time->median_us;
+  if (!task.flops.empty() && v.candidate_time && v.candidate_time->median_us > 0)
+    v.gflops = evaluate_product(task.flops, sizes) / (v.candidate_time->median_us * 1e-6) / 1e9;
+  v.stages.kernel_s = kernel_s;
+  return finish();
+}
+
+}  // namespace crucible::eval

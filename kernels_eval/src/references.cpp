@@ -1,0 +1,65 @@
+#include "references.h"
+
+namespace crucible::eval {
+namespace {
+namespace F = torch::nn::functional;
+using Tensors = std::vector<torch::Tensor>;
+
+double param(const Params& p, const char* name, double fallback) {
+  auto it = p.find(name);
+  return it == p.end() ? fallback : it->second;
+}
+
+Tensors relu(const Tensors& in, const Params&) { return {torch::relu(in[0])}; }
+Tensors gelu(const Tensors& in, const Params&) { return {torch::gelu(in[0])}; }
+Tensors softmax(const Tensors& in, const Params&) { return {torch::softmax(in[0], -1)}; }
+Tensors log_softmax(const Tensors& in, const Params&) { return {torch::log_softmax(in[0], -1)}; }
+Tensors layernorm(const Tensors& in, const Params& p) {
+  return {torch::layer_norm(in[0], {in[0].size(-1)}, in[1], in[2], param(p, "eps", 1e-5))};
+}
+Tensors rmsnorm(const Tensors& in, const Params& p) {
+  auto x = in[0];
+  return {x * torch::rsqrt(x.pow(2).mean(-1, true) + param(p, "eps", 1e-6)) * in[1]};
+}
+Tensors sum_dim(const Tensors& in, const Params&) { return {in[0].sum(-1)}; }
+Tensors argmax_dim(const Tensors& in, const Params&) { return {in[0].argmax(-1)}; }
+Tensors matmul(const Tensors& in, const Params&) { return {torch::mm(in[0], in[1])}; }
+Tensors bmm(const Tensors& in, const Params&) { return {torch::bmm(in[0], in[1])}; }
+Tensors matvec(const Tensors& in, const Params&) { return {torch::mv(in[0], in[1])}; }
+Tensors conv2d(const Tensors& in, const Params&) {
+  return {torch::conv2d(in[0], in[1], {}, /*stride=*/1, /*padding=*/1)};
+}
+Tensors maxpool2d(const Tensors& in, const Params& p) {
+  auto k = static_cast<int64_t>(param(p, "kernel", 2));
+  auto s = static_cast<int64_t>(param(p, "stride", static_cast<double>(k)));
+  return {torch::max_pool2d(in[0], {k, k}, {s, s})};
+}
+Tensors cumsum(const Tensors& in, const Params&) { return {torch::cumsum(in[0], -1)}; }
+Tensors mse_loss(const Tensors& in, const Params&) { return {torch::mse_loss(in[0], in[1])}; }
+Tensors cross_entropy(const Tensors& in, const Params&) { return {F::cross_entropy(in[0], in[1])}; }
+Tensors row_mean(const Tensors& in, const Params&) { return {in[0].mean(-1)}; }
+
+const std::map<std::string, ReferenceFn>& registry() {
+  static const std::map<std::string, ReferenceFn> r{
+      {"relu", relu},         {"gelu", gelu},         {"softmax", softmax},       {"log_softmax", log_softmax},
+      {"layernorm", layernorm}, {"rmsnorm", rmsnorm}, {"sum_dim", sum_dim},       {"argmax_dim", argmax_dim},
+      {"matmul", matmul},     {"bmm", bmm},           {"matvec", matvec},         {"conv2d", conv2d},
+      {"maxpool2d", maxpool2d}, {"cumsum", cumsum},   {"mse_loss", mse_loss},     {"cross_entropy", cross_entropy},
+      {"row_mean", row_mean}};
+  return r;
+}
+
+}  // namespace
+
+ReferenceFn find_reference(const std::string& name) {
+  auto it = registry().find(name);
+  return it == registry().end() ? nullptr : it->second;
+}
+
+std::vector<std::string> reference_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, fn] : registry()) names.push_back(name);
+  return names;
+}
+
+}  // namespace crucible::eval

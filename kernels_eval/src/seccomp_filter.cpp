@@ -1,0 +1,91 @@
+#include "seccomp_filter.h"
+
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdint>
+
+#include <vector>
+
+namespace crucible::eval {
+namespace {
+
+using Program = std::vector<sock_filter>;
+
+constexpr uint32_t kNr = offsetof(seccomp_data, nr);
+constexpr uint32_t kArch = offsetof(seccomp_data, arch);
+constexpr uint32_t arg_low(int i) { return offsetof(seccomp_data, args) + 8 * i; }
+
+void stmt(Program& p, uint16_t code, uint32_t k) { p.push_back(BPF_STMT(code, k)); }
+void jump(Program& p, uint16_t code, uint32_t k, uint8_t jt, uint8_t jf) { p.push_back(BPF_JUMP(code, k, jt, jf)); }
+
+void check_arch(Program& p) {
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, kArch);
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+}
+
+// If nr == syscall: when (arg & mask) != 0 kill, else allow. Leaves the accumulator reloaded with nr.
+void kill_if_flags(Program& p, long syscall, int arg, uint32_t mask) {
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(syscall), 0, 4);
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, arg_low(arg));
+  jump(p, BPF_JMP | BPF_JSET | BPF_K, mask, 0, 1);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+}
+
+bool install(Program& p) {
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return false;
+  sock_fprog prog{static_cast<unsigned short>(p.size()), p.data()};
+  return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0;
+}
+
+}  // namespace
+
+bool install_load_stage_filter() {
+  Program p;
+  check_arch(p);
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
+  const uint32_t write_flags = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND;
+  kill_if_flags(p, SYS_open, 1, write_flags);
+  kill_if_flags(p, SYS_openat, 2, write_flags);
+  for (long nr : {SYS_fork, SYS_vfork, SYS_clone, SYS_clone3, SYS_execve, SYS_execveat, SYS_socket, SYS_socketpair,
+                  SYS_connect, SYS_bind, SYS_listen, SYS_accept, SYS_accept4, SYS_kill, SYS_tkill, SYS_ptrace,
+                  SYS_unlink, SYS_unlinkat, SYS_rename, SYS_renameat, SYS_renameat2, SYS_mkdir, SYS_mkdirat,
+                  SYS_rmdir, SYS_truncate, SYS_chmod, SYS_fchmodat, SYS_chown, SYS_symlink, SYS_link,
+                  SYS_setrlimit, SYS_prlimit64, SYS_process_vm_writev, SYS_process_vm_readv, SYS_mount,
+                  SYS_io_uring_setup, SYS_bpf, SYS_perf_event_open}) {
+    jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1);
+    stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  }
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  return install(p);
+}
+
+bool install_run_stage_filter(pid_t self) {
+  Program p;
+  check_arch(p);
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
+  // tgkill only towards this process (abort() raises SIGABRT on itself).
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, SYS_tgkill, 0, 4);
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, arg_low(0));
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(self), 1, 0);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  for (long nr : {SYS_futex, SYS_mmap, SYS_munmap, SYS_mremap, SYS_brk, SYS_madvise, SYS_mprotect, SYS_exit,
+                  SYS_exit_group, SYS_rt_sigreturn, SYS_rt_sigprocmask, SYS_getpid, SYS_gettid,
+                  SYS_restart_syscall}) {
+    jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1);
+    stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  }
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  return install(p);
+}
+
+}  // namespace crucible::eval

@@ -1,0 +1,165 @@
+#include "crucible/eval/static_gate.h"
+
+#include <algorithm>
+#include <array>
+#include <set>
+#include <string_view>
+
+namespace crucible::eval {
+namespace {
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool contains(std::string_view s, std::string_view p) { return s.find(p) != std::string_view::npos; }
+
+// Math functions, with their float and long double variants added below.
+constexpr std::array kMath{"sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh",
+                           "asinh", "acosh", "atanh", "exp", "exp2", "expm1", "log", "log2", "log10",
+                           "log1p", "pow", "sqrt", "cbrt", "hypot", "fabs", "floor", "ceil", "round",
+                           "trunc", "fmod", "remainder", "fmin", "fmax", "fdim", "fma", "erf", "erfc",
+                           "lgamma", "tgamma", "copysign", "nearbyint", "rint", "lrint", "llrint",
+                           "lround", "llround", "ldexp", "frexp", "modf", "scalbn", "logb", "ilogb",
+                           "sincos", "nextafter"};
+
+// Everything a numeric kernel legitimately needs from libc / libstdc++ / the C++ ABI runtime.
+constexpr std::array kPlainAllowed{
+    "memcpy", "memmove", "memset", "memcmp", "memchr", "strlen", "malloc", "free", "calloc", "realloc",
+    "aligned_alloc", "posix_memalign", "abort", "__assert_fail", "__stack_chk_fail", "__errno_location",
+    "__memcpy_chk", "__memmove_chk", "__memset_chk", "qsort", "bsearch",
+    // emitted by crtstuff into every shared object
+    "__cxa_finalize", "__gmon_start__", "_ITM_deregisterTMCloneTable", "_ITM_registerTMCloneTable",
+    // C++ ABI: exceptions, guarded statics, atexit for static destructors
+    "__cxa_allocate_exception", "__cxa_free_exception", "__cxa_throw", "__cxa_begin_catch",
+    "__cxa_end_catch", "__cxa_rethrow", "__cxa_guard_acquire", "__cxa_guard_release", "__cxa_guard_abort",
+    "__cxa_atexit", "__cxa_pure_virtual", "__cxa_call_unexpected", "__gxx_personality_v0",
+    "_Unwind_Resume", "__cpu_indicator_init", "__cpu_model", "_ZSt9terminatev", "_ZSt7nothrow"};
+
+// CUDA runtime calls a kernel needs on the stream it was given (see the CUDA backend issue).
+constexpr std::array kCudaAllowed{"cudaLaunchKernel", "cudaGetLastError", "cudaPeekAtLastError",
+                                  "cudaGetErrorString", "cudaGetErrorName", "cudaMalloc", "cudaFree",
+                                  "cudaMemsetAsync", "cudaMemcpyAsync", "cudaFuncSetAttribute",
+                                  "cudaFuncGetAttributes", "cudaOccupancyMaxActiveBlocksPerMultiprocessor",
+                                  "__cudaRegisterFatBinary", "__cudaRegisterFatBinaryEnd",
+                                  "__cudaUnregisterFatBinary", "__cudaRegisterFunction", "__cudaRegisterVar",
+                                  "__cudaPushCallConfiguration", "__cudaPopCallConfiguration",
+                                  "cudaGetDevice", "cudaDeviceGetAttribute"};
+
+struct Category {
+  std::string_view name;
+  std::vector<std::string_view> exact;
+  std::vector<std::string_view> prefixes;
+};
+
+// Named refusals give a candidate's author (or a policy) a precise reason; anything else that is not
+// allowlisted is refused as "not allowlisted".
+const std::vector<Category>& forbidden_categories() {
+  static const std::vector<Category> categories{
+      {"process",
+       {"fork", "vfork", "clone", "clone3", "system", "popen", "pclose", "posix_spawn", "posix_spawnp", "kill",
+        "wait", "waitpid", "waitid", "_exit", "exit", "_Exit", "quick_exit", "daemon", "setsid", "ptrace",
+        "prctl", "execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve"},
+       {}},
+      {"thread", {}, {"pthread_", "thrd_", "_ZNSt6thread", "__gthread", "omp_", "GOMP_", "_ZSt5async"}},
+      {"file",
+       {"open", "open64", "openat", "creat", "read", "write", "pread", "pwrite", "fopen", "fopen64", "fdopen",
+        "freopen", "fread", "fwrite", "fclose", "fflush", "fprintf", "printf", "puts", "putchar", "fputs",
+        "fputc", "putc", "getchar", "fgets", "scanf", "fscanf", "perror", "unlink", "remove", "rename", "mkdir",
+        "rmdir", "opendir", "readdir", "stat", "lstat", "fstat", "access", "dup", "dup2", "pipe", "mmap",
+        "mmap64", "mprotect", "ioctl", "__printf_chk", "__fprintf_chk", "__vfprintf_chk", "vprintf",
+        "_IO_putc", "_IO_getc", "stdout", "stderr", "stdin", "ftruncate", "memfd_create", "shm_open"},
+       {"_ZSt4cout", "_ZSt4cerr", "_ZSt4clog", "_ZSt3cin", "_ZNSo", "_ZNSi", "_ZStlsISt11char_traits",
+        "_ZNSt14basic_ofstream", "_ZNSt14basic_ifstream", "_ZNSt13basic_fstream", "_ZNSt13random_device"}},
+      {"network",
+       {"socket", "socketpair", "connect", "bind", "listen", "accept", "accept4", "send", "sendto", "sendmsg",
+        "recv", "recvfrom", "recvmsg", "getaddrinfo", "gethostbyname", "setsockopt", "shutdown"},
+       {"inet_"}},
+      {"dynamic loading", {"dlopen", "dlmopen", "dlsym", "dlvsym", "dlclose", "dladdr", "dlerror", "dl_iterate_phdr"}, {}},
+      {"time",
+       {"time", "clock", "clock_gettime", "gettimeofday", "nanosleep", "usleep", "sleep", "alarm", "timer_create",
+        "setitimer", "getitimer", "times", "clock_nanosleep", "sched_yield"},
+       {"_ZNSt6chrono", "_ZNSt3_V26chrono"}},
+      {"signal",
+       {"signal", "sigaction", "raise", "sigprocmask", "sigsetjmp", "siglongjmp", "setjmp", "longjmp", "_setjmp",
+        "__sigsetjmp", "__longjmp_chk", "sigaltstack", "pause"},
+       {}},
+      {"raw system call", {"syscall"}, {}},
+      {"library",
+       {},
+       {"cblas_", "sgemm", "dgemm", "openblas_", "mkl_", "_ZN2at", "_ZN5torch", "_ZN3c10", "_ZNK2at", "_ZNK3c10",
+        "cublas", "cudnn", "cufft", "curand", "cusparse", "cusolver", "cutlass", "nccl"}},
+      {"cuda stream/event/graph",
+       {},
+       {"cudaStream", "cudaEvent", "cudaGraph", "cudaDeviceSynchronize", "cudaDeviceReset", "cudaSetDevice",
+        "cudaHostAlloc", "cudaMallocHost", "cudaMallocManaged", "cudaLaunchHostFunc", "cudaIpc"}}};
+  return categories;
+}
+
+bool allowed_by_default(const std::string& symbol, const std::string& backend) {
+  static const std::set<std::string> plain = [] {
+    std::set<std::string> names(kPlainAllowed.begin(), kPlainAllowed.end());
+    for (std::string f : kMath) {
+      names.insert(f);
+      names.insert(f + "f");
+      names.insert(f + "l");
+    }
+    return names;
+  }();
+  if (plain.count(symbol)) return true;
+  if (backend == "cuda" && std::find(kCudaAllowed.begin(), kCudaAllowed.end(), symbol) != kCudaAllowed.end())
+    return true;
+  // operator new / delete (all overloads), type info and vtables (data), std exception throw helpers,
+  // the out-of-line parts of std containers, vectorised libm.
+  for (std::string_view p : {"_Znw", "_Zna", "_Zdl", "_Zda", "_ZTI", "_ZTS", "_ZTV", "_ZGV", "_ZNSt8__detail",
+                             "_ZNKSt8__detail"})
+    if (starts_with(symbol, p)) return true;
+  if (starts_with(symbol, "_ZSt") && contains(symbol, "__throw_")) return true;
+  if (contains(symbol, "_Rb_tree_")) return true;
+  if (starts_with(symbol, "_ZNSt7__cxx1112basic_string") || starts_with(symbol, "_ZNKSt7__cxx1112basic_string"))
+    return true;
+  return false;
+}
+
+}  // namespace
+
+std::string classify_import(const std::string& symbol, const GatePolicy& policy) {
+  const auto& extra = policy.extra_allowed_imports;
+  if (std::find(extra.begin(), extra.end(), symbol) != extra.end()) return {};
+  for (const auto& category : forbidden_categories()) {
+    if (std::find(category.exact.begin(), category.exact.end(), symbol) != category.exact.end())
+      return std::string(category.name);
+    for (auto p : category.prefixes)
+      if (starts_with(symbol, p)) return std::string(category.name);
+  }
+  if (allowed_by_default(symbol, policy.backend)) return {};
+  return "not allowlisted";
+}
+
+std::vector<Reason> check_shared_object(const std::filesystem::path& so_path, const GatePolicy& policy) {
+  std::vector<Reason> reasons;
+  std::error_code ec;
+  auto size = std::filesystem::file_size(so_path, ec);
+  if (ec) return {{"malformed_binary", "cannot stat " + so_path.string()}};
+  if (size > policy.max_binary_bytes)
+    return {{"binary_too_large", std::to_string(size) + " bytes; the limit is " +
+                                     std::to_string(policy.max_binary_bytes)}};
+  DynamicSymbols symbols;
+  try {
+    symbols = read_dynamic_symbols(so_path);
+  } catch (const std::exception& e) {
+    return {{"malformed_binary", e.what()}};
+  }
+  for (const auto& s : symbols.imports) {
+    std::string why = classify_import(s, policy);
+    if (!why.empty()) reasons.push_back({"forbidden_import", s + " (" + why + ")"});
+  }
+  // Linker-defined section markers are harmless; anything else beyond the entry point could interpose
+  // on the harness's own functions.
+  static const std::set<std::string> allowed_exports{"crucible_forward", "_init", "_fini", "__bss_start", "_edata",
+                                                     "_end"};
+  for (const auto& s : symbols.exports)
+    if (!allowed_exports.count(s)) reasons.push_back({"forbidden_export", s});
+  if (std::find(symbols.exports.begin(), symbols.exports.end(), "crucible_forward") == symbols.exports.end())
+    reasons.push_back({"missing_entry_point", "crucible_forward is not exported"});
+  return reasons;
+}
+
+}  // namespace crucible::eval

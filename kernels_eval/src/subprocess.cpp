@@ -1,0 +1,90 @@
+#include "crucible/eval/subprocess.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+namespace crucible::eval {
+namespace {
+using Clock = std::chrono::steady_clock;
+
+void set_limit(int resource, std::size_t bytes) {
+  if (bytes == 0) return;
+  rlimit rl{static_cast<rlim_t>(bytes), static_cast<rlim_t>(bytes)};
+  setrlimit(resource, &rl);
+}
+}  // namespace
+
+ProcessResult run_process(const std::vector<std::string>& argv, const ProcessLimits& limits,
+                          const std::string& working_dir) {
+  if (argv.empty()) throw std::invalid_argument("run_process: empty argv");
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
+  auto start = Clock::now();
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    // Only async-signal-safe calls between fork and exec.
+    setpgid(0, 0);
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    dup2(pipe_fds[1], STDERR_FILENO);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    set_limit(RLIMIT_AS, limits.address_space_bytes);
+    set_limit(RLIMIT_FSIZE, limits.file_size_bytes);
+    if (!working_dir.empty() && chdir(working_dir.c_str()) != 0) _exit(126);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also from the parent, so the group exists before any kill
+  close(pipe_fds[1]);
+
+  ProcessResult result;
+  auto deadline = start + std::chrono::duration<double>(limits.wall_seconds);
+  char buffer[8192];
+  bool open_pipe = true;
+  while (open_pipe) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      result.timed_out = true;
+      break;
+    }
+    pollfd pfd{pipe_fds[0], POLLIN, 0};
+    int ready = poll(&pfd, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) continue;
+    ssize_t n = read(pipe_fds[0], buffer, sizeof buffer);
+    if (n <= 0) {
+      open_pipe = false;
+    } else if (result.output.size() < limits.max_output_bytes) {
+      result.output.append(buffer, std::min<std::size_t>(n, limits.max_output_bytes - result.output.size()));
+    }
+  }
+  close(pipe_fds[0]);
+  if (result.timed_out) kill(-pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!result.timed_out) kill(-pid, SIGKILL);  // stray grandchildren that kept no pipe open
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return result;
+}
+
+}  // namespace crucible::eval

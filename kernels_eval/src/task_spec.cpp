@@ -1,0 +1,72 @@
+#include "crucible/eval/task_spec.h"
+
+#include <cctype>
+#include <stdexcept>
+
+namespace crucible::eval {
+
+const Sizes& TaskSpec::sizes_for(const std::string& backend) const {
+  auto it = sizes.find(backend);
+  if (it == sizes.end())
+    throw std::invalid_argument("task '" + name + "' declares no sizes for backend '" + backend + "'");
+  return it->second;
+}
+
+Tolerance TaskSpec::tolerance_for(DType t) const {
+  auto it = tolerance.find(t);
+  return it == tolerance.end() ? Tolerance{} : it->second;
+}
+
+int64_t resolve_dim(const std::string& dim, const Sizes& sizes) {
+  if (!dim.empty() && std::isdigit(static_cast<unsigned char>(dim[0]))) {
+    std::size_t used = 0;
+    int64_t value = std::stoll(dim, &used);
+    if (used != dim.size()) throw std::invalid_argument("bad dimension literal '" + dim + "'");
+    return value;
+  }
+  auto it = sizes.find(dim);
+  if (it == sizes.end()) throw std::invalid_argument("unknown size symbol '" + dim + "'");
+  return it->second;
+}
+
+std::vector<int64_t> resolve_shape(const TensorSpec& t, const Sizes& sizes) {
+  std::vector<int64_t> shape;
+  shape.reserve(t.shape.size());
+  for (const auto& d : t.shape) {
+    int64_t v = resolve_dim(d, sizes);
+    if (v <= 0) throw std::invalid_argument("tensor '" + t.name + "': dimension '" + d + "' is not positive");
+    shape.push_back(v);
+  }
+  return shape;
+}
+
+double evaluate_product(const std::string& expr, const Sizes& sizes) {
+  if (expr.empty()) return 0.0;
+  double product = 1.0;
+  std::size_t start = 0;
+  while (start <= expr.size()) {
+    std::size_t end = expr.find('*', start);
+    if (end == std::string::npos) end = expr.size();
+    std::string term = expr.substr(start, end - start);
+    while (!term.empty() && std::isspace(static_cast<unsigned char>(term.back()))) term.pop_back();
+    while (!term.empty() && std::isspace(static_cast<unsigned char>(term.front()))) term.erase(0, 1);
+    if (term.empty()) throw std::invalid_argument("empty term in product '" + expr + "'");
+    product *= static_cast<double>(resolve_dim(term, sizes));
+    start = end + 1;
+  }
+  return product;
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * shape[i + 1];
+  return strides;
+}
+
+}  // namespace crucible::eval

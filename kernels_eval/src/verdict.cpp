@@ -1,0 +1,42 @@
+#include "crucible/eval/verdict.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace crucible::eval {
+
+std::string_view status_name(Status s) {
+  switch (s) {
+    case Status::correct: return "correct";
+    case Status::incorrect: return "incorrect";
+    case Status::compile_error: return "compile_error";
+    case Status::rejected: return "rejected";
+    case Status::runtime_error: return "runtime_error";
+    case Status::timeout: return "timeout";
+  }
+  return "runtime_error";
+}
+
+bool Verdict::has_reason(std::string_view code) const {
+  return std::any_of(reasons.begin(), reasons.end(), [&](const Reason& r) { return r.code == code; });
+}
+
+TimingStats summarize_times(std::vector<double> samples_us) {
+  TimingStats s;
+  s.trials = static_cast<int>(samples_us.size());
+  if (samples_us.empty()) return s;
+  std::sort(samples_us.begin(), samples_us.end());
+  std::size_t n = samples_us.size();
+  s.median_us = n % 2 ? samples_us[n / 2] : 0.5 * (samples_us[n / 2 - 1] + samples_us[n / 2]);
+  s.min_us = samples_us.front();
+  s.max_us = samples_us.back();
+  s.mean_us = std::accumulate(samples_us.begin(), samples_us.end(), 0.0) / static_cast<double>(n);
+  double var = 0.0;
+  for (double x : samples_us) var += (x - s.mean_us) * (x - s.mean_us);
+  var /= static_cast<double>(n > 1 ? n - 1 : 1);
+  s.cv = s.mean_us > 0 ? std::sqrt(var) / s.mean_us : 0.0;
+  return s;
+}
+
+}  // namespace crucible::eval

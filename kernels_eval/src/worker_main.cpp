@@ -1,0 +1,155 @@
+// crucible-worker: loads one candidate into a sandboxed process and runs calls on request.
+// Started by the evaluator with its socket on fd 3 and the shared arena on fd 4. Single use: after
+// the candidate is loaded the process is sealed by seccomp, and the evaluator ends it after the job.
+#include <dlfcn.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include "crucible/kernel.h"
+#include "crucible/eval/worker_protocol.h"
+#include "seccomp_filter.h"
+
+namespace proto = crucible::eval::protocol;
+using crucible::eval::install_load_stage_filter;
+using crucible::eval::install_run_stage_filter;
+
+namespace {
+
+proto::Control* g_control = nullptr;
+
+void on_fatal_signal(int sig, siginfo_t* info, void*) {
+  // SA_RESETHAND restored the default action: returning re-runs the faulting instruction (or abort()
+  // re-raises), and the process dies with the original signal after we leave a note for the parent.
+  if (g_control) {
+    g_control->crash_code = info->si_code;
+    g_control->crash_address = reinterpret_cast<uint64_t>(info->si_addr);
+    g_control->crash_signal.store(sig, std::memory_order_release);
+  }
+}
+
+void install_crash_handlers() {
+  static std::vector<char> alt_stack(1 << 16);
+  stack_t ss{};
+  ss.ss_sp = alt_stack.data();
+  ss.ss_size = alt_stack.size();
+  sigaltstack(&ss, nullptr);  // stack overflows still get their note written
+  struct sigaction sa {};
+  sa.sa_sigaction = on_fatal_signal;
+  sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK;
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP}) sigaction(sig, &sa, nullptr);
+}
+
+bool send_all(const void* data, size_t size) {
+  return send(proto::kSocketFd, data, size, MSG_NOSIGNAL) == static_cast<ssize_t>(size);
+}
+
+bool reply_load(bool ok, const std::string& error) {
+  proto::LoadReply reply{};
+  reply.magic = proto::kMagic;
+  reply.ok = ok ? 1 : 0;
+  std::snprintf(reply.error, sizeof reply.error, "%s", error.c_str());
+  return send_all(&reply, sizeof reply);
+}
+
+int fail(int exit_code, const std::string& error) {
+  reply_load(false, error);
+  return exit_code;
+}
+
+size_t current_address_space() {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages = 0;
+  statm >> pages;
+  return pages * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+void limit(int resource, rlim_t soft, rlim_t hard) {
+  rlimit rl{soft, hard};
+  setrlimit(resource, &rl);
+}
+
+void wait_for_call(uint32_t expected) {
+  auto* c = g_control;
+  for (int spin = 0; spin < 200000; ++spin) {
+    if (c->go.load(std::memory_order_acquire) == expected) return;
+    __builtin_ia32_pause();
+  }
+  while (c->go.load(std::memory_order_acquire) != expected) {
+    c->worker_sleeping.store(1, std::memory_order_seq_cst);
+    uint32_t seen = c->go.load(std::memory_order_seq_cst);
+    if (seen != expected)
+      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&c->go), FUTEX_WAIT, seen, nullptr, nullptr, 0);
+    c->worker_sleeping.store(0, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
+int main() {
+  proto::Hello hello{proto::kMagic, static_cast<int32_t>(getpid())};
+  if (!send_all(&hello, sizeof hello)) return 2;
+
+  auto request = std::make_unique<proto::LoadRequest>();
+  if (recv(proto::kSocketFd, request.get(), sizeof *request, MSG_WAITALL) != sizeof *request ||
+      request->magic != proto::kMagic || request->num_sets > proto::kMaxSets ||
+      request->num_inputs + request->num_outputs > proto::kMaxTensors)
+    return 3;
+
+  void* base = mmap(nullptr, request->arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, proto::kArenaFd, 0);
+  if (base == MAP_FAILED) return fail(4, std::string("mmap arena: ") + std::strerror(errno));
+  close(proto::kArenaFd);
+  g_control = static_cast<proto::Control*>(base);
+  install_crash_handlers();
+
+  // Limits first (the load-stage filter forbids changing them), generous enough for the library itself.
+  rlim_t address_space = current_address_space() + request->memory_limit_bytes + (rlim_t{256} << 20);
+  limit(RLIMIT_AS, address_space, address_space);
+  limit(RLIMIT_CPU, request->cpu_seconds, request->cpu_seconds + 1);
+  limit(RLIMIT_FSIZE, 0, 0);
+  limit(RLIMIT_NPROC, 0, 0);
+  limit(RLIMIT_CORE, 0, 0);
+  if (!install_load_stage_filter()) return fail(5, "cannot install the load-stage seccomp filter");
+
+  void* handle = dlopen(request->so_path, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) return fail(6, std::string("dlopen: ") + dlerror());
+  auto forward = reinterpret_cast<decltype(&crucible_forward)>(dlsym(handle, "crucible_forward"));
+  if (!forward) return fail(7, "crucible_forward not found");
+
+  // Tensor views for every set, in worker-private memory.
+  const uint32_t sets = request->num_sets, ni = request->num_inputs, no = request->num_outputs;
+  std::vector<crucible_tensor> tensors(sets * (ni + no));
+  for (uint32_t s = 0; s < sets; ++s)
+    for (uint32_t t = 0; t < ni + no; ++t) {
+      const auto& d = request->tensors[s][t];
+      tensors[s * (ni + no) + t] = {static_cast<char*>(base) + d.offset, d.dtype, d.ndim, d.shape, d.strides};
+    }
+
+  if (!reply_load(true, "")) return 8;
+  close(proto::kSocketFd);
+  if (!install_run_stage_filter(getpid())) return 9;
+
+  auto* c = g_control;
+  for (uint32_t seq = 1;; ++seq) {
+    wait_for_call(seq);
+    int32_t set = c->set;
+    if (set == static_cast<int32_t>(sets)) {  // a sync: acknowledges that every earlier call has returned
+      c->done.store(seq, std::memory_order_release);
+      continue;
+    }
+    if (set < 0 || static_cast<uint32_t>(set) > sets) return 0;  // the parent's way of saying goodbye
+    crucible_tensor* in = &tensors[set * (ni + no)];
+    c->rc = forward(in, static_cast<int32_t>(ni), in + ni, static_cast<int32_t>(no), nullptr);
+    c->done.store(seq, std::memory_order_release);
+  }
+}

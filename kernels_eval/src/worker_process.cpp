@@ -1,0 +1,312 @@
+#include "crucible/eval/worker_process.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "crucible/eval/task_spec.h"
+#include "crucible/eval/worker_protocol.h"
+
+extern char** environ;
+
+namespace crucible::eval {
+namespace fs = std::filesystem;
+namespace proto = protocol;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::size_t kAlign = 256;
+std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+
+ArenaTensor place(const TensorShape& t, std::size_t& cursor) {
+  ArenaTensor a;
+  a.dtype = t.dtype;
+  a.shape = t.shape;
+  a.strides = contiguous_strides(t.shape);
+  a.bytes = static_cast<std::size_t>(numel(t.shape)) * dtype_size(t.dtype);
+  a.offset = cursor;
+  cursor = align_up(cursor + std::max<std::size_t>(a.bytes, 1), kAlign);
+  return a;
+}
+
+proto::Control* control(std::byte* arena) { return reinterpret_cast<proto::Control*>(arena); }
+
+std::string describe_signal(int sig) {
+  const char* name = sigabbrev_np(sig);
+  return std::string("SIG") + (name ? name : std::to_string(sig)) + " (" + strsignal(sig) + ")";
+}
+
+int high_fd(int fd) {  // move an fd out of the range the worker expects (3, 4)
+  int moved = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  close(fd);
+  return moved;
+}
+
+}  // namespace
+
+ArenaLayout plan_arena(const std::vector<TensorShape>& inputs, const std::vector<TensorShape>& outputs, int sets) {
+  if (sets < 1 || sets > proto::kMaxSets) throw std::invalid_argument("arena: bad number of sets");
+  if (inputs.size() + outputs.size() > static_cast<std::size_t>(proto::kMaxTensors))
+    throw std::invalid_argument("arena: too many tensors");
+  for (const auto& t : inputs)
+    if (t.shape.size() > proto::kMaxDims) throw std::invalid_argument("arena: too many dimensions");
+  for (const auto& t : outputs)
+    if (t.shape.size() > proto::kMaxDims) throw std::invalid_argument("arena: too many dimensions");
+  ArenaLayout layout;
+  std::size_t cursor = proto::kControlBytes;
+  for (int s = 0; s < sets; ++s) {
+    layout.inputs.emplace_back();
+    layout.outputs.emplace_back();
+    for (const auto& t : inputs) layout.inputs.back().push_back(place(t, cursor));
+    for (const auto& t : outputs) layout.outputs.back().push_back(place(t, cursor));
+  }
+  layout.bytes = align_up(cursor, 4096);
+  return layout;
+}
+
+fs::path default_worker_binary() {
+  if (const char* env = std::getenv("CRUCIBLE_WORKER")) return env;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && fs::exists(self.parent_path() / "crucible-worker")) return self.parent_path() / "crucible-worker";
+#ifdef CRUCIBLE_WORKER_DEFAULT_PATH
+  return CRUCIBLE_WORKER_DEFAULT_PATH;
+#else
+  return "crucible-worker";
+#endif
+}
+
+std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary) {
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0)
+    throw std::runtime_error(std::string("socketpair: ") + std::strerror(errno));
+  int arena_fd = memfd_create("crucible-arena", MFD_CLOEXEC);
+  if (arena_fd < 0) throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
+  std::unique_ptr<WorkerProcess> w(new WorkerProcess);
+  w->socket_ = high_fd(fds[0]);
+  int child_socket = high_fd(fds[1]);
+  w->arena_fd_ = high_fd(arena_fd);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, child_socket, proto::kSocketFd);
+  posix_spawn_file_actions_adddup2(&actions, w->arena_fd_, proto::kArenaFd);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  // The worker inherits nothing but the dynamic loader's search path.
+  std::vector<std::string> env_strings;
+  if (const char* ld = std::getenv("LD_LIBRARY_PATH")) env_strings.push_back(std::string("LD_LIBRARY_PATH=") + ld);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string path = binary.string();
+  char* argv[] = {path.data(), nullptr};
+  int err = posix_spawn(&w->pid_, path.c_str(), &actions, nullptr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  close(child_socket);
+  if (err != 0) {
+    w->pid_ = -1;
+    throw std::runtime_error("cannot start worker " + path + ": " + std::strerror(err));
+  }
+  return w;
+}
+
+WorkerProcess::~WorkerProcess() { terminate(); }
+
+void WorkerProcess::terminate() {
+  if (pid_ > 0 && !reaped_) {
+    kill(pid_, SIGKILL);
+    while (waitpid(pid_, &wait_status_, 0) < 0 && errno == EINTR) {
+    }
+    reaped_ = true;
+  }
+  if (arena_) munmap(arena_, arena_bytes_);
+  arena_ = nullptr;
+  if (socket_ >= 0) close(socket_);
+  if (arena_fd_ >= 0) close(arena_fd_);
+  socket_ = arena_fd_ = -1;
+}
+
+bool WorkerProcess::wait_hello(double timeout_s) {
+  if (hello_seen_) return true;
+  pollfd pfd{socket_, POLLIN, 0};
+  if (poll(&pfd, 1, static_cast<int>(timeout_s * 1000)) <= 0) return false;
+  proto::Hello hello{};
+  if (recv(socket_, &hello, sizeof hello, 0) != sizeof hello || hello.magic != proto::kMagic) return false;
+  hello_seen_ = true;
+  return true;
+}
+
+CallOutcome WorkerProcess::lost(double seconds) {
+  if (!reaped_) {
+    while (waitpid(pid_, &wait_status_, 0) < 0 && errno == EINTR) {
+    }
+    reaped_ = true;
+  }
+  CallOutcome out;
+  out.seconds = seconds;
+  if (WIFSIGNALED(wait_status_)) {
+    int sig = WTERMSIG(wait_status_);
+    if (sig == SIGSYS) {
+      out.kind = CallOutcome::Kind::forbidden_syscall;
+      out.detail = "killed by the sandbox for a forbidden system call (SIGSYS)";
+    } else if (sig == SIGXCPU) {
+      out.kind = CallOutcome::Kind::cpu_limit;
+      out.detail = "CPU time limit exceeded (SIGXCPU)";
+    } else {
+      out.kind = CallOutcome::Kind::crashed;
+      out.detail = "candidate crashed: " + describe_signal(sig);
+      auto* c = arena_ ? control(arena_) : nullptr;
+      if (c && c->crash_signal.load(std::memory_order_acquire) == sig &&
+          (sig == SIGSEGV || sig == SIGBUS)) {
+        char addr[32];
+        std::snprintf(addr, sizeof addr, "0x%llx", static_cast<unsigned long long>(c->crash_address));
+        out.detail += std::string(" at address ") + addr;
+        if (c->crash_address < 4096) out.detail += " (null pointer: an allocation may have failed under the memory limit)";
+      }
+      if (sig == SIGABRT) out.detail += " (abort, e.g. an uncaught exception such as std::bad_alloc)";
+    }
+  } else {
+    out.kind = CallOutcome::Kind::worker_lost;
+    out.detail = "worker exited unexpectedly with code " + std::to_string(WEXITSTATUS(wait_status_));
+  }
+  return out;
+}
+
+CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layout, const WorkerLimits& limits,
+                                double timeout_s) {
+  auto start = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  if (!wait_hello(timeout_s)) return lost(elapsed());
+  if (ftruncate(arena_fd_, static_cast<off_t>(layout.bytes)) != 0)
+    throw std::runtime_error(std::string("ftruncate arena: ") + std::strerror(errno));
+  void* mapped = mmap(nullptr, layout.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd_, 0);
+  if (mapped == MAP_FAILED) throw std::runtime_error(std::string("mmap arena: ") + std::strerror(errno));
+  arena_ = static_cast<std::byte*>(mapped);
+  arena_bytes_ = layout.bytes;
+  sets_ = layout.sets();
+
+  auto request = std::make_unique<proto::LoadRequest>();
+  std::memset(request.get(), 0, sizeof *request);
+  request->magic = proto::kMagic;
+  request->num_sets = static_cast<uint32_t>(layout.sets());
+  request->num_inputs = static_cast<uint32_t>(layout.inputs[0].size());
+  request->num_outputs = static_cast<uint32_t>(layout.outputs[0].size());
+  request->arena_bytes = layout.bytes;
+  request->memory_limit_bytes = limits.memory_bytes;
+  request->cpu_seconds = limits.cpu_seconds;
+  std::string so = fs::absolute(so_path).string();
+  if (so.size() >= sizeof request->so_path) throw std::invalid_argument("shared object path too long");
+  std::memcpy(request->so_path, so.c_str(), so.size() + 1);
+  for (int s = 0; s < layout.sets(); ++s) {
+    std::size_t t = 0;
+    for (const auto* group : {&layout.inputs[s], &layout.outputs[s]})
+      for (const auto& a : *group) {
+        auto& d = request->tensors[s][t++];
+        d.dtype = static_cast<int32_t>(a.dtype);
+        d.ndim = static_cast<int32_t>(a.shape.size());
+        for (std::size_t i = 0; i < a.shape.size(); ++i) {
+          d.shape[i] = a.shape[i];
+          d.strides[i] = a.strides[i];
+        }
+        d.offset = a.offset;
+      }
+  }
+  if (send(socket_, request.get(), sizeof *request, MSG_NOSIGNAL) != sizeof *request) return lost(elapsed());
+
+  pollfd pfd{socket_, POLLIN, 0};
+  int ready = poll(&pfd, 1, static_cast<int>(timeout_s * 1000));
+  if (ready == 0) {
+    terminate();
+    return {CallOutcome::Kind::timed_out, 0, elapsed(), "loading the candidate exceeded the time limit"};
+  }
+  proto::LoadReply reply{};
+  if (recv(socket_, &reply, sizeof reply, 0) != sizeof reply || reply.magic != proto::kMagic) return lost(elapsed());
+  if (!reply.ok) {
+    terminate();
+    return {CallOutcome::Kind::candidate_error, 0, elapsed(), std::string("load failed: ") + reply.error};
+  }
+  return {CallOutcome::Kind::ok, 0, elapsed(), {}};
+}
+
+CallOutcome WorkerProcess::call(int set, double timeout_s) {
+  if (!arena_ || reaped_) return {CallOutcome::Kind::worker_lost, 0, 0.0, "worker is not loaded"};
+  auto* c = control(arena_);
+  uint32_t seq = ++sequence_;
+  c->set = set;
+  auto start = Clock::now();
+  auto deadline = start + std::chrono::duration<double>(timeout_s);
+  c->go.store(seq, std::memory_order_seq_cst);
+  if (c->worker_sleeping.load(std::memory_order_seq_cst))
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&c->go), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+
+  // Spin for precise end times; after 50 ms, poll every 50 us (under 0.1% of such a call).
+  for (uint64_t spin = 1;; ++spin) {
+    if (c->done.load(std::memory_order_acquire) == seq) break;
+    if ((spin & 0x3fff) == 0) {
+      auto now = Clock::now();
+      if (waitpid(pid_, &wait_status_, WNOHANG) == pid_) {
+        reaped_ = true;
+        return lost(std::chrono::duration<double>(now - start).count());
+      }
+      if (now > deadline) {
+        terminate();
+        return {CallOutcome::Kind::timed_out, 0, timeout_s,
+                "no result within the wall-clock limit of " + std::to_string(timeout_s) + " s; worker killed"};
+      }
+      if (now - start > std::chrono::milliseconds(50)) {
+        timespec pause{0, 50000};
+        nanosleep(&pause, nullptr);
+      }
+    } else {
+      __builtin_ia32_pause();
+    }
+  }
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  int rc = c->rc;
+  if (rc != 0)
+    return {CallOutcome::Kind::candidate_error, rc, seconds, "crucible_forward returned " + std::to_string(rc)};
+  return {CallOutcome::Kind::ok, 0, seconds, {}};
+}
+
+WorkerPool::WorkerPool(fs::path binary, int warm) : binary_(std::move(binary)), warm_(std::max(warm, 0)) {
+  if (!fs::exists(binary_)) throw std::runtime_error("worker binary not found: " + binary_.string());
+  top_up();
+}
+
+void WorkerPool::top_up() {
+  while (static_cast<int>(idle_.size()) < warm_) {
+    idle_.push_back(WorkerProcess::spawn(binary_));
+    ++started_;
+  }
+}
+
+std::unique_ptr<WorkerProcess> WorkerPool::acquire() {
+  std::unique_ptr<WorkerProcess> w;
+  while (!idle_.empty() && !w) {
+    w = std::move(idle_.front());
+    idle_.pop_front();
+    if (!w->wait_hello(10.0)) w.reset();  // died while idle: drop it
+  }
+  if (!w) {
+    w = WorkerProcess::spawn(binary_);
+    ++started_;
+  }
+  top_up();
+  return w;
+}
+
+}  // namespace crucible::eval

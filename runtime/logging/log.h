@@ -1,0 +1,49 @@
+#pragma once
+// Logging facade: named loggers per component, console + rotating file. spdlog stays behind this
+// header so torch-heavy translation units (whose include path carries another fmt) never see it.
+#include <cstddef>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+namespace crucible::log {
+
+enum class Level { trace, debug, info, warn, error, critical, off };
+
+struct Options {
+  Level console_level = Level::info;
+  Level file_level = Level::debug;
+  std::string file;  // rotating log file; empty: console only
+  std::size_t max_file_bytes = std::size_t{16} << 20;
+  std::size_t max_files = 3;
+};
+
+// Safe to call again: later calls replace the sinks of every logger.
+void init(const Options& options);
+void write(std::string_view component, Level level, std::string_view message);
+void flush();
+std::optional<Level> parse_level(std::string_view name);
+
+template <typename... Args>
+std::string cat(const Args&... args) {
+  std::ostringstream s;
+  (s << ... << args);
+  return s.str();
+}
+
+// A component's logger: log::Logger log{"compiler"}; log.info("cache hit ", hash);
+class Logger {
+ public:
+  explicit Logger(std::string component) : component_(std::move(component)) {}
+  template <typename... A> void debug(const A&... a) const { write(component_, Level::debug, cat(a...)); }
+  template <typename... A> void info(const A&... a) const { write(component_, Level::info, cat(a...)); }
+  template <typename... A> void warn(const A&... a) const { write(component_, Level::warn, cat(a...)); }
+  template <typename... A> void error(const A&... a) const { write(component_, Level::error, cat(a...)); }
+  const std::string& component() const { return component_; }
+
+ private:
+  std::string component_;
+};
+
+}  // namespace crucible::log

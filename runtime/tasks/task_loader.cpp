@@ -1,0 +1,203 @@
+#include "tasks/task_loader.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+#include "config/toml_reader.h"
+#include "crucible/eval/evaluator.h"
+
+namespace crucible::tasks {
+namespace fs = std::filesystem;
+using config::TableReader;
+using eval::TaskSpec;
+using eval::TensorSpec;
+
+namespace {
+
+eval::DType read_dtype(TableReader& r) {
+  std::string name = r.require_string("dtype");
+  auto d = eval::parse_dtype(name);
+  if (!d) r.fail("dtype", "unknown dtype '" + name + "' (float32, float16, bfloat16, float64, int32, int64, bool)");
+  return *d;
+}
+
+eval::InitSpec read_init(TableReader& r) {
+  eval::InitSpec init;
+  std::string dist = r.require_string("dist");
+  if (dist == "normal") {
+    init.kind = eval::InitSpec::Kind::normal;
+    init.mean = r.get_number("mean", 0.0);
+    init.std = r.get_number("std", 1.0);
+    if (init.std <= 0) r.fail("std", "must be positive");
+  } else if (dist == "uniform") {
+    init.kind = eval::InitSpec::Kind::uniform;
+    init.low = r.get_number("low", 0.0);
+    init.high = r.get_number("high", 1.0);
+    if (init.high <= init.low) r.fail("high", "must be greater than low");
+  } else if (dist == "randint") {
+    init.kind = eval::InitSpec::Kind::randint;
+    init.low = static_cast<double>(r.get_int("low", 0));
+    const toml::node* high = r.node("high");
+    if (high && high->is_string()) init.high_symbol = r.require_string("high");
+    else init.high = static_cast<double>(r.require_int("high"));
+  } else {
+    r.fail("dist", "unknown distribution '" + dist + "' (normal, uniform, randint)");
+  }
+  auto scale = r.get_number_array("scale");
+  if (!scale.empty()) {
+    if (scale.size() != 2 || scale[0] <= 0 || scale[1] < scale[0]) r.fail("scale", "expected [low, high] with 0 < low <= high");
+    init.scale_low = scale[0];
+    init.scale_high = scale[1];
+  }
+  r.finish();
+  return init;
+}
+
+TensorSpec read_tensor(TableReader& r, bool is_input) {
+  TensorSpec t;
+  t.name = r.require_string("name");
+  t.dtype = read_dtype(r);
+  t.shape = r.require_scalar_array("shape");
+  if (is_input) {
+    if (auto init = r.get_table("init")) t.init = read_init(*init);
+  }
+  r.finish();
+  return t;
+}
+
+void check_symbols(TableReader& r, const std::string& key, const TensorSpec& t, const TaskSpec& task) {
+  for (const auto& [backend, sizes] : task.sizes) {
+    try {
+      eval::resolve_shape(t, sizes);
+    } catch (const std::invalid_argument& e) {
+      r.fail(key, std::string(e.what()) + " in sizes." + backend);
+    }
+  }
+}
+
+}  // namespace
+
+TaskSpec load_task_file(const fs::path& path) {
+  toml::table root = config::parse_toml_file(path);
+  TableReader r(root, path.string());
+  TaskSpec task;
+  task.source_path = path.string();
+  task.name = r.require_string("name");
+  task.level = static_cast<int>(r.require_int("level"));
+  task.family = r.require_string("family");
+  task.description = r.require_string("description");
+  task.reference = r.require_string("reference");
+  auto known = eval::known_references();
+  if (std::find(known.begin(), known.end(), task.reference) == known.end())
+    r.fail("reference", "unknown built-in reference '" + task.reference + "'");
+  task.reference_source = r.require_string("reference_source");
+  task.flops = r.get_string("flops", "");
+  task.allow_imports = r.get_string_array("allow_imports");
+
+  auto sizes = r.require_table("sizes");
+  for (const auto& backend : sizes.keys()) {
+    if (backend != "cpu" && backend != "cuda") sizes.fail(backend, "unknown backend (cpu, cuda)");
+    auto table = sizes.require_table(backend);
+    eval::Sizes values;
+    for (const auto& symbol : table.keys()) {
+      values[symbol] = table.require_int(symbol);
+      if (values[symbol] <= 0) table.fail(symbol, "sizes must be positive");
+    }
+    table.finish();
+    task.sizes[backend] = values;
+  }
+  sizes.finish();
+  if (!task.sizes.count("cpu")) r.fail("sizes", "a [sizes.cpu] table is required");
+
+  auto inputs = r.require_table_array("inputs");
+  auto outputs = r.require_table_array("outputs");
+  if (inputs.empty()) r.fail("inputs", "at least one input is required");
+  if (outputs.empty()) r.fail("outputs", "at least one output is required");
+  for (auto& t : inputs) {
+    task.inputs.push_back(read_tensor(t, true));
+    check_symbols(t, "shape", task.inputs.back(), task);
+  }
+  for (auto& t : outputs) {
+    task.outputs.push_back(read_tensor(t, false));
+    check_symbols(t, "shape", task.outputs.back(), task);
+  }
+
+  if (auto params = r.get_table("params")) {
+    for (const auto& key : params->keys()) task.params[key] = params->require_number(key);
+    params->finish();
+  }
+  auto tolerance = r.require_table("tolerance");
+  for (const auto& name : tolerance.keys()) {
+    auto dtype = eval::parse_dtype(name);
+    if (!dtype) tolerance.fail(name, "unknown dtype");
+    auto t = tolerance.require_table(name);
+    task.tolerance[*dtype] = {t.require_number("atol"), t.require_number("rtol")};
+    t.finish();
+  }
+  tolerance.finish();
+  for (const auto& out : task.outputs)
+    if (eval::is_floating(out.dtype) && !task.tolerance.count(out.dtype))
+      r.fail("tolerance", "no tolerance for output dtype " + std::string(eval::dtype_name(out.dtype)));
+  if (!task.flops.empty()) {
+    try {
+      eval::evaluate_product(task.flops, task.sizes.at("cpu"));
+    } catch (const std::invalid_argument& e) {
+      r.fail("flops", e.what());
+    }
+  }
+  r.finish();
+  return task;
+}
+
+fs::path default_tasks_dir() {
+  if (const char* env = std::getenv("CRUCIBLE_TASKS_DIR")) return env;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (fs::path dir = self.parent_path(); dir.has_relative_path(); dir = dir.parent_path())
+      if (fs::exists(dir / "configs" / "tasks")) return dir / "configs" / "tasks";
+  }
+  return fs::path("configs") / "tasks";
+}
+
+std::vector<fs::path> task_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  if (!fs::is_directory(dir)) return files;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.is_regular_file() && entry.path().extension() == ".toml") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+TaskSpec find_task(const std::string& name_or_path, const fs::path& dir) {
+  fs::path as_path(name_or_path);
+  if (as_path.extension() == ".toml" || fs::is_regular_file(as_path)) return load_task_file(as_path);
+  fs::path candidate = dir / (name_or_path + ".toml");
+  if (fs::exists(candidate)) return load_task_file(candidate);
+  throw std::invalid_argument("no task named '" + name_or_path + "' in " + dir.string());
+}
+
+std::string describe_task(const TaskSpec& t) {
+  std::ostringstream s;
+  auto shape = [](const TensorSpec& x) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < x.shape.size(); ++i) out += (i ? ", " : "") + x.shape[i];
+    return out + "]";
+  };
+  s << t.name << "  (level " << t.level << ", " << t.family << ")\n" << t.description << "\n\ninputs:\n";
+  for (const auto& x : t.inputs) s << "  " << x.name << ": " << eval::dtype_name(x.dtype) << " " << shape(x) << "\n";
+  s << "outputs:\n";
+  for (const auto& x : t.outputs) s << "  " << x.name << ": " << eval::dtype_name(x.dtype) << " " << shape(x) << "\n";
+  for (const auto& [backend, sizes] : t.sizes) {
+    s << "sizes." << backend << ":";
+    for (const auto& [k, v] : sizes) s << " " << k << "=" << v;
+    s << "\n";
+  }
+  s << "tolerance:";
+  for (const auto& [d, tol] : t.tolerance) s << " " << eval::dtype_name(d) << "(atol=" << tol.atol << ", rtol=" << tol.rtol << ")";
+  s << "\nreference: " << t.reference << "\n\n" << t.reference_source << "\n";
+  return s.str();
+}
+
+}  // namespace crucible::tasks

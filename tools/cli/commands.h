@@ -1,0 +1,14 @@
+#pragma once
+// Each subcommand registers its options on the app and returns the function that runs it.
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace crucible::cli {
+
+using Run = std::function<int()>;
+
+Run add_eval_command(CLI::App& app);
+Run add_tasks_command(CLI::App& app);
+
+}  // namespace crucible::cli

@@ -1,0 +1,115 @@
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "config/toml_reader.h"
+#include "crucible/eval/evaluator.h"
+#include "crucible/eval/verdict_json.h"
+#include "tasks/task_loader.h"
+
+namespace crucible::cli {
+namespace {
+
+struct EvalArgs {
+  std::string task;
+  std::string candidate;
+  std::string device = "cpu";
+  std::string mode = "fast";
+  std::string tasks_dir;
+  std::string cache_dir;
+  bool json = false;
+  uint64_t seed = 0;
+  double timeout_s = 10.0;
+  double compile_timeout_s = 60.0;
+  std::size_t memory_mb = 1024;
+  int timing_trials = -1;
+  int correctness_trials = -1;
+};
+
+void print_human(const eval::Verdict& v) {
+  std::printf("%s: %s\n", v.task.c_str(), std::string(eval::status_name(v.status)).c_str());
+  for (const auto& r : v.reasons) std::printf("  reason %-18s %s\n", r.code.c_str(), r.detail.c_str());
+  std::printf("  compile %.3f s%s\n", v.compile.seconds, v.compile.cached ? " (cached)" : "");
+  if (v.status == eval::Status::compile_error && !v.compile.log_excerpt.empty())
+    std::printf("%s\n", v.compile.log_excerpt.c_str());
+  for (const auto& t : v.trials)
+    std::printf("  trial %d %s  max_abs=%.3g max_rel=%.3g mismatched=%lld/%lld\n", t.trial, t.passed ? "ok  " : "FAIL",
+                t.max_abs_error, t.max_rel_error, static_cast<long long>(t.mismatched),
+                static_cast<long long>(t.elements));
+  if (v.candidate_time)
+    std::printf("  candidate  median %.1f us  cv %.2f%%  (%d trials)\n", v.candidate_time->median_us,
+                100 * v.candidate_time->cv, v.candidate_time->trials);
+  if (v.reference_time)
+    std::printf("  reference  median %.1f us  cv %.2f%%\n", v.reference_time->median_us, 100 * v.reference_time->cv);
+  if (v.speedup) std::printf("  speedup %.3fx\n", *v.speedup);
+  if (v.gflops) std::printf("  %.2f GFLOP/s\n", *v.gflops);
+  std::printf("  stages: load %.1f ms, correctness %.1f ms, timing %.1f ms, overhead %.1f ms, total %.1f ms\n",
+              1e3 * v.stages.load_s, 1e3 * v.stages.correctness_s, 1e3 * v.stages.timing_s,
+              1e3 * v.stages.overhead_s, 1e3 * v.stages.total_s);
+}
+
+int run_eval(const EvalArgs& a) {
+  try {
+    auto dir = a.tasks_dir.empty() ? tasks::default_tasks_dir() : std::filesystem::path(a.tasks_dir);
+    eval::TaskSpec task = tasks::find_task(a.task, dir);
+    std::ifstream in(a.candidate, std::ios::binary);
+    if (!in) {
+      std::cerr << "error: cannot read candidate " << a.candidate << "\n";
+      return 2;
+    }
+    std::ostringstream source;
+    source << in.rdbuf();
+
+    eval::EvaluatorConfig config;
+    if (!a.cache_dir.empty()) config.cache_dir = a.cache_dir;
+    eval::Evaluator evaluator(config);
+    eval::EvalOptions options;
+    options.mode = a.mode == "full" ? eval::Mode::full : eval::Mode::fast;
+    options.device = a.device;
+    options.seed = a.seed;
+    options.call_timeout_s = a.timeout_s;
+    options.compile.time_limit_s = a.compile_timeout_s;
+    options.limits.memory_bytes = a.memory_mb << 20;
+    options.timing_trials = a.timing_trials;
+    options.correctness_trials = a.correctness_trials;
+    eval::Verdict verdict = evaluator.evaluate(task, source.str(), options);
+    if (a.json) std::cout << eval::to_json(verdict) << std::endl;
+    else print_human(verdict);
+    return 0;
+  } catch (const config::ConfigError& e) {
+    std::cerr << "config error: " << e.what() << "\n";
+  } catch (const eval::TaskError& e) {
+    std::cerr << "task error: " << e.what() << "\n";
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "error: " << e.what() << "\n";
+  }
+  return 2;
+}
+
+}  // namespace
+
+Run add_eval_command(CLI::App& app) {
+  auto args = std::make_shared<EvalArgs>();
+  auto* cmd = app.add_subcommand("eval", "Evaluate one candidate: compile, gate, sandboxed run, correctness, timing");
+  cmd->add_option("--task", args->task, "Task name (in the tasks dir) or path to a task .toml")->required();
+  cmd->add_option("--candidate", args->candidate, "Candidate source file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--device", args->device, "cpu (cuda:N with a CUDA build)")->capture_default_str();
+  cmd->add_option("--mode", args->mode, "fast (2 checks, 5 timed) or full (5 checks, 50 timed)")
+      ->check(CLI::IsMember({"fast", "full"}))
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json, "Print one JSON object");
+  cmd->add_option("--seed", args->seed, "Seed for input draws")->capture_default_str();
+  cmd->add_option("--timeout", args->timeout_s, "Wall-clock limit of one call, seconds")->capture_default_str();
+  cmd->add_option("--compile-timeout", args->compile_timeout_s, "Compile time limit, seconds")->capture_default_str();
+  cmd->add_option("--memory-mb", args->memory_mb, "Memory a candidate may allocate, MiB")->capture_default_str();
+  cmd->add_option("--timing-trials", args->timing_trials, "Override the mode's timed trials");
+  cmd->add_option("--correctness-trials", args->correctness_trials, "Override the mode's correctness trials");
+  cmd->add_option("--tasks-dir", args->tasks_dir, "Directory of task .toml files");
+  cmd->add_option("--cache-dir", args->cache_dir, "Compile cache directory");
+  return [cmd, args]() -> int { return cmd->parsed() ? run_eval(*args) : -1; };
+}
+
+}  // namespace crucible::cli

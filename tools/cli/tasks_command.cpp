@@ -1,0 +1,69 @@
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "config/toml_reader.h"
+#include "tasks/task_loader.h"
+
+namespace crucible::cli {
+namespace {
+
+struct TasksArgs {
+  std::string tasks_dir;
+  std::string name;
+};
+
+std::filesystem::path dir_of(const TasksArgs& a) {
+  return a.tasks_dir.empty() ? tasks::default_tasks_dir() : std::filesystem::path(a.tasks_dir);
+}
+
+int list_tasks(const TasksArgs& a) {
+  int errors = 0;
+  std::printf("%-16s %-5s %-14s %s\n", "NAME", "LEVEL", "FAMILY", "INPUTS -> OUTPUTS");
+  for (const auto& file : tasks::task_files(dir_of(a))) {
+    try {
+      auto t = tasks::load_task_file(file);
+      std::string io;
+      for (const auto& x : t.inputs) io += (io.empty() ? "" : ", ") + x.name;
+      io += " -> ";
+      for (std::size_t i = 0; i < t.outputs.size(); ++i) io += (i ? ", " : "") + t.outputs[i].name;
+      std::printf("%-16s %-5d %-14s %s\n", t.name.c_str(), t.level, t.family.c_str(), io.c_str());
+    } catch (const config::ConfigError& e) {
+      std::cerr << "config error: " << e.what() << "\n";
+      ++errors;
+    }
+  }
+  return errors ? 2 : 0;
+}
+
+int show_task(const TasksArgs& a) {
+  try {
+    std::cout << tasks::describe_task(tasks::find_task(a.name, dir_of(a)));
+    return 0;
+  } catch (const config::ConfigError& e) {
+    std::cerr << "config error: " << e.what() << "\n";
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "error: " << e.what() << "\n";
+  }
+  return 2;
+}
+
+}  // namespace
+
+Run add_tasks_command(CLI::App& app) {
+  auto args = std::make_shared<TasksArgs>();
+  auto* cmd = app.add_subcommand("tasks", "List and inspect tasks");
+  cmd->add_option("--tasks-dir", args->tasks_dir, "Directory of task .toml files");
+  cmd->require_subcommand(1);
+  auto* list = cmd->add_subcommand("list", "List every task");
+  auto* show = cmd->add_subcommand("show", "Print one task's spec");
+  show->add_option("name", args->name, "Task name or path")->required();
+  return [list, show, args]() -> int {
+    if (list->parsed()) return list_tasks(*args);
+    if (show->parsed()) return show_task(*args);
+    return -1;
+  };
+}
+
+}  // namespace crucible::cli
