@@ -14,7 +14,19 @@ namespace crucible::eval {
 
 torch::ScalarType to_torch(DType t);
 
-std::vector<torch::Tensor> draw_inputs(const TaskSpec& task, const Sizes& sizes, uint64_t seed);
+// Drawing millions of values per trial is slow, so each input is drawn once into a pool of twice its
+// size; a trial's input is a window of that pool at a random offset (fresh contents, same distribution),
+// times the trial's scale factor when the input declares one.
+class InputPool {
+ public:
+  InputPool(const TaskSpec& task, const Sizes& sizes, uint64_t seed);
+  std::vector<torch::Tensor> draw(uint64_t seed) const;  // contiguous; may alias the pool: do not modify
+
+ private:
+  std::vector<InitSpec> inits_;
+  std::vector<std::vector<int64_t>> shapes_;
+  std::vector<torch::Tensor> pools_;  // flat, 2 x numel
+};
 
 void write_tensor(std::byte* arena, const ArenaTensor& slot, const torch::Tensor& value);
 torch::Tensor view_tensor(std::byte* arena, const ArenaTensor& slot);  // no copy
@@ -33,9 +45,7 @@ struct Comparison {
   int64_t elements = 0;
 };
 Comparison compare(const torch::Tensor& out, const torch::Tensor& ref, Tolerance tol);
-
-// Rotates the flattened contents by a random number of elements: same values, new positions, so a
-// cache keyed on contents or sampled elements misses while the data distribution stays the same.
-void rotate_contents(std::byte* data, std::size_t elements, std::size_t element_size, std::size_t shift);
+// Largest |value| of a floating tensor (0 for other dtypes).
+double max_abs(const torch::Tensor& t);
 
 }  // namespace crucible::eval

@@ -193,7 +193,7 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
   if (!wait_hello(timeout_s)) return lost(elapsed());
   if (ftruncate(arena_fd_, static_cast<off_t>(layout.bytes)) != 0)
     throw std::runtime_error(std::string("ftruncate arena: ") + std::strerror(errno));
-  void* mapped = mmap(nullptr, layout.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd_, 0);
+  void* mapped = mmap(nullptr, layout.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, arena_fd_, 0);
   if (mapped == MAP_FAILED) throw std::runtime_error(std::string("mmap arena: ") + std::strerror(errno));
   arena_ = static_cast<std::byte*>(mapped);
   arena_bytes_ = layout.bytes;

@@ -61,7 +61,8 @@ class Evaluator {
   EvaluatorConfig config_;
   Compiler compiler_;
   WorkerPool pool_;
-  std::map<std::string, TimingStats> reference_times_;  // by task, sizes, mode: timed once
+  struct Cache;  // input pools and reference timings, reused across candidates of the same task
+  std::unique_ptr<Cache> cache_;
 };
 
 std::filesystem::path default_include_dir();

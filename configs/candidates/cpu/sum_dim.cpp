@@ -1,0 +1,15 @@
+// Naive correct CPU candidate for the sum_dim task.
+#include <crucible/kernel.h>
+
+CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_tensor* out, int32_t, void*) {
+  const float* x = static_cast<const float*>(in[0].data);
+  float* y = static_cast<float*>(out[0].data);
+  const int64_t m = in[0].shape[0];
+  const int64_t n = in[0].shape[1];
+  for (int64_t i = 0; i < m; ++i) {
+    double acc = 0.0;
+    for (int64_t j = 0; j < n; ++j) acc += x[i * n + j];
+    y[i] = static_cast<float>(acc);
+  }
+  return 0;
+}
