@@ -1,0 +1,98 @@
+#include <doctest/doctest.h>
+
+#include "crucible/eval/compiler.h"
+#include "crucible/eval/evaluator.h"
+#include "crucible/eval/subprocess.h"
+#include "support.h"
+
+using namespace crucible;
+
+namespace {
+const char* kRelu = R"(#include <crucible/kernel.h>
+CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_tensor* out, int32_t, void*) {
+  const float* x = (const float*)in[0].data; float* y = (float*)out[0].data;
+  for (int64_t i = 0; i < in[0].shape[0] * in[0].shape[1]; ++i) y[i] = x[i] > 0 ? x[i] : 0;
+  return 0;
+})";
+}  // namespace
+
+TEST_CASE("the compile cache hits on the second compile of the same source and flags") {
+  test::ScratchDir cache("compile");
+  eval::Compiler compiler(cache.path(), eval::default_include_dir());
+  eval::CompileOptions options;
+  auto first = compiler.compile(kRelu, options);
+  REQUIRE(first.ok());
+  CHECK_FALSE(first.cached);
+  CHECK(std::filesystem::exists(first.so_path));
+  auto second = compiler.compile(kRelu, options);
+  REQUIRE(second.ok());
+  CHECK(second.cached);
+  CHECK(second.hash == first.hash);
+  CHECK(second.seconds < first.seconds);
+
+  SUBCASE("different flags are a different entry") {
+    eval::CompileOptions other = options;
+    other.extra_flags = {"-DVARIANT=1"};
+    auto third = compiler.compile(kRelu, other);
+    CHECK_FALSE(third.cached);
+    CHECK(third.hash != first.hash);
+  }
+  SUBCASE("a one-character change is a different entry") {
+    auto changed = compiler.compile(std::string(kRelu) + "\n", options);
+    CHECK_FALSE(changed.cached);
+  }
+}
+
+TEST_CASE("compile failures are reported with the compiler's log and cached") {
+  test::ScratchDir cache("compile-fail");
+  eval::Compiler compiler(cache.path(), eval::default_include_dir());
+  auto r = compiler.compile("int crucible_forward( {", {});
+  CHECK(r.outcome == eval::CompileResult::Outcome::failed);
+  CHECK(r.log.find("error") != std::string::npos);
+  auto again = compiler.compile("int crucible_forward( {", {});
+  CHECK(again.cached);
+  CHECK(again.log == r.log);
+}
+
+TEST_CASE("oversized sources are refused before the compiler runs") {
+  test::ScratchDir cache("compile-size");
+  eval::Compiler compiler(cache.path(), eval::default_include_dir());
+  eval::CompileOptions options;
+  options.max_source_bytes = 100;
+  auto r = compiler.compile(std::string(200, ' '), options);
+  CHECK(r.outcome == eval::CompileResult::Outcome::source_too_large);
+}
+
+TEST_CASE("the CUDA backend builds with nvcc where the toolkit exists, GPU or not") {
+  if (!std::filesystem::exists("/usr/local/cuda/bin/nvcc")) {
+    MESSAGE("SKIPPED: no CUDA toolkit at /usr/local/cuda");
+    return;
+  }
+  test::ScratchDir cache("compile-cuda");
+  eval::Compiler compiler(cache.path(), eval::default_include_dir());
+  eval::CompileOptions options;
+  options.backend = "cuda";
+  const char* source = R"(#include <crucible/kernel.h>
+__global__ void relu(const float* x, float* y, long n) {
+  long i = blockIdx.x * (long)blockDim.x + threadIdx.x; if (i < n) y[i] = x[i] > 0 ? x[i] : 0; }
+CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_tensor* out, int32_t, void* stream) {
+  long n = in[0].shape[0] * in[0].shape[1];
+  relu<<<(n + 255) / 256, 256, 0, (cudaStream_t)stream>>>((const float*)in[0].data, (float*)out[0].data, n);
+  return cudaGetLastError() == cudaSuccess ? 0 : 1;
+})";
+  auto r = compiler.compile(source, options);
+  INFO(r.log);
+  CHECK(r.ok());
+}
+
+TEST_CASE("run_process enforces its wall-clock limit on the whole process group") {
+  eval::ProcessLimits limits;
+  limits.wall_seconds = 0.5;
+  auto r = eval::run_process({"sh", "-c", "sleep 30 & sleep 30"}, limits);
+  CHECK(r.timed_out);
+  CHECK(r.seconds < 5.0);
+  auto ok = eval::run_process({"sh", "-c", "echo hello; exit 3"}, {});
+  CHECK_FALSE(ok.timed_out);
+  CHECK(ok.exit_code == 3);
+  CHECK(ok.output == "hello\n");
+}

@@ -1,0 +1,103 @@
+// Every verdict and every defence, each asserted exactly; then a correct candidate in the same pool.
+#include <doctest/doctest.h>
+
+#include "crucible/eval/evaluator.h"
+#include "support.h"
+#include "tasks/task_loader.h"
+
+using namespace crucible;
+
+namespace {
+
+struct Expectation {
+  const char* fixture;
+  const char* task;
+  eval::Status status;
+  const char* reason;  // a reason code the verdict must carry
+};
+
+const Expectation kExpectations[] = {
+    {"wrong_result", "relu", eval::Status::incorrect, "mismatch"},
+    {"half_unwritten", "relu", eval::Status::incorrect, "output_unwritten"},
+    {"input_mutated", "relu", eval::Status::incorrect, "input_mutated"},
+    {"cached_by_pointer", "relu", eval::Status::incorrect, "mismatch"},
+    {"stale_memory", "relu", eval::Status::incorrect, "nondeterministic"},
+    {"precision_downgrade", "relu", eval::Status::incorrect, "mismatch"},
+    {"constant_output", "mse_loss", eval::Status::incorrect, "mismatch"},
+    {"segfault", "relu", eval::Status::runtime_error, "crash"},
+    {"huge_allocation", "relu", eval::Status::runtime_error, "crash"},
+    {"nonzero_return", "relu", eval::Status::runtime_error, "nonzero_return"},
+    {"infinite_loop", "relu", eval::Status::timeout, "wall_timeout"},
+    {"calls_system", "relu", eval::Status::rejected, "forbidden_import"},
+    {"calls_fork", "relu", eval::Status::rejected, "forbidden_import"},
+    {"opens_file", "relu", eval::Status::rejected, "forbidden_import"},
+    {"opens_socket", "relu", eval::Status::rejected, "forbidden_import"},
+    {"spawns_thread", "relu", eval::Status::rejected, "forbidden_import"},
+    {"library_call", "matmul", eval::Status::rejected, "forbidden_import"},
+    {"extra_export", "relu", eval::Status::rejected, "forbidden_export"},
+    {"raw_syscall", "relu", eval::Status::rejected, "forbidden_syscall"},
+    {"timing_tamper", "relu", eval::Status::rejected, "timing_tampered"},
+    {"compile_error", "relu", eval::Status::compile_error, "compiler_error"},
+    {"compile_bomb", "relu", eval::Status::compile_error, "compile_timeout"},
+};
+
+eval::EvalOptions test_options() {
+  eval::EvalOptions o;
+  o.call_timeout_s = 3.0;
+  o.compile.time_limit_s = 4.0;  // the compile bomb must hit this
+  o.limits.memory_bytes = std::size_t{512} << 20;
+  return o;
+}
+
+std::string detail_of(const eval::Verdict& v) {
+  std::string s = std::string(eval::status_name(v.status)) + ":";
+  for (const auto& r : v.reasons) s += " [" + r.code + "] " + r.detail;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("every hack and fault fixture gets its exact verdict, then a correct candidate evaluates in the same pool") {
+  test::ScratchDir cache("fixtures");
+  eval::EvaluatorConfig config;
+  config.cache_dir = cache.path();
+  eval::Evaluator evaluator(config);
+  const auto options = test_options();
+
+  for (const auto& e : kExpectations) {
+    auto task = tasks::find_task(e.task, test::tasks_dir());
+    auto verdict = evaluator.evaluate(task, test::read_file(test::cpu_fixture(e.fixture)), options);
+    INFO("fixture ", e.fixture, " -> ", detail_of(verdict));
+    CHECK(verdict.status == e.status);
+    CHECK(verdict.has_reason(e.reason));
+  }
+  // The named category appears in the refusal, so a policy (or a person) knows what was refused.
+  auto relu = tasks::find_task("relu", test::tasks_dir());
+  auto system_verdict = evaluator.evaluate(relu, test::read_file(test::cpu_fixture("calls_system")), options);
+  REQUIRE_FALSE(system_verdict.reasons.empty());
+  CHECK(system_verdict.reasons[0].detail == "system (process)");
+  auto socket_verdict = evaluator.evaluate(relu, test::read_file(test::cpu_fixture("opens_socket")), options);
+  CHECK(socket_verdict.reasons[0].detail == "socket (network)");
+
+  auto good = evaluator.evaluate(relu, test::read_file(test::source_dir() / "configs/candidates/cpu/relu.cpp"), options);
+  INFO(detail_of(good));
+  CHECK(good.status == eval::Status::correct);
+  CHECK(good.reasons.empty());
+  REQUIRE(good.speedup.has_value());
+  CHECK(*good.speedup > 0.0);
+  CHECK(evaluator.pool().started() > static_cast<int>(std::size(kExpectations)) / 2);
+}
+
+TEST_CASE("a task's own allowlist admits a library call the default gate refuses") {
+  test::ScratchDir cache("allow");
+  eval::EvaluatorConfig config;
+  config.cache_dir = cache.path();
+  eval::Evaluator evaluator(config);
+  auto task = tasks::find_task("matmul", test::tasks_dir());
+  task.allow_imports = {"cblas_sgemm"};
+  auto verdict = evaluator.evaluate(task, test::read_file(test::cpu_fixture("library_call")), test_options());
+  // Past the gate; the worker cannot resolve the symbol without a BLAS library, which is a load failure.
+  CHECK_FALSE(verdict.has_reason("forbidden_import"));
+  CHECK(verdict.status == eval::Status::runtime_error);
+  CHECK(verdict.has_reason("load_failed"));
+}

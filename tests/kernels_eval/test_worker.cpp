@@ -1,0 +1,78 @@
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include "crucible/eval/compiler.h"
+#include "crucible/eval/evaluator.h"
+#include "crucible/eval/task_spec.h"
+#include "crucible/eval/worker_process.h"
+#include "support.h"
+
+using namespace crucible;
+
+TEST_CASE("the arena lays sets out aligned and without overlap") {
+  std::vector<eval::TensorShape> in{{eval::DType::float32, {3, 5}}, {eval::DType::int64, {7}}};
+  std::vector<eval::TensorShape> out{{eval::DType::float32, {}}};
+  auto layout = eval::plan_arena(in, out, 3);
+  REQUIRE(layout.sets() == 3);
+  std::size_t end = 4096;
+  for (int s = 0; s < 3; ++s)
+    for (const auto* group : {&layout.inputs[s], &layout.outputs[s]})
+      for (const auto& t : *group) {
+        CHECK(t.offset % 256 == 0);
+        CHECK(t.offset >= end);
+        end = t.offset + t.bytes;
+      }
+  CHECK(layout.inputs[0][0].strides == std::vector<int64_t>{5, 1});
+  CHECK(layout.outputs[0][0].bytes == 4);  // a 0-d tensor holds one element
+  CHECK(layout.bytes % 4096 == 0);
+  CHECK(layout.bytes >= end);
+  CHECK_THROWS(eval::plan_arena(in, out, 0));
+}
+
+TEST_CASE("the pool keeps workers warm and replaces one that died while idle") {
+  eval::WorkerPool pool(eval::default_worker_binary(), 2);
+  CHECK(pool.started() == 2);
+  auto a = pool.acquire();
+  REQUIRE(a);
+  CHECK(pool.started() == 3);
+  kill(a->pid(), SIGKILL);  // a worker lost before any job is simply not used
+  auto b = pool.acquire();
+  auto c = pool.acquire();
+  CHECK(b->pid() != c->pid());
+  CHECK(pool.started() == 5);
+}
+
+TEST_CASE("a worker loads a candidate, runs calls on any set, and reports a crash as a crash") {
+  test::ScratchDir cache("worker");
+  eval::Compiler compiler(cache.path(), eval::default_include_dir());
+  const char* source = R"(#include <crucible/kernel.h>
+CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_tensor* out, int32_t, void*) {
+  float v = *(const float*)in[0].data;
+  if (v < 0) { volatile int* p = 0; *p = 1; }
+  *(float*)out[0].data = 2 * v;
+  return v == 7 ? 7 : 0;
+})";
+  auto built = compiler.compile(source, {});
+  REQUIRE(built.ok());
+  auto layout = eval::plan_arena({{eval::DType::float32, {1}}}, {{eval::DType::float32, {1}}}, 2);
+  eval::WorkerPool pool(eval::default_worker_binary(), 1);
+  auto w = pool.acquire();
+  REQUIRE(w->load(built.so_path, layout, {}, 5.0).ok());
+  auto* in1 = reinterpret_cast<float*>(w->arena() + layout.inputs[1][0].offset);
+  auto* out1 = reinterpret_cast<float*>(w->arena() + layout.outputs[1][0].offset);
+  *in1 = 3.0f;
+  auto r = w->call(1, 5.0);
+  CHECK(r.ok());
+  CHECK(*out1 == 6.0f);
+  CHECK(w->sync(5.0).ok());
+  *in1 = 7.0f;
+  auto failed = w->call(1, 5.0);
+  CHECK(failed.kind == eval::CallOutcome::Kind::candidate_error);
+  CHECK(failed.rc == 7);
+  *in1 = -1.0f;
+  auto crashed = w->call(1, 5.0);
+  CHECK(crashed.kind == eval::CallOutcome::Kind::crashed);
+  CHECK(crashed.detail.find("SIGSEGV") != std::string::npos);
+  auto after = w->call(1, 5.0);
+  CHECK(after.kind == eval::CallOutcome::Kind::worker_lost);
+}

@@ -1,0 +1,158 @@
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "config/toml_reader.h"
+#include "crucible/eval/evaluator.h"
+#include "support.h"
+#include "tasks/task_loader.h"
+
+using namespace crucible;
+using config::ConfigError;
+
+namespace {
+
+// A valid task to break in small ways.
+const std::string kTask = R"TOML(name = "tiny"
+level = 1
+family = "elementwise"
+description = "d"
+reference = "relu"
+reference_source = "torch.relu(x)"
+
+[[inputs]]
+name = "x"
+dtype = "float32"
+shape = ["M"]
+init = { dist = "normal" }
+
+[[outputs]]
+name = "y"
+dtype = "float32"
+shape = ["M"]
+
+[tolerance]
+float32 = { atol = 1e-5, rtol = 1e-5 }
+
+[sizes.cpu]
+M = 16
+)TOML";
+
+ConfigError load_error(const std::string& text) {
+  test::ScratchDir dir("task");
+  auto path = dir.path() / "task.toml";
+  test::write_file(path, text);
+  try {
+    tasks::load_task_file(path);
+  } catch (const ConfigError& e) {
+    return e;
+  }
+  FAIL("expected a ConfigError");
+  return ConfigError("", 0, "", "");
+}
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  auto at = s.find(from);
+  REQUIRE(at != std::string::npos);
+  return s.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("at least 14 shipped level-1 tasks load and cover KernelBench level 1's families") {
+  std::set<std::string> families;
+  int count = 0;
+  for (const auto& file : tasks::task_files(test::tasks_dir())) {
+    auto t = tasks::load_task_file(file);
+    families.insert(t.family);
+    CHECK(t.level == 1);
+    CHECK(t.sizes.count("cpu") == 1);
+    CHECK(t.sizes.count("cuda") == 1);
+    ++count;
+  }
+  CHECK(count >= 14);
+  for (const char* f : {"elementwise", "softmax", "norm", "reduction", "matmul", "matvec", "convolution", "pooling",
+                        "scan", "loss"})
+    CHECK_MESSAGE(families.count(f) == 1, "missing family ", f);
+}
+
+TEST_CASE("the five pinned tasks keep their exact inputs and outputs") {
+  auto names = [](const std::vector<eval::TensorSpec>& ts) {
+    std::vector<std::string> out;
+    for (const auto& t : ts) out.push_back(t.name + ":" + std::string(eval::dtype_name(t.dtype)) + ":" +
+                                           std::to_string(t.shape.size()));
+    return out;
+  };
+  auto dir = test::tasks_dir();
+  CHECK(names(tasks::find_task("relu", dir).inputs) == std::vector<std::string>{"x:float32:2"});
+  CHECK(names(tasks::find_task("softmax", dir).inputs) == std::vector<std::string>{"x:float32:2"});
+  CHECK(names(tasks::find_task("matmul", dir).inputs) == std::vector<std::string>{"a:float32:2", "b:float32:2"});
+  auto ln = tasks::find_task("layernorm", dir);
+  CHECK(names(ln.inputs) == std::vector<std::string>{"x:float32:2", "weight:float32:1", "bias:float32:1"});
+  CHECK(ln.params.at("eps") == doctest::Approx(1e-5));
+  auto conv = tasks::find_task("conv2d", dir);
+  CHECK(names(conv.inputs) == std::vector<std::string>{"x:float32:4", "weight:float32:4"});
+  CHECK(conv.inputs[1].shape[2] == "3");
+  CHECK(conv.inputs[1].shape[3] == "3");
+}
+
+TEST_CASE("config errors name the file, the line and the key") {
+  SUBCASE("unknown key") {
+    auto e = load_error(replace(kTask, "level = 1", "level = 1\nlevle = 2"));
+    CHECK(e.key() == "levle");
+    CHECK(e.line() == 3);
+    CHECK(std::string(e.what()).find("task.toml:3: key 'levle': unknown key") != std::string::npos);
+  }
+  SUBCASE("wrong type") {
+    auto e = load_error(replace(kTask, "level = 1", "level = \"one\""));
+    CHECK(e.key() == "level");
+    CHECK(e.line() == 2);
+    CHECK(std::string(e.what()).find("expected an integer, got string") != std::string::npos);
+  }
+  SUBCASE("missing required key") {
+    auto e = load_error(replace(kTask, "family = \"elementwise\"\n", ""));
+    CHECK(e.key() == "family");
+  }
+  SUBCASE("nested key in an array of tables") {
+    auto e = load_error(replace(kTask, "dtype = \"float32\"\nshape = [\"M\"]\ninit", "dtype = \"float31\"\nshape = [\"M\"]\ninit"));
+    CHECK(e.key() == "inputs[0].dtype");
+    CHECK(e.line() == 10);
+  }
+  SUBCASE("unknown key inside an inline table") {
+    auto e = load_error(replace(kTask, "{ dist = \"normal\" }", "{ dist = \"normal\", sdt = 2 }"));
+    CHECK(e.key() == "inputs[0].init.sdt");
+  }
+  SUBCASE("size symbol missing from a backend") {
+    auto e = load_error(replace(kTask, "shape = [\"M\"]\n\n[tolerance]", "shape = [\"Q\"]\n\n[tolerance]"));
+    CHECK(e.key() == "outputs[0].shape");
+  }
+  SUBCASE("unknown reference") {
+    auto e = load_error(replace(kTask, "reference = \"relu\"", "reference = \"rleu\""));
+    CHECK(e.key() == "reference");
+  }
+  SUBCASE("TOML syntax error") {
+    auto e = load_error(replace(kTask, "level = 1", "level = = 1"));
+    CHECK(e.line() == 2);
+    CHECK(std::string(e.what()).find("syntax error") != std::string::npos);
+  }
+  SUBCASE("missing file") {
+    CHECK_THROWS_AS(tasks::load_task_file("/nonexistent/task.toml"), ConfigError);
+  }
+}
+
+TEST_CASE("a task whose outputs sit at zero is refused instead of rewarding constant outputs") {
+  test::ScratchDir dir("degenerate");
+  auto path = dir.path() / "tiny_mean.toml";
+  std::string text = replace(kTask, "reference = \"relu\"", "reference = \"row_mean\"");
+  text = replace(text, "{ dist = \"normal\" }", "{ dist = \"normal\", std = 1e-7 }");
+  text = replace(text, "shape = [\"M\"]\n\n[tolerance]", "shape = []\n\n[tolerance]");
+  test::write_file(path, text);
+  auto task = tasks::load_task_file(path);
+  eval::EvaluatorConfig config;
+  config.cache_dir = dir.path() / "cache";
+  eval::Evaluator evaluator(config);
+  const char* zero = R"(#include <crucible/kernel.h>
+CRUCIBLE_API int crucible_forward(const crucible_tensor*, int32_t, crucible_tensor* out, int32_t, void*) {
+  *(float*)out[0].data = 0.0f; return 0; })";
+  CHECK_THROWS_AS(evaluator.evaluate(task, zero, {}), eval::TaskError);
+}
