@@ -1,6 +1,8 @@
 #include "crucible/eval/evaluator.h"
 
+#include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <cstdlib>
 #include <random>
 
@@ -110,10 +112,11 @@ struct Evaluator::Cache {
   std::map<std::string, std::unique_ptr<InputPool>> pools;
   std::map<std::string, TimingStats> reference_times;
 
-  const InputPool& pool(const TaskSpec& task, const std::string& backend, const Sizes& sizes, uint64_t seed) {
-    std::string key = task.name + "|" + task.source_path + "|" + backend + "|" + std::to_string(seed);
+  const InputPool& pool(const TaskSpec& task, const std::string& backend, const Sizes& sizes) {
+    constexpr uint64_t kPoolSeed = 0x5eed5eed;
+    std::string key = task.name + "|" + task.source_path + "|" + backend;
     auto& slot = pools[key];
-    if (!slot) slot = std::make_unique<InputPool>(task, sizes, seed);
+    if (!slot) slot = std::make_unique<InputPool>(task, sizes, kPoolSeed);
     return *slot;
   }
 };
@@ -190,7 +193,9 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     return finish();
   }
 
-  const InputPool& input_pool = cache_->pool(task, backend, sizes, options.seed);
+  const InputPool& input_pool = cache_->pool(task, backend, sizes);
+  v.seed = options.seed ? *options.seed : (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+  auto draw = [&](uint64_t stream) { return input_pool.draw(v.seed * 0x100000001b3ULL + stream); };
 
   // 3. Load into a sandboxed worker.
   auto load_start = Clock::now();
@@ -209,7 +214,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   bool all_passed = true;
   bool fixed_answer_passes = trials >= 2;
   for (int trial = 0; trial < trials; ++trial) {
-    auto inputs = input_pool.draw(static_cast<uint64_t>(trial));
+    auto inputs = draw(static_cast<uint64_t>(trial));
     auto ref_start = Clock::now();
     auto refs = reference(inputs, task.params);
     kernel_s += since(ref_start);
@@ -303,12 +308,12 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   const std::size_t largest = largest_input(layout.inputs[0]);
   std::vector<std::vector<torch::Tensor>> current(sets);  // what each arena set holds now
   for (int s = 0; s < sets; ++s) {
-    current[s] = input_pool.draw(1000 + static_cast<uint64_t>(s));
+    current[s] = draw(1000 + static_cast<uint64_t>(s));
     for (std::size_t i = 0; i < current[s].size(); ++i) write_tensor(arena, layout.inputs[s][i], current[s][i]);
   }
-  uint64_t draw_seed = 2000;
+  uint64_t draw_stream = 2000;
   auto refresh_largest = [&](int s) {
-    current[s][largest] = input_pool.draw(draw_seed++)[largest];
+    current[s][largest] = draw(draw_stream++)[largest];
     write_tensor(arena, layout.inputs[s][largest], current[s][largest]);
   };
   for (int w = 0; w < warmup; ++w)
@@ -317,39 +322,71 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
       kernel_s += out.seconds;
       if (classify_failure(out, v)) return finish();
     }
+  // Timed calls are checked too, or a candidate could work only when checked: every timed call must write
+  // all of its (poisoned) outputs, and randomly chosen ones are compared with the reference in full.
+  // At least one verified call per input set, so a candidate that cheats on the sets correctness never
+  // uses is caught every time; the rest are drawn at random.
+  std::mt19937_64 pick(v.seed ^ 0x7f4a7c15u);
+  std::vector<bool> verify(timed, false);
+  for (int s = 0; s < sets && s < timed; ++s) {
+    int calls_on_set = (timed - s + sets - 1) / sets;  // calls s, s + sets, ...
+    verify[s + sets * static_cast<int>(pick() % calls_on_set)] = true;
+  }
+  int wanted = std::min(timed, options.verified_timed_calls >= 0 ? options.verified_timed_calls : (full ? timed : 0));
+  std::vector<int> order(timed);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), pick);
+  for (int k = 0; k < timed && std::count(verify.begin(), verify.end(), true) < wanted; ++k) verify[order[k]] = true;
+  struct Snapshot {
+    int call;
+    std::vector<torch::Tensor> inputs, outputs;
+  };
+  std::vector<Snapshot> snapshots;
   std::vector<double> samples;
   for (int i = 0; i < timed; ++i) {
     int s = i % sets;
     refresh_largest(s);
+    for (const auto& slot : layout.outputs[s]) poison(arena, slot, i % 2);
+    // The sample runs until a sync returns: a candidate that reports completion early and works on is
+    // still inside its call then, so the hidden work is counted instead of escaping into our pause.
     CallOutcome out = worker->call(s, timeout);
+    if (out.ok()) {
+      CallOutcome settled = worker->sync(timeout);
+      out.seconds += settled.seconds;
+      if (!settled.ok()) out = settled;
+    }
     kernel_s += out.seconds;
     if (classify_failure(out, v)) {
       v.stages.kernel_s = kernel_s;
       return finish();
     }
     samples.push_back(out.seconds * 1e6);
+    int64_t unwritten = 0;
+    for (const auto& slot : layout.outputs[s]) unwritten += count_poisoned(arena, slot, i % 2);
+    if (unwritten > 0 && v.status == Status::correct) {
+      v.status = Status::incorrect;
+      v.reasons.push_back({"skipped_work", "timed call " + std::to_string(i) + ": " + std::to_string(unwritten) +
+                                               " output elements never written"});
+    }
+    if (verify[i]) {
+      Snapshot snap{i, current[s], {}};
+      for (const auto& slot : layout.outputs[s]) snap.outputs.push_back(view_tensor(arena, slot).clone());
+      snapshots.push_back(std::move(snap));
+    }
+  }
+  for (const auto& snap : snapshots) {
+    auto refs = reference(snap.inputs, task.params);
+    for (std::size_t k = 0; k < refs.size(); ++k) {
+      Comparison c = compare(snap.outputs[k], refs[k], task.tolerance_for(task.outputs[k].dtype));
+      if (!c.passed && v.status == Status::correct) {
+        v.status = Status::incorrect;
+        v.reasons.push_back({"skipped_work", "timed call " + std::to_string(snap.call) + ": " +
+                                                 std::to_string(c.mismatched) + " of " + std::to_string(c.elements) +
+                                                 " elements wrong (correct only when checked?)"});
+      }
+    }
   }
   v.candidate_time = summarize_times(samples);
-  // A sync right after the last call costs microseconds, unless the candidate reported completion early
-  // and kept working. A slow sync must repeat after three more calls to count: preemption does not.
-  const double slow_sync_us = std::max(1000.0, 0.25 * v.candidate_time->median_us);
-  double hidden_us = 0.0;
-  for (int round = 0; round < 4; ++round) {
-    if (round > 0) {
-      CallOutcome again = worker->call(0, timeout);
-      kernel_s += again.seconds;
-      if (classify_failure(again, v)) return finish();
-    }
-    CallOutcome synced = worker->sync(timeout);
-    if (classify_failure(synced, v)) return finish();
-    hidden_us = synced.seconds * 1e6;
-    if (timed == 0 || hidden_us <= slow_sync_us) break;
-  }
-  if (timed > 0 && hidden_us > slow_sync_us) {
-    v.status = Status::rejected;
-    v.reasons.push_back({"timing_tampered", "the worker was still busy " + std::to_string(hidden_us) +
-                                                " us after its calls reported completion (4 times in a row)"});
-  }
   for (int s = 0; s < sets; ++s)
     for (std::size_t i = 0; i < current[s].size(); ++i)
       if (!same_bytes(arena, layout.inputs[s][i], current[s][i]) && v.status == Status::correct) {
@@ -368,7 +405,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     std::vector<double> ref_samples;
     for (int i = 0; i < timed; ++i) {
       int s = i % sets;
-      current[s][largest] = input_pool.draw(draw_seed++)[largest].clone();  // just written, as for the candidate
+      current[s][largest] = draw(draw_stream++)[largest].clone();  // just written, as for the candidate
       auto t0 = Clock::now();
       auto out = reference(current[s], task.params);
       double seconds = since(t0);

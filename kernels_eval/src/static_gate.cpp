@@ -30,7 +30,7 @@ constexpr std::array kPlainAllowed{
     // C++ ABI: exceptions, guarded statics, atexit for static destructors
     "__cxa_allocate_exception", "__cxa_free_exception", "__cxa_throw", "__cxa_begin_catch",
     "__cxa_end_catch", "__cxa_rethrow", "__cxa_guard_acquire", "__cxa_guard_release", "__cxa_guard_abort",
-    "__cxa_atexit", "__cxa_pure_virtual", "__cxa_call_unexpected", "__gxx_personality_v0",
+    "__cxa_atexit", "__cxa_pure_virtual", "__cxa_throw_bad_array_new_length", "__cxa_call_unexpected", "__gxx_personality_v0",
     "_Unwind_Resume", "__cpu_indicator_init", "__cpu_model", "_ZSt9terminatev", "_ZSt7nothrow"};
 
 // CUDA runtime calls a kernel needs on the stream it was given (see the CUDA backend issue).

@@ -19,6 +19,7 @@ std::string to_json(const Verdict& v, int indent) {
   j["device"] = v.device;
   j["mode"] = v.mode;
   j["threads"] = v.threads;
+  j["seed"] = v.seed;
   json reasons = json::array();
   for (const auto& r : v.reasons) reasons.push_back({{"code", r.code}, {"detail", r.detail}});
   j["reasons"] = reasons;

@@ -24,6 +24,8 @@ const Expectation kExpectations[] = {
     {"stale_memory", "relu", eval::Status::incorrect, "nondeterministic"},
     {"precision_downgrade", "relu", eval::Status::incorrect, "mismatch"},
     {"constant_output", "mse_loss", eval::Status::incorrect, "mismatch"},
+    {"lazy_when_timed", "matmul", eval::Status::incorrect, "skipped_work"},
+    {"skips_when_timed", "relu", eval::Status::incorrect, "skipped_work"},
     {"segfault", "relu", eval::Status::runtime_error, "crash"},
     {"huge_allocation", "relu", eval::Status::runtime_error, "crash"},
     {"nonzero_return", "relu", eval::Status::runtime_error, "nonzero_return"},
@@ -36,7 +38,6 @@ const Expectation kExpectations[] = {
     {"library_call", "matmul", eval::Status::rejected, "forbidden_import"},
     {"extra_export", "relu", eval::Status::rejected, "forbidden_export"},
     {"raw_syscall", "relu", eval::Status::rejected, "forbidden_syscall"},
-    {"timing_tamper", "relu", eval::Status::rejected, "timing_tampered"},
     {"compile_error", "relu", eval::Status::compile_error, "compiler_error"},
     {"compile_bomb", "relu", eval::Status::compile_error, "compile_timeout"},
 };
@@ -86,6 +87,23 @@ TEST_CASE("every hack and fault fixture gets its exact verdict, then a correct c
   REQUIRE(good.speedup.has_value());
   CHECK(*good.speedup > 0.0);
   CHECK(evaluator.pool().started() > static_cast<int>(std::size(kExpectations)) / 2);
+}
+
+TEST_CASE("signalling completion early hides no time: the tamperer is timed like its honest twin") {
+  test::ScratchDir cache("tamper");
+  eval::EvaluatorConfig config;
+  config.cache_dir = cache.path();
+  eval::Evaluator evaluator(config);
+  auto task = tasks::find_task("relu", test::tasks_dir());
+  auto source = test::read_file(test::cpu_fixture("timing_tamper"));
+  auto tamper = evaluator.evaluate(task, source, test_options());
+  auto honest_options = test_options();
+  honest_options.compile.extra_flags = {"-DHONEST"};
+  auto honest = evaluator.evaluate(task, source, honest_options);
+  INFO(detail_of(tamper), " / ", detail_of(honest));
+  REQUIRE(tamper.status == eval::Status::correct);
+  REQUIRE(honest.status == eval::Status::correct);
+  CHECK(tamper.candidate_time->median_us > 0.7 * honest.candidate_time->median_us);
 }
 
 TEST_CASE("a task's own allowlist admits a library call the default gate refuses") {

@@ -2,6 +2,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -21,7 +22,7 @@ struct EvalArgs {
   std::string tasks_dir;
   std::string cache_dir;
   bool json = false;
-  uint64_t seed = 0;
+  std::optional<uint64_t> seed;
   double timeout_s = 10.0;
   double compile_timeout_s = 60.0;
   std::size_t memory_mb = 1024;
@@ -101,7 +102,7 @@ Run add_eval_command(CLI::App& app) {
       ->check(CLI::IsMember({"fast", "full"}))
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object");
-  cmd->add_option("--seed", args->seed, "Seed for input draws")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed for input windows (default: random, reported in the verdict)");
   cmd->add_option("--timeout", args->timeout_s, "Wall-clock limit of one call, seconds")->capture_default_str();
   cmd->add_option("--compile-timeout", args->compile_timeout_s, "Compile time limit, seconds")->capture_default_str();
   cmd->add_option("--memory-mb", args->memory_mb, "Memory a candidate may allocate, MiB")->capture_default_str();

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -29,7 +30,10 @@ struct EvalOptions {
   double call_timeout_s = 10.0;  // wall-clock limit of one call (and of loading)
   WorkerLimits limits;
   CompileOptions compile;
-  uint64_t seed = 0;
+  // Which windows of the input pools a trial sees. Unset: a fresh random nonce per evaluation (recorded
+  // in the verdict), so no candidate can carry answers for known inputs.
+  std::optional<uint64_t> seed;
+  int verified_timed_calls = -1;  // timed calls checked in full: at least one per input set; full mode all
 };
 
 // The task itself is unusable (no reference, degenerate outputs): not a verdict on the candidate.

@@ -69,6 +69,7 @@ struct Verdict {
   std::optional<double> speedup;
   std::optional<double> gflops;  // candidate, when the task declares flops
   int threads = 1;
+  uint64_t seed = 0;  // reproduces the inputs with EvalOptions::seed
   StageTimes stages;
 
   bool has_reason(std::string_view code) const;
