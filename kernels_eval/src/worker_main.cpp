@@ -1,5 +1,5 @@
 // crucible-worker: loads one candidate into a sandboxed process and runs calls on request.
-// Started by the evaluator with its socket on fd 3 and the shared arena on fd 4. Single use: after
+// Started by the evaluator with its socket on fd 3; the shared arena arrives with the load request. Single use: after
 // the candidate is loaded the process is sealed by seccomp, and the evaluator ends it after the job.
 #include <dlfcn.h>
 #include <linux/futex.h>
@@ -62,6 +62,23 @@ bool reply_load(bool ok, const std::string& error) {
   return send_all(&reply, sizeof reply);
 }
 
+// The load request, with the arena's descriptor attached; -1 on any malformed message.
+int receive_request(proto::LoadRequest& request) {
+  iovec io{&request, sizeof request};
+  alignas(cmsghdr) char control_buffer[CMSG_SPACE(sizeof(int))] = {};
+  msghdr message{};
+  message.msg_iov = &io;
+  message.msg_iovlen = 1;
+  message.msg_control = control_buffer;
+  message.msg_controllen = sizeof control_buffer;
+  if (recvmsg(proto::kSocketFd, &message, MSG_CMSG_CLOEXEC) != static_cast<ssize_t>(sizeof request)) return -1;
+  cmsghdr* cm = CMSG_FIRSTHDR(&message);
+  if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) return -1;
+  int fd;
+  std::memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+  return fd;
+}
+
 int fail(int exit_code, const std::string& error) {
   reply_load(false, error);
   return exit_code;
@@ -101,14 +118,14 @@ int main() {
   if (!send_all(&hello, sizeof hello)) return 2;
 
   auto request = std::make_unique<proto::LoadRequest>();
-  if (recv(proto::kSocketFd, request.get(), sizeof *request, MSG_WAITALL) != sizeof *request ||
-      request->magic != proto::kMagic || request->num_sets > proto::kMaxSets ||
+  int arena_fd = receive_request(*request);
+  if (arena_fd < 0 || request->magic != proto::kMagic || request->num_sets > proto::kMaxSets ||
       request->num_inputs + request->num_outputs > proto::kMaxTensors)
     return 3;
 
-  void* base = mmap(nullptr, request->arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, proto::kArenaFd, 0);
+  void* base = mmap(nullptr, request->arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
   if (base == MAP_FAILED) return fail(4, std::string("mmap arena: ") + std::strerror(errno));
-  close(proto::kArenaFd);
+  close(arena_fd);
   g_control = static_cast<proto::Control*>(base);
   install_crash_handlers();
 

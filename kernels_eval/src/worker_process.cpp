@@ -94,17 +94,13 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary) {
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0)
     throw std::runtime_error(std::string("socketpair: ") + std::strerror(errno));
-  int arena_fd = memfd_create("crucible-arena", MFD_CLOEXEC);
-  if (arena_fd < 0) throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
   std::unique_ptr<WorkerProcess> w(new WorkerProcess);
   w->socket_ = high_fd(fds[0]);
   int child_socket = high_fd(fds[1]);
-  w->arena_fd_ = high_fd(arena_fd);
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, child_socket, proto::kSocketFd);
-  posix_spawn_file_actions_adddup2(&actions, w->arena_fd_, proto::kArenaFd);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   // The worker inherits nothing but the dynamic loader's search path.
   std::vector<std::string> env_strings;
@@ -133,11 +129,9 @@ void WorkerProcess::terminate() {
     }
     reaped_ = true;
   }
-  if (arena_) munmap(arena_, arena_bytes_);
   arena_ = nullptr;
   if (socket_ >= 0) close(socket_);
-  if (arena_fd_ >= 0) close(arena_fd_);
-  socket_ = arena_fd_ = -1;
+  socket_ = -1;
 }
 
 bool WorkerProcess::wait_hello(double timeout_s) {
@@ -186,17 +180,38 @@ CallOutcome WorkerProcess::lost(double seconds) {
   return out;
 }
 
-CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layout, const WorkerLimits& limits,
-                                double timeout_s) {
+SharedArena::SharedArena() {
+  fd_ = memfd_create("crucible-arena", MFD_CLOEXEC);
+  if (fd_ < 0) throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
+}
+
+SharedArena::~SharedArena() {
+  if (base_) munmap(base_, bytes_);
+  if (fd_ >= 0) close(fd_);
+}
+
+void SharedArena::reserve(std::size_t bytes) {
+  if (bytes <= bytes_) return;
+  if (base_) munmap(base_, bytes_);
+  base_ = nullptr;
+  if (ftruncate(fd_, static_cast<off_t>(bytes)) != 0)
+    throw std::runtime_error(std::string("ftruncate arena: ") + std::strerror(errno));
+  void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);
+  if (mapped == MAP_FAILED) throw std::runtime_error(std::string("mmap arena: ") + std::strerror(errno));
+  base_ = static_cast<std::byte*>(mapped);
+  bytes_ = bytes;
+}
+
+void SharedArena::reset_control() { std::memset(base_, 0, proto::kControlBytes); }
+
+CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layout, SharedArena& arena,
+                                const WorkerLimits& limits, double timeout_s) {
   auto start = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   if (!wait_hello(timeout_s)) return lost(elapsed());
-  if (ftruncate(arena_fd_, static_cast<off_t>(layout.bytes)) != 0)
-    throw std::runtime_error(std::string("ftruncate arena: ") + std::strerror(errno));
-  void* mapped = mmap(nullptr, layout.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, arena_fd_, 0);
-  if (mapped == MAP_FAILED) throw std::runtime_error(std::string("mmap arena: ") + std::strerror(errno));
-  arena_ = static_cast<std::byte*>(mapped);
-  arena_bytes_ = layout.bytes;
+  if (arena.size() < layout.bytes) throw std::invalid_argument("arena smaller than the layout");
+  arena.reset_control();
+  arena_ = arena.data();
   sets_ = layout.sets();
 
   auto request = std::make_unique<proto::LoadRequest>();
@@ -225,7 +240,21 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
         d.offset = a.offset;
       }
   }
-  if (send(socket_, request.get(), sizeof *request, MSG_NOSIGNAL) != sizeof *request) return lost(elapsed());
+  // The arena's descriptor travels with the request.
+  iovec io{request.get(), sizeof *request};
+  alignas(cmsghdr) char control_buffer[CMSG_SPACE(sizeof(int))] = {};
+  msghdr message{};
+  message.msg_iov = &io;
+  message.msg_iovlen = 1;
+  message.msg_control = control_buffer;
+  message.msg_controllen = sizeof control_buffer;
+  cmsghdr* cm = CMSG_FIRSTHDR(&message);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  int fd = arena.fd();
+  std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+  if (sendmsg(socket_, &message, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof *request)) return lost(elapsed());
 
   pollfd pfd{socket_, POLLIN, 0};
   int ready = poll(&pfd, 1, static_cast<int>(timeout_s * 1000));

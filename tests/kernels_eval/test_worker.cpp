@@ -57,7 +57,9 @@ CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_t
   auto layout = eval::plan_arena({{eval::DType::float32, {1}}}, {{eval::DType::float32, {1}}}, 2);
   eval::WorkerPool pool(eval::default_worker_binary(), 1);
   auto w = pool.acquire();
-  REQUIRE(w->load(built.so_path, layout, {}, 5.0).ok());
+  eval::SharedArena arena;
+  arena.reserve(layout.bytes);
+  REQUIRE(w->load(built.so_path, layout, arena, {}, 5.0).ok());
   auto* in1 = reinterpret_cast<float*>(w->arena() + layout.inputs[1][0].offset);
   auto* out1 = reinterpret_cast<float*>(w->arena() + layout.outputs[1][0].offset);
   *in1 = 3.0f;

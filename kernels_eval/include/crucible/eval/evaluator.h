@@ -65,6 +65,7 @@ class Evaluator {
   EvaluatorConfig config_;
   Compiler compiler_;
   WorkerPool pool_;
+  SharedArena arena_;
   struct Cache;  // input pools and reference timings, reused across candidates of the same task
   std::unique_ptr<Cache> cache_;
 };

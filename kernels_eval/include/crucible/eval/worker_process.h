@@ -53,6 +53,27 @@ struct CallOutcome {
   bool ok() const { return kind == Kind::ok; }
 };
 
+// Shared memory holding the tensors of a job, owned by the evaluator and lent to one worker at a time.
+// Reusing it matters: faulting in tens of MB of fresh pages costs more than the rest of an evaluation.
+class SharedArena {
+ public:
+  SharedArena();
+  ~SharedArena();
+  SharedArena(const SharedArena&) = delete;
+  SharedArena& operator=(const SharedArena&) = delete;
+
+  void reserve(std::size_t bytes);  // grows, never shrinks; contents are not preserved on growth
+  void reset_control();             // zeroes the doorbell page before a new worker uses it
+  std::byte* data() const { return base_; }
+  std::size_t size() const { return bytes_; }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+  std::byte* base_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
 class WorkerProcess {
  public:
   static std::unique_ptr<WorkerProcess> spawn(const std::filesystem::path& binary);
@@ -60,9 +81,9 @@ class WorkerProcess {
   WorkerProcess(const WorkerProcess&) = delete;
   WorkerProcess& operator=(const WorkerProcess&) = delete;
 
-  // Maps the arena, has the worker load the candidate and seal itself.
-  CallOutcome load(const std::filesystem::path& so_path, const ArenaLayout& layout, const WorkerLimits& limits,
-                   double timeout_s);
+  // Lends the arena (which must hold the layout), has the worker load the candidate and seal itself.
+  CallOutcome load(const std::filesystem::path& so_path, const ArenaLayout& layout, SharedArena& arena,
+                   const WorkerLimits& limits, double timeout_s);
   // Runs crucible_forward on one set. `seconds` is measured here, from ringing the doorbell to seeing
   // the worker's completion, so the candidate cannot touch it.
   CallOutcome call(int set, double timeout_s);
@@ -81,9 +102,7 @@ class WorkerProcess {
 
   pid_t pid_ = -1;
   int socket_ = -1;
-  int arena_fd_ = -1;
-  std::byte* arena_ = nullptr;
-  std::size_t arena_bytes_ = 0;
+  std::byte* arena_ = nullptr;  // borrowed from the evaluator's SharedArena
   uint32_t sequence_ = 0;
   int sets_ = 0;
   bool reaped_ = false;

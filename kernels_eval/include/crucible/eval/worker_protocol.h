@@ -1,6 +1,6 @@
 #pragma once
 // What the evaluator and its sandboxed worker process share: a fixed-size load request sent over a
-// socket, and a control block at the start of the shared tensor arena used as a doorbell for calls.
+// socket (with the arena's descriptor attached), and a control block at the start of the shared tensor arena used as a doorbell for calls.
 // The parent times each call from its side of the doorbell, so nothing the candidate does inside its
 // own process can alter a measured time.
 #include <atomic>
@@ -13,7 +13,6 @@ constexpr int kMaxTensors = 16;  // inputs + outputs of one set
 constexpr int kMaxSets = 8;
 constexpr uint32_t kMagic = 0x43525543;  // "CRUC"
 constexpr int kSocketFd = 3;             // where the worker finds its end of the socket
-constexpr int kArenaFd = 4;              // and the shared-memory arena
 constexpr uint64_t kControlBytes = 4096;
 
 struct TensorDesc {
