@@ -68,7 +68,7 @@ TEST_CASE("every hack and fault fixture gets its exact verdict, then a correct c
   for (const auto& e : kExpectations) {
     auto task = tasks::find_task(e.task, test::tasks_dir());
     auto verdict = evaluator.evaluate(task, test::read_file(test::cpu_fixture(e.fixture)), options);
-    INFO("fixture ", e.fixture, " -> ", detail_of(verdict));
+    INFO("fixture ", std::string(e.fixture), " -> ", detail_of(verdict));
     CHECK(verdict.status == e.status);
     CHECK(verdict.has_reason(e.reason));
   }
