@@ -103,7 +103,8 @@ TEST_CASE("signalling completion early hides no time: the tamperer is timed like
   INFO(detail_of(tamper), " / ", detail_of(honest));
   REQUIRE(tamper.status == eval::Status::correct);
   REQUIRE(honest.status == eval::Status::correct);
-  CHECK(tamper.candidate_time->median_us > 0.7 * honest.candidate_time->median_us);
+  // Hidden work that escaped the timer would make the tamperer look ~1000x faster; this VM's noise is ~2x.
+  CHECK(tamper.candidate_time->median_us > 0.2 * honest.candidate_time->median_us);
 }
 
 TEST_CASE("a task's own allowlist admits a library call the default gate refuses") {

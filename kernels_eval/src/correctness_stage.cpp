@@ -1,0 +1,127 @@
+// Stage 4: correctness. Fresh inputs per trial in the same buffers (an output cache keyed on pointers
+// replays a stale answer), outputs poisoned before every call, inputs compared byte for byte after it,
+// and the first trial called twice on the same inputs (state left between calls shows as disagreement).
+#include "stages.h"
+
+namespace crucible::eval {
+namespace {
+
+void check_task_outputs(const StageContext& ctx, const std::vector<torch::Tensor>& refs) {
+  const auto& task = ctx.task;
+  if (refs.size() != ctx.output_shapes.size())
+    throw TaskError("task '" + task.name + "': reference returns " + std::to_string(refs.size()) +
+                    " outputs but the task declares " + std::to_string(ctx.output_shapes.size()));
+  for (std::size_t i = 0; i < refs.size(); ++i)
+    if (refs[i].sizes().vec() != ctx.output_shapes[i].shape ||
+        refs[i].scalar_type() != to_torch(ctx.output_shapes[i].dtype))
+      throw TaskError("task '" + task.name + "': reference output " + task.outputs[i].name +
+                      " does not match its declared shape and dtype");
+}
+
+// The constant-output hack: if zeros would pass, the check proves nothing.
+void check_not_degenerate(const StageContext& ctx, const std::vector<torch::Tensor>& refs) {
+  for (std::size_t i = 0; i < refs.size(); ++i) {
+    if (!refs[i].is_floating_point()) continue;
+    auto tol = ctx.tolerance(i);
+    if (max_abs(refs[i]) * (1.0 - tol.rtol) <= tol.atol)
+      throw TaskError("task '" + ctx.task.name + "' is degenerate: an all-zero " + ctx.task.outputs[i].name +
+                      " passes its tolerance; draw inputs that move the output away from zero");
+  }
+}
+
+struct TrialOutcome {
+  TrialReport report;
+  bool mutated = false, disagree = false;
+  int64_t unwritten = 0, nan_mismatched = 0;
+};
+
+// Runs one trial's calls on set 0; false when a call itself failed (verdict filled).
+bool run_trial(StageContext& ctx, Verdict& v, int trial, const std::vector<torch::Tensor>& inputs,
+               const std::vector<torch::Tensor>& refs, TrialOutcome& t) {
+  std::byte* arena = ctx.arena();
+  const auto& in_slots = ctx.layout.inputs[0];
+  const auto& out_slots = ctx.layout.outputs[0];
+  for (std::size_t i = 0; i < inputs.size(); ++i) write_tensor(arena, in_slots[i], inputs[i]);
+  t.report.trial = trial;
+  const int runs = trial == 0 ? 2 : 1;
+  bool run_passed[2] = {true, true};
+  std::vector<torch::Tensor> first_run;  // kept, when the first call failed, to compare the two calls
+  for (int run = 0; run < runs; ++run) {
+    for (const auto& slot : out_slots) poison(arena, slot, run);
+    if (!ctx.call(0, v)) return false;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (same_bytes(arena, in_slots[i], inputs[i])) continue;
+      t.mutated = true;  // put the inputs back so the second call sees what the reference saw
+      write_tensor(arena, in_slots[i], inputs[i]);
+    }
+    int64_t unwritten = 0;
+    for (std::size_t i = 0; i < refs.size(); ++i) {
+      Comparison c = compare(view_tensor(arena, out_slots[i]), refs[i], ctx.tolerance(i));
+      if (!c.passed) unwritten += count_poisoned(arena, out_slots[i], run);  // poison never passes
+      run_passed[run] &= c.passed;
+      t.report.max_abs_error = std::max(t.report.max_abs_error, c.max_abs);
+      t.report.max_rel_error = std::max(t.report.max_rel_error, c.max_rel);
+      t.report.mismatched = std::max(t.report.mismatched, c.mismatched);
+      t.report.elements = c.elements;
+      t.nan_mismatched = std::max(t.nan_mismatched, c.nan_mismatched);
+    }
+    t.unwritten = std::max(t.unwritten, unwritten);
+    if (run == 0 && !run_passed[0])
+      for (const auto& slot : out_slots) first_run.push_back(view_tensor(arena, slot).clone());
+  }
+  t.disagree = runs == 2 && run_passed[0] != run_passed[1];
+  if (runs == 2 && !run_passed[0] && !run_passed[1])
+    for (std::size_t i = 0; i < refs.size(); ++i)
+      t.disagree |= !compare(first_run[i], view_tensor(arena, out_slots[i]), ctx.tolerance(i)).passed;
+  t.report.passed = run_passed[0] && run_passed[1] && !t.mutated;
+  return true;
+}
+
+void explain(const TrialOutcome& t, Verdict& v) {
+  std::string where = "trial " + std::to_string(t.report.trial) + ": ";
+  if (t.mutated) v.reasons.push_back({"input_mutated", where + "an input was modified by the candidate"});
+  if (t.unwritten > 0)
+    v.reasons.push_back({"output_unwritten", where + std::to_string(t.unwritten) + " output elements never written"});
+  if (t.disagree)
+    v.reasons.push_back({"nondeterministic", where + "the same inputs gave different outputs on two calls "
+                                                     "(stale memory or state kept between calls)"});
+  if (t.unwritten == 0 && t.nan_mismatched > 0)
+    v.reasons.push_back({"nan", where + std::to_string(t.nan_mismatched) + " NaN outputs"});
+  if (!t.mutated && t.unwritten == 0 && !t.disagree && t.nan_mismatched == 0)
+    v.reasons.push_back({"mismatch", where + std::to_string(t.report.mismatched) + " of " +
+                                         std::to_string(t.report.elements) + " elements outside tolerance"});
+}
+
+}  // namespace
+
+bool check_correctness(StageContext& ctx, Verdict& v) {
+  std::vector<torch::Tensor> first_refs;
+  bool fixed_answer_passes = ctx.trials >= 2;
+  for (int trial = 0; trial < ctx.trials; ++trial) {
+    auto inputs = ctx.draw(static_cast<uint64_t>(trial));
+    auto refs = ctx.run_reference(inputs);
+    check_task_outputs(ctx, refs);
+    if (trial == 0) {
+      check_not_degenerate(ctx, refs);  // later trials are covered by the fixed-answer check
+      for (auto& r : refs) first_refs.push_back(r.clone());
+    } else {
+      for (std::size_t i = 0; i < refs.size(); ++i)
+        fixed_answer_passes &= compare(first_refs[i], refs[i], ctx.tolerance(i)).passed;
+    }
+    TrialOutcome t;
+    if (!run_trial(ctx, v, trial, inputs, refs, t)) return false;
+    v.trials.push_back(t.report);
+    if (!t.report.passed) {  // one failing trial decides the verdict
+      v.status = Status::incorrect;
+      explain(t, v);
+      return false;
+    }
+  }
+  if (fixed_answer_passes)
+    throw TaskError("task '" + ctx.task.name + "' is degenerate: the first trial's answer passes every other "
+                    "trial; vary the inputs (e.g. init.scale) so a fixed output cannot pass");
+  v.status = Status::correct;
+  return true;
+}
+
+}  // namespace crucible::eval

@@ -1,0 +1,48 @@
+#include <chrono>
+
+#include "stages.h"
+
+namespace crucible::eval {
+namespace {
+using Clock = std::chrono::steady_clock;
+}
+
+std::vector<torch::Tensor> StageContext::run_reference(const std::vector<torch::Tensor>& inputs) {
+  auto start = Clock::now();
+  auto outputs = reference(inputs, task.params);
+  kernel_s += std::chrono::duration<double>(Clock::now() - start).count();
+  return outputs;
+}
+
+bool StageContext::call(int set, Verdict& v, double* seconds, bool settle) {
+  CallOutcome out = worker.call(set, timeout_s);
+  if (out.ok() && settle) {
+    CallOutcome settled = worker.sync(timeout_s);
+    out.seconds += settled.seconds;
+    if (!settled.ok()) out = settled;
+  }
+  kernel_s += out.seconds;
+  if (seconds) *seconds = out.seconds;
+  return !classify_failure(out, v);
+}
+
+bool classify_failure(const CallOutcome& out, Verdict& v) {
+  using K = CallOutcome::Kind;
+  auto fail = [&](Status status, const char* code) {
+    v.status = status;
+    v.reasons.push_back({code, out.detail});
+    return true;
+  };
+  switch (out.kind) {
+    case K::ok: return false;
+    case K::candidate_error: return fail(Status::runtime_error, out.rc != 0 ? "nonzero_return" : "load_failed");
+    case K::crashed: return fail(Status::runtime_error, "crash");
+    case K::forbidden_syscall: return fail(Status::rejected, "forbidden_syscall");
+    case K::timed_out: return fail(Status::timeout, "wall_timeout");
+    case K::cpu_limit: return fail(Status::timeout, "cpu_time_limit");
+    case K::worker_lost: return fail(Status::runtime_error, "worker_lost");
+  }
+  return true;
+}
+
+}  // namespace crucible::eval

@@ -1,0 +1,50 @@
+#pragma once
+// The evaluator's run stages after the candidate is loaded. Each stage reads the shared context, adds
+// its findings to the verdict, and returns false when the verdict is decided.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "crucible/eval/evaluator.h"
+#include "references.h"
+#include "tensor_checks.h"
+
+namespace crucible::eval {
+
+struct StageContext {
+  const TaskSpec& task;
+  ReferenceFn reference;
+  const InputPool& pool;
+  const ArenaLayout& layout;
+  WorkerProcess& worker;
+  std::vector<TensorShape> output_shapes;
+  uint64_t seed = 0;
+  bool full = false;
+  int trials = 0, timed = 0, warmup = 0, verified = 0;
+  double timeout_s = 10.0;
+  double kernel_s = 0.0;  // time inside candidate and reference calls, summed by the stages
+
+  std::byte* arena() const { return worker.arena(); }
+  int sets() const { return layout.sets(); }
+  std::vector<torch::Tensor> draw(uint64_t stream) const { return pool.draw(seed * 0x100000001b3ULL + stream); }
+  Tolerance tolerance(std::size_t output) const { return task.tolerance_for(task.outputs[output].dtype); }
+  std::vector<torch::Tensor> run_reference(const std::vector<torch::Tensor>& inputs);  // counted in kernel_s
+  // One call of the candidate on a set, counted in kernel_s; false (verdict filled) when it failed.
+  // With `settle`, the call lasts until a sync returns (see timing).
+  bool call(int set, Verdict& v, double* seconds = nullptr, bool settle = false);
+};
+
+// Maps how a worker load or call ended onto the verdict; false when it succeeded.
+bool classify_failure(const CallOutcome& out, Verdict& v);
+
+// Fresh inputs per trial in the same buffers, poisoned outputs, inputs checked unchanged, the first
+// trial called twice. Throws TaskError for tasks a constant answer could pass.
+bool check_correctness(StageContext& ctx, Verdict& v);
+
+// Candidate timing with checked outputs; the reference's timing comes from `reference_times` when this
+// task was timed before with the same settings.
+bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingStats>& reference_times,
+                    const std::string& reference_key);
+
+}  // namespace crucible::eval
