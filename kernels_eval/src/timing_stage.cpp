@@ -108,10 +108,13 @@ bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingS
   if (cached != reference_times.end()) {
     v.reference_time = cached->second;
   } else if (ctx.timed > 0) {
-    for (int w = 0; w < ctx.warmup; ++w)
+    // Timed once per task and cached, so it can afford more samples than a fast-mode candidate gets: a
+    // short run of eager ops is dominated by first-touch effects and would skew every speedup after it.
+    const int ref_trials = std::max(ctx.timed, 30);
+    for (int w = 0; w < std::max(ctx.warmup, 3); ++w)
       for (int s = 0; s < sets; ++s) ctx.run_reference(current[s]);
     std::vector<double> ref_samples;
-    for (int i = 0; i < ctx.timed; ++i) {
+    for (int i = 0; i < ref_trials; ++i) {
       int s = i % sets;
       refresh_largest(s);
       current[s][largest] = current[s][largest].clone();  // just written, as for the candidate
