@@ -18,6 +18,7 @@
 
 #include "crucible/kernel.h"
 #include "crucible/eval/worker_protocol.h"
+#include "fd_passing.h"
 #include "seccomp_filter.h"
 
 namespace proto = crucible::eval::protocol;
@@ -62,23 +63,6 @@ bool reply_load(bool ok, const std::string& error) {
   return send_all(&reply, sizeof reply);
 }
 
-// The load request, with the arena's descriptor attached; -1 on any malformed message.
-int receive_request(proto::LoadRequest& request) {
-  iovec io{&request, sizeof request};
-  alignas(cmsghdr) char control_buffer[CMSG_SPACE(sizeof(int))] = {};
-  msghdr message{};
-  message.msg_iov = &io;
-  message.msg_iovlen = 1;
-  message.msg_control = control_buffer;
-  message.msg_controllen = sizeof control_buffer;
-  if (recvmsg(proto::kSocketFd, &message, MSG_CMSG_CLOEXEC) != static_cast<ssize_t>(sizeof request)) return -1;
-  cmsghdr* cm = CMSG_FIRSTHDR(&message);
-  if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) return -1;
-  int fd;
-  std::memcpy(&fd, CMSG_DATA(cm), sizeof fd);
-  return fd;
-}
-
 int fail(int exit_code, const std::string& error) {
   reply_load(false, error);
   return exit_code;
@@ -118,7 +102,7 @@ int main() {
   if (!send_all(&hello, sizeof hello)) return 2;
 
   auto request = std::make_unique<proto::LoadRequest>();
-  int arena_fd = receive_request(*request);
+  int arena_fd = crucible::eval::receive_with_fd(proto::kSocketFd, request.get(), sizeof *request);
   if (arena_fd < 0 || request->magic != proto::kMagic || request->num_sets > proto::kMaxSets ||
       request->num_inputs + request->num_outputs > proto::kMaxTensors)
     return 3;

@@ -19,6 +19,7 @@
 
 #include "crucible/eval/task_spec.h"
 #include "crucible/eval/worker_protocol.h"
+#include "fd_passing.h"
 
 extern char** environ;
 
@@ -241,20 +242,7 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
       }
   }
   // The arena's descriptor travels with the request.
-  iovec io{request.get(), sizeof *request};
-  alignas(cmsghdr) char control_buffer[CMSG_SPACE(sizeof(int))] = {};
-  msghdr message{};
-  message.msg_iov = &io;
-  message.msg_iovlen = 1;
-  message.msg_control = control_buffer;
-  message.msg_controllen = sizeof control_buffer;
-  cmsghdr* cm = CMSG_FIRSTHDR(&message);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof(int));
-  int fd = arena.fd();
-  std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-  if (sendmsg(socket_, &message, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof *request)) return lost(elapsed());
+  if (!send_with_fd(socket_, request.get(), sizeof *request, arena.fd())) return lost(elapsed());
 
   pollfd pfd{socket_, POLLIN, 0};
   int ready = poll(&pfd, 1, static_cast<int>(timeout_s * 1000));

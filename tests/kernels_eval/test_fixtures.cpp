@@ -50,6 +50,17 @@ eval::EvalOptions test_options() {
   return o;
 }
 
+// An evaluator with its own compile cache, removed afterwards.
+struct TestEvaluator {
+  explicit TestEvaluator(const std::string& tag) : cache(tag), evaluator([&] {
+    eval::EvaluatorConfig config;
+    config.cache_dir = cache.path();
+    return config;
+  }()) {}
+  test::ScratchDir cache;
+  eval::Evaluator evaluator;
+};
+
 std::string detail_of(const eval::Verdict& v) {
   std::string s = std::string(eval::status_name(v.status)) + ":";
   for (const auto& r : v.reasons) s += " [" + r.code + "] " + r.detail;
@@ -59,10 +70,8 @@ std::string detail_of(const eval::Verdict& v) {
 }  // namespace
 
 TEST_CASE("every hack and fault fixture gets its exact verdict, then a correct candidate evaluates in the same pool") {
-  test::ScratchDir cache("fixtures");
-  eval::EvaluatorConfig config;
-  config.cache_dir = cache.path();
-  eval::Evaluator evaluator(config);
+  TestEvaluator t("fixtures");
+  auto& evaluator = t.evaluator;
   const auto options = test_options();
 
   for (const auto& e : kExpectations) {
@@ -90,10 +99,8 @@ TEST_CASE("every hack and fault fixture gets its exact verdict, then a correct c
 }
 
 TEST_CASE("signalling completion early hides no time: the tamperer is timed like its honest twin") {
-  test::ScratchDir cache("tamper");
-  eval::EvaluatorConfig config;
-  config.cache_dir = cache.path();
-  eval::Evaluator evaluator(config);
+  TestEvaluator t("tamper");
+  auto& evaluator = t.evaluator;
   auto task = tasks::find_task("relu", test::tasks_dir());
   auto source = test::read_file(test::cpu_fixture("timing_tamper"));
   auto tamper = evaluator.evaluate(task, source, test_options());
@@ -108,10 +115,8 @@ TEST_CASE("signalling completion early hides no time: the tamperer is timed like
 }
 
 TEST_CASE("a task's own allowlist admits a library call the default gate refuses") {
-  test::ScratchDir cache("allow");
-  eval::EvaluatorConfig config;
-  config.cache_dir = cache.path();
-  eval::Evaluator evaluator(config);
+  TestEvaluator t("allow");
+  auto& evaluator = t.evaluator;
   auto task = tasks::find_task("matmul", test::tasks_dir());
   task.allow_imports = {"cblas_sgemm"};
   auto verdict = evaluator.evaluate(task, test::read_file(test::cpu_fixture("library_call")), test_options());
