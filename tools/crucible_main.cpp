@@ -3,13 +3,23 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "logging/log.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Crucible: execution-grounded evaluation and RL for GPU kernels"};
   app.require_subcommand(1);
+  std::string log_level = "warn", log_file;
+  app.add_option("--log-level", log_level, "Console log level (trace, debug, info, warn, error, off)")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+      ->capture_default_str();
+  app.add_option("--log-file", log_file, "Also log (from debug up) to this rotating file");
   std::vector<crucible::cli::Run> commands{crucible::cli::add_eval_command(app),
                                            crucible::cli::add_tasks_command(app)};
   CLI11_PARSE(app, argc, argv);
+  crucible::log::Options log_options;
+  log_options.console_level = *crucible::log::parse_level(log_level);
+  log_options.file = log_file;
+  crucible::log::init(log_options);
   try {
     for (auto& run : commands)
       if (int rc = run(); rc >= 0) return rc;

@@ -103,8 +103,12 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, child_socket, proto::kSocketFd);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  // The worker inherits nothing but the dynamic loader's search path.
-  std::vector<std::string> env_strings;
+  std::string scratch = (fs::temp_directory_path() / "crucible-worker-XXXXXX").string();
+  if (!mkdtemp(scratch.data())) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
+  w->scratch_dir_ = scratch;
+  posix_spawn_file_actions_addchdir_np(&actions, scratch.c_str());
+  // The worker inherits nothing but the dynamic loader's search path and its private TMPDIR.
+  std::vector<std::string> env_strings{"TMPDIR=" + scratch};
   if (const char* ld = std::getenv("LD_LIBRARY_PATH")) env_strings.push_back(std::string("LD_LIBRARY_PATH=") + ld);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
@@ -133,6 +137,11 @@ void WorkerProcess::terminate() {
   arena_ = nullptr;
   if (socket_ >= 0) close(socket_);
   socket_ = -1;
+  if (!scratch_dir_.empty()) {
+    std::error_code ignored;
+    fs::remove_all(scratch_dir_, ignored);
+    scratch_dir_.clear();
+  }
 }
 
 bool WorkerProcess::wait_hello(double timeout_s) {

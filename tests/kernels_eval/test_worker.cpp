@@ -35,11 +35,16 @@ TEST_CASE("the pool keeps workers warm and replaces one that died while idle") {
   auto a = pool.acquire();
   REQUIRE(a);
   CHECK(pool.started() == 3);
+  CHECK(std::filesystem::is_directory(a->scratch_dir()));  // each worker has a private temporary directory
+  auto a_scratch = a->scratch_dir();
   kill(a->pid(), SIGKILL);  // a worker lost before any job is simply not used
   auto b = pool.acquire();
   auto c = pool.acquire();
   CHECK(b->pid() != c->pid());
+  CHECK(b->scratch_dir() != c->scratch_dir());
   CHECK(pool.started() == 5);
+  a.reset();
+  CHECK_FALSE(std::filesystem::exists(a_scratch));  // removed with its worker
 }
 
 TEST_CASE("a worker loads a candidate, runs calls on any set, and reports a crash as a crash") {

@@ -25,8 +25,11 @@ TEST_CASE("crucible eval --json prints one verdict and exits 0 whatever the verd
   CHECK(good.output.find("\"status\": \"correct\"") != std::string::npos);
   CHECK(good.output.find("\"speedup\"") != std::string::npos);
 
-  auto bad = crucible_cli({"eval", "--task", "relu", "--candidate", test::cpu_fixture("segfault").string(), "--json"},
+  auto log_file = cache.path() / "crucible.log";
+  auto bad = crucible_cli({"--log-file", log_file.string(), "eval", "--task", "relu", "--candidate",
+                           test::cpu_fixture("segfault").string(), "--json"},
                           cache.path().string());
+  CHECK(test::read_file(log_file).find("[eval] relu: runtime_error") != std::string::npos);
   CHECK(bad.exit_code == 0);
   CHECK(bad.output.find("\"status\": \"runtime_error\"") != std::string::npos);
 }

@@ -9,6 +9,7 @@
 #include "config/toml_reader.h"
 #include "crucible/eval/evaluator.h"
 #include "crucible/eval/verdict_json.h"
+#include "logging/log.h"
 #include "tasks/task_loader.h"
 
 namespace crucible::cli {
@@ -76,12 +77,17 @@ int run_eval(const EvalArgs& a) {
     options.limits.memory_bytes = a.memory_mb << 20;
     options.timing_trials = a.timing_trials;
     options.correctness_trials = a.correctness_trials;
+    log::Logger log{"eval"};
+    log.debug("evaluating ", a.candidate, " on task ", task.name, " (", task.source_path, ")");
     eval::Verdict verdict = evaluator.evaluate(task, source.str(), options);
+    log.info(task.name, ": ", eval::status_name(verdict.status), " in ", verdict.stages.total_s, " s (compile ",
+             verdict.compile.seconds, " s", verdict.compile.cached ? ", cached" : "", "), seed ", verdict.seed);
     if (a.json) std::cout << eval::to_json(verdict) << std::endl;
     else print_human(verdict);
     return 0;
   } catch (const config::ConfigError& e) {
     std::cerr << "config error: " << e.what() << "\n";
+    log::Logger{"eval"}.debug("config error: ", e.what());
   } catch (const eval::TaskError& e) {
     std::cerr << "task error: " << e.what() << "\n";
   } catch (const std::invalid_argument& e) {

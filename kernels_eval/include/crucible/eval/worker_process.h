@@ -93,6 +93,7 @@ class WorkerProcess {
 
   std::byte* arena() const { return arena_; }
   pid_t pid() const { return pid_; }
+  const std::filesystem::path& scratch_dir() const { return scratch_dir_; }
 
  private:
   WorkerProcess() = default;
@@ -108,6 +109,7 @@ class WorkerProcess {
   bool reaped_ = false;
   int wait_status_ = 0;
   bool hello_seen_ = false;
+  std::filesystem::path scratch_dir_;  // private temporary directory: the worker's cwd and TMPDIR
 
   friend class WorkerPool;
 };
