@@ -23,8 +23,8 @@ time_it() {  # label, command...: median of 5 runs
   local label=$1; shift
   local times=()
   for _ in 1 2 3 4 5; do
-    local t0=$(date +%s.%N); "$@" > /dev/null 2>&1; local t1=$(date +%s.%N)
-    times+=("$(echo "$t1 - $t0" | bc)")
+    local t0=$EPOCHREALTIME; "$@" > /dev/null 2>&1; local t1=$EPOCHREALTIME
+    times+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')")
   done
   printf '%-44s %s s\n' "$label" "$(printf '%s\n' "${times[@]}" | sort -n | sed -n 3p)"
 }
