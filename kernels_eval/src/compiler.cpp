@@ -86,7 +86,10 @@ std::vector<std::string> Compiler::flags(const CompileOptions& o) const {
     f = {cxx_path(), "-std=c++17", "-O3", "-march=native", "-fPIC", "-shared", "-fvisibility=hidden",
          "-fvisibility-inlines-hidden", "-fno-gnu-unique", "-I" + include_dir_.string()};
   } else if (o.backend == "cuda") {
-    f = {nvcc_path(), "-std=c++17", "-O3", "-arch=" + o.cuda_arch, "-shared",
+    // The CUDA runtime is linked as a shared library so that what a candidate calls from it shows up by
+    // name in its import table, where the static gate can judge it (statically linked, cudart's own
+    // imports of threads, files and sockets would hide the candidate's).
+    f = {nvcc_path(), "-std=c++17", "-O3", "-arch=" + o.cuda_arch, "-shared", "-cudart", "shared",
          "-Xcompiler", "-fPIC,-fvisibility=hidden,-fvisibility-inlines-hidden,-fno-gnu-unique",
          "-I" + include_dir_.string()};
   } else {

@@ -34,13 +34,16 @@ constexpr std::array kPlainAllowed{
     "_Unwind_Resume", "__cpu_indicator_init", "__cpu_model", "_ZSt9terminatev", "_ZSt7nothrow"};
 
 // CUDA runtime calls a kernel needs on the stream it was given (see the CUDA backend issue).
-constexpr std::array kCudaAllowed{"cudaLaunchKernel", "cudaGetLastError", "cudaPeekAtLastError",
+// (imports of a candidate built with -cudart shared; the launch symbols are CUDA 12 and 13 spellings).
+constexpr std::array kCudaAllowed{"cudaLaunchKernel", "__cudaLaunchKernel", "__cudaGetKernel",
+                                  "cudaLaunchKernelExC", "cudaGetLastError", "cudaPeekAtLastError",
                                   "cudaGetErrorString", "cudaGetErrorName", "cudaMalloc", "cudaFree",
-                                  "cudaMemsetAsync", "cudaMemcpyAsync", "cudaFuncSetAttribute",
-                                  "cudaFuncGetAttributes", "cudaOccupancyMaxActiveBlocksPerMultiprocessor",
-                                  "__cudaRegisterFatBinary", "__cudaRegisterFatBinaryEnd",
-                                  "__cudaUnregisterFatBinary", "__cudaRegisterFunction", "__cudaRegisterVar",
-                                  "__cudaPushCallConfiguration", "__cudaPopCallConfiguration",
+                                  "cudaMallocAsync", "cudaFreeAsync", "cudaMemsetAsync", "cudaMemcpyAsync",
+                                  "cudaFuncSetAttribute", "cudaFuncGetAttributes",
+                                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor", "__cudaRegisterFatBinary",
+                                  "__cudaRegisterFatBinaryEnd", "__cudaUnregisterFatBinary",
+                                  "__cudaRegisterFunction", "__cudaRegisterVar", "__cudaRegisterManagedVar",
+                                  "__cudaInitModule", "__cudaPushCallConfiguration", "__cudaPopCallConfiguration",
                                   "cudaGetDevice", "cudaDeviceGetAttribute"};
 
 struct Category {

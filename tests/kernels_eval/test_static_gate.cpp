@@ -1,6 +1,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <utility>
+#include <vector>
 
 #include "crucible/eval/compiler.h"
 #include "crucible/eval/evaluator.h"
@@ -80,4 +83,60 @@ TEST_CASE("a shared object without crucible_forward is refused") {
   bool missing = false;
   for (const auto& r : reasons) missing |= r.code == "missing_entry_point";
   CHECK(missing);
+}
+
+namespace {
+bool have_nvcc() { return std::filesystem::exists("/usr/local/cuda/bin/nvcc") || std::getenv("CRUCIBLE_NVCC"); }
+
+std::vector<eval::Reason> gate_cuda_source(eval::Compiler& compiler, const std::string& source) {
+  eval::CompileOptions options;
+  options.backend = "cuda";
+  auto built = compiler.compile(source, options);
+  INFO(built.log);
+  REQUIRE(built.ok());
+  eval::GatePolicy policy;
+  policy.backend = "cuda";
+  return eval::check_shared_object(built.so_path, policy);
+}
+}  // namespace
+
+TEST_CASE("CUDA hack fixtures are refused by the gate with the category that names them") {
+  if (!have_nvcc()) {
+    MESSAGE("SKIPPED: no CUDA toolkit (nvcc) on this machine");
+    return;
+  }
+  test::ScratchDir cache("gate-cuda");
+  eval::Compiler compiler(cache.path(), eval::default_include_dir());
+  const std::pair<const char*, const char*> expected[] = {{"side_stream", "cuda stream/event/graph"},
+                                                          {"device_sync", "cuda stream/event/graph"},
+                                                          {"host_thread", "thread"},
+                                                          {"cublas_call", "library"}};
+  for (const auto& [fixture, category] : expected) {
+    auto source = test::read_file(test::source_dir() / "tests/fixtures/cuda" / (std::string(fixture) + ".cu"));
+    auto reasons = gate_cuda_source(compiler, source);
+    std::string all;
+    for (const auto& r : reasons) all += r.code + ": " + r.detail + "; ";
+    INFO("fixture ", std::string(fixture), " -> ", all);
+    CHECK(all.find(std::string("(") + category + ")") != std::string::npos);
+  }
+}
+
+TEST_CASE("every task's naive CUDA candidate builds with nvcc and passes the CUDA gate") {
+  if (!have_nvcc()) {
+    MESSAGE("SKIPPED: no CUDA toolkit (nvcc) on this machine");
+    return;
+  }
+  test::ScratchDir cache("gate-cuda-candidates");
+  eval::Compiler compiler(cache.path(), eval::default_include_dir());
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(test::source_dir() / "configs/candidates/cuda")) {
+    if (entry.path().extension() != ".cu") continue;
+    auto reasons = gate_cuda_source(compiler, test::read_file(entry.path()));
+    std::string all;
+    for (const auto& r : reasons) all += r.code + ": " + r.detail + "; ";
+    INFO(entry.path().filename().string(), " -> ", all);
+    CHECK(reasons.empty());
+    ++checked;
+  }
+  CHECK(checked >= 14);
 }
