@@ -98,6 +98,12 @@ std::vector<eval::Reason> gate_cuda_source(eval::Compiler& compiler, const std::
   policy.backend = "cuda";
   return eval::check_shared_object(built.so_path, policy);
 }
+
+std::string joined(const std::vector<eval::Reason>& reasons) {
+  std::string all;
+  for (const auto& r : reasons) all += r.code + ": " + r.detail + "; ";
+  return all;
+}
 }  // namespace
 
 TEST_CASE("CUDA hack fixtures are refused by the gate with the category that names them") {
@@ -113,9 +119,7 @@ TEST_CASE("CUDA hack fixtures are refused by the gate with the category that nam
                                                           {"cublas_call", "library"}};
   for (const auto& [fixture, category] : expected) {
     auto source = test::read_file(test::source_dir() / "tests/fixtures/cuda" / (std::string(fixture) + ".cu"));
-    auto reasons = gate_cuda_source(compiler, source);
-    std::string all;
-    for (const auto& r : reasons) all += r.code + ": " + r.detail + "; ";
+    auto all = joined(gate_cuda_source(compiler, source));
     INFO("fixture ", std::string(fixture), " -> ", all);
     CHECK(all.find(std::string("(") + category + ")") != std::string::npos);
   }
@@ -132,9 +136,7 @@ TEST_CASE("every task's naive CUDA candidate builds with nvcc and passes the CUD
   for (const auto& entry : std::filesystem::directory_iterator(test::source_dir() / "configs/candidates/cuda")) {
     if (entry.path().extension() != ".cu") continue;
     auto reasons = gate_cuda_source(compiler, test::read_file(entry.path()));
-    std::string all;
-    for (const auto& r : reasons) all += r.code + ": " + r.detail + "; ";
-    INFO(entry.path().filename().string(), " -> ", all);
+    INFO(entry.path().filename().string(), " -> ", joined(reasons));
     CHECK(reasons.empty());
     ++checked;
   }
