@@ -170,8 +170,14 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
   } else if (!r.ok() || !fs::exists(work / "candidate.so")) {
     result.outcome = CompileResult::Outcome::failed;
     result.log = excerpt(r.output);
+    // Deterministic failures are cached too; a compiler that ran out of memory or crashed may not fail
+    // next time, so those are not.
+    bool transient = r.signal != 0 || r.output.find("Killed signal") != std::string::npos ||
+                     r.output.find("internal compiler error") != std::string::npos ||
+                     r.output.find("out of memory") != std::string::npos ||
+                     r.output.find("memory exhausted") != std::string::npos;
     if (r.signal) result.log += "\ncompiler killed by signal " + std::to_string(r.signal) + " (memory or size limit)";
-    else write_file_atomically(failure, result.log);  // deterministic failures are cached too
+    if (!transient) write_file_atomically(failure, result.log);
   } else {
     fs::rename(work / "candidate.so", so);
     result.outcome = CompileResult::Outcome::ok;

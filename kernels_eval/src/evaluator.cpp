@@ -1,6 +1,7 @@
 #include "crucible/eval/evaluator.h"
 
 #include <malloc.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -62,6 +63,9 @@ Evaluator::Evaluator(EvaluatorConfig config)
       pool_(config_.worker_binary, config_.warm_workers),
       cache_(std::make_unique<Cache>()) {
   torch::set_num_threads(config_.threads);
+  // Non-dumpable: a worker (which runs without capabilities) cannot open this process's /proc/<pid>/mem,
+  // where the references live.
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   // Tensors of a few MB come and go for every trial. glibc would map and unmap each one, and every first
   // touch of a fresh page faults (expensive in a VM); keeping freed blocks in the heap makes the evaluator's
   // own work, and the reference's output allocations inside timed calls, cost what they cost in steady state.
@@ -146,7 +150,8 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   StageContext ctx{task, reference, cache_->pool(task, backend, sizes), layout, *worker, out_shapes};
   ctx.seed = v.seed;
   ctx.full = full;
-  ctx.trials = options.correctness_trials >= 0 ? options.correctness_trials : (full ? 5 : 2);
+  // At least two trials: a verdict needs one, and the fixed-answer check needs a second.
+  ctx.trials = std::max(2, options.correctness_trials >= 0 ? options.correctness_trials : (full ? 5 : 2));
   ctx.timed = options.timing_trials >= 0 ? options.timing_trials : (full ? 50 : 5);
   ctx.warmup = options.warmup_calls >= 0 ? options.warmup_calls : (full ? 3 : 1);
   ctx.verified = std::min(ctx.timed, options.verified_timed_calls >= 0 ? options.verified_timed_calls

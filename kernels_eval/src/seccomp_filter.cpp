@@ -48,30 +48,10 @@ bool install(Program& p) {
 
 }  // namespace
 
-bool install_load_stage_filter() {
-  Program p;
-  check_arch(p);
-  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
-  const uint32_t write_flags = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND;
-  kill_if_flags(p, SYS_open, 1, write_flags);
-  kill_if_flags(p, SYS_openat, 2, write_flags);
-  for (long nr : {SYS_fork, SYS_vfork, SYS_clone, SYS_clone3, SYS_execve, SYS_execveat, SYS_socket, SYS_socketpair,
-                  SYS_connect, SYS_bind, SYS_listen, SYS_accept, SYS_accept4, SYS_kill, SYS_tkill, SYS_ptrace,
-                  SYS_unlink, SYS_unlinkat, SYS_rename, SYS_renameat, SYS_renameat2, SYS_mkdir, SYS_mkdirat,
-                  SYS_rmdir, SYS_truncate, SYS_chmod, SYS_fchmodat, SYS_chown, SYS_symlink, SYS_link,
-                  SYS_setrlimit, SYS_prlimit64, SYS_process_vm_writev, SYS_process_vm_readv, SYS_mount,
-                  SYS_io_uring_setup, SYS_bpf, SYS_perf_event_open}) {
-    jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1);
-    stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
-  }
-  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-  return install(p);
-}
-
-bool install_run_stage_filter(pid_t self) {
-  Program p;
-  check_arch(p);
-  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
+// Both stages are allowlists: any system call not named here (x32 numbers included) kills the worker.
+namespace {
+// Shared by both stages: memory management, futex, exit, and the signals a crash or abort() needs.
+void allow_basics(Program& p, pid_t self) {
   // tgkill only towards this process (abort() raises SIGABRT on itself).
   jump(p, BPF_JMP | BPF_JEQ | BPF_K, SYS_tgkill, 0, 4);
   stmt(p, BPF_LD | BPF_W | BPF_ABS, arg_low(0));
@@ -84,6 +64,41 @@ bool install_run_stage_filter(pid_t self) {
     jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1);
     stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
   }
+}
+
+void allow_if_arg_equals(Program& p, long syscall, int arg, uint32_t value) {
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(syscall), 0, 4);
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, arg_low(arg));
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, value, 1, 0);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+}
+}  // namespace
+
+bool install_load_stage_filter(int socket_fd) {
+  Program p;
+  check_arch(p);
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
+  // What dlopen and the worker's own reply need: read-only opens, reads, file status, one send on the socket.
+  const uint32_t write_flags = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND;
+  kill_if_flags(p, SYS_open, 1, write_flags);
+  kill_if_flags(p, SYS_openat, 2, write_flags);
+  allow_if_arg_equals(p, SYS_sendto, 0, static_cast<uint32_t>(socket_fd));
+  allow_basics(p, getpid());
+  for (long nr : {SYS_read, SYS_pread64, SYS_close, SYS_fstat, SYS_newfstatat, SYS_statx, SYS_lseek, SYS_getrandom,
+                  SYS_clock_gettime, SYS_prctl, SYS_seccomp}) {
+    jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1);
+    stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  }
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  return install(p);
+}
+
+bool install_run_stage_filter(pid_t self) {
+  Program p;
+  check_arch(p);
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
+  allow_basics(p, self);
   stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
   return install(p);
 }

@@ -5,9 +5,10 @@
 
 namespace crucible::eval {
 
-// Before the candidate is loaded (its static constructors run then): no new processes, no network,
-// no signals to others, no opening files for writing, no tracing.
-bool install_load_stage_filter();
+// Before the candidate is loaded (its static constructors run then): only what dlopen needs (read-only
+// opens, reads, file status, memory) and one send on the worker's socket. No new processes, no network,
+// no signals to others, no writing anywhere.
+bool install_load_stage_filter(int socket_fd);
 
 // Before the first call: only memory management, futex, exit, and the signals a crash needs.
 bool install_run_stage_filter(pid_t self);

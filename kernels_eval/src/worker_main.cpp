@@ -2,6 +2,7 @@
 // Started by the evaluator with its socket on fd 3; the shared arena arrives with the load request. Single use: after
 // the candidate is loaded the process is sealed by seccomp, and the evaluator ends it after the job.
 #include <dlfcn.h>
+#include <linux/capability.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -63,6 +64,14 @@ bool reply_load(bool ok, const std::string& error) {
   return send_all(&reply, sizeof reply);
 }
 
+// Root's capabilities would let a candidate read the evaluator's memory through /proc despite it being
+// non-dumpable; the worker needs none of them.
+void drop_capabilities() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  syscall(SYS_capset, &header, data);
+}
+
 int fail(int exit_code, const std::string& error) {
   reply_load(false, error);
   return exit_code;
@@ -120,7 +129,8 @@ int main() {
   limit(RLIMIT_FSIZE, 0, 0);
   limit(RLIMIT_NPROC, 0, 0);
   limit(RLIMIT_CORE, 0, 0);
-  if (!install_load_stage_filter()) return fail(5, "cannot install the load-stage seccomp filter");
+  drop_capabilities();
+  if (!install_load_stage_filter(proto::kSocketFd)) return fail(5, "cannot install the load-stage seccomp filter");
 
   void* handle = dlopen(request->so_path, RTLD_NOW | RTLD_LOCAL);
   if (!handle) return fail(6, std::string("dlopen: ") + dlerror());

@@ -102,7 +102,12 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, child_socket, proto::kSocketFd);
+  // Nothing of the evaluator's reaches the worker: stdio is /dev/null (a candidate cannot print into our
+  // output), and every other inherited descriptor is closed.
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addclosefrom_np(&actions, proto::kSocketFd + 1);
   std::string scratch = (fs::temp_directory_path() / "crucible-worker-XXXXXX").string();
   if (!mkdtemp(scratch.data())) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
   w->scratch_dir_ = scratch;
@@ -156,7 +161,16 @@ bool WorkerProcess::wait_hello(double timeout_s) {
 
 CallOutcome WorkerProcess::lost(double seconds) {
   if (!reaped_) {
-    while (waitpid(pid_, &wait_status_, 0) < 0 && errno == EINTR) {
+    // A worker can look lost while alive (a stray byte on the socket, a missed hello): never wait on it.
+    bool exited = waitpid(pid_, &wait_status_, WNOHANG) == pid_;
+    if (!exited) {
+      kill(pid_, SIGKILL);
+      while (waitpid(pid_, &wait_status_, 0) < 0 && errno == EINTR) {
+      }
+      if (WIFSIGNALED(wait_status_) && WTERMSIG(wait_status_) == SIGKILL) {
+        reaped_ = true;
+        return {CallOutcome::Kind::worker_lost, 0, seconds, "worker broke the protocol and was killed"};
+      }
     }
     reaped_ = true;
   }
@@ -204,6 +218,7 @@ void SharedArena::reserve(std::size_t bytes) {
   if (bytes <= bytes_) return;
   if (base_) munmap(base_, bytes_);
   base_ = nullptr;
+  bytes_ = 0;
   if (ftruncate(fd_, static_cast<off_t>(bytes)) != 0)
     throw std::runtime_error(std::string("ftruncate arena: ") + std::strerror(errno));
   void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);

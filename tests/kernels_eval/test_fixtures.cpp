@@ -38,6 +38,8 @@ const Expectation kExpectations[] = {
     {"library_call", "matmul", eval::Status::rejected, "forbidden_import"},
     {"extra_export", "relu", eval::Status::rejected, "forbidden_export"},
     {"raw_syscall", "relu", eval::Status::rejected, "forbidden_syscall"},
+    {"constructor_forges_output", "relu", eval::Status::rejected, "forbidden_syscall"},
+    {"constructor_breaks_protocol", "relu", eval::Status::rejected, "forbidden_syscall"},
     {"compile_error", "relu", eval::Status::compile_error, "compiler_error"},
     {"compile_bomb", "relu", eval::Status::compile_error, "compile_timeout"},
 };
