@@ -4,6 +4,7 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <signal.h>
+#include <sched.h>
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -127,6 +128,7 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary) {
     w->pid_ = -1;
     throw std::runtime_error("cannot start worker " + path + ": " + std::strerror(err));
   }
+  clock_getcpuclockid(w->pid_, &w->cpu_clock_);
   return w;
 }
 
@@ -280,7 +282,41 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
     terminate();
     return {CallOutcome::Kind::candidate_error, 0, elapsed(), std::string("load failed: ") + reply.error};
   }
+  if (!freeze()) return lost(elapsed());
   return {CallOutcome::Kind::ok, 0, elapsed(), {}};
+}
+
+bool WorkerProcess::freeze() {
+  if (frozen_ || reaped_) return frozen_;
+  kill(pid_, SIGSTOP);
+  int status = 0;
+  while (waitpid(pid_, &status, WUNTRACED) < 0 && errno == EINTR) {
+  }
+  if (WIFSTOPPED(status)) return frozen_ = true;
+  wait_status_ = status;  // it ended before it could be stopped
+  reaped_ = true;
+  return false;
+}
+
+double WorkerProcess::worker_cpu_seconds() const {
+  timespec ts{};
+  if (clock_gettime(cpu_clock_, &ts) != 0) return 0.0;
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+double WorkerProcess::thaw() {
+  if (!frozen_) return 0.0;
+  auto* c = control(arena_);
+  const double cpu_before = worker_cpu_seconds();
+  const uint32_t beat = c->heartbeat.load(std::memory_order_relaxed);
+  kill(pid_, SIGCONT);
+  frozen_ = false;
+  if (c->worker_sleeping.load(std::memory_order_seq_cst))
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&c->go), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  // Waking a stopped task can take hundreds of microseconds on a VM; that wait is not the candidate's.
+  auto give_up = Clock::now() + std::chrono::milliseconds(20);
+  while (c->heartbeat.load(std::memory_order_relaxed) == beat && Clock::now() < give_up) __builtin_ia32_pause();
+  return std::max(0.0, worker_cpu_seconds() - cpu_before);
 }
 
 CallOutcome WorkerProcess::call(int set, double timeout_s) {
@@ -288,6 +324,9 @@ CallOutcome WorkerProcess::call(int set, double timeout_s) {
   auto* c = control(arena_);
   uint32_t seq = ++sequence_;
   c->set = set;
+  // The worker is let go before the window opens, but whatever CPU time it used since (an honest idle loop:
+  // a microsecond or two) is added to the sample, so no work escapes the measurement.
+  const double before_window = thaw();
   auto start = Clock::now();
   auto deadline = start + std::chrono::duration<double>(timeout_s);
   c->go.store(seq, std::memory_order_seq_cst);
@@ -316,8 +355,9 @@ CallOutcome WorkerProcess::call(int set, double timeout_s) {
       __builtin_ia32_pause();
     }
   }
-  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count() + before_window;
   int rc = c->rc;
+  if (!freeze()) return lost(seconds);
   if (rc != 0)
     return {CallOutcome::Kind::candidate_error, rc, seconds, "crucible_forward returned " + std::to_string(rc)};
   return {CallOutcome::Kind::ok, 0, seconds, {}};

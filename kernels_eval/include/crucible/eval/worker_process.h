@@ -2,6 +2,7 @@
 // The evaluator's handle on one sandboxed worker process (see worker_protocol.h), and a pool that keeps
 // workers started ahead of need. A worker serves one candidate and is then ended.
 #include <sys/types.h>
+#include <time.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -100,6 +101,13 @@ class WorkerProcess {
   bool wait_hello(double timeout_s);
   CallOutcome lost(double seconds);  // classify the end of a worker that died
   void terminate();
+  // Between calls the worker is stopped (SIGSTOP), so a candidate that never returns and answers the
+  // doorbell itself cannot work while the evaluator prepares the next call or times the reference.
+  bool freeze();
+  // Lets the worker run and returns once it is seen running; returns the CPU time it spent meanwhile,
+  // which the caller adds to its measurement.
+  double thaw();
+  double worker_cpu_seconds() const;
 
   pid_t pid_ = -1;
   int socket_ = -1;
@@ -109,6 +117,8 @@ class WorkerProcess {
   bool reaped_ = false;
   int wait_status_ = 0;
   bool hello_seen_ = false;
+  bool frozen_ = false;
+  clockid_t cpu_clock_{};
   std::filesystem::path scratch_dir_;  // private temporary directory: the worker's cwd and TMPDIR
 
   friend class WorkerPool;
