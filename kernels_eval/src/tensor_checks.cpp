@@ -42,6 +42,7 @@ InputPool::InputPool(const TaskSpec& task, const Sizes& sizes, uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(seed);
   for (const auto& spec : task.inputs) {
     inits_.push_back(spec.init);
+    if (!spec.init.high_symbol.empty()) inits_.back().high = static_cast<double>(resolve_dim(spec.init.high_symbol, sizes));
     shapes_.push_back(resolve_shape(spec, sizes));
     int64_t n = numel(shapes_.back());
     pools_.push_back(draw_flat(spec.init, 2 * n, sizes, gen).to(to_torch(spec.dtype)).contiguous());
@@ -63,6 +64,40 @@ std::vector<torch::Tensor> InputPool::draw(uint64_t seed) const {
     inputs.push_back(t);
   }
   return inputs;
+}
+
+namespace {
+// x -> (2c - x) for a random half of the elements; twice_center = 2c keeps integer reflections exact.
+template <typename T>
+void reflect(T* data, int64_t n, T twice_center, std::mt19937_64& rng) {
+  for (int64_t base = 0; base < n; base += 64) {
+    uint64_t bits = rng();
+    const int64_t end = std::min<int64_t>(n, base + 64);
+    for (int64_t i = base; i < end; ++i, bits >>= 1)
+      if (bits & 1) data[i] = twice_center - data[i];
+  }
+}
+}  // namespace
+
+torch::Tensor InputPool::fresh(std::size_t input, uint64_t seed) const {
+  std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ULL + 7);
+  const auto& init = inits_[input];
+  const int64_t n = numel(shapes_[input]);
+  const int64_t offset = static_cast<int64_t>(rng() % static_cast<uint64_t>(n + 1));
+  torch::Tensor t = pools_[input].narrow(0, offset, n).clone().view(shapes_[input]);
+  const double twice_center = init.kind == InitSpec::Kind::normal ? 2 * init.mean : init.low + init.high;
+  switch (t.scalar_type()) {
+    case torch::kFloat32: reflect(t.data_ptr<float>(), n, static_cast<float>(twice_center), rng); break;
+    case torch::kFloat64: reflect(t.data_ptr<double>(), n, twice_center, rng); break;
+    case torch::kInt64:  // randint(low, high) is symmetric around (low + high - 1) / 2
+      if (init.kind == InitSpec::Kind::randint)
+        reflect(t.data_ptr<int64_t>(), n, static_cast<int64_t>(init.low + init.high) - 1, rng);
+      break;
+    default: break;  // other dtypes keep the plain window
+  }
+  if (init.scale_low != 1.0 || init.scale_high != 1.0)
+    t = t * std::uniform_real_distribution<double>(init.scale_low, init.scale_high)(rng);
+  return t;
 }
 
 void write_tensor(std::byte* arena, const ArenaTensor& slot, const torch::Tensor& value) {

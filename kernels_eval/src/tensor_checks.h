@@ -21,6 +21,10 @@ class InputPool {
  public:
   InputPool(const TaskSpec& task, const Sizes& sizes, uint64_t seed);
   std::vector<torch::Tensor> draw(uint64_t seed) const;  // contiguous; may alias the pool: do not modify
+  // A window with every element reflected around the distribution's centre by a random sign: the same
+  // distribution (normal, uniform and randint are symmetric), but contents no earlier call has seen, so
+  // nothing learned from earlier windows helps. Used for timed calls. A new tensor.
+  torch::Tensor fresh(std::size_t input, uint64_t seed) const;
 
  private:
   std::vector<InitSpec> inits_;
