@@ -1,7 +1,9 @@
 #include "crucible/eval/task_spec.h"
 
 #include <cctype>
+#include <cstdint>
 #include <stdexcept>
+#include <string>
 
 namespace crucible::eval {
 
@@ -20,7 +22,12 @@ Tolerance TaskSpec::tolerance_for(DType t) const {
 int64_t resolve_dim(const std::string& dim, const Sizes& sizes) {
   if (!dim.empty() && std::isdigit(static_cast<unsigned char>(dim[0]))) {
     std::size_t used = 0;
-    int64_t value = std::stoll(dim, &used);
+    int64_t value = 0;
+    try {
+      value = std::stoll(dim, &used);
+    } catch (const std::out_of_range&) {
+      throw std::invalid_argument("dimension literal '" + dim + "' is out of range");
+    }
     if (used != dim.size()) throw std::invalid_argument("bad dimension literal '" + dim + "'");
     return value;
   }
@@ -36,6 +43,8 @@ std::vector<int64_t> resolve_shape(const TensorSpec& t, const Sizes& sizes) {
     int64_t v = resolve_dim(d, sizes);
     if (v <= 0) throw std::invalid_argument("tensor '" + t.name + "': dimension '" + d + "' is not positive");
     shape.push_back(v);
+    if (numel(shape) > (int64_t{1} << 40))
+      throw std::invalid_argument("tensor '" + t.name + "' has more than 2^40 elements");
   }
   return shape;
 }
@@ -59,7 +68,10 @@ double evaluate_product(const std::string& expr, const Sizes& sizes) {
 
 int64_t numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    if (d > 0 && n > INT64_MAX / d) throw std::invalid_argument("tensor size overflows 64 bits");
+    n *= d;
+  }
   return n;
 }
 

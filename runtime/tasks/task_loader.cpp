@@ -60,7 +60,13 @@ TensorSpec read_tensor(TableReader& r, bool is_input) {
   t.dtype = read_dtype(r);
   t.shape = r.require_scalar_array("shape");
   if (is_input) {
-    if (auto init = r.get_table("init")) t.init = read_init(*init);
+    if (auto init = r.get_table("init")) {
+      t.init = read_init(*init);
+      bool scaled = t.init.scale_low != 1.0 || t.init.scale_high != 1.0;
+      if (scaled && !eval::is_floating(t.dtype)) init->fail("scale", "only floating-point inputs can be scaled");
+      if (t.init.kind == eval::InitSpec::Kind::randint && eval::is_floating(t.dtype))
+        init->fail("dist", "randint needs an integer dtype");
+    }
   }
   r.finish();
   return t;
@@ -70,8 +76,9 @@ void check_symbols(TableReader& r, const std::string& key, const TensorSpec& t, 
   for (const auto& [backend, sizes] : task.sizes) {
     try {
       eval::resolve_shape(t, sizes);
+      if (!t.init.high_symbol.empty()) eval::resolve_dim(t.init.high_symbol, sizes);
     } catch (const std::invalid_argument& e) {
-      r.fail(key, std::string(e.what()) + " in sizes." + backend);
+      r.fail(t.init.high_symbol.empty() ? key : "init", std::string(e.what()) + " in sizes." + backend);
     }
   }
 }

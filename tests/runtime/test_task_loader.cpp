@@ -126,6 +126,20 @@ TEST_CASE("config errors name the file, the line and the key") {
     auto e = load_error(replace(kTask, "shape = [\"M\"]\n\n[tolerance]", "shape = [\"Q\"]\n\n[tolerance]"));
     CHECK(e.key() == "outputs[0].shape");
   }
+  SUBCASE("scale on an integer input") {
+    auto e = load_error(replace(kTask, "dtype = \"float32\"\nshape = [\"M\"]\ninit = { dist = \"normal\" }",
+                                "dtype = \"int64\"\nshape = [\"M\"]\ninit = { dist = \"randint\", high = 5, scale = [1, 2] }"));
+    CHECK(e.key() == "inputs[0].init.scale");
+  }
+  SUBCASE("randint bound naming an unknown size") {
+    auto e = load_error(replace(kTask, "dtype = \"float32\"\nshape = [\"M\"]\ninit = { dist = \"normal\" }",
+                                "dtype = \"int64\"\nshape = [\"M\"]\ninit = { dist = \"randint\", high = \"C\" }"));
+    CHECK(e.key() == "inputs[0].init");
+  }
+  SUBCASE("a dimension literal too large for 64 bits") {
+    auto e = load_error(replace(kTask, "shape = [\"M\"]\ninit", "shape = [\"99999999999999999999\"]\ninit"));
+    CHECK(e.key() == "inputs[0].shape");
+  }
   SUBCASE("unknown reference") {
     auto e = load_error(replace(kTask, "reference = \"relu\"", "reference = \"rleu\""));
     CHECK(e.key() == "reference");
