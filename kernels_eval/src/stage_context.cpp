@@ -15,12 +15,7 @@ std::vector<torch::Tensor> StageContext::run_reference(const std::vector<torch::
 }
 
 bool StageContext::call(int set, Verdict& v, double* seconds, bool settle) {
-  CallOutcome out = worker.call(set, timeout_s);
-  if (out.ok() && settle) {
-    CallOutcome settled = worker.sync(timeout_s);
-    out.seconds += settled.seconds;
-    if (!settled.ok()) out = settled;
-  }
+  CallOutcome out = worker.call(set, timeout_s, /*then_sync=*/settle);
   kernel_s += out.seconds;
   if (seconds) *seconds = out.seconds;
   return !classify_failure(out, v);

@@ -46,6 +46,10 @@ InputPool::InputPool(const TaskSpec& task, const Sizes& sizes, uint64_t seed) {
     shapes_.push_back(resolve_shape(spec, sizes));
     int64_t n = numel(shapes_.back());
     pools_.push_back(draw_flat(spec.init, 2 * n, sizes, gen).to(to_torch(spec.dtype)).contiguous());
+    std::mt19937_64 bits(seed + 0x51ed270b27u * (masks_.size() + 1));
+    std::vector<uint8_t> mask(static_cast<std::size_t>(2 * n));
+    for (auto& m : mask) m = static_cast<uint8_t>(bits() & 1);
+    masks_.push_back(std::move(mask));
   }
 }
 
@@ -67,15 +71,10 @@ std::vector<torch::Tensor> InputPool::draw(uint64_t seed) const {
 }
 
 namespace {
-// x -> (2c - x) for a random half of the elements; twice_center = 2c keeps integer reflections exact.
+// out = mask ? twice_center - in : in, branch-free so it vectorises.
 template <typename T>
-void reflect(T* data, int64_t n, T twice_center, std::mt19937_64& rng) {
-  for (int64_t base = 0; base < n; base += 64) {
-    uint64_t bits = rng();
-    const int64_t end = std::min<int64_t>(n, base + 64);
-    for (int64_t i = base; i < end; ++i, bits >>= 1)
-      if (bits & 1) data[i] = twice_center - data[i];
-  }
+void reflect_copy(const T* in, const uint8_t* mask, T* out, int64_t n, T twice_center) {
+  for (int64_t i = 0; i < n; ++i) out[i] = mask[i] ? static_cast<T>(twice_center - in[i]) : in[i];
 }
 }  // namespace
 
@@ -84,16 +83,27 @@ torch::Tensor InputPool::fresh(std::size_t input, uint64_t seed) const {
   const auto& init = inits_[input];
   const int64_t n = numel(shapes_[input]);
   const int64_t offset = static_cast<int64_t>(rng() % static_cast<uint64_t>(n + 1));
-  torch::Tensor t = pools_[input].narrow(0, offset, n).clone().view(shapes_[input]);
+  const uint8_t* mask = masks_[input].data() + rng() % static_cast<uint64_t>(n + 1);
+  torch::Tensor window = pools_[input].narrow(0, offset, n);
+  torch::Tensor t = torch::empty(shapes_[input], window.options());
   const double twice_center = init.kind == InitSpec::Kind::normal ? 2 * init.mean : init.low + init.high;
   switch (t.scalar_type()) {
-    case torch::kFloat32: reflect(t.data_ptr<float>(), n, static_cast<float>(twice_center), rng); break;
-    case torch::kFloat64: reflect(t.data_ptr<double>(), n, twice_center, rng); break;
+    case torch::kFloat32:
+      reflect_copy(window.data_ptr<float>(), mask, t.data_ptr<float>(), n, static_cast<float>(twice_center));
+      break;
+    case torch::kFloat64:
+      reflect_copy(window.data_ptr<double>(), mask, t.data_ptr<double>(), n, twice_center);
+      break;
     case torch::kInt64:  // randint(low, high) is symmetric around (low + high - 1) / 2
       if (init.kind == InitSpec::Kind::randint)
-        reflect(t.data_ptr<int64_t>(), n, static_cast<int64_t>(init.low + init.high) - 1, rng);
+        reflect_copy(window.data_ptr<int64_t>(), mask, t.data_ptr<int64_t>(), n,
+                     static_cast<int64_t>(init.low + init.high) - 1);
+      else
+        t.copy_(window.view(shapes_[input]));
       break;
-    default: break;  // other dtypes keep the plain window
+    default:
+      t.copy_(window.view(shapes_[input]));  // other dtypes keep the plain window
+      break;
   }
   if (init.scale_low != 1.0 || init.scale_high != 1.0)
     t = t * std::uniform_real_distribution<double>(init.scale_low, init.scale_high)(rng);

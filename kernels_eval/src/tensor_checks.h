@@ -21,15 +21,17 @@ class InputPool {
  public:
   InputPool(const TaskSpec& task, const Sizes& sizes, uint64_t seed);
   std::vector<torch::Tensor> draw(uint64_t seed) const;  // contiguous; may alias the pool: do not modify
-  // A window with every element reflected around the distribution's centre by a random sign: the same
-  // distribution (normal, uniform and randint are symmetric), but contents no earlier call has seen, so
-  // nothing learned from earlier windows helps. Used for timed calls. A new tensor.
+  // A window with elements reflected around the distribution's centre where a window of a random mask (at
+  // its own random offset) says so: the same distribution (normal, uniform and randint are symmetric), but
+  // contents no earlier call has seen, and far too many combinations to reassemble. Used for timed calls.
+  // A new tensor, made in one vectorised pass.
   torch::Tensor fresh(std::size_t input, uint64_t seed) const;
 
  private:
   std::vector<InitSpec> inits_;
   std::vector<std::vector<int64_t>> shapes_;
   std::vector<torch::Tensor> pools_;  // flat, 2 x numel
+  std::vector<std::vector<uint8_t>> masks_;  // random 0/1 per element, 2 x numel: which elements fresh() reflects
 };
 
 void write_tensor(std::byte* arena, const ArenaTensor& slot, const torch::Tensor& value);

@@ -91,13 +91,11 @@ void limit(int resource, rlim_t soft, rlim_t hard) {
 
 void wait_for_call(uint32_t expected) {
   auto* c = g_control;
-  for (uint32_t spin = 0; spin < 200000; ++spin) {
+  for (int spin = 0; spin < 200000; ++spin) {
     if (c->go.load(std::memory_order_acquire) == expected) return;
-    c->heartbeat.store(spin, std::memory_order_relaxed);
     __builtin_ia32_pause();
   }
   while (c->go.load(std::memory_order_acquire) != expected) {
-    c->heartbeat.fetch_add(1, std::memory_order_relaxed);
     c->worker_sleeping.store(1, std::memory_order_seq_cst);
     uint32_t seen = c->go.load(std::memory_order_seq_cst);
     if (seen != expected)

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -128,7 +129,6 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary) {
     w->pid_ = -1;
     throw std::runtime_error("cannot start worker " + path + ": " + std::strerror(err));
   }
-  clock_getcpuclockid(w->pid_, &w->cpu_clock_);
   return w;
 }
 
@@ -282,8 +282,12 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
     terminate();
     return {CallOutcome::Kind::candidate_error, 0, elapsed(), std::string("load failed: ") + reply.error};
   }
-  if (!freeze()) return lost(elapsed());
   return {CallOutcome::Kind::ok, 0, elapsed(), {}};
+}
+
+bool WorkerProcess::keep_frozen_between_calls() {
+  freezing_ = true;
+  return freeze();
 }
 
 bool WorkerProcess::freeze() {
@@ -298,37 +302,33 @@ bool WorkerProcess::freeze() {
   return false;
 }
 
-double WorkerProcess::worker_cpu_seconds() const {
-  timespec ts{};
-  if (clock_gettime(cpu_clock_, &ts) != 0) return 0.0;
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-double WorkerProcess::thaw() {
-  if (!frozen_) return 0.0;
-  auto* c = control(arena_);
-  const double cpu_before = worker_cpu_seconds();
-  const uint32_t beat = c->heartbeat.load(std::memory_order_relaxed);
+void WorkerProcess::thaw() {
+  if (!frozen_) return;
   kill(pid_, SIGCONT);
   frozen_ = false;
-  if (c->worker_sleeping.load(std::memory_order_seq_cst))
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&c->go), FUTEX_WAKE, 1, nullptr, nullptr, 0);
-  // Waking a stopped task can take hundreds of microseconds on a VM; that wait is not the candidate's.
-  auto give_up = Clock::now() + std::chrono::milliseconds(20);
-  while (c->heartbeat.load(std::memory_order_relaxed) == beat && Clock::now() < give_up) __builtin_ia32_pause();
-  return std::max(0.0, worker_cpu_seconds() - cpu_before);
 }
 
-CallOutcome WorkerProcess::call(int set, double timeout_s) {
+double WorkerProcess::wake_latency(int rounds) {
+  std::vector<double> samples;
+  for (int r = 0; r < rounds; ++r) {
+    CallOutcome out = sync(5.0);
+    if (!out.ok()) return 0.0;
+    samples.push_back(out.seconds);
+  }
+  std::sort(samples.begin(), samples.end());
+  return samples.empty() ? 0.0 : samples[samples.size() / 2];
+}
+
+CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync) {
   if (!arena_ || reaped_) return {CallOutcome::Kind::worker_lost, 0, 0.0, "worker is not loaded"};
   auto* c = control(arena_);
   uint32_t seq = ++sequence_;
   c->set = set;
-  // The worker is let go before the window opens, but whatever CPU time it used since (an honest idle loop:
-  // a microsecond or two) is added to the sample, so no work escapes the measurement.
-  const double before_window = thaw();
+  // The window opens before the worker is let go: any moment it runs is inside a measurement. (Waking a
+  // stopped task has a cost of its own; the timing stage measures it with empty calls and subtracts it.)
   auto start = Clock::now();
   auto deadline = start + std::chrono::duration<double>(timeout_s);
+  thaw();
   c->go.store(seq, std::memory_order_seq_cst);
   if (c->worker_sleeping.load(std::memory_order_seq_cst))
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&c->go), FUTEX_WAKE, 1, nullptr, nullptr, 0);
@@ -355,9 +355,29 @@ CallOutcome WorkerProcess::call(int set, double timeout_s) {
       __builtin_ia32_pause();
     }
   }
-  double seconds = std::chrono::duration<double>(Clock::now() - start).count() + before_window;
   int rc = c->rc;
-  if (!freeze()) return lost(seconds);
+  if (then_sync && rc == 0) {
+    // Same doorbell, one more round: answered only once the candidate has returned.
+    uint32_t sync_seq = ++sequence_;
+    c->set = sets_;
+    c->go.store(sync_seq, std::memory_order_seq_cst);
+    for (uint64_t spin = 1; c->done.load(std::memory_order_acquire) != sync_seq; ++spin) {
+      if ((spin & 0x3fff) != 0) {
+        __builtin_ia32_pause();
+        continue;
+      }
+      if (waitpid(pid_, &wait_status_, WNOHANG) == pid_) {
+        reaped_ = true;
+        return lost(std::chrono::duration<double>(Clock::now() - start).count());
+      }
+      if (Clock::now() > deadline) {
+        terminate();
+        return {CallOutcome::Kind::timed_out, 0, timeout_s, "the candidate kept working past the wall-clock limit"};
+      }
+    }
+  }
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (freezing_ && !freeze()) return lost(seconds);
   if (rc != 0)
     return {CallOutcome::Kind::candidate_error, rc, seconds, "crucible_forward returned " + std::to_string(rc)};
   return {CallOutcome::Kind::ok, 0, seconds, {}};

@@ -125,10 +125,11 @@ TEST_CASE("a candidate that takes over the doorbell and works between calls gain
   auto takeover = evaluator.evaluate(task, test::read_file(test::cpu_fixture("doorbell_takeover")), test_options());
   INFO(detail_of(takeover), " / honest ", detail_of(honest));
   REQUIRE(honest.status == eval::Status::correct);
-  // Either its outputs are caught being wrong, or it is timed no faster than honest work (~50x slower, in fact).
+  // Either its outputs are caught being wrong, or it is timed like honest work (the exploit, unfixed, gave
+  // ~45x; this VM's run-to-run noise is ~2x).
   if (takeover.status == eval::Status::correct) {
     REQUIRE(takeover.speedup.has_value());
-    CHECK(*takeover.speedup < 2.0 * *honest.speedup);
+    CHECK(*takeover.speedup < 5.0 * *honest.speedup);
   } else {
     CHECK(takeover.status == eval::Status::incorrect);
   }

@@ -2,7 +2,6 @@
 // The evaluator's handle on one sandboxed worker process (see worker_protocol.h), and a pool that keeps
 // workers started ahead of need. A worker serves one candidate and is then ended.
 #include <sys/types.h>
-#include <time.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -87,10 +86,19 @@ class WorkerProcess {
                    const WorkerLimits& limits, double timeout_s);
   // Runs crucible_forward on one set. `seconds` is measured here, from ringing the doorbell to seeing
   // the worker's completion, so the candidate cannot touch it.
-  CallOutcome call(int set, double timeout_s);
+  // With `then_sync`, the sync below follows at once (the worker is not stopped in between) and its time
+  // is part of the outcome's.
+  CallOutcome call(int set, double timeout_s, bool then_sync = false);
   // Returns once every earlier call has returned inside the worker. A candidate that signals completion
   // early and works on would show its hidden time here.
   CallOutcome sync(double timeout_s) { return call(sets_, timeout_s); }
+  // From now on the worker is stopped (SIGSTOP) whenever no call is in flight, so a candidate that never
+  // returns and answers the doorbell itself cannot work while the evaluator prepares the next call or
+  // times the reference. Before timing; correctness gains nothing from it and each stop costs ~0.1 ms.
+  bool keep_frozen_between_calls();
+  // Median duration of `rounds` empty round trips from the frozen state: what waking the worker costs,
+  // to be subtracted from timed samples (an empty call does no candidate work, whoever answers it).
+  double wake_latency(int rounds);
 
   std::byte* arena() const { return arena_; }
   pid_t pid() const { return pid_; }
@@ -101,13 +109,8 @@ class WorkerProcess {
   bool wait_hello(double timeout_s);
   CallOutcome lost(double seconds);  // classify the end of a worker that died
   void terminate();
-  // Between calls the worker is stopped (SIGSTOP), so a candidate that never returns and answers the
-  // doorbell itself cannot work while the evaluator prepares the next call or times the reference.
   bool freeze();
-  // Lets the worker run and returns once it is seen running; returns the CPU time it spent meanwhile,
-  // which the caller adds to its measurement.
-  double thaw();
-  double worker_cpu_seconds() const;
+  void thaw();
 
   pid_t pid_ = -1;
   int socket_ = -1;
@@ -118,7 +121,7 @@ class WorkerProcess {
   int wait_status_ = 0;
   bool hello_seen_ = false;
   bool frozen_ = false;
-  clockid_t cpu_clock_{};
+  bool freezing_ = false;
   std::filesystem::path scratch_dir_;  // private temporary directory: the worker's cwd and TMPDIR
 
   friend class WorkerPool;

@@ -53,7 +53,6 @@ struct Control {
   int32_t set;  // which input/output set the requested call uses
   alignas(64) std::atomic<uint32_t> done;
   int32_t rc;
-  alignas(64) std::atomic<uint32_t> heartbeat;  // advanced by the worker's idle loop: proof it is running
   alignas(64) std::atomic<int32_t> crash_signal;  // written by the worker's fatal-signal handler
   int32_t crash_code;
   uint64_t crash_address;
