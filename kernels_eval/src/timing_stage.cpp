@@ -67,11 +67,6 @@ bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingS
     for (int s = 0; s < sets; ++s)
       if (!ctx.call(s, v)) return false;
 
-  if (!ctx.worker.keep_frozen_between_calls()) {
-    classify_failure(CallOutcome{CallOutcome::Kind::worker_lost, 0, 0.0, "worker ended before timing"}, v);
-    return false;
-  }
-  const double wake_s = ctx.worker.wake_latency(5);
   auto verify = pick_verified(ctx.timed, sets, ctx.verified, ctx.seed);
   std::vector<Snapshot> snapshots;
   std::vector<double> samples;
@@ -85,7 +80,7 @@ bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingS
     for (const auto& slot : layout.outputs[s]) poison(arena, slot, pattern);
     double seconds = 0.0;
     if (!ctx.call(s, v, &seconds, /*settle=*/true)) return false;
-    samples.push_back(std::max(0.0, seconds - wake_s) * 1e6);
+    samples.push_back(seconds * 1e6);
     int64_t unwritten = 0;
     for (const auto& slot : layout.outputs[s]) unwritten += count_poisoned(arena, slot, pattern);
     if (unwritten > 0)

@@ -48,6 +48,13 @@ ArenaTensor place(const TensorShape& t, std::size_t& cursor) {
 
 proto::Control* control(std::byte* arena) { return reinterpret_cast<proto::Control*>(arena); }
 
+// The worker may have gone to sleep on `go` (after spinning a while): wake it, or it never sees the ring.
+void ring(proto::Control* c, uint32_t seq) {
+  c->go.store(seq, std::memory_order_seq_cst);
+  if (c->worker_sleeping.load(std::memory_order_seq_cst))
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&c->go), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+}
+
 std::string describe_signal(int sig) {
   const char* name = sigabbrev_np(sig);
   return std::string("SIG") + (name ? name : std::to_string(sig)) + " (" + strsignal(sig) + ")";
@@ -285,53 +292,14 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
   return {CallOutcome::Kind::ok, 0, elapsed(), {}};
 }
 
-bool WorkerProcess::keep_frozen_between_calls() {
-  freezing_ = true;
-  return freeze();
-}
-
-bool WorkerProcess::freeze() {
-  if (frozen_ || reaped_) return frozen_;
-  kill(pid_, SIGSTOP);
-  int status = 0;
-  while (waitpid(pid_, &status, WUNTRACED) < 0 && errno == EINTR) {
-  }
-  if (WIFSTOPPED(status)) return frozen_ = true;
-  wait_status_ = status;  // it ended before it could be stopped
-  reaped_ = true;
-  return false;
-}
-
-void WorkerProcess::thaw() {
-  if (!frozen_) return;
-  kill(pid_, SIGCONT);
-  frozen_ = false;
-}
-
-double WorkerProcess::wake_latency(int rounds) {
-  std::vector<double> samples;
-  for (int r = 0; r < rounds; ++r) {
-    CallOutcome out = sync(5.0);
-    if (!out.ok()) return 0.0;
-    samples.push_back(out.seconds);
-  }
-  std::sort(samples.begin(), samples.end());
-  return samples.empty() ? 0.0 : samples[samples.size() / 2];
-}
-
 CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync) {
   if (!arena_ || reaped_) return {CallOutcome::Kind::worker_lost, 0, 0.0, "worker is not loaded"};
   auto* c = control(arena_);
   uint32_t seq = ++sequence_;
   c->set = set;
-  // The window opens before the worker is let go: any moment it runs is inside a measurement. (Waking a
-  // stopped task has a cost of its own; the timing stage measures it with empty calls and subtracts it.)
   auto start = Clock::now();
   auto deadline = start + std::chrono::duration<double>(timeout_s);
-  thaw();
-  c->go.store(seq, std::memory_order_seq_cst);
-  if (c->worker_sleeping.load(std::memory_order_seq_cst))
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&c->go), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  ring(c, seq);
 
   // Spin for precise end times; after 50 ms, poll every 50 us (under 0.1% of such a call).
   for (uint64_t spin = 1;; ++spin) {
@@ -360,7 +328,7 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync) {
     // Same doorbell, one more round: answered only once the candidate has returned.
     uint32_t sync_seq = ++sequence_;
     c->set = sets_;
-    c->go.store(sync_seq, std::memory_order_seq_cst);
+    ring(c, sync_seq);
     for (uint64_t spin = 1; c->done.load(std::memory_order_acquire) != sync_seq; ++spin) {
       if ((spin & 0x3fff) != 0) {
         __builtin_ia32_pause();
@@ -377,7 +345,6 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync) {
     }
   }
   double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (freezing_ && !freeze()) return lost(seconds);
   if (rc != 0)
     return {CallOutcome::Kind::candidate_error, rc, seconds, "crucible_forward returned " + std::to_string(rc)};
   return {CallOutcome::Kind::ok, 0, seconds, {}};

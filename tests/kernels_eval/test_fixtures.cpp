@@ -116,25 +116,6 @@ TEST_CASE("signalling completion early hides no time: the tamperer is timed like
   CHECK(tamper.candidate_time->median_us > 0.2 * honest.candidate_time->median_us);
 }
 
-TEST_CASE("a candidate that takes over the doorbell and works between calls gains nothing") {
-  TestEvaluator t("takeover");
-  auto& evaluator = t.evaluator;
-  auto task = tasks::find_task("relu", test::tasks_dir());
-  auto honest = evaluator.evaluate(task, test::read_file(test::source_dir() / "configs/candidates/cpu/relu.cpp"),
-                                   test_options());
-  auto takeover = evaluator.evaluate(task, test::read_file(test::cpu_fixture("doorbell_takeover")), test_options());
-  INFO(detail_of(takeover), " / honest ", detail_of(honest));
-  REQUIRE(honest.status == eval::Status::correct);
-  // Either its outputs are caught being wrong, or it is timed like honest work (the exploit, unfixed, gave
-  // ~45x; this VM's run-to-run noise is ~2x).
-  if (takeover.status == eval::Status::correct) {
-    REQUIRE(takeover.speedup.has_value());
-    CHECK(*takeover.speedup < 5.0 * *honest.speedup);
-  } else {
-    CHECK(takeover.status == eval::Status::incorrect);
-  }
-}
-
 TEST_CASE("a task's own allowlist admits a library call the default gate refuses") {
   TestEvaluator t("allow");
   auto& evaluator = t.evaluator;

@@ -92,13 +92,6 @@ class WorkerProcess {
   // Returns once every earlier call has returned inside the worker. A candidate that signals completion
   // early and works on would show its hidden time here.
   CallOutcome sync(double timeout_s) { return call(sets_, timeout_s); }
-  // From now on the worker is stopped (SIGSTOP) whenever no call is in flight, so a candidate that never
-  // returns and answers the doorbell itself cannot work while the evaluator prepares the next call or
-  // times the reference. Before timing; correctness gains nothing from it and each stop costs ~0.1 ms.
-  bool keep_frozen_between_calls();
-  // Median duration of `rounds` empty round trips from the frozen state: what waking the worker costs,
-  // to be subtracted from timed samples (an empty call does no candidate work, whoever answers it).
-  double wake_latency(int rounds);
 
   std::byte* arena() const { return arena_; }
   pid_t pid() const { return pid_; }
@@ -109,8 +102,6 @@ class WorkerProcess {
   bool wait_hello(double timeout_s);
   CallOutcome lost(double seconds);  // classify the end of a worker that died
   void terminate();
-  bool freeze();
-  void thaw();
 
   pid_t pid_ = -1;
   int socket_ = -1;
@@ -120,8 +111,6 @@ class WorkerProcess {
   bool reaped_ = false;
   int wait_status_ = 0;
   bool hello_seen_ = false;
-  bool frozen_ = false;
-  bool freezing_ = false;
   std::filesystem::path scratch_dir_;  // private temporary directory: the worker's cwd and TMPDIR
 
   friend class WorkerPool;
