@@ -71,10 +71,15 @@ std::vector<torch::Tensor> InputPool::draw(uint64_t seed) const {
 }
 
 namespace {
-// out = mask ? twice_center - in : in, branch-free so it vectorises.
+// out = mask ? twice_center - in : in, as arithmetic: a select on a random mask compiles to a branch that
+// mispredicts half the time (~9 ms per million elements); this form vectorises (~0.5 ms).
 template <typename T>
-void reflect_copy(const T* in, const uint8_t* mask, T* out, int64_t n, T twice_center) {
-  for (int64_t i = 0; i < n; ++i) out[i] = mask[i] ? static_cast<T>(twice_center - in[i]) : in[i];
+void reflect_copy(const T* __restrict in, const uint8_t* __restrict mask, T* __restrict out, int64_t n,
+                  T twice_center) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T m = static_cast<T>(mask[i]);
+    out[i] = in[i] + m * (twice_center - in[i] - in[i]);
+  }
 }
 }  // namespace
 
