@@ -50,14 +50,17 @@ bool install(Program& p) {
 
 // Both stages are allowlists: any system call not named here (x32 numbers included) kills the worker.
 namespace {
-// Shared by both stages: memory management, futex, exit, and the signals a crash or abort() needs.
-void allow_basics(Program& p, pid_t self) {
-  // tgkill only towards this process (abort() raises SIGABRT on itself).
-  jump(p, BPF_JMP | BPF_JEQ | BPF_K, SYS_tgkill, 0, 4);
-  stmt(p, BPF_LD | BPF_W | BPF_ABS, arg_low(0));
-  jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(self), 1, 0);
+void allow_if_arg_equals(Program& p, long syscall, int arg, uint32_t value) {
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(syscall), 0, 4);
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, arg_low(arg));
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, value, 1, 0);
   stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
   stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+}
+
+// Shared by both stages: memory management, futex, exit, and the signals a crash or abort() needs.
+void allow_basics(Program& p, pid_t self) {
+  allow_if_arg_equals(p, SYS_tgkill, 0, static_cast<uint32_t>(self));  // abort() raises SIGABRT on itself
   for (long nr : {SYS_futex, SYS_mmap, SYS_munmap, SYS_mremap, SYS_brk, SYS_madvise, SYS_mprotect, SYS_exit,
                   SYS_exit_group, SYS_rt_sigreturn, SYS_rt_sigprocmask, SYS_getpid, SYS_gettid,
                   SYS_restart_syscall}) {
@@ -66,13 +69,6 @@ void allow_basics(Program& p, pid_t self) {
   }
 }
 
-void allow_if_arg_equals(Program& p, long syscall, int arg, uint32_t value) {
-  jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(syscall), 0, 4);
-  stmt(p, BPF_LD | BPF_W | BPF_ABS, arg_low(arg));
-  jump(p, BPF_JMP | BPF_JEQ | BPF_K, value, 1, 0);
-  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
-  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-}
 }  // namespace
 
 bool install_load_stage_filter(int socket_fd) {
