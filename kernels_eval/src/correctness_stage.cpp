@@ -38,7 +38,7 @@ struct TrialOutcome {
 // Runs one trial's calls on set 0; false when a call itself failed (verdict filled).
 bool run_trial(StageContext& ctx, Verdict& v, int trial, const std::vector<torch::Tensor>& inputs,
                const std::vector<torch::Tensor>& refs, TrialOutcome& t) {
-  std::byte* arena = ctx.arena();
+  const ArenaRef arena = ctx.arena();
   const auto& in_slots = ctx.layout.inputs[0];
   const auto& out_slots = ctx.layout.outputs[0];
   for (std::size_t i = 0; i < inputs.size(); ++i) write_tensor(arena, in_slots[i], inputs[i]);

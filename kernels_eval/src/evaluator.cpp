@@ -9,6 +9,7 @@
 #include <random>
 
 #include "crucible/eval/static_gate.h"
+#include "crucible/eval/worker_protocol.h"
 #include "stages.h"
 
 namespace crucible::eval {
@@ -36,6 +37,11 @@ fs::path default_include_dir() {
 
 std::vector<std::string> known_references() { return reference_names(); }
 
+int cuda_devices() {
+  if (!cuda::built_with_cuda() || !torch::cuda::is_available()) return 0;
+  return cuda::device_count();
+}
+
 namespace {
 EvaluatorConfig resolved(EvaluatorConfig c) {
   if (c.include_dir.empty()) c.include_dir = default_include_dir();
@@ -44,18 +50,89 @@ EvaluatorConfig resolved(EvaluatorConfig c) {
 }
 }  // namespace
 
+// One GPU's resources, made on its first evaluation: prestarted CUDA workers (each with its context), the device
+// memory lent to them, their control page, and the L2 flush buffer.
+struct GpuResources {
+  int device = 0;
+  cuda::DeviceInfo info;
+  std::unique_ptr<WorkerPool> workers;
+  cuda::SharedDeviceMemory tensors;
+  SharedArena control;
+  std::unique_ptr<cuda::L2Flush> flush;
+};
+
 struct Evaluator::Cache {
   std::map<std::string, std::unique_ptr<InputPool>> pools;
   std::map<std::string, TimingStats> reference_times;
+  std::map<int, std::unique_ptr<GpuResources>> gpus;
 
-  const InputPool& pool(const TaskSpec& task, const std::string& backend, const Sizes& sizes) {
+  const InputPool& pool(const TaskSpec& task, const std::string& device, const Sizes& sizes) {
     constexpr uint64_t kPoolSeed = 0x5eed5eed;
-    std::string key = task.name + "|" + task.source_path + "|" + backend;
+    std::string key = task.name + "|" + task.source_path + "|" + device;
     auto& slot = pools[key];
-    if (!slot) slot = std::make_unique<InputPool>(task, sizes, kPoolSeed);
+    if (!slot) {
+      if (device != "cpu") pools.clear();  // one task's pools at a time on a GPU: they can be tens of GB
+      auto& fresh_slot = pools[key];
+      fresh_slot = std::make_unique<InputPool>(task, sizes, kPoolSeed, torch::Device(device));
+      return *fresh_slot;
+    }
     return *slot;
   }
 };
+
+namespace {
+
+// "cuda" and "cuda:N" name GPU N (0 by default); "cpu" is the CPU; anything else is refused.
+int parse_cuda_device(const std::string& device) {
+  if (device == "cpu") return -1;
+  if (device == "cuda") return 0;
+  if (device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
+      device.find_first_not_of("0123456789", 5) == std::string::npos)
+    return std::stoi(device.substr(5));
+  throw std::invalid_argument("unknown device '" + device + "' (expected cpu, cuda or cuda:N)");
+}
+
+void require_gpu(int device) {
+  const std::string name = "cuda:" + std::to_string(device);
+  if (!cuda::built_with_cuda())
+    throw std::invalid_argument("device " + name + ": this build has no CUDA support (no CUDA toolkit at build time)");
+  if (!torch::cuda::is_available())
+    throw std::invalid_argument("device " + name + ": this LibTorch has no CUDA (or no GPU is visible)");
+  if (device >= cuda::device_count())
+    throw std::invalid_argument("device " + name + ": only " + std::to_string(cuda::device_count()) + " GPU(s) visible");
+}
+
+// nvcc's target for the device, with the architecture-specific variant for Hopper candidates that use wgmma.
+std::string cuda_arch_for(const cuda::DeviceInfo& info, const std::string& source) {
+  std::string arch = "sm_" + std::to_string(info.major) + std::to_string(info.minor);
+  if (info.major == 9 && info.minor == 0 && source.find("wgmma") != std::string::npos) arch += "a";
+  return arch;
+}
+
+std::size_t bytes_of(const std::vector<TensorShape>& shapes) {
+  std::size_t total = 0;
+  for (const auto& t : shapes) total += static_cast<std::size_t>(numel(t.shape)) * dtype_size(t.dtype);
+  return total;
+}
+
+// How many input sets fit the GPU beside the input pools (2x each input plus a mask byte per element) and room
+// for a reference's outputs and the comparisons' scratch memory.
+int sets_that_fit(const cuda::DeviceInfo& info, const std::vector<TensorShape>& in, const std::vector<TensorShape>& out,
+                  int wanted) {
+  std::size_t largest = 0, pool = 0;
+  for (const auto* group : {&in, &out})
+    for (const auto& t : *group) {
+      std::size_t b = static_cast<std::size_t>(numel(t.shape)) * dtype_size(t.dtype);
+      largest = std::max(largest, b);
+      if (group == &in) pool += 2 * b + 2 * static_cast<std::size_t>(numel(t.shape));
+    }
+  const std::size_t per_set = bytes_of(in) + bytes_of(out);
+  const double budget = static_cast<double>(info.free_bytes) - pool - 4.0 * largest - (1ull << 30);
+  int fit = per_set > 0 ? static_cast<int>(budget / static_cast<double>(per_set)) : wanted;
+  return std::max(1, std::min(wanted, fit));
+}
+
+}  // namespace
 
 Evaluator::Evaluator(EvaluatorConfig config)
     : config_(resolved(std::move(config))),
@@ -75,6 +152,29 @@ Evaluator::Evaluator(EvaluatorConfig config)
 
 Evaluator::~Evaluator() = default;
 
+GpuResources& Evaluator::gpu_resources(int device) {
+  auto& slot = cache_->gpus[device];
+  if (slot) return *slot;
+  require_gpu(device);
+  const fs::path binary = config_.cuda_worker_binary.empty() ? default_cuda_worker_binary() : config_.cuda_worker_binary;
+  if (binary.empty() || !fs::exists(binary))
+    throw std::invalid_argument("device cuda:" + std::to_string(device) + ": the CUDA worker binary is missing (" +
+                                binary.string() + ")");
+  auto g = std::make_unique<GpuResources>();
+  g->device = device;
+  cuda::use_device(device);
+  g->info = cuda::device_info(device);
+  // References in full float32, as the task's tolerances assume: no TF32 in cuBLAS or cuDNN.
+  at::globalContext().setAllowTF32CuBLAS(false);
+  at::globalContext().setAllowTF32CuDNN(false);
+  g->workers = std::make_unique<WorkerPool>(binary, config_.warm_workers,
+                                            std::vector<std::string>{"--device", std::to_string(device)});
+  g->control.reserve(protocol::kControlBytes);
+  g->flush = std::make_unique<cuda::L2Flush>(g->info.l2_bytes);
+  slot = std::move(g);
+  return *slot;
+}
+
 Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, const EvalOptions& options) {
   const auto start = Clock::now();
   const bool full = options.mode == Mode::full;
@@ -91,8 +191,10 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     return v;
   };
 
-  const std::string backend = options.device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
-  if (backend != "cpu") throw std::invalid_argument("device '" + options.device + "' is not supported by this build");
+  const int cuda_device = parse_cuda_device(options.device);
+  const std::string backend = cuda_device >= 0 ? "cuda" : "cpu";
+  GpuResources* gpu = cuda_device >= 0 ? &gpu_resources(cuda_device) : nullptr;
+  if (gpu) v.device = "cuda:" + std::to_string(cuda_device);
   ReferenceFn reference = find_reference(task.reference);
   if (!reference) throw TaskError("task '" + task.name + "': unknown reference '" + task.reference + "'");
   const Sizes& sizes = task.sizes_for(backend);
@@ -103,6 +205,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   // 1. Compile.
   CompileOptions copts = options.compile;
   copts.backend = backend;
+  if (gpu) copts.cuda_arch = cuda_arch_for(gpu->info, source);
   CompileResult compiled = compiler_.compile(source, copts);
   v.compile = {compiled.cached, compiled.seconds, compiled.hash, compiled.log};
   v.stages.compile_s = compiled.seconds;
@@ -137,17 +240,44 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
 
   // 3. Load into a sandboxed worker.
   auto load_start = Clock::now();
-  ArenaLayout layout = plan_arena(in_shapes, out_shapes, sets);
-  auto worker = pool_.acquire();
-  arena_.reserve(layout.bytes);
-  // Whatever an earlier candidate left in the outputs is overwritten before anyone can read it.
-  for (const auto& set : layout.outputs)
-    for (const auto& slot : set) poison(arena_.data(), slot, 0);
-  CallOutcome loaded = worker->load(compiled.so_path, layout, arena_, options.limits, options.call_timeout_s);
+  const int arena_sets = gpu ? sets_that_fit(cuda::device_info(cuda_device), in_shapes, out_shapes, sets) : sets;
+  ArenaLayout layout = plan_arena(in_shapes, out_shapes, arena_sets);
+  GpuStage gpu_stage;
+  std::unique_ptr<WorkerProcess> worker;
+  CallOutcome loaded;
+  if (gpu) {
+    worker = gpu->workers->acquire();
+    gpu->tensors.reserve(layout.bytes);
+    gpu_stage = {cuda_device, gpu->tensors.data(), gpu->flush.get(), 0.0};
+    for (const auto& set : layout.outputs)
+      for (const auto& slot : set) poison(ArenaRef{gpu_stage.tensors, cuda_device}, slot, 0);
+    cuda::synchronize();
+    DeviceShare share;
+    share.device = cuda_device;
+    share.ipc_handle = gpu->tensors.ipc_handle();
+    share.bytes = gpu->tensors.size();
+    share.null_calls = 20;
+    share.before_call = [flush = gpu->flush.get()] {
+      flush->run();
+      cuda::synchronize();
+    };
+    loaded = worker->load(compiled.so_path, layout, gpu->control, options.limits, options.call_timeout_s, &share);
+    const auto& null_calls = worker->null_call_seconds();
+    if (!null_calls.empty()) gpu_stage.null_call_s = summarize_times(null_calls).median_us * 1e-6;
+  } else {
+    worker = pool_.acquire();
+    arena_.reserve(layout.bytes);
+    // Whatever an earlier candidate left in the outputs is overwritten before anyone can read it.
+    for (const auto& set : layout.outputs)
+      for (const auto& slot : set) poison(ArenaRef{arena_.data(), -1}, slot, 0);
+    loaded = worker->load(compiled.so_path, layout, arena_, options.limits, options.call_timeout_s);
+  }
   v.stages.load_s = since(load_start);
   if (classify_failure(loaded, v)) return finish();
 
-  StageContext ctx{task, reference, cache_->pool(task, backend, sizes), layout, *worker, out_shapes};
+  const std::string pool_device = gpu ? "cuda:" + std::to_string(cuda_device) : "cpu";
+  StageContext ctx{task, reference, cache_->pool(task, pool_device, sizes), layout, *worker, out_shapes};
+  ctx.gpu = gpu ? &gpu_stage : nullptr;
   ctx.seed = v.seed;
   ctx.full = full;
   // At least two trials: a verdict needs one, and the fixed-answer check needs a second.
@@ -166,14 +296,19 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   // 5. Timing.
   if (go_on) {
     auto timing_start = Clock::now();
-    const std::string key = task.name + "|" + task.source_path + "|" + backend + "|" + std::to_string(ctx.timed) +
-                            "|" + std::to_string(sets) + "|" + std::to_string(config_.threads);
+    const std::string key = task.name + "|" + task.source_path + "|" + pool_device + "|" +
+                            std::to_string(ctx.timed) + "|" + std::to_string(arena_sets) + "|" +
+                            std::to_string(config_.threads);
     measure_timing(ctx, v, cache_->reference_times, key);
     v.stages.timing_s = since(timing_start);
     if (v.status == Status::correct && v.candidate_time && v.reference_time && v.candidate_time->median_us > 0)
       v.speedup = v.reference_time->median_us / v.candidate_time->median_us;
     if (!task.flops.empty() && v.candidate_time && v.candidate_time->median_us > 0)
       v.gflops = evaluate_product(task.flops, sizes) / (v.candidate_time->median_us * 1e-6) / 1e9;
+    // The least traffic any implementation needs: every input read once, every output written once.
+    if (v.candidate_time && v.candidate_time->median_us > 0)
+      v.gbps = static_cast<double>(bytes_of(in_shapes) + bytes_of(out_shapes)) /
+               (v.candidate_time->median_us * 1e-6) / 1e9;
   }
   v.stages.kernel_s = ctx.kernel_s;
   return finish();

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 
 #include "stages.h"
@@ -14,10 +15,31 @@ std::vector<torch::Tensor> StageContext::run_reference(const std::vector<torch::
   return outputs;
 }
 
-bool StageContext::call(int set, Verdict& v, double* seconds, bool settle) {
+double StageContext::timed_reference(const std::vector<torch::Tensor>& inputs) {
+  if (!gpu) {
+    double before = kernel_s;
+    run_reference(inputs);
+    return kernel_s - before;
+  }
+  gpu->flush->run();
+  cuda::synchronize();
+  cuda::EventTimer timer;
+  timer.start();
+  run_reference(inputs);
+  timer.stop();
+  return timer.seconds();
+}
+
+bool StageContext::call(int set, Verdict& v, double* seconds, bool settle, bool flush) {
+  if (gpu) {
+    // The worker's context does not wait for ours: everything written into its tensors must be finished.
+    if (flush) gpu->flush->run();
+    cuda::synchronize();
+    settle = false;
+  }
   CallOutcome out = worker.call(set, timeout_s, /*then_sync=*/settle);
   kernel_s += out.seconds;
-  if (seconds) *seconds = out.seconds;
+  if (seconds) *seconds = gpu ? std::max(out.device_seconds, out.seconds - gpu->null_call_s) : out.seconds;
   return !classify_failure(out, v);
 }
 
@@ -36,6 +58,8 @@ bool classify_failure(const CallOutcome& out, Verdict& v) {
     case K::timed_out: return fail(Status::timeout, "wall_timeout");
     case K::cpu_limit: return fail(Status::timeout, "cpu_time_limit");
     case K::worker_lost: return fail(Status::runtime_error, "worker_lost");
+    case K::device_error:
+      return fail(Status::runtime_error, out.rc == 2 /* cudaErrorMemoryAllocation */ ? "out_of_memory" : "cuda_error");
   }
   return true;
 }

@@ -7,10 +7,20 @@
 #include <vector>
 
 #include "crucible/eval/evaluator.h"
+#include "cuda/cuda_device.h"
 #include "references.h"
 #include "tensor_checks.h"
 
 namespace crucible::eval {
+
+// What a GPU evaluation adds: where the tensors are, the L2 flush before each timed call, and the fixed cost of
+// a call measured on trusted code (the worker's null calls), which bounds how fast a call can claim to be.
+struct GpuStage {
+  int device = 0;
+  std::byte* tensors = nullptr;  // device memory the worker maps
+  cuda::L2Flush* flush = nullptr;
+  double null_call_s = 0.0;
+};
 
 struct StageContext {
   const TaskSpec& task;
@@ -19,20 +29,26 @@ struct StageContext {
   const ArenaLayout& layout;
   WorkerProcess& worker;
   std::vector<TensorShape> output_shapes;
+  GpuStage* gpu = nullptr;  // null on the CPU
   uint64_t seed = 0;
   bool full = false;
   int trials = 0, timed = 0, warmup = 0, verified = 0;
   double timeout_s = 10.0;
   double kernel_s = 0.0;  // time inside candidate and reference calls, summed by the stages
 
-  std::byte* arena() const { return worker.arena(); }
+  ArenaRef arena() const { return gpu ? ArenaRef{gpu->tensors, gpu->device} : ArenaRef{worker.arena(), -1}; }
   int sets() const { return layout.sets(); }
   std::vector<torch::Tensor> draw(uint64_t stream) const { return pool.draw(seed * 0x100000001b3ULL + stream); }
   Tolerance tolerance(std::size_t output) const { return task.tolerance_for(task.outputs[output].dtype); }
   std::vector<torch::Tensor> run_reference(const std::vector<torch::Tensor>& inputs);  // counted in kernel_s
-  // One call of the candidate on a set, counted in kernel_s; false (verdict filled) when it failed.
-  // With `settle`, the call lasts until a sync returns (see timing).
-  bool call(int set, Verdict& v, double* seconds = nullptr, bool settle = false);
+  // The reference timed as a candidate call is: on a GPU by events, after the same L2 flush.
+  double timed_reference(const std::vector<torch::Tensor>& inputs);
+  // One call of the candidate on a set, counted in kernel_s; false (verdict filled) when it failed. `seconds`
+  // is the sample a timing records: the evaluator's own clock on the CPU; on a GPU the device time by events,
+  // but never less than the evaluator's clock minus the fixed cost of a call.
+  // With `settle` (CPU), the call lasts until a sync returns (see timing); a GPU call always ends with the
+  // worker synchronising the whole device. `flush`: empty the L2 first (GPU timing).
+  bool call(int set, Verdict& v, double* seconds = nullptr, bool settle = false, bool flush = false);
 };
 
 // Maps how a worker load or call ended onto the verdict; false when it succeeded.

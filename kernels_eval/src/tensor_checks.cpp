@@ -23,33 +23,47 @@ torch::ScalarType to_torch(DType t) {
 }
 
 namespace {
-torch::Tensor draw_flat(const InitSpec& init, int64_t n, const Sizes& sizes, at::Generator& gen) {
+torch::Tensor draw_flat(const InitSpec& init, int64_t n, const Sizes& sizes, at::Generator& gen, torch::Device device) {
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   switch (init.kind) {
     case InitSpec::Kind::normal:
-      return torch::empty({n}, torch::kFloat32).normal_(init.mean, init.std, gen);
+      return torch::empty({n}, f32).normal_(init.mean, init.std, gen);
     case InitSpec::Kind::uniform:
-      return torch::empty({n}, torch::kFloat32).uniform_(init.low, init.high, gen);
+      return torch::empty({n}, f32).uniform_(init.low, init.high, gen);
     case InitSpec::Kind::randint: {
       int64_t high = init.high_symbol.empty() ? static_cast<int64_t>(init.high) : resolve_dim(init.high_symbol, sizes);
-      return torch::randint(static_cast<int64_t>(init.low), high, {n}, gen, torch::kInt64);
+      return torch::randint(static_cast<int64_t>(init.low), high, {n}, gen, f32.dtype(torch::kInt64));
     }
   }
   throw std::invalid_argument("unknown init kind");
 }
+
+// A generator of the pool's device, seeded, without touching the process-wide default generators.
+at::Generator seeded_generator(torch::Device device, uint64_t seed) {
+  if (device.is_cpu()) return at::detail::createCPUGenerator(seed);
+  at::Generator gen = at::globalContext().defaultGenerator(device).clone();
+  gen.set_current_seed(seed);
+  return gen;
+}
 }  // namespace
 
-InputPool::InputPool(const TaskSpec& task, const Sizes& sizes, uint64_t seed) {
-  auto gen = at::detail::createCPUGenerator(seed);
+InputPool::InputPool(const TaskSpec& task, const Sizes& sizes, uint64_t seed, torch::Device device) {
+  auto gen = seeded_generator(device, seed);
   for (const auto& spec : task.inputs) {
     inits_.push_back(spec.init);
     if (!spec.init.high_symbol.empty()) inits_.back().high = static_cast<double>(resolve_dim(spec.init.high_symbol, sizes));
     shapes_.push_back(resolve_shape(spec, sizes));
     int64_t n = numel(shapes_.back());
-    pools_.push_back(draw_flat(spec.init, 2 * n, sizes, gen).to(to_torch(spec.dtype)).contiguous());
-    std::mt19937_64 bits(seed + 0x51ed270b27u * (masks_.size() + 1));
-    std::vector<uint8_t> mask(static_cast<std::size_t>(2 * n));
-    for (auto& m : mask) m = static_cast<uint8_t>(bits() & 1);
-    masks_.push_back(std::move(mask));
+    pools_.push_back(draw_flat(spec.init, 2 * n, sizes, gen, device).to(to_torch(spec.dtype)).contiguous());
+    if (device.is_cpu()) {
+      std::mt19937_64 bits(seed + 0x51ed270b27u * (masks_.size() + 1));
+      auto mask = torch::empty({2 * n}, torch::kUInt8);
+      uint8_t* m = mask.data_ptr<uint8_t>();
+      for (int64_t i = 0; i < 2 * n; ++i) m[i] = static_cast<uint8_t>(bits() & 1);
+      masks_.push_back(mask);
+    } else {
+      masks_.push_back(torch::randint(0, 2, {2 * n}, gen, torch::TensorOptions().dtype(torch::kUInt8).device(device)));
+    }
   }
 }
 
@@ -88,10 +102,27 @@ torch::Tensor InputPool::fresh(std::size_t input, uint64_t seed) const {
   const auto& init = inits_[input];
   const int64_t n = numel(shapes_[input]);
   const int64_t offset = static_cast<int64_t>(rng() % static_cast<uint64_t>(n + 1));
-  const uint8_t* mask = masks_[input].data() + rng() % static_cast<uint64_t>(n + 1);
+  const int64_t mask_offset = static_cast<int64_t>(rng() % static_cast<uint64_t>(n + 1));
+  const uint8_t* mask = nullptr;
   torch::Tensor window = pools_[input].narrow(0, offset, n);
-  torch::Tensor t = torch::empty(shapes_[input], window.options());
   const double twice_center = init.kind == InitSpec::Kind::normal ? 2 * init.mean : init.low + init.high;
+  const double scale = init.scale_low != 1.0 || init.scale_high != 1.0
+                           ? std::uniform_real_distribution<double>(init.scale_low, init.scale_high)(rng)
+                           : 1.0;
+  if (window.is_cuda()) {  // the same reflection, as tensor operations on the device
+    auto flip = masks_[input].narrow(0, mask_offset, n).to(torch::kBool);
+    torch::Tensor t;
+    if (window.is_floating_point())
+      t = torch::where(flip, twice_center - window, window);
+    else if (window.scalar_type() == torch::kInt64 && init.kind == InitSpec::Kind::randint)
+      t = torch::where(flip, static_cast<int64_t>(init.low + init.high) - 1 - window, window);
+    else
+      t = window.clone();
+    t = t.view(shapes_[input]);
+    return scale != 1.0 ? t * scale : t;
+  }
+  mask = masks_[input].data_ptr<uint8_t>() + mask_offset;
+  torch::Tensor t = torch::empty(shapes_[input], window.options());
   switch (t.scalar_type()) {
     case torch::kFloat32:
       reflect_copy(window.data_ptr<float>(), mask, t.data_ptr<float>(), n, static_cast<float>(twice_center));
@@ -110,23 +141,38 @@ torch::Tensor InputPool::fresh(std::size_t input, uint64_t seed) const {
       t.copy_(window.view(shapes_[input]));  // other dtypes keep the plain window
       break;
   }
-  if (init.scale_low != 1.0 || init.scale_high != 1.0)
-    t = t * std::uniform_real_distribution<double>(init.scale_low, init.scale_high)(rng);
+  if (scale != 1.0) t = t * scale;
   return t;
 }
 
-void write_tensor(std::byte* arena, const ArenaTensor& slot, const torch::Tensor& value) {
+namespace {
+torch::Tensor raw_view(ArenaRef arena, const ArenaTensor& slot, torch::ScalarType type, int64_t elements) {
+  return torch::from_blob(arena.base + slot.offset, {elements}, torch::TensorOptions().dtype(type).device(arena.device()));
+}
+torch::Tensor byte_view(ArenaRef arena, const ArenaTensor& slot) {
+  return raw_view(arena, slot, torch::kUInt8, static_cast<int64_t>(slot.bytes));
+}
+}  // namespace
+
+void write_tensor(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& value) {
+  if (static_cast<std::size_t>(value.nbytes()) != slot.bytes) throw std::logic_error("write_tensor: size mismatch");
+  if (arena.on_gpu()) {
+    view_tensor(arena, slot).copy_(value);
+    return;
+  }
   auto v = value.contiguous();
-  if (static_cast<std::size_t>(v.nbytes()) != slot.bytes) throw std::logic_error("write_tensor: size mismatch");
-  std::memcpy(arena + slot.offset, v.data_ptr(), slot.bytes);
+  std::memcpy(arena.base + slot.offset, v.data_ptr(), slot.bytes);
 }
 
-torch::Tensor view_tensor(std::byte* arena, const ArenaTensor& slot) {
-  return torch::from_blob(arena + slot.offset, slot.shape, torch::TensorOptions().dtype(to_torch(slot.dtype)));
+torch::Tensor view_tensor(ArenaRef arena, const ArenaTensor& slot) {
+  return torch::from_blob(arena.base + slot.offset, slot.shape,
+                          torch::TensorOptions().dtype(to_torch(slot.dtype)).device(arena.device()));
 }
 
-bool same_bytes(std::byte* arena, const ArenaTensor& slot, const torch::Tensor& expected) {
-  return std::memcmp(arena + slot.offset, expected.data_ptr(), slot.bytes) == 0;
+bool same_bytes(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& expected) {
+  if (arena.on_gpu())
+    return torch::equal(byte_view(arena, slot), expected.contiguous().view({-1}).view(torch::kUInt8));
+  return std::memcmp(arena.base + slot.offset, expected.data_ptr(), slot.bytes) == 0;
 }
 
 namespace {
@@ -157,8 +203,30 @@ int64_t count(const std::byte* data, std::size_t bytes, int pattern) {
 }
 }  // namespace
 
-void poison(std::byte* arena, const ArenaTensor& slot, int pattern) {
-  std::byte* d = arena + slot.offset;
+namespace {
+// The patterns as the signed integer of their width (all are positive), for filling a device tensor.
+std::pair<torch::ScalarType, int64_t> device_pattern(DType dtype, int pattern) {
+  switch (dtype_size(dtype)) {
+    case 1: return {torch::kUInt8, pattern_value<uint8_t>(pattern)};
+    case 2: return {torch::kInt16, pattern_value<uint16_t>(pattern)};
+    case 4: return {torch::kInt32, pattern_value<uint32_t>(pattern)};
+    default: return {torch::kInt64, static_cast<int64_t>(pattern_value<uint64_t>(pattern))};
+  }
+}
+torch::Tensor pattern_view(ArenaRef arena, const ArenaTensor& slot, int pattern, int64_t& value) {
+  auto [type, v] = device_pattern(slot.dtype, pattern);
+  value = v;
+  return raw_view(arena, slot, type, static_cast<int64_t>(slot.bytes / dtype_size(slot.dtype)));
+}
+}  // namespace
+
+void poison(ArenaRef arena, const ArenaTensor& slot, int pattern) {
+  if (arena.on_gpu()) {
+    int64_t value = 0;
+    pattern_view(arena, slot, pattern, value).fill_(value);
+    return;
+  }
+  std::byte* d = arena.base + slot.offset;
   switch (dtype_size(slot.dtype)) {
     case 1: fill<uint8_t>(d, slot.bytes, pattern); break;
     case 2: fill<uint16_t>(d, slot.bytes, pattern); break;
@@ -167,8 +235,12 @@ void poison(std::byte* arena, const ArenaTensor& slot, int pattern) {
   }
 }
 
-int64_t count_poisoned(std::byte* arena, const ArenaTensor& slot, int pattern) {
-  const std::byte* d = arena + slot.offset;
+int64_t count_poisoned(ArenaRef arena, const ArenaTensor& slot, int pattern) {
+  if (arena.on_gpu()) {
+    int64_t value = 0;
+    return pattern_view(arena, slot, pattern, value).eq(value).sum().item<int64_t>();
+  }
+  const std::byte* d = arena.base + slot.offset;
   switch (dtype_size(slot.dtype)) {
     case 1: return count<uint8_t>(d, slot.bytes, pattern);
     case 2: return count<uint16_t>(d, slot.bytes, pattern);
@@ -242,6 +314,38 @@ Comparison compare_floats(const T* o, const T* r, int64_t n, Tolerance tol) {
 }
 }  // namespace
 
+namespace {
+// On a GPU: the same rules as compare_floats, in double precision, in chunks so that outputs of several GB need
+// only bounded scratch memory.
+Comparison compare_on_device(const torch::Tensor& out, const torch::Tensor& ref, Tolerance tol) {
+  Comparison c;
+  auto o = out.contiguous().view({-1}), r = ref.contiguous().view({-1});
+  const int64_t n = r.numel(), chunk = int64_t{1} << 26;
+  c.elements = n;
+  for (int64_t start = 0; start < n; start += chunk) {
+    const int64_t len = std::min(chunk, n - start);
+    auto a = o.narrow(0, start, len).to(torch::kFloat64), b = r.narrow(0, start, len).to(torch::kFloat64);
+    if (!ref.is_floating_point()) {
+      c.mismatched += a.ne(b).sum().item<int64_t>();
+      if (c.mismatched > 0) c.max_abs = std::max(c.max_abs, (a - b).abs().max().item<double>());
+      continue;
+    }
+    auto a_nan = a.isnan(), b_nan = b.isnan();
+    auto finite = a.isfinite() & b.isfinite();
+    auto diff = (a - b).abs().masked_fill(finite.logical_not(), 0.0);
+    auto bad_finite = finite & diff.gt(tol.atol + tol.rtol * b.abs());
+    auto bad_inf = finite.logical_not() & (a_nan | b_nan).logical_not() & a.ne(b);
+    auto nan_mismatch = a_nan.logical_xor(b_nan);
+    c.mismatched += (bad_finite | bad_inf | nan_mismatch).sum().item<int64_t>();
+    c.nan_mismatched += nan_mismatch.sum().item<int64_t>();
+    c.max_abs = std::max(c.max_abs, diff.max().item<double>());
+    c.max_rel = std::max(c.max_rel, (diff / b.abs().clamp_min(1e-12)).max().item<double>());
+  }
+  c.passed = c.mismatched == 0;
+  return c;
+}
+}  // namespace
+
 Comparison compare(const torch::Tensor& out, const torch::Tensor& ref, Tolerance tol) {
   if (out.sizes() != ref.sizes() || out.scalar_type() != ref.scalar_type()) {
     Comparison c;
@@ -250,6 +354,7 @@ Comparison compare(const torch::Tensor& out, const torch::Tensor& ref, Tolerance
     c.passed = false;
     return c;
   }
+  if (out.is_cuda() || ref.is_cuda()) return compare_on_device(out, ref.to(out.device()), tol);
   auto o = out.contiguous(), r = ref.contiguous();
   int64_t n = r.numel();
   switch (r.scalar_type()) {
@@ -270,6 +375,7 @@ Comparison compare(const torch::Tensor& out, const torch::Tensor& ref, Tolerance
 
 double max_abs(const torch::Tensor& t) {
   if (!t.is_floating_point() || t.numel() == 0) return 0.0;
+  if (t.is_cuda()) return t.abs().max().to(torch::kFloat64).item<double>();
   auto c = t.contiguous();
   double m = 0.0;
   if (c.scalar_type() == torch::kFloat32) {

@@ -14,12 +14,21 @@ namespace crucible::eval {
 
 torch::ScalarType to_torch(DType t);
 
+// Where a layout's offsets point: the shared host arena, or device memory on a CUDA device.
+struct ArenaRef {
+  std::byte* base = nullptr;
+  int cuda_device = -1;
+  bool on_gpu() const { return cuda_device >= 0; }
+  torch::Device device() const { return on_gpu() ? torch::Device(torch::kCUDA, cuda_device) : torch::Device(torch::kCPU); }
+};
+
 // Drawing millions of values per trial is slow, so each input is drawn once into a pool of twice its
 // size; a trial's input is a window of that pool at a random offset (fresh contents, same distribution),
 // times the trial's scale factor when the input declares one.
+// On a GPU the pools, masks and every tensor made from them live on that device.
 class InputPool {
  public:
-  InputPool(const TaskSpec& task, const Sizes& sizes, uint64_t seed);
+  InputPool(const TaskSpec& task, const Sizes& sizes, uint64_t seed, torch::Device device = torch::kCPU);
   std::vector<torch::Tensor> draw(uint64_t seed) const;  // contiguous; may alias the pool: do not modify
   // A window with elements reflected around the distribution's centre where a window of a random mask (at
   // its own random offset) says so: the same distribution (normal, uniform and randint are symmetric), but
@@ -31,16 +40,16 @@ class InputPool {
   std::vector<InitSpec> inits_;
   std::vector<std::vector<int64_t>> shapes_;
   std::vector<torch::Tensor> pools_;  // flat, 2 x numel
-  std::vector<std::vector<uint8_t>> masks_;  // random 0/1 per element, 2 x numel: which elements fresh() reflects
+  std::vector<torch::Tensor> masks_;  // uint8 0/1 per element, 2 x numel: which elements fresh() reflects
 };
 
-void write_tensor(std::byte* arena, const ArenaTensor& slot, const torch::Tensor& value);
-torch::Tensor view_tensor(std::byte* arena, const ArenaTensor& slot);  // no copy
-bool same_bytes(std::byte* arena, const ArenaTensor& slot, const torch::Tensor& expected);
+void write_tensor(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& value);
+torch::Tensor view_tensor(ArenaRef arena, const ArenaTensor& slot);  // no copy
+bool same_bytes(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& expected);
 
 // Two distinct NaN-payload (or sentinel) patterns, so unwritten elements fail and differ between runs.
-void poison(std::byte* arena, const ArenaTensor& slot, int pattern);
-int64_t count_poisoned(std::byte* arena, const ArenaTensor& slot, int pattern);
+void poison(ArenaRef arena, const ArenaTensor& slot, int pattern);
+int64_t count_poisoned(ArenaRef arena, const ArenaTensor& slot, int pattern);
 
 struct Comparison {
   bool passed = true;

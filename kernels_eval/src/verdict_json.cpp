@@ -40,6 +40,7 @@ std::string to_json(const Verdict& v, int indent) {
   j["reference_time"] = v.reference_time ? timing(*v.reference_time) : json(nullptr);
   j["speedup"] = v.speedup ? json(*v.speedup) : json(nullptr);
   j["gflops"] = v.gflops ? json(*v.gflops) : json(nullptr);
+  j["gbps"] = v.gbps ? json(*v.gbps) : json(nullptr);
   const auto& s = v.stages;
   j["stages"] = {{"compile_s", s.compile_s},         {"gate_s", s.gate_s},   {"load_s", s.load_s},
                  {"correctness_s", s.correctness_s}, {"timing_s", s.timing_s}, {"total_s", s.total_s},

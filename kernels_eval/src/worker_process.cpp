@@ -47,6 +47,7 @@ ArenaTensor place(const TensorShape& t, std::size_t& cursor) {
 }
 
 proto::Control* control(std::byte* arena) { return reinterpret_cast<proto::Control*>(arena); }
+constexpr int kNullCallSet = proto::kNullCall;
 
 // The worker may have gone to sleep on `go` (after spinning a while): wake it, or it never sees the ring.
 void ring(proto::Control* c, uint32_t seq) {
@@ -100,7 +101,19 @@ fs::path default_worker_binary() {
 #endif
 }
 
-std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary) {
+fs::path default_cuda_worker_binary() {
+  if (const char* env = std::getenv("CRUCIBLE_CUDA_WORKER")) return env;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && fs::exists(self.parent_path() / "crucible-cuda-worker")) return self.parent_path() / "crucible-cuda-worker";
+#ifdef CRUCIBLE_CUDA_WORKER_DEFAULT_PATH
+  return CRUCIBLE_CUDA_WORKER_DEFAULT_PATH;
+#else
+  return {};
+#endif
+}
+
+std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary, const std::vector<std::string>& args) {
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0)
     throw std::runtime_error(std::string("socketpair: ") + std::strerror(errno));
@@ -121,15 +134,21 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary) {
   if (!mkdtemp(scratch.data())) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
   w->scratch_dir_ = scratch;
   posix_spawn_file_actions_addchdir_np(&actions, scratch.c_str());
-  // The worker inherits nothing but the dynamic loader's search path and its private TMPDIR.
+  // The worker inherits nothing but the dynamic loader's search path, which GPUs it may see, and its private
+  // TMPDIR.
   std::vector<std::string> env_strings{"TMPDIR=" + scratch};
-  if (const char* ld = std::getenv("LD_LIBRARY_PATH")) env_strings.push_back(std::string("LD_LIBRARY_PATH=") + ld);
+  for (const char* name : {"LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES"})
+    if (const char* value = std::getenv(name)) env_strings.push_back(std::string(name) + "=" + value);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
   std::string path = binary.string();
-  char* argv[] = {path.data(), nullptr};
-  int err = posix_spawn(&w->pid_, path.c_str(), &actions, nullptr, argv, envp.data());
+  std::vector<std::string> arg_strings{path};
+  arg_strings.insert(arg_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : arg_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int err = posix_spawn(&w->pid_, path.c_str(), &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   close(child_socket);
   if (err != 0) {
@@ -189,7 +208,10 @@ CallOutcome WorkerProcess::lost(double seconds) {
     int sig = WTERMSIG(wait_status_);
     if (sig == SIGSYS) {
       out.kind = CallOutcome::Kind::forbidden_syscall;
-      out.detail = "killed by the sandbox for a forbidden system call (SIGSYS)";
+      out.detail = "killed by the sandbox for a forbidden system call";
+      auto* c = arena_ ? control(arena_) : nullptr;
+      if (c && c->crash_signal.load(std::memory_order_acquire) == SIGSYS)
+        out.detail += " (number " + std::to_string(c->crash_code) + ", x86-64)";
     } else if (sig == SIGXCPU) {
       out.kind = CallOutcome::Kind::cpu_limit;
       out.detail = "CPU time limit exceeded (SIGXCPU)";
@@ -239,11 +261,14 @@ void SharedArena::reserve(std::size_t bytes) {
 void SharedArena::reset_control() { std::memset(base_, 0, proto::kControlBytes); }
 
 CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layout, SharedArena& arena,
-                                const WorkerLimits& limits, double timeout_s) {
+                                const WorkerLimits& limits, double timeout_s, const DeviceShare* device) {
   auto start = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   if (!wait_hello(timeout_s)) return lost(elapsed());
-  if (arena.size() < layout.bytes) throw std::invalid_argument("arena smaller than the layout");
+  // With device memory the host arena holds only the control page.
+  const std::size_t host_bytes = device ? proto::kControlBytes : layout.bytes;
+  if (arena.size() < host_bytes) throw std::invalid_argument("arena smaller than the layout");
+  if (device && device->bytes < layout.bytes) throw std::invalid_argument("device arena smaller than the layout");
   arena.reset_control();
   arena_ = arena.data();
   sets_ = layout.sets();
@@ -254,7 +279,14 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
   request->num_sets = static_cast<uint32_t>(layout.sets());
   request->num_inputs = static_cast<uint32_t>(layout.inputs[0].size());
   request->num_outputs = static_cast<uint32_t>(layout.outputs[0].size());
-  request->arena_bytes = layout.bytes;
+  request->arena_bytes = host_bytes;
+  request->cuda_device = device ? device->device : -1;
+  on_device_ = device != nullptr;
+  if (device) {
+    request->null_calls = static_cast<uint32_t>(device->null_calls);
+    request->device_arena_bytes = device->bytes;
+    std::memcpy(request->device_arena_handle, device->ipc_handle.data(), proto::kIpcHandleBytes);
+  }
   request->memory_limit_bytes = limits.memory_bytes;
   request->cpu_seconds = limits.cpu_seconds;
   std::string so = fs::absolute(so_path).string();
@@ -277,6 +309,23 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
   // The arena's descriptor travels with the request.
   if (!send_with_fd(socket_, request.get(), sizeof *request, arena.fd())) return lost(elapsed());
 
+  null_calls_.clear();
+  for (int i = 0; device && i < device->null_calls; ++i) {
+    if (device->before_call) device->before_call();
+    CallOutcome out = call(kNullCallSet, timeout_s);
+    if (!out.ok()) {
+      // A worker that could not set up its device says why in its load reply before it exits.
+      CallOutcome reply = read_load_reply(1.0, elapsed());
+      return reply.ok() ? out : reply;
+    }
+    null_calls_.push_back(out.seconds);
+  }
+  return read_load_reply(timeout_s, elapsed());
+}
+
+CallOutcome WorkerProcess::read_load_reply(double timeout_s, double elapsed_s) {
+  auto start = Clock::now();
+  auto elapsed = [&] { return elapsed_s + std::chrono::duration<double>(Clock::now() - start).count(); };
   pollfd pfd{socket_, POLLIN, 0};
   int ready = poll(&pfd, 1, static_cast<int>(timeout_s * 1000));
   if (ready == 0) {
@@ -345,19 +394,28 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync) {
     }
   }
   double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (rc == proto::kDeviceErrorRc) {
+    // The worker ends itself: its CUDA context cannot be trusted after an error.
+    std::string text(c->cuda_error_text, strnlen(c->cuda_error_text, sizeof c->cuda_error_text));
+    terminate();
+    return {CallOutcome::Kind::device_error, c->cuda_error, seconds, text};
+  }
   if (rc != 0)
     return {CallOutcome::Kind::candidate_error, rc, seconds, "crucible_forward returned " + std::to_string(rc)};
-  return {CallOutcome::Kind::ok, 0, seconds, {}};
+  CallOutcome out{CallOutcome::Kind::ok, 0, seconds, {}};
+  if (on_device_ && set != sets_) out.device_seconds = c->device_ms * 1e-3;
+  return out;
 }
 
-WorkerPool::WorkerPool(fs::path binary, int warm) : binary_(std::move(binary)), warm_(std::max(warm, 0)) {
+WorkerPool::WorkerPool(fs::path binary, int warm, std::vector<std::string> args)
+    : binary_(std::move(binary)), args_(std::move(args)), warm_(std::max(warm, 0)) {
   if (!fs::exists(binary_)) throw std::runtime_error("worker binary not found: " + binary_.string());
   top_up();
 }
 
 void WorkerPool::top_up() {
   while (static_cast<int>(idle_.size()) < warm_) {
-    idle_.push_back(WorkerProcess::spawn(binary_));
+    idle_.push_back(WorkerProcess::spawn(binary_, args_));
     ++started_;
   }
 }
@@ -370,7 +428,7 @@ std::unique_ptr<WorkerProcess> WorkerPool::acquire() {
     if (!w->wait_hello(10.0)) w.reset();  // died while idle: drop it
   }
   if (!w) {
-    w = WorkerProcess::spawn(binary_);
+    w = WorkerProcess::spawn(binary_, args_);
     ++started_;
   }
   top_up();

@@ -21,7 +21,7 @@ enum class Mode { fast, full };
 
 struct EvalOptions {
   Mode mode = Mode::fast;
-  std::string device = "cpu";
+  std::string device = "cpu";  // or "cuda" / "cuda:N"
   // Negative values take the mode's defaults: fast 2 / 5 / 1, full 5 / 50 / 3.
   int correctness_trials = -1;
   int timing_trials = -1;
@@ -46,9 +46,12 @@ struct EvaluatorConfig {
   std::filesystem::path cache_dir = default_cache_dir();
   std::filesystem::path include_dir;  // empty: default_include_dir()
   std::filesystem::path worker_binary;  // empty: default_worker_binary()
+  std::filesystem::path cuda_worker_binary;  // empty: default_cuda_worker_binary()
   int warm_workers = 1;
   int threads = 1;  // LibTorch threads for references; candidates run single-threaded too
 };
+
+struct GpuResources;
 
 class Evaluator {
  public:
@@ -66,11 +69,14 @@ class Evaluator {
   Compiler compiler_;
   WorkerPool pool_;
   SharedArena arena_;
-  struct Cache;  // input pools and reference timings, reused across candidates of the same task
+  struct Cache;  // input pools, reference timings and GPU resources, reused across candidates
   std::unique_ptr<Cache> cache_;
+  GpuResources& gpu_resources(int device);
 };
 
 std::filesystem::path default_include_dir();
+// How many GPUs this build and machine can evaluate on (0 without CUDA support, a driver or a GPU).
+int cuda_devices();
 // Names of the built-in LibTorch references a task may use.
 std::vector<std::string> known_references();
 

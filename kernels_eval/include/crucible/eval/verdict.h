@@ -68,6 +68,7 @@ struct Verdict {
   std::optional<TimingStats> reference_time;
   std::optional<double> speedup;
   std::optional<double> gflops;  // candidate, when the task declares flops
+  std::optional<double> gbps;    // candidate: the least traffic (inputs read, outputs written once) per second
   int threads = 1;
   uint64_t seed = 0;  // reproduces the inputs with EvalOptions::seed
   StageTimes stages;

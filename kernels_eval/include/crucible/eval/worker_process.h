@@ -5,8 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <array>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,11 +47,12 @@ struct WorkerLimits {
 
 // How a load or a call ended.
 struct CallOutcome {
-  enum class Kind { ok, candidate_error, crashed, forbidden_syscall, timed_out, cpu_limit, worker_lost };
+  enum class Kind { ok, candidate_error, crashed, forbidden_syscall, timed_out, cpu_limit, worker_lost, device_error };
   Kind kind = Kind::ok;
-  int rc = 0;
+  int rc = 0;  // device_error: the CUDA error code
   double seconds = 0.0;
   std::string detail;
+  double device_seconds = -1.0;  // CUDA workers: the call's time by events, as the worker reported it
   bool ok() const { return kind == Kind::ok; }
 };
 
@@ -74,16 +77,29 @@ class SharedArena {
   std::size_t bytes_ = 0;
 };
 
+// Device memory a CUDA worker maps for its tensors (the layout's offsets are into it), and the null calls it
+// serves before the candidate is loaded, each preceded by `before_call` as a real call would be.
+struct DeviceShare {
+  int device = 0;
+  std::array<uint8_t, 64> ipc_handle{};
+  std::size_t bytes = 0;
+  int null_calls = 0;
+  std::function<void()> before_call;
+};
+
 class WorkerProcess {
  public:
-  static std::unique_ptr<WorkerProcess> spawn(const std::filesystem::path& binary);
+  static std::unique_ptr<WorkerProcess> spawn(const std::filesystem::path& binary,
+                                              const std::vector<std::string>& args = {});
   ~WorkerProcess();
   WorkerProcess(const WorkerProcess&) = delete;
   WorkerProcess& operator=(const WorkerProcess&) = delete;
 
   // Lends the arena (which must hold the layout), has the worker load the candidate and seal itself.
   CallOutcome load(const std::filesystem::path& so_path, const ArenaLayout& layout, SharedArena& arena,
-                   const WorkerLimits& limits, double timeout_s);
+                   const WorkerLimits& limits, double timeout_s, const DeviceShare* device = nullptr);
+  // Wall-clock seconds of each null call served during load (trusted code only: the fixed cost of a call).
+  const std::vector<double>& null_call_seconds() const { return null_calls_; }
   // Runs crucible_forward on one set. `seconds` is measured here, from ringing the doorbell to seeing
   // the worker's completion, so the candidate cannot touch it.
   // With `then_sync`, the sync below follows at once (the worker is not stopped in between) and its time
@@ -101,6 +117,7 @@ class WorkerProcess {
   WorkerProcess() = default;
   bool wait_hello(double timeout_s);
   CallOutcome lost(double seconds);  // classify the end of a worker that died
+  CallOutcome read_load_reply(double timeout_s, double elapsed_s);
   void terminate();
 
   pid_t pid_ = -1;
@@ -112,13 +129,16 @@ class WorkerProcess {
   int wait_status_ = 0;
   bool hello_seen_ = false;
   std::filesystem::path scratch_dir_;  // private temporary directory: the worker's cwd and TMPDIR
+  std::vector<double> null_calls_;
+  bool on_device_ = false;
 
   friend class WorkerPool;
 };
 
 class WorkerPool {
  public:
-  explicit WorkerPool(std::filesystem::path binary, int warm = 1);
+  // `args` go to every worker (a CUDA worker's --device N).
+  explicit WorkerPool(std::filesystem::path binary, int warm = 1, std::vector<std::string> args = {});
   std::unique_ptr<WorkerProcess> acquire();  // a started worker; a replacement starts at once
   int started() const { return started_; }
   const std::filesystem::path& binary() const { return binary_; }
@@ -126,6 +146,7 @@ class WorkerPool {
  private:
   void top_up();
   std::filesystem::path binary_;
+  std::vector<std::string> args_;
   int warm_;
   int started_ = 0;
   std::deque<std::unique_ptr<WorkerProcess>> idle_;
@@ -133,5 +154,7 @@ class WorkerPool {
 
 // The worker binary beside the running executable, or $CRUCIBLE_WORKER, or the build-time default.
 std::filesystem::path default_worker_binary();
+// The same for the CUDA worker ($CRUCIBLE_CUDA_WORKER); empty when this build has none.
+std::filesystem::path default_cuda_worker_binary();
 
 }  // namespace crucible::eval

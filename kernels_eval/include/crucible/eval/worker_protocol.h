@@ -14,6 +14,12 @@ constexpr int kMaxSets = 8;
 constexpr uint32_t kMagic = 0x43525543;  // "CRUC"
 constexpr int kSocketFd = 3;             // where the worker finds its end of the socket
 constexpr uint64_t kControlBytes = 4096;
+constexpr int kIpcHandleBytes = 64;     // a cudaIpcMemHandle_t
+// A call whose `set` is kNullCall runs the worker's own timing path around no candidate at all (only before
+// the candidate is loaded): the evaluator learns the fixed cost of a call from trusted code.
+constexpr int32_t kNullCall = 1000;
+// rc of a call that ended in a CUDA error; the worker has written the error into the control block and exits.
+constexpr int32_t kDeviceErrorRc = -1000001;
 
 struct TensorDesc {
   int32_t dtype;
@@ -32,6 +38,11 @@ struct LoadRequest {
   uint64_t memory_limit_bytes;  // address space the candidate may add beyond what is mapped at load
   uint32_t cpu_seconds;
   char so_path[4096];
+  // CUDA workers only: tensor offsets are into device memory shared by the evaluator through this handle.
+  int32_t cuda_device;  // -1 for CPU workers
+  uint32_t null_calls;  // served before the candidate is loaded (see kNullCall)
+  uint64_t device_arena_bytes;
+  uint8_t device_arena_handle[kIpcHandleBytes];
   TensorDesc tensors[kMaxSets][kMaxTensors];  // inputs first, then outputs
 };
 
@@ -56,6 +67,12 @@ struct Control {
   alignas(64) std::atomic<int32_t> crash_signal;  // written by the worker's fatal-signal handler
   int32_t crash_code;
   uint64_t crash_address;
+  // CUDA workers: the last call's device time by events on the candidate's stream (written by the worker, so
+  // only a hint: the evaluator never lets it make a call look faster than its own clock allows), and the
+  // CUDA error that ended the worker.
+  alignas(64) float device_ms;
+  int32_t cuda_error;
+  char cuda_error_text[256];
 };
 static_assert(sizeof(Control) <= kControlBytes, "control block must fit its page");
 

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <cstdint>
-
 #include <vector>
 
 namespace crucible::eval {
@@ -31,31 +30,58 @@ void check_arch(Program& p) {
   stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
 }
 
-// If nr == syscall: when (arg & mask) != 0 kill, else allow. Leaves the accumulator reloaded with nr.
+constexpr uint32_t kRefuse = SECCOMP_RET_TRAP;
+
+// If nr == syscall: when (arg & mask) != 0 refuse, else allow. Leaves the accumulator reloaded with nr.
 void kill_if_flags(Program& p, long syscall, int arg, uint32_t mask) {
   jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(syscall), 0, 4);
   stmt(p, BPF_LD | BPF_W | BPF_ABS, arg_low(arg));
   jump(p, BPF_JMP | BPF_JSET | BPF_K, mask, 0, 1);
-  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  stmt(p, BPF_RET | BPF_K, kRefuse);
   stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
 }
 
 bool install(Program& p) {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return false;
   sock_fprog prog{static_cast<unsigned short>(p.size()), p.data()};
-  return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0;
+  // TSYNC: a GPU driver's threads exist already, and a candidate that can write their memory could make them
+  // do what its own thread may not.
+  return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) == 0;
 }
 
 }  // namespace
 
-// Both stages are allowlists: any system call not named here (x32 numbers included) kills the worker.
+// Both stages are allowlists: any system call not named here (x32 numbers included) is refused.
 namespace {
 void allow_if_arg_equals(Program& p, long syscall, int arg, uint32_t value) {
   jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(syscall), 0, 4);
   stmt(p, BPF_LD | BPF_W | BPF_ABS, arg_low(arg));
   jump(p, BPF_JMP | BPF_JEQ | BPF_K, value, 1, 0);
-  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  stmt(p, BPF_RET | BPF_K, kRefuse);
   stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+}
+
+void allow(Program& p, long nr) {
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+}
+
+// ioctl only on the given descriptors; none given: no ioctl at all.
+void allow_ioctl_on(Program& p, const std::vector<int>& fds) {
+  if (fds.empty()) return;
+  const auto n = static_cast<uint8_t>(fds.size());
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(SYS_ioctl), 0, static_cast<uint8_t>(n + 3));
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, arg_low(0));
+  for (uint8_t i = 0; i < n; ++i)
+    jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(fds[i]), static_cast<uint8_t>(n - i), 0);
+  stmt(p, BPF_RET | BPF_K, kRefuse);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+}
+
+void allow_device_needs(Program& p, const std::vector<long>& extra, const std::vector<int>& ioctl_fds) {
+  allow_ioctl_on(p, ioctl_fds);
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
+  for (long nr : extra) allow(p, nr);
 }
 
 // Shared by both stages: memory management, futex, exit, and the signals a crash or abort() needs.
@@ -63,15 +89,13 @@ void allow_basics(Program& p, pid_t self) {
   allow_if_arg_equals(p, SYS_tgkill, 0, static_cast<uint32_t>(self));  // abort() raises SIGABRT on itself
   for (long nr : {SYS_futex, SYS_mmap, SYS_munmap, SYS_mremap, SYS_brk, SYS_madvise, SYS_mprotect, SYS_exit,
                   SYS_exit_group, SYS_rt_sigreturn, SYS_rt_sigprocmask, SYS_getpid, SYS_gettid,
-                  SYS_restart_syscall}) {
-    jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1);
-    stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-  }
+                  SYS_restart_syscall})
+    allow(p, nr);
 }
 
 }  // namespace
 
-bool install_load_stage_filter(int socket_fd) {
+bool install_load_stage_filter(int socket_fd, const std::vector<long>& extra, const std::vector<int>& ioctl_fds) {
   Program p;
   check_arch(p);
   stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
@@ -82,20 +106,20 @@ bool install_load_stage_filter(int socket_fd) {
   allow_if_arg_equals(p, SYS_sendto, 0, static_cast<uint32_t>(socket_fd));
   allow_basics(p, getpid());
   for (long nr : {SYS_read, SYS_pread64, SYS_close, SYS_fstat, SYS_newfstatat, SYS_statx, SYS_lseek, SYS_getrandom,
-                  SYS_clock_gettime, SYS_prctl, SYS_seccomp}) {
-    jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1);
-    stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-  }
-  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+                  SYS_clock_gettime, SYS_prctl, SYS_seccomp})
+    allow(p, nr);
+  allow_device_needs(p, extra, ioctl_fds);
+  stmt(p, BPF_RET | BPF_K, kRefuse);
   return install(p);
 }
 
-bool install_run_stage_filter(pid_t self) {
+bool install_run_stage_filter(pid_t self, const std::vector<long>& extra, const std::vector<int>& ioctl_fds) {
   Program p;
   check_arch(p);
   stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
   allow_basics(p, self);
-  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  allow_device_needs(p, extra, ioctl_fds);
+  stmt(p, BPF_RET | BPF_K, kRefuse);
   return install(p);
 }
 

@@ -21,14 +21,26 @@
 #include "crucible/eval/worker_protocol.h"
 #include "fd_passing.h"
 #include "seccomp_filter.h"
+#include "worker_device.h"
 
 namespace proto = crucible::eval::protocol;
 using crucible::eval::install_load_stage_filter;
 using crucible::eval::install_run_stage_filter;
+namespace device = crucible::eval::worker;
 
 namespace {
 
 proto::Control* g_control = nullptr;
+
+// The sandbox traps a forbidden system call instead of killing outright, so that the parent learns which one:
+// note it, then die of SIGSYS (the handler was reset to the default on entry).
+void on_forbidden_syscall(int sig, siginfo_t* info, void*) {
+  if (g_control) {
+    g_control->crash_code = info->si_syscall;
+    g_control->crash_signal.store(sig, std::memory_order_release);
+  }
+  syscall(SYS_tgkill, getpid(), syscall(SYS_gettid), SIGSYS);
+}
 
 void on_fatal_signal(int sig, siginfo_t* info, void*) {
   // SA_RESETHAND restored the default action: returning re-runs the faulting instruction (or abort()
@@ -50,6 +62,9 @@ void install_crash_handlers() {
   sa.sa_sigaction = on_fatal_signal;
   sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK;
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP}) sigaction(sig, &sa, nullptr);
+  sa.sa_sigaction = on_forbidden_syscall;
+  sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_NODEFER | SA_ONSTACK;
+  sigaction(SIGSYS, &sa, nullptr);
 }
 
 bool send_all(const void* data, size_t size) {
@@ -106,7 +121,9 @@ void wait_for_call(uint32_t expected) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  std::string device_error;
+  const bool device_ready = device::start_device(argc, argv, device_error);  // reported in the load reply
   proto::Hello hello{proto::kMagic, static_cast<int32_t>(getpid())};
   if (!send_all(&hello, sizeof hello)) return 2;
 
@@ -115,22 +132,39 @@ int main() {
   if (arena_fd < 0 || request->magic != proto::kMagic || request->num_sets > proto::kMaxSets ||
       request->num_inputs + request->num_outputs > proto::kMaxTensors)
     return 3;
+  if (!device_ready) return fail(10, "device: " + device_error);
 
   void* base = mmap(nullptr, request->arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
   if (base == MAP_FAILED) return fail(4, std::string("mmap arena: ") + std::strerror(errno));
   close(arena_fd);
   g_control = static_cast<proto::Control*>(base);
   install_crash_handlers();
+  char* tensor_base = device::attach_tensors(*request, static_cast<char*>(base), device_error);
+  if (!tensor_base) return fail(11, device_error);
+
+  // Null calls, served by trusted code before any of the candidate's code exists in this process.
+  auto* c = g_control;
+  uint32_t seq = 1;
+  for (uint32_t i = 0; i < request->null_calls; ++i, ++seq) {
+    wait_for_call(seq);
+    bool usable = device::run_call(nullptr, nullptr, 0, nullptr, 0, c);
+    c->done.store(seq, std::memory_order_release);
+    if (!usable) return fail(12, std::string("device: ") + c->cuda_error_text);
+  }
 
   // Limits first (the load-stage filter forbids changing them), generous enough for the library itself.
-  rlim_t address_space = current_address_space() + request->memory_limit_bytes + (rlim_t{256} << 20);
-  limit(RLIMIT_AS, address_space, address_space);
+  if (device::limits_address_space()) {
+    rlim_t address_space = current_address_space() + request->memory_limit_bytes + (rlim_t{256} << 20);
+    limit(RLIMIT_AS, address_space, address_space);
+  }
   limit(RLIMIT_CPU, request->cpu_seconds, request->cpu_seconds + 1);
   limit(RLIMIT_FSIZE, 0, 0);
   limit(RLIMIT_NPROC, 0, 0);
   limit(RLIMIT_CORE, 0, 0);
   drop_capabilities();
-  if (!install_load_stage_filter(proto::kSocketFd)) return fail(5, "cannot install the load-stage seccomp filter");
+  const device::SyscallNeeds needs = device::syscall_needs();
+  if (!install_load_stage_filter(proto::kSocketFd, needs.syscalls, needs.ioctl_fds))
+    return fail(5, "cannot install the load-stage seccomp filter");
 
   void* handle = dlopen(request->so_path, RTLD_NOW | RTLD_LOCAL);
   if (!handle) return fail(6, std::string("dlopen: ") + dlerror());
@@ -143,15 +177,14 @@ int main() {
   for (uint32_t s = 0; s < sets; ++s)
     for (uint32_t t = 0; t < ni + no; ++t) {
       const auto& d = request->tensors[s][t];
-      tensors[s * (ni + no) + t] = {static_cast<char*>(base) + d.offset, d.dtype, d.ndim, d.shape, d.strides};
+      tensors[s * (ni + no) + t] = {tensor_base + d.offset, d.dtype, d.ndim, d.shape, d.strides};
     }
 
   if (!reply_load(true, "")) return 8;
   close(proto::kSocketFd);
-  if (!install_run_stage_filter(getpid())) return 9;
+  if (!install_run_stage_filter(getpid(), needs.syscalls, needs.ioctl_fds)) return 9;
 
-  auto* c = g_control;
-  for (uint32_t seq = 1;; ++seq) {
+  for (;; ++seq) {
     wait_for_call(seq);
     int32_t set = c->set;
     if (set == static_cast<int32_t>(sets)) {  // a sync: acknowledges that every earlier call has returned
@@ -160,7 +193,8 @@ int main() {
     }
     if (set < 0 || static_cast<uint32_t>(set) > sets) return 0;  // the parent's way of saying goodbye
     crucible_tensor* in = &tensors[set * (ni + no)];
-    c->rc = forward(in, static_cast<int32_t>(ni), in + ni, static_cast<int32_t>(no), nullptr);
+    bool usable = device::run_call(forward, in, static_cast<int32_t>(ni), in + ni, static_cast<int32_t>(no), c);
     c->done.store(seq, std::memory_order_release);
+    if (!usable) _exit(13);  // the CUDA context is lost (the error is in the control block): no teardown
   }
 }

@@ -1,0 +1,20 @@
+#pragma once
+// seccomp-bpf filters for the worker process (x86-64), applied to all of its threads. A refused system call
+// is trapped, not executed: the worker notes its number and dies of SIGSYS, which the evaluator reports as a
+// rejection naming the call.
+#include <sys/types.h>
+
+#include <vector>
+
+namespace crucible::eval {
+
+// Before the candidate is loaded (its static constructors run then): only what dlopen needs (read-only
+// opens, reads, file status, memory) and one send on the worker's socket. No new processes, no network,
+// no signals to others, no writing anywhere. `extra` and `ioctl_fds` are a device's needs (the GPU driver's).
+bool install_load_stage_filter(int socket_fd, const std::vector<long>& extra = {},
+                               const std::vector<int>& ioctl_fds = {});
+
+// Before the first call: only memory management, futex, exit, the signals a crash needs, and a device's needs.
+bool install_run_stage_filter(pid_t self, const std::vector<long>& extra = {}, const std::vector<int>& ioctl_fds = {});
+
+}  // namespace crucible::eval

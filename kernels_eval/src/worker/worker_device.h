@@ -1,0 +1,37 @@
+#pragma once
+// What differs between a CPU worker and a CUDA worker: the device context, where tensors live, the system calls
+// the sealed process still needs, and how one call runs. worker_main.cpp holds everything they share.
+#include <string>
+#include <vector>
+
+#include "crucible/eval/worker_protocol.h"
+#include "crucible/kernel.h"
+
+namespace crucible::eval::worker {
+
+using ForwardFn = decltype(&crucible_forward);
+
+// Before the hello, so that a prestarted worker has its device context ready when a job arrives.
+bool start_device(int argc, char** argv, std::string& error);
+
+// The base that the request's tensor offsets are relative to: the host arena, or device memory the evaluator
+// shares with this worker.
+char* attach_tensors(const protocol::LoadRequest& request, char* host_arena, std::string& error);
+
+// CUDA reserves terabytes of virtual addresses: an address-space limit cannot apply there.
+bool limits_address_space();
+
+// What the sealed worker still needs beyond the common allowlist: system calls, and the descriptors on which
+// ioctl is allowed (the GPU driver's).
+struct SyscallNeeds {
+  std::vector<long> syscalls;
+  std::vector<int> ioctl_fds;
+};
+SyscallNeeds syscall_needs();
+
+// One call on a set of tensors, or a null call when `forward` is null. Fills rc and device_ms in the control
+// block; false when the device is unusable and the worker must end (the error is in the control block).
+bool run_call(ForwardFn forward, crucible_tensor* in, int num_inputs, crucible_tensor* out, int num_outputs,
+              protocol::Control* control);
+
+}  // namespace crucible::eval::worker

@@ -1,0 +1,20 @@
+// The CPU worker: tensors live in the shared host arena and a call is a plain function call.
+#include "worker_device.h"
+
+namespace crucible::eval::worker {
+
+bool start_device(int, char**, std::string&) { return true; }
+
+char* attach_tensors(const protocol::LoadRequest&, char* host_arena, std::string&) { return host_arena; }
+
+bool limits_address_space() { return true; }
+
+SyscallNeeds syscall_needs() { return {}; }
+
+bool run_call(ForwardFn forward, crucible_tensor* in, int num_inputs, crucible_tensor* out, int num_outputs,
+              protocol::Control* control) {
+  control->rc = forward ? forward(in, num_inputs, out, num_outputs, nullptr) : 0;
+  return true;
+}
+
+}  // namespace crucible::eval::worker
