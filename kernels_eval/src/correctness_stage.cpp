@@ -31,7 +31,7 @@ void check_not_degenerate(const StageContext& ctx, const std::vector<torch::Tens
 
 struct TrialOutcome {
   TrialReport report;
-  bool mutated = false, disagree = false;
+  bool mutated = false, disagree = false, out_of_bounds = false;
   int64_t unwritten = 0, nan_mismatched = 0;
 };
 
@@ -49,6 +49,11 @@ bool run_trial(StageContext& ctx, Verdict& v, int trial, const std::vector<torch
   for (int run = 0; run < runs; ++run) {
     for (const auto& slot : out_slots) poison(arena, slot, run);
     if (!ctx.call(0, v)) return false;
+    for (const auto& slot : out_slots)
+      if (!guard_intact(arena, slot)) {
+        t.out_of_bounds = true;
+        fill_guard(arena, slot);
+      }
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       if (same_bytes(arena, in_slots[i], inputs[i])) continue;
       t.mutated = true;  // put the inputs back so the second call sees what the reference saw
@@ -73,13 +78,15 @@ bool run_trial(StageContext& ctx, Verdict& v, int trial, const std::vector<torch
   if (runs == 2 && !run_passed[0] && !run_passed[1])
     for (std::size_t i = 0; i < refs.size(); ++i)
       t.disagree |= !compare(first_run[i], view_tensor(arena, out_slots[i]), ctx.tolerance(i)).passed;
-  t.report.passed = run_passed[0] && run_passed[1] && !t.mutated;
+  t.report.passed = run_passed[0] && run_passed[1] && !t.mutated && !t.out_of_bounds;
   return true;
 }
 
 void explain(const TrialOutcome& t, Verdict& v) {
   std::string where = "trial " + std::to_string(t.report.trial) + ": ";
   if (t.mutated) v.reasons.push_back({"input_mutated", where + "an input was modified by the candidate"});
+  if (t.out_of_bounds)
+    v.reasons.push_back({"out_of_bounds_write", where + "the candidate wrote past the end of an output"});
   if (t.unwritten > 0)
     v.reasons.push_back({"output_unwritten", where + std::to_string(t.unwritten) + " output elements never written"});
   if (t.disagree)
@@ -87,7 +94,7 @@ void explain(const TrialOutcome& t, Verdict& v) {
                                                      "(stale memory or state kept between calls)"});
   if (t.unwritten == 0 && t.nan_mismatched > 0)
     v.reasons.push_back({"nan", where + std::to_string(t.nan_mismatched) + " NaN outputs"});
-  if (!t.mutated && t.unwritten == 0 && !t.disagree && t.nan_mismatched == 0)
+  if (!t.mutated && !t.out_of_bounds && t.unwritten == 0 && !t.disagree && t.nan_mismatched == 0)
     v.reasons.push_back({"mismatch", where + std::to_string(t.report.mismatched) + " of " +
                                          std::to_string(t.report.elements) + " elements outside tolerance"});
 }

@@ -66,9 +66,10 @@ struct Evaluator::Cache {
   std::map<std::string, TimingStats> reference_times;
   std::map<int, std::unique_ptr<GpuResources>> gpus;
 
-  const InputPool& pool(const TaskSpec& task, const std::string& device, const Sizes& sizes) {
+  const InputPool& pool(const TaskSpec& task, const std::string& device, const std::string& size_set,
+                        const Sizes& sizes) {
     constexpr uint64_t kPoolSeed = 0x5eed5eed;
-    std::string key = task.name + "|" + task.source_path + "|" + device;
+    std::string key = task.name + "|" + task.source_path + "|" + device + "|" + size_set;
     auto& slot = pools[key];
     if (!slot) {
       if (device != "cpu") pools.clear();  // one task's pools at a time on a GPU: they can be tens of GB
@@ -197,7 +198,8 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   if (gpu) v.device = "cuda:" + std::to_string(cuda_device);
   ReferenceFn reference = find_reference(task.reference);
   if (!reference) throw TaskError("task '" + task.name + "': unknown reference '" + task.reference + "'");
-  const Sizes& sizes = task.sizes_for(backend);
+  const std::string size_set = options.sizes.empty() ? backend : options.sizes;
+  const Sizes& sizes = task.sizes_for(size_set);
   std::vector<TensorShape> in_shapes, out_shapes;
   for (const auto& t : task.inputs) in_shapes.push_back({t.dtype, resolve_shape(t, sizes)});
   for (const auto& t : task.outputs) out_shapes.push_back({t.dtype, resolve_shape(t, sizes)});
@@ -250,7 +252,10 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     gpu->tensors.reserve(layout.bytes);
     gpu_stage = {cuda_device, gpu->tensors.data(), gpu->flush.get(), 0.0};
     for (const auto& set : layout.outputs)
-      for (const auto& slot : set) poison(ArenaRef{gpu_stage.tensors, cuda_device}, slot, 0);
+      for (const auto& slot : set) {
+        poison(ArenaRef{gpu_stage.tensors, cuda_device}, slot, 0);
+        fill_guard(ArenaRef{gpu_stage.tensors, cuda_device}, slot);
+      }
     cuda::synchronize();
     DeviceShare share;
     share.device = cuda_device;
@@ -269,14 +274,17 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     arena_.reserve(layout.bytes);
     // Whatever an earlier candidate left in the outputs is overwritten before anyone can read it.
     for (const auto& set : layout.outputs)
-      for (const auto& slot : set) poison(ArenaRef{arena_.data(), -1}, slot, 0);
+      for (const auto& slot : set) {
+        poison(ArenaRef{arena_.data(), -1}, slot, 0);
+        fill_guard(ArenaRef{arena_.data(), -1}, slot);
+      }
     loaded = worker->load(compiled.so_path, layout, arena_, options.limits, options.call_timeout_s);
   }
   v.stages.load_s = since(load_start);
   if (classify_failure(loaded, v)) return finish();
 
   const std::string pool_device = gpu ? "cuda:" + std::to_string(cuda_device) : "cpu";
-  StageContext ctx{task, reference, cache_->pool(task, pool_device, sizes), layout, *worker, out_shapes};
+  StageContext ctx{task, reference, cache_->pool(task, pool_device, size_set, sizes), layout, *worker, out_shapes};
   ctx.gpu = gpu ? &gpu_stage : nullptr;
   ctx.seed = v.seed;
   ctx.full = full;
@@ -296,7 +304,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   // 5. Timing.
   if (go_on) {
     auto timing_start = Clock::now();
-    const std::string key = task.name + "|" + task.source_path + "|" + pool_device + "|" +
+    const std::string key = task.name + "|" + task.source_path + "|" + pool_device + "|" + size_set + "|" +
                             std::to_string(ctx.timed) + "|" + std::to_string(arena_sets) + "|" +
                             std::to_string(config_.threads);
     measure_timing(ctx, v, cache_->reference_times, key);

@@ -250,6 +250,31 @@ int64_t count_poisoned(ArenaRef arena, const ArenaTensor& slot, int pattern) {
 }
 
 namespace {
+constexpr uint8_t kCanary = 0xcb;
+torch::Tensor guard_view(ArenaRef arena, const ArenaTensor& slot) {
+  return torch::from_blob(arena.base + slot.offset + slot.bytes, {static_cast<int64_t>(slot.guard_bytes)},
+                          torch::TensorOptions().dtype(torch::kUInt8).device(arena.device()));
+}
+}  // namespace
+
+void fill_guard(ArenaRef arena, const ArenaTensor& slot) {
+  if (slot.guard_bytes == 0) return;
+  if (arena.on_gpu())
+    guard_view(arena, slot).fill_(kCanary);
+  else
+    std::memset(arena.base + slot.offset + slot.bytes, kCanary, slot.guard_bytes);
+}
+
+bool guard_intact(ArenaRef arena, const ArenaTensor& slot) {
+  if (slot.guard_bytes == 0) return true;
+  if (arena.on_gpu()) return guard_view(arena, slot).eq(kCanary).all().item<bool>();
+  const auto* g = reinterpret_cast<const uint8_t*>(arena.base + slot.offset + slot.bytes);
+  for (std::size_t i = 0; i < slot.guard_bytes; ++i)
+    if (g[i] != kCanary) return false;
+  return true;
+}
+
+namespace {
 template <typename T>
 double as_double(T v) { return static_cast<double>(v); }
 

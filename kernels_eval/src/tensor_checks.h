@@ -51,6 +51,10 @@ bool same_bytes(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& ex
 void poison(ArenaRef arena, const ArenaTensor& slot, int pattern);
 int64_t count_poisoned(ArenaRef arena, const ArenaTensor& slot, int pattern);
 
+// The guard band after an output: filled with a canary, and checked intact after calls.
+void fill_guard(ArenaRef arena, const ArenaTensor& slot);
+bool guard_intact(ArenaRef arena, const ArenaTensor& slot);
+
 struct Comparison {
   bool passed = true;
   double max_abs = 0.0;

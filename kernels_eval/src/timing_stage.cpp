@@ -111,10 +111,13 @@ bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingS
   }
   v.candidate_time = summarize_times(samples);
   verify_snapshots(ctx, v, snapshots);
-  for (int s = 0; s < sets; ++s)
+  for (int s = 0; s < sets; ++s) {
     for (std::size_t i = 0; i < current[s].size(); ++i)
       if (!same_bytes(arena, layout.inputs[s][i], current[s][i]))
         flag(v, "input_mutated", "an input was modified during timing");
+    for (const auto& slot : layout.outputs[s])
+      if (!guard_intact(arena, slot)) flag(v, "out_of_bounds_write", "a write past the end of an output during timing");
+  }
 
   auto cached = reference_times.find(reference_key);
   if (cached != reference_times.end()) {

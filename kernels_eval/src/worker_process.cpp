@@ -35,14 +35,17 @@ namespace {
 constexpr std::size_t kAlign = 256;
 std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
-ArenaTensor place(const TensorShape& t, std::size_t& cursor) {
+constexpr std::size_t kGuardBytes = 4096;
+
+ArenaTensor place(const TensorShape& t, std::size_t& cursor, std::size_t guard) {
   ArenaTensor a;
   a.dtype = t.dtype;
   a.shape = t.shape;
   a.strides = contiguous_strides(t.shape);
   a.bytes = static_cast<std::size_t>(numel(t.shape)) * dtype_size(t.dtype);
   a.offset = cursor;
-  cursor = align_up(cursor + std::max<std::size_t>(a.bytes, 1), kAlign);
+  a.guard_bytes = guard;
+  cursor = align_up(cursor + std::max<std::size_t>(a.bytes, 1) + guard, kAlign);
   return a;
 }
 
@@ -82,8 +85,8 @@ ArenaLayout plan_arena(const std::vector<TensorShape>& inputs, const std::vector
   for (int s = 0; s < sets; ++s) {
     layout.inputs.emplace_back();
     layout.outputs.emplace_back();
-    for (const auto& t : inputs) layout.inputs.back().push_back(place(t, cursor));
-    for (const auto& t : outputs) layout.outputs.back().push_back(place(t, cursor));
+    for (const auto& t : inputs) layout.inputs.back().push_back(place(t, cursor, 0));
+    for (const auto& t : outputs) layout.outputs.back().push_back(place(t, cursor, kGuardBytes));
   }
   layout.bytes = align_up(cursor, 4096);
   return layout;

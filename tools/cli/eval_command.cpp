@@ -20,6 +20,7 @@ struct EvalArgs {
   std::string candidate;
   std::string device = "cpu";
   std::string mode = "fast";
+  std::string sizes;
   std::string tasks_dir;
   std::string cache_dir;
   bool json = false;
@@ -48,6 +49,7 @@ void print_human(const eval::Verdict& v) {
     std::printf("  reference  median %.1f us  cv %.2f%%\n", v.reference_time->median_us, 100 * v.reference_time->cv);
   if (v.speedup) std::printf("  speedup %.3fx\n", *v.speedup);
   if (v.gflops) std::printf("  %.2f GFLOP/s\n", *v.gflops);
+  if (v.gbps) std::printf("  %.1f GB/s (inputs read and outputs written once)\n", *v.gbps);
   std::printf("  stages: load %.1f ms, correctness %.1f ms, timing %.1f ms, overhead %.1f ms, total %.1f ms\n",
               1e3 * v.stages.load_s, 1e3 * v.stages.correctness_s, 1e3 * v.stages.timing_s,
               1e3 * v.stages.overhead_s, 1e3 * v.stages.total_s);
@@ -71,6 +73,7 @@ int run_eval(const EvalArgs& a) {
     eval::EvalOptions options;
     options.mode = a.mode == "full" ? eval::Mode::full : eval::Mode::fast;
     options.device = a.device;
+    options.sizes = a.sizes;
     options.seed = a.seed;
     options.call_timeout_s = a.timeout_s;
     options.compile.time_limit_s = a.compile_timeout_s;
@@ -103,7 +106,9 @@ Run add_eval_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "Evaluate one candidate: compile, gate, sandboxed run, correctness, timing");
   cmd->add_option("--task", args->task, "Task name (in the tasks dir) or path to a task .toml")->required();
   cmd->add_option("--candidate", args->candidate, "Candidate source file")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--device", args->device, "cpu (cuda:N with a CUDA build)")->capture_default_str();
+  cmd->add_option("--device", args->device, "cpu, cuda or cuda:N (GPU N, with a CUDA build)")->capture_default_str();
+  cmd->add_option("--sizes", args->sizes, "The task's size set: cpu or cuda (default: the device's own)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--mode", args->mode, "fast (2 checks, 5 timed) or full (5 checks, 50 timed)")
       ->check(CLI::IsMember({"fast", "full"}))
       ->capture_default_str();

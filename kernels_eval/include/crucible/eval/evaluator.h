@@ -22,6 +22,7 @@ enum class Mode { fast, full };
 struct EvalOptions {
   Mode mode = Mode::fast;
   std::string device = "cpu";  // or "cuda" / "cuda:N"
+  std::string sizes;            // the task's size set to use ("cpu", "cuda"); empty: the device's own
   // Negative values take the mode's defaults: fast 2 / 5 / 1, full 5 / 50 / 3.
   int correctness_trials = -1;
   int timing_trials = -1;

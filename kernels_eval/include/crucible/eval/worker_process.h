@@ -23,9 +23,11 @@ struct ArenaTensor {
   std::vector<int64_t> strides;
   std::size_t offset = 0;
   std::size_t bytes = 0;
+  std::size_t guard_bytes = 0;  // outputs: a canary band right after the tensor, to catch writes past its end
 };
 
-// Several sets of (inputs, outputs) laid out after the control page, each tensor 256-byte aligned.
+// Several sets of (inputs, outputs) laid out after the control page, each tensor 256-byte aligned, each output
+// followed by a guard band.
 struct ArenaLayout {
   std::size_t bytes = 0;
   std::vector<std::vector<ArenaTensor>> inputs;   // [set][input]

@@ -1,0 +1,132 @@
+// GPU evaluation on a real device: shipped candidates, every CUDA hack and fault fixture with its exact verdict,
+// recovery after faults, and timing that counts work hidden from the candidate's stream.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "crucible/eval/evaluator.h"
+#include "support.h"
+#include "tasks/task_loader.h"
+
+using namespace crucible;
+
+namespace {
+
+std::string cuda_fixture(const std::string& name) {
+  return test::read_file(test::source_dir() / "tests" / "fixtures" / "cuda" / (name + ".cu"));
+}
+std::string cuda_candidate(const std::string& task) {
+  return test::read_file(test::source_dir() / "configs" / "candidates" / "cuda" / (task + ".cu"));
+}
+
+std::string detail_of(const eval::Verdict& v) {
+  std::string s = std::string(eval::status_name(v.status)) + ":";
+  for (const auto& r : v.reasons) s += " [" + r.code + "] " + r.detail;
+  return s;
+}
+
+struct GpuEvaluator {
+  explicit GpuEvaluator(const std::string& tag) : cache(tag), evaluator([&] {
+    eval::EvaluatorConfig config;
+    config.cache_dir = cache.path();
+    return config;
+  }()) {}
+  test::ScratchDir cache;
+  eval::Evaluator evaluator;
+};
+
+eval::EvalOptions gpu_options(const std::string& sizes = "cpu") {
+  eval::EvalOptions o;
+  o.device = "cuda:0";
+  o.sizes = sizes;
+  o.call_timeout_s = 5.0;
+  o.compile.time_limit_s = 60.0;
+  return o;
+}
+
+struct Expectation {
+  const char* fixture;
+  const char* task;
+  eval::Status status;
+  const char* reason;
+  bool fault;  // the worker's context is gone: check that the next candidate evaluates normally
+};
+
+const Expectation kExpectations[] = {
+    {"wrong_result", "relu", eval::Status::incorrect, "mismatch", false},
+    {"half_unwritten", "relu", eval::Status::incorrect, "output_unwritten", false},
+    {"input_mutated", "relu", eval::Status::incorrect, "input_mutated", false},
+    {"cached_output", "relu", eval::Status::incorrect, "mismatch", false},
+    {"stale_memory", "relu", eval::Status::incorrect, "nondeterministic", false},
+    {"precision_downgrade", "relu", eval::Status::incorrect, "mismatch", false},
+    {"constant_output", "mse_loss", eval::Status::incorrect, "mismatch", false},
+    {"lazy_when_timed", "matmul", eval::Status::incorrect, "skipped_work", false},
+    {"skips_when_timed", "relu", eval::Status::incorrect, "skipped_work", false},
+    {"oob_write", "relu", eval::Status::incorrect, "out_of_bounds_write", false},
+    {"illegal_address", "relu", eval::Status::runtime_error, "cuda_error", true},
+    {"device_trap", "relu", eval::Status::runtime_error, "cuda_error", true},
+    {"device_assert", "relu", eval::Status::runtime_error, "cuda_error", true},
+    {"out_of_memory", "relu", eval::Status::runtime_error, "out_of_memory", true},
+    {"endless_kernel", "relu", eval::Status::timeout, "wall_timeout", true},
+    {"nonzero_return", "relu", eval::Status::runtime_error, "nonzero_return", false},
+    {"raw_syscall", "relu", eval::Status::rejected, "forbidden_syscall", true},
+    {"side_stream", "relu", eval::Status::rejected, "forbidden_import", false},
+    {"device_sync", "relu", eval::Status::rejected, "forbidden_import", false},
+    {"host_thread", "relu", eval::Status::rejected, "forbidden_import", false},
+    {"cublas_call", "matmul", eval::Status::rejected, "forbidden_import", false},
+    {"extra_export", "relu", eval::Status::rejected, "forbidden_export", false},
+    {"compile_error", "relu", eval::Status::compile_error, "compiler_error", false},
+};
+
+}  // namespace
+
+TEST_CASE("gpu: every CUDA hack and fault fixture gets its exact verdict, and the GPU recovers after each fault") {
+  GpuEvaluator t("gpu-fixtures");
+  auto& evaluator = t.evaluator;
+  const auto options = gpu_options();
+  auto relu = tasks::find_task("relu", test::tasks_dir());
+  for (const auto& e : kExpectations) {
+    auto task = tasks::find_task(e.task, test::tasks_dir());
+    auto verdict = evaluator.evaluate(task, cuda_fixture(e.fixture), options);
+    INFO("fixture ", std::string(e.fixture), " -> ", detail_of(verdict));
+    CHECK(verdict.status == e.status);
+    CHECK(verdict.has_reason(e.reason));
+    if (!e.fault) continue;
+    auto after = evaluator.evaluate(relu, cuda_candidate("relu"), options);
+    INFO("correct candidate after ", std::string(e.fixture), " -> ", detail_of(after));
+    CHECK(after.status == eval::Status::correct);
+  }
+  auto illegal = evaluator.evaluate(relu, cuda_fixture("illegal_address"), options);
+  REQUIRE_FALSE(illegal.reasons.empty());
+  CHECK(illegal.reasons[0].detail.find("cudaErrorIllegalAddress") != std::string::npos);
+}
+
+TEST_CASE("gpu: every shipped naive CUDA candidate is correct at the tasks' CUDA sizes") {
+  GpuEvaluator t("gpu-shipped");
+  auto& evaluator = t.evaluator;
+  for (const auto& entry : std::filesystem::directory_iterator(test::source_dir() / "configs" / "candidates" / "cuda")) {
+    const std::string name = entry.path().stem().string();
+    auto task = tasks::find_task(name, test::tasks_dir());
+    auto verdict = evaluator.evaluate(task, test::read_file(entry.path()), gpu_options("cuda"));
+    INFO(name, " -> ", detail_of(verdict));
+    CHECK(verdict.status == eval::Status::correct);
+    CHECK(verdict.device == "cuda:0");
+    REQUIRE(verdict.candidate_time.has_value());
+    CHECK(verdict.candidate_time->median_us > 0.0);
+    CHECK(verdict.speedup.has_value());
+  }
+}
+
+TEST_CASE("gpu: work moved off the candidate's stream is still timed") {
+  GpuEvaluator t("gpu-stream");
+  auto& evaluator = t.evaluator;
+  auto relu = tasks::find_task("relu", test::tasks_dir());
+  auto options = gpu_options("cuda");
+  auto honest = evaluator.evaluate(relu, cuda_candidate("relu"), options);
+  auto hidden = evaluator.evaluate(relu, cuda_fixture("default_stream"), options);
+  INFO(detail_of(honest), " / ", detail_of(hidden));
+  REQUIRE(honest.status == eval::Status::correct);
+  REQUIRE(hidden.status == eval::Status::correct);
+  // Events on the given stream see only an empty kernel (microseconds); the real work takes milliseconds.
+  CHECK(hidden.candidate_time->median_us > 0.7 * honest.candidate_time->median_us);
+}
