@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/relu_variants.h"
 #include "crucible/eval/compiler.h"
 #include "crucible/eval/evaluator.h"
 
@@ -19,24 +20,6 @@ using namespace crucible;
 namespace fs = std::filesystem;
 
 namespace {
-
-// Variants differ in block size and unrolling, as a sweep's candidates would.
-std::string cuda_variant(int i) {
-  int block = 64 << (i % 4), unroll = 1 + (i / 4) % 4;
-  return "#include <crucible/kernel.h>\n"
-         "constexpr int kBlock = " + std::to_string(block) + ", kUnroll = " + std::to_string(unroll) + ";\n"
-         "__global__ void relu(const float* __restrict__ x, float* __restrict__ y, long n) {\n"
-         "  long base = (blockIdx.x * (long)kBlock * kUnroll) + threadIdx.x;\n"
-         "#pragma unroll\n"
-         "  for (int u = 0; u < kUnroll; ++u) { long i = base + u * kBlock; if (i < n) y[i] = fmaxf(x[i], 0.f); }\n"
-         "}\n"
-         "CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_tensor* out, int32_t, void* s) {\n"
-         "  long n = in[0].shape[0] * in[0].shape[1];\n"
-         "  long blocks = (n + kBlock * kUnroll - 1) / (kBlock * kUnroll);\n"
-         "  relu<<<blocks, kBlock, 0, (cudaStream_t)s>>>((const float*)in[0].data, (float*)out[0].data, n);\n"
-         "  return cudaGetLastError() == cudaSuccess ? 0 : 1;\n"
-         "}\n// variant " + std::to_string(i) + "\n";  // every variant a distinct source, as in a sweep
-}
 
 std::string cpu_variant(int i) {
   return "#include <crucible/kernel.h>\nconstexpr int kUnroll = " + std::to_string(1 + i % 8) + ";\n"
@@ -76,7 +59,7 @@ int main(int argc, char** argv) {
   for (int t = 0; t < jobs; ++t)
     threads.emplace_back([&, t] {
       for (int i = t; i < count; i += jobs) {
-        auto r = compiler.compile(backend == "cuda" ? cuda_variant(i) : cpu_variant(i), options);
+        auto r = compiler.compile(backend == "cuda" ? bench::relu_variant(i) : cpu_variant(i), options);
         seconds[i] = r.seconds;
         ok[i] = r.ok() && !r.cached;
         if (!r.ok()) std::fprintf(stderr, "variant %d failed:\n%s\n", i, r.log.c_str());

@@ -1,6 +1,7 @@
-// bench_eval: per-stage evaluation cost for every CPU task's shipped candidate.
+// bench_eval: per-stage evaluation cost for every task's shipped candidate on a device.
 // Each candidate is evaluated cold (compile cache miss) and then warm (cache hit, warm worker, reference
-// time already known), and the table shows both. Usage: bench_eval [--mode fast|full] [--repeats N]
+// time already known), and the table shows both.
+// Usage: bench_eval [--mode fast|full] [--repeats N] [--device cpu|cuda:N] [--sizes cpu|cuda]
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,22 +35,26 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--mode") && i + 1 < argc) options.mode = !std::strcmp(argv[++i], "full") ? eval::Mode::full : eval::Mode::fast;
     else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--device") && i + 1 < argc) options.device = argv[++i];
+    else if (!std::strcmp(argv[i], "--sizes") && i + 1 < argc) options.sizes = argv[++i];
   }
+  const bool gpu = options.device != "cpu";
   fs::path tasks_dir = tasks::default_tasks_dir();
-  fs::path candidates = tasks_dir.parent_path() / "candidates" / "cpu";
+  fs::path candidates = tasks_dir.parent_path() / "candidates" / (gpu ? "cuda" : "cpu");
   fs::path cache = fs::temp_directory_path() / ("crucible-bench-cache-" + std::to_string(::getpid()));
   eval::EvaluatorConfig config;
   config.cache_dir = cache;
   eval::Evaluator evaluator(config);
 
-  std::printf("mode=%s, warm = median of %d repeats after the cold run; times in ms\n",
+  std::printf("device=%s sizes=%s mode=%s, warm = median of %d repeats after the cold run; times in ms\n",
+              options.device.c_str(), options.sizes.empty() ? "(device's own)" : options.sizes.c_str(),
               options.mode == eval::Mode::full ? "full" : "fast", repeats);
   std::printf("%-14s %-8s %8s | %7s %6s %7s %7s %7s %8s | %8s %8s %7s\n", "task", "status", "compile", "load",
               "gate", "correct", "timing", "kernel", "overhead", "cand_us", "ref_us", "speedup");
   std::vector<double> compiles, overheads;
   for (const auto& file : tasks::task_files(tasks_dir)) {
     auto task = tasks::load_task_file(file);
-    fs::path source_file = candidates / (task.name + ".cpp");
+    fs::path source_file = candidates / (task.name + (gpu ? ".cu" : ".cpp"));
     if (!fs::exists(source_file)) continue;
     std::string source = read(source_file);
     auto cold = evaluator.evaluate(task, source, options);

@@ -153,6 +153,26 @@ Evaluator::Evaluator(EvaluatorConfig config)
 
 Evaluator::~Evaluator() = default;
 
+CompileOptions Evaluator::compile_options(const std::string& source, const EvalOptions& options,
+                                          const cuda::DeviceInfo* gpu) {
+  CompileOptions copts = options.compile;
+  const int cuda_device = parse_cuda_device(options.device);
+  copts.backend = cuda_device >= 0 ? "cuda" : "cpu";
+  if (cuda_device >= 0) {
+    if (gpu) {
+      copts.cuda_arch = cuda_arch_for(*gpu, source);
+    } else {
+      std::lock_guard<std::mutex> lock(gpu_mutex_);
+      copts.cuda_arch = cuda_arch_for(gpu_resources(cuda_device).info, source);
+    }
+  }
+  return copts;
+}
+
+CompileResult Evaluator::compile(const std::string& source, const EvalOptions& options) {
+  return compiler_.compile(source, compile_options(source, options, nullptr));
+}
+
 GpuResources& Evaluator::gpu_resources(int device) {
   auto& slot = cache_->gpus[device];
   if (slot) return *slot;
@@ -194,7 +214,11 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
 
   const int cuda_device = parse_cuda_device(options.device);
   const std::string backend = cuda_device >= 0 ? "cuda" : "cpu";
-  GpuResources* gpu = cuda_device >= 0 ? &gpu_resources(cuda_device) : nullptr;
+  GpuResources* gpu = nullptr;
+  if (cuda_device >= 0) {
+    std::lock_guard<std::mutex> lock(gpu_mutex_);
+    gpu = &gpu_resources(cuda_device);
+  }
   if (gpu) v.device = "cuda:" + std::to_string(cuda_device);
   ReferenceFn reference = find_reference(task.reference);
   if (!reference) throw TaskError("task '" + task.name + "': unknown reference '" + task.reference + "'");
@@ -205,9 +229,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   for (const auto& t : task.outputs) out_shapes.push_back({t.dtype, resolve_shape(t, sizes)});
 
   // 1. Compile.
-  CompileOptions copts = options.compile;
-  copts.backend = backend;
-  if (gpu) copts.cuda_arch = cuda_arch_for(gpu->info, source);
+  CompileOptions copts = compile_options(source, options, gpu ? &gpu->info : nullptr);
   CompileResult compiled = compiler_.compile(source, copts);
   v.compile = {compiled.cached, compiled.seconds, compiled.hash, compiled.log};
   v.stages.compile_s = compiled.seconds;

@@ -40,6 +40,7 @@ bool StageContext::call(int set, Verdict& v, double* seconds, bool settle, bool 
   CallOutcome out = worker.call(set, timeout_s, /*then_sync=*/settle);
   kernel_s += out.seconds;
   if (seconds) *seconds = gpu ? std::max(out.device_seconds, out.seconds - gpu->null_call_s) : out.seconds;
+  if (gpu && seconds && flush && out.ok()) gpu->event_samples_us.push_back(out.device_seconds * 1e6);
   return !classify_failure(out, v);
 }
 

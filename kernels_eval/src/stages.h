@@ -20,6 +20,7 @@ struct GpuStage {
   std::byte* tensors = nullptr;  // device memory the worker maps
   cuda::L2Flush* flush = nullptr;
   double null_call_s = 0.0;
+  std::vector<double> event_samples_us;  // what the worker's events said of each timed call
 };
 
 struct StageContext {

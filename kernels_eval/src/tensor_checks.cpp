@@ -236,9 +236,13 @@ void poison(ArenaRef arena, const ArenaTensor& slot, int pattern) {
 }
 
 int64_t count_poisoned(ArenaRef arena, const ArenaTensor& slot, int pattern) {
-  if (arena.on_gpu()) {
-    int64_t value = 0;
-    return pattern_view(arena, slot, pattern, value).eq(value).sum().item<int64_t>();
+  if (arena.on_gpu()) {  // in chunks: a comparison's bool tensor, summed, widens eightfold
+    int64_t value = 0, total = 0;
+    auto flat = pattern_view(arena, slot, pattern, value);
+    const int64_t n = flat.numel(), chunk = int64_t{1} << 26;
+    for (int64_t start = 0; start < n; start += chunk)
+      total += flat.narrow(0, start, std::min(chunk, n - start)).eq(value).sum().item<int64_t>();
+    return total;
   }
   const std::byte* d = arena.base + slot.offset;
   switch (dtype_size(slot.dtype)) {
@@ -400,7 +404,9 @@ Comparison compare(const torch::Tensor& out, const torch::Tensor& ref, Tolerance
 
 double max_abs(const torch::Tensor& t) {
   if (!t.is_floating_point() || t.numel() == 0) return 0.0;
-  if (t.is_cuda()) return t.abs().max().to(torch::kFloat64).item<double>();
+  if (t.is_cuda())  // no full-size temporary: the largest magnitude is at the maximum or the minimum
+    return std::max(std::fabs(t.max().to(torch::kFloat64).item<double>()),
+                    std::fabs(t.min().to(torch::kFloat64).item<double>()));
   auto c = t.contiguous();
   double m = 0.0;
   if (c.scalar_type() == torch::kFloat32) {

@@ -110,6 +110,8 @@ bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingS
     }
   }
   v.candidate_time = summarize_times(samples);
+  if (ctx.gpu && !ctx.gpu->event_samples_us.empty())
+    v.candidate_event_median_us = summarize_times(ctx.gpu->event_samples_us).median_us;
   verify_snapshots(ctx, v, snapshots);
   for (int s = 0; s < sets; ++s) {
     for (std::size_t i = 0; i < current[s].size(); ++i)

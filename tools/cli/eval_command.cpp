@@ -45,6 +45,9 @@ void print_human(const eval::Verdict& v) {
   if (v.candidate_time)
     std::printf("  candidate  median %.1f us  cv %.2f%%  (%d trials)\n", v.candidate_time->median_us,
                 100 * v.candidate_time->cv, v.candidate_time->trials);
+  if (v.candidate_event_median_us)
+    std::printf("  candidate  median %.1f us by its own stream's events (a hint: not what counts)\n",
+                *v.candidate_event_median_us);
   if (v.reference_time)
     std::printf("  reference  median %.1f us  cv %.2f%%\n", v.reference_time->median_us, 100 * v.reference_time->cv);
   if (v.speedup) std::printf("  speedup %.3fx\n", *v.speedup);

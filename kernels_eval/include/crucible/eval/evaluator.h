@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -53,6 +54,9 @@ struct EvaluatorConfig {
 };
 
 struct GpuResources;
+namespace cuda {
+struct DeviceInfo;
+}
 
 class Evaluator {
  public:
@@ -60,6 +64,9 @@ class Evaluator {
   ~Evaluator();
 
   Verdict evaluate(const TaskSpec& task, const std::string& source, const EvalOptions& options = {});
+  // Stage 1 alone, with exactly the options evaluate() would use (the device's architecture included), so a
+  // compile pool can build candidates ahead of their evaluation into the shared cache. Thread-safe.
+  CompileResult compile(const std::string& source, const EvalOptions& options = {});
 
   Compiler& compiler() { return compiler_; }
   WorkerPool& pool() { return pool_; }
@@ -72,7 +79,9 @@ class Evaluator {
   SharedArena arena_;
   struct Cache;  // input pools, reference timings and GPU resources, reused across candidates
   std::unique_ptr<Cache> cache_;
-  GpuResources& gpu_resources(int device);
+  std::mutex gpu_mutex_;  // compile() may ask for a GPU's architecture from other threads
+  GpuResources& gpu_resources(int device);  // under gpu_mutex_
+  CompileOptions compile_options(const std::string& source, const EvalOptions& options, const cuda::DeviceInfo* gpu);
 };
 
 std::filesystem::path default_include_dir();

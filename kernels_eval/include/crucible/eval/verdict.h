@@ -66,6 +66,9 @@ struct Verdict {
   std::vector<TrialReport> trials;
   std::optional<TimingStats> candidate_time;
   std::optional<TimingStats> reference_time;
+  // GPU: the median of the candidate's calls by events on its own stream, as its worker reported them. Shown for
+  // insight only; candidate_time (never faster than the evaluator's own clock allows) is what counts.
+  std::optional<double> candidate_event_median_us;
   std::optional<double> speedup;
   std::optional<double> gflops;  // candidate, when the task declares flops
   std::optional<double> gbps;    // candidate: the least traffic (inputs read, outputs written once) per second

@@ -1,0 +1,73 @@
+// bench_repeatability: one candidate evaluated N times (full mode: 50 timed trials each) by one evaluator; prints
+// each evaluation's median, and the coefficient of variation of those medians. Also prints the candidate's
+// compiled shared object, for an outside timer (tools/gpu_node/do_bench_candidate.py) to time the same kernel.
+// Usage: bench_repeatability [--device cuda:0] [--task relu] [--candidate FILE] [--sizes cuda] [--times 10]
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "crucible/eval/evaluator.h"
+#include "tasks/task_loader.h"
+
+namespace fs = std::filesystem;
+using namespace crucible;
+
+int main(int argc, char** argv) {
+  std::string device = "cuda:0", task_name = "relu", candidate, sizes;
+  int times = 10;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--device")) device = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--task")) task_name = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--candidate")) candidate = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--sizes")) sizes = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--times")) times = std::atoi(argv[i + 1]);
+  }
+  const fs::path tasks_dir = tasks::default_tasks_dir();
+  if (candidate.empty())
+    candidate = (tasks_dir.parent_path() / "candidates" / (device == "cpu" ? "cpu" : "cuda") /
+                 (task_name + (device == "cpu" ? ".cpp" : ".cu"))).string();
+  std::ifstream in(candidate);
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::string source = text.str();
+  auto task = tasks::find_task(task_name, tasks_dir);
+
+  eval::EvaluatorConfig config;
+  config.cache_dir = fs::temp_directory_path() / ("crucible-bench-repeat-" + std::to_string(getpid()));
+  eval::Evaluator evaluator(config);
+  eval::EvalOptions options;
+  options.mode = eval::Mode::full;
+  options.device = device;
+  options.sizes = sizes;
+
+  std::printf("%-4s %-8s %12s %8s %12s %12s\n", "run", "status", "median_us", "cv", "event_us", "reference_us");
+  std::vector<double> medians;
+  for (int r = 0; r < times; ++r) {
+    auto v = evaluator.evaluate(task, source, options);
+    if (!v.candidate_time) {
+      std::printf("%-4d %-8s\n", r, std::string(eval::status_name(v.status)).c_str());
+      continue;
+    }
+    medians.push_back(v.candidate_time->median_us);
+    std::printf("%-4d %-8s %12.2f %7.2f%% %12.2f %12.2f\n", r, std::string(eval::status_name(v.status)).c_str(),
+                v.candidate_time->median_us, 100 * v.candidate_time->cv, v.candidate_event_median_us.value_or(0.0),
+                v.reference_time ? v.reference_time->median_us : 0.0);
+  }
+  auto stats = eval::summarize_times(medians);
+  std::printf("\n%s on %s: median of medians %.2f us, CV of the %d medians %.3f%% (target <= 0.5%%)\n",
+              task_name.c_str(), device.c_str(), stats.median_us, stats.trials, 100 * stats.cv);
+  auto compiled = evaluator.compile(source, options);
+  // Copied out of the cache, which goes away with this run.
+  const fs::path keep = fs::temp_directory_path() / ("crucible-repeat-" + task_name + ".so");
+  fs::copy_file(compiled.so_path, keep, fs::copy_options::overwrite_existing);
+  std::printf("shared object: %s\n", keep.c_str());
+  std::error_code ec;
+  fs::remove_all(config.cache_dir, ec);
+  return 0;
+}
