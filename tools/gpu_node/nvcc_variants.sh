@@ -31,6 +31,7 @@ time_it() {  # label, command...: median of 5 runs
 cd "$work"
 inc="-I$root/kernels_eval/include"
 time_it "shared object (Crucible's flags)" $nvcc -std=c++17 -O3 -arch=$arch -shared -Xcompiler -fPIC,-fvisibility=hidden $inc k.cu -o k.so
+time_it "shared object, -O0 host code" $nvcc -std=c++17 -O0 -arch=$arch -shared -cudart shared -Xcompiler -fPIC,-fvisibility=hidden $inc k.cu -o k0.so
 time_it "shared object, -O1 host code" $nvcc -std=c++17 -O3 -arch=$arch -shared -Xcompiler -fPIC,-O1 $inc k.cu -o k1.so
 time_it "device code only: -cubin" $nvcc -std=c++17 -O3 -arch=$arch -cubin $inc k.cu -o k.cubin
 time_it "device code only: -fatbin" $nvcc -std=c++17 -O3 -arch=$arch -fatbin $inc k.cu -o k.fatbin
