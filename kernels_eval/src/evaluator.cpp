@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 
@@ -66,10 +67,17 @@ struct Evaluator::Cache {
   std::map<std::string, TimingStats> reference_times;
   std::map<int, std::unique_ptr<GpuResources>> gpus;
 
+  static std::string pool_key(const TaskSpec& task, const std::string& device, const std::string& size_set) {
+    return task.name + "|" + task.source_path + "|" + device + "|" + size_set;
+  }
+  bool has_pool(const TaskSpec& task, const std::string& device, const std::string& size_set) const {
+    return pools.count(pool_key(task, device, size_set)) > 0;
+  }
+
   const InputPool& pool(const TaskSpec& task, const std::string& device, const std::string& size_set,
                         const Sizes& sizes) {
     constexpr uint64_t kPoolSeed = 0x5eed5eed;
-    std::string key = task.name + "|" + task.source_path + "|" + device + "|" + size_set;
+    std::string key = pool_key(task, device, size_set);
     auto& slot = pools[key];
     if (!slot) {
       if (device != "cpu") pools.clear();  // one task's pools at a time on a GPU: they can be tens of GB
@@ -116,19 +124,22 @@ std::size_t bytes_of(const std::vector<TensorShape>& shapes) {
   return total;
 }
 
-// How many input sets fit the GPU beside the input pools (2x each input plus a mask byte per element) and room
-// for a reference's outputs and the comparisons' scratch memory.
+// How many input sets fit the GPU. Each set takes its tensors in the arena plus the evaluator's copy of its
+// refreshed largest input; beside them live the input pools (2x each input plus a mask byte per element) and room
+// for a reference's outputs, a kept output and scratch memory (three of the largest tensor).
 int sets_that_fit(const cuda::DeviceInfo& info, const std::vector<TensorShape>& in, const std::vector<TensorShape>& out,
-                  int wanted) {
+                  int wanted, bool pools_exist) {
   std::size_t largest = 0, pool = 0;
   for (const auto* group : {&in, &out})
     for (const auto& t : *group) {
       std::size_t b = static_cast<std::size_t>(numel(t.shape)) * dtype_size(t.dtype);
       largest = std::max(largest, b);
-      if (group == &in) pool += 2 * b + 2 * static_cast<std::size_t>(numel(t.shape));
+      if (group == &in && !pools_exist) pool += 2 * b + 2 * static_cast<std::size_t>(numel(t.shape));
     }
-  const std::size_t per_set = bytes_of(in) + bytes_of(out);
-  const double budget = static_cast<double>(info.free_bytes) - pool - 4.0 * largest - (1ull << 30);
+  std::size_t largest_input = 0;
+  for (const auto& t : in) largest_input = std::max(largest_input, static_cast<std::size_t>(numel(t.shape)) * dtype_size(t.dtype));
+  const std::size_t per_set = bytes_of(in) + bytes_of(out) + largest_input;
+  const double budget = static_cast<double>(info.free_bytes) - pool - 3.0 * largest - (1ull << 30);
   int fit = per_set > 0 ? static_cast<int>(budget / static_cast<double>(per_set)) : wanted;
   return std::max(1, std::min(wanted, fit));
 }
@@ -188,7 +199,7 @@ GpuResources& Evaluator::gpu_resources(int device) {
   // References in full float32, as the task's tolerances assume: no TF32 in cuBLAS or cuDNN.
   at::globalContext().setAllowTF32CuBLAS(false);
   at::globalContext().setAllowTF32CuDNN(false);
-  g->workers = std::make_unique<WorkerPool>(binary, config_.warm_workers,
+  g->workers = std::make_unique<WorkerPool>(binary, config_.gpu_warm_workers,
                                             std::vector<std::string>{"--device", std::to_string(device)});
   g->control.reserve(protocol::kControlBytes);
   g->flush = std::make_unique<cuda::L2Flush>(g->info.l2_bytes);
@@ -264,13 +275,21 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
 
   // 3. Load into a sandboxed worker.
   auto load_start = Clock::now();
-  const int arena_sets = gpu ? sets_that_fit(cuda::device_info(cuda_device), in_shapes, out_shapes, sets) : sets;
+  const std::string pool_device = gpu ? "cuda:" + std::to_string(cuda_device) : "cpu";
+  int arena_sets = sets;
+  if (gpu) {
+    cuda::DeviceInfo now = cuda::device_info(cuda_device);
+    now.free_bytes += gpu->tensors.size();  // the arena is reused
+    arena_sets = sets_that_fit(now, in_shapes, out_shapes, sets, cache_->has_pool(task, pool_device, size_set));
+  }
   ArenaLayout layout = plan_arena(in_shapes, out_shapes, arena_sets);
   GpuStage gpu_stage;
   std::unique_ptr<WorkerProcess> worker;
   CallOutcome loaded;
   if (gpu) {
+    static const bool trace = std::getenv("CRUCIBLE_TRACE_CALLS") != nullptr;
     worker = gpu->workers->acquire();
+    if (trace) std::fprintf(stderr, "load: worker acquired after %.1f ms\n", since(load_start) * 1e3);
     gpu->tensors.reserve(layout.bytes);
     gpu_stage = {cuda_device, gpu->tensors.data(), gpu->flush.get(), 0.0};
     for (const auto& set : layout.outputs)
@@ -282,6 +301,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     DeviceShare share;
     share.device = cuda_device;
     share.ipc_handle = gpu->tensors.ipc_handle();
+    if (trace) std::fprintf(stderr, "load: arena ready after %.1f ms\n", since(load_start) * 1e3);
     share.bytes = gpu->tensors.size();
     share.null_calls = 20;
     share.before_call = [flush = gpu->flush.get()] {
@@ -290,7 +310,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     };
     loaded = worker->load(compiled.so_path, layout, gpu->control, options.limits, options.call_timeout_s, &share);
     const auto& null_calls = worker->null_call_seconds();
-    if (!null_calls.empty()) gpu_stage.null_call_s = summarize_times(null_calls).median_us * 1e-6;
+    if (!null_calls.empty()) gpu_stage.null_call_s = summarize_times(null_calls).median_us;  // in seconds here
   } else {
     worker = pool_.acquire();
     arena_.reserve(layout.bytes);
@@ -305,7 +325,6 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   v.stages.load_s = since(load_start);
   if (classify_failure(loaded, v)) return finish();
 
-  const std::string pool_device = gpu ? "cuda:" + std::to_string(cuda_device) : "cpu";
   StageContext ctx{task, reference, cache_->pool(task, pool_device, size_set, sizes), layout, *worker, out_shapes};
   ctx.gpu = gpu ? &gpu_stage : nullptr;
   ctx.seed = v.seed;

@@ -109,17 +109,25 @@ torch::Tensor InputPool::fresh(std::size_t input, uint64_t seed) const {
   const double scale = init.scale_low != 1.0 || init.scale_high != 1.0
                            ? std::uniform_real_distribution<double>(init.scale_low, init.scale_high)(rng)
                            : 1.0;
-  if (window.is_cuda()) {  // the same reflection, as tensor operations on the device
-    auto flip = masks_[input].narrow(0, mask_offset, n).to(torch::kBool);
-    torch::Tensor t;
-    if (window.is_floating_point())
-      t = torch::where(flip, twice_center - window, window);
-    else if (window.scalar_type() == torch::kInt64 && init.kind == InitSpec::Kind::randint)
-      t = torch::where(flip, static_cast<int64_t>(init.low + init.high) - 1 - window, window);
-    else
-      t = window.clone();
+  if (window.is_cuda()) {  // the same reflection as tensor operations, in chunks to bound scratch memory
+    torch::Tensor t = torch::empty({n}, window.options());
+    const bool reflect_int = window.scalar_type() == torch::kInt64 && init.kind == InitSpec::Kind::randint;
+    const int64_t chunk = int64_t{1} << 26;
+    for (int64_t start = 0; start < n; start += chunk) {
+      const int64_t len = std::min(chunk, n - start);
+      auto w = window.narrow(0, start, len);
+      auto flip = masks_[input].narrow(0, mask_offset + start, len).to(torch::kBool);
+      auto dst = t.narrow(0, start, len);
+      if (window.is_floating_point())
+        dst.copy_(torch::where(flip, twice_center - w, w));
+      else if (reflect_int)
+        dst.copy_(torch::where(flip, static_cast<int64_t>(init.low + init.high) - 1 - w, w));
+      else
+        dst.copy_(w);
+    }
     t = t.view(shapes_[input]);
-    return scale != 1.0 ? t * scale : t;
+    if (scale != 1.0) t.mul_(scale);
+    return t;
   }
   mask = masks_[input].data_ptr<uint8_t>() + mask_offset;
   torch::Tensor t = torch::empty(shapes_[input], window.options());

@@ -312,6 +312,8 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
   // The arena's descriptor travels with the request.
   if (!send_with_fd(socket_, request.get(), sizeof *request, arena.fd())) return lost(elapsed());
 
+  static const bool trace = std::getenv("CRUCIBLE_TRACE_CALLS") != nullptr;
+  if (trace) std::fprintf(stderr, "load: request sent after %.1f ms\n", elapsed() * 1e3);
   null_calls_.clear();
   for (int i = 0; device && i < device->null_calls; ++i) {
     if (device->before_call) device->before_call();
@@ -323,7 +325,10 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
     }
     null_calls_.push_back(out.seconds);
   }
-  return read_load_reply(timeout_s, elapsed());
+  if (trace) std::fprintf(stderr, "load: null calls done after %.1f ms\n", elapsed() * 1e3);
+  CallOutcome reply = read_load_reply(timeout_s, elapsed());
+  if (trace) std::fprintf(stderr, "load: reply after %.1f ms\n", elapsed() * 1e3);
+  return reply;
 }
 
 CallOutcome WorkerProcess::read_load_reply(double timeout_s, double elapsed_s) {
@@ -407,6 +412,16 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync) {
     return {CallOutcome::Kind::candidate_error, rc, seconds, "crucible_forward returned " + std::to_string(rc)};
   CallOutcome out{CallOutcome::Kind::ok, 0, seconds, {}};
   if (on_device_ && set != sets_) out.device_seconds = c->device_ms * 1e-3;
+  static const bool trace = std::getenv("CRUCIBLE_TRACE_CALLS") != nullptr;
+  if (trace && on_device_) {
+    auto ns = [](Clock::time_point t) {
+      return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+    };
+    double rung = ns(start);
+    std::fprintf(stderr, "call set %d: ring->seen %.1f us, launch %.1f us, sync %.1f us, wall %.1f us, events %.1f us\n",
+                 set, (c->seen_ns - rung) / 1e3, (c->launched_ns - c->seen_ns) / 1e3,
+                 (c->synced_ns - c->launched_ns) / 1e3, seconds * 1e6, c->device_ms * 1e3);
+  }
   return out;
 }
 

@@ -7,6 +7,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +33,12 @@ size_t g_failed_allocation = 0;
 bool fail(std::string& error, const char* what, cudaError_t e) {
   error = std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
   return false;
+}
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 void note_error(protocol::Control* c, cudaError_t e, const std::string& text) {
@@ -102,10 +110,13 @@ SyscallNeeds syscall_needs() {
 bool run_call(ForwardFn forward, crucible_tensor* in, int num_inputs, crucible_tensor* out, int num_outputs,
               protocol::Control* c) {
   g_failed_allocation = 0;
+  c->seen_ns = now_ns();
   cudaEventRecord(g_start, g_stream);
   int rc = forward ? forward(in, num_inputs, out, num_outputs, g_stream) : 0;
   cudaEventRecord(g_end, g_stream);
+  c->launched_ns = now_ns();
   cudaError_t e = cudaDeviceSynchronize();
+  c->synced_ns = now_ns();
   if (e == cudaSuccess) e = cudaGetLastError();
   if (e == cudaSuccess && g_failed_allocation > 0) e = cudaErrorMemoryAllocation;
   if (e != cudaSuccess) {

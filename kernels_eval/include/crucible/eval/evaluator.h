@@ -50,6 +50,9 @@ struct EvaluatorConfig {
   std::filesystem::path worker_binary;  // empty: default_worker_binary()
   std::filesystem::path cuda_worker_binary;  // empty: default_cuda_worker_binary()
   int warm_workers = 1;
+  // Per GPU. A CUDA worker needs ~0.2 s to create its context: with several started ahead, each has had the time
+  // of several evaluations to get ready.
+  int gpu_warm_workers = 3;
   int threads = 1;  // LibTorch threads for references; candidates run single-threaded too
 };
 

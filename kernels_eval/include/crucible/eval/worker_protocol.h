@@ -71,6 +71,7 @@ struct Control {
   // only a hint: the evaluator never lets it make a call look faster than its own clock allows), and the
   // CUDA error that ended the worker.
   alignas(64) float device_ms;
+  uint64_t seen_ns, launched_ns, synced_ns;  // CLOCK_MONOTONIC in the worker: where a call's time went (diagnostics)
   int32_t cuda_error;
   char cuda_error_text[256];
 };
