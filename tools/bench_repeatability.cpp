@@ -2,6 +2,7 @@
 // each evaluation's median, and the coefficient of variation of those medians. Also prints the candidate's
 // compiled shared object, for an outside timer (tools/gpu_node/do_bench_candidate.py) to time the same kernel.
 // Usage: bench_repeatability [--device cuda:0] [--task relu] [--candidate FILE] [--sizes cuda] [--times 10]
+//                            [--verified N]  (timed calls compared in full per evaluation; default: all, as full mode)
 #include <unistd.h>
 
 #include <cmath>
@@ -20,13 +21,14 @@ using namespace crucible;
 
 int main(int argc, char** argv) {
   std::string device = "cuda:0", task_name = "relu", candidate, sizes;
-  int times = 10;
+  int times = 10, verified = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--device")) device = argv[i + 1];
     else if (!std::strcmp(argv[i], "--task")) task_name = argv[i + 1];
     else if (!std::strcmp(argv[i], "--candidate")) candidate = argv[i + 1];
     else if (!std::strcmp(argv[i], "--sizes")) sizes = argv[i + 1];
     else if (!std::strcmp(argv[i], "--times")) times = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--verified")) verified = std::atoi(argv[i + 1]);
   }
   const fs::path tasks_dir = tasks::default_tasks_dir();
   if (candidate.empty())
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
   options.mode = eval::Mode::full;
   options.device = device;
   options.sizes = sizes;
+  options.verified_timed_calls = verified;
 
   std::printf("%-4s %-8s %12s %8s %12s %12s\n", "run", "status", "median_us", "cv", "event_us", "reference_us");
   std::vector<double> medians;
@@ -58,6 +61,7 @@ int main(int argc, char** argv) {
     std::printf("%-4d %-8s %12.2f %7.2f%% %12.2f %12.2f\n", r, std::string(eval::status_name(v.status)).c_str(),
                 v.candidate_time->median_us, 100 * v.candidate_time->cv, v.candidate_event_median_us.value_or(0.0),
                 v.reference_time ? v.reference_time->median_us : 0.0);
+    std::fflush(stdout);
   }
   auto stats = eval::summarize_times(medians);
   std::printf("\n%s on %s: median of medians %.2f us, CV of the %d medians %.3f%% (target <= 0.5%%)\n",

@@ -26,7 +26,8 @@ using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
   std::string device = "cuda:0", sizes = "cpu", emit;
-  int count = 64, jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Two cores stay free for the evaluator and its worker (compiles also run at lower priority).
+  int count = 64, jobs = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 2);
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--device")) device = argv[i + 1];
     else if (!std::strcmp(argv[i], "--sizes")) sizes = argv[i + 1];

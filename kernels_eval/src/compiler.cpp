@@ -162,6 +162,8 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
   limits.wall_seconds = o.time_limit_s;
   limits.address_space_bytes = o.backend == "cuda" ? 0 : o.memory_limit_bytes;  // nvcc reserves huge VM
   limits.file_size_bytes = o.max_binary_bytes;
+  // Compiles are throughput work; timing runs on the same cores and must not wait for them.
+  limits.nice = 10;
   ProcessResult r = run_process(argv, limits, work.string());
 
   if (r.timed_out) {

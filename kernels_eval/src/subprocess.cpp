@@ -47,6 +47,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessLim
     if (devnull >= 0) dup2(devnull, STDIN_FILENO);
     set_limit(RLIMIT_AS, limits.address_space_bytes);
     set_limit(RLIMIT_FSIZE, limits.file_size_bytes);
+    if (limits.nice > 0) setpriority(PRIO_PROCESS, 0, limits.nice);
     if (!working_dir.empty() && chdir(working_dir.c_str()) != 0) _exit(126);
     execvp(args[0], args.data());
     _exit(127);

@@ -352,8 +352,8 @@ Comparison compare_floats(const T* o, const T* r, int64_t n, Tolerance tol) {
 }  // namespace
 
 namespace {
-// On a GPU: the same rules as compare_floats, in double precision, in chunks so that outputs of several GB need
-// only bounded scratch memory.
+// On a GPU: the same rules as compare_floats, in float32 (float64 for float64 data, as the CPU path does), in
+// chunks so that outputs of several GB need only bounded scratch memory.
 Comparison compare_on_device(const torch::Tensor& out, const torch::Tensor& ref, Tolerance tol) {
   Comparison c;
   auto o = out.contiguous().view({-1}), r = ref.contiguous().view({-1});
@@ -361,7 +361,8 @@ Comparison compare_on_device(const torch::Tensor& out, const torch::Tensor& ref,
   c.elements = n;
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t len = std::min(chunk, n - start);
-    auto a = o.narrow(0, start, len).to(torch::kFloat64), b = r.narrow(0, start, len).to(torch::kFloat64);
+    const auto work = ref.scalar_type() == torch::kFloat64 || !ref.is_floating_point() ? torch::kFloat64 : torch::kFloat32;
+    auto a = o.narrow(0, start, len).to(work), b = r.narrow(0, start, len).to(work);
     if (!ref.is_floating_point()) {
       c.mismatched += a.ne(b).sum().item<int64_t>();
       if (c.mismatched > 0) c.max_abs = std::max(c.max_abs, (a - b).abs().max().item<double>());
@@ -375,8 +376,8 @@ Comparison compare_on_device(const torch::Tensor& out, const torch::Tensor& ref,
     auto nan_mismatch = a_nan.logical_xor(b_nan);
     c.mismatched += (bad_finite | bad_inf | nan_mismatch).sum().item<int64_t>();
     c.nan_mismatched += nan_mismatch.sum().item<int64_t>();
-    c.max_abs = std::max(c.max_abs, diff.max().item<double>());
-    c.max_rel = std::max(c.max_rel, (diff / b.abs().clamp_min(1e-12)).max().item<double>());
+    c.max_abs = std::max(c.max_abs, diff.max().to(torch::kFloat64).item<double>());
+    c.max_rel = std::max(c.max_rel, (diff / b.abs().clamp_min(1e-12)).max().to(torch::kFloat64).item<double>());
   }
   c.passed = c.mismatched == 0;
   return c;

@@ -11,6 +11,7 @@ struct ProcessLimits {
   std::size_t address_space_bytes = 0;  // 0: unlimited
   std::size_t file_size_bytes = 0;      // 0: unlimited
   std::size_t max_output_bytes = 64 * 1024;
+  int nice = 0;  // added to the child's scheduling niceness
 };
 
 struct ProcessResult {
