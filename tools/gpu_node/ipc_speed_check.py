@@ -1,0 +1,48 @@
+"""Is GPU memory imported through CUDA IPC slower to stream than the process's own? Times torch.relu_ on a large
+tensor (events, L2 flushed) in a child process: once on memory the parent shared through CUDA IPC, once on memory
+the child allocated itself. Usage: python3 tools/gpu_node/ipc_speed_check.py [ELEMENTS]"""
+import sys
+
+import torch
+import torch.multiprocessing as mp
+
+
+def timed(fn, reps=20):
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(begin.elapsed_time(end) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def child(x_shared, y_shared, queue):
+    local_x, local_y = x_shared.clone(), torch.empty_like(y_shared)
+    torch.cuda.synchronize()
+    shared_us = timed(lambda: torch.relu(x_shared, out=y_shared))
+    local_us = timed(lambda: torch.relu(local_x, out=local_y))
+    queue.put((shared_us, local_us))
+
+
+def main():
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 4096 * 393216
+    x = torch.randn(n, device="cuda")
+    y = torch.empty_like(x)
+    parent_us = timed(lambda: torch.relu(x, out=y))
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    p = ctx.Process(target=child, args=(x, y, queue))
+    p.start()
+    shared_us, local_us = queue.get()
+    p.join()
+    print(f"relu over {n} floats: parent's own memory {parent_us:.1f} us; child on IPC-imported memory "
+          f"{shared_us:.1f} us; child on its own memory {local_us:.1f} us")
+
+
+if __name__ == "__main__":
+    main()
