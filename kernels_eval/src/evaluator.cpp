@@ -199,7 +199,9 @@ GpuResources& Evaluator::gpu_resources(int device) {
   // References in full float32, as the task's tolerances assume: no TF32 in cuBLAS or cuDNN.
   at::globalContext().setAllowTF32CuBLAS(false);
   at::globalContext().setAllowTF32CuDNN(false);
-  g->workers = std::make_unique<WorkerPool>(binary, config_.gpu_warm_workers,
+  int warm = config_.gpu_warm_workers;
+  if (const char* env = std::getenv("CRUCIBLE_GPU_WARM_WORKERS")) warm = std::atoi(env);
+  g->workers = std::make_unique<WorkerPool>(binary, warm,
                                             std::vector<std::string>{"--device", std::to_string(device)});
   g->control.reserve(protocol::kControlBytes);
   g->flush = std::make_unique<cuda::L2Flush>(g->info.l2_bytes);
