@@ -46,6 +46,8 @@ ArenaTensor place(const TensorShape& t, std::size_t& cursor, std::size_t guard) 
   a.offset = cursor;
   a.guard_bytes = guard;
   cursor = align_up(cursor + std::max<std::size_t>(a.bytes, 1) + guard, kAlign);
+  static const std::size_t gap = std::getenv("CRUCIBLE_ARENA_GAP") ? std::strtoull(std::getenv("CRUCIBLE_ARENA_GAP"), nullptr, 10) : 0;
+  if (a.bytes >= (std::size_t{64} << 20)) cursor = align_up(cursor + gap, kAlign);
   return a;
 }
 

@@ -1,6 +1,7 @@
 """Times a compiled Crucible relu candidate (its shared object) with triton.testing.do_bench, the outside timer that
 Crucible's own timing is compared with. Same contract as the evaluator: crucible_forward(inputs, outputs, stream).
-Usage: python3 tools/gpu_node/do_bench_candidate.py SO_PATH M N [REPS]"""
+With --one-allocation, input and output are carved out of one allocation at the offsets Crucible's arena uses.
+Usage: python3 tools/gpu_node/do_bench_candidate.py SO_PATH M N [REPS] [--one-allocation]"""
 import ctypes
 import statistics
 import sys
@@ -22,11 +23,20 @@ def describe(t, keep):
 
 
 def main():
-    so, m, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    reps = int(sys.argv[4]) if len(sys.argv) > 4 else 5
+    one_allocation = "--one-allocation" in sys.argv
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    so, m, n = args[0], int(args[1]), int(args[2])
+    reps = int(args[3]) if len(args) > 3 else 5
     lib = ctypes.CDLL(so)
-    x = torch.randn(m, n, device="cuda")
-    y = torch.empty_like(x)
+    if one_allocation:
+        numel = m * n
+        arena = torch.empty(1024 + 2 * numel + 1024 + 64, dtype=torch.float32, device="cuda")
+        x = arena[1024:1024 + numel].view(m, n)
+        y = arena[1024 + numel + 1024:1024 + 2 * numel + 1024].view(m, n)
+        x.normal_()
+    else:
+        x = torch.randn(m, n, device="cuda")
+        y = torch.empty_like(x)
     keep = []
     inputs = (CrucibleTensor * 1)(describe(x, keep))
     outputs = (CrucibleTensor * 1)(describe(y, keep))
