@@ -32,7 +32,7 @@ def main():
         numel = m * n
         arena = torch.empty(1024 + 2 * numel + 1024 + 64, dtype=torch.float32, device="cuda")
         x = arena[1024:1024 + numel].view(m, n)
-        y = arena[1024 + numel + 1024:1024 + 2 * numel + 1024].view(m, n)
+        y = arena[1024 + numel:1024 + 2 * numel].view(m, n)  # exactly 6 GiB apart at the default size, as there
         x.normal_()
     else:
         x = torch.randn(m, n, device="cuda")
