@@ -142,7 +142,7 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary, cons
   // The worker inherits nothing but the dynamic loader's search path, which GPUs it may see, and its private
   // TMPDIR.
   std::vector<std::string> env_strings{"TMPDIR=" + scratch};
-  for (const char* name : {"LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES"})
+  for (const char* name : {"LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CRUCIBLE_WORKER_DIAG"})
     if (const char* value = std::getenv(name)) env_strings.push_back(std::string(name) + "=" + value);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());

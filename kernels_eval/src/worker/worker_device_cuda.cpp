@@ -79,6 +79,14 @@ char* attach_tensors(const protocol::LoadRequest& request, char*, std::string& e
   static_assert(sizeof handle == protocol::kIpcHandleBytes, "IPC handle size");
   std::memcpy(&handle, request.device_arena_handle, sizeof handle);
   void* base = nullptr;
+  const char* diag = std::getenv("CRUCIBLE_WORKER_DIAG");
+  if (diag && std::strstr(diag, "local")) {  // diagnostics: the worker's own memory (results are garbage)
+    if (auto e = g_real_malloc(&base, request.device_arena_bytes); e != cudaSuccess) {
+      fail(error, "cudaMalloc", e);
+      return nullptr;
+    }
+    return static_cast<char*>(base);
+  }
   if (auto e = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
     fail(error, "cudaIpcOpenMemHandle", e);
     return nullptr;
