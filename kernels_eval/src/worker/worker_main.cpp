@@ -153,17 +153,19 @@ int main(int argc, char** argv) {
   }
 
   // Limits first (the load-stage filter forbids changing them), generous enough for the library itself.
-  if (device::limits_address_space() && !(std::getenv("CRUCIBLE_WORKER_DIAG") && std::strstr(std::getenv("CRUCIBLE_WORKER_DIAG"), "nolimits"))) {
-    rlim_t address_space = current_address_space() + request->memory_limit_bytes + (rlim_t{256} << 20);
-    limit(RLIMIT_AS, address_space, address_space);
+  const char* diag = std::getenv("CRUCIBLE_WORKER_DIAG");  // diagnostics only: which defence costs what
+  if (!(diag && std::strstr(diag, "nolimits"))) {
+    if (device::limits_address_space()) {
+      rlim_t address_space = current_address_space() + request->memory_limit_bytes + (rlim_t{256} << 20);
+      limit(RLIMIT_AS, address_space, address_space);
+    }
+    limit(RLIMIT_CPU, request->cpu_seconds, request->cpu_seconds + 1);
+    limit(RLIMIT_FSIZE, 0, 0);
+    limit(RLIMIT_NPROC, 0, 0);
+    limit(RLIMIT_CORE, 0, 0);
   }
-  limit(RLIMIT_CPU, request->cpu_seconds, request->cpu_seconds + 1);
-  limit(RLIMIT_FSIZE, 0, 0);
-  limit(RLIMIT_NPROC, 0, 0);
-  limit(RLIMIT_CORE, 0, 0);
   drop_capabilities();
   const device::SyscallNeeds needs = device::syscall_needs();
-  const char* diag = std::getenv("CRUCIBLE_WORKER_DIAG");  // diagnostics only: which defence costs what
   const bool seal = !(diag && std::strstr(diag, "noseccomp"));
   if (seal && !install_load_stage_filter(proto::kSocketFd, needs.syscalls, needs.ioctl_fds))
     return fail(5, "cannot install the load-stage seccomp filter");
