@@ -61,7 +61,9 @@ bool start_device(int argc, char** argv, std::string& error) {
   }
   if (auto e = cudaSetDevice(device); e != cudaSuccess) return fail(error, "cudaSetDevice", e);
   // Spinning while the device works: the end of a call is seen at once, and no blocking system calls are needed.
-  if (auto e = cudaSetDeviceFlags(cudaDeviceScheduleSpin); e != cudaSuccess) return fail(error, "cudaSetDeviceFlags", e);
+  const char* diag = std::getenv("CRUCIBLE_WORKER_DIAG");
+  if (!(diag && std::strstr(diag, "nospin")))
+    if (auto e = cudaSetDeviceFlags(cudaDeviceScheduleSpin); e != cudaSuccess) return fail(error, "cudaSetDeviceFlags", e);
   if (auto e = cudaFree(nullptr); e != cudaSuccess) return fail(error, "creating the CUDA context", e);
   if (auto e = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking); e != cudaSuccess)
     return fail(error, "cudaStreamCreate", e);
@@ -87,7 +89,8 @@ char* attach_tensors(const protocol::LoadRequest& request, char*, std::string& e
     }
     return static_cast<char*>(base);
   }
-  if (auto e = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
+  const unsigned flags = diag && std::strstr(diag, "ipcflag0") ? 0u : cudaIpcMemLazyEnablePeerAccess;
+  if (auto e = cudaIpcOpenMemHandle(&base, handle, flags); e != cudaSuccess) {
     fail(error, "cudaIpcOpenMemHandle", e);
     return nullptr;
   }
