@@ -52,6 +52,10 @@ SharedDeviceMemory::~SharedDeviceMemory() {
 }
 
 void SharedDeviceMemory::reserve(std::size_t bytes) {
+  // A whole number of 2 MiB pages: a process that imports an allocation of any other size through CUDA IPC (the
+  // worker) was measured streaming it at half speed on an H100, as if mapped with small pages.
+  constexpr std::size_t kLargePage = std::size_t{2} << 20;
+  bytes = (bytes + kLargePage - 1) / kLargePage * kLargePage;
   if (bytes <= bytes_) return;
   if (data_) check(cudaFree(data_), "cudaFree");
   data_ = nullptr;
