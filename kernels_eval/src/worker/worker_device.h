@@ -18,6 +18,10 @@ bool start_device(int argc, char** argv, std::string& error);
 // shares with this worker.
 char* attach_tensors(const protocol::LoadRequest& request, char* host_arena, std::string& error);
 
+// How long the worker spins after a call before it sleeps: a GPU evaluation prepares each timed call for
+// milliseconds (fresh inputs, L2 flush), and a sleeping worker would wake late.
+double spin_window_seconds();
+
 // CUDA reserves terabytes of virtual addresses: an address-space limit cannot apply there.
 bool limits_address_space();
 

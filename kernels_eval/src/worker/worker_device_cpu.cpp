@@ -9,6 +9,8 @@ char* attach_tensors(const protocol::LoadRequest&, char* host_arena, std::string
 
 bool limits_address_space() { return true; }
 
+double spin_window_seconds() { return 0.005; }
+
 SyscallNeeds syscall_needs() { return {}; }
 
 bool run_call(ForwardFn forward, crucible_tensor* in, int num_inputs, crucible_tensor* out, int num_outputs,

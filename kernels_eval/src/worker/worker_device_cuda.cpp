@@ -99,6 +99,8 @@ char* attach_tensors(const protocol::LoadRequest& request, char*, std::string& e
 
 bool limits_address_space() { return false; }
 
+double spin_window_seconds() { return 0.25; }
+
 SyscallNeeds syscall_needs() {
   SyscallNeeds needs;
   // The driver's own threads wait on its descriptors; the runtime yields while spinning.

@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -104,11 +105,21 @@ void limit(int resource, rlim_t soft, rlim_t hard) {
   setrlimit(resource, &rl);
 }
 
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Spins for the device's spin window after the last call, then sleeps on the futex. A sleeping worker wakes
+// tens of microseconds late, which a timed call would carry.
 void wait_for_call(uint32_t expected) {
   auto* c = g_control;
-  for (int spin = 0; spin < 200000; ++spin) {
+  const uint64_t window_ns = static_cast<uint64_t>(device::spin_window_seconds() * 1e9), start = monotonic_ns();
+  for (uint32_t spin = 1;; ++spin) {
     if (c->go.load(std::memory_order_acquire) == expected) return;
     __builtin_ia32_pause();
+    if ((spin & 1023) == 0 && monotonic_ns() - start > window_ns) break;
   }
   while (c->go.load(std::memory_order_acquire) != expected) {
     c->worker_sleeping.store(1, std::memory_order_seq_cst);
