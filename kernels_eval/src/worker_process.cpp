@@ -46,8 +46,6 @@ ArenaTensor place(const TensorShape& t, std::size_t& cursor, std::size_t guard) 
   a.offset = cursor;
   a.guard_bytes = guard;
   cursor = align_up(cursor + std::max<std::size_t>(a.bytes, 1) + guard, kAlign);
-  static const std::size_t gap = std::getenv("CRUCIBLE_ARENA_GAP") ? std::strtoull(std::getenv("CRUCIBLE_ARENA_GAP"), nullptr, 10) : 0;
-  if (a.bytes >= (std::size_t{64} << 20)) cursor = align_up(cursor + gap, kAlign);
   return a;
 }
 
@@ -142,7 +140,7 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary, cons
   // The worker inherits nothing but the dynamic loader's search path, which GPUs it may see, and its private
   // TMPDIR.
   std::vector<std::string> env_strings{"TMPDIR=" + scratch};
-  for (const char* name : {"LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CRUCIBLE_WORKER_DIAG"})
+  for (const char* name : {"LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES"})
     if (const char* value = std::getenv(name)) env_strings.push_back(std::string(name) + "=" + value);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());

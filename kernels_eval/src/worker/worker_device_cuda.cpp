@@ -61,9 +61,7 @@ bool start_device(int argc, char** argv, std::string& error) {
   }
   if (auto e = cudaSetDevice(device); e != cudaSuccess) return fail(error, "cudaSetDevice", e);
   // Spinning while the device works: the end of a call is seen at once, and no blocking system calls are needed.
-  const char* diag = std::getenv("CRUCIBLE_WORKER_DIAG");
-  if (!(diag && std::strstr(diag, "nospin")))
-    if (auto e = cudaSetDeviceFlags(cudaDeviceScheduleSpin); e != cudaSuccess) return fail(error, "cudaSetDeviceFlags", e);
+  if (auto e = cudaSetDeviceFlags(cudaDeviceScheduleSpin); e != cudaSuccess) return fail(error, "cudaSetDeviceFlags", e);
   if (auto e = cudaFree(nullptr); e != cudaSuccess) return fail(error, "creating the CUDA context", e);
   if (auto e = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking); e != cudaSuccess)
     return fail(error, "cudaStreamCreate", e);
@@ -81,16 +79,7 @@ char* attach_tensors(const protocol::LoadRequest& request, char*, std::string& e
   static_assert(sizeof handle == protocol::kIpcHandleBytes, "IPC handle size");
   std::memcpy(&handle, request.device_arena_handle, sizeof handle);
   void* base = nullptr;
-  const char* diag = std::getenv("CRUCIBLE_WORKER_DIAG");
-  if (diag && std::strstr(diag, "local")) {  // diagnostics: the worker's own memory (results are garbage)
-    if (auto e = g_real_malloc(&base, request.device_arena_bytes); e != cudaSuccess) {
-      fail(error, "cudaMalloc", e);
-      return nullptr;
-    }
-    return static_cast<char*>(base);
-  }
-  const unsigned flags = diag && std::strstr(diag, "ipcflag0") ? 0u : cudaIpcMemLazyEnablePeerAccess;
-  if (auto e = cudaIpcOpenMemHandle(&base, handle, flags); e != cudaSuccess) {
+  if (auto e = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
     fail(error, "cudaIpcOpenMemHandle", e);
     return nullptr;
   }

@@ -164,21 +164,17 @@ int main(int argc, char** argv) {
   }
 
   // Limits first (the load-stage filter forbids changing them), generous enough for the library itself.
-  const char* diag = std::getenv("CRUCIBLE_WORKER_DIAG");  // diagnostics only: which defence costs what
-  if (!(diag && std::strstr(diag, "nolimits"))) {
-    if (device::limits_address_space()) {
-      rlim_t address_space = current_address_space() + request->memory_limit_bytes + (rlim_t{256} << 20);
-      limit(RLIMIT_AS, address_space, address_space);
-    }
-    limit(RLIMIT_CPU, request->cpu_seconds, request->cpu_seconds + 1);
-    limit(RLIMIT_FSIZE, 0, 0);
-    limit(RLIMIT_NPROC, 0, 0);
-    limit(RLIMIT_CORE, 0, 0);
+  if (device::limits_address_space()) {
+    rlim_t address_space = current_address_space() + request->memory_limit_bytes + (rlim_t{256} << 20);
+    limit(RLIMIT_AS, address_space, address_space);
   }
+  limit(RLIMIT_CPU, request->cpu_seconds, request->cpu_seconds + 1);
+  limit(RLIMIT_FSIZE, 0, 0);
+  limit(RLIMIT_NPROC, 0, 0);
+  limit(RLIMIT_CORE, 0, 0);
   drop_capabilities();
   const device::SyscallNeeds needs = device::syscall_needs();
-  const bool seal = !(diag && std::strstr(diag, "noseccomp"));
-  if (seal && !install_load_stage_filter(proto::kSocketFd, needs.syscalls, needs.ioctl_fds))
+  if (!install_load_stage_filter(proto::kSocketFd, needs.syscalls, needs.ioctl_fds))
     return fail(5, "cannot install the load-stage seccomp filter");
 
   void* handle = dlopen(request->so_path, RTLD_NOW | RTLD_LOCAL);
@@ -197,7 +193,7 @@ int main(int argc, char** argv) {
 
   if (!reply_load(true, "")) return 8;
   close(proto::kSocketFd);
-  if (seal && !install_run_stage_filter(getpid(), needs.syscalls, needs.ioctl_fds)) return 9;
+  if (!install_run_stage_filter(getpid(), needs.syscalls, needs.ioctl_fds)) return 9;
 
   for (;; ++seq) {
     wait_for_call(seq);
