@@ -102,6 +102,11 @@ void explain(const TrialOutcome& t, Verdict& v) {
 }  // namespace
 
 bool check_correctness(StageContext& ctx, Verdict& v) {
+  ctx.profiling = true;
+  struct StopProfiling {
+    StageContext& ctx;
+    ~StopProfiling() { ctx.profiling = false; }
+  } stop{ctx};
   std::vector<torch::Tensor> first_refs;
   bool fixed_answer_passes = ctx.trials >= 2;
   for (int trial = 0; trial < ctx.trials; ++trial) {
@@ -128,6 +133,11 @@ bool check_correctness(StageContext& ctx, Verdict& v) {
     throw TaskError("task '" + ctx.task.name + "' is degenerate: the first trial's answer passes every other "
                     "trial; vary the inputs (e.g. init.scale) so a fixed output cannot pass");
   v.status = Status::correct;
+  if (ctx.gpu && !ctx.gpu->kernel_coverage.empty()) {
+    double sum = 0.0;
+    for (double share : ctx.gpu->kernel_coverage) sum += share;
+    v.kernel_coverage = sum / static_cast<double>(ctx.gpu->kernel_coverage.size());
+  }
   return true;
 }
 

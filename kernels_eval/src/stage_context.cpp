@@ -37,7 +37,9 @@ bool StageContext::call(int set, Verdict& v, double* seconds, bool settle, bool 
     cuda::synchronize();
     settle = false;
   }
-  CallOutcome out = worker.call(set, timeout_s, /*then_sync=*/settle);
+  const bool profile = gpu && profiling;
+  CallOutcome out = worker.call(set, timeout_s, /*then_sync=*/settle, profile);
+  if (profile && out.ok() && out.own_kernel_share >= 0.0) gpu->kernel_coverage.push_back(out.own_kernel_share);
   kernel_s += out.seconds;
   if (seconds) *seconds = gpu ? std::max(out.device_seconds, out.seconds - gpu->null_call_s) : out.seconds;
   if (gpu && seconds && flush && out.ok()) gpu->event_samples_us.push_back(out.device_seconds * 1e6);

@@ -21,6 +21,7 @@ struct GpuStage {
   cuda::L2Flush* flush = nullptr;
   double null_call_s = 0.0;
   std::vector<double> event_samples_us;  // what the worker's events said of each timed call
+  std::vector<double> kernel_coverage;   // of each profiled (correctness) call
 };
 
 struct StageContext {
@@ -31,6 +32,7 @@ struct StageContext {
   WorkerProcess& worker;
   std::vector<TensorShape> output_shapes;
   GpuStage* gpu = nullptr;  // null on the CPU
+  bool profiling = false;   // GPU calls measure kernel coverage (the correctness stage's calls)
   uint64_t seed = 0;
   bool full = false;
   int trials = 0, timed = 0, warmup = 0, verified = 0;

@@ -38,6 +38,7 @@ std::string to_json(const Verdict& v, int indent) {
   j["correctness"] = trials;
   j["candidate_time"] = v.candidate_time ? timing(*v.candidate_time) : json(nullptr);
   j["reference_time"] = v.reference_time ? timing(*v.reference_time) : json(nullptr);
+  j["kernel_coverage"] = v.kernel_coverage ? json(*v.kernel_coverage) : json(nullptr);
   j["candidate_event_median_us"] = v.candidate_event_median_us ? json(*v.candidate_event_median_us) : json(nullptr);
   j["speedup"] = v.speedup ? json(*v.speedup) : json(nullptr);
   j["gflops"] = v.gflops ? json(*v.gflops) : json(nullptr);

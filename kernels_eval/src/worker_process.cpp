@@ -349,11 +349,12 @@ CallOutcome WorkerProcess::read_load_reply(double timeout_s, double elapsed_s) {
   return {CallOutcome::Kind::ok, 0, elapsed(), {}};
 }
 
-CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync) {
+CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync, bool profile) {
   if (!arena_ || reaped_) return {CallOutcome::Kind::worker_lost, 0, 0.0, "worker is not loaded"};
   auto* c = control(arena_);
   uint32_t seq = ++sequence_;
   c->set = set;
+  c->profile = profile ? 1 : 0;
   auto start = Clock::now();
   auto deadline = start + std::chrono::duration<double>(timeout_s);
   ring(c, seq);
@@ -412,6 +413,7 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync) {
     return {CallOutcome::Kind::candidate_error, rc, seconds, "crucible_forward returned " + std::to_string(rc)};
   CallOutcome out{CallOutcome::Kind::ok, 0, seconds, {}};
   if (on_device_ && set != sets_) out.device_seconds = c->device_ms * 1e-3;
+  if (on_device_ && profile) out.own_kernel_share = c->own_kernel_share;
   static const bool trace = std::getenv("CRUCIBLE_TRACE_CALLS") != nullptr;
   if (trace && on_device_) {
     auto ns = [](Clock::time_point t) {

@@ -130,3 +130,19 @@ TEST_CASE("gpu: work moved off the candidate's stream is still timed") {
   // Events on the given stream see only an empty kernel (microseconds); the real work takes milliseconds.
   CHECK(hidden.candidate_time->median_us > 0.7 * honest.candidate_time->median_us);
 }
+
+TEST_CASE("gpu: kernel coverage tells a candidate's own kernels from runtime copies") {
+  GpuEvaluator t("gpu-coverage");
+  auto& evaluator = t.evaluator;
+  auto relu = tasks::find_task("relu", test::tasks_dir());
+  auto options = gpu_options("cuda");
+  auto own = evaluator.evaluate(relu, cuda_candidate("relu"), options);
+  auto copying = evaluator.evaluate(relu, cuda_fixture("copy_heavy"), options);
+  INFO(detail_of(own), " / ", detail_of(copying));
+  REQUIRE(own.status == eval::Status::correct);
+  REQUIRE(copying.status == eval::Status::correct);
+  REQUIRE(own.kernel_coverage.has_value());
+  REQUIRE(copying.kernel_coverage.has_value());
+  CHECK(*own.kernel_coverage > 0.95);
+  CHECK(*copying.kernel_coverage < 0.8);
+}

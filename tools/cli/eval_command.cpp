@@ -48,6 +48,8 @@ void print_human(const eval::Verdict& v) {
   if (v.candidate_event_median_us)
     std::printf("  candidate  median %.1f us by its own stream's events (a hint: not what counts)\n",
                 *v.candidate_event_median_us);
+  if (v.kernel_coverage)
+    std::printf("  kernel coverage %.1f%% of GPU time in the candidate's own kernels\n", 100 * *v.kernel_coverage);
   if (v.reference_time)
     std::printf("  reference  median %.1f us  cv %.2f%%\n", v.reference_time->median_us, 100 * v.reference_time->cv);
   if (v.speedup) std::printf("  speedup %.3fx\n", *v.speedup);

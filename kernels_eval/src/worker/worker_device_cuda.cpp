@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernel_coverage.h"
 #include "worker_device.h"
 
 namespace crucible::eval::worker {
@@ -67,6 +68,9 @@ bool start_device(int argc, char** argv, std::string& error) {
     return fail(error, "cudaStreamCreate", e);
   if (auto e = cudaEventCreate(&g_start); e != cudaSuccess) return fail(error, "cudaEventCreate", e);
   if (auto e = cudaEventCreate(&g_end); e != cudaSuccess) return fail(error, "cudaEventCreate", e);
+#ifdef CRUCIBLE_WITH_CUPTI
+  coverage::start();  // without it, coverage is reported as unknown
+#endif
   return true;
 }
 
@@ -112,6 +116,10 @@ SyscallNeeds syscall_needs() {
 bool run_call(ForwardFn forward, crucible_tensor* in, int num_inputs, crucible_tensor* out, int num_outputs,
               protocol::Control* c) {
   g_failed_allocation = 0;
+  const bool profile = forward && c->profile;
+#ifdef CRUCIBLE_WITH_CUPTI
+  if (profile) coverage::begin_call();
+#endif
   c->seen_ns = now_ns();
   cudaEventRecord(g_start, g_stream);
   int rc = forward ? forward(in, num_inputs, out, num_outputs, g_stream) : 0;
@@ -128,6 +136,10 @@ bool run_call(ForwardFn forward, crucible_tensor* in, int num_inputs, crucible_t
     note_error(c, e, text);
     return false;
   }
+  c->own_kernel_share = -1.0f;
+#ifdef CRUCIBLE_WITH_CUPTI
+  if (profile) c->own_kernel_share = static_cast<float>(coverage::end_call());
+#endif
   float ms = 0.0f;
   cudaEventElapsedTime(&ms, g_start, g_end);
   c->device_ms = ms;

@@ -69,6 +69,9 @@ struct Verdict {
   // GPU: the median of the candidate's calls by events on its own stream, as its worker reported them. Shown for
   // insight only; candidate_time (never faster than the evaluator's own clock allows) is what counts.
   std::optional<double> candidate_event_median_us;
+  // GPU: the share of the correctness calls' GPU time spent in kernels the candidate compiled itself (CUPTI), against
+  // library kernels, copies and memsets. Reported by the worker: a hint for rewards against lazy optimisation.
+  std::optional<double> kernel_coverage;
   std::optional<double> speedup;
   std::optional<double> gflops;  // candidate, when the task declares flops
   std::optional<double> gbps;    // candidate: the least traffic (inputs read, outputs written once) per second

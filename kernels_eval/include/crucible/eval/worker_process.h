@@ -55,6 +55,7 @@ struct CallOutcome {
   double seconds = 0.0;
   std::string detail;
   double device_seconds = -1.0;  // CUDA workers: the call's time by events, as the worker reported it
+  double own_kernel_share = -1.0;  // CUDA workers, profiled calls: see Control::own_kernel_share
   bool ok() const { return kind == Kind::ok; }
 };
 
@@ -106,7 +107,8 @@ class WorkerProcess {
   // the worker's completion, so the candidate cannot touch it.
   // With `then_sync`, the sync below follows at once (the worker is not stopped in between) and its time
   // is part of the outcome's.
-  CallOutcome call(int set, double timeout_s, bool then_sync = false);
+  // With `profile` (CUDA workers), the worker also measures the call's kernel coverage.
+  CallOutcome call(int set, double timeout_s, bool then_sync = false, bool profile = false);
   // Returns once every earlier call has returned inside the worker. A candidate that signals completion
   // early and works on would show its hidden time here.
   CallOutcome sync(double timeout_s) { return call(sets_, timeout_s); }

@@ -62,6 +62,7 @@ struct Control {
   alignas(64) std::atomic<uint32_t> go;
   std::atomic<uint32_t> worker_sleeping;
   int32_t set;  // which input/output set the requested call uses
+  int32_t profile;  // CUDA workers: measure the call's kernel coverage (slower: not for timed calls)
   alignas(64) std::atomic<uint32_t> done;
   int32_t rc;
   alignas(64) std::atomic<int32_t> crash_signal;  // written by the worker's fatal-signal handler
@@ -71,7 +72,8 @@ struct Control {
   // only a hint: the evaluator never lets it make a call look faster than its own clock allows), and the
   // CUDA error that ended the worker.
   alignas(64) float device_ms;
-  uint64_t seen_ns, launched_ns, synced_ns;  // CLOCK_MONOTONIC in the worker: where a call's time went (diagnostics)
+  uint64_t seen_ns, launched_ns, synced_ns;
+  float own_kernel_share;  // of a profiled call's GPU time, in the candidate's own kernels; -1 unknown (a hint)  // CLOCK_MONOTONIC in the worker: where a call's time went (diagnostics)
   int32_t cuda_error;
   char cuda_error_text[256];
 };

@@ -1,0 +1,13 @@
+#pragma once
+// Profiling coverage inside a CUDA worker: which share of a call's GPU time went to kernels the candidate itself
+// compiled (registered by its own fat binary), against everything else it caused to run (library kernels, copies,
+// memsets). A reward can penalise candidates that hand the work to someone else's code.
+namespace crucible::eval::worker::coverage {
+
+// Before the worker is sealed: sets up CUPTI's activity buffers (and whatever threads CUPTI keeps).
+bool start();
+// Around one profiled call: the share in [0, 1], or -1 when nothing ran on the GPU or profiling is unavailable.
+void begin_call();
+double end_call();
+
+}  // namespace crucible::eval::worker::coverage
