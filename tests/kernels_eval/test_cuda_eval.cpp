@@ -70,13 +70,23 @@ const Expectation kExpectations[] = {
     {"endless_kernel", "relu", eval::Status::timeout, "wall_timeout", true},
     {"nonzero_return", "relu", eval::Status::runtime_error, "nonzero_return", false},
     {"raw_syscall", "relu", eval::Status::rejected, "forbidden_syscall", true},
+    {"constructor_forges_output", "relu", eval::Status::rejected, "forbidden_syscall", true},
+    {"constructor_breaks_protocol", "relu", eval::Status::rejected, "forbidden_syscall", true},
+    {"calls_system", "relu", eval::Status::rejected, "forbidden_import", false},
+    {"calls_fork", "relu", eval::Status::rejected, "forbidden_import", false},
+    {"opens_file", "relu", eval::Status::rejected, "forbidden_import", false},
+    {"opens_socket", "relu", eval::Status::rejected, "forbidden_import", false},
     {"side_stream", "relu", eval::Status::rejected, "forbidden_import", false},
     {"device_sync", "relu", eval::Status::rejected, "forbidden_import", false},
     {"host_thread", "relu", eval::Status::rejected, "forbidden_import", false},
     {"cublas_call", "matmul", eval::Status::rejected, "forbidden_import", false},
     {"extra_export", "relu", eval::Status::rejected, "forbidden_export", false},
     {"compile_error", "relu", eval::Status::compile_error, "compiler_error", false},
+    {"compile_bomb", "relu", eval::Status::compile_error, "compile_timeout", false},
 };
+// The CPU suite's timing_tamper has no CUDA twin: a CUDA candidate's tensors are device memory, nowhere near the
+// doorbell page it abused, and every CUDA call ends with a device synchronisation in the worker. Hidden work is
+// covered by default_stream below.
 
 }  // namespace
 
@@ -87,7 +97,9 @@ TEST_CASE("gpu: every CUDA hack and fault fixture gets its exact verdict, and th
   auto relu = tasks::find_task("relu", test::tasks_dir());
   for (const auto& e : kExpectations) {
     auto task = tasks::find_task(e.task, test::tasks_dir());
-    auto verdict = evaluator.evaluate(task, cuda_fixture(e.fixture), options);
+    auto fixture_options = options;
+    if (std::string(e.fixture) == "compile_bomb") fixture_options.compile.time_limit_s = 5.0;
+    auto verdict = evaluator.evaluate(task, cuda_fixture(e.fixture), fixture_options);
     INFO("fixture ", std::string(e.fixture), " -> ", detail_of(verdict));
     CHECK(verdict.status == e.status);
     CHECK(verdict.has_reason(e.reason));
