@@ -66,12 +66,11 @@ void allow(Program& p, long nr) {
   stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
 }
 
-// A system call only on the given descriptors (its first argument); none given: not at all.
-void allow_on_fds(Program& p, long syscall, const std::vector<int>& fds) {
+// ioctl only on the given descriptors; none given: no ioctl at all.
+void allow_ioctl_on(Program& p, const std::vector<int>& fds) {
   if (fds.empty()) return;
   const auto n = static_cast<uint8_t>(fds.size());
-  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
-  jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(syscall), 0, static_cast<uint8_t>(n + 3));
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(SYS_ioctl), 0, static_cast<uint8_t>(n + 3));
   stmt(p, BPF_LD | BPF_W | BPF_ABS, arg_low(0));
   for (uint8_t i = 0; i < n; ++i)
     jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(fds[i]), static_cast<uint8_t>(n - i), 0);
@@ -79,10 +78,8 @@ void allow_on_fds(Program& p, long syscall, const std::vector<int>& fds) {
   stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
 }
 
-void allow_device_needs(Program& p, const std::vector<long>& extra, const std::vector<int>& driver_fds) {
-  // The GPU driver's descriptors: its ioctls, and the writes its threads make to signal one another.
-  allow_on_fds(p, SYS_ioctl, driver_fds);
-  allow_on_fds(p, SYS_write, driver_fds);
+void allow_device_needs(Program& p, const std::vector<long>& extra, const std::vector<int>& ioctl_fds) {
+  allow_ioctl_on(p, ioctl_fds);
   stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
   for (long nr : extra) allow(p, nr);
 }
@@ -98,7 +95,7 @@ void allow_basics(Program& p, pid_t self) {
 
 }  // namespace
 
-bool install_load_stage_filter(int socket_fd, const std::vector<long>& extra, const std::vector<int>& driver_fds) {
+bool install_load_stage_filter(int socket_fd, const std::vector<long>& extra, const std::vector<int>& ioctl_fds) {
   Program p;
   check_arch(p);
   stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
@@ -111,17 +108,17 @@ bool install_load_stage_filter(int socket_fd, const std::vector<long>& extra, co
   for (long nr : {SYS_read, SYS_pread64, SYS_close, SYS_fstat, SYS_newfstatat, SYS_statx, SYS_lseek, SYS_getrandom,
                   SYS_clock_gettime, SYS_prctl, SYS_seccomp})
     allow(p, nr);
-  allow_device_needs(p, extra, driver_fds);
+  allow_device_needs(p, extra, ioctl_fds);
   stmt(p, BPF_RET | BPF_K, kRefuse);
   return install(p);
 }
 
-bool install_run_stage_filter(pid_t self, const std::vector<long>& extra, const std::vector<int>& driver_fds) {
+bool install_run_stage_filter(pid_t self, const std::vector<long>& extra, const std::vector<int>& ioctl_fds) {
   Program p;
   check_arch(p);
   stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
   allow_basics(p, self);
-  allow_device_needs(p, extra, driver_fds);
+  allow_device_needs(p, extra, ioctl_fds);
   stmt(p, BPF_RET | BPF_K, kRefuse);
   return install(p);
 }

@@ -10,12 +10,11 @@ namespace crucible::eval {
 
 // Before the candidate is loaded (its static constructors run then): only what dlopen needs (read-only
 // opens, reads, file status, memory) and one send on the worker's socket. No new processes, no network,
-// no signals to others, no writing anywhere. `extra` and `driver_fds` are a device's needs: the GPU driver's
-// system calls, and its descriptors, the only ones that take ioctl and write.
+// no signals to others, no writing anywhere. `extra` and `ioctl_fds` are a device's needs (the GPU driver's).
 bool install_load_stage_filter(int socket_fd, const std::vector<long>& extra = {},
-                               const std::vector<int>& driver_fds = {});
+                               const std::vector<int>& ioctl_fds = {});
 
 // Before the first call: only memory management, futex, exit, the signals a crash needs, and a device's needs.
-bool install_run_stage_filter(pid_t self, const std::vector<long>& extra = {}, const std::vector<int>& driver_fds = {});
+bool install_run_stage_filter(pid_t self, const std::vector<long>& extra = {}, const std::vector<int>& ioctl_fds = {});
 
 }  // namespace crucible::eval

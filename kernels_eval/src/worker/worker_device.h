@@ -25,11 +25,11 @@ double spin_window_seconds();
 // CUDA reserves terabytes of virtual addresses: an address-space limit cannot apply there.
 bool limits_address_space();
 
-// What the sealed worker still needs beyond the common allowlist: system calls, and the GPU driver's descriptors,
-// the only ones on which ioctl and write are allowed.
+// What the sealed worker still needs beyond the common allowlist: system calls, and the descriptors on which
+// ioctl is allowed (the GPU driver's).
 struct SyscallNeeds {
   std::vector<long> syscalls;
-  std::vector<int> driver_fds;
+  std::vector<int> ioctl_fds;
 };
 SyscallNeeds syscall_needs();
 

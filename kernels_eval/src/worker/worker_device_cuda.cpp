@@ -100,13 +100,14 @@ SyscallNeeds syscall_needs() {
   // could otherwise write on the worker's socket or stdout during loading (tested by two fixtures).
   needs.syscalls = {SYS_sched_yield, SYS_poll, SYS_ppoll, SYS_read, SYS_epoll_wait, SYS_epoll_pwait,
                     SYS_clock_gettime, SYS_clock_nanosleep, SYS_nanosleep, SYS_sched_getaffinity, SYS_getrusage};
-  // Every descriptor open now besides stdio and the worker's socket is the driver's (device files, event fds).
   if (DIR* dir = opendir("/proc/self/fd")) {
-    const int own = dirfd(dir);
     while (dirent* entry = readdir(dir)) {
-      if (entry->d_name[0] == '.') continue;
-      const int fd = std::atoi(entry->d_name);
-      if (fd > protocol::kSocketFd && fd != own) needs.driver_fds.push_back(fd);
+      char link[64], target[256];
+      std::snprintf(link, sizeof link, "/proc/self/fd/%s", entry->d_name);
+      ssize_t n = readlink(link, target, sizeof target - 1);
+      if (n <= 0) continue;
+      target[n] = '\0';
+      if (std::strncmp(target, "/dev/nvidia", 11) == 0) needs.ioctl_fds.push_back(std::atoi(entry->d_name));
     }
     closedir(dir);
   }

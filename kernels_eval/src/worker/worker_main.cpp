@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
   limit(RLIMIT_CORE, 0, 0);
   drop_capabilities();
   const device::SyscallNeeds needs = device::syscall_needs();
-  if (!install_load_stage_filter(proto::kSocketFd, needs.syscalls, needs.driver_fds))
+  if (!install_load_stage_filter(proto::kSocketFd, needs.syscalls, needs.ioctl_fds))
     return fail(5, "cannot install the load-stage seccomp filter");
 
   void* handle = dlopen(request->so_path, RTLD_NOW | RTLD_LOCAL);
@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
 
   if (!reply_load(true, "")) return 8;
   close(proto::kSocketFd);
-  if (!install_run_stage_filter(getpid(), needs.syscalls, needs.driver_fds)) return 9;
+  if (!install_run_stage_filter(getpid(), needs.syscalls, needs.ioctl_fds)) return 9;
 
   for (;; ++seq) {
     wait_for_call(seq);
