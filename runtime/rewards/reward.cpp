@@ -1,0 +1,42 @@
+#include "rewards/reward.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace crucible::rewards {
+
+RewardKind parse_reward_kind(const std::string& name) {
+  if (name == "speedup") return RewardKind::speedup;
+  if (name == "composite") return RewardKind::composite;
+  if (name == "inverse_runtime") return RewardKind::inverse_runtime;
+  throw std::invalid_argument("unknown reward kind '" + name + "' (expected speedup, composite or inverse_runtime)");
+}
+
+std::string reward_kind_name(RewardKind kind) {
+  switch (kind) {
+    case RewardKind::speedup: return "speedup";
+    case RewardKind::composite: return "composite";
+    case RewardKind::inverse_runtime: return "inverse_runtime";
+  }
+  return "?";
+}
+
+double reward(const eval::Verdict& v, const RewardSpec& spec) {
+  const bool correct = v.status == eval::Status::correct;
+  const double speedup = correct && v.speedup ? *v.speedup : 0.0;
+  switch (spec.kind) {
+    case RewardKind::speedup: return speedup;
+    case RewardKind::composite: {
+      const bool compiled = v.status != eval::Status::compile_error;
+      return spec.alpha * (compiled ? 1.0 : 0.0) + spec.beta * (correct ? 1.0 : 0.0) +
+             spec.gamma * std::min(speedup, spec.r_max);
+    }
+    case RewardKind::inverse_runtime: {
+      const double us = correct && v.candidate_time ? v.candidate_time->median_us : 0.0;
+      return us > 0.0 ? spec.scale / us : 0.0;
+    }
+  }
+  return 0.0;
+}
+
+}  // namespace crucible::rewards

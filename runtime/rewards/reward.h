@@ -1,0 +1,26 @@
+#pragma once
+// Turning a verdict into a scalar reward. Plain functions over the evaluator's verdict; no actors here.
+#include <string>
+
+#include "crucible/eval/verdict.h"
+
+namespace crucible::rewards {
+
+enum class RewardKind {
+  speedup,          // reference / candidate time when correct, else 0
+  composite,        // alpha * compiled + beta * correct + gamma * min(speedup, r_max)
+  inverse_runtime,  // scale / candidate median in microseconds when correct, else 0 (TTT-Discover's kernel reward)
+};
+
+struct RewardSpec {
+  RewardKind kind = RewardKind::speedup;
+  double alpha = 0.1, beta = 0.3, gamma = 1.0, r_max = 10.0;  // composite
+  double scale = 1000.0;                                      // inverse_runtime
+};
+
+RewardKind parse_reward_kind(const std::string& name);  // throws std::invalid_argument naming the choices
+std::string reward_kind_name(RewardKind kind);
+
+double reward(const eval::Verdict& verdict, const RewardSpec& spec);
+
+}  // namespace crucible::rewards

@@ -1,0 +1,137 @@
+// Rewards from verdicts and group-relative advantages, checked against values worked out by hand.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+#include "rewards/advantage.h"
+#include "rewards/reward.h"
+
+using namespace crucible;
+using rewards::AdvantageKind;
+using rewards::AdvantageSpec;
+
+namespace {
+
+eval::Verdict verdict(eval::Status status, double speedup = 0.0, double median_us = 0.0) {
+  eval::Verdict v;
+  v.status = status;
+  if (speedup > 0.0) v.speedup = speedup;
+  if (median_us > 0.0) {
+    eval::TimingStats t;
+    t.median_us = median_us;
+    v.candidate_time = t;
+  }
+  return v;
+}
+
+std::vector<double> advantages(AdvantageKind kind, const std::vector<double>& r) {
+  AdvantageSpec spec;
+  spec.kind = kind;
+  return rewards::advantages(r, spec);
+}
+
+double kl_to_uniform(const std::vector<double>& r, double beta) {
+  double top = r[0];
+  for (double x : r) top = std::max(top, x);
+  std::vector<double> q;
+  double sum = 0.0;
+  for (double x : r) sum += q.emplace_back(std::exp(beta * (x - top)));
+  double kl = 0.0;
+  for (double x : q) kl += x / sum * std::log(x / sum * r.size());
+  return kl;
+}
+
+}  // namespace
+
+TEST_CASE("each reward kind turns a verdict into the value its definition gives") {
+  rewards::RewardSpec speedup;
+  CHECK(rewards::reward(verdict(eval::Status::correct, 2.5), speedup) == doctest::Approx(2.5));
+  CHECK(rewards::reward(verdict(eval::Status::incorrect, 2.5), speedup) == 0.0);  // correctness-gated
+
+  rewards::RewardSpec composite;
+  composite.kind = rewards::RewardKind::composite;  // alpha 0.1, beta 0.3, gamma 1, r_max 10
+  CHECK(rewards::reward(verdict(eval::Status::compile_error), composite) == 0.0);
+  CHECK(rewards::reward(verdict(eval::Status::incorrect), composite) == doctest::Approx(0.1));
+  CHECK(rewards::reward(verdict(eval::Status::correct, 2.0), composite) == doctest::Approx(2.4));
+  CHECK(rewards::reward(verdict(eval::Status::correct, 50.0), composite) == doctest::Approx(10.4));  // capped
+
+  rewards::RewardSpec inverse;
+  inverse.kind = rewards::RewardKind::inverse_runtime;  // scale 1000
+  CHECK(rewards::reward(verdict(eval::Status::correct, 1.0, 50.0), inverse) == doctest::Approx(20.0));
+  CHECK(rewards::reward(verdict(eval::Status::timeout, 0.0, 50.0), inverse) == 0.0);
+
+  CHECK(rewards::parse_reward_kind("inverse_runtime") == rewards::RewardKind::inverse_runtime);
+  CHECK_THROWS_AS(rewards::parse_reward_kind("speed"), std::invalid_argument);
+}
+
+TEST_CASE("grpo, dr_grpo and rloo advantages of a small group") {
+  const std::vector<double> r{1.0, 2.0, 3.0};
+  auto grpo = advantages(AdvantageKind::grpo, r);  // mean 2, population sd sqrt(2/3)
+  CHECK(grpo[0] == doctest::Approx(-1.224744).epsilon(1e-5));
+  CHECK(grpo[1] == doctest::Approx(0.0));
+  CHECK(grpo[2] == doctest::Approx(1.224744).epsilon(1e-5));
+  auto dr = advantages(AdvantageKind::dr_grpo, r);
+  CHECK(dr == std::vector<double>{-1.0, 0.0, 1.0});
+  auto rloo = advantages(AdvantageKind::rloo, r);  // each against the mean of the other two
+  CHECK(rloo[0] == doctest::Approx(-1.5));
+  CHECK(rloo[1] == doctest::Approx(0.0));
+  CHECK(rloo[2] == doctest::Approx(1.5));
+  CHECK(rewards::parse_advantage_kind("rloo") == AdvantageKind::rloo);
+  CHECK_THROWS_AS(rewards::parse_advantage_kind("ppo"), std::invalid_argument);
+}
+
+TEST_CASE("entropic advantages weight the best sample exponentially and average to zero") {
+  const std::vector<double> r{0.0, 1.0, 2.0, 5.0};
+  AdvantageSpec spec;
+  spec.kind = AdvantageKind::entropic;
+  spec.beta = 0.0;  // uniform weights: no preference at all
+  for (double a : rewards::advantages(r, spec)) CHECK(a == doctest::Approx(0.0));
+  spec.beta = 20.0;  // nearly the max: the best takes all the weight
+  auto a = rewards::advantages(r, spec);
+  CHECK(a[3] == doctest::Approx(3.0).epsilon(1e-6));
+  CHECK(a[0] == doctest::Approx(-1.0).epsilon(1e-6));
+  CHECK(std::accumulate(a.begin(), a.end(), 0.0) == doctest::Approx(0.0).epsilon(1e-9));
+  spec.beta = 1.0;  // w = n * softmax(r): check one value by hand
+  a = rewards::advantages(r, spec);
+  const double z = std::exp(0.0) + std::exp(1.0) + std::exp(2.0) + std::exp(5.0);
+  CHECK(a[2] == doctest::Approx(4.0 * std::exp(2.0) / z - 1.0));
+}
+
+TEST_CASE("the adaptive beta puts the group's weights exactly gamma nats from uniform") {
+  const std::vector<double> r{0.3, 0.5, 0.9, 1.4, 0.2, 0.8, 1.1, 0.7};
+  for (double gamma : {0.1, 0.693147, 1.5}) {
+    double beta = rewards::adaptive_beta(r, gamma);
+    CHECK(beta > 0.0);
+    CHECK(kl_to_uniform(r, beta) == doctest::Approx(gamma).epsilon(1e-6));
+  }
+  // Scale invariance: rewards ten times larger need a tenth of the beta.
+  std::vector<double> scaled;
+  for (double x : r) scaled.push_back(10.0 * x);
+  CHECK(rewards::adaptive_beta(scaled, 0.693147) == doctest::Approx(rewards::adaptive_beta(r, 0.693147) / 10.0));
+  auto a = advantages(AdvantageKind::entropic_adaptive_beta, r);
+  CHECK(std::max_element(a.begin(), a.end()) - a.begin() == 3);  // the best sample leads
+}
+
+TEST_CASE("constant-reward groups give zero advantages, or none when they are dropped") {
+  const std::vector<double> r(8, 0.4);
+  for (auto kind : {AdvantageKind::grpo, AdvantageKind::dr_grpo, AdvantageKind::rloo, AdvantageKind::entropic,
+                    AdvantageKind::entropic_adaptive_beta})
+    for (double a : advantages(kind, r)) CHECK(a == doctest::Approx(0.0));
+  AdvantageSpec drop;
+  drop.drop_constant_groups = true;
+  CHECK(rewards::advantages(r, drop).empty());
+  CHECK(rewards::advantages({0.4, 0.5}, drop).size() == 2);
+}
+
+TEST_CASE("a running baseline centres rewards on the task's recent mean") {
+  rewards::RunningBaseline baseline(0.5);
+  CHECK(baseline.empty());
+  CHECK(baseline.center(4.0) == 0.0);  // nothing to compare the first reward with
+  CHECK(baseline.value() == doctest::Approx(4.0));
+  CHECK(baseline.center(2.0) == doctest::Approx(-2.0));
+  CHECK(baseline.value() == doctest::Approx(3.0));
+  CHECK(baseline.center(5.0) == doctest::Approx(2.0));
+}
