@@ -214,7 +214,8 @@ CallOutcome WorkerProcess::lost(double seconds) {
       out.detail = "killed by the sandbox for a forbidden system call";
       auto* c = arena_ ? control(arena_) : nullptr;
       if (c && c->crash_signal.load(std::memory_order_acquire) == SIGSYS)
-        out.detail += " (number " + std::to_string(c->crash_code) + ", x86-64)";
+        out.detail += " (number " + std::to_string(c->crash_code) + " on x86-64, first argument " +
+                      std::to_string(static_cast<int64_t>(c->crash_address)) + ")";
     } else if (sig == SIGXCPU) {
       out.kind = CallOutcome::Kind::cpu_limit;
       out.detail = "CPU time limit exceeded (SIGXCPU)";

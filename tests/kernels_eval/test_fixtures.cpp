@@ -27,6 +27,7 @@ const Expectation kExpectations[] = {
     {"lazy_when_timed", "matmul", eval::Status::incorrect, "skipped_work"},
     {"skips_when_timed", "relu", eval::Status::incorrect, "skipped_work"},
     {"segfault", "relu", eval::Status::runtime_error, "crash"},
+    {"uncaught_exception", "relu", eval::Status::runtime_error, "crash"},
     {"huge_allocation", "relu", eval::Status::runtime_error, "crash"},
     {"nonzero_return", "relu", eval::Status::runtime_error, "nonzero_return"},
     {"infinite_loop", "relu", eval::Status::timeout, "wall_timeout"},

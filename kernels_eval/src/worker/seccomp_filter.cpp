@@ -1,6 +1,7 @@
 #include "seccomp_filter.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -78,6 +79,16 @@ void allow_ioctl_on(Program& p, const std::vector<int>& fds) {
   stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
 }
 
+// What an uncaught exception needs to end as a crash rather than a forbidden call: std::terminate writes its message
+// to stderr (which is /dev/null), and abort() resets SIGABRT to its default before raising it again. Both stages
+// need these rules: filters stack, and the strictest verdict of all installed filters applies.
+void allow_abort_path(Program& p) {
+  allow_if_arg_equals(p, SYS_write, 0, STDERR_FILENO);
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
+  allow_if_arg_equals(p, SYS_rt_sigaction, 0, SIGABRT);
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
+}
+
 void allow_device_needs(Program& p, const std::vector<long>& extra, const std::vector<int>& ioctl_fds) {
   allow_ioctl_on(p, ioctl_fds);
   stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
@@ -104,7 +115,9 @@ bool install_load_stage_filter(int socket_fd, const std::vector<long>& extra, co
   kill_if_flags(p, SYS_open, 1, write_flags);
   kill_if_flags(p, SYS_openat, 2, write_flags);
   allow_if_arg_equals(p, SYS_sendto, 0, static_cast<uint32_t>(socket_fd));
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
   allow_basics(p, getpid());
+  allow_abort_path(p);
   for (long nr : {SYS_read, SYS_pread64, SYS_close, SYS_fstat, SYS_newfstatat, SYS_statx, SYS_lseek, SYS_getrandom,
                   SYS_clock_gettime, SYS_prctl, SYS_seccomp})
     allow(p, nr);
@@ -118,6 +131,7 @@ bool install_run_stage_filter(pid_t self, const std::vector<long>& extra, const 
   check_arch(p);
   stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
   allow_basics(p, self);
+  allow_abort_path(p);
   allow_device_needs(p, extra, ioctl_fds);
   stmt(p, BPF_RET | BPF_K, kRefuse);
   return install(p);

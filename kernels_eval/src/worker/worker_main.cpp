@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -35,9 +36,10 @@ proto::Control* g_control = nullptr;
 
 // The sandbox traps a forbidden system call instead of killing outright, so that the parent learns which one:
 // note it, then die of SIGSYS (the handler was reset to the default on entry).
-void on_forbidden_syscall(int sig, siginfo_t* info, void*) {
+void on_forbidden_syscall(int sig, siginfo_t* info, void* context) {
   if (g_control) {
     g_control->crash_code = info->si_syscall;
+    g_control->crash_address = static_cast<uint64_t>(static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_RDI]);
     g_control->crash_signal.store(sig, std::memory_order_release);
   }
   syscall(SYS_tgkill, getpid(), syscall(SYS_gettid), SIGSYS);
