@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 namespace crucible::eval {
 
@@ -16,6 +18,13 @@ std::string_view status_name(Status s) {
     case Status::timeout: return "timeout";
   }
   return "runtime_error";
+}
+
+Status parse_status(std::string_view name) {
+  for (Status s : {Status::correct, Status::incorrect, Status::compile_error, Status::rejected, Status::runtime_error,
+                   Status::timeout})
+    if (status_name(s) == name) return s;
+  throw std::invalid_argument("unknown verdict status '" + std::string(name) + "'");
 }
 
 bool Verdict::has_reason(std::string_view code) const {

@@ -10,6 +10,7 @@ namespace crucible::eval {
 enum class Status { correct, incorrect, compile_error, rejected, runtime_error, timeout };
 
 std::string_view status_name(Status s);
+Status parse_status(std::string_view name);  // the inverse of status_name; throws std::invalid_argument
 
 // A machine-readable code ("input_mutated", "forbidden_import", ...) and a human-readable detail.
 struct Reason {

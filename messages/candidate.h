@@ -1,0 +1,53 @@
+#pragma once
+// Messages about one candidate kernel on its way from a policy to an evaluator.
+#include <caf/meta/type_name.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace crucible::messages {
+
+// A policy's sample: the source it wrote for a task, tagged with where it belongs in a batch.
+struct Candidate {
+  uint64_t id = 0;
+  std::string task;
+  uint64_t group = 0;         // the task's group within a step (GRPO) or the sweep (best-of-N)
+  uint32_t index = 0;         // position within the group
+  uint64_t policy_version = 0;
+  std::string source;
+  std::vector<float> logprobs;  // per token, when the policy has them
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Candidate& x) {
+  return f(caf::meta::type_name("crucible.Candidate"), x.id, x.task, x.group, x.index, x.policy_version, x.source,
+           x.logprobs);
+}
+
+struct CompileRequest {
+  uint64_t candidate_id = 0;
+  std::string source;
+  std::string device;  // the device the candidate will run on: it decides the compiler and architecture
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CompileRequest& x) {
+  return f(caf::meta::type_name("crucible.CompileRequest"), x.candidate_id, x.source, x.device);
+}
+
+struct CompileDone {
+  uint64_t candidate_id = 0;
+  bool ok = false;
+  bool cached = false;
+  double seconds = 0.0;
+  std::string hash;  // content hash: the shared cache's key
+  std::string log;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CompileDone& x) {
+  return f(caf::meta::type_name("crucible.CompileDone"), x.candidate_id, x.ok, x.cached, x.seconds, x.hash, x.log);
+}
+
+}  // namespace crucible::messages

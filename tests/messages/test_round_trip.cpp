@@ -1,0 +1,122 @@
+// Every message type survives CAF's binary serialization: what goes out comes back field for field.
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "messages/candidate.h"
+#include "messages/evaluation.h"
+#include "messages/training.h"
+
+using namespace crucible;
+namespace msg = crucible::messages;
+
+namespace {
+
+template <class T>
+std::vector<char> serialize(T x) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{nullptr, buf};
+  auto err = sink(x);
+  REQUIRE_FALSE(err);
+  return buf;
+}
+
+template <class T>
+T deserialize(const std::vector<char>& buf) {
+  T y;
+  caf::binary_deserializer source{nullptr, buf};
+  auto err = source(y);
+  REQUIRE_FALSE(err);
+  return y;
+}
+
+// Serializing the copy that came back must give the same bytes: a field lost or garbled on the way shows.
+template <class T>
+T round_trip(const T& x) {
+  auto bytes = serialize(x);
+  T y = deserialize<T>(bytes);
+  CHECK(serialize(y) == bytes);
+  return y;
+}
+
+msg::Candidate candidate() {
+  msg::Candidate c;
+  c.id = 42;
+  c.task = "softmax";
+  c.group = 7;
+  c.index = 3;
+  c.policy_version = 11;
+  c.source = "#include <crucible/kernel.h>\n// ...\n";
+  c.logprobs = {-0.5f, -1.25f, -0.125f};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("candidate and compile messages round-trip") {
+  auto c = round_trip(candidate());
+  CHECK(c.id == 42);
+  CHECK(c.task == "softmax");
+  CHECK(c.index == 3);
+  CHECK(c.logprobs == std::vector<float>{-0.5f, -1.25f, -0.125f});
+
+  msg::CompileRequest request{42, "source text", "cuda:1"};
+  CHECK(round_trip(request).device == "cuda:1");
+  msg::CompileDone done{42, true, false, 1.25, "ab12", "warning: unused"};
+  auto d = round_trip(done);
+  CHECK(d.ok);
+  CHECK(d.seconds == 1.25);
+  CHECK(d.hash == "ab12");
+}
+
+TEST_CASE("evaluation messages round-trip, and a verdict summary keeps what rewards need") {
+  msg::EvalRequest request{candidate(), "cuda:0", "full", 99};
+  auto r = round_trip(request);
+  CHECK(r.candidate.source == candidate().source);
+  CHECK(r.seed == 99);
+
+  eval::Verdict v;
+  v.status = eval::Status::incorrect;
+  v.reasons = {{"skipped_work", "timed call 3: 12 elements wrong"}};
+  v.compile.seconds = 0.9;
+  eval::TimingStats t;
+  t.median_us = 123.5;
+  t.cv = 0.01;
+  v.candidate_time = t;
+  v.reference_time = t;
+  v.speedup = 1.7;
+  v.kernel_coverage = 0.93;
+  v.seed = 5;
+  auto summary = round_trip(msg::summarize(42, v));
+  CHECK(summary.status == "incorrect");
+  CHECK(summary.json.find("skipped_work") != std::string::npos);
+  auto back = msg::to_verdict(summary);
+  CHECK(back.status == eval::Status::incorrect);
+  CHECK(back.has_reason("skipped_work"));
+  REQUIRE(back.candidate_time.has_value());
+  CHECK(back.candidate_time->median_us == 123.5);
+  CHECK(back.speedup.value_or(0.0) == 1.7);
+  CHECK(back.kernel_coverage.value_or(0.0) == 0.93);
+  CHECK(back.seed == 5);
+
+  eval::Verdict bare;  // no times, no speedup: the flags say so
+  bare.status = eval::Status::compile_error;
+  auto none = msg::to_verdict(round_trip(msg::summarize(1, bare)));
+  CHECK_FALSE(none.candidate_time.has_value());
+  CHECK_FALSE(none.speedup.has_value());
+  CHECK_THROWS_AS(eval::parse_status("great"), std::invalid_argument);
+}
+
+TEST_CASE("training messages round-trip") {
+  msg::TrainBatch batch;
+  batch.step = 4;
+  batch.samples = {{1, 3, 0.5, -0.25}, {2, 3, 1.5, 0.75}};
+  auto b = round_trip(batch);
+  REQUIRE(b.samples.size() == 2);
+  CHECK(b.samples[1].advantage == 0.75);
+  CHECK(b.samples[0].policy_version == 3);
+  msg::PolicyPublished published{12, 4, 0.031};
+  CHECK(round_trip(published).version == 12);
+}
