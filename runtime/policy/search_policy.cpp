@@ -1,0 +1,108 @@
+#include "policy/search_policy.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "policy/kernel_templates.h"
+
+namespace crucible::policy {
+namespace {
+
+std::vector<double> softmax(const std::vector<double>& logits) {
+  const double top = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> p(logits.size());
+  double sum = 0.0;
+  for (std::size_t i = 0; i < logits.size(); ++i) sum += p[i] = std::exp(logits[i] - top);
+  for (double& x : p) x /= sum;
+  return p;
+}
+
+const KernelTemplate& require_template(const eval::TaskSpec& task) {
+  const KernelTemplate* t = template_for(task);
+  if (!t) throw std::invalid_argument("the search policy has no kernel template for task '" + task.name + "'");
+  return *t;
+}
+
+}  // namespace
+
+SearchPolicy::SearchPolicy(uint64_t seed, double learning_rate) : rng_(seed), learning_rate_(learning_rate) {}
+
+std::vector<std::vector<double>>& SearchPolicy::logits_for(const eval::TaskSpec& task) {
+  auto& logits = logits_[task.name];
+  if (logits.empty())
+    for (const auto& knob : require_template(task).knobs) logits.emplace_back(knob.choices.size(), 0.0);
+  return logits;
+}
+
+std::vector<Sample> SearchPolicy::sample(const eval::TaskSpec& task, int n) {
+  const KernelTemplate& t = require_template(task);
+  auto& logits = logits_for(task);
+  std::vector<Sample> out;
+  for (int s = 0; s < n; ++s) {
+    Sample sample{task.name, {}, {}, version_};
+    std::vector<int> values;
+    for (std::size_t k = 0; k < t.knobs.size(); ++k) {
+      auto p = softmax(logits[k]);
+      int choice = std::discrete_distribution<int>(p.begin(), p.end())(rng_);
+      sample.choices.push_back(choice);
+      values.push_back(t.knobs[k].choices[choice]);
+    }
+    sample.source = t.render(task, values);
+    out.push_back(std::move(sample));
+  }
+  return out;
+}
+
+void SearchPolicy::update(const std::vector<Sample>& samples, const std::vector<double>& advantages) {
+  if (samples.size() != advantages.size()) throw std::invalid_argument("update: one advantage per sample");
+  if (samples.empty()) return;
+  std::map<std::string, std::vector<std::vector<double>>> gradients;
+  for (std::size_t s = 0; s < samples.size(); ++s) {
+    auto it = logits_.find(samples[s].task);
+    if (it == logits_.end()) throw std::invalid_argument("update: a sample of a task this policy never sampled");
+    auto& grad = gradients[samples[s].task];
+    if (grad.empty())
+      for (const auto& knob : it->second) grad.emplace_back(knob.size(), 0.0);
+    for (std::size_t k = 0; k < it->second.size(); ++k) {
+      auto p = softmax(it->second[k]);
+      for (std::size_t c = 0; c < p.size(); ++c)
+        grad[k][c] += advantages[s] * ((static_cast<int>(c) == samples[s].choices[k] ? 1.0 : 0.0) - p[c]);
+    }
+  }
+  const double scale = learning_rate_ / static_cast<double>(samples.size());
+  for (auto& [task, grad] : gradients)
+    for (std::size_t k = 0; k < grad.size(); ++k)
+      for (std::size_t c = 0; c < grad[k].size(); ++c) logits_[task][k][c] += scale * grad[k][c];
+  ++version_;
+}
+
+std::vector<double> SearchPolicy::probabilities(const std::string& task, std::size_t knob) const {
+  auto it = logits_.find(task);
+  if (it == logits_.end() || knob >= it->second.size()) return {};
+  return softmax(it->second[knob]);
+}
+
+std::string SearchPolicy::snapshot() const {
+  nlohmann::json j;
+  j["version"] = version_;
+  j["learning_rate"] = learning_rate_;
+  j["logits"] = logits_;
+  return j.dump();
+}
+
+void SearchPolicy::restore(const std::string& text) {
+  try {
+    auto j = nlohmann::json::parse(text);
+    auto logits = j.at("logits").get<std::map<std::string, std::vector<std::vector<double>>>>();
+    version_ = j.at("version").get<uint64_t>();
+    learning_rate_ = j.at("learning_rate").get<double>();
+    logits_ = std::move(logits);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("malformed search-policy snapshot: ") + e.what());
+  }
+}
+
+}  // namespace crucible::policy
