@@ -78,13 +78,10 @@ struct Evaluator::Cache {
                         const Sizes& sizes) {
     constexpr uint64_t kPoolSeed = 0x5eed5eed;
     std::string key = pool_key(task, device, size_set);
+    if (auto it = pools.find(key); it != pools.end()) return *it->second;
+    if (device != "cpu") pools.clear();  // one task's pools at a time on a GPU: they can be tens of GB
     auto& slot = pools[key];
-    if (!slot) {
-      if (device != "cpu") pools.clear();  // one task's pools at a time on a GPU: they can be tens of GB
-      auto& fresh_slot = pools[key];
-      fresh_slot = std::make_unique<InputPool>(task, sizes, kPoolSeed, torch::Device(device));
-      return *fresh_slot;
-    }
+    slot = std::make_unique<InputPool>(task, sizes, kPoolSeed, torch::Device(device));
     return *slot;
   }
 };
@@ -129,15 +126,15 @@ std::size_t bytes_of(const std::vector<TensorShape>& shapes) {
 // for a reference's outputs, a kept output and scratch memory (three of the largest tensor).
 int sets_that_fit(const cuda::DeviceInfo& info, const std::vector<TensorShape>& in, const std::vector<TensorShape>& out,
                   int wanted, bool pools_exist) {
-  std::size_t largest = 0, pool = 0;
+  std::size_t largest = 0, largest_input = 0, pool = 0;
   for (const auto* group : {&in, &out})
     for (const auto& t : *group) {
       std::size_t b = static_cast<std::size_t>(numel(t.shape)) * dtype_size(t.dtype);
       largest = std::max(largest, b);
-      if (group == &in && !pools_exist) pool += 2 * b + 2 * static_cast<std::size_t>(numel(t.shape));
+      if (group != &in) continue;
+      largest_input = std::max(largest_input, b);
+      if (!pools_exist) pool += 2 * b + 2 * static_cast<std::size_t>(numel(t.shape));
     }
-  std::size_t largest_input = 0;
-  for (const auto& t : in) largest_input = std::max(largest_input, static_cast<std::size_t>(numel(t.shape)) * dtype_size(t.dtype));
   const std::size_t per_set = bytes_of(in) + bytes_of(out) + largest_input;
   const double budget = static_cast<double>(info.free_bytes) - pool - 3.0 * largest - (1ull << 30);
   int fit = per_set > 0 ? static_cast<int>(budget / static_cast<double>(per_set)) : wanted;
@@ -289,7 +286,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   std::unique_ptr<WorkerProcess> worker;
   CallOutcome loaded;
   if (gpu) {
-    static const bool trace = std::getenv("CRUCIBLE_TRACE_CALLS") != nullptr;
+    const bool trace = trace_calls();
     worker = gpu->workers->acquire();
     if (trace) std::fprintf(stderr, "load: worker acquired after %.1f ms\n", since(load_start) * 1e3);
     gpu->tensors.reserve(layout.bytes);

@@ -8,6 +8,10 @@
 #include <stdexcept>
 
 namespace crucible::eval {
+namespace {
+// Device passes over tensors of several GB work in chunks of this many elements, bounding their scratch memory.
+constexpr int64_t kDeviceChunk = int64_t{1} << 26;
+}  // namespace
 
 torch::ScalarType to_torch(DType t) {
   switch (t) {
@@ -112,9 +116,8 @@ torch::Tensor InputPool::fresh(std::size_t input, uint64_t seed) const {
   if (window.is_cuda()) {  // the same reflection as tensor operations, in chunks to bound scratch memory
     torch::Tensor t = torch::empty({n}, window.options());
     const bool reflect_int = window.scalar_type() == torch::kInt64 && init.kind == InitSpec::Kind::randint;
-    const int64_t chunk = int64_t{1} << 26;
-    for (int64_t start = 0; start < n; start += chunk) {
-      const int64_t len = std::min(chunk, n - start);
+    for (int64_t start = 0; start < n; start += kDeviceChunk) {
+      const int64_t len = std::min(kDeviceChunk, n - start);
       auto w = window.narrow(0, start, len);
       auto flip = masks_[input].narrow(0, mask_offset + start, len).to(torch::kBool);
       auto dst = t.narrow(0, start, len);
@@ -247,9 +250,9 @@ int64_t count_poisoned(ArenaRef arena, const ArenaTensor& slot, int pattern) {
   if (arena.on_gpu()) {  // in chunks: a comparison's bool tensor, summed, widens eightfold
     int64_t value = 0, total = 0;
     auto flat = pattern_view(arena, slot, pattern, value);
-    const int64_t n = flat.numel(), chunk = int64_t{1} << 26;
-    for (int64_t start = 0; start < n; start += chunk)
-      total += flat.narrow(0, start, std::min(chunk, n - start)).eq(value).sum().item<int64_t>();
+    const int64_t n = flat.numel();
+    for (int64_t start = 0; start < n; start += kDeviceChunk)
+      total += flat.narrow(0, start, std::min(kDeviceChunk, n - start)).eq(value).sum().item<int64_t>();
     return total;
   }
   const std::byte* d = arena.base + slot.offset;
@@ -357,10 +360,10 @@ namespace {
 Comparison compare_on_device(const torch::Tensor& out, const torch::Tensor& ref, Tolerance tol) {
   Comparison c;
   auto o = out.contiguous().view({-1}), r = ref.contiguous().view({-1});
-  const int64_t n = r.numel(), chunk = int64_t{1} << 26;
+  const int64_t n = r.numel();
   c.elements = n;
-  for (int64_t start = 0; start < n; start += chunk) {
-    const int64_t len = std::min(chunk, n - start);
+  for (int64_t start = 0; start < n; start += kDeviceChunk) {
+    const int64_t len = std::min(kDeviceChunk, n - start);
     const auto work = ref.scalar_type() == torch::kFloat64 || !ref.is_floating_point() ? torch::kFloat64 : torch::kFloat32;
     auto a = o.narrow(0, start, len).to(work), b = r.narrow(0, start, len).to(work);
     if (!ref.is_floating_point()) {

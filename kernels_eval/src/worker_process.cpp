@@ -92,27 +92,35 @@ ArenaLayout plan_arena(const std::vector<TensorShape>& inputs, const std::vector
   return layout;
 }
 
-fs::path default_worker_binary() {
-  if (const char* env = std::getenv("CRUCIBLE_WORKER")) return env;
+bool trace_calls() {
+  static const bool trace = std::getenv("CRUCIBLE_TRACE_CALLS") != nullptr;
+  return trace;
+}
+
+namespace {
+// $ENV_VAR, else the binary beside the running executable, else the build-time default.
+fs::path find_worker(const char* env_var, const char* name, const char* build_default) {
+  if (const char* env = std::getenv(env_var)) return env;
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec && fs::exists(self.parent_path() / "crucible-worker")) return self.parent_path() / "crucible-worker";
+  if (!ec && fs::exists(self.parent_path() / name)) return self.parent_path() / name;
+  return build_default;
+}
+}  // namespace
+
+fs::path default_worker_binary() {
 #ifdef CRUCIBLE_WORKER_DEFAULT_PATH
-  return CRUCIBLE_WORKER_DEFAULT_PATH;
+  return find_worker("CRUCIBLE_WORKER", "crucible-worker", CRUCIBLE_WORKER_DEFAULT_PATH);
 #else
-  return "crucible-worker";
+  return find_worker("CRUCIBLE_WORKER", "crucible-worker", "crucible-worker");
 #endif
 }
 
 fs::path default_cuda_worker_binary() {
-  if (const char* env = std::getenv("CRUCIBLE_CUDA_WORKER")) return env;
-  std::error_code ec;
-  fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec && fs::exists(self.parent_path() / "crucible-cuda-worker")) return self.parent_path() / "crucible-cuda-worker";
 #ifdef CRUCIBLE_CUDA_WORKER_DEFAULT_PATH
-  return CRUCIBLE_CUDA_WORKER_DEFAULT_PATH;
+  return find_worker("CRUCIBLE_CUDA_WORKER", "crucible-cuda-worker", CRUCIBLE_CUDA_WORKER_DEFAULT_PATH);
 #else
-  return {};
+  return find_worker("CRUCIBLE_CUDA_WORKER", "crucible-cuda-worker", "");
 #endif
 }
 
@@ -313,7 +321,7 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
   // The arena's descriptor travels with the request.
   if (!send_with_fd(socket_, request.get(), sizeof *request, arena.fd())) return lost(elapsed());
 
-  static const bool trace = std::getenv("CRUCIBLE_TRACE_CALLS") != nullptr;
+  const bool trace = trace_calls();
   if (trace) std::fprintf(stderr, "load: request sent after %.1f ms\n", elapsed() * 1e3);
   null_calls_.clear();
   for (int i = 0; device && i < device->null_calls; ++i) {
@@ -415,8 +423,7 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync, bool 
   CallOutcome out{CallOutcome::Kind::ok, 0, seconds, {}};
   if (on_device_ && set != sets_) out.device_seconds = c->device_ms * 1e-3;
   if (on_device_ && profile) out.own_kernel_share = c->own_kernel_share;
-  static const bool trace = std::getenv("CRUCIBLE_TRACE_CALLS") != nullptr;
-  if (trace && on_device_) {
+  if (trace_calls() && on_device_) {
     auto ns = [](Clock::time_point t) {
       return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
     };

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "crucible/eval/evaluator.h"
-#include "support.h"
+#include "eval_support.h"
 #include "tasks/task_loader.h"
 
 using namespace crucible;
@@ -18,22 +18,6 @@ std::string cuda_fixture(const std::string& name) {
 std::string cuda_candidate(const std::string& task) {
   return test::read_file(test::source_dir() / "configs" / "candidates" / "cuda" / (task + ".cu"));
 }
-
-std::string detail_of(const eval::Verdict& v) {
-  std::string s = std::string(eval::status_name(v.status)) + ":";
-  for (const auto& r : v.reasons) s += " [" + r.code + "] " + r.detail;
-  return s;
-}
-
-struct GpuEvaluator {
-  explicit GpuEvaluator(const std::string& tag) : cache(tag), evaluator([&] {
-    eval::EvaluatorConfig config;
-    config.cache_dir = cache.path();
-    return config;
-  }()) {}
-  test::ScratchDir cache;
-  eval::Evaluator evaluator;
-};
 
 eval::EvalOptions gpu_options(const std::string& sizes = "cpu") {
   eval::EvalOptions o;
@@ -95,7 +79,7 @@ const Expectation kExpectations[] = {
 }  // namespace
 
 TEST_CASE("gpu: every CUDA hack and fault fixture gets its exact verdict, and the GPU recovers after each fault") {
-  GpuEvaluator t("gpu-fixtures");
+  test::TestEvaluator t("gpu-fixtures");
   auto& evaluator = t.evaluator;
   const auto options = gpu_options();
   auto relu = tasks::find_task("relu", test::tasks_dir());
@@ -104,12 +88,12 @@ TEST_CASE("gpu: every CUDA hack and fault fixture gets its exact verdict, and th
     auto fixture_options = options;
     if (std::string(e.fixture) == "compile_bomb") fixture_options.compile.time_limit_s = 5.0;
     auto verdict = evaluator.evaluate(task, cuda_fixture(e.fixture), fixture_options);
-    INFO("fixture ", std::string(e.fixture), " -> ", detail_of(verdict));
+    INFO("fixture ", std::string(e.fixture), " -> ", test::detail_of(verdict));
     CHECK(verdict.status == e.status);
     if (e.reason) CHECK(verdict.has_reason(e.reason));
     if (!e.fault) continue;
     auto after = evaluator.evaluate(relu, cuda_candidate("relu"), options);
-    INFO("correct candidate after ", std::string(e.fixture), " -> ", detail_of(after));
+    INFO("correct candidate after ", std::string(e.fixture), " -> ", test::detail_of(after));
     CHECK(after.status == eval::Status::correct);
   }
   auto illegal = evaluator.evaluate(relu, cuda_fixture("illegal_address"), options);
@@ -118,13 +102,13 @@ TEST_CASE("gpu: every CUDA hack and fault fixture gets its exact verdict, and th
 }
 
 TEST_CASE("gpu: every shipped naive CUDA candidate is correct at the tasks' CUDA sizes") {
-  GpuEvaluator t("gpu-shipped");
+  test::TestEvaluator t("gpu-shipped");
   auto& evaluator = t.evaluator;
   for (const auto& entry : std::filesystem::directory_iterator(test::source_dir() / "configs" / "candidates" / "cuda")) {
     const std::string name = entry.path().stem().string();
     auto task = tasks::find_task(name, test::tasks_dir());
     auto verdict = evaluator.evaluate(task, test::read_file(entry.path()), gpu_options("cuda"));
-    INFO(name, " -> ", detail_of(verdict));
+    INFO(name, " -> ", test::detail_of(verdict));
     CHECK(verdict.status == eval::Status::correct);
     CHECK(verdict.device == "cuda:0");
     REQUIRE(verdict.candidate_time.has_value());
@@ -134,13 +118,13 @@ TEST_CASE("gpu: every shipped naive CUDA candidate is correct at the tasks' CUDA
 }
 
 TEST_CASE("gpu: work moved off the candidate's stream is still timed") {
-  GpuEvaluator t("gpu-stream");
+  test::TestEvaluator t("gpu-stream");
   auto& evaluator = t.evaluator;
   auto relu = tasks::find_task("relu", test::tasks_dir());
   auto options = gpu_options("cuda");
   auto honest = evaluator.evaluate(relu, cuda_candidate("relu"), options);
   auto hidden = evaluator.evaluate(relu, cuda_fixture("default_stream"), options);
-  INFO(detail_of(honest), " / ", detail_of(hidden));
+  INFO(test::detail_of(honest), " / ", test::detail_of(hidden));
   REQUIRE(honest.status == eval::Status::correct);
   REQUIRE(hidden.status == eval::Status::correct);
   // Events on the given stream see only an empty kernel (microseconds); the real work takes milliseconds.
@@ -148,13 +132,13 @@ TEST_CASE("gpu: work moved off the candidate's stream is still timed") {
 }
 
 TEST_CASE("gpu: kernel coverage tells a candidate's own kernels from runtime copies") {
-  GpuEvaluator t("gpu-coverage");
+  test::TestEvaluator t("gpu-coverage");
   auto& evaluator = t.evaluator;
   auto relu = tasks::find_task("relu", test::tasks_dir());
   auto options = gpu_options("cuda");
   auto own = evaluator.evaluate(relu, cuda_candidate("relu"), options);
   auto copying = evaluator.evaluate(relu, cuda_fixture("copy_heavy"), options);
-  INFO(detail_of(own), " / ", detail_of(copying));
+  INFO(test::detail_of(own), " / ", test::detail_of(copying));
   REQUIRE(own.status == eval::Status::correct);
   REQUIRE(copying.status == eval::Status::correct);
   REQUIRE(own.kernel_coverage.has_value());

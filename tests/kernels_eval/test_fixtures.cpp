@@ -2,7 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "crucible/eval/evaluator.h"
-#include "support.h"
+#include "eval_support.h"
 #include "tasks/task_loader.h"
 
 using namespace crucible;
@@ -53,34 +53,17 @@ eval::EvalOptions test_options() {
   return o;
 }
 
-// An evaluator with its own compile cache, removed afterwards.
-struct TestEvaluator {
-  explicit TestEvaluator(const std::string& tag) : cache(tag), evaluator([&] {
-    eval::EvaluatorConfig config;
-    config.cache_dir = cache.path();
-    return config;
-  }()) {}
-  test::ScratchDir cache;
-  eval::Evaluator evaluator;
-};
-
-std::string detail_of(const eval::Verdict& v) {
-  std::string s = std::string(eval::status_name(v.status)) + ":";
-  for (const auto& r : v.reasons) s += " [" + r.code + "] " + r.detail;
-  return s;
-}
-
 }  // namespace
 
 TEST_CASE("every hack and fault fixture gets its exact verdict, then a correct candidate evaluates in the same pool") {
-  TestEvaluator t("fixtures");
+  test::TestEvaluator t("fixtures");
   auto& evaluator = t.evaluator;
   const auto options = test_options();
 
   for (const auto& e : kExpectations) {
     auto task = tasks::find_task(e.task, test::tasks_dir());
     auto verdict = evaluator.evaluate(task, test::read_file(test::cpu_fixture(e.fixture)), options);
-    INFO("fixture ", std::string(e.fixture), " -> ", detail_of(verdict));
+    INFO("fixture ", std::string(e.fixture), " -> ", test::detail_of(verdict));
     CHECK(verdict.status == e.status);
     CHECK(verdict.has_reason(e.reason));
   }
@@ -93,7 +76,7 @@ TEST_CASE("every hack and fault fixture gets its exact verdict, then a correct c
   CHECK(socket_verdict.reasons[0].detail == "socket (network)");
 
   auto good = evaluator.evaluate(relu, test::read_file(test::source_dir() / "configs/candidates/cpu/relu.cpp"), options);
-  INFO(detail_of(good));
+  INFO(test::detail_of(good));
   CHECK(good.status == eval::Status::correct);
   CHECK(good.reasons.empty());
   REQUIRE(good.speedup.has_value());
@@ -102,7 +85,7 @@ TEST_CASE("every hack and fault fixture gets its exact verdict, then a correct c
 }
 
 TEST_CASE("signalling completion early hides no time: the tamperer is timed like its honest twin") {
-  TestEvaluator t("tamper");
+  test::TestEvaluator t("tamper");
   auto& evaluator = t.evaluator;
   auto task = tasks::find_task("relu", test::tasks_dir());
   auto source = test::read_file(test::cpu_fixture("timing_tamper"));
@@ -110,7 +93,7 @@ TEST_CASE("signalling completion early hides no time: the tamperer is timed like
   auto honest_options = test_options();
   honest_options.compile.extra_flags = {"-DHONEST"};
   auto honest = evaluator.evaluate(task, source, honest_options);
-  INFO(detail_of(tamper), " / ", detail_of(honest));
+  INFO(test::detail_of(tamper), " / ", test::detail_of(honest));
   REQUIRE(tamper.status == eval::Status::correct);
   REQUIRE(honest.status == eval::Status::correct);
   // Hidden work that escaped the timer would make the tamperer look ~1000x faster; this VM's noise is ~2x.
@@ -118,7 +101,7 @@ TEST_CASE("signalling completion early hides no time: the tamperer is timed like
 }
 
 TEST_CASE("a task's own allowlist admits a library call the default gate refuses") {
-  TestEvaluator t("allow");
+  test::TestEvaluator t("allow");
   auto& evaluator = t.evaluator;
   auto task = tasks::find_task("matmul", test::tasks_dir());
   task.allow_imports = {"cblas_sgemm"};

@@ -161,4 +161,7 @@ std::filesystem::path default_worker_binary();
 // The same for the CUDA worker ($CRUCIBLE_CUDA_WORKER); empty when this build has none.
 std::filesystem::path default_cuda_worker_binary();
 
+// CRUCIBLE_TRACE_CALLS set: GPU loads and calls print where their time went, on stderr.
+bool trace_calls();
+
 }  // namespace crucible::eval

@@ -1,0 +1,27 @@
+#pragma once
+// Helpers for suites that run the evaluator: one with its own compile cache, and a verdict in one line.
+#include <string>
+
+#include "crucible/eval/evaluator.h"
+#include "support.h"
+
+namespace crucible::test {
+
+// An evaluator with its own compile cache, removed afterwards.
+struct TestEvaluator {
+  explicit TestEvaluator(const std::string& tag) : cache(tag), evaluator([&] {
+    eval::EvaluatorConfig config;
+    config.cache_dir = cache.path();
+    return config;
+  }()) {}
+  ScratchDir cache;
+  eval::Evaluator evaluator;
+};
+
+inline std::string detail_of(const eval::Verdict& v) {
+  std::string s = std::string(eval::status_name(v.status)) + ":";
+  for (const auto& r : v.reasons) s += " [" + r.code + "] " + r.detail;
+  return s;
+}
+
+}  // namespace crucible::test
