@@ -11,18 +11,21 @@ namespace crucible::messages {
 // A policy's sample: the source it wrote for a task, tagged with where it belongs in a batch.
 struct Candidate {
   uint64_t id = 0;
+  uint64_t step = 0;          // the mode's unit of work: GRPO step, best-of-N task, TTT (task, step)
   std::string task;
   uint64_t group = 0;         // the task's group within a step (GRPO) or the sweep (best-of-N)
   uint32_t index = 0;         // position within the group
   uint64_t policy_version = 0;
-  std::string source;
+  std::string output;         // the policy's raw output
+  std::string source;         // assembled from it
+  std::vector<int32_t> tokens;  // what the policy sampled (token ids, or the search policy's knob choices)
   std::vector<float> logprobs;  // per token, when the policy has them
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Candidate& x) {
-  return f(caf::meta::type_name("crucible.Candidate"), x.id, x.task, x.group, x.index, x.policy_version, x.source,
-           x.logprobs);
+  return f(caf::meta::type_name("crucible.Candidate"), x.id, x.step, x.task, x.group, x.index, x.policy_version,
+           x.output, x.source, x.tokens, x.logprobs);
 }
 
 struct CompileRequest {

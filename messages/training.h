@@ -3,20 +3,26 @@
 #include <caf/meta/type_name.hpp>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace crucible::messages {
 
+// What the optimizer needs of one sample: which task, what was sampled, and how good it was relative to its group.
 struct ScoredSample {
   uint64_t candidate_id = 0;
   uint64_t policy_version = 0;  // the version that sampled it: the optimizer bounds staleness with it
+  std::string task;
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
   double reward = 0.0;
   double advantage = 0.0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScoredSample& x) {
-  return f(caf::meta::type_name("crucible.ScoredSample"), x.candidate_id, x.policy_version, x.reward, x.advantage);
+  return f(caf::meta::type_name("crucible.ScoredSample"), x.candidate_id, x.policy_version, x.task, x.tokens,
+           x.logprobs, x.reward, x.advantage);
 }
 
 struct TrainBatch {
@@ -29,15 +35,17 @@ typename Inspector::result_type inspect(Inspector& f, TrainBatch& x) {
   return f(caf::meta::type_name("crucible.TrainBatch"), x.step, x.samples);
 }
 
+// A new policy version: generators restore the snapshot, so they may live on another node.
 struct PolicyPublished {
   uint64_t version = 0;
   uint64_t step = 0;
   double update_seconds = 0.0;
+  std::string snapshot;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PolicyPublished& x) {
-  return f(caf::meta::type_name("crucible.PolicyPublished"), x.version, x.step, x.update_seconds);
+  return f(caf::meta::type_name("crucible.PolicyPublished"), x.version, x.step, x.update_seconds, x.snapshot);
 }
 
 }  // namespace crucible::messages

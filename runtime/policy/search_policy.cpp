@@ -28,7 +28,9 @@ const KernelTemplate& require_template(const eval::TaskSpec& task) {
 
 }  // namespace
 
-SearchPolicy::SearchPolicy(uint64_t seed, double learning_rate) : rng_(seed), learning_rate_(learning_rate) {}
+SearchPolicy::SearchPolicy(uint64_t seed, SearchPolicyOptions options) : rng_(seed), options_(options) {
+  if (!(options_.temperature > 0.0)) throw std::invalid_argument("search policy: temperature must be > 0");
+}
 
 std::vector<std::vector<double>>& SearchPolicy::logits_for(const eval::TaskSpec& task) {
   auto& logits = logits_[task.name];
@@ -42,13 +44,19 @@ std::vector<Sample> SearchPolicy::sample(const eval::TaskSpec& task, int n) {
   auto& logits = logits_for(task);
   std::vector<Sample> out;
   for (int s = 0; s < n; ++s) {
-    Sample sample{task.name, {}, {}, version_};
+    Sample sample;
+    sample.task = task.name;
+    sample.policy_version = version_;
     std::vector<int> values;
     for (std::size_t k = 0; k < t.knobs.size(); ++k) {
-      auto p = softmax(logits[k]);
+      std::vector<double> scaled = logits[k];
+      for (double& x : scaled) x /= options_.temperature;
+      auto p = softmax(scaled);
       int choice = std::discrete_distribution<int>(p.begin(), p.end())(rng_);
-      sample.choices.push_back(choice);
+      sample.tokens.push_back(choice);
+      sample.logprobs.push_back(static_cast<float>(std::log(p[choice])));
       values.push_back(t.knobs[k].choices[choice]);
+      sample.output += (k ? " " : "") + t.knobs[k].name + "=" + std::to_string(values.back());
     }
     sample.source = t.render(task, values);
     out.push_back(std::move(sample));
@@ -63,16 +71,18 @@ void SearchPolicy::update(const std::vector<Sample>& samples, const std::vector<
   for (std::size_t s = 0; s < samples.size(); ++s) {
     auto it = logits_.find(samples[s].task);
     if (it == logits_.end()) throw std::invalid_argument("update: a sample of a task this policy never sampled");
+    if (samples[s].tokens.size() != it->second.size())
+      throw std::invalid_argument("update: a sample's tokens do not match the task's knobs");
     auto& grad = gradients[samples[s].task];
     if (grad.empty())
       for (const auto& knob : it->second) grad.emplace_back(knob.size(), 0.0);
     for (std::size_t k = 0; k < it->second.size(); ++k) {
       auto p = softmax(it->second[k]);
       for (std::size_t c = 0; c < p.size(); ++c)
-        grad[k][c] += advantages[s] * ((static_cast<int>(c) == samples[s].choices[k] ? 1.0 : 0.0) - p[c]);
+        grad[k][c] += advantages[s] * ((static_cast<int>(c) == samples[s].tokens[k] ? 1.0 : 0.0) - p[c]);
     }
   }
-  const double scale = learning_rate_ / static_cast<double>(samples.size());
+  const double scale = options_.learning_rate / static_cast<double>(samples.size());
   for (auto& [task, grad] : gradients)
     for (std::size_t k = 0; k < grad.size(); ++k)
       for (std::size_t c = 0; c < grad[k].size(); ++c) logits_[task][k][c] += scale * grad[k][c];
@@ -88,7 +98,8 @@ std::vector<double> SearchPolicy::probabilities(const std::string& task, std::si
 std::string SearchPolicy::snapshot() const {
   nlohmann::json j;
   j["version"] = version_;
-  j["learning_rate"] = learning_rate_;
+  j["learning_rate"] = options_.learning_rate;
+  j["temperature"] = options_.temperature;
   j["logits"] = logits_;
   return j.dump();
 }
@@ -98,7 +109,8 @@ void SearchPolicy::restore(const std::string& text) {
     auto j = nlohmann::json::parse(text);
     auto logits = j.at("logits").get<std::map<std::string, std::vector<std::vector<double>>>>();
     version_ = j.at("version").get<uint64_t>();
-    learning_rate_ = j.at("learning_rate").get<double>();
+    options_.learning_rate = j.at("learning_rate").get<double>();
+    options_.temperature = j.value("temperature", options_.temperature);
     logits_ = std::move(logits);
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("malformed search-policy snapshot: ") + e.what());

@@ -10,36 +10,36 @@
 #include <vector>
 
 #include "crucible/eval/task_spec.h"
+#include "policy/policy.h"
 
 namespace crucible::policy {
 
-struct Sample {
-  std::string task;
-  std::vector<int> choices;  // index of the chosen value, per knob
-  std::string source;
-  uint64_t policy_version = 0;
+struct SearchPolicyOptions {
+  double learning_rate = 0.5;
+  double temperature = 1.0;  // sampling divides the logits by it
 };
 
-class SearchPolicy {
+// A sample's tokens are its choice indices, one per knob; its output reads "knob=value ...".
+class SearchPolicy : public Policy {
  public:
-  explicit SearchPolicy(uint64_t seed, double learning_rate = 0.5);
+  explicit SearchPolicy(uint64_t seed, SearchPolicyOptions options = {});
 
   // n candidates for the task; throws std::invalid_argument when no template covers it.
-  std::vector<Sample> sample(const eval::TaskSpec& task, int n);
+  std::vector<Sample> sample(const eval::TaskSpec& task, int n) override;
   // REINFORCE on the logits: each knob's logits move by learning_rate * mean(advantage * (onehot - p)).
-  void update(const std::vector<Sample>& samples, const std::vector<double>& advantages);
-  uint64_t version() const { return version_; }
+  void update(const std::vector<Sample>& samples, const std::vector<double>& advantages) override;
+  uint64_t version() const override { return version_; }
 
   std::vector<double> probabilities(const std::string& task, std::size_t knob) const;
-  std::string snapshot() const;          // JSON: version, learning rate, logits per task and knob
-  void restore(const std::string& json);  // throws std::invalid_argument on malformed input
+  std::string snapshot() const override;          // JSON: version, options, logits per task and knob
+  void restore(const std::string& json) override;  // throws std::invalid_argument on malformed input
 
  private:
   std::vector<std::vector<double>>& logits_for(const eval::TaskSpec& task);
 
   std::map<std::string, std::vector<std::vector<double>>> logits_;  // task -> knob -> choice
   std::mt19937_64 rng_;
-  double learning_rate_;
+  SearchPolicyOptions options_;
   uint64_t version_ = 0;
 };
 

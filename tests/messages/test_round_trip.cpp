@@ -47,7 +47,10 @@ msg::Candidate candidate() {
   c.task = "softmax";
   c.group = 7;
   c.index = 3;
+  c.step = 5;
   c.policy_version = 11;
+  c.output = "block=256 unroll=4";
+  c.tokens = {1, 2};
   c.source = "#include <crucible/kernel.h>\n// ...\n";
   c.logprobs = {-0.5f, -1.25f, -0.125f};
   return c;
@@ -60,6 +63,9 @@ TEST_CASE("candidate and compile messages round-trip") {
   CHECK(c.id == 42);
   CHECK(c.task == "softmax");
   CHECK(c.index == 3);
+  CHECK(c.step == 5);
+  CHECK(c.output == "block=256 unroll=4");
+  CHECK(c.tokens == std::vector<int32_t>{1, 2});
   CHECK(c.logprobs == std::vector<float>{-0.5f, -1.25f, -0.125f});
 
   msg::CompileRequest request{42, "source text", "cuda:1"};
@@ -112,11 +118,15 @@ TEST_CASE("evaluation messages round-trip, and a verdict summary keeps what rewa
 TEST_CASE("training messages round-trip") {
   msg::TrainBatch batch;
   batch.step = 4;
-  batch.samples = {{1, 3, 0.5, -0.25}, {2, 3, 1.5, 0.75}};
+  batch.samples = {{1, 3, "relu", {0, 2}, {-0.1f, -2.0f}, 0.5, -0.25}, {2, 3, "gelu", {1, 1}, {}, 1.5, 0.75}};
   auto b = round_trip(batch);
   REQUIRE(b.samples.size() == 2);
   CHECK(b.samples[1].advantage == 0.75);
   CHECK(b.samples[0].policy_version == 3);
-  msg::PolicyPublished published{12, 4, 0.031};
-  CHECK(round_trip(published).version == 12);
+  CHECK(b.samples[0].tokens == std::vector<int32_t>{0, 2});
+  CHECK(b.samples[1].task == "gelu");
+  msg::PolicyPublished published{12, 4, 0.031, R"({"version":12})"};
+  auto p = round_trip(published);
+  CHECK(p.version == 12);
+  CHECK(p.snapshot == R"({"version":12})");
 }

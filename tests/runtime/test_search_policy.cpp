@@ -17,7 +17,7 @@ TEST_CASE("the search policy samples reproducibly from uniform knob distribution
   auto sa = a.sample(relu, 6), sb = b.sample(relu, 6);
   REQUIRE(sa.size() == 6);
   for (std::size_t i = 0; i < sa.size(); ++i) {
-    CHECK(sa[i].choices == sb[i].choices);
+    CHECK(sa[i].tokens == sb[i].tokens);
     CHECK(sa[i].source == sb[i].source);
     CHECK(sa[i].policy_version == 0);
   }
@@ -28,11 +28,11 @@ TEST_CASE("the search policy samples reproducibly from uniform knob distribution
 
 TEST_CASE("updates move probability towards the choices with positive advantage") {
   auto relu = tasks::find_task("relu", test::tasks_dir());
-  policy::SearchPolicy p(3, 0.5);
+  policy::SearchPolicy p(3, {0.5, 1.0});
   for (int step = 0; step < 30; ++step) {
     auto samples = p.sample(relu, 8);
     std::vector<double> advantages;
-    for (const auto& s : samples) advantages.push_back(s.choices[0] == 3 ? 1.0 : -0.3);  // reward block 4096
+    for (const auto& s : samples) advantages.push_back(s.tokens[0] == 3 ? 1.0 : -0.3);  // reward block 4096
     p.update(samples, advantages);
   }
   CHECK(p.version() == 30);

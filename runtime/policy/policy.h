@@ -1,0 +1,33 @@
+#pragma once
+// What the runtime asks of any policy (the embedded search policy, a language model): sample candidates for a task,
+// learn from advantages, and save or restore itself. A policy is owned by one actor at a time; none is thread-safe.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "crucible/eval/task_spec.h"
+
+namespace crucible::policy {
+
+struct Sample {
+  std::string task;
+  std::string output;             // the policy's raw output (a model's text; the search policy's chosen knobs)
+  std::string source;             // the candidate source assembled from it
+  std::vector<int32_t> tokens;    // what was sampled: token ids, or one choice index per knob
+  std::vector<float> logprobs;    // per token, under the sampling distribution
+  uint64_t policy_version = 0;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  // n candidates for the task; throws std::invalid_argument when the policy cannot write for it.
+  virtual std::vector<Sample> sample(const eval::TaskSpec& task, int n) = 0;
+  // One step from (sample, advantage) pairs; the version goes up by one.
+  virtual void update(const std::vector<Sample>& samples, const std::vector<double>& advantages) = 0;
+  virtual uint64_t version() const = 0;
+  virtual std::string snapshot() const = 0;
+  virtual void restore(const std::string& snapshot) = 0;  // throws std::invalid_argument on malformed input
+};
+
+}  // namespace crucible::policy
