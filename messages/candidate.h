@@ -46,11 +46,13 @@ struct CompileDone {
   double seconds = 0.0;
   std::string hash;  // content hash: the shared cache's key
   std::string log;
+  double started_at = 0.0, finished_at = 0.0;  // wall clock, seconds since the epoch
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CompileDone& x) {
-  return f(caf::meta::type_name("crucible.CompileDone"), x.candidate_id, x.ok, x.cached, x.seconds, x.hash, x.log);
+  return f(caf::meta::type_name("crucible.CompileDone"), x.candidate_id, x.ok, x.cached, x.seconds, x.hash, x.log,
+           x.started_at, x.finished_at);
 }
 
 }  // namespace crucible::messages

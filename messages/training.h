@@ -26,13 +26,14 @@ typename Inspector::result_type inspect(Inspector& f, ScoredSample& x) {
 }
 
 struct TrainBatch {
+  std::string unit;  // the run directory's unit of work this batch ends
   uint64_t step = 0;
   std::vector<ScoredSample> samples;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TrainBatch& x) {
-  return f(caf::meta::type_name("crucible.TrainBatch"), x.step, x.samples);
+  return f(caf::meta::type_name("crucible.TrainBatch"), x.unit, x.step, x.samples);
 }
 
 // A new policy version: generators restore the snapshot, so they may live on another node.

@@ -14,7 +14,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-file", log_file, "Also log (from debug up) to this rotating file");
   std::vector<crucible::cli::Run> commands{crucible::cli::add_eval_command(app),
-                                           crucible::cli::add_tasks_command(app)};
+                                           crucible::cli::add_tasks_command(app),
+                                           crucible::cli::add_logs_command(app),
+                                           crucible::cli::add_run_command(app)};
   CLI11_PARSE(app, argc, argv);
   crucible::log::Options log_options;
   log_options.console_level = *crucible::log::parse_level(log_level);

@@ -42,6 +42,15 @@ toml::table parse_toml_file(const std::filesystem::path& path) {
   }
 }
 
+toml::table parse_toml_text(const std::string& text, const std::string& file) {
+  try {
+    return toml::parse(text, file);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(file, static_cast<int64_t>(e.source().begin.line), "",
+                      "TOML syntax error: " + std::string(e.description()));
+  }
+}
+
 TableReader::TableReader(const toml::table& table, std::string file, std::string prefix)
     : table_(&table), file_(std::move(file)), prefix_(std::move(prefix)) {}
 

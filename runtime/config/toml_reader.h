@@ -28,6 +28,8 @@ class ConfigError : public std::runtime_error {
 
 // Parses a file; syntax errors become ConfigError with the parser's line.
 toml::table parse_toml_file(const std::filesystem::path& path);
+// The same for text held in memory; `file` names it in errors.
+toml::table parse_toml_text(const std::string& text, const std::string& file);
 
 class TableReader {
  public:

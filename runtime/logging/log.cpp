@@ -1,37 +1,85 @@
 #include "logging/log.h"
 
+#include <spdlog/details/file_helper.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <filesystem>
+#include <map>
 #include <mutex>
 #include <vector>
 
 namespace crucible::log {
 namespace {
 
+constexpr const char* kConsolePattern = "%Y-%m-%dT%H:%M:%S.%e %^%-5l%$ [%n] %v";
+constexpr const char* kFilePattern = "%Y-%m-%dT%H:%M:%S.%e %-5l [%n] %v";
+
+// One component's own file: opened on the first line that reaches it, flushed after every line so `crucible logs
+// --follow` sees it at once and a killed process loses nothing it logged.
+class ComponentFileSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit ComponentFileSink(std::filesystem::path path) : path_(std::move(path)) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    if (!opened_) {
+      std::filesystem::create_directories(path_.parent_path());
+      file_.open(path_.string(), /*truncate=*/false);
+      opened_ = true;
+    }
+    spdlog::memory_buf_t line;
+    formatter_->format(msg, line);
+    file_.write(line);
+    file_.flush();
+  }
+  void flush_() override {
+    if (opened_) file_.flush();
+  }
+
+ private:
+  std::filesystem::path path_;
+  spdlog::details::file_helper file_;
+  bool opened_ = false;
+};
+
 std::mutex g_mutex;
-std::vector<spdlog::sink_ptr> g_sinks;
+std::vector<spdlog::sink_ptr> g_sinks;  // shared by every component
+Options g_options;
 
 spdlog::level::level_enum to_spdlog(Level l) { return static_cast<spdlog::level::level_enum>(static_cast<int>(l)); }
 
-std::vector<spdlog::sink_ptr>& sinks() {
+std::vector<spdlog::sink_ptr>& shared_sinks() {
   if (g_sinks.empty()) {
     auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
     console->set_level(spdlog::level::info);
+    console->set_pattern(kConsolePattern);
     g_sinks.push_back(console);
   }
   return g_sinks;
 }
 
+std::vector<spdlog::sink_ptr> sinks_for(const std::string& component) {
+  auto sinks = shared_sinks();
+  if (!g_options.directory.empty() && !component.empty()) {
+    auto own = std::make_shared<ComponentFileSink>(std::filesystem::path(g_options.directory) /
+                                                   component_file_name(component));
+    own->set_level(to_spdlog(g_options.file_level));
+    own->set_pattern(kFilePattern);
+    sinks.push_back(own);
+  }
+  return sinks;
+}
+
 std::shared_ptr<spdlog::logger> logger_for(std::string_view component) {
   std::string name(component);
   if (auto existing = spdlog::get(name)) return existing;
-  auto& s = sinks();
-  auto logger = std::make_shared<spdlog::logger>(name, s.begin(), s.end());
+  auto sinks = sinks_for(name);
+  auto logger = std::make_shared<spdlog::logger>(name, sinks.begin(), sinks.end());
   logger->set_level(spdlog::level::trace);
-  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%-5l%$ [%n] %v");
   logger->flush_on(spdlog::level::warn);
   spdlog::register_logger(logger);
   return logger;
@@ -39,19 +87,32 @@ std::shared_ptr<spdlog::logger> logger_for(std::string_view component) {
 
 }  // namespace
 
+std::string component_file_name(std::string_view component) {
+  std::string name(component);
+  for (char& c : name) {
+    bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+                 c == '-';
+    if (!plain) c = '_';
+  }
+  return name + ".log";
+}
+
 void init(const Options& options) {
   std::lock_guard lock(g_mutex);
+  g_options = options;
   g_sinks.clear();
   auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
   console->set_level(to_spdlog(options.console_level));
+  console->set_pattern(kConsolePattern);
   g_sinks.push_back(console);
   if (!options.file.empty()) {
     auto file = std::make_shared<spdlog::sinks::rotating_file_sink_mt>(options.file, options.max_file_bytes,
                                                                        options.max_files);
     file->set_level(to_spdlog(options.file_level));
+    file->set_pattern(kFilePattern);
     g_sinks.push_back(file);
   }
-  spdlog::apply_all([&](const std::shared_ptr<spdlog::logger>& l) { l->sinks() = g_sinks; });
+  spdlog::apply_all([&](const std::shared_ptr<spdlog::logger>& l) { l->sinks() = sinks_for(l->name()); });
 }
 
 void write(std::string_view component, Level level, std::string_view message) {

@@ -1,6 +1,7 @@
 #pragma once
-// Logging facade: named loggers per component, console + rotating file. spdlog stays behind this
-// header so torch-heavy translation units (whose include path carries another fmt) never see it.
+// Logging facade: named loggers per component; console, an optional rotating file and optional per-component files.
+// spdlog stays behind this header so torch-heavy translation units (whose include path carries another fmt) never
+// see it.
 #include <cstddef>
 #include <optional>
 #include <sstream>
@@ -17,7 +18,15 @@ struct Options {
   std::string file;  // rotating log file; empty: console only
   std::size_t max_file_bytes = std::size_t{16} << 20;
   std::size_t max_files = 3;
+  // Also one file per component, <directory>/<component_file_name>, at file_level: opened on the component's first
+  // line, flushed on every line so it can be followed live and survives a kill. Empty: none.
+  std::string directory;
 };
+
+// Lines in files read "2024-05-01T12:00:00.123 info  [compiler] message" (level names as in parse_level, except
+// "warning" for warn). A component's file name under Options::directory: "<component>.log", any character outside [A-Za-z0-9._-]
+// replaced by '_'.
+std::string component_file_name(std::string_view component);
 
 // Safe to call again: later calls replace the sinks of every logger.
 void init(const Options& options);

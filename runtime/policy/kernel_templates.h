@@ -1,6 +1,11 @@
 #pragma once
-// Parameterised CPU kernel templates for the embedded search policy: each family names its knobs (each a short
-// list of choices) and renders a candidate's source from one choice per knob.
+// Parameterised kernel templates for the embedded search policy: each family names its knobs (each a short list of
+// choices) and renders a candidate's source from one choice per knob. Every combination of choices renders a
+// correct candidate for any shape the task allows; the knobs differ only in speed.
+//
+// Families (runtime/policy/templates/): elementwise (relu, gelu), row reductions (softmax, log_softmax, layernorm,
+// rmsnorm, sum_dim, mse_loss on CPU; softmax, rmsnorm on CUDA) and matmul, each for the "cpu" backend (C++) and the
+// "cuda" backend (a .cu for nvcc).
 #include <string>
 #include <vector>
 
@@ -20,7 +25,10 @@ struct KernelTemplate {
   std::string (*render)(const eval::TaskSpec& task, const std::vector<int>& values);
 };
 
-// The template for a task, or null when no template covers it (relu, gelu and matmul so far).
-const KernelTemplate* template_for(const eval::TaskSpec& task);
+// The template for a task (matched by its reference) on a backend ("cpu" or "cuda"), or null when none covers it.
+const KernelTemplate* template_for(const eval::TaskSpec& task, const std::string& backend);
+
+// The references (the shipped tasks' names) a backend has templates for, sorted.
+std::vector<std::string> covered_tasks(const std::string& backend);
 
 }  // namespace crucible::policy

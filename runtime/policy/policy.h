@@ -23,6 +23,8 @@ class Policy {
   virtual ~Policy() = default;
   // n candidates for the task; throws std::invalid_argument when the policy cannot write for it.
   virtual std::vector<Sample> sample(const eval::TaskSpec& task, int n) = 0;
+  // Makes the policy ready to learn about a task it has not sampled itself (an optimizer's copy of the policy).
+  virtual void prepare(const eval::TaskSpec& task) = 0;
   // One step from (sample, advantage) pairs; the version goes up by one.
   virtual void update(const std::vector<Sample>& samples, const std::vector<double>& advantages) = 0;
   virtual uint64_t version() const = 0;

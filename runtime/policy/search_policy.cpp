@@ -20,9 +20,11 @@ std::vector<double> softmax(const std::vector<double>& logits) {
   return p;
 }
 
-const KernelTemplate& require_template(const eval::TaskSpec& task) {
-  const KernelTemplate* t = template_for(task);
-  if (!t) throw std::invalid_argument("the search policy has no kernel template for task '" + task.name + "'");
+const KernelTemplate& require_template(const eval::TaskSpec& task, const std::string& backend) {
+  const KernelTemplate* t = template_for(task, backend);
+  if (!t)
+    throw std::invalid_argument("the search policy has no " + backend + " kernel template for task '" + task.name +
+                                "'");
   return *t;
 }
 
@@ -30,17 +32,25 @@ const KernelTemplate& require_template(const eval::TaskSpec& task) {
 
 SearchPolicy::SearchPolicy(uint64_t seed, SearchPolicyOptions options) : rng_(seed), options_(options) {
   if (!(options_.temperature > 0.0)) throw std::invalid_argument("search policy: temperature must be > 0");
+  if (options_.backend != "cpu" && options_.backend != "cuda")
+    throw std::invalid_argument("search policy: backend must be cpu or cuda, not '" + options_.backend + "'");
 }
 
 std::vector<std::vector<double>>& SearchPolicy::logits_for(const eval::TaskSpec& task) {
+  const KernelTemplate& t = require_template(task, options_.backend);
   auto& logits = logits_[task.name];
   if (logits.empty())
-    for (const auto& knob : require_template(task).knobs) logits.emplace_back(knob.choices.size(), 0.0);
+    for (const auto& knob : t.knobs) logits.emplace_back(knob.choices.size(), 0.0);
+  bool fits = logits.size() == t.knobs.size();
+  for (std::size_t k = 0; fits && k < logits.size(); ++k) fits = logits[k].size() == t.knobs[k].choices.size();
+  if (!fits)  // e.g. restored from a snapshot of other templates
+    throw std::invalid_argument("search policy: the logits of task '" + task.name + "' do not match its " +
+                                options_.backend + " template's knobs");
   return logits;
 }
 
 std::vector<Sample> SearchPolicy::sample(const eval::TaskSpec& task, int n) {
-  const KernelTemplate& t = require_template(task);
+  const KernelTemplate& t = require_template(task, options_.backend);
   auto& logits = logits_for(task);
   std::vector<Sample> out;
   for (int s = 0; s < n; ++s) {
@@ -100,6 +110,7 @@ std::string SearchPolicy::snapshot() const {
   j["version"] = version_;
   j["learning_rate"] = options_.learning_rate;
   j["temperature"] = options_.temperature;
+  j["backend"] = options_.backend;
   j["logits"] = logits_;
   return j.dump();
 }
@@ -108,9 +119,13 @@ void SearchPolicy::restore(const std::string& text) {
   try {
     auto j = nlohmann::json::parse(text);
     auto logits = j.at("logits").get<std::map<std::string, std::vector<std::vector<double>>>>();
+    const std::string backend = j.value("backend", options_.backend);
+    if (backend != "cpu" && backend != "cuda")
+      throw std::invalid_argument("malformed search-policy snapshot: unknown backend '" + backend + "'");
     version_ = j.at("version").get<uint64_t>();
     options_.learning_rate = j.at("learning_rate").get<double>();
     options_.temperature = j.value("temperature", options_.temperature);
+    options_.backend = backend;
     logits_ = std::move(logits);
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("malformed search-policy snapshot: ") + e.what());

@@ -17,6 +17,7 @@ namespace crucible::policy {
 struct SearchPolicyOptions {
   double learning_rate = 0.5;
   double temperature = 1.0;  // sampling divides the logits by it
+  std::string backend = "cpu";  // whose kernel templates to sample: "cpu" or "cuda"
 };
 
 // A sample's tokens are its choice indices, one per knob; its output reads "knob=value ...".
@@ -24,14 +25,15 @@ class SearchPolicy : public Policy {
  public:
   explicit SearchPolicy(uint64_t seed, SearchPolicyOptions options = {});
 
-  // n candidates for the task; throws std::invalid_argument when no template covers it.
+  // n candidates for the task; throws std::invalid_argument when no template of the backend covers it.
   std::vector<Sample> sample(const eval::TaskSpec& task, int n) override;
   // REINFORCE on the logits: each knob's logits move by learning_rate * mean(advantage * (onehot - p)).
   void update(const std::vector<Sample>& samples, const std::vector<double>& advantages) override;
+  void prepare(const eval::TaskSpec& task) override { logits_for(task); }
   uint64_t version() const override { return version_; }
 
   std::vector<double> probabilities(const std::string& task, std::size_t knob) const;
-  std::string snapshot() const override;          // JSON: version, options, logits per task and knob
+  std::string snapshot() const override;          // JSON: version, options (backend too), logits per task and knob
   void restore(const std::string& json) override;  // throws std::invalid_argument on malformed input
 
  private:

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "logging/log.h"
+#include "run/log_reader.h"
 #include "support.h"
 
 using namespace crucible;
@@ -25,4 +26,47 @@ TEST_CASE("named loggers write to the rotating file at its level") {
   CHECK(log::parse_level("warn") == log::Level::warn);
   CHECK_FALSE(log::parse_level("loud").has_value());
   log::init({});
+}
+
+TEST_CASE("with a directory, each component also writes its own file, readable at once and parseable") {
+  test::ScratchDir dir("log-dir");
+  auto logs = dir.path() / "logs";
+  auto rotating = dir.path() / "all.log";
+  log::Options options;
+  options.console_level = log::Level::off;
+  options.file_level = log::Level::info;
+  options.file = rotating.string();
+  options.directory = logs.string();
+  log::init(options);
+  log::Logger{"coordinator"}.info("step ", 3, " committed");
+  log::Logger{"coordinator"}.debug("below the file level");
+  log::Logger{"evaluator/0"}.error("worker crashed");
+  log::Logger quiet{"silent"};
+
+  // No log::flush(): every line is flushed as it is written, so a follower or a post-mortem sees it.
+  auto coordinator = test::read_file(logs / "coordinator.log");
+  CHECK(coordinator.find("[coordinator] step 3 committed\n") != std::string::npos);
+  CHECK(coordinator.find("below the file level") == std::string::npos);
+  CHECK(coordinator.find("worker crashed") == std::string::npos);  // only its own component
+  CHECK(coordinator.find('\x1b') == std::string::npos);            // no colour codes in files
+  CHECK(log::component_file_name("evaluator/0") == "evaluator_0.log");
+  auto evaluator = test::read_file(logs / "evaluator_0.log");
+  CHECK(evaluator.find("[evaluator/0] worker crashed") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(logs / "silent.log"));  // created on the first line only
+
+  auto entries = run::read_logs(logs, {});
+  REQUIRE(entries.size() == 2);
+  CHECK(entries[0].actor == "coordinator");
+  CHECK(entries[0].level == log::Level::info);
+  CHECK(entries[1].level == log::Level::error);
+
+  log::flush();  // the single rotating file keeps working beside the per-component files
+  auto all = test::read_file(rotating);
+  CHECK(all.find("[coordinator] step 3 committed") != std::string::npos);
+  CHECK(all.find("[evaluator/0] worker crashed") != std::string::npos);
+
+  // A second init without a directory stops the per-component files.
+  log::init({});
+  log::Logger{"coordinator"}.error("after the directory was dropped");
+  CHECK(test::read_file(logs / "coordinator.log").find("dropped") == std::string::npos);
 }

@@ -2,14 +2,60 @@
 // what scored well, snapshots, and rendered candidates that the real evaluator judges correct.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <stdexcept>
 
+#include "crucible/eval/compiler.h"
 #include "crucible/eval/evaluator.h"
+#include "policy/kernel_templates.h"
 #include "policy/search_policy.h"
-#include "support.h"
+#include "eval_support.h"
 #include "tasks/task_loader.h"
 
 using namespace crucible;
+
+namespace {
+
+// Knob values covering every choice of every knob: all first choices, all last, and diagonals (the d-th row takes
+// choice (d + k) mod size of knob k), without duplicates.
+std::vector<std::vector<int>> spanning_combinations(const policy::KernelTemplate& t) {
+  std::vector<std::vector<int>> combos;
+  auto add = [&](std::vector<int> v) {
+    if (std::find(combos.begin(), combos.end(), v) == combos.end()) combos.push_back(std::move(v));
+  };
+  std::vector<int> first, last;
+  std::size_t widest = 0;
+  for (const auto& k : t.knobs) {
+    first.push_back(k.choices.front());
+    last.push_back(k.choices.back());
+    widest = std::max(widest, k.choices.size());
+  }
+  add(first);
+  add(last);
+  for (std::size_t d = 0; d < widest; ++d) {
+    std::vector<int> v;
+    for (std::size_t k = 0; k < t.knobs.size(); ++k) v.push_back(t.knobs[k].choices[(d + k) % t.knobs[k].choices.size()]);
+    add(v);
+  }
+  return combos;
+}
+
+std::string describe(const policy::KernelTemplate& t, const std::vector<int>& values) {
+  std::string s = t.name + ":";
+  for (std::size_t k = 0; k < values.size(); ++k) s += " " + t.knobs[k].name + "=" + std::to_string(values[k]);
+  return s;
+}
+
+// Small sizes that are multiples of nothing, so every tail path runs (rows past the last row block, columns past
+// the last vector of lanes, a k past the last tile).
+eval::Sizes odd_cpu_sizes(const eval::TaskSpec& task) {
+  eval::Sizes sizes = task.sizes_for("cpu");
+  for (auto& [symbol, value] : sizes) value = symbol == "K" ? 61 : (symbol == "M" || symbol == "R") ? 37 : 1001;
+  return sizes;
+}
+
+}  // namespace
 
 TEST_CASE("the search policy samples reproducibly from uniform knob distributions at first") {
   auto relu = tasks::find_task("relu", test::tasks_dir());
@@ -22,8 +68,53 @@ TEST_CASE("the search policy samples reproducibly from uniform knob distribution
     CHECK(sa[i].policy_version == 0);
   }
   for (double p : a.probabilities("relu", 0)) CHECK(p == doctest::Approx(0.25));
+  auto conv2d = tasks::find_task("conv2d", test::tasks_dir());
+  CHECK_THROWS_AS(a.sample(conv2d, 1), std::invalid_argument);  // no template for it yet
+}
+
+TEST_CASE("each backend covers its families, and the policy samples the backend it was given") {
+  CHECK(policy::covered_tasks("cpu") == std::vector<std::string>{"gelu", "layernorm", "log_softmax", "matmul",
+                                                                  "mse_loss", "relu", "rmsnorm", "softmax",
+                                                                  "sum_dim"});
+  CHECK(policy::covered_tasks("cuda") == std::vector<std::string>{"gelu", "matmul", "relu", "rmsnorm", "softmax"});
+  CHECK(policy::covered_tasks("tpu").empty());
+  for (const std::string backend : {"cpu", "cuda"})
+    for (const auto& name : policy::covered_tasks(backend)) {
+      auto task = tasks::find_task(name, test::tasks_dir());
+      const auto* t = policy::template_for(task, backend);
+      REQUIRE(t != nullptr);
+      CHECK(t->name == name);
+      for (const auto& knob : t->knobs) CHECK(knob.choices.size() >= 2);  // a knob with one choice is no knob
+    }
+  auto conv2d = tasks::find_task("conv2d", test::tasks_dir());
+  CHECK(policy::template_for(conv2d, "cpu") == nullptr);
+  CHECK(policy::template_for(conv2d, "cuda") == nullptr);
+  auto layernorm = tasks::find_task("layernorm", test::tasks_dir());
+  CHECK(policy::template_for(layernorm, "cuda") == nullptr);
+  CHECK(policy::template_for(layernorm, "tpu") == nullptr);
+
+  policy::SearchPolicyOptions cuda_options;
+  cuda_options.backend = "cuda";
+  policy::SearchPolicy cuda(5, cuda_options);
   auto softmax = tasks::find_task("softmax", test::tasks_dir());
-  CHECK_THROWS_AS(a.sample(softmax, 1), std::invalid_argument);  // no template for it yet
+  auto samples = cuda.sample(softmax, 3);
+  REQUIRE(samples.size() == 3);
+  for (const auto& sample : samples) {
+    CHECK(sample.source.find("__global__") != std::string::npos);
+    CHECK(sample.tokens.size() == policy::template_for(softmax, "cuda")->knobs.size());
+  }
+  CHECK_THROWS_AS(cuda.sample(layernorm, 1), std::invalid_argument);  // CPU only
+  policy::SearchPolicy cpu(5);
+  CHECK(cpu.sample(softmax, 1)[0].source.find("__global__") == std::string::npos);
+
+  policy::SearchPolicy restored(1);
+  restored.restore(cuda.snapshot());
+  CHECK(restored.sample(softmax, 1)[0].source.find("__global__") != std::string::npos);
+  CHECK_THROWS_AS(cpu.restore(R"({"version": 1, "learning_rate": 0.5, "backend": "tpu", "logits": {}})"),
+                  std::invalid_argument);
+  policy::SearchPolicyOptions bad;
+  bad.backend = "tpu";
+  CHECK_THROWS_AS(policy::SearchPolicy(1, bad), std::invalid_argument);
 }
 
 TEST_CASE("updates move probability towards the choices with positive advantage") {
@@ -47,7 +138,7 @@ TEST_CASE("updates move probability towards the choices with positive advantage"
   CHECK_THROWS_AS(restored.restore("{\"version\": 1}"), std::invalid_argument);
 }
 
-TEST_CASE("candidates rendered from the templates are correct under the real evaluator") {
+TEST_CASE("candidates sampled from the CPU templates are correct under the real evaluator") {
   test::ScratchDir cache("policy");
   eval::EvaluatorConfig config;
   config.cache_dir = cache.path();
@@ -61,4 +152,66 @@ TEST_CASE("candidates rendered from the templates are correct under the real eva
       CHECK(verdict.status == eval::Status::correct);
     }
   }
+}
+
+TEST_CASE("every choice of every CPU template's knobs renders a correct candidate, tails included") {
+  test::ScratchDir cache("policy-knobs");
+  eval::EvaluatorConfig config;
+  config.cache_dir = cache.path();
+  eval::Evaluator evaluator(config);
+  eval::EvalOptions shipped, odd;
+  shipped.correctness_trials = odd.correctness_trials = 1;
+  shipped.timing_trials = odd.timing_trials = 1;
+  odd.sizes = "odd";
+  int evaluated = 0;
+  for (const auto& name : policy::covered_tasks("cpu")) {
+    auto task = tasks::find_task(name, test::tasks_dir());
+    task.sizes["odd"] = odd_cpu_sizes(task);
+    const auto* t = policy::template_for(task, "cpu");
+    REQUIRE(t != nullptr);
+    const auto combos = spanning_combinations(*t);
+    for (std::size_t c = 0; c < combos.size(); ++c) {
+      const std::string source = t->render(task, combos[c]);
+      // The extremes at the task's own sizes, every combination at the odd ones.
+      for (const auto* options : c < 2 ? std::vector<const eval::EvalOptions*>{&shipped, &odd}
+                                       : std::vector<const eval::EvalOptions*>{&odd}) {
+        auto verdict = evaluator.evaluate(task, source, *options);
+        ++evaluated;
+        INFO(describe(*t, combos[c]), " at sizes ", options->sizes.empty() ? "cpu" : options->sizes, ": ",
+             test::detail_of(verdict), "\n", source);
+        CHECK(verdict.status == eval::Status::correct);
+      }
+    }
+  }
+  MESSAGE(evaluated, " CPU template candidates evaluated");
+}
+
+TEST_CASE("CUDA template candidates build with nvcc at the knobs' extremes and between them") {
+  if (!std::filesystem::exists("/usr/local/cuda/bin/nvcc")) {
+    MESSAGE("SKIPPED: no CUDA toolkit at /usr/local/cuda (nvcc)");
+    return;
+  }
+  test::ScratchDir cache("policy-cuda-compile");
+  eval::Compiler compiler(cache.path(), eval::default_include_dir());
+  eval::CompileOptions options;
+  options.backend = "cuda";
+  options.cuda_arch = "sm_90";
+  int compiled = 0;
+  for (const auto& name : policy::covered_tasks("cuda")) {
+    auto task = tasks::find_task(name, test::tasks_dir());
+    const auto* t = policy::template_for(task, "cuda");
+    REQUIRE(t != nullptr);
+    // All first choices, all last, and one diagonal in between.
+    auto combos = spanning_combinations(*t);
+    if (combos.size() > 3) combos.resize(3);
+    for (const auto& values : combos) {
+      const std::string source = t->render(task, values);
+      auto result = compiler.compile(source, options);
+      ++compiled;
+      INFO(describe(*t, values), "\n", result.log, "\n", source);
+      CHECK(result.ok());
+      CHECK(result.log.find("warning") == std::string::npos);
+    }
+  }
+  MESSAGE(compiled, " CUDA template candidates compiled");
 }

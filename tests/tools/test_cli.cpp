@@ -62,3 +62,43 @@ TEST_CASE("crucible tasks list and show, and --help everywhere") {
     CHECK(help.output.find("Usage") != std::string::npos);
   }
 }
+
+TEST_CASE("crucible logs merges actors' logs in time order and filters by actor and level") {
+  test::ScratchDir run("cli-logs");
+  test::write_file(run.path() / "logs" / "compiler.log",
+                   "2024-05-01T12:00:00.100 debug [compiler] compiling a\n"
+                   "2024-05-01T12:00:00.300 warning [compiler] slow compile\n");
+  test::write_file(run.path() / "logs" / "evaluator.log",
+                   "2024-05-01T12:00:00.200 info  [evaluator] started\n"
+                   "2024-05-01T12:00:00.400 error [evaluator] worker crashed\n");
+  auto cache = run.path().string();
+
+  auto all = crucible_cli({"logs", run.path().string()}, cache);
+  CHECK(all.exit_code == 0);
+  auto started = all.output.find("[evaluator] started");
+  auto slow = all.output.find("[compiler] slow compile");
+  CHECK(all.output.find("[compiler] compiling a") < started);
+  CHECK(started < slow);
+  CHECK(slow < all.output.find("[evaluator] worker crashed"));
+
+  auto evaluator = crucible_cli({"logs", (run.path() / "logs").string(), "--actor", "evaluator"}, cache);
+  CHECK(evaluator.exit_code == 0);
+  CHECK(evaluator.output.find("[evaluator] started") != std::string::npos);
+  CHECK(evaluator.output.find("[compiler]") == std::string::npos);
+
+  auto warnings = crucible_cli({"logs", run.path().string(), "--level", "warn"}, cache);
+  CHECK(warnings.exit_code == 0);
+  CHECK(warnings.output.find("[compiler] slow compile") != std::string::npos);
+  CHECK(warnings.output.find("[evaluator] worker crashed") != std::string::npos);
+  CHECK(warnings.output.find("started") == std::string::npos);
+  CHECK(warnings.output.find("compiling a") == std::string::npos);
+
+  auto both = crucible_cli({"logs", run.path().string(), "--actor", "compiler", "--level", "info"}, cache);
+  CHECK(both.output.find("slow compile") != std::string::npos);
+  CHECK(both.output.find("compiling a") == std::string::npos);
+  CHECK(both.output.find("[evaluator]") == std::string::npos);
+
+  auto missing = crucible_cli({"logs", (run.path() / "no_such_run").string()}, cache);
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.output.find("no such run or logs directory") != std::string::npos);
+}

@@ -10,5 +10,7 @@ using Run = std::function<int()>;
 
 Run add_eval_command(CLI::App& app);
 Run add_tasks_command(CLI::App& app);
+Run add_logs_command(CLI::App& app);
+Run add_run_command(CLI::App& app);
 
 }  // namespace crucible::cli

@@ -1,0 +1,323 @@
+#include "actors/coordinator.h"
+
+#include <caf/all.hpp>
+
+#include <map>
+#include <set>
+#include <memory>
+
+#include "actors/unit_records.h"
+#include "logging/log.h"
+
+namespace crucible::actors {
+namespace {
+
+enum class Phase { waiting, generating, running, training, committing, committed };
+
+struct UnitState {
+  Phase phase = Phase::waiting;
+  std::size_t groups_generated = 0, groups_scored = 0;
+  std::map<uint64_t, std::vector<uint64_t>> group_candidates;  // group -> candidate ids in sample order
+  UnitTrace trace;
+  std::string snapshot;
+};
+
+// Work waits in order of its unit, so the oldest unit (the one training and commits wait for) goes first.
+using QueueKey = std::pair<std::size_t, uint64_t>;  // unit index, candidate id
+
+struct CoordinatorState {
+  CoordinatorSetup setup;
+  std::vector<UnitState> units;
+  std::map<uint64_t, CandidateTrace> candidates;
+  std::map<uint64_t, std::size_t> unit_of;  // candidate id -> unit index
+  std::map<QueueKey, msg::CompileRequest> compile_queue;
+  std::map<QueueKey, msg::EvalRequest> eval_queue;
+  std::vector<caf::typed_response_promise<msg::CompileRequest>> compile_waiters;
+  struct EvalWaiter {
+    caf::actor_addr evaluator;
+    caf::typed_response_promise<msg::EvalRequest> promise;
+  };
+  std::vector<EvalWaiter> eval_waiters;
+  std::set<caf::actor_addr> monitored;
+  std::map<caf::actor_addr, uint64_t> evaluating;  // evaluator -> candidate it holds, re-queued if it dies
+  caf::typed_response_promise<msg::RunOutcome> outcome;
+  bool started = false, finished = false;
+  double start_time = 0;
+  std::size_t committed_now = 0, candidates_done = 0;
+  uint64_t policy_version = 0;
+  log::Logger log{"coordinator"};
+  static inline const char* name = "coordinator";
+};
+
+using Self = coordinator_actor::stateful_pointer<CoordinatorState>;
+
+bool unit_done(const CoordinatorState& st, int index) {
+  return index < 0 || st.units[static_cast<std::size_t>(index)].phase == Phase::committed;
+}
+
+void pump(Self self);
+
+void finish(Self self, bool ok, const std::string& message) {
+  auto& st = self->state;
+  if (st.finished) return;
+  st.finished = true;
+  msg::RunOutcome out;
+  out.ok = ok;
+  out.message = message;
+  for (const auto& u : st.units) out.units_committed += u.phase == Phase::committed;
+  out.candidates = st.candidates_done;
+  (ok ? st.log.info("run finished: ", message) : st.log.error("run stopped: ", message));
+  const auto over = caf::make_error(caf::sec::request_receiver_down, "the run is over");
+  for (auto& w : st.compile_waiters) w.deliver(over);
+  for (auto& w : st.eval_waiters) w.promise.deliver(over);
+  st.compile_waiters.clear();
+  st.eval_waiters.clear();
+  st.outcome.deliver(std::move(out));
+  self->quit();
+}
+
+void dispatch(Self self) {
+  auto& st = self->state;
+  while (!st.compile_waiters.empty() && !st.compile_queue.empty()) {
+    st.compile_waiters.back().deliver(std::move(st.compile_queue.begin()->second));
+    st.compile_waiters.pop_back();
+    st.compile_queue.erase(st.compile_queue.begin());
+  }
+  while (!st.eval_waiters.empty() && !st.eval_queue.empty()) {
+    auto& request = st.eval_queue.begin()->second;
+    st.evaluating[st.eval_waiters.back().evaluator] = request.candidate.id;
+    st.eval_waiters.back().promise.deliver(request);
+    st.eval_waiters.pop_back();
+    st.eval_queue.erase(st.eval_queue.begin());
+  }
+}
+
+std::vector<const CandidateTrace*> traces_of(const CoordinatorState& st, const UnitState& u) {
+  std::vector<const CandidateTrace*> out;
+  for (const auto& [group, ids] : u.group_candidates)
+    for (uint64_t id : ids) out.push_back(&st.candidates.at(id));
+  return out;
+}
+
+void commit(Self self, std::size_t index) {
+  auto& st = self->state;
+  auto& u = st.units[index];
+  u.phase = Phase::committing;
+  u.trace.committed_at = wall_now();
+  if (!u.trace.plan->train) u.trace.policy_version_after = st.policy_version;
+  auto traces = traces_of(st, u);
+  for (const auto* t : traces)
+    self->send(st.setup.telemetry, msg::CandidateRecord{u.trace.plan->name, t->candidate.source,
+                                                         st.setup.source_extension, candidate_record_json(*t, u.trace)});
+  std::size_t done = 1;
+  for (const auto& other : st.units) done += other.phase == Phase::committed;
+  st.candidates_done += traces.size();
+  msg::CommitUnit request{u.trace.plan->name, unit_metrics_json(u.trace, traces), u.snapshot,
+                          progress_line(st.setup.mode, u.trace, traces, done, st.units.size(),
+                                        wall_now() - st.start_time, st.candidates_done)};
+  self->request(st.setup.telemetry, caf::infinite, std::move(request))
+      .then(
+          [=](committed_atom) {
+            auto& s = self->state;
+            s.units[index].phase = Phase::committed;
+            ++s.committed_now;
+            // Candidates of a committed unit are no longer needed in memory.
+            for (const auto& [group, ids] : s.units[index].group_candidates)
+              for (uint64_t id : ids) s.candidates.erase(id), s.unit_of.erase(id);
+            pump(self);
+          },
+          [=](caf::error& e) { finish(self, false, "commit of " + self->state.units[index].trace.plan->name +
+                                                       " failed: " + to_string(e)); });
+}
+
+void train(Self self, std::size_t index) {
+  auto& st = self->state;
+  auto& u = st.units[index];
+  u.phase = Phase::training;
+  msg::TrainBatch batch;
+  batch.unit = u.trace.plan->name;
+  batch.step = u.trace.plan->step;
+  for (const auto* t : traces_of(st, u)) {
+    if (!t->advantage) continue;  // dropped group
+    batch.samples.push_back({t->candidate.id, t->candidate.policy_version, t->candidate.task, t->candidate.tokens,
+                             t->candidate.logprobs, t->reward, *t->advantage});
+  }
+  u.trace.train_start = wall_now();
+  self->request(st.setup.optimizer, caf::infinite, std::move(batch))
+      .then(
+          [=](msg::PolicyPublished& published) {
+            auto& s = self->state;
+            auto& unit = s.units[index];
+            unit.trace.train_end = wall_now();
+            unit.trace.policy_version_after = published.version;
+            s.policy_version = published.version;
+            unit.snapshot = published.snapshot;
+            self->send(s.setup.generator, std::move(published));
+            commit(self, index);
+          },
+          [=](caf::error& e) {
+            finish(self, false, "training on " + self->state.units[index].trace.plan->name + " failed: " + to_string(e));
+          });
+}
+
+// Each unit moves on as soon as its dependencies allow: generation after `generate_after` is committed, training
+// after `train_after` is committed (so updates apply in order), commit right after training (or scoring).
+void pump(Self self) {
+  auto& st = self->state;
+  if (st.finished) return;
+  bool all_committed = true;
+  for (std::size_t i = 0; i < st.units.size(); ++i) {
+    auto& u = st.units[i];
+    const auto& plan = *u.trace.plan;
+    all_committed = all_committed && u.phase == Phase::committed;
+    if (u.phase == Phase::waiting && unit_done(st, plan.generate_after)) {
+      u.phase = Phase::generating;
+      for (const auto& g : plan.groups) {
+        msg::GenerateRequest request{plan.name, plan.step, g.task, g.group, g.n, g.group * 100000};
+        self->request(st.setup.generator, caf::infinite, std::move(request))
+            .then(
+                [=](msg::Generated& generated) {
+                  auto& s = self->state;
+                  auto& unit = s.units[i];
+                  auto& ids = unit.group_candidates[g.group];
+                  for (auto& c : generated.candidates) {
+                    ids.push_back(c.id);
+                    s.unit_of[c.id] = i;
+                    s.compile_queue[{i, c.id}] = msg::CompileRequest{c.id, c.source, s.setup.compile_device};
+                    CandidateTrace trace;
+                    trace.generate_start = generated.started_at;
+                    trace.generate_end = generated.finished_at;
+                    trace.candidate = std::move(c);
+                    s.candidates[trace.candidate.id] = std::move(trace);
+                  }
+                  if (++unit.groups_generated == unit.trace.plan->groups.size()) unit.phase = Phase::running;
+                  dispatch(self);
+                },
+                [=](caf::error& e) { finish(self, false, "generation for " + plan.name + " failed: " + to_string(e)); });
+      }
+    }
+    if (u.phase == Phase::running && u.groups_scored == plan.groups.size() && unit_done(st, plan.train_after)) {
+      if (plan.train) train(self, i);
+      else commit(self, i);
+    }
+  }
+  if (all_committed) finish(self, true, std::to_string(st.committed_now) + " units committed");
+}
+
+void on_group_complete(Self self, std::size_t index, uint64_t group) {
+  auto& st = self->state;
+  auto& u = st.units[index];
+  msg::ScoreRequest request;
+  request.unit = u.trace.plan->name;
+  request.group = group;
+  const auto& ids = u.group_candidates.at(group);
+  request.task = st.candidates.at(ids.front()).candidate.task;
+  for (uint64_t id : ids) request.verdicts.push_back(*st.candidates.at(id).verdict);
+  self->request(st.setup.normalizer, caf::infinite, std::move(request))
+      .then(
+          [=](msg::ScoredGroup& scored) {
+            auto& s = self->state;
+            auto& unit = s.units[index];
+            const auto& members = unit.group_candidates.at(group);
+            const double now = wall_now();
+            for (std::size_t k = 0; k < members.size(); ++k) {
+              auto& t = s.candidates.at(members[k]);
+              t.reward = scored.rewards.at(k);
+              if (!scored.advantages.empty() && unit.trace.plan->train) t.advantage = scored.advantages.at(k);
+              t.scored_at = now;
+            }
+            ++unit.groups_scored;
+            pump(self);
+          },
+          [=](caf::error& e) { finish(self, false, "scoring failed: " + to_string(e)); });
+}
+
+void on_verdict(Self self, msg::VerdictSummary& verdict) {
+  auto& st = self->state;
+  st.evaluating.erase(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+  auto where = st.unit_of.find(verdict.candidate_id);
+  if (where == st.unit_of.end()) return;  // a duplicate after a re-queue
+  auto& trace = st.candidates.at(verdict.candidate_id);
+  if (trace.verdict) return;
+  const uint64_t group = trace.candidate.group;
+  trace.verdict = std::move(verdict);
+  const auto& members = st.units[where->second].group_candidates.at(group);
+  bool complete = true;
+  for (uint64_t id : members) complete = complete && st.candidates.at(id).verdict.has_value();
+  if (complete) on_group_complete(self, where->second, group);
+}
+
+}  // namespace
+
+coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup setup) {
+  return system.spawn([setup = std::move(setup)](Self self) mutable -> coordinator_actor::behavior_type {
+    auto& st = self->state;
+    st.setup = std::move(setup);
+    st.units.resize(st.setup.units.size());
+    for (std::size_t i = 0; i < st.units.size(); ++i) {
+      st.units[i].trace.plan = &st.setup.units[i];
+      if (st.setup.committed.count(st.setup.units[i].name)) st.units[i].phase = Phase::committed;
+    }
+    // An evaluator that dies mid-candidate (not a candidate's crash: those end in a verdict) gives its work back.
+    self->set_down_handler([=](caf::down_msg& down) {
+      auto& s = self->state;
+      auto it = s.evaluating.find(down.source);
+      if (it == s.evaluating.end()) return;
+      s.log.warn("an evaluator went down holding candidate ", it->second, "; re-queued");
+      if (auto u = s.unit_of.find(it->second); u != s.unit_of.end()) {
+        const auto& c = s.candidates.at(it->second).candidate;
+        s.eval_queue[{u->second, c.id}] = msg::EvalRequest{c, "", "", 0};
+      }
+      s.evaluating.erase(it);
+      dispatch(self);
+    });
+    return {
+        [=](run_atom) -> caf::result<msg::RunOutcome> {
+          auto& s = self->state;
+          s.outcome = self->make_response_promise<msg::RunOutcome>();
+          if (!s.started) {
+            s.started = true;
+            s.start_time = wall_now();
+            s.log.info("run of ", s.units.size(), " units (", s.setup.committed.size(), " already committed)");
+            pump(self);
+          }
+          return s.outcome;
+        },
+        [=](pull_compile_atom) -> caf::result<msg::CompileRequest> {
+          auto& s = self->state;
+          if (s.finished) return caf::make_error(caf::sec::request_receiver_down, "the run is over");
+          auto promise = self->make_response_promise<msg::CompileRequest>();
+          s.compile_waiters.push_back(promise);
+          dispatch(self);
+          return promise;
+        },
+        [=](pull_eval_atom, std::string& device) -> caf::result<msg::EvalRequest> {
+          auto& s = self->state;
+          if (s.finished) return caf::make_error(caf::sec::request_receiver_down, "the run is over");
+          // Before the promise: making it takes the sender out of the current message.
+          auto sender = self->current_sender();
+          auto evaluator = caf::actor_cast<caf::actor_addr>(sender);
+          auto promise = self->make_response_promise<msg::EvalRequest>();
+          if (s.monitored.insert(evaluator).second) self->monitor(sender);
+          s.eval_waiters.push_back({evaluator, promise});
+          s.log.debug("evaluator on ", device, " is free");
+          dispatch(self);
+          return promise;
+        },
+        [=](msg::CompileDone& done) {
+          auto& s = self->state;
+          auto where = s.unit_of.find(done.candidate_id);
+          if (where == s.unit_of.end()) return;
+          auto& trace = s.candidates.at(done.candidate_id);
+          trace.compile = done;
+          // Failed builds go on to the evaluator too: the cache holds the failure, so the verdict
+          // (compile_error with the compiler's log) is written by the same code as every other verdict.
+          s.eval_queue[{where->second, done.candidate_id}] = msg::EvalRequest{trace.candidate, "", "", 0};
+          dispatch(self);
+        },
+        [=](msg::VerdictSummary& verdict) { on_verdict(self, verdict); },
+    };
+  });
+}
+
+}  // namespace crucible::actors

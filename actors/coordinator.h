@@ -1,0 +1,32 @@
+#pragma once
+// Coordinator: drives one run of an experiment's mode. It asks generators for samples, queues them for the compiler
+// pool and the evaluators (which pull), has groups scored, batches trained in order, and units committed to the run
+// directory through telemetry. Units already committed (a resumed run) are skipped.
+#include <caf/actor_system.hpp>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "actors/interfaces.h"
+#include "modes/unit_plan.h"
+
+namespace crucible::actors {
+
+struct CoordinatorSetup {
+  std::string mode;                      // for progress lines
+  std::vector<modes::UnitPlan> units;    // modes::plan_units
+  std::set<std::string> committed;       // unit names done before this process started
+  std::string compile_device;            // the device whose compiler options candidates are built with
+  std::string source_extension;          // "cpp" or "cu"
+  generator_actor generator;
+  normalizer_actor normalizer;
+  optimizer_actor optimizer;
+  telemetry_actor telemetry;
+};
+
+// Spawns it; ask it `run_atom` to start, and it answers with the outcome when every unit is committed or the run
+// cannot go on (a failed policy update or commit: committed units stay, --resume continues).
+coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup setup);
+
+}  // namespace crucible::actors

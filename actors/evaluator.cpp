@@ -1,0 +1,54 @@
+#include "actors/evaluator.h"
+
+#include <caf/blocking_actor.hpp>
+
+#include "logging/log.h"
+
+namespace crucible::actors {
+namespace {
+
+eval::Verdict judge(eval::Evaluator& evaluator, const EvaluatorSetup& setup, const msg::EvalRequest& request) {
+  eval::Verdict v;
+  v.task = request.candidate.task;
+  v.device = setup.device;
+  auto task = setup.tasks.find(request.candidate.task);
+  try {
+    if (task == setup.tasks.end()) throw std::invalid_argument("unknown task " + request.candidate.task);
+    auto lease = setup.leases->acquire(setup.device);
+    return evaluator.evaluate(task->second, request.candidate.source, setup.options);
+  } catch (const std::exception& e) {
+    // Not the candidate's fault, yet it must not stop the run: classified, kept, and visible in the record.
+    v.status = eval::Status::runtime_error;
+    v.reasons.push_back({"evaluator_error", e.what()});
+    return v;
+  }
+}
+
+}  // namespace
+
+void evaluator(caf::blocking_actor* self, coordinator_actor coordinator, std::shared_ptr<EvaluatorSetup> setup) {
+  log::Logger log{"evaluator." + setup->device};
+  eval::Evaluator evaluator(setup->config);
+  log.info("ready");
+  bool running = true;
+  while (running) {
+    self->request(coordinator, caf::infinite, pull_eval_atom_v, setup->device)
+        .receive(
+            [&](msg::EvalRequest& request) {
+              const double start = wall_now();
+              eval::Verdict v = judge(evaluator, *setup, request);
+              auto summary = msg::summarize(request.candidate.id, v);
+              summary.device = setup->device;
+              summary.started_at = start;
+              summary.finished_at = wall_now();
+              log.info("candidate ", request.candidate.id, " (", request.candidate.task, "): ", summary.status,
+                       summary.reason_codes.empty() ? "" : " " + summary.reason_codes.front(), " in ",
+                       summary.finished_at - start, " s");
+              self->send(coordinator, std::move(summary));
+            },
+            [&](caf::error&) { running = false; });
+  }
+  log.info("done");
+}
+
+}  // namespace crucible::actors

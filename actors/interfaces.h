@@ -1,0 +1,33 @@
+#pragma once
+// The typed interfaces of Crucible's actors, declared once. Compile workers and evaluators need no interface of
+// their own: they only pull work from the coordinator and answer with results.
+#include <caf/typed_actor.hpp>
+
+#include <string>
+
+#include "messages/type_ids.h"
+
+namespace crucible::actors {
+
+using namespace crucible::atoms;
+namespace msg = crucible::messages;
+
+using coordinator_actor = caf::typed_actor<caf::replies_to<run_atom>::with<msg::RunOutcome>,
+                                           caf::replies_to<pull_compile_atom>::with<msg::CompileRequest>,
+                                           caf::replies_to<pull_eval_atom, std::string>::with<msg::EvalRequest>,
+                                           caf::reacts_to<msg::CompileDone>, caf::reacts_to<msg::VerdictSummary>>;
+
+using generator_actor = caf::typed_actor<caf::replies_to<msg::GenerateRequest>::with<msg::Generated>,
+                                         caf::reacts_to<msg::PolicyPublished>>;
+
+using normalizer_actor = caf::typed_actor<caf::replies_to<msg::ScoreRequest>::with<msg::ScoredGroup>>;
+
+using optimizer_actor = caf::typed_actor<caf::replies_to<msg::TrainBatch>::with<msg::PolicyPublished>>;
+
+using telemetry_actor = caf::typed_actor<caf::reacts_to<msg::CandidateRecord>,
+                                         caf::replies_to<msg::CommitUnit>::with<committed_atom>>;
+
+// Seconds since the epoch: stage timestamps in records compare across actors (and, roughly, across nodes).
+double wall_now();
+
+}  // namespace crucible::actors

@@ -1,0 +1,35 @@
+#include "actors/telemetry.h"
+
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+
+#include "logging/log.h"
+
+namespace crucible::actors {
+
+telemetry_actor::behavior_type telemetry(telemetry_actor::pointer, std::shared_ptr<run::RunDirectory> dir, bool quiet) {
+  auto log = std::make_shared<log::Logger>("telemetry");
+  log->info("writing ", dir->dir().string());
+  return {
+      [=](msg::CandidateRecord& record) {
+        auto json = nlohmann::json::parse(record.json);
+        const std::string hash = dir->write_source(record.source, record.source_extension);
+        json["source_file"] = "sources/" + hash + "." + record.source_extension;
+        dir->append_candidate(record.unit, json.dump());
+      },
+      [=](msg::CommitUnit& commit) -> caf::result<committed_atom> {
+        try {
+          dir->commit(commit.unit, commit.metrics_json, commit.policy_snapshot);
+        } catch (const std::exception& e) {
+          log->error("commit of ", commit.unit, " failed: ", e.what());
+          return caf::make_error(caf::sec::runtime_error, std::string("commit failed: ") + e.what());
+        }
+        log->info("committed ", commit.unit);
+        if (!quiet && !commit.progress.empty()) std::cout << commit.progress << std::endl;
+        return committed_atom_v;
+      },
+  };
+}
+
+}  // namespace crucible::actors

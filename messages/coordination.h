@@ -1,0 +1,110 @@
+#pragma once
+// Messages the coordinator exchanges with generators, the reward normalizer and telemetry.
+#include <caf/meta/type_name.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "candidate.h"
+#include "evaluation.h"
+
+namespace crucible::messages {
+
+// Ask a rollout generator for n samples of one task; ids are first_id, first_id + 1, ...
+struct GenerateRequest {
+  std::string unit;
+  uint64_t step = 0;
+  std::string task;
+  uint64_t group = 0;
+  uint32_t n = 0;
+  uint64_t first_id = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, GenerateRequest& x) {
+  return f(caf::meta::type_name("crucible.GenerateRequest"), x.unit, x.step, x.task, x.group, x.n, x.first_id);
+}
+
+struct Generated {
+  std::string unit;
+  std::vector<Candidate> candidates;
+  double started_at = 0.0, finished_at = 0.0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Generated& x) {
+  return f(caf::meta::type_name("crucible.Generated"), x.unit, x.candidates, x.started_at, x.finished_at);
+}
+
+// One group's verdicts (in sample order) to turn into rewards and advantages.
+struct ScoreRequest {
+  std::string unit;
+  std::string task;
+  uint64_t group = 0;
+  std::vector<VerdictSummary> verdicts;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ScoreRequest& x) {
+  return f(caf::meta::type_name("crucible.ScoreRequest"), x.unit, x.task, x.group, x.verdicts);
+}
+
+struct ScoredGroup {
+  std::string unit;
+  uint64_t group = 0;
+  std::vector<double> rewards;
+  std::vector<double> advantages;  // empty when the group was dropped (constant rewards)
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ScoredGroup& x) {
+  return f(caf::meta::type_name("crucible.ScoredGroup"), x.unit, x.group, x.rewards, x.advantages);
+}
+
+// Telemetry: one candidate's full record (a JSON object) for the run directory, its source written beside it.
+struct CandidateRecord {
+  std::string unit;
+  std::string source;
+  std::string source_extension;
+  std::string json;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CandidateRecord& x) {
+  return f(caf::meta::type_name("crucible.CandidateRecord"), x.unit, x.source, x.source_extension, x.json);
+}
+
+// Telemetry: a unit is done; its metrics and the policy after it are made durable before the reply.
+struct CommitUnit {
+  std::string unit;
+  std::string metrics_json;
+  std::string policy_snapshot;
+  std::string progress;  // one console line
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CommitUnit& x) {
+  return f(caf::meta::type_name("crucible.CommitUnit"), x.unit, x.metrics_json, x.policy_snapshot, x.progress);
+}
+
+}  // namespace crucible::messages
+
+namespace crucible::messages {
+
+// The coordinator's answer when a run ends: every unit committed, or why not.
+struct RunOutcome {
+  bool ok = false;
+  std::string message;
+  uint64_t units_committed = 0;
+  uint64_t candidates = 0;
+  std::string summary_json;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RunOutcome& x) {
+  return f(caf::meta::type_name("crucible.RunOutcome"), x.ok, x.message, x.units_committed, x.candidates,
+           x.summary_json);
+}
+
+}  // namespace crucible::messages

@@ -1,0 +1,32 @@
+#pragma once
+// Every message type with a CAF type id, and the atoms of the actors' interfaces. A node registers them all with
+// `config.add_message_types<caf::id_block::crucible>()`, which is what lets them cross the network.
+#include <caf/type_id.hpp>
+
+#include "messages/candidate.h"
+#include "messages/coordination.h"
+#include "messages/evaluation.h"
+#include "messages/training.h"
+
+CAF_BEGIN_TYPE_ID_BLOCK(crucible, caf::first_custom_type_id)
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::Candidate))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::CompileRequest))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::CompileDone))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::EvalRequest))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::VerdictSummary))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::ScoredSample))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::TrainBatch))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::PolicyPublished))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::GenerateRequest))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::Generated))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::ScoreRequest))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::ScoredGroup))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::CandidateRecord))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::CommitUnit))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::RunOutcome))
+CAF_END_TYPE_ID_BLOCK(crucible)
+
+CAF_ADD_ATOM(crucible, crucible::atoms, pull_compile_atom, "pullcomp")
+CAF_ADD_ATOM(crucible, crucible::atoms, pull_eval_atom, "pulleval")
+CAF_ADD_ATOM(crucible, crucible::atoms, run_atom, "run")
+CAF_ADD_ATOM(crucible, crucible::atoms, committed_atom, "committed")

@@ -1,0 +1,221 @@
+#include "experiment/experiment.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "config/toml_reader.h"
+#include "tasks/task_loader.h"
+
+namespace crucible::experiment {
+namespace {
+
+using config::TableReader;
+
+int positive(TableReader& t, const std::string& key, int fallback, int min = 1) {
+  int64_t v = t.get_int(key, fallback);
+  if (v < min || v > 1'000'000) t.fail(key, "must be between " + std::to_string(min) + " and 1000000, got " + std::to_string(v));
+  return static_cast<int>(v);
+}
+
+double number_in(TableReader& t, const std::string& key, double fallback, double lo, double hi) {
+  double v = t.get_number(key, fallback);
+  if (!(v >= lo && v <= hi)) {
+    std::ostringstream s;
+    s << "must be in [" << lo << ", " << hi << "], got " << v;
+    t.fail(key, s.str());
+  }
+  return v;
+}
+
+template <class Parse>
+auto parse_choice(TableReader& t, const std::string& key, const std::string& fallback, Parse parse) {
+  std::string name = t.get_string(key, fallback);
+  try {
+    return parse(name);
+  } catch (const std::invalid_argument& e) {
+    t.fail(key, e.what());
+  }
+}
+
+Mode parse_mode(const std::string& name) {
+  if (name == "grpo") return Mode::grpo;
+  if (name == "best_of_n") return Mode::best_of_n;
+  if (name == "ttt") return Mode::ttt;
+  throw std::invalid_argument("unknown mode '" + name + "' (grpo, best_of_n, ttt)");
+}
+
+void read_experiment_table(TableReader t, Experiment& e) {
+  e.name = t.require_string("name");
+  if (e.name.empty() || e.name.find('/') != std::string::npos) t.fail("name", "must be a non-empty name without '/'");
+  e.mode = parse_choice(t, "mode", "grpo", parse_mode);
+  if (t.has("seeds")) {
+    e.seeds.clear();
+    for (double s : t.get_number_array("seeds")) {
+      if (s < 0 || s != std::floor(s)) t.fail("seeds", "seeds are non-negative integers");
+      e.seeds.push_back(static_cast<uint64_t>(s));
+    }
+    if (e.seeds.empty()) t.fail("seeds", "give at least one seed");
+  } else {
+    t.get_number_array("seeds");
+  }
+  e.run_root = t.get_string("run_root", e.run_root);
+  t.finish();
+}
+
+void read_tasks(TableReader t, TaskSelection& s) {
+  s.names = t.get_string_array("names");
+  s.split = t.get_string("split", "");
+  if (!s.split.empty() && s.split != "train" && s.split != "eval") t.fail("split", "must be \"train\" or \"eval\"");
+  s.eval_fraction = number_in(t, "eval_fraction", s.eval_fraction, 0.0, 1.0);
+  s.split_seed = static_cast<uint64_t>(t.get_int("split_seed", 0));
+  s.dir = t.get_string("dir", "");
+  if (s.names.empty() && s.split.empty()) t.fail("names", "name the tasks, or choose a split of all tasks");
+  t.finish();
+}
+
+void read_policy(TableReader t, PolicyConfig& p) {
+  p.kind = t.get_string("kind", p.kind);
+  if (p.kind != "search") t.fail("kind", "unknown policy kind '" + p.kind + "' (search)");
+  p.learning_rate = number_in(t, "learning_rate", p.learning_rate, 0.0, 1e3);
+  p.temperature = number_in(t, "temperature", p.temperature, 1e-3, 1e3);
+  p.checkpoint = t.get_string("checkpoint", "");
+  t.finish();
+}
+
+void read_reward(TableReader t, rewards::RewardSpec& r) {
+  r.kind = parse_choice(t, "kind", "speedup", rewards::parse_reward_kind);
+  r.alpha = t.get_number("alpha", r.alpha);
+  r.beta = t.get_number("beta", r.beta);
+  r.gamma = t.get_number("gamma", r.gamma);
+  r.r_max = number_in(t, "r_max", r.r_max, 0.0, 1e9);
+  r.scale = number_in(t, "scale", r.scale, 0.0, 1e12);
+  t.finish();
+}
+
+void read_advantage(TableReader t, rewards::AdvantageSpec& a, bool& task_baseline) {
+  a.kind = parse_choice(t, "kind", "grpo", rewards::parse_advantage_kind);
+  a.epsilon = number_in(t, "epsilon", a.epsilon, 0.0, 1.0);
+  a.beta = number_in(t, "beta", a.beta, 0.0, 1e6);
+  a.kl_target = number_in(t, "kl_target", a.kl_target, 1e-6, 1e3);
+  a.drop_constant_groups = t.get_bool("drop_constant_groups", a.drop_constant_groups);
+  task_baseline = t.get_bool("task_baseline", task_baseline);
+  t.finish();
+}
+
+bool valid_device(const std::string& d) {
+  if (d == "cpu") return true;
+  if (d.rfind("cuda:", 0) != 0 || d.size() == 5) return false;
+  return std::all_of(d.begin() + 5, d.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+void read_eval(TableReader t, EvalConfig& c) {
+  if (t.has("devices")) {
+    c.devices = t.get_string_array("devices");
+    if (c.devices.empty()) t.fail("devices", "give at least one device");
+    for (const auto& d : c.devices)
+      if (!valid_device(d)) t.fail("devices", "unknown device '" + d + "' (cpu, cuda:N)");
+    std::vector<std::string> sorted = c.devices;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) t.fail("devices", "a device is listed twice");
+  } else {
+    t.get_string_array("devices");
+  }
+  c.mode = t.get_string("mode", c.mode);
+  if (c.mode != "fast" && c.mode != "full") t.fail("mode", "must be \"fast\" or \"full\"");
+  c.sizes = t.get_string("sizes", "");
+  c.compile_workers = positive(t, "compile_workers", 0, 0);
+  c.correctness_trials = static_cast<int>(t.get_int("correctness_trials", -1));
+  c.timing_trials = static_cast<int>(t.get_int("timing_trials", -1));
+  if (c.correctness_trials == 0 || c.correctness_trials < -1) t.fail("correctness_trials", "must be >= 1 (or -1)");
+  if (c.timing_trials == 0 || c.timing_trials < -1) t.fail("timing_trials", "must be >= 1 (or -1)");
+  c.call_timeout_s = number_in(t, "call_timeout_s", c.call_timeout_s, 0.1, 3600.0);
+  t.finish();
+}
+
+}  // namespace
+
+std::string mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::grpo: return "grpo";
+    case Mode::best_of_n: return "best_of_n";
+    case Mode::ttt: return "ttt";
+  }
+  return "?";
+}
+
+Experiment parse_experiment(const std::string& text, const std::string& file) {
+  toml::table root = config::parse_toml_text(text, file);
+  TableReader top(root, file);
+  Experiment e;
+  e.text = text;
+  e.file = file;
+  read_experiment_table(top.require_table("experiment"), e);
+  read_tasks(top.require_table("tasks"), e.tasks);
+  if (auto t = top.get_table("policy")) read_policy(*t, e.policy);
+  if (auto t = top.get_table("grpo")) {
+    e.grpo.steps = positive(*t, "steps", e.grpo.steps);
+    e.grpo.batch_size = positive(*t, "batch_size", e.grpo.batch_size);
+    e.grpo.group_size = positive(*t, "group_size", e.grpo.group_size);
+    e.grpo.max_staleness = positive(*t, "max_staleness", e.grpo.max_staleness, 0);
+    t->finish();
+  }
+  if (auto t = top.get_table("best_of_n")) {
+    e.best_of_n.k = positive(*t, "k", e.best_of_n.k);
+    e.best_of_n.group_size = positive(*t, "group_size", e.best_of_n.group_size);
+    t->finish();
+  }
+  if (auto t = top.get_table("ttt")) {
+    e.ttt.steps = positive(*t, "steps", e.ttt.steps);
+    e.ttt.rollouts = positive(*t, "rollouts", e.ttt.rollouts);
+    e.ttt.concurrent_tasks = positive(*t, "concurrent_tasks", e.ttt.concurrent_tasks);
+    t->finish();
+  }
+  if (auto t = top.get_table("reward")) read_reward(*t, e.reward);
+  if (auto t = top.get_table("advantage")) read_advantage(*t, e.advantage, e.task_baseline);
+  if (auto t = top.get_table("eval")) read_eval(*t, e.eval);
+  top.finish();
+  // Checked once all tables are read, so the message can point at the key that matters.
+  if (!e.tasks.dir.empty() && !std::filesystem::is_directory(e.tasks.dir))
+    throw config::ConfigError(file, 0, "tasks.dir", "not a directory: " + e.tasks.dir);
+  return e;
+}
+
+Experiment load_experiment(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw config::ConfigError(path.string(), 0, "", "cannot read the experiment file");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_experiment(text.str(), path.string());
+}
+
+std::vector<eval::TaskSpec> resolve_tasks(const Experiment& e) {
+  const std::filesystem::path dir = e.tasks.dir.empty() ? tasks::default_tasks_dir() : std::filesystem::path(e.tasks.dir);
+  std::vector<std::string> names = e.tasks.names;
+  if (names.empty())
+    for (const auto& f : tasks::task_files(dir)) names.push_back(f.stem().string());
+  if (!e.tasks.split.empty()) {
+    std::sort(names.begin(), names.end());
+    std::mt19937_64 rng(e.tasks.split_seed);
+    std::shuffle(names.begin(), names.end(), rng);
+    auto n_eval = static_cast<std::size_t>(std::ceil(e.tasks.eval_fraction * static_cast<double>(names.size())));
+    n_eval = std::min(n_eval, names.size());
+    if (e.tasks.split == "eval") names.resize(n_eval);
+    else names.erase(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(n_eval));
+    std::sort(names.begin(), names.end());
+  }
+  std::vector<eval::TaskSpec> specs;
+  for (const auto& n : names) {
+    try {
+      specs.push_back(tasks::find_task(n, dir));
+    } catch (const std::invalid_argument& err) {
+      throw config::ConfigError(e.file, 0, "tasks.names", err.what());
+    }
+  }
+  if (specs.empty()) throw config::ConfigError(e.file, 0, "tasks", "the selection leaves no task");
+  return specs;
+}
+
+}  // namespace crucible::experiment

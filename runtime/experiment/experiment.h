@@ -1,0 +1,88 @@
+#pragma once
+// An experiment as written in TOML: which mode, tasks, policy, rewards and devices. Every key is documented in
+// docs/experiments.md. Reading is strict: a malformed experiment fails before any work, naming file, line and key.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "crucible/eval/task_spec.h"
+#include "rewards/advantage.h"
+#include "rewards/reward.h"
+
+namespace crucible::experiment {
+
+enum class Mode { grpo, best_of_n, ttt };
+
+struct TaskSelection {
+  std::vector<std::string> names;  // task names or paths to task files
+  std::string split;               // "", "train" or "eval": a fixed-seed split of `names` (or of all tasks)
+  double eval_fraction = 0.25;
+  uint64_t split_seed = 0;
+  std::string dir;  // where names are looked up; empty: the checkout's configs/tasks
+};
+
+struct PolicyConfig {
+  std::string kind = "search";
+  double learning_rate = 0.5;
+  double temperature = 1.0;
+  std::string checkpoint;  // a snapshot file to start from (ttt), empty: fresh
+};
+
+struct GrpoConfig {
+  int steps = 10;
+  int batch_size = 8;  // tasks per step
+  int group_size = 8;  // samples per task
+  int max_staleness = 1;
+};
+
+struct BestOfNConfig {
+  int k = 64;
+  int group_size = 8;  // samples asked of the policy at once (the sweep's compile and evaluation start early)
+};
+
+struct TttConfig {
+  int steps = 15;
+  int rollouts = 8;          // K per step
+  int concurrent_tasks = 2;  // tasks adapting at once; their stages overlap
+};
+
+struct EvalConfig {
+  std::vector<std::string> devices{"cpu"};  // one evaluator each
+  std::string mode = "fast";                  // "fast" or "full"
+  std::string sizes;                          // size set; empty: the device's own
+  int compile_workers = 0;                    // 0: one per core
+  int correctness_trials = -1, timing_trials = -1;  // -1: the mode's defaults
+  double call_timeout_s = 10.0;
+};
+
+struct Experiment {
+  std::string name;
+  Mode mode = Mode::grpo;
+  std::vector<uint64_t> seeds{1};
+  TaskSelection tasks;
+  PolicyConfig policy;
+  GrpoConfig grpo;
+  BestOfNConfig best_of_n;
+  TttConfig ttt;
+  rewards::RewardSpec reward;
+  rewards::AdvantageSpec advantage;
+  bool task_baseline = false;  // centre rewards by a per-task running baseline before grouping
+  EvalConfig eval;
+  std::string run_root = "runs";  // new runs go to run_root/<name>-<timestamp> unless --out says otherwise
+  std::string text;               // the experiment as read, copied into the run directory
+  std::string file;
+};
+
+// Throws config::ConfigError (file, line, dotted key) on anything malformed, unknown or out of range.
+Experiment parse_experiment(const std::string& text, const std::string& file);
+Experiment load_experiment(const std::filesystem::path& path);
+// The embedded default (configs/quickstart.toml, built in so a fresh checkout runs with no argument).
+const std::string& default_experiment_text();
+
+std::string mode_name(Mode mode);
+
+// The tasks the experiment names, loaded and in a fixed order; a split keeps the train or eval share.
+std::vector<eval::TaskSpec> resolve_tasks(const Experiment& experiment);
+
+}  // namespace crucible::experiment

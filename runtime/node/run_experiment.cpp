@@ -1,0 +1,202 @@
+#include "node/run_experiment.h"
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <thread>
+
+#include "actors/compiler_pool.h"
+#include "actors/coordinator.h"
+#include "actors/evaluator.h"
+#include "actors/optimizer.h"
+#include "actors/reward_normalizer.h"
+#include "actors/rollout_generator.h"
+#include "actors/telemetry.h"
+#include "config/toml_reader.h"
+#include "logging/log.h"
+#include "modes/run_summary.h"
+#include "modes/unit_plan.h"
+#include "policy/kernel_templates.h"
+#include "policy/search_policy.h"
+#include "run/run_directory.h"
+
+namespace crucible::node {
+namespace fs = std::filesystem;
+namespace {
+
+std::string backend_of(const experiment::Experiment& e) { return e.eval.devices.front() == "cpu" ? "cpu" : "cuda"; }
+
+eval::EvalOptions eval_options(const experiment::Experiment& e, const std::string& device) {
+  eval::EvalOptions o;
+  o.mode = e.eval.mode == "full" ? eval::Mode::full : eval::Mode::fast;
+  o.device = device;
+  o.sizes = e.eval.sizes;
+  o.correctness_trials = e.eval.correctness_trials;
+  o.timing_trials = e.eval.timing_trials;
+  o.call_timeout_s = e.eval.call_timeout_s;
+  return o;
+}
+
+std::unique_ptr<policy::Policy> make_policy(const experiment::Experiment& e, uint64_t seed) {
+  policy::SearchPolicyOptions o;
+  o.learning_rate = e.policy.learning_rate;
+  o.temperature = e.policy.temperature;
+  o.backend = backend_of(e);
+  return std::make_unique<policy::SearchPolicy>(seed, o);
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot read " + path.string());
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The policy a seed starts from: the last committed snapshot of a resumed run, else the checkpoint, else fresh.
+std::string starting_snapshot(const experiment::Experiment& e, const run::RunDirectory& dir) {
+  if (auto last = dir.last_policy_snapshot()) return *last;
+  if (!e.policy.checkpoint.empty()) return read_text(e.policy.checkpoint);
+  return {};
+}
+
+RunResult run_seed(const RunRequest& request, uint64_t seed, const std::vector<eval::TaskSpec>& tasks) {
+  const auto& e = request.experiment;
+  const fs::path seed_dir = request.dir / ("seed-" + std::to_string(seed));
+  auto dir = std::make_shared<run::RunDirectory>(fs::exists(seed_dir / "journal.jsonl") || fs::exists(seed_dir / "experiment.toml")
+                                                     ? run::RunDirectory::resume(seed_dir)
+                                                     : run::RunDirectory::create(seed_dir, e.text));
+  log::Logger log{"node"};
+  std::vector<std::string> names;
+  std::map<std::string, eval::TaskSpec> by_name;
+  for (const auto& t : tasks) names.push_back(t.name), by_name[t.name] = t;
+  auto units = modes::plan_units(e, names);
+  const std::set<std::string> committed(dir->committed().begin(), dir->committed().end());
+  log.info("seed ", seed, ": ", units.size(), " units, ", committed.size(), " committed before");
+
+  auto leases = std::make_shared<devices::DeviceLeases>();
+  const std::string snapshot = starting_snapshot(e, *dir);
+  auto generator_setup = std::make_shared<actors::GeneratorSetup>();
+  generator_setup->policy = make_policy(e, seed);
+  generator_setup->tasks = by_name;
+  generator_setup->policy_device = "cpu";
+  generator_setup->leases = leases;
+  auto optimizer_setup = std::make_shared<actors::OptimizerSetup>();
+  optimizer_setup->policy = make_policy(e, seed);
+  optimizer_setup->policy_device = "cpu";
+  optimizer_setup->leases = leases;
+  for (const auto& t : tasks) optimizer_setup->policy->prepare(t);
+  if (!snapshot.empty()) {
+    generator_setup->policy->restore(snapshot);
+    optimizer_setup->policy->restore(snapshot);
+  }
+
+  caf::actor_system_config config;
+  config.add_message_types<caf::id_block::crucible>();
+  caf::actor_system system{config};
+  auto telemetry = system.spawn(actors::telemetry, dir, request.quiet);
+  auto normalizer = system.spawn(actors::reward_normalizer, actors::NormalizerSetup{e.reward, e.advantage, e.task_baseline});
+  auto optimizer = system.spawn<caf::detached>(actors::optimizer, optimizer_setup);
+  auto generator = system.spawn<caf::detached>(actors::rollout_generator, generator_setup);
+
+  actors::CoordinatorSetup setup;
+  setup.mode = experiment::mode_name(e.mode);
+  setup.units = units;
+  setup.committed = committed;
+  setup.compile_device = e.eval.devices.front();
+  setup.source_extension = backend_of(e) == "cuda" ? "cu" : "cpp";
+  setup.generator = generator;
+  setup.normalizer = normalizer;
+  setup.optimizer = optimizer;
+  setup.telemetry = telemetry;
+  auto coordinator = actors::spawn_coordinator(system, std::move(setup));
+
+  eval::EvaluatorConfig front_config;
+  front_config.warm_workers = 0;
+  front_config.gpu_warm_workers = 0;
+  auto front = std::make_shared<eval::Evaluator>(front_config);
+  // One compiler per core, less the cores CPU evaluators time candidates on: a compile sharing a core with a
+  // timed call would slow it down and corrupt its reward.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cpu_evaluators = backend_of(e) == "cpu" ? static_cast<int>(e.eval.devices.size()) : 0;
+  const int compile_workers = e.eval.compile_workers > 0 ? e.eval.compile_workers : std::max(1, cores - cpu_evaluators);
+  for (int i = 0; i < compile_workers; ++i)
+    system.spawn<caf::detached>(actors::compile_worker, coordinator, front, eval_options(e, setup.compile_device), i);
+  for (const auto& device : e.eval.devices) {
+    auto s = std::make_shared<actors::EvaluatorSetup>();
+    s->device = device;
+    s->options = eval_options(e, device);
+    s->tasks = by_name;
+    s->leases = leases;
+    system.spawn<caf::detached>(actors::evaluator, coordinator, s);
+  }
+
+  RunResult result;
+  result.dir = request.dir;
+  caf::scoped_actor self{system};
+  self->request(coordinator, caf::infinite, actors::run_atom_v)
+      .receive([&](messages::RunOutcome& outcome) { result.ok = outcome.ok, result.message = outcome.message; },
+               [&](caf::error& err) { result.message = "the coordinator failed: " + system.render(err); });
+  for (const caf::actor& a : {caf::actor_cast<caf::actor>(telemetry), caf::actor_cast<caf::actor>(normalizer),
+                              caf::actor_cast<caf::actor>(optimizer), caf::actor_cast<caf::actor>(generator)})
+    self->send_exit(a, caf::exit_reason::user_shutdown);
+  return result;
+}
+
+}  // namespace
+
+void check_runnable(const experiment::Experiment& e) {
+  const auto tasks = experiment::resolve_tasks(e);
+  const std::string backend = backend_of(e);
+  for (const auto& d : e.eval.devices)
+    if ((d == "cpu") != (backend == "cpu"))
+      throw config::ConfigError(e.file, 0, "eval.devices", "mix of cpu and cuda devices: a candidate is written for one");
+  if (backend == "cuda") {
+    const int available = eval::cuda_devices();
+    for (const auto& d : e.eval.devices)
+      if (std::stoi(d.substr(5)) >= available)
+        throw std::invalid_argument("device " + d + " is not usable here (" + std::to_string(available) + " GPUs)");
+  }
+  for (const auto& t : tasks)
+    if (!policy::template_for(t, backend))
+      throw config::ConfigError(e.file, 0, "tasks.names",
+                                "the search policy has no " + backend + " template for task '" + t.name + "'");
+  if (!e.policy.checkpoint.empty() && !fs::exists(e.policy.checkpoint))
+    throw config::ConfigError(e.file, 0, "policy.checkpoint", "no such file: " + e.policy.checkpoint);
+}
+
+fs::path default_run_dir(const experiment::Experiment& e) {
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));
+  return fs::path(e.run_root) / (e.name + "-" + stamp);
+}
+
+RunResult run_experiment(const RunRequest& request) {
+  const auto& e = request.experiment;
+  check_runnable(e);
+  const auto tasks = experiment::resolve_tasks(e);
+  fs::create_directories(request.dir);
+  if (!request.resume) {
+    if (fs::exists(request.dir / "experiment.toml"))
+      throw std::invalid_argument(request.dir.string() + " already holds a run; use --resume to continue it");
+    std::ofstream(request.dir / "experiment.toml") << e.text;
+  }
+  log::Options log_options;
+  log_options.console_level = request.console_level;
+  log_options.directory = (request.dir / "logs").string();
+  log::init(log_options);
+  RunResult result{true, "", request.dir};
+  for (uint64_t seed : e.seeds) {
+    auto r = run_seed(request, seed, tasks);
+    if (!r.ok) return r;
+    result.message = r.message;
+  }
+  result.summary = modes::write_run_summary(request.dir, e);
+  log::flush();
+  return result;
+}
+
+}  // namespace crucible::node

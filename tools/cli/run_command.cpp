@@ -1,0 +1,67 @@
+// crucible run [EXPERIMENT.toml] [--out DIR] | --resume DIR: the main job, on the embedded quickstart by default.
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "config/toml_reader.h"
+#include "experiment/experiment.h"
+#include "node/run_experiment.h"
+
+namespace crucible::cli {
+namespace {
+
+struct RunArgs {
+  std::string experiment;
+  std::string out;
+  std::string resume;
+  bool quiet = false;
+};
+
+int run(const RunArgs& a, CLI::App& app) {
+  node::RunRequest request;
+  try {
+    if (!a.resume.empty()) {
+      if (!a.experiment.empty()) throw std::invalid_argument("--resume continues the run's own experiment; give no file");
+      request.dir = a.resume;
+      request.resume = true;
+      request.experiment = experiment::load_experiment(request.dir / "experiment.toml");
+    } else {
+      request.experiment = a.experiment.empty()
+                               ? experiment::parse_experiment(experiment::default_experiment_text(), "<quickstart>")
+                               : experiment::load_experiment(a.experiment);
+      request.dir = a.out.empty() ? node::default_run_dir(request.experiment) : std::filesystem::path(a.out);
+    }
+    request.quiet = a.quiet;
+    request.console_level = *log::parse_level(app["--log-level"]->as<std::string>());
+    node::check_runnable(request.experiment);
+  } catch (const config::ConfigError& e) {
+    std::cerr << "experiment error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  std::cout << "run directory: " << request.dir.string() << "\n" << std::flush;
+  auto result = node::run_experiment(request);
+  if (!result.ok) {
+    std::cerr << "run stopped: " << result.message << "\ncontinue with: crucible run --resume " << result.dir.string()
+              << "\n";
+    return 1;
+  }
+  std::cout << result.summary << "summary: " << (result.dir / "summary.json").string() << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Run add_run_command(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand("run", "Run an experiment (GRPO, best-of-N or TTT); the quickstart by default");
+  cmd->add_option("experiment", args->experiment, "Experiment TOML (default: the built-in configs/quickstart.toml)");
+  cmd->add_option("--out", args->out, "Run directory (default: <run_root>/<name>-<UTC time>)");
+  cmd->add_option("--resume", args->resume, "Continue the run in this directory: committed units are kept, the rest redone");
+  cmd->add_flag("--quiet", args->quiet, "No progress lines");
+  return [cmd, args, &app]() { return cmd->parsed() ? run(*args, app) : -1; };
+}
+
+}  // namespace crucible::cli
