@@ -78,7 +78,9 @@ void read_tasks(TableReader t, TaskSelection& s) {
 
 void read_policy(TableReader t, PolicyConfig& p) {
   p.kind = t.get_string("kind", p.kind);
-  if (p.kind != "search") t.fail("kind", "unknown policy kind '" + p.kind + "' (search)");
+  if (p.kind != "search" && p.kind != "replay") t.fail("kind", "unknown policy kind '" + p.kind + "' (search, replay)");
+  p.replay_dir = t.get_string("replay_dir", "");
+  if (p.kind == "replay" && p.replay_dir.empty()) t.fail("replay_dir", "the replay policy needs replay_dir");
   p.learning_rate = number_in(t, "learning_rate", p.learning_rate, 0.0, 1e3);
   p.temperature = number_in(t, "temperature", p.temperature, 1e-3, 1e3);
   p.checkpoint = t.get_string("checkpoint", "");
@@ -135,7 +137,20 @@ void read_eval(TableReader t, EvalConfig& c) {
   t.finish();
 }
 
+void record_lines(const toml::table& table, const std::string& prefix, std::map<std::string, int64_t>& lines) {
+  for (const auto& [k, v] : table) {
+    const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    lines[key] = static_cast<int64_t>(v.source().begin.line);
+    if (const auto* sub = v.as_table()) record_lines(*sub, key, lines);
+  }
+}
+
 }  // namespace
+
+void Experiment::fail(const std::string& key, const std::string& message) const {
+  auto it = key_lines.find(key);
+  throw config::ConfigError(file, it == key_lines.end() ? 0 : it->second, key, message);
+}
 
 std::string mode_name(Mode mode) {
   switch (mode) {
@@ -152,6 +167,7 @@ Experiment parse_experiment(const std::string& text, const std::string& file) {
   Experiment e;
   e.text = text;
   e.file = file;
+  record_lines(root, "", e.key_lines);
   read_experiment_table(top.require_table("experiment"), e);
   read_tasks(top.require_table("tasks"), e.tasks);
   if (auto t = top.get_table("policy")) read_policy(*t, e.policy);
@@ -179,7 +195,7 @@ Experiment parse_experiment(const std::string& text, const std::string& file) {
   top.finish();
   // Checked once all tables are read, so the message can point at the key that matters.
   if (!e.tasks.dir.empty() && !std::filesystem::is_directory(e.tasks.dir))
-    throw config::ConfigError(file, 0, "tasks.dir", "not a directory: " + e.tasks.dir);
+    e.fail("tasks.dir", "not a directory: " + e.tasks.dir);
   return e;
 }
 
@@ -211,10 +227,10 @@ std::vector<eval::TaskSpec> resolve_tasks(const Experiment& e) {
     try {
       specs.push_back(tasks::find_task(n, dir));
     } catch (const std::invalid_argument& err) {
-      throw config::ConfigError(e.file, 0, "tasks.names", err.what());
+      e.fail("tasks.names", err.what());
     }
   }
-  if (specs.empty()) throw config::ConfigError(e.file, 0, "tasks", "the selection leaves no task");
+  if (specs.empty()) e.fail("tasks", "the selection leaves no task");
   return specs;
 }
 

@@ -3,6 +3,7 @@
 // docs/experiments.md. Reading is strict: a malformed experiment fails before any work, naming file, line and key.
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,8 @@ struct TaskSelection {
 };
 
 struct PolicyConfig {
-  std::string kind = "search";
+  std::string kind = "search";  // "search" (the embedded autotuner) or "replay" (sources from replay_dir)
+  std::string replay_dir;       // replay: <replay_dir>/<task>/*.cpp (*.cu on GPUs)
   double learning_rate = 0.5;
   double temperature = 1.0;
   std::string checkpoint;  // a snapshot file to start from (ttt), empty: fresh
@@ -72,6 +74,10 @@ struct Experiment {
   std::string run_root = "runs";  // new runs go to run_root/<name>-<timestamp> unless --out says otherwise
   std::string text;               // the experiment as read, copied into the run directory
   std::string file;
+  std::map<std::string, int64_t> key_lines;  // dotted key -> line, for errors found after parsing
+
+  // An error about a key, found after parsing (a task that does not exist, a missing checkpoint): file, line, key.
+  [[noreturn]] void fail(const std::string& key, const std::string& message) const;
 };
 
 // Throws config::ConfigError (file, line, dotted key) on anything malformed, unknown or out of range.

@@ -24,8 +24,8 @@ struct Options {
 };
 
 // Lines in files read "2024-05-01T12:00:00.123 info  [compiler] message" (level names as in parse_level, except
-// "warning" for warn). A component's file name under Options::directory: "<component>.log", any character outside [A-Za-z0-9._-]
-// replaced by '_'.
+// "warning" for warn). A component's file name under Options::directory is "<component>.log", with any character
+// outside [A-Za-z0-9._-] replaced by '_'.
 std::string component_file_name(std::string_view component);
 
 // Safe to call again: later calls replace the sinks of every logger.

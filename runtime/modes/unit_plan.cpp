@@ -18,7 +18,7 @@ std::vector<UnitPlan> plan_grpo(const experiment::GrpoConfig& c, const std::vect
       u.groups.push_back({tasks[(static_cast<std::size_t>(s) * c.batch_size + b) % tasks.size()],
                           static_cast<uint32_t>(c.group_size), group++});
     // Step s is sampled by the policy after step s-1-max_staleness, so no sample lags more than max_staleness.
-    u.generate_after = s - 1 - c.max_staleness;
+    u.generate_after = std::max(-1, s - 1 - c.max_staleness);
     u.train_after = s - 1;
     units.push_back(std::move(u));
   }
@@ -35,7 +35,7 @@ std::vector<UnitPlan> plan_best_of_n(const experiment::BestOfNConfig& c, const s
     for (int left = c.k; left > 0; left -= c.group_size)
       u.groups.push_back({tasks[t], static_cast<uint32_t>(std::min(left, c.group_size)), group++});
     // Two tasks in flight keep every stage busy while the first one's results are committed early.
-    u.generate_after = static_cast<int>(t) - 2;
+    u.generate_after = std::max(-1, static_cast<int>(t) - 2);
     units.push_back(std::move(u));
   }
   return units;

@@ -19,6 +19,7 @@
 #include "modes/run_summary.h"
 #include "modes/unit_plan.h"
 #include "policy/kernel_templates.h"
+#include "policy/replay_policy.h"
 #include "policy/search_policy.h"
 #include "run/run_directory.h"
 
@@ -40,6 +41,8 @@ eval::EvalOptions eval_options(const experiment::Experiment& e, const std::strin
 }
 
 std::unique_ptr<policy::Policy> make_policy(const experiment::Experiment& e, uint64_t seed) {
+  if (e.policy.kind == "replay")
+    return std::make_unique<policy::ReplayPolicy>(e.policy.replay_dir, backend_of(e) == "cuda" ? "cu" : "cpp");
   policy::SearchPolicyOptions o;
   o.learning_rate = e.policy.learning_rate;
   o.temperature = e.policy.temperature;
@@ -95,6 +98,12 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, const std::vector<e
 
   caf::actor_system_config config;
   config.add_message_types<caf::id_block::crucible>();
+  // The scheduled actors only route messages; the heavy ones run detached. CAF's default work stealing spins
+  // on every core while idle, which would steal the cores that CPU candidates are timed on.
+  config.set("scheduler.max-threads", 1);
+  config.set("work-stealing.aggressive-poll-attempts", 0);
+  config.set("work-stealing.moderate-poll-attempts", 0);
+  config.set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
   caf::actor_system system{config};
   auto telemetry = system.spawn(actors::telemetry, dir, request.quiet);
   auto normalizer = system.spawn(actors::reward_normalizer, actors::NormalizerSetup{e.reward, e.advantage, e.task_baseline});
@@ -152,19 +161,25 @@ void check_runnable(const experiment::Experiment& e) {
   const std::string backend = backend_of(e);
   for (const auto& d : e.eval.devices)
     if ((d == "cpu") != (backend == "cpu"))
-      throw config::ConfigError(e.file, 0, "eval.devices", "mix of cpu and cuda devices: a candidate is written for one");
+      e.fail("eval.devices", "mix of cpu and cuda devices: a candidate is written for one");
   if (backend == "cuda") {
     const int available = eval::cuda_devices();
     for (const auto& d : e.eval.devices)
       if (std::stoi(d.substr(5)) >= available)
-        throw std::invalid_argument("device " + d + " is not usable here (" + std::to_string(available) + " GPUs)");
+        e.fail("eval.devices", "device " + d + " is not usable here (" + std::to_string(available) + " GPUs)");
+  }
+  if (!e.policy.checkpoint.empty() && !fs::exists(e.policy.checkpoint))
+    e.fail("policy.checkpoint", "no such file: " + e.policy.checkpoint);
+  if (e.policy.kind == "replay") {
+    policy::ReplayPolicy replay(e.policy.replay_dir, backend == "cuda" ? "cu" : "cpp");
+    for (const auto& t : tasks)
+      if (replay.files_for(t.name).empty())
+        e.fail("policy.replay_dir", "no candidates for task '" + t.name + "' in " + e.policy.replay_dir + "/" + t.name);
+    return;
   }
   for (const auto& t : tasks)
     if (!policy::template_for(t, backend))
-      throw config::ConfigError(e.file, 0, "tasks.names",
-                                "the search policy has no " + backend + " template for task '" + t.name + "'");
-  if (!e.policy.checkpoint.empty() && !fs::exists(e.policy.checkpoint))
-    throw config::ConfigError(e.file, 0, "policy.checkpoint", "no such file: " + e.policy.checkpoint);
+      e.fail("tasks.names", "the search policy has no " + backend + " template for task '" + t.name + "'");
 }
 
 fs::path default_run_dir(const experiment::Experiment& e) {

@@ -126,7 +126,9 @@ RunDirectory RunDirectory::resume(const fs::path& dir) {
   } catch (const RunError& e) {
     throw RunError((dir / kJournal).string() + ": " + e.what());
   }
-  if (journal.valid_bytes < journal_text.size()) replace_file(dir / kJournal, journal_text.substr(0, journal.valid_bytes));
+  // Cut a torn tail off, or the next commit line would be glued onto it.
+  if (journal.valid_bytes < journal_text.size())
+    replace_file(dir / kJournal, journal_text.substr(0, journal.valid_bytes));
 
   std::unordered_set<std::string> committed;
   for (const auto& c : journal.commits) committed.insert(c.unit);

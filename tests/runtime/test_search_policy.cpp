@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 
@@ -39,6 +40,27 @@ std::vector<std::vector<int>> spanning_combinations(const policy::KernelTemplate
     add(v);
   }
   return combos;
+}
+
+// Every combination of knob values (the full product), for a sweep on request.
+std::vector<std::vector<int>> all_combinations(const policy::KernelTemplate& t) {
+  std::vector<std::vector<int>> combos{{}};
+  for (const auto& knob : t.knobs) {
+    std::vector<std::vector<int>> longer;
+    for (const auto& prefix : combos)
+      for (int value : knob.choices) {
+        longer.push_back(prefix);
+        longer.back().push_back(value);
+      }
+    combos = std::move(longer);
+  }
+  return combos;
+}
+
+// CRUCIBLE_ALL_KNOB_COMBINATIONS=1 widens the knob sweeps below from spanning_combinations to all of them.
+bool sweep_all() {
+  const char* v = std::getenv("CRUCIBLE_ALL_KNOB_COMBINATIONS");
+  return v && std::string(v) == "1";
 }
 
 std::string describe(const policy::KernelTemplate& t, const std::vector<int>& values) {
@@ -169,11 +191,12 @@ TEST_CASE("every choice of every CPU template's knobs renders a correct candidat
     task.sizes["odd"] = odd_cpu_sizes(task);
     const auto* t = policy::template_for(task, "cpu");
     REQUIRE(t != nullptr);
-    const auto combos = spanning_combinations(*t);
+    const auto combos = sweep_all() ? all_combinations(*t) : spanning_combinations(*t);
     for (std::size_t c = 0; c < combos.size(); ++c) {
       const std::string source = t->render(task, combos[c]);
       // The extremes at the task's own sizes, every combination at the odd ones.
-      for (const auto* options : c < 2 ? std::vector<const eval::EvalOptions*>{&shipped, &odd}
+      const bool extreme = combos[c] == spanning_combinations(*t)[0] || combos[c] == spanning_combinations(*t)[1];
+      for (const auto* options : extreme ? std::vector<const eval::EvalOptions*>{&shipped, &odd}
                                        : std::vector<const eval::EvalOptions*>{&odd}) {
         auto verdict = evaluator.evaluate(task, source, *options);
         ++evaluated;

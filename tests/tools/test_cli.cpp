@@ -81,7 +81,7 @@ TEST_CASE("crucible logs merges actors' logs in time order and filters by actor 
   CHECK(started < slow);
   CHECK(slow < all.output.find("[evaluator] worker crashed"));
 
-  auto evaluator = crucible_cli({"logs", (run.path() / "logs").string(), "--actor", "evaluator"}, cache);
+  auto evaluator = crucible_cli({"logs", "--actor", "evaluator", (run.path() / "logs").string()}, cache);
   CHECK(evaluator.exit_code == 0);
   CHECK(evaluator.output.find("[evaluator] started") != std::string::npos);
   CHECK(evaluator.output.find("[compiler]") == std::string::npos);

@@ -52,7 +52,7 @@ Run add_logs_command(CLI::App& app) {
   auto args = std::make_shared<LogsArgs>();
   auto* cmd = app.add_subcommand("logs", "Print a run's per-actor logs, merged in time order");
   cmd->add_option("dir", args->dir, "Run directory (or its logs/ directory)")->required();
-  cmd->add_option("--actor", args->actors, "Only this actor's log (repeatable)");
+  cmd->add_option("--actor", args->actors, "Only this actor's log (repeatable)")->allow_extra_args(false);
   cmd->add_option("--level", args->level, "Minimum level")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical"}))
       ->capture_default_str();

@@ -1,0 +1,129 @@
+// Experiments: the built-in quickstart parses, and every malformed experiment names file, line and key.
+#include <doctest/doctest.h>
+
+#include "config/toml_reader.h"
+#include "experiment/experiment.h"
+#include "support.h"
+
+using namespace crucible;
+
+namespace {
+
+const std::string kMinimal = R"(
+[experiment]
+name = "t"
+mode = "grpo"
+
+[tasks]
+names = ["relu"]
+)";
+
+// Parses text expected to fail and returns the error.
+config::ConfigError failure(const std::string& text) {
+  try {
+    experiment::parse_experiment(text, "bad.toml");
+  } catch (const config::ConfigError& e) {
+    return e;
+  }
+  FAIL("parsed without error: " << text);
+  return config::ConfigError("", 0, "", "");
+}
+
+}  // namespace
+
+TEST_CASE("the built-in quickstart is a valid GRPO experiment over CPU tasks") {
+  auto e = experiment::parse_experiment(experiment::default_experiment_text(), "<quickstart>");
+  CHECK(e.name == "quickstart");
+  CHECK(e.mode == experiment::Mode::grpo);
+  CHECK(e.grpo.max_staleness == 1);
+  CHECK(e.eval.devices == std::vector<std::string>{"cpu"});
+  CHECK(experiment::resolve_tasks(e).size() == e.tasks.names.size());
+  // The file in configs/ is what is built in.
+  CHECK(test::read_file(test::source_dir() / "configs" / "quickstart.toml") == experiment::default_experiment_text());
+}
+
+TEST_CASE("shipped experiments parse") {
+  for (const char* name : {"quickstart", "grpo_l1", "best_of_n_k64", "ttt_15"}) {
+    CAPTURE(name);
+    auto e = experiment::load_experiment(test::source_dir() / "configs" / (std::string(name) + ".toml"));
+    CHECK_FALSE(experiment::resolve_tasks(e).empty());
+  }
+}
+
+TEST_CASE("defaults fill what an experiment leaves out") {
+  auto e = experiment::parse_experiment(kMinimal, "min.toml");
+  CHECK(e.grpo.group_size == 8);
+  CHECK(e.grpo.batch_size == 8);
+  CHECK(e.ttt.steps == 15);
+  CHECK(e.best_of_n.k == 64);
+  CHECK(e.seeds == std::vector<uint64_t>{1});
+  CHECK(e.reward.kind == rewards::RewardKind::speedup);
+}
+
+TEST_CASE("malformed experiments fail with file, line and key") {
+  auto e = failure(kMinimal + "[grpo]\nsteps = 0\n");
+  CHECK(e.file() == "bad.toml");
+  CHECK(e.key() == "grpo.steps");
+  CHECK(e.line() == 9);
+
+  e = failure(kMinimal + "[grpo]\ngroup_sise = 4\n");  // a typo is an error, not a silent default
+  CHECK(e.key() == "grpo.group_sise");
+  CHECK(std::string(e.what()).find("unknown key") != std::string::npos);
+
+  e = failure(kMinimal + "[reward]\nkind = \"speedy\"\n");
+  CHECK(e.key() == "reward.kind");
+  CHECK(e.line() == 9);
+
+  e = failure(kMinimal + "[eval]\ndevices = [\"tpu:0\"]\n");
+  CHECK(e.key() == "eval.devices");
+
+  e = failure("[experiment]\nname = \"t\"\nmode = \"grpo\"\n");
+  CHECK(e.key() == "tasks");
+
+  e = failure("[experiment]\nname = \"t\"\nmode = grpo\n");  // TOML syntax
+  CHECK(e.line() == 3);
+
+  e = failure(R"([experiment]
+name = "t"
+mode = "sweep"
+[tasks]
+names = ["relu"]
+)");
+  CHECK(e.key() == "experiment.mode");
+  CHECK(e.line() == 3);
+}
+
+TEST_CASE("errors found after parsing still point at the key's line") {
+  auto e = experiment::parse_experiment(R"([experiment]
+name = "t"
+[tasks]
+names = ["relu", "no_such_task"]
+)",
+                                        "late.toml");
+  try {
+    experiment::resolve_tasks(e);
+    FAIL("resolved a task that does not exist");
+  } catch (const config::ConfigError& err) {
+    CHECK(err.key() == "tasks.names");
+    CHECK(err.line() == 4);
+  }
+}
+
+TEST_CASE("a split is fixed by its seed and partitions the tasks") {
+  const std::string base = R"([experiment]
+name = "t"
+[tasks]
+split_seed = 7
+eval_fraction = 0.25
+)";
+  auto train = experiment::resolve_tasks(experiment::parse_experiment(base + "split = \"train\"\n", "a"));
+  auto eval_set = experiment::resolve_tasks(experiment::parse_experiment(base + "split = \"eval\"\n", "b"));
+  auto again = experiment::resolve_tasks(experiment::parse_experiment(base + "split = \"eval\"\n", "c"));
+  CHECK(train.size() + eval_set.size() == 16);
+  CHECK(eval_set.size() == 4);
+  REQUIRE(again.size() == eval_set.size());
+  for (std::size_t i = 0; i < again.size(); ++i) {
+    CHECK(again[i].name == eval_set[i].name);
+    for (const auto& t : train) CHECK(t.name != eval_set[i].name);
+  }
+}
