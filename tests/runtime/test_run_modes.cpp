@@ -1,0 +1,304 @@
+// `crucible run` end to end on the CPU, as a user runs it: every mode, learning, overlap of the stages, candidates
+// that crash or hang mid-run, kill -9 and --resume, and malformed experiments refused before any work.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "crucible/eval/subprocess.h"
+#include "support.h"
+
+using namespace crucible;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Small and quick: one correctness trial, three timed calls.
+const std::string kFastEval = "[eval]\ndevices = [\"cpu\"]\nmode = \"fast\"\ncorrectness_trials = 1\ntiming_trials = 3\n";
+
+eval::ProcessResult crucible_cli(const std::vector<std::string>& args, const fs::path& cache, double wall = 600) {
+  std::vector<std::string> argv{"env", "CRUCIBLE_CACHE_DIR=" + cache.string(), CRUCIBLE_CLI_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  eval::ProcessLimits limits;
+  limits.wall_seconds = wall;
+  return eval::run_process(argv, limits);
+}
+
+std::vector<json> read_jsonl(const fs::path& path) {
+  std::vector<json> out;
+  std::istringstream in(test::read_file(path));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
+}
+
+struct Run {
+  fs::path dir;
+  std::vector<json> steps, candidates;
+};
+
+Run run_experiment(const test::ScratchDir& scratch, const std::string& toml) {
+  const fs::path file = scratch.path() / "experiment.toml";
+  test::write_file(file, toml);
+  const fs::path dir = scratch.path() / "run";
+  auto r = crucible_cli({"run", file.string(), "--out", dir.string()}, scratch.path() / "cache");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return {dir, read_jsonl(dir / "seed-1" / "steps.jsonl"), read_jsonl(dir / "seed-1" / "candidates.jsonl")};
+}
+
+double t(const json& record, const char* stage, int end) { return record["times"][stage][end].get<double>(); }
+
+}  // namespace
+
+TEST_CASE("grpo learns, overlaps its stages with max_staleness = 1, and commits every step once") {
+  test::ScratchDir scratch("run-grpo");
+  auto run = run_experiment(scratch, R"([experiment]
+name = "learn"
+mode = "grpo"
+[tasks]
+names = ["matmul"]
+[policy]
+learning_rate = 3.0
+[grpo]
+steps = 6
+batch_size = 2
+group_size = 6
+max_staleness = 1
+)" + kFastEval);
+  REQUIRE(run.steps.size() == 6);
+  for (int s = 0; s < 6; ++s) CHECK(run.steps[s]["unit"] == "step=" + std::to_string(s));
+  REQUIRE(run.candidates.size() == 6 * 2 * 6);
+  std::set<uint64_t> ids;
+  for (const auto& c : run.candidates) ids.insert(c["candidate_id"].get<uint64_t>());
+  CHECK(ids.size() == run.candidates.size());
+
+  // Learning: the loop order and tiles matter several-fold for matmul; the policy finds the fast ones.
+  const double first = run.steps.front()["reward_mean"], last = run.steps.back()["reward_mean"];
+  MESSAGE("reward mean: step 0 " << first << ", step 5 " << last);
+  CHECK(last > first);
+
+  // Overlap: step s+1 is sampled before step s has trained, and compiled while step s is still being evaluated.
+  std::map<uint64_t, std::vector<const json*>> by_step;
+  for (const auto& c : run.candidates) by_step[c["step"].get<uint64_t>()].push_back(&c);
+  int compile_overlaps = 0;
+  for (uint64_t s = 0; s + 1 < 6; ++s) {
+    double train_end = t(*by_step[s].front(), "train", 1), next_generated = 1e300;
+    for (const auto* c : by_step[s + 1]) next_generated = std::min(next_generated, t(*c, "generate", 0));
+    CHECK(next_generated < train_end);
+    bool overlap = false;
+    for (const auto* a : by_step[s + 1])
+      for (const auto* b : by_step[s])
+        overlap = overlap || (t(*a, "compile", 0) < t(*b, "evaluate", 1) && t(*b, "evaluate", 0) < t(*a, "compile", 1));
+    compile_overlaps += overlap;
+  }
+  CHECK(compile_overlaps > 0);
+  int stale = 0;
+  for (const auto& c : run.candidates) {
+    CHECK(c["staleness"].get<int>() <= 1);
+    stale += c["staleness"].get<int>() == 1;
+  }
+  CHECK(stale > 0);
+
+  // Per-actor logs, live-readable through `crucible logs`.
+  auto logs = crucible_cli({"logs", run.dir.string(), "--actor", "coordinator"}, scratch.path() / "cache");
+  CHECK(logs.exit_code == 0);
+  CHECK(logs.output.find("run finished") != std::string::npos);
+  CHECK(logs.output.find("[evaluator") == std::string::npos);
+  CHECK(fs::exists(run.dir / "summary.json"));
+}
+
+TEST_CASE("grpo with max_staleness = 0 is strictly on-policy") {
+  test::ScratchDir scratch("run-sync");
+  auto run = run_experiment(scratch, R"([experiment]
+name = "sync"
+[tasks]
+names = ["relu"]
+[grpo]
+steps = 3
+batch_size = 1
+group_size = 4
+max_staleness = 0
+)" + kFastEval);
+  REQUIRE(run.candidates.size() == 12);
+  std::map<uint64_t, double> train_end;
+  for (const auto& c : run.candidates) train_end[c["step"].get<uint64_t>()] = t(c, "train", 1);
+  for (const auto& c : run.candidates) {
+    CHECK(c["staleness"] == 0);
+    const uint64_t s = c["step"];
+    if (s > 0) CHECK(t(c, "generate", 0) >= train_end[s - 1]);
+    CHECK(c["policy_version"] == s);
+  }
+}
+
+TEST_CASE("best_of_n keeps the best verdict per task and accounts its budget") {
+  test::ScratchDir scratch("run-bon");
+  auto run = run_experiment(scratch, R"([experiment]
+name = "bon"
+mode = "best_of_n"
+[tasks]
+names = ["relu", "gelu"]
+[best_of_n]
+k = 6
+group_size = 3
+)" + kFastEval);
+  REQUIRE(run.steps.size() == 2);
+  CHECK(run.candidates.size() == 12);
+  auto summary = json::parse(test::read_file(run.dir / "summary.json"));
+  const auto& tasks = summary["seeds"]["1"]["tasks"];
+  for (const char* task : {"relu", "gelu"}) {
+    CAPTURE(task);
+    REQUIRE(tasks.contains(task));
+    CHECK(tasks[task]["best"]["status"] == "correct");
+    double best = 0;
+    for (const auto& c : run.candidates)
+      if (c["task"] == task) best = std::max(best, c["reward"].get<double>());
+    CHECK(tasks[task]["best"]["reward"].get<double>() == doctest::Approx(best));
+  }
+  CHECK(summary["seeds"]["1"]["budget"]["samples"].get<double>() == 12);
+  CHECK(summary["seeds"]["1"]["budget"]["evaluation_seconds"].get<double>() > 0);
+  for (const auto& c : run.candidates) CHECK(c["advantage"].is_null());  // nothing trains in best-of-N
+}
+
+TEST_CASE("ttt adapts per task and selects the best kernel and the best step") {
+  test::ScratchDir scratch("run-ttt");
+  auto run = run_experiment(scratch, R"([experiment]
+name = "ttt"
+mode = "ttt"
+[tasks]
+names = ["relu", "matmul"]
+[ttt]
+steps = 3
+rollouts = 4
+concurrent_tasks = 2
+[advantage]
+kind = "entropic_adaptive_beta"
+)" + kFastEval);
+  REQUIRE(run.steps.size() == 6);
+  auto summary = json::parse(test::read_file(run.dir / "summary.json"));
+  for (const char* task : {"relu", "matmul"}) {
+    CAPTURE(task);
+    const auto& s = summary["seeds"]["1"]["tasks"][task];
+    CHECK(s["curve"].size() == 3);
+    CHECK(s["best_kernel"]["step"].get<int>() >= 0);
+    double best = 0;
+    for (const auto& c : run.candidates)
+      if (c["task"] == task) best = std::max(best, c["reward"].get<double>());
+    CHECK(s["best_kernel"]["reward"].get<double>() == doctest::Approx(best));
+    CHECK(s["best_step"]["step"].get<int>() < 3);
+  }
+  // The two tasks adapted at the same time: matmul was evaluated before relu's adaptation had ended.
+  double first_matmul = 1e300, last_relu = 0;
+  for (const auto& c : run.candidates) {
+    if (c["task"] == "matmul") first_matmul = std::min(first_matmul, t(c, "evaluate", 0));
+    else last_relu = std::max(last_relu, t(c, "evaluate", 1));
+  }
+  CHECK(first_matmul < last_relu);
+}
+
+TEST_CASE("candidates that crash or hang mid-run end as verdicts and the run goes on") {
+  test::ScratchDir scratch("run-crash");
+  const fs::path replay = scratch.path() / "replay" / "relu";
+  fs::create_directories(replay);
+  fs::copy_file(test::source_dir() / "configs/candidates/cpu/relu.cpp", replay / "a_naive.cpp");
+  fs::copy_file(test::cpu_fixture("segfault"), replay / "b_segfault.cpp");
+  fs::copy_file(test::cpu_fixture("infinite_loop"), replay / "c_infinite_loop.cpp");
+  auto run = run_experiment(scratch, R"([experiment]
+name = "crash"
+[tasks]
+names = ["relu"]
+[policy]
+kind = "replay"
+replay_dir = ")" + (scratch.path() / "replay").string() + R"("
+[grpo]
+steps = 2
+batch_size = 1
+group_size = 3
+)" + kFastEval + "call_timeout_s = 2.0\n");
+  REQUIRE(run.candidates.size() == 6);
+  std::map<std::string, std::set<std::string>> statuses;
+  for (const auto& c : run.candidates) statuses[c["policy_output"]].insert(c["status"]);
+  CHECK(statuses["a_naive.cpp"] == std::set<std::string>{"correct"});
+  CHECK(statuses["b_segfault.cpp"] == std::set<std::string>{"runtime_error"});
+  CHECK(statuses["c_infinite_loop.cpp"] == std::set<std::string>{"timeout"});
+  CHECK(run.steps.size() == 2);
+}
+
+TEST_CASE("kill -9 mid-run, then --resume: every step exactly once") {
+  test::ScratchDir scratch("run-resume");
+  const fs::path file = scratch.path() / "experiment.toml";
+  test::write_file(file, R"([experiment]
+name = "resume"
+[tasks]
+names = ["relu", "matmul"]
+[grpo]
+steps = 6
+batch_size = 2
+group_size = 4
+max_staleness = 1
+)" + kFastEval);
+  const fs::path dir = scratch.path() / "run";
+  const std::string cache = "CRUCIBLE_CACHE_DIR=" + (scratch.path() / "cache").string();
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    execl("/usr/bin/env", "env", cache.c_str(), CRUCIBLE_CLI_PATH, "run", file.c_str(), "--out", dir.c_str(),
+          "--quiet", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const fs::path journal = dir / "seed-1" / "journal.jsonl";
+  auto commits = [&] { return read_jsonl(journal).size(); };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while ((!fs::exists(journal) || commits() < 2) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const std::size_t before = commits();
+  MESSAGE("killed after " << before << " commits");
+  REQUIRE(before >= 2);
+  REQUIRE(before < 6);
+
+  auto r = crucible_cli({"run", "--resume", dir.string()}, scratch.path() / "cache");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  auto steps = read_jsonl(dir / "seed-1" / "steps.jsonl");
+  REQUIRE(steps.size() == 6);
+  for (int s = 0; s < 6; ++s) CHECK(steps[s]["unit"] == "step=" + std::to_string(s));
+  auto candidates = read_jsonl(dir / "seed-1" / "candidates.jsonl");
+  CHECK(candidates.size() == 6 * 2 * 4);
+  std::map<std::string, int> per_unit;
+  std::set<uint64_t> ids;
+  for (const auto& c : candidates) ++per_unit[c["unit"]], ids.insert(c["candidate_id"].get<uint64_t>());
+  CHECK(ids.size() == candidates.size());
+  for (const auto& [unit, n] : per_unit) CHECK(n == 8);
+  // The policy went on from the last committed snapshot: versions keep counting.
+  CHECK(steps.back()["policy_version"] == 6);
+}
+
+TEST_CASE("a malformed experiment fails before any work, naming file, line and key") {
+  test::ScratchDir scratch("run-bad");
+  const fs::path file = scratch.path() / "bad.toml";
+  test::write_file(file, "[experiment]\nname = \"bad\"\n[tasks]\nnames = [\"relu\"]\n[grpo]\ngroup_size = -3\n");
+  const fs::path dir = scratch.path() / "run";
+  auto r = crucible_cli({"run", file.string(), "--out", dir.string()}, scratch.path() / "cache");
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("bad.toml:6") != std::string::npos);
+  CHECK(r.output.find("grpo.group_size") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir));
+
+  test::write_file(file, "[experiment]\nname = \"bad\"\n[tasks]\nnames = [\"conv2d\"]\n");  // no template for it
+  r = crucible_cli({"run", file.string(), "--out", dir.string()}, scratch.path() / "cache");
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("tasks.names") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir));
+}
