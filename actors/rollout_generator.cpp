@@ -6,7 +6,7 @@ namespace crucible::actors {
 
 generator_actor::behavior_type rollout_generator(generator_actor::pointer self, std::shared_ptr<GeneratorSetup> setup) {
   auto log = std::make_shared<log::Logger>("generator");
-  log->info("policy version ", setup->policy->version(), " on ", setup->policy_device);
+  log->info("policy version ", setup->policy->version(), setup->policy_device.empty() ? "" : " on " + setup->policy_device);
   return {
       [=](msg::GenerateRequest& request) -> caf::result<msg::Generated> {
         auto task = setup->tasks.find(request.task);

@@ -15,7 +15,7 @@ namespace crucible::actors {
 struct GeneratorSetup {
   std::unique_ptr<policy::Policy> policy;
   std::map<std::string, eval::TaskSpec> tasks;
-  std::string policy_device;       // where the policy computes ("cpu" for the search policy)
+  std::string policy_device;       // where the policy computes, leased while it does; empty: nowhere to guard
   std::shared_ptr<devices::DeviceLeases> leases;  // shared with evaluators on the same device
 };
 

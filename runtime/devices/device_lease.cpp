@@ -5,6 +5,7 @@
 namespace crucible::devices {
 
 DeviceLeases::Lease DeviceLeases::acquire(const std::string& device) {
+  if (device.empty()) return Lease(nullptr, device);
   const auto start = std::chrono::steady_clock::now();
   std::unique_lock lock(mutex_);
   freed_.wait(lock, [&] { return !held_[device]; });

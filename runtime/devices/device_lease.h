@@ -27,7 +27,8 @@ class DeviceLeases {
     std::string device_;
   };
 
-  // Blocks until the device is free; the lease ends with the returned object.
+  // Blocks until the device is free; the lease ends with the returned object. An empty device name is no device
+  // (a policy that computes nowhere worth guarding) and returns at once.
   Lease acquire(const std::string& device);
   // Seconds callers spent waiting for each device, for the run's stage accounting.
   double waited_seconds(const std::string& device) const;

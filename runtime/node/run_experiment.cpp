@@ -84,11 +84,13 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, const std::vector<e
   auto generator_setup = std::make_shared<actors::GeneratorSetup>();
   generator_setup->policy = make_policy(e, seed);
   generator_setup->tasks = by_name;
-  generator_setup->policy_device = "cpu";
+  // The search and replay policies take microseconds of one core per step: no lease, so they never wait for a
+  // timing. A model sharing an evaluator's GPU names that device here, and its sampling and updates then wait.
+  generator_setup->policy_device = "";
   generator_setup->leases = leases;
   auto optimizer_setup = std::make_shared<actors::OptimizerSetup>();
   optimizer_setup->policy = make_policy(e, seed);
-  optimizer_setup->policy_device = "cpu";
+  optimizer_setup->policy_device = "";
   optimizer_setup->leases = leases;
   for (const auto& t : tasks) optimizer_setup->policy->prepare(t);
   if (!snapshot.empty()) {
@@ -142,6 +144,9 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, const std::vector<e
     system.spawn<caf::detached>(actors::evaluator, coordinator, s);
   }
 
+  // What the stage accounting (tools/bench_stages) needs to know about this node.
+  std::ofstream(seed_dir / "node.json") << "{\"compile_workers\": " << compile_workers << ", \"evaluators\": "
+                                        << e.eval.devices.size() << ", \"cores\": " << cores << "}\n";
   RunResult result;
   result.dir = request.dir;
   caf::scoped_actor self{system};
