@@ -117,11 +117,13 @@ bool install_load_stage_filter(int socket_fd, const std::vector<long>& extra, co
   allow_if_arg_equals(p, SYS_sendto, 0, static_cast<uint32_t>(socket_fd));
   stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
   allow_basics(p, getpid());
-  allow_abort_path(p);
   for (long nr : {SYS_read, SYS_pread64, SYS_close, SYS_fstat, SYS_newfstatat, SYS_statx, SYS_lseek, SYS_getrandom,
                   SYS_clock_gettime, SYS_prctl, SYS_seccomp})
     allow(p, nr);
+  // The device's needs come before the abort path, whose write and rt_sigaction rules refuse other arguments: a
+  // device that needs write on any descriptor (the CUDA driver reports faults that way) must match first.
   allow_device_needs(p, extra, ioctl_fds);
+  allow_abort_path(p);
   stmt(p, BPF_RET | BPF_K, kRefuse);
   return install(p);
 }
@@ -131,8 +133,8 @@ bool install_run_stage_filter(pid_t self, const std::vector<long>& extra, const 
   check_arch(p);
   stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
   allow_basics(p, self);
+  allow_device_needs(p, extra, ioctl_fds);  // before the abort path, as above
   allow_abort_path(p);
-  allow_device_needs(p, extra, ioctl_fds);
   stmt(p, BPF_RET | BPF_K, kRefuse);
   return install(p);
 }
