@@ -132,15 +132,18 @@ const char* kEntryRows =
     "  for (int32_t d = 0; d + 1 < nd; ++d) rows *= in[0].shape[d];\n"
     "  if (n <= 0) return 0;\n";
 
+// The loop over rows of one float input and one float output, opened for the row's body.
+const char* kRowLoop =
+    "  const float* x = static_cast<const float*>(in[0].data);\n"
+    "  float* y = static_cast<float*>(out[0].data);\n"
+    "  for (int64_t i = 0; i < rows; ++i) {\n"
+    "    const float* xr = x + i * n;\n"
+    "    float* yr = y + i * n;\n";
+
 std::string softmax(const eval::TaskSpec&, const std::vector<int>& v) {
   const int lanes = v[0], strategy = v[1], exp_kind = v[2];
   std::string s = banner("softmax (cpu)", {"lanes", "strategy", "exp"}, v) + prelude(lanes, false) +
-                  exp_function(exp_kind) + (strategy == 2 ? kOnline : "") + kEntryRows +
-                  "  const float* x = static_cast<const float*>(in[0].data);\n"
-                  "  float* y = static_cast<float*>(out[0].data);\n"
-                  "  for (int64_t i = 0; i < rows; ++i) {\n"
-                  "    const float* xr = x + i * n;\n"
-                  "    float* yr = y + i * n;\n";
+                  exp_function(exp_kind) + (strategy == 2 ? kOnline : "") + kEntryRows + kRowLoop;
   if (strategy == 0)
     s += "    const float m = lane_max(xr, n);\n"
          "    acc_t sum;\n"
@@ -164,12 +167,7 @@ std::string softmax(const eval::TaskSpec&, const std::vector<int>& v) {
 std::string log_softmax(const eval::TaskSpec&, const std::vector<int>& v) {
   const int lanes = v[0], strategy = v[1], exp_kind = v[2];
   std::string s = banner("log_softmax (cpu)", {"lanes", "strategy", "exp"}, v) + prelude(lanes, false) +
-                  exp_function(exp_kind) + (strategy == 1 ? kOnline : "") + kEntryRows +
-                  "  const float* x = static_cast<const float*>(in[0].data);\n"
-                  "  float* y = static_cast<float*>(out[0].data);\n"
-                  "  for (int64_t i = 0; i < rows; ++i) {\n"
-                  "    const float* xr = x + i * n;\n"
-                  "    float* yr = y + i * n;\n";
+                  exp_function(exp_kind) + (strategy == 1 ? kOnline : "") + kEntryRows + kRowLoop;
   if (strategy == 0)
     s += "    const float m = lane_max(xr, n);\n"
          "    acc_t sum;\n"
