@@ -92,11 +92,12 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, const std::vector<e
   optimizer_setup->policy = make_policy(e, seed);
   optimizer_setup->policy_device = "";
   optimizer_setup->leases = leases;
-  for (const auto& t : tasks) optimizer_setup->policy->prepare(t);
   if (!snapshot.empty()) {
     generator_setup->policy->restore(snapshot);
     optimizer_setup->policy->restore(snapshot);
   }
+  // After restoring: a checkpoint may know fewer tasks than this experiment has.
+  for (const auto& t : tasks) optimizer_setup->policy->prepare(t);
 
   caf::actor_system_config config;
   config.add_message_types<caf::id_block::crucible>();

@@ -117,10 +117,11 @@ max_staleness = 1
   CHECK(fs::exists(run.dir / "summary.json"));
 }
 
-TEST_CASE("grpo with max_staleness = 0 is strictly on-policy") {
+TEST_CASE("grpo with max_staleness = 0 is strictly on-policy, once per seed") {
   test::ScratchDir scratch("run-sync");
   auto run = run_experiment(scratch, R"([experiment]
 name = "sync"
+seeds = [1, 2]
 [tasks]
 names = ["relu"]
 [grpo]
@@ -138,6 +139,12 @@ max_staleness = 0
     if (s > 0) CHECK(t(c, "generate", 0) >= train_end[s - 1]);
     CHECK(c["policy_version"] == s);
   }
+  // The second seed is a replicate with its own policy, from version 0.
+  auto second = read_jsonl(run.dir / "seed-2" / "candidates.jsonl");
+  CHECK(second.size() == 12);
+  CHECK(second.front()["policy_version"] == 0);
+  auto summary = json::parse(test::read_file(run.dir / "summary.json"));
+  CHECK(summary["seeds"].size() == 2);
 }
 
 TEST_CASE("best_of_n keeps the best verdict per task and accounts its budget") {
@@ -171,11 +178,17 @@ group_size = 3
 
 TEST_CASE("ttt adapts per task and selects the best kernel and the best step") {
   test::ScratchDir scratch("run-ttt");
+  // A checkpoint (a search-policy snapshot) that has learnt relu's largest block and unroll.
+  const fs::path checkpoint = scratch.path() / "checkpoint.json";
+  test::write_file(checkpoint, R"({"version": 40, "learning_rate": 0.5, "temperature": 1.0, "backend": "cpu",
+    "logits": {"relu": [[0, 0, 0, 30], [0, 0, 0, 30]]}})");
   auto run = run_experiment(scratch, R"([experiment]
 name = "ttt"
 mode = "ttt"
 [tasks]
 names = ["relu", "matmul"]
+[policy]
+checkpoint = ")" + checkpoint.string() + R"("
 [ttt]
 steps = 3
 rollouts = 4
@@ -183,6 +196,11 @@ concurrent_tasks = 2
 [advantage]
 kind = "entropic_adaptive_beta"
 )" + kFastEval);
+  // Adaptation starts from the checkpoint: its version, and relu's knobs as it left them.
+  for (const auto& c : run.candidates) {
+    CHECK(c["policy_version"].get<int>() >= 40);
+    if (c["task"] == "relu" && c["step"] == 0) CHECK(c["policy_output"] == "block=4096 unroll=8");
+  }
   REQUIRE(run.steps.size() == 6);
   auto summary = json::parse(test::read_file(run.dir / "summary.json"));
   for (const char* task : {"relu", "matmul"}) {
