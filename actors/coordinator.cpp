@@ -112,8 +112,9 @@ void commit(Self self, std::size_t index) {
   std::size_t done = 1;
   for (const auto& other : st.units) done += other.phase == Phase::committed;
   st.candidates_done += traces.size();
-  msg::CommitUnit request{u.trace.plan->name, unit_metrics_json(u.trace, traces), u.snapshot,
-                          progress_line(st.setup.mode, u.trace, traces, done, st.units.size(),
+  const auto metrics = unit_metrics(traces);
+  msg::CommitUnit request{u.trace.plan->name, unit_metrics_json(u.trace, traces, metrics), u.snapshot,
+                          progress_line(st.setup.mode, u.trace, metrics, done, st.units.size(),
                                         wall_now() - st.start_time, st.candidates_done)};
   self->request(st.setup.telemetry, caf::infinite, std::move(request))
       .then(

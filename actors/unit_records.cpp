@@ -77,10 +77,15 @@ std::string candidate_record_json(const CandidateTrace& t, const UnitTrace& unit
   return j.dump();
 }
 
-std::string unit_metrics_json(const UnitTrace& unit, const std::vector<const CandidateTrace*>& traces) {
+run::StepMetrics unit_metrics(const std::vector<const CandidateTrace*>& traces) {
   std::vector<run::Outcome> outcomes;
   for (const auto* t : traces) outcomes.push_back(outcome_of(*t));
-  json j = json::parse(run::metrics_json(run::compute_metrics(outcomes)));
+  return run::compute_metrics(outcomes);
+}
+
+std::string unit_metrics_json(const UnitTrace& unit, const std::vector<const CandidateTrace*>& traces,
+                              const run::StepMetrics& metrics) {
+  json j = json::parse(run::metrics_json(metrics));
   j["step"] = unit.plan->step;
   if (!unit.plan->task.empty()) j["task"] = unit.plan->task;
   j["policy_version"] = unit.policy_version_after;
@@ -111,11 +116,8 @@ std::string unit_metrics_json(const UnitTrace& unit, const std::vector<const Can
   return j.dump();
 }
 
-std::string progress_line(const std::string& mode, const UnitTrace& unit, const std::vector<const CandidateTrace*>& traces,
+std::string progress_line(const std::string& mode, const UnitTrace& unit, const run::StepMetrics& m,
                           std::size_t done, std::size_t total, double elapsed, std::size_t candidates_done) {
-  std::vector<run::Outcome> outcomes;
-  for (const auto* t : traces) outcomes.push_back(outcome_of(*t));
-  auto m = run::compute_metrics(outcomes);
   char buf[256];
   const double eta = done ? elapsed / static_cast<double>(done) * static_cast<double>(total - done) : 0.0;
   std::snprintf(buf, sizeof buf, "[%s] %-22s %3zu/%zu | reward mean %.3f max %.3f | correct %3.0f%% fast_1 %3.0f%% | %.1f cand/s | %s elapsed, ETA %s",

@@ -31,10 +31,12 @@ struct UnitTrace {
 
 std::string candidate_record_json(const CandidateTrace& trace, const UnitTrace& unit);
 run::Outcome outcome_of(const CandidateTrace& trace);
-// Metrics (compute_metrics) plus the unit's identity, timings, staleness and budget (samples, tokens, compile and
-// evaluation seconds), and the best candidate.
-std::string unit_metrics_json(const UnitTrace& unit, const std::vector<const CandidateTrace*>& traces);
-std::string progress_line(const std::string& mode, const UnitTrace& unit, const std::vector<const CandidateTrace*>& traces,
+run::StepMetrics unit_metrics(const std::vector<const CandidateTrace*>& traces);
+// The metrics plus the unit's identity, timings, staleness and budget (samples, tokens, compile and evaluation
+// seconds), and the best candidate.
+std::string unit_metrics_json(const UnitTrace& unit, const std::vector<const CandidateTrace*>& traces,
+                              const run::StepMetrics& metrics);
+std::string progress_line(const std::string& mode, const UnitTrace& unit, const run::StepMetrics& metrics,
                           std::size_t units_done, std::size_t units_total, double elapsed_s, std::size_t candidates_done);
 
 }  // namespace crucible::actors

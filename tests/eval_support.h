@@ -24,4 +24,15 @@ inline std::string detail_of(const eval::Verdict& v) {
   return s;
 }
 
+// Evaluation on the first GPU at a size set, with limits a test can afford.
+inline eval::EvalOptions gpu_options(const std::string& sizes, double call_timeout_s = 5.0,
+                                     double compile_time_limit_s = 60.0) {
+  eval::EvalOptions o;
+  o.device = "cuda:0";
+  o.sizes = sizes;
+  o.call_timeout_s = call_timeout_s;
+  o.compile.time_limit_s = compile_time_limit_s;
+  return o;
+}
+
 }  // namespace crucible::test

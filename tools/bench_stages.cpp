@@ -11,18 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "run/jsonl.h"
+
 namespace fs = std::filesystem;
+using crucible::run::read_jsonl;
 using nlohmann::json;
 
 namespace {
-
-std::vector<json> read_jsonl(const fs::path& path) {
-  std::vector<json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
 
 struct Interval {
   double start = 0, end = 0;

@@ -7,18 +7,12 @@
 #include <map>
 #include <sstream>
 
+#include "run/jsonl.h"
+
 namespace crucible::modes {
 namespace {
 
 using nlohmann::json;
-
-std::vector<json> read_jsonl(const std::filesystem::path& path) {
-  std::vector<json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (auto j = json::parse(line, nullptr, false); !j.is_discarded()) out.push_back(std::move(j));
-  return out;
-}
 
 double num(const json& j, const char* key) { return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0; }
 
@@ -100,7 +94,7 @@ std::string write_run_summary(const std::filesystem::path& dir, const experiment
   summary["mode"] = experiment::mode_name(e.mode);
   std::ostringstream text;
   for (uint64_t seed : e.seeds) {
-    const auto units = read_jsonl(dir / ("seed-" + std::to_string(seed)) / "steps.jsonl");
+    const auto units = run::read_jsonl(dir / ("seed-" + std::to_string(seed)) / "steps.jsonl", true);
     text << "seed " << seed << " (" << units.size() << " units):\n";
     switch (e.mode) {
       case experiment::Mode::grpo: summary["seeds"][std::to_string(seed)] = summarise_grpo(units, text); break;

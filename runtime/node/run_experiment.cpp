@@ -162,8 +162,8 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, const std::vector<e
 
 }  // namespace
 
-void check_runnable(const experiment::Experiment& e) {
-  const auto tasks = experiment::resolve_tasks(e);
+std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
+  auto tasks = experiment::resolve_tasks(e);
   const std::string backend = backend_of(e);
   for (const auto& d : e.eval.devices)
     if ((d == "cpu") != (backend == "cpu"))
@@ -181,11 +181,12 @@ void check_runnable(const experiment::Experiment& e) {
     for (const auto& t : tasks)
       if (replay.files_for(t.name).empty())
         e.fail("policy.replay_dir", "no candidates for task '" + t.name + "' in " + e.policy.replay_dir + "/" + t.name);
-    return;
+    return tasks;
   }
   for (const auto& t : tasks)
     if (!policy::template_for(t, backend))
       e.fail("tasks.names", "the search policy has no " + backend + " template for task '" + t.name + "'");
+  return tasks;
 }
 
 fs::path default_run_dir(const experiment::Experiment& e) {
@@ -197,8 +198,7 @@ fs::path default_run_dir(const experiment::Experiment& e) {
 
 RunResult run_experiment(const RunRequest& request) {
   const auto& e = request.experiment;
-  check_runnable(e);
-  const auto tasks = experiment::resolve_tasks(e);
+  const auto tasks = check_runnable(e);
   fs::create_directories(request.dir);
   if (!request.resume) {
     if (fs::exists(request.dir / "experiment.toml"))

@@ -3,6 +3,7 @@
 // pool, one evaluator per device, the reward normalizer, the optimizer and telemetry, writing DIR/seed-<s>/.
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "experiment/experiment.h"
 #include "logging/log.h"
@@ -25,8 +26,8 @@ struct RunResult {
 };
 
 // Checks everything that can be checked before work starts (tasks, templates, devices); throws
-// config::ConfigError or std::invalid_argument for a malformed or impossible experiment.
-void check_runnable(const experiment::Experiment& experiment);
+// config::ConfigError or std::invalid_argument for a malformed or impossible experiment. Returns its tasks.
+std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& experiment);
 
 RunResult run_experiment(const RunRequest& request);
 

@@ -19,15 +19,6 @@ std::string cuda_candidate(const std::string& task) {
   return test::read_file(test::source_dir() / "configs" / "candidates" / "cuda" / (task + ".cu"));
 }
 
-eval::EvalOptions gpu_options(const std::string& sizes = "cpu") {
-  eval::EvalOptions o;
-  o.device = "cuda:0";
-  o.sizes = sizes;
-  o.call_timeout_s = 5.0;
-  o.compile.time_limit_s = 60.0;
-  return o;
-}
-
 struct Expectation {
   const char* fixture;
   const char* task;
@@ -81,7 +72,7 @@ const Expectation kExpectations[] = {
 TEST_CASE("gpu: every CUDA hack and fault fixture gets its exact verdict, and the GPU recovers after each fault") {
   test::TestEvaluator t("gpu-fixtures");
   auto& evaluator = t.evaluator;
-  const auto options = gpu_options();
+  const auto options = test::gpu_options("cpu");
   auto relu = tasks::find_task("relu", test::tasks_dir());
   for (const auto& e : kExpectations) {
     auto task = tasks::find_task(e.task, test::tasks_dir());
@@ -107,7 +98,7 @@ TEST_CASE("gpu: every shipped naive CUDA candidate is correct at the tasks' CUDA
   for (const auto& entry : std::filesystem::directory_iterator(test::source_dir() / "configs" / "candidates" / "cuda")) {
     const std::string name = entry.path().stem().string();
     auto task = tasks::find_task(name, test::tasks_dir());
-    auto verdict = evaluator.evaluate(task, test::read_file(entry.path()), gpu_options("cuda"));
+    auto verdict = evaluator.evaluate(task, test::read_file(entry.path()), test::gpu_options("cuda"));
     INFO(name, " -> ", test::detail_of(verdict));
     CHECK(verdict.status == eval::Status::correct);
     CHECK(verdict.device == "cuda:0");
@@ -121,7 +112,7 @@ TEST_CASE("gpu: work moved off the candidate's stream is still timed") {
   test::TestEvaluator t("gpu-stream");
   auto& evaluator = t.evaluator;
   auto relu = tasks::find_task("relu", test::tasks_dir());
-  auto options = gpu_options("cuda");
+  auto options = test::gpu_options("cuda");
   auto honest = evaluator.evaluate(relu, cuda_candidate("relu"), options);
   auto hidden = evaluator.evaluate(relu, cuda_fixture("default_stream"), options);
   INFO(test::detail_of(honest), " / ", test::detail_of(hidden));
@@ -135,7 +126,7 @@ TEST_CASE("gpu: kernel coverage tells a candidate's own kernels from runtime cop
   test::TestEvaluator t("gpu-coverage");
   auto& evaluator = t.evaluator;
   auto relu = tasks::find_task("relu", test::tasks_dir());
-  auto options = gpu_options("cuda");
+  auto options = test::gpu_options("cuda");
   auto own = evaluator.evaluate(relu, cuda_candidate("relu"), options);
   auto copying = evaluator.evaluate(relu, cuda_fixture("copy_heavy"), options);
   INFO(test::detail_of(own), " / ", test::detail_of(copying));

@@ -23,14 +23,8 @@ using test::sweep_all;
 
 namespace {
 
-eval::EvalOptions gpu_options(const std::string& sizes) {
-  eval::EvalOptions o;
-  o.device = "cuda:0";
-  o.sizes = sizes;
-  o.call_timeout_s = 10.0;
-  o.compile.time_limit_s = 120.0;
-  return o;
-}
+// Template candidates at KernelBench sizes: generous limits.
+eval::EvalOptions gpu_options(const std::string& sizes) { return test::gpu_options(sizes, 10.0, 120.0); }
 
 // Rows: 67 (not a multiple of any rows-per-block); row lengths: 10004 (vectorisable, not a multiple of any
 // threads x unroll); elementwise: 67 x 100003 elements (a tail after the last float4); matmul: 67 x 129 x 1001.

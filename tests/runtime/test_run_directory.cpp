@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "run/jsonl.h"
 #include "run/run_directory.h"
 #include "support.h"
 
@@ -13,16 +14,9 @@ using run::RunError;
 
 namespace {
 
-std::vector<nlohmann::json> json_lines(const std::filesystem::path& file) {
-  std::vector<nlohmann::json> lines;
-  std::istringstream in(test::read_file(file));
-  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
-
 std::vector<std::string> units_of(const std::filesystem::path& file) {
   std::vector<std::string> units;
-  for (const auto& j : json_lines(file)) units.push_back(j.at("unit"));
+  for (const auto& j : run::read_jsonl(file)) units.push_back(j.at("unit"));
   return units;
 }
 
@@ -64,17 +58,17 @@ TEST_CASE("a run directory round trip: create, record, commit, resume") {
     CHECK_FALSE(std::filesystem::exists(dir / "policy" / "2.json"));
   }
 
-  auto candidates = json_lines(dir / "candidates.jsonl");
+  auto candidates = run::read_jsonl(dir / "candidates.jsonl");
   REQUIRE(candidates.size() == 3);
   CHECK(candidates[0]["unit"] == "seed=1/step=1");
   CHECK(candidates[0]["task"] == "relu");
   CHECK(candidates[0]["source"] == hash);
   CHECK(candidates[2]["unit"] == "seed=1/step=2");
-  auto steps = json_lines(dir / "steps.jsonl");
+  auto steps = run::read_jsonl(dir / "steps.jsonl");
   REQUIRE(steps.size() == 2);
   CHECK(steps[1]["unit"] == "seed=1/step=2");
   CHECK(steps[1]["reward_mean"] == 0.75);
-  auto journal = json_lines(dir / "journal.jsonl");
+  auto journal = run::read_jsonl(dir / "journal.jsonl");
   REQUIRE(journal.size() == 2);
   CHECK(journal[0]["event"] == "commit");
   CHECK(journal[1]["index"] == 2);
@@ -85,7 +79,7 @@ TEST_CASE("a run directory round trip: create, record, commit, resume") {
   CHECK(resumed.is_committed("seed=1/step=1"));
   CHECK_FALSE(resumed.is_committed("seed=1/step=3"));
   CHECK(resumed.last_policy_snapshot() == std::optional<std::string>(R"({"version": 1})"));
-  CHECK(json_lines(dir / "candidates.jsonl").size() == 3);
+  CHECK(run::read_jsonl(dir / "candidates.jsonl").size() == 3);
 
   // Going on after a resume numbers commits on from where the run stopped.
   resumed.commit("seed=1/step=3", "{}", R"({"version": 3})");
@@ -140,7 +134,7 @@ TEST_CASE("a torn last journal line is ignored and cut off, so later commits sta
   }
   auto run = RunDirectory::resume(dir);
   CHECK(run.committed() == std::vector<std::string>{"a", "b"});
-  CHECK(json_lines(dir / "journal.jsonl").size() == 2);
+  CHECK(run::read_jsonl(dir / "journal.jsonl").size() == 2);
 }
 
 TEST_CASE("a corrupt line in the middle of the journal is an error, not silently skipped") {
@@ -171,7 +165,7 @@ TEST_CASE("records must be JSON objects of their own unit") {
   CHECK_THROWS_AS(run.commit("u", "3", ""), RunError);
   CHECK_FALSE(run.is_committed("u"));
   run.append_candidate("u", R"({"unit": "u", "k": 1})");
-  CHECK(json_lines(scratch.path() / "run" / "candidates.jsonl").at(0) == nlohmann::json{{"unit", "u"}, {"k", 1}});
+  CHECK(run::read_jsonl(scratch.path() / "run" / "candidates.jsonl").at(0) == nlohmann::json{{"unit", "u"}, {"k", 1}});
 }
 
 TEST_CASE("create refuses a directory in use; resume refuses one that is not a run") {
@@ -200,7 +194,7 @@ TEST_CASE("a run directory can be moved, and written from several threads at onc
     });
   for (auto& t : threads) t.join();
   for (int t = 0; t < 4; ++t) run.commit("unit-" + std::to_string(t), "{}", "");
-  CHECK(json_lines(scratch.path() / "run" / "candidates.jsonl").size() == 200);
+  CHECK(run::read_jsonl(scratch.path() / "run" / "candidates.jsonl").size() == 200);
   std::size_t sources = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(scratch.path() / "run" / "sources"))
     ++sources;

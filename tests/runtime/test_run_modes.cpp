@@ -13,11 +13,13 @@
 #include <set>
 #include <thread>
 
-#include "crucible/eval/subprocess.h"
+#include "cli_support.h"
+#include "run/jsonl.h"
 #include "support.h"
 
 using namespace crucible;
 using nlohmann::json;
+using run::read_jsonl;
 namespace fs = std::filesystem;
 
 namespace {
@@ -25,20 +27,9 @@ namespace {
 // Small and quick: one correctness trial, three timed calls.
 const std::string kFastEval = "[eval]\ndevices = [\"cpu\"]\nmode = \"fast\"\ncorrectness_trials = 1\ntiming_trials = 3\n";
 
-eval::ProcessResult crucible_cli(const std::vector<std::string>& args, const fs::path& cache, double wall = 600) {
-  std::vector<std::string> argv{"env", "CRUCIBLE_CACHE_DIR=" + cache.string(), CRUCIBLE_CLI_PATH};
-  argv.insert(argv.end(), args.begin(), args.end());
-  eval::ProcessLimits limits;
-  limits.wall_seconds = wall;
-  return eval::run_process(argv, limits);
-}
-
-std::vector<json> read_jsonl(const fs::path& path) {
-  std::vector<json> out;
-  std::istringstream in(test::read_file(path));
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
+// A run takes up to minutes.
+eval::ProcessResult crucible_cli(const std::vector<std::string>& args, const fs::path& cache) {
+  return test::crucible_cli(args, cache.string(), 600);
 }
 
 struct Run {

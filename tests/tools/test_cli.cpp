@@ -1,20 +1,11 @@
 // The crucible binary as a user runs it: exit codes, JSON output, help.
 #include <doctest/doctest.h>
 
-#include "crucible/eval/subprocess.h"
+#include "cli_support.h"
 #include "support.h"
 
 using namespace crucible;
-
-namespace {
-eval::ProcessResult crucible_cli(const std::vector<std::string>& args, const std::string& cache) {
-  std::vector<std::string> argv{"env", "CRUCIBLE_CACHE_DIR=" + cache, CRUCIBLE_CLI_PATH};
-  argv.insert(argv.end(), args.begin(), args.end());
-  eval::ProcessLimits limits;
-  limits.wall_seconds = 120;
-  return eval::run_process(argv, limits);
-}
-}  // namespace
+using test::crucible_cli;
 
 TEST_CASE("crucible eval --json prints one verdict and exits 0 whatever the verdict") {
   test::ScratchDir cache("cli");
