@@ -1,0 +1,28 @@
+#pragma once
+// Decode steps replayed from a CUDA graph: one launch per step instead of a few hundred kernel launches, which is
+// what bounds small-batch decoding. Built only against a CUDA LibTorch; elsewhere `available()` is false.
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+
+#include "lm/decode_step.h"
+
+namespace crucible::lm {
+
+class DecodeGraph {
+ public:
+  static bool available();
+  // Captures decode_step over the whole cache. The buffers must outlive the graph and keep their storage.
+  DecodeGraph(const Transformer& model, DecodeBuffers& buffers);
+  ~DecodeGraph();
+  DecodeGraph(const DecodeGraph&) = delete;
+  DecodeGraph& operator=(const DecodeGraph&) = delete;
+
+  const at::Tensor& replay();  // logits [B, V], overwritten by the next replay
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace crucible::lm

@@ -1,0 +1,220 @@
+#include "lm/generator.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include "lm/completion_text.h"
+#include "lm/decode_graph.h"
+#include "lm/decode_step.h"
+
+namespace crucible::lm {
+namespace {
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+std::vector<int64_t> to_vector(const at::Tensor& t) {
+  const auto c = t.to(at::kCPU, at::kLong).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+std::vector<float> to_floats(const at::Tensor& t) {
+  const auto c = t.to(at::kCPU, at::kFloat).contiguous();
+  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
+}
+
+void check_request(const GenerationRequest& r, const ModelConfig& c, std::size_t index) {
+  const auto where = "request " + std::to_string(index) + ": ";
+  if (r.prompt.empty()) throw std::invalid_argument(where + "empty prompt");
+  for (auto t : r.prompt)
+    if (t < 0 || t >= c.vocab_size) throw std::invalid_argument(where + "token " + std::to_string(t) + " outside the vocabulary");
+  if (r.max_new_tokens < 0) throw std::invalid_argument(where + "negative max_new_tokens");
+  const auto total = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
+  if (total > c.max_position_embeddings)
+    throw std::invalid_argument(where + "prompt + max_new_tokens = " + std::to_string(total) +
+                                " exceeds the model's " + std::to_string(c.max_position_embeddings) + " positions");
+  if (r.sampling.top_p <= 0.0 || r.sampling.top_p > 1.0) throw std::invalid_argument(where + "top_p must be in (0, 1]");
+}
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::stop_token: return "stop_token";
+    case FinishReason::stop_string: return "stop_string";
+    case FinishReason::length: return "length";
+  }
+  return "?";
+}
+
+Generator::Generator(const Transformer& model, TokenBytes token_bytes, GeneratorOptions options)
+    : model_(model), token_bytes_(std::move(token_bytes)), options_(options) {}
+
+Generator::~Generator() = default;
+
+DecodeBuffers& Generator::buffers_for(int64_t batch, int64_t capacity, bool graph) {
+  model_.reserve_positions(capacity);
+  const bool same_shape = buffers_ && buffers_->cache.batch == batch && buffers_->cache.capacity == capacity;
+  if (!same_shape) {
+    graph_.reset();
+    buffers_ = std::make_unique<DecodeBuffers>(make_decode_buffers(model_, batch, capacity));
+  }
+  // A graph holds the rotary tables' addresses: recapture if they grew since.
+  if (graph && (!graph_ || graph_rotary_size_ != model_.rotary().size())) {
+    graph_.reset();
+    graph_ = std::make_unique<DecodeGraph>(model_, *buffers_);
+    graph_rotary_size_ = model_.rotary().size();
+  }
+  if (!graph) graph_.reset();
+  return *buffers_;
+}
+
+std::vector<Completion> Generator::generate(const std::vector<GenerationRequest>& requests) {
+  if (requests.empty()) return {};
+  c10::InferenceMode inference;
+  const auto& config = model_.config();
+  const int64_t B = static_cast<int64_t>(requests.size());
+  int64_t P = 0, N = 0;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    check_request(requests[i], config, i);
+    P = std::max<int64_t>(P, requests[i].prompt.size());
+    N = std::max(N, requests[i].max_new_tokens);
+  }
+  std::vector<Completion> out(B);
+  if (N == 0) return out;
+
+  const auto device = model_.options().device;
+  const bool use_graph = options_.cuda_graphs && device.is_cuda() && DecodeGraph::available();
+  const int64_t capacity = round_up(P + N, 256);
+  auto& buffers = buffers_for(B, capacity, use_graph);
+
+  // Left-pad the prompts so every row's last prompt token sits in slot P - 1.
+  auto tokens = at::zeros({B, P}, at::kLong);
+  auto positions = at::zeros({B, P}, at::kLong);
+  auto key_valid = at::zeros({B, capacity}, at::kBool);
+  auto prompt_lengths = at::zeros({B, 1}, at::kLong);
+  auto tok = tokens.accessor<int64_t, 2>();
+  auto pos = positions.accessor<int64_t, 2>();
+  auto valid = key_valid.accessor<bool, 2>();
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& prompt = requests[b].prompt;
+    const int64_t pad = P - static_cast<int64_t>(prompt.size());
+    for (int64_t s = pad; s < P; ++s) {
+      tok[b][s] = prompt[s - pad];
+      pos[b][s] = s - pad;
+      valid[b][s] = true;
+    }
+    prompt_lengths.accessor<int64_t, 2>()[b][0] = static_cast<int64_t>(prompt.size());
+  }
+  buffers.key_valid.copy_(key_valid);
+  const auto base_positions = prompt_lengths.to(device);
+
+  AttentionInputs prefill;
+  prefill.positions = positions.to(device);
+  prefill.slots = at::arange(P, at::TensorOptions().dtype(at::kLong).device(device));
+  prefill.visible = P;
+  prefill.mask = causal_mask(prefill.slots, buffers.key_valid, P);
+  at::Tensor logits = model_.logits(model_.hidden_states(tokens.to(device), prefill, buffers.cache).select(1, P - 1));
+
+  std::vector<SamplingParams> rows;
+  std::vector<CompletionText> texts;
+  for (const auto& r : requests) {
+    rows.push_back(r.sampling);
+    texts.emplace_back(r.stop_strings);
+  }
+  const BatchSampler sampler(rows, config.vocab_size, device);
+  std::vector<bool> done(B, false);
+  int64_t remaining = B;
+  for (int64_t step = 0; step < N && remaining > 0; ++step) {
+    const auto sampled = sampler.sample(logits, step);
+    const auto ids = to_vector(sampled.tokens);
+    const auto sampling_lp = to_floats(sampled.sampling_logprobs);
+    const auto model_lp = to_floats(sampled.model_logprobs);
+    for (int64_t b = 0; b < B; ++b) {
+      if (done[b]) continue;
+      const auto& request = requests[b];
+      auto& c = out[b];
+      c.tokens.push_back(ids[b]);
+      c.sampling_logprobs.push_back(sampling_lp[b]);
+      c.model_logprobs.push_back(model_lp[b]);
+      const auto& stops = request.stop_token_ids;
+      if (std::find(stops.begin(), stops.end(), ids[b]) != stops.end()) {
+        c.finish = FinishReason::stop_token;
+      } else if (texts[b].append(token_bytes_(ids[b]))) {
+        c.finish = FinishReason::stop_string;
+      } else if (static_cast<int64_t>(c.tokens.size()) < request.max_new_tokens) {
+        continue;
+      }
+      done[b] = true;
+      --remaining;
+    }
+    if (remaining == 0 || step + 1 == N) break;
+    buffers.token.copy_(sampled.tokens.view({B, 1}));
+    buffers.position.copy_(base_positions + step);
+    buffers.slot.fill_(P + step);
+    logits = use_graph ? graph_->replay() : decode_step(model_, buffers, P + step + 1);
+  }
+  for (int64_t b = 0; b < B; ++b) out[b].text = texts[b].text();
+  return out;
+}
+
+std::vector<std::vector<float>> Generator::score(const std::vector<std::vector<int64_t>>& sequences,
+                                                 int64_t max_batch_tokens) const {
+  c10::InferenceMode inference;
+  const auto device = model_.options().device;
+  const auto index = at::TensorOptions().dtype(at::kLong).device(device);
+  std::vector<std::vector<float>> out(sequences.size());
+  // Longest first, so each micro-batch pads little.
+  std::vector<std::size_t> order(sequences.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](auto a, auto b) { return sequences[a].size() > sequences[b].size(); });
+  std::size_t next = 0;
+  while (next < order.size()) {
+    const int64_t T = std::max<int64_t>(1, sequences[order[next]].size());
+    if (T > model_.config().max_position_embeddings)
+      throw std::invalid_argument("score: a sequence is longer than the model's positions");
+    const int64_t B = std::max<int64_t>(1, std::min<int64_t>(order.size() - next, max_batch_tokens / T));
+    auto tokens = at::zeros({B, T}, at::kLong);
+    auto valid = at::zeros({B, T}, at::kBool);
+    auto tok = tokens.accessor<int64_t, 2>();
+    auto ok = valid.accessor<bool, 2>();
+    for (int64_t b = 0; b < B; ++b) {
+      const auto& seq = sequences[order[next + b]];
+      for (std::size_t t = 0; t < seq.size(); ++t) {
+        tok[b][t] = seq[t];
+        ok[b][t] = true;
+      }
+    }
+    model_.reserve_positions(T);
+    auto cache = model_.make_cache(B, T);
+    AttentionInputs attention;
+    attention.slots = at::arange(T, index);
+    attention.positions = attention.slots.unsqueeze(0).expand({B, T});
+    attention.visible = T;
+    attention.mask = causal_mask(attention.slots, valid.to(device), T);
+    const auto tokens_dev = tokens.to(device);
+    const auto hidden = model_.hidden_states(tokens_dev, attention, cache);
+    // Logits in chunks of positions: [B, T, V] float32 at once would not fit for long sequences.
+    std::vector<at::Tensor> chunks;
+    const int64_t chunk = std::max<int64_t>(1, 8192 / B);
+    for (int64_t t0 = 0; t0 + 1 < T; t0 += chunk) {
+      const int64_t len = std::min(chunk, T - 1 - t0);
+      const auto lp = at::log_softmax(model_.logits(hidden.narrow(1, t0, len)), -1);
+      chunks.push_back(lp.gather(2, tokens_dev.narrow(1, t0 + 1, len).unsqueeze(2)).squeeze(2).to(at::kCPU));
+    }
+    const auto all = chunks.empty() ? at::zeros({B, 0}) : at::cat(chunks, 1).contiguous();
+    for (int64_t b = 0; b < B; ++b) {
+      const auto n = static_cast<int64_t>(sequences[order[next + b]].size());
+      const float* row = all.data_ptr<float>() + b * all.size(1);
+      out[order[next + b]].assign(row, row + std::max<int64_t>(0, n - 1));
+    }
+    next += B;
+  }
+  return out;
+}
+
+}  // namespace crucible::lm

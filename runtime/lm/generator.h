@@ -1,0 +1,72 @@
+#pragma once
+// Batched generation with a static KV cache: left-padded prompts share one prefill, then one token per row per
+// step until every row has met a stop token, a stop string or its token budget. Returns tokens, text and the
+// log-probabilities of each sampled token. Also teacher-forced log-probabilities of given sequences.
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lm/sampler.h"
+#include "lm/transformer.h"
+
+namespace crucible::lm {
+
+struct GenerationRequest {
+  std::vector<int64_t> prompt;
+  SamplingParams sampling;
+  int64_t max_new_tokens = 256;
+  std::vector<int64_t> stop_token_ids;
+  std::vector<std::string> stop_strings;
+};
+
+enum class FinishReason { stop_token, stop_string, length };
+const char* finish_reason_name(FinishReason r);
+
+struct Completion {
+  std::vector<int64_t> tokens;  // every sampled token, including a final stop token
+  std::string text;             // the decoded completion without a stop token and cut before a stop string
+  std::vector<float> sampling_logprobs;  // per token, under the distribution it was sampled from
+  std::vector<float> model_logprobs;     // per token, under the model's raw distribution
+  FinishReason finish = FinishReason::length;
+};
+
+// A token's bytes as the tokenizer decodes it (byte-level BPE tokens decode independently).
+using TokenBytes = std::function<std::string(int64_t)>;
+
+struct GeneratorOptions {
+  bool cuda_graphs = true;  // replay decode steps from a CUDA graph when the model is on a GPU
+};
+
+class DecodeGraph;
+struct DecodeBuffers;
+
+class Generator {
+ public:
+  Generator(const Transformer& model, TokenBytes token_bytes, GeneratorOptions options = {});
+  ~Generator();
+
+  // Throws std::invalid_argument for an empty prompt, a token outside the vocabulary, or a request longer than
+  // the model's positions.
+  std::vector<Completion> generate(const std::vector<GenerationRequest>& requests);
+
+  // log p(seq[t] | seq[0..t)) for t = 1..len-1 of each sequence, in micro-batches of at most `max_batch_tokens`
+  // padded tokens.
+  std::vector<std::vector<float>> score(const std::vector<std::vector<int64_t>>& sequences,
+                                        int64_t max_batch_tokens = 16384) const;
+
+ private:
+  DecodeBuffers& buffers_for(int64_t batch, int64_t capacity, bool graph);
+
+  const Transformer& model_;
+  TokenBytes token_bytes_;
+  GeneratorOptions options_;
+  // Buffers (and a captured graph) for the last (batch, capacity), reused by the next call of that shape.
+  std::unique_ptr<DecodeBuffers> buffers_;
+  std::unique_ptr<DecodeGraph> graph_;
+  int64_t graph_rotary_size_ = 0;
+};
+
+}  // namespace crucible::lm

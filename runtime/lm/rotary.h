@@ -1,0 +1,34 @@
+#pragma once
+// Rotary position embeddings: inverse frequencies from rope_theta (with Llama-3's scaling when configured),
+// and cos/sin tables by position, computed in float32 the way transformers does and cast to the model dtype.
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <optional>
+
+#include "lm/model_config.h"
+
+namespace crucible::lm {
+
+at::Tensor rope_inverse_frequencies(const ModelConfig& config);  // [D/2] float32, on the CPU
+
+class RotaryTable {
+ public:
+  RotaryTable() = default;
+  RotaryTable(const ModelConfig& config, c10::Device device, c10::ScalarType dtype);
+  void reserve(int64_t positions);  // grows the tables to cover positions [0, n)
+  // positions [B, T] -> cos and sin [B, T, 1, D], ready to broadcast over heads.
+  std::pair<at::Tensor, at::Tensor> lookup(const at::Tensor& positions) const;
+  int64_t size() const;
+
+ private:
+  at::Tensor inv_freq_;  // [D/2] float32 on the device
+  at::Tensor cos_, sin_;  // [n, D] in the model dtype
+  c10::ScalarType dtype_ = c10::kFloat;
+};
+
+// x [B, T, H, D] rotated by cos/sin [B, T, 1, D].
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+}  // namespace crucible::lm

@@ -1,0 +1,44 @@
+#pragma once
+// Token sampling for a batch whose rows each carry their own temperature, top-k, top-p and seed.
+// Randomness is a counter-based hash of (row seed, step, token id) turned into Gumbel noise, so a request's
+// samples depend only on its seed and its logits: not on the batch it shares, the device, or other requests.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace crucible::lm {
+
+struct SamplingParams {
+  double temperature = 1.0;  // 0 = greedy
+  double top_p = 1.0;        // 1 = off
+  int64_t top_k = 0;         // 0 = off
+  uint64_t seed = 0;
+};
+
+struct SampledTokens {
+  at::Tensor tokens;             // [B] int64
+  at::Tensor sampling_logprobs;  // [B] float32: under the distribution sampled from (after temperature/top-k/top-p)
+  at::Tensor model_logprobs;     // [B] float32: under the model's raw distribution (temperature 1, no filtering)
+};
+
+class BatchSampler {
+ public:
+  BatchSampler(const std::vector<SamplingParams>& rows, int64_t vocab_size, c10::Device device);
+  // logits [B, V] float32 -> one token per row; `step` is the row's position in its completion.
+  SampledTokens sample(const at::Tensor& logits, int64_t step) const;
+
+ private:
+  at::Tensor uniform_noise(const at::Tensor& token_ids, int64_t step) const;
+
+  at::Tensor inv_temperature_;  // [B, 1]
+  at::Tensor top_p_;            // [B, 1]
+  at::Tensor top_k_;            // [B, 1] int64, V where off
+  at::Tensor greedy_;           // [B] bool
+  at::Tensor row_keys_;         // [B, 1] int32
+  at::Tensor token_mix_;        // [1, V] int32: per-token hash input
+  bool any_filter_ = false;
+  bool any_sampled_ = false;
+};
+
+}  // namespace crucible::lm

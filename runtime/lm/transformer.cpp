@@ -1,0 +1,188 @@
+#include "lm/transformer.h"
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "lm/model_files.h"
+#include "lm/torch_tensors.h"
+
+namespace crucible::lm {
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << ']';
+  return s.str();
+}
+
+class WeightReader {
+ public:
+  WeightReader(const ModelFiles& files, const LoadOptions& options) : files_(files), options_(options) {}
+
+  at::Tensor operator()(const std::string& name, std::vector<int64_t> shape) const {
+    const auto& view = files_.require(name);
+    if (view.shape != shape)
+      throw ModelFormatError(files_.dir().string() + ": tensor " + name + " has shape " + shape_text(view.shape) +
+                             ", the config implies " + shape_text(shape));
+    const auto host = view_to_tensor(view);
+    if (!at::isFloatingType(host.scalar_type()))
+      throw ModelFormatError(files_.dir().string() + ": tensor " + name + " has dtype " + dtype_name(view.dtype));
+    return host.to(options_.device, options_.dtype, /*non_blocking=*/false, /*copy=*/true);
+  }
+  bool has(const std::string& name) const { return files_.find(name) != nullptr; }
+
+ private:
+  const ModelFiles& files_;
+  const LoadOptions& options_;
+};
+
+at::Tensor scaled_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                            double scale) {
+#if TORCH_VERSION_MAJOR >= 2 && (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 1)
+  return at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale);
+#else
+  auto scores = at::matmul(q, k.transpose(-1, -2)) * scale;
+  scores = scores.masked_fill(at::logical_not(mask), -std::numeric_limits<float>::infinity());
+  auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  return at::matmul(probs, v);
+#endif
+}
+
+}  // namespace
+
+at::Tensor causal_mask(const at::Tensor& query_slots, const at::Tensor& key_valid, int64_t visible) {
+  const auto key_slots = at::arange(visible, query_slots.options()).view({1, visible});
+  const auto queries = query_slots.view({-1, 1});
+  const auto causal = key_slots <= queries;
+  const auto own = key_slots == queries;
+  const auto valid = key_valid.narrow(1, 0, visible).view({key_valid.size(0), 1, 1, visible});
+  return (causal & valid) | own;
+}
+
+Transformer Transformer::load(const std::filesystem::path& model_dir, const LoadOptions& options) {
+  const auto config = load_model_config(model_dir);
+  const auto files = ModelFiles::open(model_dir);
+  return from_files(config, files, options);
+}
+
+Transformer Transformer::from_files(const ModelConfig& c, const ModelFiles& files, const LoadOptions& options) {
+  Transformer t;
+  t.config_ = c;
+  t.options_ = options;
+  const WeightReader read(files, options);
+  const int64_t hidden = c.hidden_size, q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
+  auto& w = t.weights_;
+  w.embed = read("model.embed_tokens.weight", {c.vocab_size, hidden});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const auto p = "model.layers." + std::to_string(i) + ".";
+    BlockWeights b;
+    b.input_norm = read(p + "input_layernorm.weight", {hidden});
+    b.post_attention_norm = read(p + "post_attention_layernorm.weight", {hidden});
+    b.qkv = at::cat({read(p + "self_attn.q_proj.weight", {q_dim, hidden}),
+                     read(p + "self_attn.k_proj.weight", {kv_dim, hidden}),
+                     read(p + "self_attn.v_proj.weight", {kv_dim, hidden})});
+    if (c.attention_bias)
+      b.qkv_bias = at::cat({read(p + "self_attn.q_proj.bias", {q_dim}), read(p + "self_attn.k_proj.bias", {kv_dim}),
+                            read(p + "self_attn.v_proj.bias", {kv_dim})});
+    b.o = read(p + "self_attn.o_proj.weight", {hidden, q_dim});
+    if (c.architecture == Architecture::llama && c.attention_bias) b.o_bias = read(p + "self_attn.o_proj.bias", {hidden});
+    b.gate_up = at::cat({read(p + "mlp.gate_proj.weight", {c.intermediate_size, hidden}),
+                         read(p + "mlp.up_proj.weight", {c.intermediate_size, hidden})});
+    b.down = read(p + "mlp.down_proj.weight", {hidden, c.intermediate_size});
+    if (c.mlp_bias) {
+      b.gate_up_bias = at::cat({read(p + "mlp.gate_proj.bias", {c.intermediate_size}),
+                                read(p + "mlp.up_proj.bias", {c.intermediate_size})});
+      b.down_bias = read(p + "mlp.down_proj.bias", {hidden});
+    }
+    w.blocks.push_back(std::move(b));
+  }
+  w.final_norm = read("model.norm.weight", {hidden});
+  if (c.tie_word_embeddings) {
+    w.lm_head = w.embed;
+  } else {
+    w.lm_head = read("lm_head.weight", {c.vocab_size, hidden});
+  }
+  t.rotary_ = RotaryTable(c, options.device, options.dtype);
+  return t;
+}
+
+KvCache Transformer::make_cache(int64_t batch, int64_t capacity) const {
+  KvCache cache;
+  cache.batch = batch;
+  cache.capacity = capacity;
+  const auto opts = at::TensorOptions().dtype(options_.dtype).device(options_.device);
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    cache.keys.push_back(at::zeros({batch, config_.num_kv_heads, capacity, config_.head_dim}, opts));
+    cache.values.push_back(at::zeros({batch, config_.num_kv_heads, capacity, config_.head_dim}, opts));
+  }
+  return cache;
+}
+
+at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
+  auto xf = x.to(at::kFloat);
+  xf = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + config_.rms_norm_eps);
+  return weight * xf.to(x.scalar_type());
+}
+
+at::Tensor Transformer::attention_block(const BlockWeights& w, const at::Tensor& x, const AttentionInputs& attention,
+                                        const at::Tensor& cos, const at::Tensor& sin, at::Tensor& k_cache,
+                                        at::Tensor& v_cache) const {
+  const int64_t B = x.size(0), T = x.size(1), H = config_.num_heads, Hkv = config_.num_kv_heads,
+                D = config_.head_dim, G = H / Hkv, vis = attention.visible;
+  const auto qkv = at::linear(x, w.qkv, w.qkv_bias);
+  auto q = apply_rotary(qkv.narrow(-1, 0, H * D).view({B, T, H, D}), cos, sin);
+  auto k = apply_rotary(qkv.narrow(-1, H * D, Hkv * D).view({B, T, Hkv, D}), cos, sin);
+  auto v = qkv.narrow(-1, (H + Hkv) * D, Hkv * D).view({B, T, Hkv, D});
+  k_cache.index_copy_(2, attention.slots, k.transpose(1, 2));
+  v_cache.index_copy_(2, attention.slots, v.transpose(1, 2));
+
+  // Grouped-query attention without copying keys: the G query heads that share a key head become G x T
+  // query rows of that head, and the mask rows repeat G times to match.
+  auto queries = q.transpose(1, 2).reshape({B, Hkv, G * T, D});
+  auto mask = G == 1 ? attention.mask : attention.mask.repeat({1, 1, G, 1});
+  auto out = scaled_attention(queries, k_cache.narrow(2, 0, vis), v_cache.narrow(2, 0, vis), mask,
+                              1.0 / std::sqrt(static_cast<double>(D)));
+  out = out.view({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
+  return at::linear(out, w.o, w.o_bias);
+}
+
+at::Tensor Transformer::mlp_block(const BlockWeights& w, const at::Tensor& x) const {
+  const int64_t I = config_.intermediate_size;
+  const auto gate_up = at::linear(x, w.gate_up, w.gate_up_bias);
+  return at::linear(at::silu(gate_up.narrow(-1, 0, I)) * gate_up.narrow(-1, I, I), w.down, w.down_bias);
+}
+
+at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionInputs& attention, KvCache& cache) const {
+  auto x = at::embedding(weights_.embed, tokens);
+  const auto [cos, sin] = rotary_.lookup(attention.positions);
+  for (std::size_t i = 0; i < weights_.blocks.size(); ++i) {
+    const auto& w = weights_.blocks[i];
+    x = x + attention_block(w, rms_norm(x, w.input_norm), attention, cos, sin, cache.keys[i], cache.values[i]);
+    x = x + mlp_block(w, rms_norm(x, w.post_attention_norm));
+  }
+  return rms_norm(x, weights_.final_norm);
+}
+
+at::Tensor Transformer::logits(const at::Tensor& hidden) const {
+  return at::linear(hidden, weights_.lm_head).to(at::kFloat);
+}
+
+at::Tensor Transformer::forward_full(const at::Tensor& tokens) const {
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  rotary_.reserve(T);
+  auto cache = make_cache(B, T);
+  const auto index_opts = at::TensorOptions().dtype(at::kLong).device(options_.device);
+  AttentionInputs attention;
+  attention.slots = at::arange(T, index_opts);
+  attention.positions = attention.slots.unsqueeze(0).expand({B, T});
+  attention.visible = T;
+  attention.mask = causal_mask(attention.slots, at::ones({B, T}, index_opts.dtype(at::kBool)), T);
+  return logits(hidden_states(tokens.to(options_.device), attention, cache));
+}
+
+}  // namespace crucible::lm

@@ -1,0 +1,87 @@
+#pragma once
+// The decoder-only transformer of the Qwen2 and Llama families, in LibTorch: embedding, N blocks of
+// (RMSNorm -> grouped-query attention with rotary positions -> residual, RMSNorm -> SwiGLU MLP -> residual),
+// a final RMSNorm and the LM head (tied to the embedding or not). The same code runs on the CPU in float32
+// and on CUDA in bfloat16.
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <filesystem>
+#include <vector>
+
+#include "lm/kv_cache.h"
+#include "lm/model_config.h"
+#include "lm/rotary.h"
+
+namespace crucible::lm {
+
+class ModelFiles;
+
+struct LoadOptions {
+  c10::Device device = c10::Device(c10::kCPU);
+  c10::ScalarType dtype = c10::kFloat;  // weights and activations; norms and softmax still accumulate in float32
+};
+
+// The weights of one block. q, k and v are stored fused (one matmul), as are gate and up.
+struct BlockWeights {
+  at::Tensor input_norm, post_attention_norm;
+  at::Tensor qkv, qkv_bias;  // [ (H + 2 Hkv) D, hidden ]; bias undefined without attention_bias
+  at::Tensor o, o_bias;
+  at::Tensor gate_up, gate_up_bias;  // [ 2 I, hidden ]
+  at::Tensor down, down_bias;
+};
+
+struct ModelWeights {
+  at::Tensor embed;  // [V, hidden]
+  std::vector<BlockWeights> blocks;
+  at::Tensor final_norm;
+  at::Tensor lm_head;  // [V, hidden]; the same storage as `embed` when tied
+};
+
+// Where the T new tokens of a forward pass sit, and what they may see.
+struct AttentionInputs {
+  at::Tensor positions;  // [B, T] int64: rotary positions (per row; left-padded rows start later)
+  at::Tensor slots;      // [T] int64: the cache slots the new keys and values are written to
+  at::Tensor mask;       // [B, 1, T, visible] bool: true where a query may attend to a cache slot
+  int64_t visible = 0;   // attention reads cache slots [0, visible)
+};
+
+// A causal mask over cache slots: query t (at slot query_slots[t]) sees slot s when s <= its slot and
+// key_valid[b, s] (padding is invalid), and always sees its own slot so a padding query has one finite key.
+at::Tensor causal_mask(const at::Tensor& query_slots, const at::Tensor& key_valid, int64_t visible);
+
+class Transformer {
+ public:
+  static Transformer load(const std::filesystem::path& model_dir, const LoadOptions& options = {});
+  static Transformer from_files(const ModelConfig& config, const ModelFiles& files, const LoadOptions& options);
+
+  // tokens [B, T] int64 -> final hidden states [B, T, hidden]; writes the new keys and values into `cache`.
+  at::Tensor hidden_states(const at::Tensor& tokens, const AttentionInputs& attention, KvCache& cache) const;
+  // hidden [..., hidden] -> logits [..., V] in float32.
+  at::Tensor logits(const at::Tensor& hidden) const;
+  // Logits of every position of unpadded sequences of one length, no cache kept: tokens [B, T] -> [B, T, V].
+  at::Tensor forward_full(const at::Tensor& tokens) const;
+
+  KvCache make_cache(int64_t batch, int64_t capacity) const;
+  const ModelConfig& config() const { return config_; }
+  const LoadOptions& options() const { return options_; }
+  const ModelWeights& weights() const { return weights_; }
+  const RotaryTable& rotary() const { return rotary_; }
+  // Rotary tables must cover every position a forward pass will use (CUDA graphs cannot grow them).
+  void reserve_positions(int64_t n) const { rotary_.reserve(n); }
+
+ private:
+  at::Tensor attention_block(const BlockWeights& w, const at::Tensor& x, const AttentionInputs& attention,
+                             const at::Tensor& cos, const at::Tensor& sin, at::Tensor& k_cache,
+                             at::Tensor& v_cache) const;
+  at::Tensor mlp_block(const BlockWeights& w, const at::Tensor& x) const;
+  at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
+
+  ModelConfig config_;
+  LoadOptions options_;
+  ModelWeights weights_;
+  mutable RotaryTable rotary_;
+};
+
+}  // namespace crucible::lm

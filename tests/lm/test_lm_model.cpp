@@ -1,0 +1,265 @@
+// The LibTorch model against transformers' own outputs on the tiny fixtures (float32 on the CPU), and generation.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <doctest/doctest.h>
+
+#include <map>
+
+#include "lm/decode_step.h"
+#include "lm/generator.h"
+#include "lm/lm_support.h"
+#include "lm/safetensors.h"
+#if __has_include("lm/tokenizer/bpe_tokenizer.h")
+#include "lm/tokenizer/bpe_tokenizer.h"
+#define HAVE_TOK 1
+#endif
+#include "lm/torch_tensors.h"
+#include "lm/transformer.h"
+
+using namespace crucible;
+using namespace crucible::lm;
+
+namespace {
+
+struct Golden {
+  std::vector<std::vector<int64_t>> prompts, greedy;
+  std::vector<at::Tensor> logits;  // [T, V] float32
+};
+
+std::vector<int64_t> ids_of(const at::Tensor& t) {
+  const auto c = t.to(at::kLong).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+Golden golden(const std::string& fixture) {
+  const auto file = SafetensorsFile::open(test::lm_fixture(fixture) / "expected.safetensors");
+  Golden g;
+  for (int i = 0; file->find("prompt_" + std::to_string(i)); ++i) {
+    g.prompts.push_back(ids_of(view_to_tensor(*file->find("prompt_" + std::to_string(i)))));
+    g.greedy.push_back(ids_of(view_to_tensor(*file->find("greedy_" + std::to_string(i)))));
+    g.logits.push_back(view_to_tensor(*file->find("logits_" + std::to_string(i))).clone());
+  }
+  return g;
+}
+
+at::Tensor as_batch(const std::vector<int64_t>& ids) {
+  return at::tensor(ids, at::kLong).view({1, static_cast<int64_t>(ids.size())});
+}
+
+float max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<float>(); }
+
+#ifdef HAVE_TOK
+struct Loaded {
+  Transformer model;
+  Tokenizer tokenizer;
+  TokenBytes bytes() const {
+    return [this](int64_t id) { return tokenizer.decode_bytes({static_cast<int32_t>(id)}); };
+  }
+};
+
+Loaded load(const std::string& fixture) {
+  return {Transformer::load(test::lm_fixture(fixture)), Tokenizer::from_file(test::lm_fixture(fixture) / "tokenizer.json")};
+}
+#else
+struct Loaded {
+  Transformer model;
+  TokenBytes bytes() const {
+    return [](int64_t id) { return std::string(1, char('a' + id % 26)); };
+  }
+};
+Loaded load(const std::string& fixture) { return {Transformer::load(test::lm_fixture(fixture))}; }
+#endif
+
+GenerationRequest greedy_request(std::vector<int64_t> prompt, int64_t n) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.max_new_tokens = n;
+  return r;
+}
+
+GenerationRequest sampled_request(std::vector<int64_t> prompt, uint64_t seed, double temperature = 0.8,
+                                  double top_p = 0.9, int64_t top_k = 40) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling = {temperature, top_p, top_k, seed};
+  r.max_new_tokens = 16;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("model: logits match transformers within 1e-4 for prompts of several lengths (no cache)") {
+  c10::InferenceMode guard;
+  for (const auto* fixture : test::kLmFixtures) {
+    CAPTURE(fixture);
+    const auto model = Transformer::load(test::lm_fixture(fixture));
+    const auto g = golden(fixture);
+    REQUIRE(g.prompts.size() == 4);
+    for (std::size_t i = 0; i < g.prompts.size(); ++i) {
+      CAPTURE(g.prompts[i].size());
+      const auto logits = model.forward_full(as_batch(g.prompts[i]))[0];
+      CHECK(max_diff(logits, g.logits[i]) < 1e-4f);
+    }
+  }
+}
+
+TEST_CASE("model: logits match transformers through the KV cache (prefill half, then one token at a time)") {
+  c10::InferenceMode guard;
+  for (const auto* fixture : test::kLmFixtures) {
+    CAPTURE(fixture);
+    const auto model = Transformer::load(test::lm_fixture(fixture));
+    const auto g = golden(fixture);
+    const auto& prompt = g.prompts[3];
+    const int64_t T = prompt.size(), half = T / 2;
+    auto buffers = make_decode_buffers(model, 1, T + 8);
+    model.reserve_positions(T + 8);
+    AttentionInputs prefill;
+    prefill.slots = at::arange(half, at::kLong);
+    prefill.positions = prefill.slots.unsqueeze(0);
+    prefill.visible = half;
+    buffers.key_valid.narrow(1, 0, half).fill_(true);
+    prefill.mask = causal_mask(prefill.slots, buffers.key_valid, half);
+    const auto first = model.logits(
+        model.hidden_states(as_batch(std::vector<int64_t>(prompt.begin(), prompt.begin() + half)), prefill,
+                            buffers.cache))[0];
+    CHECK(max_diff(first, g.logits[3].narrow(0, 0, half)) < 1e-4f);
+    float worst = 0;
+    for (int64_t t = half; t < T; ++t) {
+      buffers.token.fill_(prompt[t]);
+      buffers.position.fill_(t);
+      buffers.slot.fill_(t);
+      const auto step = decode_step(model, buffers, t + 1)[0];
+      worst = std::max(worst, max_diff(step, g.logits[3][t]));
+    }
+    CHECK(worst < 1e-4f);
+  }
+}
+
+TEST_CASE("generation: greedy continuations are identical to transformers', alone and batched with padding") {
+  for (const auto* fixture : test::kLmFixtures) {
+    CAPTURE(fixture);
+    const auto lm = load(fixture);
+    const auto g = golden(fixture);
+    Generator generator(lm.model, lm.bytes());
+    std::vector<GenerationRequest> batch;
+    for (std::size_t i = 0; i < g.prompts.size(); ++i) {
+      const auto alone = generator.generate({greedy_request(g.prompts[i], 24)});
+      CHECK(alone[0].tokens == g.greedy[i]);
+      CHECK(alone[0].finish == FinishReason::length);
+      batch.push_back(greedy_request(g.prompts[i], 24));
+    }
+    // Four prompt lengths (1 to 74 tokens) left-padded into one batch.
+    const auto together = generator.generate(batch);
+    for (std::size_t i = 0; i < g.prompts.size(); ++i) CHECK(together[i].tokens == g.greedy[i]);
+  }
+}
+
+TEST_CASE("generation: log-probabilities under the model and under the sampling distribution") {
+  const auto lm = load("qwen2_tiny");
+  const auto g = golden("qwen2_tiny");
+  Generator generator(lm.model, lm.bytes());
+  const auto out = generator.generate({greedy_request(g.prompts[1], 1)})[0];
+  const auto expected = at::log_softmax(g.logits[1][-1], -1)[g.greedy[1][0]].item<float>();
+  CHECK(out.model_logprobs[0] == doctest::Approx(expected).epsilon(1e-4));
+  CHECK(out.sampling_logprobs[0] == 0.0f);  // greedy: probability one
+
+  // Temperature 1 and no filtering: the sampling distribution is the model's.
+  const auto plain = generator.generate({sampled_request(g.prompts[2], 5, 1.0, 1.0, 0)})[0];
+  for (std::size_t t = 0; t < plain.tokens.size(); ++t)
+    CHECK(plain.sampling_logprobs[t] == doctest::Approx(plain.model_logprobs[t]).epsilon(1e-4));
+  // top_k = 1 samples the argmax with probability one.
+  const auto top1 = generator.generate({sampled_request(g.prompts[1], 9, 0.7, 1.0, 1)})[0];
+  CHECK(std::vector<int64_t>(g.greedy[1].begin(), g.greedy[1].begin() + 16) == top1.tokens);
+  for (auto lp : top1.sampling_logprobs) CHECK(lp == doctest::Approx(0.0f));
+  // Filtering keeps fewer tokens, so a sampled token is at least as likely under the filtered distribution.
+  const auto filtered = generator.generate({sampled_request(g.prompts[2], 3, 1.0, 0.5, 0)})[0];
+  for (std::size_t t = 0; t < filtered.tokens.size(); ++t)
+    CHECK(filtered.sampling_logprobs[t] >= filtered.model_logprobs[t] - 1e-5f);
+}
+
+TEST_CASE("generation: a request's seed alone decides its samples, whatever batch it shares") {
+  const auto lm = load("llama_tiny");
+  const auto g = golden("llama_tiny");
+  Generator generator(lm.model, lm.bytes());
+  const auto alone = generator.generate({sampled_request(g.prompts[1], 42)})[0];
+  const auto again = generator.generate({sampled_request(g.prompts[1], 42)})[0];
+  CHECK(alone.tokens == again.tokens);
+  CHECK(alone.sampling_logprobs == again.sampling_logprobs);
+  const auto batch = generator.generate({sampled_request(g.prompts[3], 7), sampled_request(g.prompts[1], 42),
+                                         sampled_request(g.prompts[1], 43)});
+  CHECK(batch[1].tokens == alone.tokens);
+  CHECK(batch[2].tokens != alone.tokens);
+  // Seeds spread: 8 seeds give several distinct continuations at temperature 1.
+  std::set<std::vector<int64_t>> distinct;
+  for (uint64_t seed = 0; seed < 8; ++seed)
+    distinct.insert(generator.generate({sampled_request(g.prompts[0], seed, 1.0, 1.0, 0)})[0].tokens);
+  CHECK(distinct.size() >= 6);
+}
+
+TEST_CASE("generation: stop tokens and stop strings end a row; text excludes them") {
+  const auto lm = load("qwen2_tiny");
+  const auto g = golden("qwen2_tiny");
+  Generator generator(lm.model, lm.bytes());
+  const auto& greedy = g.greedy[2];
+  auto by_token = greedy_request(g.prompts[2], 24);
+  by_token.stop_token_ids = {greedy[3]};
+  const auto stopped = generator.generate({by_token, greedy_request(g.prompts[2], 24)});
+  const auto first = std::find(greedy.begin(), greedy.end(), greedy[3]) - greedy.begin();
+  CHECK(stopped[0].finish == FinishReason::stop_token);
+  CHECK(stopped[0].tokens.size() == static_cast<std::size_t>(first + 1));
+  CHECK(stopped[1].tokens == greedy);  // the other row ran on
+
+  const auto full_text = stopped[1].text;
+  REQUIRE(full_text.size() > 6);
+  const auto stop = full_text.substr(full_text.size() / 2, 3);
+  auto by_string = greedy_request(g.prompts[2], 24);
+  by_string.stop_strings = {stop};
+  const auto cut = generator.generate({by_string})[0];
+  CHECK(cut.finish == FinishReason::stop_string);
+  CHECK(cut.text == full_text.substr(0, full_text.find(stop)));
+  CHECK(cut.tokens.size() < greedy.size());
+}
+
+TEST_CASE("scoring: teacher-forced log-probabilities match transformers' logits, batched with padding") {
+  const auto model = Transformer::load(test::lm_fixture("llama_tiny"));
+  const auto g = golden("llama_tiny");
+  Generator generator(model, [](int64_t) { return std::string(); });
+  const auto scored = generator.score(g.prompts, /*max_batch_tokens=*/160);  // forces several micro-batches
+  for (std::size_t i = 0; i < g.prompts.size(); ++i) {
+    const auto& p = g.prompts[i];
+    REQUIRE(scored[i].size() == p.size() - 1);
+    const auto lp = at::log_softmax(g.logits[i], -1);
+    float worst = 0;
+    for (std::size_t t = 1; t < p.size(); ++t)
+      worst = std::max(worst, std::abs(scored[i][t - 1] - lp[t - 1][p[t]].item<float>()));
+    CHECK(worst < 1e-4f);
+  }
+}
+
+TEST_CASE("loading: missing tensors, wrong shapes, bad requests are clear errors") {
+  test::ScratchDir dir("lm-bad");
+  namespace fs = std::filesystem;
+  fs::copy(test::lm_fixture("qwen2_tiny"), dir.path() / "m");
+  auto config = test::read_file(dir.path() / "m" / "config.json");
+  config.replace(config.find("\"intermediate_size\": 160"), 24, "\"intermediate_size\": 128");
+  test::write_file(dir.path() / "m" / "config.json", config);
+  CHECK_THROWS_WITH_AS(Transformer::load(dir.path() / "m"),
+                       doctest::Contains("model.layers.0.mlp.gate_proj.weight has shape [160, 64], the config implies [128, 64]"),
+                       ModelFormatError);
+
+  fs::copy(test::lm_fixture("qwen2_tiny"), dir.path() / "t");
+  config = test::read_file(dir.path() / "t" / "config.json");
+  config.replace(config.find("\"tie_word_embeddings\": true"), 27, "\"tie_word_embeddings\": false");
+  test::write_file(dir.path() / "t" / "config.json", config);
+  CHECK_THROWS_WITH_AS(Transformer::load(dir.path() / "t"), doctest::Contains("missing tensor lm_head.weight"),
+                       ModelFormatError);
+
+  const auto model = Transformer::load(test::lm_fixture("qwen2_tiny"));
+  Generator generator(model, [](int64_t) { return std::string(); });
+  CHECK_THROWS_AS(generator.generate({greedy_request({}, 4)}), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(generator.generate({greedy_request({5000}, 4)}), doctest::Contains("outside the vocabulary"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(generator.generate({greedy_request({1, 2}, 600)}), doctest::Contains("exceeds the model's 512"),
+                       std::invalid_argument);
+}
