@@ -22,7 +22,4 @@ class CompletionText {
   std::optional<std::size_t> stop_at_;
 };
 
-// Replaces each maximal invalid UTF-8 subsequence with U+FFFD (as Rust's from_utf8_lossy and Python do).
-std::string utf8_lossy(const std::string& bytes);
-
 }  // namespace crucible::lm

@@ -4,6 +4,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 #include <stdexcept>
 
@@ -15,6 +16,10 @@ namespace crucible::lm {
 namespace {
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 std::vector<int64_t> to_vector(const at::Tensor& t) {
   const auto c = t.to(at::kCPU, at::kLong).contiguous();
@@ -55,21 +60,26 @@ Generator::Generator(const Transformer& model, TokenBytes token_bytes, Generator
 
 Generator::~Generator() = default;
 
-DecodeBuffers& Generator::buffers_for(int64_t batch, int64_t capacity, bool graph) {
+DecodeBuffers& Generator::buffers_for(int64_t batch, int64_t capacity) {
   model_.reserve_positions(capacity);
-  const bool same_shape = buffers_ && buffers_->cache.batch == batch && buffers_->cache.capacity == capacity;
-  if (!same_shape) {
+  // A graph holds the addresses of the buffers and of the rotary tables: a new shape or grown tables end it.
+  if (graph_ && graph_rotary_size_ != model_.rotary().size()) graph_.reset();
+  if (!buffers_ || buffers_->cache.batch != batch || buffers_->cache.capacity != capacity) {
     graph_.reset();
+    buffers_.reset();
     buffers_ = std::make_unique<DecodeBuffers>(make_decode_buffers(model_, batch, capacity));
   }
-  // A graph holds the rotary tables' addresses: recapture if they grew since.
-  if (graph && (!graph_ || graph_rotary_size_ != model_.rotary().size())) {
-    graph_.reset();
+  return *buffers_;
+}
+
+// Captured at the first decode step of a shape, from buffers that already hold that step's inputs: capture
+// warms up by running the step, which only rewrites what the step itself writes.
+at::Tensor Generator::graph_step() {
+  if (!graph_) {
     graph_ = std::make_unique<DecodeGraph>(model_, *buffers_);
     graph_rotary_size_ = model_.rotary().size();
   }
-  if (!graph) graph_.reset();
-  return *buffers_;
+  return graph_->replay();
 }
 
 std::vector<Completion> Generator::generate(const std::vector<GenerationRequest>& requests) {
@@ -85,11 +95,15 @@ std::vector<Completion> Generator::generate(const std::vector<GenerationRequest>
   }
   std::vector<Completion> out(B);
   if (N == 0) return out;
+  const auto started = std::chrono::steady_clock::now();
+  stats_ = GenerationStats{};
+  stats_.batch = B;
+  stats_.padded_prompt = P;
 
   const auto device = model_.options().device;
   const bool use_graph = options_.cuda_graphs && device.is_cuda() && DecodeGraph::available();
   const int64_t capacity = round_up(P + N, 256);
-  auto& buffers = buffers_for(B, capacity, use_graph);
+  auto& buffers = buffers_for(B, capacity);
 
   // Left-pad the prompts so every row's last prompt token sits in slot P - 1.
   auto tokens = at::zeros({B, P}, at::kLong);
@@ -133,6 +147,8 @@ std::vector<Completion> Generator::generate(const std::vector<GenerationRequest>
     const auto ids = to_vector(sampled.tokens);
     const auto sampling_lp = to_floats(sampled.sampling_logprobs);
     const auto model_lp = to_floats(sampled.model_logprobs);
+    if (step == 0) stats_.time_to_first_token_s = seconds_since(started);
+    stats_.steps = step + 1;
     for (int64_t b = 0; b < B; ++b) {
       if (done[b]) continue;
       const auto& request = requests[b];
@@ -155,9 +171,10 @@ std::vector<Completion> Generator::generate(const std::vector<GenerationRequest>
     buffers.token.copy_(sampled.tokens.view({B, 1}));
     buffers.position.copy_(base_positions + step);
     buffers.slot.fill_(P + step);
-    logits = use_graph ? graph_->replay() : decode_step(model_, buffers, P + step + 1);
+    logits = use_graph ? graph_step() : decode_step(model_, buffers, P + step + 1);
   }
   for (int64_t b = 0; b < B; ++b) out[b].text = texts[b].text();
+  stats_.total_s = seconds_since(started);
   return out;
 }
 

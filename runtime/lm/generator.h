@@ -36,6 +36,15 @@ struct Completion {
 // A token's bytes as the tokenizer decodes it (byte-level BPE tokens decode independently).
 using TokenBytes = std::function<std::string(int64_t)>;
 
+// Timing of the last generate() call: the first sampled tokens reach the host after the prefill.
+struct GenerationStats {
+  double time_to_first_token_s = 0;
+  double total_s = 0;
+  int64_t steps = 0;  // sampling steps (the first follows the prefill; each later one a decode step)
+  int64_t batch = 0;
+  int64_t padded_prompt = 0;
+};
+
 struct GeneratorOptions {
   bool cuda_graphs = true;  // replay decode steps from a CUDA graph when the model is on a GPU
 };
@@ -56,9 +65,11 @@ class Generator {
   // padded tokens.
   std::vector<std::vector<float>> score(const std::vector<std::vector<int64_t>>& sequences,
                                         int64_t max_batch_tokens = 16384) const;
+  const GenerationStats& last_stats() const { return stats_; }
 
  private:
-  DecodeBuffers& buffers_for(int64_t batch, int64_t capacity, bool graph);
+  DecodeBuffers& buffers_for(int64_t batch, int64_t capacity);
+  at::Tensor graph_step();
 
   const Transformer& model_;
   TokenBytes token_bytes_;
@@ -67,6 +78,7 @@ class Generator {
   std::unique_ptr<DecodeBuffers> buffers_;
   std::unique_ptr<DecodeGraph> graph_;
   int64_t graph_rotary_size_ = 0;
+  GenerationStats stats_;
 };
 
 }  // namespace crucible::lm

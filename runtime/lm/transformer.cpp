@@ -124,6 +124,11 @@ KvCache Transformer::make_cache(int64_t batch, int64_t capacity) const {
 }
 
 at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  // One fused kernel where LibTorch has it (float32 accumulation; the weight multiplies before the final
+  // rounding, so bfloat16 results can differ from transformers' in the last bit).
+  if (x.is_cuda()) return at::rms_norm(x, {x.size(-1)}, weight, config_.rms_norm_eps);
+#endif
   auto xf = x.to(at::kFloat);
   xf = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + config_.rms_norm_eps);
   return weight * xf.to(x.scalar_type());
@@ -135,19 +140,18 @@ at::Tensor Transformer::attention_block(const BlockWeights& w, const at::Tensor&
   const int64_t B = x.size(0), T = x.size(1), H = config_.num_heads, Hkv = config_.num_kv_heads,
                 D = config_.head_dim, G = H / Hkv, vis = attention.visible;
   const auto qkv = at::linear(x, w.qkv, w.qkv_bias);
-  auto q = apply_rotary(qkv.narrow(-1, 0, H * D).view({B, T, H, D}), cos, sin);
-  auto k = apply_rotary(qkv.narrow(-1, H * D, Hkv * D).view({B, T, Hkv, D}), cos, sin);
-  auto v = qkv.narrow(-1, (H + Hkv) * D, Hkv * D).view({B, T, Hkv, D});
-  k_cache.index_copy_(2, attention.slots, k.transpose(1, 2));
+  // Queries and keys rotate together: one set of kernels for both.
+  const auto qk = apply_rotary(qkv.narrow(-1, 0, (H + Hkv) * D).view({B, T, H + Hkv, D}), cos, sin);
+  const auto v = qkv.narrow(-1, (H + Hkv) * D, Hkv * D).view({B, T, Hkv, D});
+  k_cache.index_copy_(2, attention.slots, qk.narrow(2, H, Hkv).transpose(1, 2));
   v_cache.index_copy_(2, attention.slots, v.transpose(1, 2));
 
   // Grouped-query attention without copying keys: the G query heads that share a key head become G x T
-  // query rows of that head, and the mask rows repeat G times to match.
-  auto queries = q.transpose(1, 2).reshape({B, Hkv, G * T, D});
-  auto mask = G == 1 ? attention.mask : attention.mask.repeat({1, 1, G, 1});
-  auto out = scaled_attention(queries, k_cache.narrow(2, 0, vis), v_cache.narrow(2, 0, vis), mask,
+  // query rows of that head (the mask's rows were repeated G times to match, once per forward pass).
+  const auto queries = qk.narrow(2, 0, H).transpose(1, 2).reshape({B, Hkv, G * T, D});
+  auto out = scaled_attention(queries, k_cache.narrow(2, 0, vis), v_cache.narrow(2, 0, vis), attention.mask,
                               1.0 / std::sqrt(static_cast<double>(D)));
-  out = out.view({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
+  out = out.reshape({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
   return at::linear(out, w.o, w.o_bias);
 }
 
@@ -160,9 +164,12 @@ at::Tensor Transformer::mlp_block(const BlockWeights& w, const at::Tensor& x) co
 at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionInputs& attention, KvCache& cache) const {
   auto x = at::embedding(weights_.embed, tokens);
   const auto [cos, sin] = rotary_.lookup(attention.positions);
+  const int64_t G = config_.num_heads / config_.num_kv_heads;
+  AttentionInputs grouped = attention;
+  if (G > 1) grouped.mask = attention.mask.repeat({1, 1, G, 1});
   for (std::size_t i = 0; i < weights_.blocks.size(); ++i) {
     const auto& w = weights_.blocks[i];
-    x = x + attention_block(w, rms_norm(x, w.input_norm), attention, cos, sin, cache.keys[i], cache.values[i]);
+    x = x + attention_block(w, rms_norm(x, w.input_norm), grouped, cos, sin, cache.keys[i], cache.values[i]);
     x = x + mlp_block(w, rms_norm(x, w.post_attention_norm));
   }
   return rms_norm(x, weights_.final_norm);

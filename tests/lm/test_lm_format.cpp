@@ -204,14 +204,3 @@ TEST_CASE("completion text: stop strings across token boundaries, the earliest w
   no_stops.append("\xB8\xAD");
   CHECK(no_stops.text() == "a\xE4\xB8\xAD");
 }
-
-TEST_CASE("utf8_lossy: maximal invalid subsequences become one U+FFFD each") {
-  const std::string r = "\xEF\xBF\xBD";
-  CHECK(utf8_lossy("plain") == "plain");
-  CHECK(utf8_lossy("\xC3\xA9") == "\xC3\xA9");
-  CHECK(utf8_lossy("\xF0\x9F\x98\x80") == "\xF0\x9F\x98\x80");
-  CHECK(utf8_lossy("\xF0\x9F\x98x") == r + "x");        // truncated 4-byte sequence
-  CHECK(utf8_lossy("\xC0\xAF") == r + r);                // overlong lead byte
-  CHECK(utf8_lossy("\xED\xA0\x80") == r + r + r);        // surrogate: ED then two stray continuations
-  CHECK(utf8_lossy("\x80\x80") == r + r);
-}

@@ -9,10 +9,7 @@
 #include "lm/generator.h"
 #include "lm/lm_support.h"
 #include "lm/safetensors.h"
-#if __has_include("lm/tokenizer/bpe_tokenizer.h")
 #include "lm/tokenizer/bpe_tokenizer.h"
-#define HAVE_TOK 1
-#endif
 #include "lm/torch_tensors.h"
 #include "lm/transformer.h"
 
@@ -48,7 +45,6 @@ at::Tensor as_batch(const std::vector<int64_t>& ids) {
 
 float max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<float>(); }
 
-#ifdef HAVE_TOK
 struct Loaded {
   Transformer model;
   Tokenizer tokenizer;
@@ -60,15 +56,6 @@ struct Loaded {
 Loaded load(const std::string& fixture) {
   return {Transformer::load(test::lm_fixture(fixture)), Tokenizer::from_file(test::lm_fixture(fixture) / "tokenizer.json")};
 }
-#else
-struct Loaded {
-  Transformer model;
-  TokenBytes bytes() const {
-    return [](int64_t id) { return std::string(1, char('a' + id % 26)); };
-  }
-};
-Loaded load(const std::string& fixture) { return {Transformer::load(test::lm_fixture(fixture))}; }
-#endif
 
 GenerationRequest greedy_request(std::vector<int64_t> prompt, int64_t n) {
   GenerationRequest r;

@@ -26,5 +26,6 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix" \
   -DCMAKE_BUILD_RPATH="$prefix/usr/lib/x86_64-linux-gnu" \
   -DOPENSSL_ROOT_DIR="$prefix/usr" "${@:4}"
-cmake --build "$build" -j"$(nproc)"
+# CRUCIBLE_TARGETS="a b" builds only those targets (and what they need).
+cmake --build "$build" -j"$(nproc)" ${CRUCIBLE_TARGETS:+--target $CRUCIBLE_TARGETS}
 echo "built into $build; libraries from $prefix/usr/lib/x86_64-linux-gnu"
