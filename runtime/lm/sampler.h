@@ -7,14 +7,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace crucible::lm {
+#include "lm/sampling_params.h"
 
-struct SamplingParams {
-  double temperature = 1.0;  // 0 = greedy
-  double top_p = 1.0;        // 1 = off
-  int64_t top_k = 0;         // 0 = off
-  uint64_t seed = 0;
-};
+namespace crucible::lm {
 
 struct SampledTokens {
   at::Tensor tokens;             // [B] int64

@@ -1,0 +1,132 @@
+#include "lm/language_model.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "lm/generator.h"
+#include "lm/transformer.h"
+
+namespace crucible::lm {
+
+struct LanguageModel::Impl {
+  Transformer model;
+  Tokenizer tokenizer;
+  GenerationDefaults defaults;
+  std::optional<ChatFormat> format;
+  std::unique_ptr<Generator> generator;
+};
+
+namespace {
+
+c10::ScalarType parse_dtype_option(const std::string& dtype, const c10::Device& device) {
+  if (dtype == "auto") return device.is_cuda() ? c10::kBFloat16 : c10::kFloat;
+  if (dtype == "f32" || dtype == "float32") return c10::kFloat;
+  if (dtype == "bf16" || dtype == "bfloat16") return c10::kBFloat16;
+  if (dtype == "f16" || dtype == "float16") return c10::kHalf;
+  throw std::invalid_argument("unknown dtype '" + dtype + "' (auto, f32, bf16, f16)");
+}
+
+bool starts_with(const std::vector<TokenId>& ids, const std::vector<TokenId>& prefix) {
+  return ids.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), ids.begin());
+}
+
+}  // namespace
+
+LanguageModel::LanguageModel() : impl_(nullptr) {}
+LanguageModel::~LanguageModel() = default;
+LanguageModel::LanguageModel(LanguageModel&&) noexcept = default;
+LanguageModel& LanguageModel::operator=(LanguageModel&&) noexcept = default;
+
+LanguageModel LanguageModel::load(const std::filesystem::path& model_dir, const LanguageModelOptions& options) {
+  LoadOptions load;
+  try {
+    load.device = c10::Device(options.device);
+  } catch (const std::exception&) {
+    throw std::invalid_argument("unknown device '" + options.device + "' (cpu or cuda:N)");
+  }
+  load.dtype = parse_dtype_option(options.dtype, load.device);
+  if (load.device.is_cpu() && at::get_num_threads() < 2)
+    at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  LanguageModel lm;
+  lm.impl_.reset(new Impl{Transformer::load(model_dir, load), Tokenizer::from_file((model_dir / "tokenizer.json").string()),
+                          load_generation_defaults(model_dir), std::nullopt, nullptr});
+  try {
+    lm.impl_->format = detect_chat_format(lm.impl_->tokenizer);
+  } catch (const std::exception&) {
+    lm.impl_->format = std::nullopt;  // a base model without a chat format: raw prompts only
+  }
+  auto& impl = *lm.impl_;
+  GeneratorOptions generator_options;
+  generator_options.cuda_graphs = options.cuda_graphs;
+  impl.generator = std::make_unique<Generator>(
+      impl.model, [&tok = impl.tokenizer](int64_t id) { return tok.decode_bytes({static_cast<TokenId>(id)}); },
+      generator_options);
+  return lm;
+}
+
+std::string LanguageModel::chat_prompt(const std::vector<ChatMessage>& messages, const ChatOptions& options) const {
+  if (!impl_->format) throw std::runtime_error("this tokenizer has no known chat format (ChatML or Llama-3)");
+  return render_chat(*impl_->format, messages, options);
+}
+
+std::vector<int64_t> LanguageModel::stop_token_ids() const {
+  std::vector<int64_t> ids = impl_->model.config().eos_token_ids;
+  ids.insert(ids.end(), impl_->defaults.eos_token_ids.begin(), impl_->defaults.eos_token_ids.end());
+  if (impl_->format) {
+    const char* end_of_turn = *impl_->format == ChatFormat::chatml ? "<|im_end|>" : "<|eot_id|>";
+    if (auto id = impl_->tokenizer.token_to_id(end_of_turn)) ids.push_back(*id);
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+std::vector<TextCompletion> LanguageModel::generate(const std::vector<TextRequest>& requests) {
+  const auto& d = impl_->defaults;
+  const auto stops = stop_token_ids();
+  // The post-processor's prefix (Llama-3's <|begin_of_text|>) once: rendered chat prompts already carry it.
+  const auto prefix = impl_->tokenizer.encode("", /*add_special_tokens=*/true);
+  std::vector<GenerationRequest> work;
+  std::vector<TextCompletion> out(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const auto& r = requests[i];
+    auto ids = impl_->tokenizer.encode(r.prompt, /*add_special_tokens=*/false);
+    if (!starts_with(ids, prefix)) ids.insert(ids.begin(), prefix.begin(), prefix.end());
+    out[i].prompt_tokens = std::move(ids);
+    GenerationRequest g;
+    g.prompt.assign(out[i].prompt_tokens.begin(), out[i].prompt_tokens.end());
+    g.sampling.temperature = r.temperature.value_or(d.temperature.value_or(1.0));
+    if (d.do_sample && !*d.do_sample && !r.temperature) g.sampling.temperature = 0;
+    g.sampling.top_p = r.top_p.value_or(d.top_p.value_or(1.0));
+    g.sampling.top_k = r.top_k.value_or(d.top_k.value_or(0));
+    g.sampling.seed = r.seed;
+    g.max_new_tokens = r.max_new_tokens;
+    g.stop_strings = r.stop_strings;
+    if (r.stop_at_eos) g.stop_token_ids = stops;
+    work.push_back(std::move(g));
+  }
+  const auto done = impl_->generator->generate(work);
+  for (std::size_t i = 0; i < done.size(); ++i) {
+    out[i].text = done[i].text;
+    out[i].tokens.assign(done[i].tokens.begin(), done[i].tokens.end());
+    out[i].sampling_logprobs = done[i].sampling_logprobs;
+    out[i].model_logprobs = done[i].model_logprobs;
+    out[i].finish_reason = finish_reason_name(done[i].finish);
+  }
+  return out;
+}
+
+std::vector<std::vector<float>> LanguageModel::score(const std::vector<std::vector<int32_t>>& sequences) const {
+  std::vector<std::vector<int64_t>> wide;
+  for (const auto& s : sequences) wide.emplace_back(s.begin(), s.end());
+  return impl_->generator->score(wide);
+}
+
+const ModelConfig& LanguageModel::config() const { return impl_->model.config(); }
+const GenerationDefaults& LanguageModel::generation_defaults() const { return impl_->defaults; }
+const Tokenizer& LanguageModel::tokenizer() const { return impl_->tokenizer; }
+std::optional<ChatFormat> LanguageModel::chat_format() const { return impl_->format; }
+
+}  // namespace crucible::lm

@@ -1,0 +1,68 @@
+#pragma once
+// A Hugging Face model directory ready to use: model, tokenizer, generation defaults and chat format, behind
+// plain types (no torch in this header), for policies, the CLI and tools.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lm/model_config.h"
+#include "lm/sampling_params.h"
+#include "lm/tokenizer/bpe_tokenizer.h"
+#include "lm/tokenizer/chat_template.h"
+
+namespace crucible::lm {
+
+struct LanguageModelOptions {
+  std::string device = "cpu";  // "cpu" or "cuda:N"
+  std::string dtype = "auto";   // auto (float32 on the CPU, bfloat16 on CUDA), f32, bf16, f16
+  bool cuda_graphs = true;
+};
+
+// Unset sampling values fall back to the directory's generation_config.json, then to temperature 1, no top-p/k.
+struct TextRequest {
+  std::string prompt;  // already rendered (see LanguageModel::chat_prompt); special tokens in it are parsed
+  std::optional<double> temperature, top_p;
+  std::optional<int64_t> top_k;
+  uint64_t seed = 0;
+  int64_t max_new_tokens = 256;
+  std::vector<std::string> stop_strings;
+  bool stop_at_eos = true;  // the model's EOS ids and the chat format's end-of-turn token
+};
+
+struct TextCompletion {
+  std::string text;
+  std::vector<int32_t> prompt_tokens, tokens;
+  std::vector<float> sampling_logprobs, model_logprobs;
+  std::string finish_reason;  // stop_token, stop_string, length
+};
+
+class LanguageModel {
+ public:
+  // Throws ModelFormatError (model files) or std::runtime_error (tokenizer) with the path and the reason.
+  static LanguageModel load(const std::filesystem::path& model_dir, const LanguageModelOptions& options = {});
+  ~LanguageModel();
+  LanguageModel(LanguageModel&&) noexcept;
+  LanguageModel& operator=(LanguageModel&&) noexcept;
+
+  // The conversation rendered in the tokenizer's chat format, ending with the assistant header.
+  std::string chat_prompt(const std::vector<ChatMessage>& messages, const ChatOptions& options = {}) const;
+  std::vector<TextCompletion> generate(const std::vector<TextRequest>& requests);
+  // Teacher-forced log p(token t | tokens before it) for t >= 1 of each sequence.
+  std::vector<std::vector<float>> score(const std::vector<std::vector<int32_t>>& sequences) const;
+
+  const ModelConfig& config() const;
+  const GenerationDefaults& generation_defaults() const;
+  const Tokenizer& tokenizer() const;
+  std::optional<ChatFormat> chat_format() const;
+  std::vector<int64_t> stop_token_ids() const;
+
+ private:
+  LanguageModel();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace crucible::lm

@@ -1,0 +1,109 @@
+// The model directory as a user meets it: text in, text out, chat formats, defaults, errors; and the CLI.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_support.h"
+#include "lm/language_model.h"
+#include "lm/lm_support.h"
+#include "lm/safetensors.h"
+
+using namespace crucible;
+using namespace crucible::lm;
+
+TEST_CASE("language model: a text prompt's greedy continuation is transformers'") {
+  for (const auto* fixture : {"qwen2_tiny", "qwen2_tiny_f16"}) {
+    CAPTURE(fixture);
+    auto lm = LanguageModel::load(test::lm_fixture(fixture));
+    const auto golden = test::read_golden_ids(fixture);
+    TextRequest r;
+    r.prompt = "def relu(x):\n    return";  // the fixture's prompt_1
+    r.temperature = 0;
+    r.max_new_tokens = 24;
+    r.stop_at_eos = false;
+    const auto out = lm.generate({r})[0];
+    CHECK(std::vector<int64_t>(out.prompt_tokens.begin(), out.prompt_tokens.end()) ==
+          golden.at("prompt_1"));
+    CHECK(std::vector<int64_t>(out.tokens.begin(), out.tokens.end()) == golden.at("greedy_1"));
+    CHECK(out.text == lm.tokenizer().decode(out.tokens));
+    CHECK(out.finish_reason == "length");
+    CHECK(out.model_logprobs.size() == 24);
+  }
+}
+
+TEST_CASE("language model: chat prompts, end-of-turn stops, generation_config defaults") {
+  auto qwen = LanguageModel::load(test::lm_fixture("qwen2_tiny"));
+  REQUIRE(qwen.chat_format() == ChatFormat::chatml);
+  const auto prompt = qwen.chat_prompt({{"user", "Write a ReLU kernel."}}, {std::string("Be terse."), true, ""});
+  CHECK(prompt == "<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nWrite a ReLU kernel.<|im_end|>\n"
+                  "<|im_start|>assistant\n");
+  const auto stops = qwen.stop_token_ids();
+  CHECK(std::find(stops.begin(), stops.end(), *qwen.tokenizer().token_to_id("<|im_end|>")) != stops.end());
+  CHECK(qwen.generation_defaults().temperature.value_or(0) == doctest::Approx(0.7));
+
+  auto llama = LanguageModel::load(test::lm_fixture("llama_tiny"));
+  REQUIRE(llama.chat_format() == ChatFormat::llama3);
+  TextRequest r;
+  r.prompt = llama.chat_prompt({{"user", "hi"}});
+  r.max_new_tokens = 4;
+  const auto out = llama.generate({r})[0];
+  // The rendered prompt carries <|begin_of_text|> already: it must not be added twice.
+  const auto bos = *llama.tokenizer().token_to_id("<|begin_of_text|>");
+  CHECK(out.prompt_tokens[0] == bos);
+  CHECK(out.prompt_tokens[1] != bos);
+  TextRequest raw;
+  raw.prompt = "hi";
+  raw.max_new_tokens = 1;
+  auto expected = test::read_golden_ids("llama_tiny").at("prompt_1");  // encoded without special tokens
+  expected.insert(expected.begin(), bos);                               // the post-processor's prefix, once
+  raw.prompt = "def relu(x):\n    return";
+  const auto ids = llama.generate({raw})[0].prompt_tokens;
+  CHECK(std::vector<int64_t>(ids.begin(), ids.end()) == expected);
+}
+
+TEST_CASE("language model: a bad directory or device is a clear error") {
+  CHECK_THROWS_WITH_AS(LanguageModel::load(test::source_dir() / "configs"), doctest::Contains("config.json"),
+                       ModelFormatError);
+  LanguageModelOptions options;
+  options.device = "tpu:0";
+  CHECK_THROWS_WITH_AS(LanguageModel::load(test::lm_fixture("qwen2_tiny"), options),
+                       doctest::Contains("unknown device"), std::invalid_argument);
+  options.device = "cpu";
+  options.dtype = "int4";
+  CHECK_THROWS_WITH_AS(LanguageModel::load(test::lm_fixture("qwen2_tiny"), options), doctest::Contains("unknown dtype"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("crucible generate: completions as text or JSON lines, seeds reproduce, errors exit 2") {
+  test::ScratchDir dir("generate-cli");
+  const auto model = test::lm_fixture("llama_tiny").string();
+  const auto json = test::crucible_cli({"generate", "--model", model, "--prompt", "def relu(x):\n    return", "-n",
+                                        "3", "--max-new", "12", "--temperature", "0.9", "--seed", "5", "--json"},
+                                       dir.path().string());
+  REQUIRE(json.exit_code == 0);
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(json.output);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[1]["seed"] == 6);
+  CHECK(lines[0]["tokens"].size() == lines[0]["model_logprobs"].size());
+  const auto again = test::crucible_cli({"generate", "--model", model, "--prompt", "def relu(x):\n    return",
+                                         "--max-new", "12", "--temperature", "0.9", "--seed", "6", "--json"},
+                                        dir.path().string());
+  REQUIRE(again.exit_code == 0);
+  CHECK(nlohmann::json::parse(again.output.substr(again.output.find('{')))["tokens"] == lines[1]["tokens"]);
+
+  const auto chat = test::crucible_cli({"generate", "--model", model, "--prompt", "hi", "--chat", "--system", "Be brief.",
+                                        "--max-new", "4"},
+                                       dir.path().string());
+  CHECK(chat.exit_code == 0);
+  const auto missing = test::crucible_cli({"generate", "--model", dir.path().string(), "--prompt", "x"},
+                                          dir.path().string());
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.output.find("config.json") != std::string::npos);
+  const auto too_long = test::crucible_cli({"generate", "--model", model, "--prompt", "x", "--max-new", "100000"},
+                                           dir.path().string());
+  CHECK(too_long.exit_code == 2);
+  CHECK(too_long.output.find("exceeds the model's 512 positions") != std::string::npos);
+}
