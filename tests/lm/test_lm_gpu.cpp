@@ -5,9 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "lm/generator.h"
-#include "lm/lm_support.h"
-#include "lm/safetensors.h"
-#include "lm/torch_tensors.h"
+#include "lm/golden_outputs.h"
 #include "lm/transformer.h"
 
 using namespace crucible;
@@ -15,26 +13,7 @@ using namespace crucible::lm;
 
 namespace {
 
-struct Golden {
-  std::vector<std::vector<int64_t>> prompts, greedy;
-  std::vector<at::Tensor> logits;
-};
-
-std::vector<int64_t> ids_of(const at::Tensor& t) {
-  const auto c = t.to(at::kLong).contiguous();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
-
-Golden golden(const std::string& fixture) {
-  const auto file = SafetensorsFile::open(test::lm_fixture(fixture) / "expected.safetensors");
-  Golden g;
-  for (int i = 0; file->find("prompt_" + std::to_string(i)); ++i) {
-    g.prompts.push_back(ids_of(view_to_tensor(*file->find("prompt_" + std::to_string(i)))));
-    g.greedy.push_back(ids_of(view_to_tensor(*file->find("greedy_" + std::to_string(i)))));
-    g.logits.push_back(view_to_tensor(*file->find("logits_" + std::to_string(i))).clone());
-  }
-  return g;
-}
+using test::golden;
 
 Transformer on_gpu(const std::string& fixture, c10::ScalarType dtype) {
   LoadOptions o;

@@ -7,10 +7,8 @@
 
 #include "lm/decode_step.h"
 #include "lm/generator.h"
-#include "lm/lm_support.h"
-#include "lm/safetensors.h"
+#include "lm/golden_outputs.h"
 #include "lm/tokenizer/bpe_tokenizer.h"
-#include "lm/torch_tensors.h"
 #include "lm/transformer.h"
 
 using namespace crucible;
@@ -18,26 +16,7 @@ using namespace crucible::lm;
 
 namespace {
 
-struct Golden {
-  std::vector<std::vector<int64_t>> prompts, greedy;
-  std::vector<at::Tensor> logits;  // [T, V] float32
-};
-
-std::vector<int64_t> ids_of(const at::Tensor& t) {
-  const auto c = t.to(at::kLong).contiguous();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
-
-Golden golden(const std::string& fixture) {
-  const auto file = SafetensorsFile::open(test::lm_fixture(fixture) / "expected.safetensors");
-  Golden g;
-  for (int i = 0; file->find("prompt_" + std::to_string(i)); ++i) {
-    g.prompts.push_back(ids_of(view_to_tensor(*file->find("prompt_" + std::to_string(i)))));
-    g.greedy.push_back(ids_of(view_to_tensor(*file->find("greedy_" + std::to_string(i)))));
-    g.logits.push_back(view_to_tensor(*file->find("logits_" + std::to_string(i))).clone());
-  }
-  return g;
-}
+using test::golden;
 
 at::Tensor as_batch(const std::vector<int64_t>& ids) {
   return at::tensor(ids, at::kLong).view({1, static_cast<int64_t>(ids.size())});
