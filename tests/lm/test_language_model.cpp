@@ -80,6 +80,7 @@ TEST_CASE("crucible generate: completions as text or JSON lines, seeds reproduce
   const auto json = test::crucible_cli({"generate", "--model", model, "--prompt", "def relu(x):\n    return", "-n",
                                         "3", "--max-new", "12", "--temperature", "0.9", "--seed", "5", "--json"},
                                        dir.path().string());
+  INFO(json.output);
   REQUIRE(json.exit_code == 0);
   std::vector<nlohmann::json> lines;
   std::istringstream in(json.output);

@@ -203,7 +203,7 @@ TEST_CASE("scoring: teacher-forced log-probabilities match transformers' logits,
   }
 }
 
-TEST_CASE("loading: missing tensors, wrong shapes, bad requests are clear errors") {
+TEST_CASE("loading: missing tensors and wrong shapes are clear errors") {
   test::ScratchDir dir("lm-bad");
   namespace fs = std::filesystem;
   fs::copy(test::lm_fixture("qwen2_tiny"), dir.path() / "m");
@@ -220,7 +220,9 @@ TEST_CASE("loading: missing tensors, wrong shapes, bad requests are clear errors
   test::write_file(dir.path() / "t" / "config.json", config);
   CHECK_THROWS_WITH_AS(Transformer::load(dir.path() / "t"), doctest::Contains("missing tensor lm_head.weight"),
                        ModelFormatError);
+}
 
+TEST_CASE("generation: bad requests are refused before any work") {
   const auto model = Transformer::load(test::lm_fixture("qwen2_tiny"));
   Generator generator(model, [](int64_t) { return std::string(); });
   CHECK_THROWS_AS(generator.generate({greedy_request({}, 4)}), std::invalid_argument);
