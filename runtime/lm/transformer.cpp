@@ -83,20 +83,26 @@ Transformer Transformer::from_files(const ModelConfig& c, const ModelFiles& file
     BlockWeights b;
     b.input_norm = read(p + "input_layernorm.weight", {hidden});
     b.post_attention_norm = read(p + "post_attention_layernorm.weight", {hidden});
-    b.qkv = at::cat({read(p + "self_attn.q_proj.weight", {q_dim, hidden}),
-                     read(p + "self_attn.k_proj.weight", {kv_dim, hidden}),
-                     read(p + "self_attn.v_proj.weight", {kv_dim, hidden})});
-    if (c.attention_bias)
-      b.qkv_bias = at::cat({read(p + "self_attn.q_proj.bias", {q_dim}), read(p + "self_attn.k_proj.bias", {kv_dim}),
-                            read(p + "self_attn.v_proj.bias", {kv_dim})});
+    const auto q = read(p + "self_attn.q_proj.weight", {q_dim, hidden});
+    const auto k = read(p + "self_attn.k_proj.weight", {kv_dim, hidden});
+    const auto v = read(p + "self_attn.v_proj.weight", {kv_dim, hidden});
+    b.qkv = at::cat({q, k, v});
+    if (c.attention_bias) {
+      const auto q_bias = read(p + "self_attn.q_proj.bias", {q_dim});
+      const auto k_bias = read(p + "self_attn.k_proj.bias", {kv_dim});
+      const auto v_bias = read(p + "self_attn.v_proj.bias", {kv_dim});
+      b.qkv_bias = at::cat({q_bias, k_bias, v_bias});
+    }
     b.o = read(p + "self_attn.o_proj.weight", {hidden, q_dim});
     if (c.architecture == Architecture::llama && c.attention_bias) b.o_bias = read(p + "self_attn.o_proj.bias", {hidden});
-    b.gate_up = at::cat({read(p + "mlp.gate_proj.weight", {c.intermediate_size, hidden}),
-                         read(p + "mlp.up_proj.weight", {c.intermediate_size, hidden})});
+    const auto gate = read(p + "mlp.gate_proj.weight", {c.intermediate_size, hidden});
+    const auto up = read(p + "mlp.up_proj.weight", {c.intermediate_size, hidden});
+    b.gate_up = at::cat({gate, up});
     b.down = read(p + "mlp.down_proj.weight", {hidden, c.intermediate_size});
     if (c.mlp_bias) {
-      b.gate_up_bias = at::cat({read(p + "mlp.gate_proj.bias", {c.intermediate_size}),
-                                read(p + "mlp.up_proj.bias", {c.intermediate_size})});
+      const auto gate_bias = read(p + "mlp.gate_proj.bias", {c.intermediate_size});
+      const auto up_bias = read(p + "mlp.up_proj.bias", {c.intermediate_size});
+      b.gate_up_bias = at::cat({gate_bias, up_bias});
       b.down_bias = read(p + "mlp.down_proj.bias", {hidden});
     }
     w.blocks.push_back(std::move(b));
