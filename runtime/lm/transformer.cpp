@@ -6,6 +6,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "lm/lora.h"
 #include "lm/model_files.h"
 #include "lm/torch_tensors.h"
 
@@ -140,12 +141,41 @@ at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& weight) 
   return weight * xf.to(x.scalar_type());
 }
 
-at::Tensor Transformer::attention_block(const BlockWeights& w, const at::Tensor& x, const AttentionInputs& attention,
+const LoraAdapter* Transformer::active_adapter() const {
+  return adapter_ && adapter_->enabled() ? adapter_ : nullptr;
+}
+
+namespace {
+
+// The deltas of adapted targets side by side, zeros where a target is not adapted; undefined when none is.
+at::Tensor adapter_deltas(const LoraAdapter* adapter, int64_t layer, const at::Tensor& x,
+                          std::initializer_list<std::pair<LoraTarget, int64_t>> targets) {
+  if (!adapter) return {};
+  std::vector<at::Tensor> parts;
+  bool any = false;
+  for (const auto& [target, width] : targets) {
+    auto d = adapter->delta(layer, target, x);
+    any |= d.defined();
+    auto shape = x.sizes().vec();
+    shape.back() = width;
+    parts.push_back(d.defined() ? d : at::zeros(shape, x.options()));
+  }
+  return any ? at::cat(parts, -1) : at::Tensor();
+}
+
+}  // namespace
+
+at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& x, const AttentionInputs& attention,
                                         const at::Tensor& cos, const at::Tensor& sin, at::Tensor& k_cache,
                                         at::Tensor& v_cache) const {
+  const auto& w = weights_.blocks[layer];
+  const auto* lora = active_adapter();
   const int64_t B = x.size(0), T = x.size(1), H = config_.num_heads, Hkv = config_.num_kv_heads,
                 D = config_.head_dim, G = H / Hkv, vis = attention.visible;
-  const auto qkv = at::linear(x, w.qkv, w.qkv_bias);
+  auto qkv = at::linear(x, w.qkv, w.qkv_bias);
+  if (auto d = adapter_deltas(lora, layer, x, {{LoraTarget::q, H * D}, {LoraTarget::k, Hkv * D}, {LoraTarget::v, Hkv * D}});
+      d.defined())
+    qkv = qkv + d;
   // Queries and keys rotate together: one set of kernels for both.
   const auto qk = apply_rotary(qkv.narrow(-1, 0, (H + Hkv) * D).view({B, T, H + Hkv, D}), cos, sin);
   const auto v = qkv.narrow(-1, (H + Hkv) * D, Hkv * D).view({B, T, Hkv, D});
@@ -158,13 +188,43 @@ at::Tensor Transformer::attention_block(const BlockWeights& w, const at::Tensor&
   auto out = scaled_attention(queries, k_cache.narrow(2, 0, vis), v_cache.narrow(2, 0, vis), attention.mask,
                               1.0 / std::sqrt(static_cast<double>(D)));
   out = out.reshape({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
-  return at::linear(out, w.o, w.o_bias);
+  auto projected = at::linear(out, w.o, w.o_bias);
+  if (lora)
+    if (auto d = lora->delta(layer, LoraTarget::o, out); d.defined()) projected = projected + d;
+  return projected;
 }
 
-at::Tensor Transformer::mlp_block(const BlockWeights& w, const at::Tensor& x) const {
+at::Tensor Transformer::mlp_block(int64_t layer, const at::Tensor& x) const {
+  const auto& w = weights_.blocks[layer];
+  const auto* lora = active_adapter();
   const int64_t I = config_.intermediate_size;
-  const auto gate_up = at::linear(x, w.gate_up, w.gate_up_bias);
-  return at::linear(at::silu(gate_up.narrow(-1, 0, I)) * gate_up.narrow(-1, I, I), w.down, w.down_bias);
+  auto gate_up = at::linear(x, w.gate_up, w.gate_up_bias);
+  if (auto d = adapter_deltas(lora, layer, x, {{LoraTarget::gate, I}, {LoraTarget::up, I}}); d.defined())
+    gate_up = gate_up + d;
+  const auto hidden = at::silu(gate_up.narrow(-1, 0, I)) * gate_up.narrow(-1, I, I);
+  auto out = at::linear(hidden, w.down, w.down_bias);
+  if (lora)
+    if (auto d = lora->delta(layer, LoraTarget::down, hidden); d.defined()) out = out + d;
+  return out;
+}
+
+void Transformer::merge_adapter(const LoraAdapter& adapter, int sign) {
+  at::NoGradGuard no_grad;
+  const int64_t q = config_.num_heads * config_.head_dim, kv = config_.num_kv_heads * config_.head_dim,
+                I = config_.intermediate_size;
+  const double scale = sign * adapter.config().scale();
+  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+    auto& w = weights_.blocks[layer];
+    const std::pair<LoraTarget, at::Tensor> slices[] = {
+        {LoraTarget::q, w.qkv.narrow(0, 0, q)},     {LoraTarget::k, w.qkv.narrow(0, q, kv)},
+        {LoraTarget::v, w.qkv.narrow(0, q + kv, kv)}, {LoraTarget::o, w.o},
+        {LoraTarget::gate, w.gate_up.narrow(0, 0, I)}, {LoraTarget::up, w.gate_up.narrow(0, I, I)},
+        {LoraTarget::down, w.down}};
+    for (const auto& [target, weight] : slices)
+      if (const auto* p = adapter.find(layer, target))
+        weight.add_(at::matmul(p->b.to(at::kFloat), p->a.to(at::kFloat)).to(weight.scalar_type()),
+                                             scale);
+  }
 }
 
 at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionInputs& attention, KvCache& cache) const {
@@ -175,8 +235,9 @@ at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionI
   if (G > 1) grouped.mask = attention.mask.repeat({1, 1, G, 1});
   for (std::size_t i = 0; i < weights_.blocks.size(); ++i) {
     const auto& w = weights_.blocks[i];
-    x = x + attention_block(w, rms_norm(x, w.input_norm), grouped, cos, sin, cache.keys[i], cache.values[i]);
-    x = x + mlp_block(w, rms_norm(x, w.post_attention_norm));
+    const auto layer = static_cast<int64_t>(i);
+    x = x + attention_block(layer, rms_norm(x, w.input_norm), grouped, cos, sin, cache.keys[i], cache.values[i]);
+    x = x + mlp_block(layer, rms_norm(x, w.post_attention_norm));
   }
   return rms_norm(x, weights_.final_norm);
 }

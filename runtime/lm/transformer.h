@@ -17,6 +17,7 @@
 namespace crucible::lm {
 
 class ModelFiles;
+class LoraAdapter;
 
 struct LoadOptions {
   c10::Device device = c10::Device(c10::kCPU);
@@ -71,17 +72,26 @@ class Transformer {
   // Rotary tables must cover every position a forward pass will use (CUDA graphs cannot grow them).
   void reserve_positions(int64_t n) const { rotary_.reserve(n); }
 
+  // Forward passes add this adapter's deltas while it is enabled (nullptr: the base model). Not owned.
+  void use_adapter(const LoraAdapter* adapter) const { adapter_ = adapter; }
+  const LoraAdapter* adapter() const { return adapter_; }
+  // Adds (sign +1) or removes (sign -1) scale * B A to the base weights, for sampling without the extra matmuls.
+  // Removing restores the weights up to rounding in the model dtype.
+  void merge_adapter(const LoraAdapter& adapter, int sign = +1);
+
  private:
-  at::Tensor attention_block(const BlockWeights& w, const at::Tensor& x, const AttentionInputs& attention,
+  at::Tensor attention_block(int64_t layer, const at::Tensor& x, const AttentionInputs& attention,
                              const at::Tensor& cos, const at::Tensor& sin, at::Tensor& k_cache,
                              at::Tensor& v_cache) const;
-  at::Tensor mlp_block(const BlockWeights& w, const at::Tensor& x) const;
+  at::Tensor mlp_block(int64_t layer, const at::Tensor& x) const;
+  const LoraAdapter* active_adapter() const;
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
 
   ModelConfig config_;
   LoadOptions options_;
   ModelWeights weights_;
   mutable RotaryTable rotary_;
+  mutable const LoraAdapter* adapter_ = nullptr;
 };
 
 }  // namespace crucible::lm

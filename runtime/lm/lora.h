@@ -1,0 +1,68 @@
+#pragma once
+// LoRA adapters on the transformer's linear layers (q, k, v, o, gate, up, down): W x + scale * B (A dropout(x)),
+// with the base weights frozen. The adapter can be switched off per forward pass (the base model, for a KL
+// penalty without a second copy), merged into the weights for fast sampling, and saved or loaded in PEFT's
+// format (adapter_config.json + adapter_model.safetensors with PEFT's key names).
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <array>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lm/model_config.h"
+
+namespace crucible::lm {
+
+enum class LoraTarget { q, k, v, o, gate, up, down };
+constexpr std::array<LoraTarget, 7> kLoraTargets = {LoraTarget::q,    LoraTarget::k,  LoraTarget::v,   LoraTarget::o,
+                                                     LoraTarget::gate, LoraTarget::up, LoraTarget::down};
+const char* lora_module_name(LoraTarget t);  // q_proj, ..., down_proj (PEFT's target_modules names)
+
+struct LoraConfig {
+  int64_t rank = 8;
+  double alpha = 16;
+  double dropout = 0.0;
+  bool use_rslora = false;  // scale alpha / sqrt(rank) instead of alpha / rank
+  std::vector<LoraTarget> targets = {kLoraTargets.begin(), kLoraTargets.end()};
+  double scale() const;
+};
+
+// One adapted layer: A [rank, in], B [out, rank].
+struct LoraPair {
+  at::Tensor a, b;
+};
+
+class LoraAdapter {
+ public:
+  // PEFT's initialisation: A Kaiming-uniform (a = sqrt(5)), B zero, so a fresh adapter changes nothing.
+  static LoraAdapter create(const ModelConfig& model, const LoraConfig& config, c10::Device device,
+                            c10::ScalarType dtype, uint64_t seed);
+  // Throws ModelFormatError for a missing or mismatched adapter (wrong rank, shape or module).
+  static LoraAdapter load_peft(const std::filesystem::path& dir, const ModelConfig& model, c10::Device device,
+                               c10::ScalarType dtype);
+  void save_peft(const std::filesystem::path& dir, const std::string& base_model = "") const;
+
+  // scale * B (A dropout(x)) for one layer and target, or an undefined tensor when it is not adapted.
+  at::Tensor delta(int64_t layer, LoraTarget target, const at::Tensor& x) const;
+  const LoraPair* find(int64_t layer, LoraTarget target) const;
+  std::vector<at::Tensor> parameters() const;  // every A and B, in a fixed order
+  LoraAdapter clone() const;                   // a deep copy (for a per-task fork)
+
+  const LoraConfig& config() const { return config_; }
+  bool enabled() const { return enabled_; }
+  void set_enabled(bool on) { enabled_ = on; }
+  bool training() const { return training_; }
+  void set_training(bool on) { training_ = on; }  // dropout only while training
+
+ private:
+  LoraConfig config_;
+  int64_t layers_ = 0;
+  std::vector<std::optional<LoraPair>> pairs_;  // [layer * 7 + target]
+  bool enabled_ = true;
+  bool training_ = false;
+};
+
+}  // namespace crucible::lm

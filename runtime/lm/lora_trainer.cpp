@@ -1,0 +1,83 @@
+#include "lm/lora_trainer.h"
+
+#include <ATen/ATen.h>
+#include <torch/types.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+
+namespace crucible::lm {
+
+struct LoraTrainer::Optimizer {
+  std::vector<at::Tensor> parameters;
+  torch::optim::AdamW adamw;
+};
+
+LoraTrainer::LoraTrainer(const Transformer& model, LoraAdapter& adapter, TrainerOptions options)
+    : model_(model), adapter_(adapter), options_(options) {
+  auto parameters = adapter.parameters();
+  torch::optim::AdamWOptions o(options.learning_rate);
+  o.betas({options.beta1, options.beta2}).eps(options.eps).weight_decay(options.weight_decay);
+  optimizer_.reset(new Optimizer{parameters, torch::optim::AdamW(parameters, o)});
+}
+
+LoraTrainer::~LoraTrainer() = default;
+
+template <typename MicroLoss>
+TrainMetrics LoraTrainer::step(const SequenceBatch& batch, MicroLoss&& micro_loss) {
+  if (batch.sequences.empty()) throw std::invalid_argument("an empty training batch");
+  if (batch.prompt_lengths.size() != batch.sequences.size())
+    throw std::invalid_argument("a training batch needs one prompt length per sequence");
+  model_.use_adapter(&adapter_);
+  adapter_.set_training(true);
+  optimizer_->adamw.zero_grad();
+  const int64_t batch_tokens = completion_tokens(batch);
+  LossMetrics sums;
+  const std::size_t micro = static_cast<std::size_t>(std::max<int64_t>(1, options_.micro_batch));
+  for (std::size_t begin = 0; begin < batch.sequences.size(); begin += micro) {
+    const auto end = std::min(batch.sequences.size(), begin + micro);
+    micro_loss(begin, end, batch_tokens, sums).backward();
+  }
+  adapter_.set_training(false);
+  TrainMetrics m;
+  m.grad_norm = options_.max_grad_norm > 0
+                    ? torch::nn::utils::clip_grad_norm_(optimizer_->parameters, options_.max_grad_norm)
+                    : torch::nn::utils::clip_grad_norm_(optimizer_->parameters, 1e30);
+  optimizer_->adamw.step();
+  ++steps_;
+  const double tokens = std::max<int64_t>(1, sums.tokens);
+  m.loss = sums.loss;
+  m.kl = sums.kl / tokens;
+  m.entropy = sums.entropy / tokens;
+  m.clip_fraction = sums.clip_fraction / tokens;
+  m.tokens = sums.tokens;
+  m.dropped_sequences = sums.dropped_sequences;
+  return m;
+}
+
+TrainMetrics LoraTrainer::policy_step(const SequenceBatch& batch) {
+  if (batch.advantages.size() != batch.sequences.size())
+    throw std::invalid_argument("a policy batch needs one advantage per sequence");
+  return step(batch, [&](std::size_t begin, std::size_t end, int64_t tokens, LossMetrics& sums) {
+    return policy_loss(model_, adapter_, batch, begin, end, options_.loss, tokens, sums);
+  });
+}
+
+TrainMetrics LoraTrainer::sft_step(const SequenceBatch& batch) {
+  return step(batch, [&](std::size_t begin, std::size_t end, int64_t tokens, LossMetrics& sums) {
+    return sft_loss(model_, batch, begin, end, tokens, sums);
+  });
+}
+
+double LoraTrainer::evaluate_nll(const SequenceBatch& batch) const {
+  at::NoGradGuard no_grad;
+  model_.use_adapter(&adapter_);
+  LossMetrics sums;
+  const int64_t tokens = completion_tokens(batch);
+  const std::size_t micro = static_cast<std::size_t>(std::max<int64_t>(1, options_.micro_batch));
+  double loss = 0;
+  for (std::size_t begin = 0; begin < batch.sequences.size(); begin += micro)
+    loss += sft_loss(model_, batch, begin, std::min(batch.sequences.size(), begin + micro), tokens, sums).item<double>();
+  return loss;
+}
+
+}  // namespace crucible::lm

@@ -1,0 +1,66 @@
+#pragma once
+// Policy-gradient losses on a language model with a LoRA adapter, over (prompt + completion) sequences:
+// clipped-ratio GRPO/PPO, the plain importance-sampling loss, an optional KL penalty to the base model (the same
+// model with the adapter switched off), and the metrics that watch training.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "lm/lora.h"
+#include "lm/transformer.h"
+
+namespace crucible::lm {
+
+struct SequenceBatch {
+  std::vector<std::vector<int64_t>> sequences;   // prompt followed by completion
+  std::vector<int64_t> prompt_lengths;           // where each completion starts
+  std::vector<std::vector<float>> old_logprobs;  // the sampler's, one per completion token (may be empty: on-policy)
+  std::vector<float> advantages;                 // one per sequence
+};
+
+enum class LossKind { grpo_clip, importance_sampling };
+enum class TokenNormalization {
+  sequence_mean,  // mean over each completion's tokens, then over sequences (GRPO)
+  token_sum,      // sum over tokens / (sequences x a fixed length): Dr. GRPO, no length bias
+  token_mean,     // sum over tokens / all completion tokens in the batch
+};
+
+struct LossOptions {
+  LossKind kind = LossKind::grpo_clip;
+  TokenNormalization normalization = TokenNormalization::sequence_mean;
+  double clip_low = 0.2, clip_high = 0.2;
+  double kl_coef = 0.0;               // > 0 adds beta * KL(policy || base), the k3 estimator per token
+  int64_t normalization_length = 0;   // token_sum's fixed length (0: the longest completion in the batch)
+  std::optional<double> max_logprob_mismatch;  // drop sequences whose mean |sampler - trainer| log-prob exceeds it
+};
+
+struct LossMetrics {
+  double loss = 0, kl = 0, entropy = 0, clip_fraction = 0;
+  int64_t tokens = 0, dropped_sequences = 0;
+};
+
+// Per-token log-probabilities of tokens[:, 1:] and the entropy of each predicting distribution, with autograd.
+struct TokenLogprobs {
+  at::Tensor logprobs, entropy;  // [B, T - 1] float32
+};
+TokenLogprobs token_logprobs(const Transformer& model, const at::Tensor& tokens, const at::Tensor& valid);
+
+// The loss of one micro-batch (rows [begin, end) of the batch), scaled so that micro-batch losses add up to the
+// whole batch's; backward() on it accumulates gradients into the adapter.
+at::Tensor policy_loss(const Transformer& model, LoraAdapter& adapter, const SequenceBatch& batch, std::size_t begin,
+                       std::size_t end, const LossOptions& options, int64_t batch_tokens, LossMetrics& metrics);
+
+// Mean negative log-likelihood of the completion tokens of rows [begin, end), scaled to the whole batch's count.
+at::Tensor sft_loss(const Transformer& model, const SequenceBatch& batch, std::size_t begin, std::size_t end,
+                    int64_t batch_tokens, LossMetrics& metrics);
+
+// Tensors of rows [begin, end): tokens [n, T] right-padded, valid [n, T], completion mask [n, T - 1].
+struct PackedRows {
+  at::Tensor tokens, valid, completion;
+};
+PackedRows pack_rows(const SequenceBatch& batch, std::size_t begin, std::size_t end, c10::Device device);
+int64_t completion_tokens(const SequenceBatch& batch);
+
+}  // namespace crucible::lm
