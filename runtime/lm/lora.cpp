@@ -151,8 +151,13 @@ LoraAdapter LoraAdapter::load_peft(const std::filesystem::path& dir, const Model
     config.use_rslora = cfg.value("use_rslora", false);
     if (cfg.value("bias", std::string("none")) != "none") throw ModelFormatError(where + ": LoRA biases are not supported");
     if (cfg.value("fan_in_fan_out", false)) throw ModelFormatError(where + ": fan_in_fan_out is not supported");
-    if (cfg.contains("layers_to_transform") && !cfg["layers_to_transform"].is_null())
-      throw ModelFormatError(where + ": layers_to_transform is not supported");
+    // Variants that change the computation are refused rather than silently ignored.
+    for (const char* key : {"layers_to_transform", "modules_to_save", "layer_replication", "target_parameters"})
+      if (cfg.contains(key) && !cfg[key].is_null()) throw ModelFormatError(where + ": " + key + " is not supported");
+    for (const char* key : {"use_dora", "lora_bias"})
+      if (cfg.value(key, false)) throw ModelFormatError(where + ": " + key + " is not supported");
+    for (const char* key : {"rank_pattern", "alpha_pattern"})
+      if (cfg.contains(key) && !cfg[key].empty()) throw ModelFormatError(where + ": " + key + " is not supported");
     if (!cfg.at("target_modules").is_array())
       throw ModelFormatError(where + ": target_modules must be a list (regular expressions are not supported)");
     config.targets.clear();

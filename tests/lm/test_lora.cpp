@@ -151,6 +151,24 @@ TEST_CASE("lora: PEFT files round-trip exactly and mismatches are refused") {
                        doctest::Contains("does not fit this model and rank"), ModelFormatError);
 }
 
+TEST_CASE("lora: an adapter made by PEFT gives PEFT's logits") {
+  auto model = tiny();
+  const auto dir = test::lm_fixture("qwen2_tiny_peft");
+  auto adapter = LoraAdapter::load_peft(dir, model.config(), c10::Device(c10::kCPU), at::kFloat);
+  CHECK(adapter.config().targets.size() == 7);
+  CHECK(adapter.config().scale() == 2.0);
+  model.use_adapter(&adapter);
+  const auto expected = SafetensorsFile::open(dir / "expected.safetensors");
+  for (const char* i : {"1", "3"}) {
+    const auto ids = test::read_golden_ids("qwen2_tiny").at(std::string("prompt_") + i);
+    const auto want = view_to_tensor(*expected->find(std::string("logits_") + i));
+    CHECK((logits_of(model, ids) - want).abs().max().item<float>() < 1e-4f);
+  }
+  adapter.set_enabled(false);  // the base model again: far from PEFT's adapted logits
+  const auto ids = test::read_golden_ids("qwen2_tiny").at("prompt_3");
+  CHECK((logits_of(model, ids) - view_to_tensor(*expected->find("logits_3"))).abs().max().item<float>() > 1.0f);
+}
+
 TEST_CASE("grpo: KL is zero before the first update; clipped loss, metrics, and mismatch rejection") {
   auto model = tiny();
   auto adapter = adapter_for(model);
