@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "lm/generator.h"
+#include "lm/lora.h"
 #include "lm/transformer.h"
 
 namespace crucible::lm {
@@ -16,6 +17,7 @@ struct LanguageModel::Impl {
   GenerationDefaults defaults;
   std::optional<ChatFormat> format;
   std::unique_ptr<Generator> generator;
+  std::unique_ptr<LoraAdapter> adapter;
 };
 
 namespace {
@@ -51,7 +53,7 @@ LanguageModel LanguageModel::load(const std::filesystem::path& model_dir, const 
     at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   LanguageModel lm;
   lm.impl_.reset(new Impl{Transformer::load(model_dir, load), Tokenizer::from_file((model_dir / "tokenizer.json").string()),
-                          load_generation_defaults(model_dir), std::nullopt, nullptr});
+                          load_generation_defaults(model_dir), std::nullopt, nullptr, nullptr});
   try {
     lm.impl_->format = detect_chat_format(lm.impl_->tokenizer);
   } catch (const std::exception&) {
@@ -123,6 +125,24 @@ std::vector<std::vector<float>> LanguageModel::score(const std::vector<std::vect
   for (const auto& s : sequences) wide.emplace_back(s.begin(), s.end());
   return impl_->generator->score(wide);
 }
+
+void LanguageModel::load_adapter(const std::filesystem::path& dir) {
+  const auto& o = impl_->model.options();
+  impl_->adapter = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(dir, impl_->model.config(), o.device, o.dtype));
+  impl_->model.use_adapter(impl_->adapter.get());
+}
+
+LoraAdapter& LanguageModel::new_adapter(const LoraConfig& config, uint64_t seed) {
+  const auto& o = impl_->model.options();
+  // Adapters train in float32 even when the model runs in bfloat16.
+  impl_->adapter = std::make_unique<LoraAdapter>(
+      LoraAdapter::create(impl_->model.config(), config, o.device, o.device.is_cuda() ? at::kFloat : o.dtype, seed));
+  impl_->model.use_adapter(impl_->adapter.get());
+  return *impl_->adapter;
+}
+
+LoraAdapter* LanguageModel::adapter() { return impl_->adapter.get(); }
+const Transformer& LanguageModel::transformer() const { return impl_->model; }
 
 const ModelConfig& LanguageModel::config() const { return impl_->model.config(); }
 const GenerationDefaults& LanguageModel::generation_defaults() const { return impl_->defaults; }

@@ -39,6 +39,10 @@ struct TextCompletion {
   std::string finish_reason;  // stop_token, stop_string, length
 };
 
+class Transformer;
+class LoraAdapter;
+struct LoraConfig;
+
 class LanguageModel {
  public:
   // Throws ModelFormatError (model files) or std::runtime_error (tokenizer) with the path and the reason.
@@ -56,6 +60,12 @@ class LanguageModel {
   const ModelConfig& config() const;
   const GenerationDefaults& generation_defaults() const;
   const Tokenizer& tokenizer() const;
+
+  // A LoRA adapter applied to every forward pass from now on: loaded in PEFT's format, or fresh.
+  void load_adapter(const std::filesystem::path& dir);
+  LoraAdapter& new_adapter(const LoraConfig& config, uint64_t seed);
+  LoraAdapter* adapter();
+  const Transformer& transformer() const;
   std::optional<ChatFormat> chat_format() const;
   std::vector<int64_t> stop_token_ids() const;
 

@@ -91,7 +91,8 @@ at::Tensor LoraAdapter::delta(int64_t layer, LoraTarget target, const at::Tensor
   const auto* p = find(layer, target);
   if (!p) return {};
   const auto input = training_ && config_.dropout > 0 ? at::dropout(x, config_.dropout, /*train=*/true) : x;
-  return at::linear(at::linear(input, p->a), p->b) * config_.scale();
+  // An adapter may train in float32 on a bfloat16 model: compute in its dtype, add in the model's.
+  return (at::linear(at::linear(input.to(p->a.scalar_type()), p->a), p->b) * config_.scale()).to(x.scalar_type());
 }
 
 std::vector<at::Tensor> LoraAdapter::parameters() const {
@@ -102,6 +103,16 @@ std::vector<at::Tensor> LoraAdapter::parameters() const {
       out.push_back(p->b);
     }
   return out;
+}
+
+void LoraAdapter::copy_from(const LoraAdapter& other) {
+  at::NoGradGuard no_grad;
+  const auto mine = parameters(), theirs = other.parameters();
+  if (mine.size() != theirs.size()) throw ModelFormatError("adapter does not match: different targets or layers");
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    if (mine[i].sizes() != theirs[i].sizes()) throw ModelFormatError("adapter does not match: a different rank");
+    mine[i].copy_(theirs[i]);
+  }
 }
 
 LoraAdapter LoraAdapter::clone() const {

@@ -12,23 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "lm/lora_config.h"
 #include "lm/model_config.h"
 
 namespace crucible::lm {
-
-enum class LoraTarget { q, k, v, o, gate, up, down };
-constexpr std::array<LoraTarget, 7> kLoraTargets = {LoraTarget::q,    LoraTarget::k,  LoraTarget::v,   LoraTarget::o,
-                                                     LoraTarget::gate, LoraTarget::up, LoraTarget::down};
-const char* lora_module_name(LoraTarget t);  // q_proj, ..., down_proj (PEFT's target_modules names)
-
-struct LoraConfig {
-  int64_t rank = 8;
-  double alpha = 16;
-  double dropout = 0.0;
-  bool use_rslora = false;  // scale alpha / sqrt(rank) instead of alpha / rank
-  std::vector<LoraTarget> targets = {kLoraTargets.begin(), kLoraTargets.end()};
-  double scale() const;
-};
 
 // One adapted layer: A [rank, in], B [out, rank].
 struct LoraPair {
@@ -50,6 +37,7 @@ class LoraAdapter {
   const LoraPair* find(int64_t layer, LoraTarget target) const;
   std::vector<at::Tensor> parameters() const;  // every A and B, in a fixed order
   LoraAdapter clone() const;                   // a deep copy (for a per-task fork)
+  void copy_from(const LoraAdapter& other);    // values into this adapter's own tensors (an optimizer keeps them)
 
   const LoraConfig& config() const { return config_; }
   bool enabled() const { return enabled_; }

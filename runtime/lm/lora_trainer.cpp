@@ -1,9 +1,15 @@
 #include "lm/lora_trainer.h"
 
+#include "lm/safetensors.h"
+
 #include <ATen/ATen.h>
 #include <torch/types.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
+#include <torch/serialize.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 namespace crucible::lm {
 
@@ -66,6 +72,25 @@ TrainMetrics LoraTrainer::sft_step(const SequenceBatch& batch) {
   return step(batch, [&](std::size_t begin, std::size_t end, int64_t tokens, LossMetrics& sums) {
     return sft_loss(model_, batch, begin, end, tokens, sums);
   });
+}
+
+void LoraTrainer::save_checkpoint(const std::filesystem::path& dir) const {
+  std::filesystem::create_directories(dir);
+  adapter_.save_peft(dir / "adapter");
+  torch::save(optimizer_->adamw, (dir / "optimizer.pt").string());
+  std::ofstream(dir / "trainer.json") << nlohmann::json{{"steps", steps_}}.dump() << "\n";
+}
+
+void LoraTrainer::load_checkpoint(const std::filesystem::path& dir) {
+  const auto& o = model_.options();
+  const auto dtype = adapter_.parameters().front().scalar_type();
+  adapter_.copy_from(LoraAdapter::load_peft(dir / "adapter", model_.config(), o.device, dtype));
+  torch::load(optimizer_->adamw, (dir / "optimizer.pt").string());
+  try {
+    steps_ = nlohmann::json::parse(std::ifstream(dir / "trainer.json")).at("steps").get<int64_t>();
+  } catch (const std::exception& e) {
+    throw ModelFormatError((dir / "trainer.json").string() + ": " + e.what());
+  }
 }
 
 double LoraTrainer::evaluate_nll(const SequenceBatch& batch) const {

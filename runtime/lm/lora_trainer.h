@@ -37,6 +37,11 @@ class LoraTrainer {
   double evaluate_nll(const SequenceBatch& batch) const;  // mean completion-token NLL, no update
   int64_t steps() const { return steps_; }
 
+  // A checkpoint directory: adapter/ (PEFT format), optimizer.pt (AdamW moments), trainer.json (step count).
+  // Restoring into a trainer of the same adapter shape continues exactly where the saved one stopped.
+  void save_checkpoint(const std::filesystem::path& dir) const;
+  void load_checkpoint(const std::filesystem::path& dir);
+
  private:
   template <typename MicroLoss>
   TrainMetrics step(const SequenceBatch& batch, MicroLoss&& micro_loss);

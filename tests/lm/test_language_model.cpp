@@ -1,6 +1,7 @@
 // The model directory as a user meets it: text in, text out, chat formats, defaults, errors; and the CLI.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
@@ -107,4 +108,50 @@ TEST_CASE("crucible generate: completions as text or JSON lines, seeds reproduce
                                            dir.path().string());
   CHECK(too_long.exit_code == 2);
   CHECK(too_long.output.find("exceeds the model's 512 positions") != std::string::npos);
+}
+
+TEST_CASE("crucible sft: trains a PEFT adapter on JSONL that generate then uses; bad data exits 2") {
+  test::ScratchDir dir("sft-cli");
+  const auto model = test::lm_fixture("qwen2_tiny").string();
+  const auto data = dir.path() / "train.jsonl";
+  {
+    std::ofstream out(data);
+    const char* names[] = {"relu", "gelu", "softmax", "matmul", "sum", "max", "norm", "scan", "sort", "topk",
+                           "conv", "pool"};
+    for (const char* n : names)
+      out << nlohmann::json{{"prompt", std::string("Task: ") + n + "\nKernel:"}, {"completion", " return x if x > 0 else 0"}}.dump()
+          << "\n";
+  }
+  const auto adapter = (dir.path() / "adapter").string();
+  const auto trained = test::crucible_cli({"sft", "--model", model, "--data", data.string(), "--out", adapter, "--steps",
+                                           "30", "--batch", "4", "--lr", "0.02", "--rank", "4", "--eval-fraction", "0.25",
+                                           "--eval-every", "10"},
+                                          dir.path().string());
+  INFO(trained.output);
+  REQUIRE(trained.exit_code == 0);
+  CHECK(trained.output.find("held-out NLL per token") != std::string::npos);
+  CHECK(std::filesystem::exists(dir.path() / "adapter" / "adapter_config.json"));
+  CHECK(std::filesystem::exists(dir.path() / "adapter" / "adapter_model.safetensors"));
+  // The held-out prompts were never trained on, yet their answer became likely: NLL fell by more than half.
+  const auto at = trained.output.rfind("held-out NLL per token ");
+  REQUIRE(at != std::string::npos);
+  std::istringstream numbers(trained.output.substr(at + 23));
+  double before = 0, after = 0;
+  std::string arrow;
+  numbers >> before >> arrow >> after;
+  CHECK(after < before / 2);
+
+  const auto with = test::crucible_cli({"generate", "--model", model, "--adapter", adapter, "--prompt",
+                                        "Task: attention\nKernel:", "--temperature", "0", "--max-new", "12"},
+                                       dir.path().string());
+  INFO(with.output);
+  CHECK(with.exit_code == 0);
+  CHECK(with.output.find("return x if x > 0 else 0") != std::string::npos);
+
+  test::write_file(dir.path() / "bad.jsonl", "{\"prompt\": \"x\", \"completion\": \"y\"}\n{\"prompt\": 3}\n");
+  const auto bad = test::crucible_cli({"sft", "--model", model, "--data", (dir.path() / "bad.jsonl").string(), "--out",
+                                       adapter},
+                                      dir.path().string());
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.output.find("bad.jsonl:2") != std::string::npos);
 }

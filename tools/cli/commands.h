@@ -13,5 +13,6 @@ Run add_tasks_command(CLI::App& app);
 Run add_logs_command(CLI::App& app);
 Run add_run_command(CLI::App& app);
 Run add_generate_command(CLI::App& app);
+Run add_sft_command(CLI::App& app);
 
 }  // namespace crucible::cli

@@ -13,7 +13,7 @@ namespace crucible::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, prompt_file, system, device = "cpu", dtype = "auto";
+  std::string model, adapter, prompt, prompt_file, system, device = "cpu", dtype = "auto";
   bool chat = false, json = false, no_graphs = false;
   int64_t n = 1, max_new = 256;
   std::optional<double> temperature, top_p;
@@ -41,6 +41,7 @@ int generate(const GenerateArgs& a) {
   std::unique_ptr<lm::LanguageModel> model;
   try {
     model = std::make_unique<lm::LanguageModel>(lm::LanguageModel::load(a.model, options));
+    if (!a.adapter.empty()) model->load_adapter(a.adapter);
     if (a.chat) {
       lm::ChatOptions chat;
       if (!a.system.empty()) chat.system_prompt = a.system;
@@ -92,6 +93,7 @@ Run add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   auto* cmd = app.add_subcommand("generate", "Sample completions from a Hugging Face model directory (Qwen2, Llama)");
   cmd->add_option("--model", args->model, "Model directory: config.json, *.safetensors, tokenizer.json")->required();
+  cmd->add_option("--adapter", args->adapter, "A LoRA adapter directory in PEFT's format");
   auto* prompt = cmd->add_option("--prompt", args->prompt, "Prompt text");
   cmd->add_option("--prompt-file", args->prompt_file, "Read the prompt from a file")->excludes(prompt);
   cmd->add_flag("--chat", args->chat, "Wrap the prompt as a user turn in the model's chat format");
