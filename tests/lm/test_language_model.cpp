@@ -62,6 +62,21 @@ TEST_CASE("language model: chat prompts, end-of-turn stops, generation_config de
   CHECK(std::vector<int64_t>(ids.begin(), ids.end()) == expected);
 }
 
+TEST_CASE("language model: an adapter that PEFT was shown to reproduce still gives the same greedy tokens") {
+  // tools/lm_fixtures/check_adapter_in_peft.py checked this adapter in PEFT 0.21 (same tokens, log-probs within 4e-7).
+  const auto dir = test::lm_fixture("qwen2_tiny_crucible_adapter");
+  const auto expected = nlohmann::json::parse(test::read_file(dir / "crucible_greedy.json"));
+  auto lm = LanguageModel::load(test::lm_fixture("qwen2_tiny"));
+  lm.load_adapter(dir);
+  TextRequest r;
+  r.prompt = "Task: attention\nKernel:";
+  r.temperature = 0;
+  r.max_new_tokens = 16;
+  const auto out = lm.generate({r})[0];
+  CHECK(nlohmann::json(out.tokens) == expected["tokens"]);
+  CHECK(out.text == expected["text"].get<std::string>());
+}
+
 TEST_CASE("language model: a bad directory or device is a clear error") {
   CHECK_THROWS_WITH_AS(LanguageModel::load(test::source_dir() / "configs"), doctest::Contains("config.json"),
                        ModelFormatError);
