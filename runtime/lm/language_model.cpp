@@ -85,18 +85,21 @@ std::vector<int64_t> LanguageModel::stop_token_ids() const {
   return ids;
 }
 
+std::vector<int32_t> LanguageModel::encode_prompt(const std::string& text) const {
+  const auto prefix = impl_->tokenizer.encode("", /*add_special_tokens=*/true);
+  auto ids = impl_->tokenizer.encode(text, /*add_special_tokens=*/false);
+  if (!starts_with(ids, prefix)) ids.insert(ids.begin(), prefix.begin(), prefix.end());
+  return ids;
+}
+
 std::vector<TextCompletion> LanguageModel::generate(const std::vector<TextRequest>& requests) {
   const auto& d = impl_->defaults;
   const auto stops = stop_token_ids();
-  // The post-processor's prefix (Llama-3's <|begin_of_text|>) once: rendered chat prompts already carry it.
-  const auto prefix = impl_->tokenizer.encode("", /*add_special_tokens=*/true);
   std::vector<GenerationRequest> work;
   std::vector<TextCompletion> out(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const auto& r = requests[i];
-    auto ids = impl_->tokenizer.encode(r.prompt, /*add_special_tokens=*/false);
-    if (!starts_with(ids, prefix)) ids.insert(ids.begin(), prefix.begin(), prefix.end());
-    out[i].prompt_tokens = std::move(ids);
+    out[i].prompt_tokens = encode_prompt(r.prompt);
     GenerationRequest g;
     g.prompt.assign(out[i].prompt_tokens.begin(), out[i].prompt_tokens.end());
     g.sampling.temperature = r.temperature.value_or(d.temperature.value_or(1.0));

@@ -54,6 +54,9 @@ class LanguageModel {
   // The conversation rendered in the tokenizer's chat format, ending with the assistant header.
   std::string chat_prompt(const std::vector<ChatMessage>& messages, const ChatOptions& options = {}) const;
   std::vector<TextCompletion> generate(const std::vector<TextRequest>& requests);
+  // A prompt's tokens with the post-processor's prefix (Llama-3's <|begin_of_text|>) exactly once, also when
+  // the text is a rendered chat prompt that already starts with it.
+  std::vector<int32_t> encode_prompt(const std::string& text) const;
   // Teacher-forced log p(token t | tokens before it) for t >= 1 of each sequence.
   std::vector<std::vector<float>> score(const std::vector<std::vector<int32_t>>& sequences) const;
 

@@ -15,7 +15,6 @@ namespace {
 
 SequenceBatch tokenize(LanguageModel& model, const std::vector<SftExample>& examples, const SftOptions& o) {
   const auto& tok = model.tokenizer();
-  const auto prefix = tok.encode("", /*add_special_tokens=*/true);
   const auto stops = model.stop_token_ids();
   SequenceBatch batch;
   for (const auto& e : examples) {
@@ -25,9 +24,7 @@ SequenceBatch tokenize(LanguageModel& model, const std::vector<SftExample>& exam
       if (!o.system_prompt.empty()) chat.system_prompt = o.system_prompt;
       prompt = model.chat_prompt({{"user", e.prompt}}, chat);
     }
-    auto ids = tok.encode(prompt, false);
-    if (!std::equal(prefix.begin(), prefix.end(), ids.begin(), ids.begin() + std::min(ids.size(), prefix.size())))
-      ids.insert(ids.begin(), prefix.begin(), prefix.end());
+    const auto ids = model.encode_prompt(prompt);
     std::vector<int64_t> seq(ids.begin(), ids.end());
     const auto prompt_length = static_cast<int64_t>(seq.size());
     const auto completion = tok.encode(e.completion, false, /*parse_special=*/false);
