@@ -1,0 +1,65 @@
+#include "policy/kernel_prompt.h"
+
+#include <sstream>
+
+#include "crucible/eval/dtype.h"
+
+namespace crucible::policy {
+namespace {
+
+std::string shape_text(const eval::TensorSpec& t) {
+  std::string s = std::string(eval::dtype_name(t.dtype)) + " [";
+  for (std::size_t i = 0; i < t.shape.size(); ++i) s += (i ? ", " : "") + t.shape[i];
+  return s + "]";
+}
+
+bool code_language(const std::string& tag) {
+  return tag.empty() || tag == "cpp" || tag == "c++" || tag == "cuda" || tag == "cu" || tag == "c" || tag == "cxx";
+}
+
+}  // namespace
+
+std::string kernel_prompt(const eval::TaskSpec& task, const std::string& backend, const std::string& contract_header) {
+  const bool cuda = backend == "cuda";
+  std::ostringstream p;
+  p << "Write a fast " << (cuda ? "CUDA C++" : "C++") << " kernel for this task.\n\n";
+  p << "Task: " << task.name << "\n" << task.description << "\n";
+  if (!task.reference_source.empty()) p << "\nReference (PyTorch):\n```python" << task.reference_source << "```\n";
+  p << "\nInputs, in order:\n";
+  for (const auto& t : task.inputs) p << "- " << t.name << ": " << shape_text(t) << "\n";
+  p << "Outputs, in order (allocated for you):\n";
+  for (const auto& t : task.outputs) p << "- " << t.name << ": " << shape_text(t) << "\n";
+  if (task.sizes.count(backend)) {
+    p << "Sizes:";
+    for (const auto& [symbol, value] : task.sizes.at(backend)) p << " " << symbol << "=" << value;
+    p << "\n";
+  }
+  for (const auto& [name, value] : task.params) p << "Parameter " << name << " = " << value << "\n";
+  p << "\nThe candidate contract (crucible/kernel.h):\n```c\n" << contract_header << "\n```\n";
+  p << "\nReply with one complete source file in a single ```" << (cuda ? "cuda" : "cpp")
+    << " code block. It must #include \"crucible/kernel.h\", define crucible_forward"
+    << (cuda ? " and launch its kernels on the given stream" : "")
+    << ", compute the outputs itself (no library calls that do the work), and export nothing else.\n";
+  return p.str();
+}
+
+std::optional<std::string> extract_code(const std::string& reply) {
+  std::optional<std::string> last;
+  std::size_t pos = 0;
+  while (true) {
+    const auto open = reply.find("```", pos);
+    if (open == std::string::npos) break;
+    const auto line_end = reply.find('\n', open);
+    if (line_end == std::string::npos) break;
+    std::string tag = reply.substr(open + 3, line_end - open - 3);
+    while (!tag.empty() && (tag.back() == ' ' || tag.back() == '\r')) tag.pop_back();
+    for (auto& c : tag) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const auto close = reply.find("\n```", line_end);
+    if (close == std::string::npos) break;  // unterminated: the reply was cut off
+    if (code_language(tag)) last = reply.substr(line_end + 1, close + 1 - (line_end + 1));
+    pos = close + 4;
+  }
+  return last;
+}
+
+}  // namespace crucible::policy

@@ -1,0 +1,21 @@
+#pragma once
+// What a language-model policy is shown for a task, and how its reply becomes a candidate source. The template is
+// documented in docs/lm.md ("Prompts and completions").
+#include <optional>
+#include <string>
+
+#include "crucible/eval/task_spec.h"
+
+namespace crucible::policy {
+
+// The user turn for a task: what to compute (description and the PyTorch-style reference), the tensors with their
+// shapes and the sizes they will be evaluated at, the candidate contract header, and the reply format.
+// `backend` is "cpu" (C++) or "cuda" (CUDA C++).
+std::string kernel_prompt(const eval::TaskSpec& task, const std::string& backend, const std::string& contract_header);
+
+// The candidate source in a reply: the last complete fenced code block (```cpp, ```c++, ```cuda, ```cu, ```c or
+// unlabelled). None when the reply has no complete block: an unterminated block (a reply cut by its token
+// budget) does not count.
+std::optional<std::string> extract_code(const std::string& reply);
+
+}  // namespace crucible::policy

@@ -1,0 +1,41 @@
+// What a language-model policy shows for a task, and how a reply becomes a candidate source.
+#include <doctest/doctest.h>
+
+#include "crucible/eval/task_spec.h"
+#include "policy/kernel_prompt.h"
+#include "support.h"
+#include "tasks/task_loader.h"
+
+using namespace crucible;
+
+TEST_CASE("kernel prompt: the task, its reference, tensors, sizes, the contract and the reply format") {
+  const auto task = tasks::load_task_file(test::tasks_dir() / "layernorm.toml");
+  const auto header = test::read_file(test::source_dir() / "kernels_eval" / "include" / "crucible" / "kernel.h");
+  const auto cpu = policy::kernel_prompt(task, "cpu", header);
+  CHECK(cpu.find(task.description) != std::string::npos);
+  CHECK(cpu.find(task.reference_source) != std::string::npos);
+  for (const auto& t : task.inputs) CHECK(cpu.find("- " + t.name + ": ") != std::string::npos);
+  for (const auto& [symbol, value] : task.sizes.at("cpu"))
+    CHECK(cpu.find(symbol + "=" + std::to_string(value)) != std::string::npos);
+  CHECK(cpu.find("crucible_forward") != std::string::npos);
+  CHECK(cpu.find("CRUCIBLE_KERNEL_H") != std::string::npos);  // the whole header
+  CHECK(cpu.find("```cpp code block") != std::string::npos);
+  const auto cuda = policy::kernel_prompt(task, "cuda", header);
+  CHECK(cuda.find("CUDA C++") != std::string::npos);
+  CHECK(cuda.find("```cuda code block") != std::string::npos);
+  CHECK(cuda.find("given stream") != std::string::npos);
+}
+
+TEST_CASE("completion parsing: the last complete code block; none when cut off or absent") {
+  const auto source = test::read_file(test::source_dir() / "configs" / "candidates" / "cpu" / "relu.cpp");
+  const auto code = policy::extract_code("Here is my kernel.\n```cpp\n" + source + "```\nIt is fast.");
+  REQUIRE(code);
+  CHECK(*code == source);
+  CHECK(*policy::extract_code("```cpp\nint a;\n```\nbetter:\n```cuda\nint b;\n```") == "int b;\n");
+  CHECK(*policy::extract_code("```python\nx = 1\n```\n```\nint c;\n```") == "int c;\n");
+  CHECK(*policy::extract_code("```CPP \r\nint d;\n```") == "int d;\n");
+  CHECK_FALSE(policy::extract_code("```python\nprint(1)\n```"));
+  CHECK_FALSE(policy::extract_code("I cannot write this kernel."));
+  CHECK_FALSE(policy::extract_code("```cpp\nint main() {\n  // the token budget ran out here"));
+  CHECK(*policy::extract_code("```cpp\nint e;\n```\n```cpp\nint f; // cut") == "int e;\n");
+}
