@@ -11,6 +11,7 @@
 #include "lm/completion_text.h"
 #include "lm/decode_graph.h"
 #include "lm/decode_step.h"
+#include "lm/lora.h"
 
 namespace crucible::lm {
 namespace {
@@ -62,8 +63,11 @@ Generator::~Generator() = default;
 
 DecodeBuffers& Generator::buffers_for(int64_t batch, int64_t capacity) {
   model_.reserve_positions(capacity);
-  // A graph holds the addresses of the buffers and of the rotary tables: a new shape or grown tables end it.
-  if (graph_ && graph_rotary_size_ != model_.rotary().size()) graph_.reset();
+  // A graph holds the addresses of the buffers and of the rotary tables, and bakes in whether (and which) adapter
+  // adds its deltas: a new shape, grown tables or another adapter state end it. In-place updates of the
+  // adapter's or the model's tensors (optimizer steps, merging) are seen by the graph.
+  const LoraAdapter* adapter = model_.adapter() && model_.adapter()->enabled() ? model_.adapter() : nullptr;
+  if (graph_ && (graph_rotary_size_ != model_.rotary().size() || graph_adapter_ != adapter)) graph_.reset();
   if (!buffers_ || buffers_->cache.batch != batch || buffers_->cache.capacity != capacity) {
     graph_.reset();
     buffers_.reset();
@@ -78,6 +82,7 @@ at::Tensor Generator::graph_step() {
   if (!graph_) {
     graph_ = std::make_unique<DecodeGraph>(model_, *buffers_);
     graph_rotary_size_ = model_.rotary().size();
+    graph_adapter_ = model_.adapter() && model_.adapter()->enabled() ? model_.adapter() : nullptr;
   }
   return graph_->replay();
 }

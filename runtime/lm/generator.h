@@ -50,6 +50,7 @@ struct GeneratorOptions {
 };
 
 class DecodeGraph;
+class LoraAdapter;
 struct DecodeBuffers;
 
 class Generator {
@@ -78,6 +79,7 @@ class Generator {
   std::unique_ptr<DecodeBuffers> buffers_;
   std::unique_ptr<DecodeGraph> graph_;
   int64_t graph_rotary_size_ = 0;
+  const LoraAdapter* graph_adapter_ = nullptr;  // the adapter the graph computes with (nullptr: none)
   GenerationStats stats_;
 };
 

@@ -1,6 +1,7 @@
 #include "lm/lora.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>

@@ -3,6 +3,7 @@
 #include "lm/safetensors.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/types.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>

@@ -1,6 +1,7 @@
 #include "lm/policy_loss.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 

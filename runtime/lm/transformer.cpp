@@ -1,6 +1,7 @@
 #include "lm/transformer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/version.h>
 
 #include <cmath>

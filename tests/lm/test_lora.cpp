@@ -1,6 +1,8 @@
 // LoRA on the tiny fixture model: gradients, switching off, merging, PEFT files, and training that works
 // (GRPO on a verifiable synthetic reward, SFT on held-out data).
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/core/InferenceMode.h>
 #include <doctest/doctest.h>
 
