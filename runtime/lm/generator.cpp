@@ -22,16 +22,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::vector<int64_t> to_vector(const at::Tensor& t) {
-  const auto c = t.to(at::kCPU, at::kLong).contiguous();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
-
-std::vector<float> to_floats(const at::Tensor& t) {
-  const auto c = t.to(at::kCPU, at::kFloat).contiguous();
-  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
-}
-
 void check_request(const GenerationRequest& r, const ModelConfig& c, std::size_t index) {
   const auto where = "request " + std::to_string(index) + ": ";
   if (r.prompt.empty()) throw std::invalid_argument(where + "empty prompt");
@@ -149,22 +139,28 @@ std::vector<Completion> Generator::generate(const std::vector<GenerationRequest>
   int64_t remaining = B;
   for (int64_t step = 0; step < N && remaining > 0; ++step) {
     const auto sampled = sampler.sample(logits, step);
-    const auto ids = to_vector(sampled.tokens);
-    const auto sampling_lp = to_floats(sampled.sampling_logprobs);
-    const auto model_lp = to_floats(sampled.model_logprobs);
+    // One device-to-host copy (one synchronisation) per step: token ids are exact in float64.
+    const auto host = at::stack({sampled.tokens.to(at::kDouble), sampled.sampling_logprobs.to(at::kDouble),
+                                 sampled.model_logprobs.to(at::kDouble)})
+                          .to(at::kCPU)
+                          .contiguous();
+    const double* ids = host.data_ptr<double>();
+    const double* sampling_lp = ids + B;
+    const double* model_lp = ids + 2 * B;
     if (step == 0) stats_.time_to_first_token_s = seconds_since(started);
     stats_.steps = step + 1;
     for (int64_t b = 0; b < B; ++b) {
       if (done[b]) continue;
       const auto& request = requests[b];
       auto& c = out[b];
-      c.tokens.push_back(ids[b]);
-      c.sampling_logprobs.push_back(sampling_lp[b]);
-      c.model_logprobs.push_back(model_lp[b]);
+      const auto id = static_cast<int64_t>(ids[b]);
+      c.tokens.push_back(id);
+      c.sampling_logprobs.push_back(static_cast<float>(sampling_lp[b]));
+      c.model_logprobs.push_back(static_cast<float>(model_lp[b]));
       const auto& stops = request.stop_token_ids;
-      if (std::find(stops.begin(), stops.end(), ids[b]) != stops.end()) {
+      if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
         c.finish = FinishReason::stop_token;
-      } else if (texts[b].append(token_bytes_(ids[b]))) {
+      } else if (texts[b].append(token_bytes_(id))) {
         c.finish = FinishReason::stop_string;
       } else if (static_cast<int64_t>(c.tokens.size()) < request.max_new_tokens) {
         continue;
@@ -187,7 +183,6 @@ std::vector<std::vector<float>> Generator::score(const std::vector<std::vector<i
                                                  int64_t max_batch_tokens) const {
   c10::InferenceMode inference;
   const auto device = model_.options().device;
-  const auto index = at::TensorOptions().dtype(at::kLong).device(device);
   std::vector<std::vector<float>> out(sequences.size());
   // Longest first, so each micro-batch pads little.
   std::vector<std::size_t> order(sequences.size());
@@ -213,13 +208,8 @@ std::vector<std::vector<float>> Generator::score(const std::vector<std::vector<i
     }
     model_.reserve_positions(T);
     auto cache = model_.make_cache(B, T);
-    AttentionInputs attention;
-    attention.slots = at::arange(T, index);
-    attention.positions = attention.slots.unsqueeze(0).expand({B, T});
-    attention.visible = T;
-    attention.mask = causal_mask(attention.slots, valid.to(device), T);
     const auto tokens_dev = tokens.to(device);
-    const auto hidden = model_.hidden_states(tokens_dev, attention, cache);
+    const auto hidden = model_.hidden_states(tokens_dev, whole_sequences(valid.to(device)), cache);
     // Logits in chunks of positions: [B, T, V] float32 at once would not fit for long sequences.
     std::vector<at::Tensor> chunks;
     const int64_t chunk = std::max<int64_t>(1, 8192 / B);

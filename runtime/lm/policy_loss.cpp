@@ -58,12 +58,7 @@ TokenLogprobs token_logprobs(const Transformer& model, const at::Tensor& tokens,
   const int64_t B = tokens.size(0), T = tokens.size(1);
   model.reserve_positions(T);
   auto cache = model.make_cache(B, T);
-  AttentionInputs attention;
-  attention.slots = at::arange(T, tokens.options());
-  attention.positions = attention.slots.unsqueeze(0).expand({B, T});
-  attention.visible = T;
-  attention.mask = causal_mask(attention.slots, valid, T);
-  const auto hidden = model.hidden_states(tokens, attention, cache);
+  const auto hidden = model.hidden_states(tokens, whole_sequences(valid), cache);
   const auto all = at::log_softmax(model.logits(hidden.narrow(1, 0, T - 1)), -1);
   return {all.gather(2, tokens.narrow(1, 1, T - 1).unsqueeze(2)).squeeze(2), -(all.exp() * all).sum(-1)};
 }

@@ -66,6 +66,16 @@ at::Tensor causal_mask(const at::Tensor& query_slots, const at::Tensor& key_vali
   return (causal & valid) | own;
 }
 
+AttentionInputs whole_sequences(const at::Tensor& valid) {
+  const int64_t B = valid.size(0), T = valid.size(1);
+  AttentionInputs attention;
+  attention.slots = at::arange(T, valid.options().dtype(at::kLong));
+  attention.positions = attention.slots.unsqueeze(0).expand({B, T});
+  attention.visible = T;
+  attention.mask = causal_mask(attention.slots, valid, T);
+  return attention;
+}
+
 Transformer Transformer::load(const std::filesystem::path& model_dir, const LoadOptions& options) {
   const auto config = load_model_config(model_dir);
   const auto files = ModelFiles::open(model_dir);
@@ -251,13 +261,8 @@ at::Tensor Transformer::forward_full(const at::Tensor& tokens) const {
   const int64_t B = tokens.size(0), T = tokens.size(1);
   rotary_.reserve(T);
   auto cache = make_cache(B, T);
-  const auto index_opts = at::TensorOptions().dtype(at::kLong).device(options_.device);
-  AttentionInputs attention;
-  attention.slots = at::arange(T, index_opts);
-  attention.positions = attention.slots.unsqueeze(0).expand({B, T});
-  attention.visible = T;
-  attention.mask = causal_mask(attention.slots, at::ones({B, T}, index_opts.dtype(at::kBool)), T);
-  return logits(hidden_states(tokens.to(options_.device), attention, cache));
+  const auto valid = at::ones({B, T}, at::TensorOptions().dtype(at::kBool).device(options_.device));
+  return logits(hidden_states(tokens.to(options_.device), whole_sequences(valid), cache));
 }
 
 }  // namespace crucible::lm

@@ -52,6 +52,10 @@ struct AttentionInputs {
 // key_valid[b, s] (padding is invalid), and always sees its own slot so a padding query has one finite key.
 at::Tensor causal_mask(const at::Tensor& query_slots, const at::Tensor& key_valid, int64_t visible);
 
+// Whole right-padded sequences in a fresh cache of their length: slot t holds position t; valid [B, T] bool marks
+// the real tokens.
+AttentionInputs whole_sequences(const at::Tensor& valid);
+
 class Transformer {
  public:
   static Transformer load(const std::filesystem::path& model_dir, const LoadOptions& options = {});
