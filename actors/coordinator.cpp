@@ -56,6 +56,8 @@ bool unit_done(const CoordinatorState& st, int index) {
 }
 
 void pump(Self self);
+void record_verdict(Self self, msg::VerdictSummary& verdict);
+msg::VerdictSummary parse_error_verdict(const msg::Candidate& c, double at);
 
 void finish(Self self, bool ok, const std::string& message) {
   auto& st = self->state;
@@ -151,6 +153,7 @@ void train(Self self, std::size_t index) {
             auto& unit = s.units[index];
             unit.trace.train_end = wall_now();
             unit.trace.policy_version_after = published.version;
+            unit.trace.train_metrics = published.metrics;
             s.policy_version = published.version;
             unit.snapshot = published.snapshot;
             self->send(s.setup.generator, std::move(published));
@@ -181,10 +184,14 @@ void pump(Self self) {
                   auto& s = self->state;
                   auto& unit = s.units[i];
                   auto& ids = unit.group_candidates[g.group];
+                  std::vector<msg::VerdictSummary> unparsed;
                   for (auto& c : generated.candidates) {
                     ids.push_back(c.id);
                     s.unit_of[c.id] = i;
-                    s.compile_queue[{i, c.id}] = msg::CompileRequest{c.id, c.source, s.setup.compile_device};
+                    if (c.parse_error.empty())
+                      s.compile_queue[{i, c.id}] = msg::CompileRequest{c.id, c.source, s.setup.compile_device};
+                    else
+                      unparsed.push_back(parse_error_verdict(c, generated.finished_at));
                     CandidateTrace trace;
                     trace.generate_start = generated.started_at;
                     trace.generate_end = generated.finished_at;
@@ -192,6 +199,8 @@ void pump(Self self) {
                     s.candidates[trace.candidate.id] = std::move(trace);
                   }
                   if (++unit.groups_generated == unit.trace.plan->groups.size()) unit.phase = Phase::running;
+                  // After the whole group is known: a group of parse failures is complete at once.
+                  for (auto& v : unparsed) record_verdict(self, v);
                   dispatch(self);
                 },
                 [=](caf::error& e) { finish(self, false, "generation for " + plan.name + " failed: " + to_string(e)); });
@@ -233,9 +242,20 @@ void on_group_complete(Self self, std::size_t index, uint64_t group) {
           [=](caf::error& e) { finish(self, false, "scoring failed: " + to_string(e)); });
 }
 
-void on_verdict(Self self, msg::VerdictSummary& verdict) {
+// A reply with no usable source is judged here, without a compile or an evaluator: it is the policy's failure.
+msg::VerdictSummary parse_error_verdict(const msg::Candidate& c, double at) {
+  eval::Verdict v;
+  v.task = c.task;
+  v.status = eval::Status::parse_error;
+  v.reasons.push_back({"no_source", c.parse_error});
+  auto summary = msg::summarize(c.id, v);
+  summary.device = "policy";
+  summary.started_at = summary.finished_at = at;
+  return summary;
+}
+
+void record_verdict(Self self, msg::VerdictSummary& verdict) {
   auto& st = self->state;
-  st.evaluating.erase(caf::actor_cast<caf::actor_addr>(self->current_sender()));
   auto where = st.unit_of.find(verdict.candidate_id);
   if (where == st.unit_of.end()) return;  // a duplicate after a re-queue
   auto& trace = st.candidates.at(verdict.candidate_id);
@@ -316,7 +336,10 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
           s.eval_queue[{where->second, done.candidate_id}] = msg::EvalRequest{trace.candidate, "", "", 0};
           dispatch(self);
         },
-        [=](msg::VerdictSummary& verdict) { on_verdict(self, verdict); },
+        [=](msg::VerdictSummary& verdict) {
+          self->state.evaluating.erase(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+          record_verdict(self, verdict);
+        },
     };
   });
 }

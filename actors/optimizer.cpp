@@ -27,8 +27,10 @@ optimizer_actor::behavior_type optimizer(optimizer_actor::pointer, std::shared_p
           log->error(batch.unit, ": update failed: ", e.what());
           return caf::make_error(caf::sec::runtime_error, std::string("policy update failed: ") + e.what());
         }
-        msg::PolicyPublished out{setup->policy->version(), batch.step, wall_now() - start, setup->policy->snapshot()};
-        log->info(batch.unit, ": ", samples.size(), " samples -> policy version ", out.version);
+        msg::PolicyPublished out{setup->policy->version(), batch.step, wall_now() - start, setup->policy->snapshot(),
+                                 setup->policy->update_metrics()};
+        log->info(batch.unit, ": ", samples.size(), " samples -> policy version ", out.version, " in ",
+                  out.update_seconds, " s ", out.metrics);
         return out;
       },
   };

@@ -35,6 +35,7 @@ generator_actor::behavior_type rollout_generator(generator_actor::pointer self, 
           c.source = std::move(samples[i].source);
           c.tokens = std::move(samples[i].tokens);
           c.logprobs = std::move(samples[i].logprobs);
+          c.parse_error = std::move(samples[i].parse_error);
           out.candidates.push_back(std::move(c));
         }
         out.finished_at = wall_now();

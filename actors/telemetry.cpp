@@ -14,8 +14,12 @@ telemetry_actor::behavior_type telemetry(telemetry_actor::pointer, std::shared_p
   return {
       [=](msg::CandidateRecord& record) {
         auto json = nlohmann::json::parse(record.json);
-        const std::string hash = dir->write_source(record.source, record.source_extension);
-        json["source_file"] = "sources/" + hash + "." + record.source_extension;
+        if (record.source.empty()) {
+          json["source_file"] = nullptr;  // a reply with no code (parse_error): its text is in policy_output
+        } else {
+          const std::string hash = dir->write_source(record.source, record.source_extension);
+          json["source_file"] = "sources/" + hash + "." + record.source_extension;
+        }
         dir->append_candidate(record.unit, json.dump());
       },
       [=](msg::CommitUnit& commit) -> caf::result<committed_atom> {

@@ -104,6 +104,8 @@ std::string unit_metrics_json(const UnitTrace& unit, const std::vector<const Can
                  {"evaluation_seconds", eval_s}};
   if (unit.plan->train) {
     j["train_seconds"] = unit.train_end - unit.train_start;
+    if (!unit.train_metrics.empty() && unit.train_metrics != "{}")
+      j["train"] = json::parse(unit.train_metrics, nullptr, false);
     if (unit.plan->task.empty() && !traces.empty()) j["max_staleness"] = unit.policy_version_after - 1 - min_version;
   }
   j["wall_seconds"] = unit.committed_at - first;

@@ -26,6 +26,7 @@ struct UnitTrace {
   const modes::UnitPlan* plan = nullptr;
   double train_start = 0, train_end = 0;
   uint64_t policy_version_after = 0;  // the version this unit's update published (or the current one)
+  std::string train_metrics;          // the policy's own measurements of that update (JSON object)
   double committed_at = 0;
 };
 

@@ -20,12 +20,13 @@ struct Candidate {
   std::string source;         // assembled from it
   std::vector<int32_t> tokens;  // what the policy sampled (token ids, or the search policy's knob choices)
   std::vector<float> logprobs;  // per token, when the policy has them
+  std::string parse_error;      // why the output held no source (then it is not compiled); empty: parsed
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Candidate& x) {
   return f(caf::meta::type_name("crucible.Candidate"), x.id, x.step, x.task, x.group, x.index, x.policy_version,
-           x.output, x.source, x.tokens, x.logprobs);
+           x.output, x.source, x.tokens, x.logprobs, x.parse_error);
 }
 
 struct CompileRequest {

@@ -42,11 +42,13 @@ struct PolicyPublished {
   uint64_t step = 0;
   double update_seconds = 0.0;
   std::string snapshot;
+  std::string metrics;  // what the update measured (a JSON object; "{}" when the policy reports nothing)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PolicyPublished& x) {
-  return f(caf::meta::type_name("crucible.PolicyPublished"), x.version, x.step, x.update_seconds, x.snapshot);
+  return f(caf::meta::type_name("crucible.PolicyPublished"), x.version, x.step, x.update_seconds, x.snapshot,
+           x.metrics);
 }
 
 }  // namespace crucible::messages

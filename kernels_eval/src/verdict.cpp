@@ -16,13 +16,14 @@ std::string_view status_name(Status s) {
     case Status::rejected: return "rejected";
     case Status::runtime_error: return "runtime_error";
     case Status::timeout: return "timeout";
+    case Status::parse_error: return "parse_error";
   }
   return "runtime_error";
 }
 
 Status parse_status(std::string_view name) {
   for (Status s : {Status::correct, Status::incorrect, Status::compile_error, Status::rejected, Status::runtime_error,
-                   Status::timeout})
+                   Status::timeout, Status::parse_error})
     if (status_name(s) == name) return s;
   throw std::invalid_argument("unknown verdict status '" + std::string(name) + "'");
 }

@@ -76,14 +76,77 @@ void read_tasks(TableReader t, TaskSelection& s) {
   t.finish();
 }
 
+bool valid_device(const std::string& d) {
+  if (d == "cpu") return true;
+  if (d.rfind("cuda:", 0) != 0 || d.size() == 5) return false;
+  return std::all_of(d.begin() + 5, d.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::string one_of(TableReader& t, const std::string& key, const std::string& fallback,
+                   const std::vector<std::string>& choices) {
+  std::string v = t.get_string(key, fallback);
+  if (std::find(choices.begin(), choices.end(), v) != choices.end()) return v;
+  std::string list;
+  for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
+  t.fail(key, "unknown value '" + v + "' (" + list + ")");
+}
+
+void read_lora(TableReader t, LmPolicyConfig& m) {
+  m.lora_rank = positive(t, "rank", m.lora_rank);
+  m.lora_alpha = number_in(t, "alpha", m.lora_alpha, 1e-6, 1e6);
+  m.lora_dropout = number_in(t, "dropout", m.lora_dropout, 0.0, 0.99);
+  m.lora_rslora = t.get_bool("rslora", m.lora_rslora);
+  if (t.has("targets")) {
+    m.lora_targets = t.get_string_array("targets");
+    if (m.lora_targets.empty()) t.fail("targets", "name at least one layer (q_proj ... down_proj)");
+  }
+  t.finish();
+}
+
+void read_train(TableReader t, LmPolicyConfig& m) {
+  m.learning_rate = number_in(t, "learning_rate", m.learning_rate, 0.0, 1.0);
+  m.weight_decay = number_in(t, "weight_decay", m.weight_decay, 0.0, 1.0);
+  m.max_grad_norm = number_in(t, "max_grad_norm", m.max_grad_norm, 0.0, 1e6);
+  m.micro_batch = positive(t, "micro_batch", m.micro_batch);
+  m.loss = one_of(t, "loss", m.loss, {"grpo_clip", "importance_sampling"});
+  m.normalization = one_of(t, "normalization", m.normalization, {"sequence_mean", "token_sum", "token_mean"});
+  m.clip_low = number_in(t, "clip_low", m.clip_low, 0.0, 1.0);
+  m.clip_high = number_in(t, "clip_high", m.clip_high, 0.0, 10.0);
+  m.kl_coef = number_in(t, "kl_coef", m.kl_coef, 0.0, 1e3);
+  m.max_logprob_mismatch = number_in(t, "max_logprob_mismatch", m.max_logprob_mismatch, 0.0, 1e3);
+  t.finish();
+}
+
 void read_policy(TableReader t, PolicyConfig& p) {
   p.kind = t.get_string("kind", p.kind);
-  if (p.kind != "search" && p.kind != "replay") t.fail("kind", "unknown policy kind '" + p.kind + "' (search, replay)");
+  if (p.kind != "search" && p.kind != "replay" && p.kind != "libtorch")
+    t.fail("kind", "unknown policy kind '" + p.kind + "' (search, replay, libtorch)");
   p.replay_dir = t.get_string("replay_dir", "");
   if (p.kind == "replay" && p.replay_dir.empty()) t.fail("replay_dir", "the replay policy needs replay_dir");
   p.learning_rate = number_in(t, "learning_rate", p.learning_rate, 0.0, 1e3);
   p.temperature = number_in(t, "temperature", p.temperature, 1e-3, 1e3);
   p.checkpoint = t.get_string("checkpoint", "");
+  if (p.kind != "libtorch") {
+    for (const char* key : {"model", "device", "dtype", "adapter", "cuda_graphs", "max_new_tokens", "top_p", "top_k",
+                            "system_prompt", "lora", "train"})
+      if (t.has(key)) t.fail(key, "only for kind = \"libtorch\"");
+    t.finish();
+    return;
+  }
+  auto& m = p.lm;
+  m.model = t.require_string("model");
+  m.device = t.get_string("device", m.device);
+  if (!valid_device(m.device)) t.fail("device", "unknown device '" + m.device + "' (cpu, cuda:N)");
+  m.dtype = one_of(t, "dtype", m.dtype, {"auto", "f32", "bf16", "f16"});
+  m.adapter = t.get_string("adapter", "");
+  m.cuda_graphs = t.get_bool("cuda_graphs", m.cuda_graphs);
+  m.max_new_tokens = positive(t, "max_new_tokens", m.max_new_tokens);
+  m.top_p = number_in(t, "top_p", m.top_p, 1e-6, 1.0);
+  m.top_k = positive(t, "top_k", m.top_k, 0);
+  m.system_prompt = t.get_string("system_prompt", "");
+  if (!p.checkpoint.empty()) t.fail("checkpoint", "a libtorch policy starts from `adapter` (a PEFT directory)");
+  if (auto lora = t.get_table("lora")) read_lora(*lora, m);
+  if (auto train = t.get_table("train")) read_train(*train, m);
   t.finish();
 }
 
@@ -105,12 +168,6 @@ void read_advantage(TableReader t, rewards::AdvantageSpec& a, bool& task_baselin
   a.drop_constant_groups = t.get_bool("drop_constant_groups", a.drop_constant_groups);
   task_baseline = t.get_bool("task_baseline", task_baseline);
   t.finish();
-}
-
-bool valid_device(const std::string& d) {
-  if (d == "cpu") return true;
-  if (d.rfind("cuda:", 0) != 0 || d.size() == 5) return false;
-  return std::all_of(d.begin() + 5, d.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 void read_eval(TableReader t, EvalConfig& c) {

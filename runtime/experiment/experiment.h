@@ -23,12 +23,42 @@ struct TaskSelection {
   std::string dir;  // where names are looked up; empty: the checkout's configs/tasks
 };
 
+// kind = "libtorch": a Hugging Face model directory sampled by the native LibTorch model and trained with LoRA.
+struct LmPolicyConfig {
+  std::string model;          // the model directory (config.json, *.safetensors, tokenizer.json)
+  std::string device = "cpu";  // "cpu" or "cuda:N"; an evaluator on the same device waits while it works
+  std::string dtype = "auto";  // auto (f32 on the CPU, bf16 on CUDA), f32, bf16, f16
+  std::string adapter;        // a PEFT adapter directory to start from (ttt forks it per task); empty: fresh
+  bool cuda_graphs = true;
+  int max_new_tokens = 1024;
+  double top_p = 1.0;
+  int top_k = 0;               // 0: off
+  std::string system_prompt;   // empty: the chat format's default
+  // [policy.lora]
+  int lora_rank = 16;
+  double lora_alpha = 32;
+  double lora_dropout = 0.0;
+  bool lora_rslora = false;
+  std::vector<std::string> lora_targets{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  // [policy.train]
+  double learning_rate = 1e-5;
+  double weight_decay = 0.0;
+  double max_grad_norm = 1.0;  // 0: no clipping
+  int micro_batch = 8;
+  std::string loss = "grpo_clip";               // grpo_clip or importance_sampling
+  std::string normalization = "sequence_mean";  // sequence_mean, token_sum (Dr. GRPO) or token_mean
+  double clip_low = 0.2, clip_high = 0.2;
+  double kl_coef = 0.0;
+  double max_logprob_mismatch = 0.0;  // > 0: drop sequences whose sampler and trainer log-probs disagree by more
+};
+
 struct PolicyConfig {
-  std::string kind = "search";  // "search" (the embedded autotuner) or "replay" (sources from replay_dir)
+  std::string kind = "search";  // "search" (the embedded autotuner), "replay" (sources from replay_dir), "libtorch"
   std::string replay_dir;       // replay: <replay_dir>/<task>/*.cpp (*.cu on GPUs)
-  double learning_rate = 0.5;
-  double temperature = 1.0;
-  std::string checkpoint;  // a snapshot file to start from (ttt), empty: fresh
+  double learning_rate = 0.5;   // search
+  double temperature = 1.0;     // search and libtorch
+  std::string checkpoint;  // search: a snapshot file to start from (ttt), empty: fresh
+  LmPolicyConfig lm;       // libtorch
 };
 
 struct GrpoConfig {

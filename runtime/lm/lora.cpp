@@ -37,13 +37,23 @@ std::string peft_key(int64_t layer, LoraTarget t, const char* ab) {
          lora_module_name(t) + ".lora_" + ab + ".weight";
 }
 
-std::optional<LoraTarget> target_named(const std::string& name) {
+}  // namespace
+
+std::optional<LoraTarget> lora_target_named(const std::string& name) {
   for (auto t : kLoraTargets)
     if (name == lora_module_name(t)) return t;
   return std::nullopt;
 }
 
-}  // namespace
+std::vector<LoraTarget> lora_targets_named(const std::vector<std::string>& names) {
+  std::vector<LoraTarget> out;
+  for (const auto& name : names) {
+    auto t = lora_target_named(name);
+    if (!t) throw std::invalid_argument("unknown LoRA target '" + name + "' (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+    out.push_back(*t);
+  }
+  return out;
+}
 
 const char* lora_module_name(LoraTarget t) {
   switch (t) {
@@ -174,7 +184,7 @@ LoraAdapter LoraAdapter::load_peft(const std::filesystem::path& dir, const Model
       throw ModelFormatError(where + ": target_modules must be a list (regular expressions are not supported)");
     config.targets.clear();
     for (const auto& m : cfg["target_modules"]) {
-      const auto t = target_named(m.get<std::string>());
+      const auto t = lora_target_named(m.get<std::string>());
       if (!t) throw ModelFormatError(where + ": target module '" + m.get<std::string>() + "' is not supported");
       config.targets.push_back(*t);
     }

@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include "modes/run_summary.h"
 #include "modes/unit_plan.h"
 #include "policy/kernel_templates.h"
+#include "policy/lm_policy.h"
 #include "policy/replay_policy.h"
 #include "policy/search_policy.h"
 #include "run/run_directory.h"
@@ -40,7 +42,16 @@ eval::EvalOptions eval_options(const experiment::Experiment& e, const std::strin
   return o;
 }
 
-std::unique_ptr<policy::Policy> make_policy(const experiment::Experiment& e, uint64_t seed) {
+std::unique_ptr<policy::Policy> make_policy(const experiment::Experiment& e, uint64_t seed, const fs::path& seed_dir) {
+  if (e.policy.kind == "libtorch") {
+    policy::LmPolicySetup s;
+    s.config = e.policy;
+    s.backend = backend_of(e);
+    s.state_dir = seed_dir / "policy";
+    s.per_task_adapters = e.mode == experiment::Mode::ttt;
+    s.seed = seed;
+    return std::make_unique<policy::LmPolicy>(std::move(s));
+  }
   if (e.policy.kind == "replay")
     return std::make_unique<policy::ReplayPolicy>(e.policy.replay_dir, backend_of(e) == "cuda" ? "cu" : "cpp");
   policy::SearchPolicyOptions o;
@@ -48,6 +59,12 @@ std::unique_ptr<policy::Policy> make_policy(const experiment::Experiment& e, uin
   o.temperature = e.policy.temperature;
   o.backend = backend_of(e);
   return std::make_unique<policy::SearchPolicy>(seed, o);
+}
+
+std::string policy_lease(const experiment::Experiment& e) {
+  if (e.policy.kind != "libtorch") return "";
+  const auto& d = e.eval.devices;
+  return std::find(d.begin(), d.end(), e.policy.lm.device) != d.end() ? e.policy.lm.device : "";
 }
 
 std::string read_text(const fs::path& path) {
@@ -82,15 +99,17 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, const std::vector<e
   auto leases = std::make_shared<devices::DeviceLeases>();
   const std::string snapshot = starting_snapshot(e, *dir);
   auto generator_setup = std::make_shared<actors::GeneratorSetup>();
-  generator_setup->policy = make_policy(e, seed);
+  generator_setup->policy = make_policy(e, seed, seed_dir);
   generator_setup->tasks = by_name;
   // The search and replay policies take microseconds of one core per step: no lease, so they never wait for a
-  // timing. A model sharing an evaluator's GPU names that device here, and its sampling and updates then wait.
-  generator_setup->policy_device = "";
+  // timing. A model sharing an evaluator's device holds that device's lease while it samples or trains, so no
+  // candidate is timed next to it.
+  const std::string policy_device = policy_lease(e);
+  generator_setup->policy_device = policy_device;
   generator_setup->leases = leases;
   auto optimizer_setup = std::make_shared<actors::OptimizerSetup>();
-  optimizer_setup->policy = make_policy(e, seed);
-  optimizer_setup->policy_device = "";
+  optimizer_setup->policy = make_policy(e, seed, seed_dir);
+  optimizer_setup->policy_device = policy_device;
   optimizer_setup->leases = leases;
   if (!snapshot.empty()) {
     generator_setup->policy->restore(snapshot);
@@ -181,6 +200,11 @@ std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
     for (const auto& t : tasks)
       if (replay.files_for(t.name).empty())
         e.fail("policy.replay_dir", "no candidates for task '" + t.name + "' in " + e.policy.replay_dir + "/" + t.name);
+    return tasks;
+  }
+  if (e.policy.kind == "libtorch") {
+    if (auto problem = policy::lm_policy_problem(e.policy.lm, eval::cuda_devices()))
+      e.fail("policy." + problem->first, problem->second);
     return tasks;
   }
   for (const auto& t : tasks)

@@ -14,7 +14,8 @@ struct Sample {
   std::string output;             // the policy's raw output (a model's text; the search policy's chosen knobs)
   std::string source;             // the candidate source assembled from it
   std::vector<int32_t> tokens;    // what was sampled: token ids, or one choice index per knob
-  std::vector<float> logprobs;    // per token, under the sampling distribution
+  std::vector<float> logprobs;    // per token: the policy's own log-probability (a model's, before temperature)
+  std::string parse_error;        // why no source could be assembled (recorded as a parse_error verdict); empty: ok
   uint64_t policy_version = 0;
 };
 
@@ -28,6 +29,8 @@ class Policy {
   // One step from (sample, advantage) pairs; the version goes up by one.
   virtual void update(const std::vector<Sample>& samples, const std::vector<double>& advantages) = 0;
   virtual uint64_t version() const = 0;
+  // What the last update measured (loss, KL, entropy, ...) as a JSON object, written with the unit's metrics.
+  virtual std::string update_metrics() const { return "{}"; }
   virtual std::string snapshot() const = 0;
   virtual void restore(const std::string& snapshot) = 0;  // throws std::invalid_argument on malformed input
 };

@@ -27,7 +27,7 @@ double reward(const eval::Verdict& v, const RewardSpec& spec) {
   switch (spec.kind) {
     case RewardKind::speedup: return speedup;
     case RewardKind::composite: {
-      const bool compiled = v.status != eval::Status::compile_error;
+      const bool compiled = v.status != eval::Status::compile_error && v.status != eval::Status::parse_error;
       return spec.alpha * (compiled ? 1.0 : 0.0) + spec.beta * (correct ? 1.0 : 0.0) +
              spec.gamma * std::min(speedup, spec.r_max);
     }

@@ -122,7 +122,7 @@ TEST_CASE("crucible generate: completions as text or JSON lines, seeds reproduce
   const auto too_long = test::crucible_cli({"generate", "--model", model, "--prompt", "x", "--max-new", "100000"},
                                            dir.path().string());
   CHECK(too_long.exit_code == 2);
-  CHECK(too_long.output.find("exceeds the model's 512 positions") != std::string::npos);
+  CHECK(too_long.output.find("exceeds the model's 2048 positions") != std::string::npos);
 }
 
 TEST_CASE("crucible sft: trains a PEFT adapter on JSONL that generate then uses; bad data exits 2") {

@@ -228,6 +228,6 @@ TEST_CASE("generation: bad requests are refused before any work") {
   CHECK_THROWS_AS(generator.generate({greedy_request({}, 4)}), std::invalid_argument);
   CHECK_THROWS_WITH_AS(generator.generate({greedy_request({5000}, 4)}), doctest::Contains("outside the vocabulary"),
                        std::invalid_argument);
-  CHECK_THROWS_WITH_AS(generator.generate({greedy_request({1, 2}, 600)}), doctest::Contains("exceeds the model's 512"),
+  CHECK_THROWS_WITH_AS(generator.generate({greedy_request({1, 2}, 2100)}), doctest::Contains("exceeds the model's 2048"),
                        std::invalid_argument);
 }

@@ -18,15 +18,10 @@ struct SftArgs {
 };
 
 std::vector<lm::LoraTarget> parse_targets(const std::string& text) {
-  std::vector<lm::LoraTarget> out;
+  std::vector<std::string> names;
   std::stringstream s(text);
-  for (std::string name; std::getline(s, name, ',');) {
-    bool found = false;
-    for (auto t : lm::kLoraTargets)
-      if (name == lm::lora_module_name(t)) out.push_back(t), found = true;
-    if (!found) throw std::invalid_argument("unknown LoRA target '" + name + "' (q_proj ... down_proj)");
-  }
-  return out;
+  for (std::string name; std::getline(s, name, ',');) names.push_back(name);
+  return lm::lora_targets_named(names);
 }
 
 int sft(SftArgs& a) {

@@ -120,7 +120,7 @@ def model_fixture(name, arch, vocab, dtype, shard, tok, seed):
     d = OUT / name
     d.mkdir(parents=True, exist_ok=True)
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-6)
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, rms_norm_eps=1e-6)
     if arch == "qwen2":
         cfg = transformers.Qwen2Config(**common, rope_theta=1000000.0, tie_word_embeddings=(dtype == torch.float32),
                                        bos_token_id=tok.token_to_id("<|endoftext|>"),

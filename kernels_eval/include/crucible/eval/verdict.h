@@ -7,7 +7,9 @@
 
 namespace crucible::eval {
 
-enum class Status { correct, incorrect, compile_error, rejected, runtime_error, timeout };
+// parse_error: a policy's reply held no usable source (a language model's cut-off or missing code block); it is
+// recorded without compiling anything.
+enum class Status { correct, incorrect, compile_error, rejected, runtime_error, timeout, parse_error };
 
 std::string_view status_name(Status s);
 Status parse_status(std::string_view name);  // the inverse of status_name; throws std::invalid_argument

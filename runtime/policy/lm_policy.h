@@ -1,0 +1,71 @@
+#pragma once
+// A language model as the policy (`[policy] kind = "libtorch"`): prompts built from the task, kernels parsed from the
+// replies, LoRA trained on the samples' advantages. Every update is checkpointed under a state directory (the run's),
+// and the snapshot names those checkpoints, so publishing a version to the rollout generator and resuming a run are
+// the same operation: load the checkpoint a snapshot names.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "experiment/experiment.h"
+#include "policy/policy.h"
+
+namespace crucible::policy {
+
+struct LmPolicySetup {
+  experiment::PolicyConfig config;      // kind, temperature and the libtorch settings
+  std::string backend = "cpu";          // which kernels to ask for: "cpu" (C++) or "cuda"
+  std::filesystem::path state_dir;      // where updates are checkpointed: <state_dir>/v<version>/...
+  bool per_task_adapters = false;       // ttt: each task forks its own adapter (and optimizer) from the start
+  uint64_t seed = 1;
+};
+
+// What the last update measured, per adapter (the task under ttt, "" for the shared one).
+struct LmUpdateMetrics {
+  std::string adapter;
+  double loss = 0, kl = 0, entropy = 0, clip_fraction = 0, grad_norm = 0;
+  int64_t sequences = 0, tokens = 0, dropped_sequences = 0;
+};
+
+// The first problem with the settings that shows without loading the model, as (key under [policy], message): a
+// missing model or adapter directory, an unknown LoRA target, a GPU this machine does not have.
+std::optional<std::pair<std::string, std::string>> lm_policy_problem(const experiment::LmPolicyConfig& config,
+                                                                      int cuda_devices);
+
+class LmPolicy : public Policy {
+ public:
+  // Loads the model (and the start adapter); throws lm::ModelFormatError or std::invalid_argument with the reason.
+  explicit LmPolicy(LmPolicySetup setup);
+  ~LmPolicy() override;
+
+  std::vector<Sample> sample(const eval::TaskSpec& task, int n) override;
+  void prepare(const eval::TaskSpec& task) override;
+  // One optimizer step per adapter the samples touch; samples without tokens are skipped. Checkpoints every adapter
+  // it stepped to <state_dir>/v<version>/.
+  void update(const std::vector<Sample>& samples, const std::vector<double>& advantages) override;
+  uint64_t version() const override { return version_; }
+  // JSON: {"kind": "libtorch", "version": N, "adapters": {"<task or empty>": "v<k>/..."}}, paths relative to
+  // the state directory.
+  std::string snapshot() const override;
+  void restore(const std::string& snapshot) override;
+
+  const std::vector<LmUpdateMetrics>& last_update() const { return last_update_; }
+  // The last update's loss, KL, entropy, clip fraction, gradient norm and token counts: one object, or
+  // {"adapters": [...]} when it stepped several.
+  std::string update_metrics() const override;
+  // The prompt (rendered, as the model sees it) for a task.
+  std::string prompt_for(const eval::TaskSpec& task);
+  // Teacher-forced log-probabilities of a completion of the task's prompt under the current adapter.
+  std::vector<float> completion_logprobs(const eval::TaskSpec& task, const std::vector<int32_t>& tokens);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  uint64_t version_ = 0;
+  std::vector<LmUpdateMetrics> last_update_;
+};
+
+}  // namespace crucible::policy

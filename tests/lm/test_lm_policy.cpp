@@ -1,0 +1,163 @@
+// The language model as a policy, on the tiny fixture model: prompts, parse failures, updates that move the
+// log-probabilities the way the advantages say, checkpoints that a second copy restores exactly (AdamW included),
+// per-task adapters for test-time training, and settings refused before loading.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <numeric>
+
+#include "lm/lm_support.h"
+#include "policy/kernel_prompt.h"
+#include "policy/lm_policy.h"
+#include "support.h"
+#include "tasks/task_loader.h"
+
+using namespace crucible;
+namespace fs = std::filesystem;
+
+namespace {
+
+policy::LmPolicySetup tiny_setup(const fs::path& state, bool per_task = false) {
+  policy::LmPolicySetup s;
+  s.config.kind = "libtorch";
+  s.config.temperature = 1.0;
+  s.config.lm.model = test::lm_fixture("qwen2_tiny").string();
+  s.config.lm.max_new_tokens = 12;
+  s.config.lm.lora_rank = 4;
+  s.config.lm.learning_rate = 2e-2;
+  s.state_dir = state;
+  s.per_task_adapters = per_task;
+  s.seed = 7;
+  return s;
+}
+
+eval::TaskSpec task(const std::string& name) { return tasks::find_task(name, test::tasks_dir()); }
+
+double total(const std::vector<float>& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
+
+}  // namespace
+
+TEST_CASE("lm policy: samples carry the reply, its tokens and log-probs; replies without code are parse failures") {
+  test::ScratchDir dir("lm-policy-sample");
+  policy::LmPolicy p(tiny_setup(dir.path()));
+  const auto relu = task("relu");
+  const std::string prompt = p.prompt_for(relu);
+  CHECK(prompt.find("<|im_start|>user") != std::string::npos);  // the fixture tokenizer speaks ChatML
+  CHECK(prompt.find(policy::kernel_prompt(relu, "cpu", test::read_file(test::source_dir() / "kernels_eval" /
+                                                                          "include" / "crucible" / "kernel.h"))) !=
+        std::string::npos);
+  const auto samples = p.sample(relu, 3);
+  REQUIRE(samples.size() == 3);
+  for (const auto& s : samples) {
+    CHECK(s.task == "relu");
+    CHECK(s.policy_version == 0);
+    CHECK(!s.tokens.empty());
+    CHECK(s.tokens.size() <= 12);
+    CHECK(s.logprobs.size() == s.tokens.size());
+    for (float lp : s.logprobs) CHECK(lp <= 0.0f);
+    // A random model writes no code block: the sample says why instead of carrying a source.
+    CHECK(s.source.empty());
+    CHECK(!s.parse_error.empty());
+  }
+  CHECK(samples[0].tokens != samples[1].tokens);  // each sample draws its own seed
+}
+
+TEST_CASE("lm policy: an update moves log-probs with the advantages and checkpoints into the state directory") {
+  test::ScratchDir dir("lm-policy-update");
+  policy::LmPolicy p(tiny_setup(dir.path()));
+  const auto relu = task("relu");
+  auto samples = p.sample(relu, 2);
+  const double good_before = total(p.completion_logprobs(relu, samples[0].tokens));
+  const double bad_before = total(p.completion_logprobs(relu, samples[1].tokens));
+  CHECK(good_before == doctest::Approx(total(samples[0].logprobs)).epsilon(1e-4));
+  for (int step = 0; step < 3; ++step) p.update(samples, {1.0, -1.0});
+  CHECK(p.version() == 3);
+  CHECK(total(p.completion_logprobs(relu, samples[0].tokens)) > good_before + 0.5);
+  CHECK(total(p.completion_logprobs(relu, samples[1].tokens)) < bad_before - 0.5);
+
+  const auto metrics = nlohmann::json::parse(p.update_metrics());
+  CHECK(metrics["sequences"] == 2);
+  CHECK(metrics["grad_norm"].get<double>() > 0);
+  CHECK(metrics["tokens"].get<int64_t>() == static_cast<int64_t>(samples[0].tokens.size() + samples[1].tokens.size()));
+  for (int v = 1; v <= 3; ++v) {
+    CHECK(fs::exists(dir.path() / ("v" + std::to_string(v)) / "adapter" / "adapter_config.json"));
+    CHECK(fs::exists(dir.path() / ("v" + std::to_string(v)) / "optimizer.pt"));
+  }
+  const auto snap = nlohmann::json::parse(p.snapshot());
+  CHECK(snap["kind"] == "libtorch");
+  CHECK(snap["version"] == 3);
+  CHECK(snap["adapters"][""] == "v3");
+}
+
+TEST_CASE("lm policy: a restored copy samples and continues training exactly like the original") {
+  test::ScratchDir dir("lm-policy-restore");
+  const auto relu = task("relu");
+  policy::LmPolicy a(tiny_setup(dir.path()));
+  const auto samples = a.sample(relu, 2);
+  a.update(samples, {1.0, -1.0});
+
+  policy::LmPolicy b(tiny_setup(dir.path()));
+  b.prepare(relu);
+  b.restore(a.snapshot());
+  CHECK(b.version() == 1);
+  CHECK(b.completion_logprobs(relu, samples[0].tokens) == a.completion_logprobs(relu, samples[0].tokens));
+
+  // The second step needs AdamW's moments from the checkpoint, not a fresh optimizer.
+  a.update(samples, {1.0, -1.0});
+  b.update(samples, {1.0, -1.0});
+  const auto la = a.completion_logprobs(relu, samples[1].tokens);
+  const auto lb = b.completion_logprobs(relu, samples[1].tokens);
+  REQUIRE(la.size() == lb.size());
+  for (std::size_t i = 0; i < la.size(); ++i) CHECK(lb[i] == doctest::Approx(la[i]).epsilon(1e-5));
+  const auto next_a = a.sample(relu, 1), next_b = b.sample(relu, 1);
+  CHECK(next_a[0].tokens == next_b[0].tokens);
+}
+
+TEST_CASE("lm policy: malformed snapshots and settings are refused with the reason") {
+  test::ScratchDir dir("lm-policy-errors");
+  policy::LmPolicy p(tiny_setup(dir.path()));
+  CHECK_THROWS_AS(p.restore("{}"), std::invalid_argument);
+  CHECK_THROWS_AS(p.restore(R"({"kind": "search", "version": 1, "adapters": {}})"), std::invalid_argument);
+  CHECK_THROWS_AS(p.restore(R"({"kind": "libtorch", "version": 1, "adapters": {"": 3}})"), std::invalid_argument);
+  CHECK_THROWS(p.restore(R"({"kind": "libtorch", "version": 1, "adapters": {"": "v9"}})"));  // no such checkpoint
+  CHECK_THROWS_AS(p.update({policy::Sample{"gelu", "", "", {1, 2}, {-1.f, -1.f}}}, {1.0}), std::invalid_argument);
+
+  auto settings = tiny_setup(dir.path()).config.lm;
+  CHECK(!policy::lm_policy_problem(settings, 0));
+  settings.lora_targets = {"q_proj", "qkv"};
+  auto problem = policy::lm_policy_problem(settings, 0);
+  REQUIRE(problem);
+  CHECK(problem->first == "lora.targets");
+  CHECK(problem->second.find("qkv") != std::string::npos);
+  settings = tiny_setup(dir.path()).config.lm;
+  settings.model = (dir.path() / "nowhere").string();
+  CHECK(policy::lm_policy_problem(settings, 0)->first == "model");
+  settings = tiny_setup(dir.path()).config.lm;
+  settings.device = "cuda:0";
+  CHECK(policy::lm_policy_problem(settings, 0)->first == "device");
+}
+
+TEST_CASE("lm policy: per-task adapters (ttt) fork from the start adapter and adapt independently") {
+  test::ScratchDir dir("lm-policy-ttt");
+  policy::LmPolicy p(tiny_setup(dir.path(), /*per_task=*/true));
+  const auto relu = task("relu"), gelu = task("gelu");
+  p.prepare(relu);
+  p.prepare(gelu);
+  const auto gelu_samples = p.sample(gelu, 1);
+  const auto gelu_before = p.completion_logprobs(gelu, gelu_samples[0].tokens);
+  const auto samples = p.sample(relu, 2);
+  p.update(samples, {1.0, -1.0});
+  CHECK(p.completion_logprobs(gelu, gelu_samples[0].tokens) == gelu_before);  // gelu's adapter did not move
+  const auto snap = nlohmann::json::parse(p.snapshot());
+  CHECK(snap["adapters"].size() == 1);
+  CHECK(snap["adapters"]["relu"] == "v1/tasks/relu");
+  CHECK(nlohmann::json::parse(p.update_metrics())["adapter"] == "relu");
+
+  // A copy restored from the snapshot has relu's adapted weights and gelu's start weights.
+  policy::LmPolicy copy(tiny_setup(dir.path(), true));
+  copy.prepare(relu);
+  copy.prepare(gelu);
+  copy.restore(p.snapshot());
+  CHECK(copy.completion_logprobs(relu, samples[0].tokens) == p.completion_logprobs(relu, samples[0].tokens));
+  CHECK(copy.completion_logprobs(gelu, gelu_samples[0].tokens) == gelu_before);
+}
