@@ -17,8 +17,9 @@ using coordinator_actor = caf::typed_actor<caf::replies_to<run_atom>::with<msg::
                                            caf::replies_to<pull_eval_atom, std::string>::with<msg::EvalRequest>,
                                            caf::reacts_to<msg::CompileDone>, caf::reacts_to<msg::VerdictSummary>>;
 
+// flush_atom is the generator's own: requests that arrive together are sampled as one batch.
 using generator_actor = caf::typed_actor<caf::replies_to<msg::GenerateRequest>::with<msg::Generated>,
-                                         caf::reacts_to<msg::PolicyPublished>>;
+                                         caf::reacts_to<msg::PolicyPublished>, caf::reacts_to<flush_atom>>;
 
 using normalizer_actor = caf::typed_actor<caf::replies_to<msg::ScoreRequest>::with<msg::ScoredGroup>>;
 

@@ -1,47 +1,85 @@
 #include "actors/rollout_generator.h"
 
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include <chrono>
+
 #include "logging/log.h"
 
 namespace crucible::actors {
+namespace {
 
+struct Pending {
+  msg::GenerateRequest request;
+  caf::typed_response_promise<msg::Generated> promise;
+};
+
+msg::Generated tag(const msg::GenerateRequest& request, std::vector<policy::Sample>& samples, double started) {
+  msg::Generated out;
+  out.unit = request.unit;
+  out.started_at = started;
+  for (uint32_t i = 0; i < samples.size(); ++i) {
+    msg::Candidate c;
+    c.id = request.first_id + i;
+    c.step = request.step;
+    c.task = request.task;
+    c.group = request.group;
+    c.index = i;
+    c.policy_version = samples[i].policy_version;
+    c.output = std::move(samples[i].output);
+    c.source = std::move(samples[i].source);
+    c.tokens = std::move(samples[i].tokens);
+    c.logprobs = std::move(samples[i].logprobs);
+    c.parse_error = std::move(samples[i].parse_error);
+    out.candidates.push_back(std::move(c));
+  }
+  out.finished_at = wall_now();
+  return out;
+}
+
+}  // namespace
+
+// Requests wait a moment before sampling so that the groups the coordinator sends together (a GRPO step's batch)
+// become one policy call: a language model decodes them as one batch instead of one batch per group.
 generator_actor::behavior_type rollout_generator(generator_actor::pointer self, std::shared_ptr<GeneratorSetup> setup) {
   auto log = std::make_shared<log::Logger>("generator");
+  auto pending = std::make_shared<std::vector<Pending>>();
   log->info("policy version ", setup->policy->version(), setup->policy_device.empty() ? "" : " on " + setup->policy_device);
   return {
       [=](msg::GenerateRequest& request) -> caf::result<msg::Generated> {
-        auto task = setup->tasks.find(request.task);
-        if (task == setup->tasks.end())
+        if (setup->tasks.find(request.task) == setup->tasks.end())
           return caf::make_error(caf::sec::invalid_argument, "generator: unknown task " + request.task);
-        msg::Generated out;
-        out.unit = request.unit;
-        out.started_at = wall_now();
-        std::vector<policy::Sample> samples;
+        if (pending->empty()) self->delayed_send(self, std::chrono::milliseconds(2), flush_atom_v);
+        auto promise = self->make_response_promise<msg::Generated>();
+        pending->push_back({std::move(request), promise});
+        return promise;
+      },
+      [=](flush_atom) {
+        auto batch = std::move(*pending);
+        pending->clear();
+        if (batch.empty()) return;
+        std::vector<policy::GroupAsk> asks;
+        for (const auto& p : batch)
+          asks.push_back({&setup->tasks.at(p.request.task), static_cast<int>(p.request.n)});
+        const double started = wall_now();
+        std::vector<std::vector<policy::Sample>> samples;
         try {
           auto lease = setup->leases->acquire(setup->policy_device);
-          samples = setup->policy->sample(task->second, static_cast<int>(request.n));
+          samples = setup->policy->sample_groups(asks);
         } catch (const std::exception& e) {
-          log->error(request.unit, ": sampling ", request.task, " failed: ", e.what());
-          return caf::make_error(caf::sec::runtime_error, std::string("sampling failed: ") + e.what());
+          for (auto& p : batch) {
+            log->error(p.request.unit, ": sampling ", p.request.task, " failed: ", e.what());
+            p.promise.deliver(caf::make_error(caf::sec::runtime_error, std::string("sampling failed: ") + e.what()));
+          }
+          return;
         }
-        for (uint32_t i = 0; i < samples.size(); ++i) {
-          msg::Candidate c;
-          c.id = request.first_id + i;
-          c.step = request.step;
-          c.task = request.task;
-          c.group = request.group;
-          c.index = i;
-          c.policy_version = samples[i].policy_version;
-          c.output = std::move(samples[i].output);
-          c.source = std::move(samples[i].source);
-          c.tokens = std::move(samples[i].tokens);
-          c.logprobs = std::move(samples[i].logprobs);
-          c.parse_error = std::move(samples[i].parse_error);
-          out.candidates.push_back(std::move(c));
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+          auto out = tag(batch[i].request, samples.at(i), started);
+          log->debug(batch[i].request.unit, ": ", out.candidates.size(), " samples of ", batch[i].request.task,
+                     " at version ", setup->policy->version(), " (", batch.size(), " groups in the batch)");
+          batch[i].promise.deliver(std::move(out));
         }
-        out.finished_at = wall_now();
-        log->debug(request.unit, ": ", out.candidates.size(), " samples of ", request.task, " at version ",
-                   setup->policy->version());
-        return out;
       },
       [=](msg::PolicyPublished& published) {
         try {

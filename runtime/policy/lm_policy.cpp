@@ -218,36 +218,51 @@ std::vector<float> LmPolicy::completion_logprobs(const eval::TaskSpec& task, con
   return {scored.end() - static_cast<std::ptrdiff_t>(tokens.size()), scored.end()};
 }
 
-std::vector<Sample> LmPolicy::sample(const eval::TaskSpec& task, int n) {
+std::vector<Sample> LmPolicy::sample(const eval::TaskSpec& task, int n) { return sample_groups({{&task, n}}).front(); }
+
+std::vector<std::vector<Sample>> LmPolicy::sample_groups(const std::vector<GroupAsk>& asks) {
   auto& im = *impl_;
   const auto& m = im.setup.config.lm;
-  const std::string prompt = prompt_for(task);
-  auto& s = im.slot(im.key_of(task.name));
-  s.adapter->set_training(false);
-  im.model.transformer().use_adapter(s.adapter.get());
   if (im.draws_version != version_) im.draws.clear(), im.draws_version = version_;
-  auto& draw = im.draws[task.name];
-  std::vector<lm::TextRequest> requests(static_cast<std::size_t>(n));
-  for (auto& r : requests) {
-    r.prompt = prompt;
-    r.temperature = im.setup.config.temperature;
-    r.top_p = m.top_p;
-    r.top_k = m.top_k;
-    r.max_new_tokens = m.max_new_tokens;
-    r.seed = mix(mix(mix(im.setup.seed, version_), hash_text(task.name)), draw++);
-  }
-  auto completions = im.model.generate(requests);
-  std::vector<Sample> out;
-  for (auto& c : completions) {
-    Sample smp;
-    smp.task = task.name;
-    smp.policy_version = version_;
-    if (auto code = extract_code(c.text)) smp.source = std::move(*code);
-    else smp.parse_error = parse_failure(c, m.max_new_tokens);
-    smp.output = std::move(c.text);
-    smp.tokens = std::move(c.tokens);
-    smp.logprobs = std::move(c.model_logprobs);
-    out.push_back(std::move(smp));
+  std::vector<std::vector<Sample>> out(asks.size());
+  // One generate call per adapter: every group when they share one, per task under ttt.
+  std::map<std::string, std::vector<std::size_t>> by_adapter;
+  for (std::size_t i = 0; i < asks.size(); ++i) by_adapter[im.key_of(asks[i].task->name)].push_back(i);
+  for (const auto& [key, members] : by_adapter) {
+    auto& s = im.slot(key);
+    s.adapter->set_training(false);
+    std::vector<lm::TextRequest> requests;
+    std::vector<std::size_t> owner;
+    for (std::size_t i : members) {
+      const auto& task = *asks[i].task;
+      const std::string prompt = prompt_for(task);
+      auto& draw = im.draws[task.name];
+      for (int k = 0; k < asks[i].n; ++k) {
+        lm::TextRequest r;
+        r.prompt = prompt;
+        r.temperature = im.setup.config.temperature;
+        r.top_p = m.top_p;
+        r.top_k = m.top_k;
+        r.max_new_tokens = m.max_new_tokens;
+        r.seed = mix(mix(mix(im.setup.seed, version_), hash_text(task.name)), draw++);
+        requests.push_back(std::move(r));
+        owner.push_back(i);
+      }
+    }
+    im.model.transformer().use_adapter(s.adapter.get());
+    auto completions = im.model.generate(requests);
+    for (std::size_t k = 0; k < completions.size(); ++k) {
+      auto& c = completions[k];
+      Sample smp;
+      smp.task = asks[owner[k]].task->name;
+      smp.policy_version = version_;
+      if (auto code = extract_code(c.text)) smp.source = std::move(*code);
+      else smp.parse_error = parse_failure(c, m.max_new_tokens);
+      smp.output = std::move(c.text);
+      smp.tokens = std::move(c.tokens);
+      smp.logprobs = std::move(c.model_logprobs);
+      out[owner[k]].push_back(std::move(smp));
+    }
   }
   return out;
 }

@@ -42,6 +42,8 @@ class LmPolicy : public Policy {
   ~LmPolicy() override;
 
   std::vector<Sample> sample(const eval::TaskSpec& task, int n) override;
+  // Groups that share an adapter are decoded as one batch.
+  std::vector<std::vector<Sample>> sample_groups(const std::vector<GroupAsk>& asks) override;
   void prepare(const eval::TaskSpec& task) override;
   // One optimizer step per adapter the samples touch; samples without tokens are skipped. Checkpoints every adapter
   // it stepped to <state_dir>/v<version>/.

@@ -19,11 +19,22 @@ struct Sample {
   uint64_t policy_version = 0;
 };
 
+struct GroupAsk {
+  const eval::TaskSpec* task = nullptr;
+  int n = 0;
+};
+
 class Policy {
  public:
   virtual ~Policy() = default;
   // n candidates for the task; throws std::invalid_argument when the policy cannot write for it.
   virtual std::vector<Sample> sample(const eval::TaskSpec& task, int n) = 0;
+  // Several groups at once, one result per ask: a language model fills one batch with them.
+  virtual std::vector<std::vector<Sample>> sample_groups(const std::vector<GroupAsk>& asks) {
+    std::vector<std::vector<Sample>> out;
+    for (const auto& a : asks) out.push_back(sample(*a.task, a.n));
+    return out;
+  }
   // Makes the policy ready to learn about a task it has not sampled itself (an optimizer's copy of the policy).
   virtual void prepare(const eval::TaskSpec& task) = 0;
   // One step from (sample, advantage) pairs; the version goes up by one.

@@ -49,6 +49,35 @@ Run run_experiment(const test::ScratchDir& scratch, const std::string& toml) {
 
 double t(const json& record, const char* stage, int end) { return record["times"][stage][end].get<double>(); }
 
+// Starts `crucible run FILE --out DIR` and kills it (-9) once `commits` units are committed; returns how many were.
+std::size_t kill_after_commits(const test::ScratchDir& scratch, const fs::path& file, const fs::path& dir,
+                               std::size_t commits) {
+  const std::string cache = "CRUCIBLE_CACHE_DIR=" + (scratch.path() / "cache").string();
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    execl("/usr/bin/env", "env", cache.c_str(), CRUCIBLE_CLI_PATH, "run", file.c_str(), "--out", dir.c_str(),
+          "--quiet", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const fs::path journal = dir / "seed-1" / "journal.jsonl";
+  auto committed = [&] { return fs::exists(journal) ? read_jsonl(journal).size() : 0; };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (committed() < commits && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return committed();
+}
+
+// The tiny fixture language model as a `[policy] kind = "libtorch"` table.
+std::string tiny_lm_policy(int max_new_tokens) {
+  return "[policy]\nkind = \"libtorch\"\nmodel = \"" + (test::source_dir() / "tests/fixtures/lm/qwen2_tiny").string() +
+         "\"\nmax_new_tokens = " + std::to_string(max_new_tokens) + "\n[policy.lora]\nrank = 4\n[policy.train]\n" +
+         "learning_rate = 1e-3\n";
+}
+
 }  // namespace
 
 TEST_CASE("grpo learns, overlaps its stages with max_staleness = 1, and commits every step once") {
@@ -256,23 +285,7 @@ group_size = 4
 max_staleness = 1
 )" + kFastEval);
   const fs::path dir = scratch.path() / "run";
-  const std::string cache = "CRUCIBLE_CACHE_DIR=" + (scratch.path() / "cache").string();
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    execl("/usr/bin/env", "env", cache.c_str(), CRUCIBLE_CLI_PATH, "run", file.c_str(), "--out", dir.c_str(),
-          "--quiet", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  const fs::path journal = dir / "seed-1" / "journal.jsonl";
-  auto commits = [&] { return read_jsonl(journal).size(); };
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
-  while ((!fs::exists(journal) || commits() < 2) && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  const std::size_t before = commits();
+  const std::size_t before = kill_after_commits(scratch, file, dir, 2);
   MESSAGE("killed after " << before << " commits");
   REQUIRE(before >= 2);
   REQUIRE(before < 6);
@@ -310,4 +323,106 @@ TEST_CASE("a malformed experiment fails before any work, naming file, line and k
   CHECK(r.exit_code == 2);
   CHECK(r.output.find("tasks.names") != std::string::npos);
   CHECK_FALSE(fs::exists(dir));
+}
+
+TEST_CASE("grpo with a language-model policy runs through every actor: parse failures are verdicts, updates checkpoint") {
+  test::ScratchDir scratch("run-lm-grpo");
+  auto run = run_experiment(scratch, R"([experiment]
+name = "lm"
+mode = "grpo"
+[tasks]
+names = ["relu", "matmul"]
+[grpo]
+steps = 2
+batch_size = 2
+group_size = 2
+[reward]
+kind = "composite"
+)" + tiny_lm_policy(16) + kFastEval);
+  REQUIRE(run.steps.size() == 2);
+  REQUIRE(run.candidates.size() == 2 * 2 * 2);
+  for (const auto& c : run.candidates) {
+    CAPTURE(c.dump());
+    CHECK(!c["tokens"].empty());
+    CHECK(c["logprobs"].size() == c["tokens"].size());
+    // The random model writes no code block: judged as the policy's failure, without a compile or an evaluator.
+    CHECK(c["status"] == "parse_error");
+    CHECK(c["reasons"][0]["code"] == "no_source");
+    CHECK(c["source_file"].is_null());
+    CHECK(!c.contains("compile"));
+    CHECK(c["reward"] == 0.0);
+    CHECK(c["advantage"].is_number());
+  }
+  for (int s = 0; s < 2; ++s) {
+    const auto& step = run.steps[s];
+    CHECK(step["policy_version"] == s + 1);
+    CHECK(step["train"]["sequences"] == 4);
+    CHECK(step["train"]["tokens"].get<int>() > 0);
+    CHECK(step["train"]["entropy"].get<double>() > 0);
+    const fs::path checkpoint = run.dir / "seed-1" / "policy" / ("v" + std::to_string(s + 1));
+    CHECK(fs::exists(checkpoint / "adapter" / "adapter_model.safetensors"));
+    CHECK(fs::exists(checkpoint / "optimizer.pt"));
+  }
+  const auto snapshot = json::parse(test::read_file(run.dir / "seed-1" / "policy" / "2.json"));
+  CHECK(snapshot["kind"] == "libtorch");
+  CHECK(snapshot["adapters"][""] == "v2");
+}
+
+TEST_CASE("ttt with a language-model policy adapts one adapter per task") {
+  test::ScratchDir scratch("run-lm-ttt");
+  auto run = run_experiment(scratch, R"([experiment]
+name = "lm-ttt"
+mode = "ttt"
+[tasks]
+names = ["relu", "gelu"]
+[ttt]
+steps = 2
+rollouts = 2
+concurrent_tasks = 2
+)" + tiny_lm_policy(12) + kFastEval);
+  REQUIRE(run.steps.size() == 4);
+  std::set<std::string> adapted;
+  for (const auto& step : run.steps) {
+    CHECK(step["train"]["adapter"] == step["task"]);
+    adapted.insert(step["task"].get<std::string>());
+  }
+  CHECK(adapted == std::set<std::string>{"relu", "gelu"});
+  const auto summary = json::parse(test::read_file(run.dir / "summary.json"));
+  for (const char* task : {"relu", "gelu"}) {
+    CAPTURE(task);
+    CHECK(summary["seeds"]["1"]["tasks"][task]["curve"].size() == 2);
+    bool found = false;
+    for (const auto& v : fs::directory_iterator(run.dir / "seed-1" / "policy"))
+      found = found || fs::exists(v.path() / "tasks" / task / "adapter" / "adapter_config.json");
+    CHECK(found);
+  }
+}
+
+TEST_CASE("a language-model run killed with -9 resumes from its last checkpoint") {
+  test::ScratchDir scratch("run-lm-resume");
+  const fs::path file = scratch.path() / "experiment.toml";
+  test::write_file(file, R"([experiment]
+name = "lm-resume"
+[tasks]
+names = ["relu"]
+[grpo]
+steps = 8
+batch_size = 1
+group_size = 2
+max_staleness = 0
+)" + tiny_lm_policy(16) + kFastEval);
+  const fs::path dir = scratch.path() / "run";
+  const std::size_t before = kill_after_commits(scratch, file, dir, 2);
+  MESSAGE("killed after " << before << " commits");
+  REQUIRE(before >= 2);
+  REQUIRE(before < 8);
+  auto r = crucible_cli({"run", "--resume", dir.string()}, scratch.path() / "cache");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  auto steps = read_jsonl(dir / "seed-1" / "steps.jsonl");
+  REQUIRE(steps.size() == 8);
+  for (int s = 0; s < 8; ++s) CHECK(steps[s]["policy_version"] == s + 1);
+  // Candidates after the resume were sampled by the restored adapter: their version is the last committed one.
+  for (const auto& c : read_jsonl(dir / "seed-1" / "candidates.jsonl")) CHECK(c["policy_version"] == c["step"]);
+  CHECK(fs::exists(dir / "seed-1" / "policy" / "v8" / "optimizer.pt"));
 }
