@@ -206,16 +206,30 @@ void LmPolicy::prepare(const eval::TaskSpec& task) {
   impl_->slot(impl_->key_of(task.name));
 }
 
-std::vector<float> LmPolicy::completion_logprobs(const eval::TaskSpec& task, const std::vector<int32_t>& tokens) {
+std::vector<std::vector<float>> LmPolicy::completion_logprobs(const std::vector<Sample>& samples) {
   auto& im = *impl_;
-  prompt_for(task);
-  auto& s = im.slot(im.key_of(task.name));
-  s.adapter->set_training(false);
-  im.model.transformer().use_adapter(s.adapter.get());
-  std::vector<int32_t> sequence = im.prompt_tokens.at(task.name);
-  sequence.insert(sequence.end(), tokens.begin(), tokens.end());
-  auto scored = im.model.score({sequence}).front();  // one value per token after the first
-  return {scored.end() - static_cast<std::ptrdiff_t>(tokens.size()), scored.end()};
+  std::vector<std::vector<float>> out(samples.size());
+  std::map<std::string, std::vector<std::size_t>> by_adapter;
+  for (std::size_t i = 0; i < samples.size(); ++i) by_adapter[im.key_of(samples[i].task)].push_back(i);
+  for (const auto& [key, members] : by_adapter) {
+    auto& s = im.slot(key);
+    s.adapter->set_training(false);
+    im.model.transformer().use_adapter(s.adapter.get());
+    std::vector<std::vector<int32_t>> sequences;
+    for (std::size_t i : members) {
+      auto prompt = im.prompt_tokens.find(samples[i].task);
+      if (prompt == im.prompt_tokens.end())
+        throw std::invalid_argument("task '" + samples[i].task + "' was never prepared for this policy");
+      sequences.push_back(prompt->second);
+      sequences.back().insert(sequences.back().end(), samples[i].tokens.begin(), samples[i].tokens.end());
+    }
+    auto scored = im.model.score(sequences);  // one value per token after the first
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      const auto n = static_cast<std::ptrdiff_t>(samples[members[k]].tokens.size());
+      out[members[k]].assign(scored[k].end() - n, scored[k].end());
+    }
+  }
+  return out;
 }
 
 std::vector<Sample> LmPolicy::sample(const eval::TaskSpec& task, int n) { return sample_groups({{&task, n}}).front(); }

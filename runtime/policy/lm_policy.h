@@ -60,8 +60,9 @@ class LmPolicy : public Policy {
   std::string update_metrics() const override;
   // The prompt (rendered, as the model sees it) for a task.
   std::string prompt_for(const eval::TaskSpec& task);
-  // Teacher-forced log-probabilities of a completion of the task's prompt under the current adapter.
-  std::vector<float> completion_logprobs(const eval::TaskSpec& task, const std::vector<int32_t>& tokens);
+  // Teacher-forced log-probabilities of the samples' tokens after their task's prompt, under the current adapters
+  // (the trainer's view of what the sampler reported). Every task must have been prepared or sampled.
+  std::vector<std::vector<float>> completion_logprobs(const std::vector<Sample>& samples);
 
  private:
   struct Impl;

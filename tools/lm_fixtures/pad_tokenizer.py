@@ -1,0 +1,20 @@
+#!/usr/bin/env python3
+"""Gives a random-weight benchmark model a tokenizer: the fixture tokenizer (ChatML, 1k-token byte-level BPE) with
+filler tokens appended to its vocabulary until it covers the model's, so every id the model samples decodes.
+The fillers are never produced by encoding (no merges lead to them); they decode to " fill<id>".
+
+  python3 tools/lm_fixtures/pad_tokenizer.py tests/fixtures/lm/qwen2_tiny/tokenizer.json MODEL_DIR
+Reads the vocabulary size from MODEL_DIR/config.json and writes MODEL_DIR/tokenizer.json.
+"""
+import json, sys
+
+source, model_dir = sys.argv[1], sys.argv[2]
+tok = json.load(open(source))
+vocab_size = json.load(open(f"{model_dir}/config.json"))["vocab_size"]
+vocab = tok["model"]["vocab"]
+taken = set(vocab.values()) | {a["id"] for a in tok["added_tokens"]}
+for i in range(vocab_size):
+    if i not in taken:
+        vocab[f"\u0120fill{i}"] = i
+json.dump(tok, open(f"{model_dir}/tokenizer.json", "w"), ensure_ascii=False)
+print(f"{model_dir}/tokenizer.json: {len(vocab)} vocabulary entries + {len(tok['added_tokens'])} added tokens")
