@@ -77,13 +77,125 @@ int64_t tokens_of(const std::vector<std::vector<policy::Sample>>& groups) {
   return n;
 }
 
+// What both parts share: the stand-in evaluator, the search policy writing stand-in kernels, the advantages.
+struct Bench {
+  std::string device;
+  int jobs = 8;
+  eval::Evaluator* evaluator = nullptr;
+  eval::EvalOptions options;
+  policy::SearchPolicy* search = nullptr;
+  std::mt19937_64 rng{7};
+};
+
+void grpo_step(Bench& b, policy::LmPolicy& policy, const std::vector<eval::TaskSpec>& tasks, int group_size) {
+  std::vector<policy::GroupAsk> asks;
+  for (const auto& t : tasks) asks.push_back({&t, group_size});
+  std::vector<const eval::TaskSpec*> eval_tasks;
+  std::vector<std::string> sources;
+  for (const auto& t : tasks)
+    for (auto& s : b.search->sample(t, group_size)) eval_tasks.push_back(&t), sources.push_back(s.source);
+
+  policy.sample_groups(asks);  // warm-up, untimed: this batch shape's CUDA graph, cuBLAS, the allocator
+  const c10::Device dev(b.device);
+  lm::reset_peak_memory(dev);
+  auto t0 = Clock::now();
+  auto groups = policy.sample_groups(asks);
+  const double sample_s = since(t0);
+  const int64_t new_tokens = tokens_of(groups);
+  std::vector<policy::Sample> samples;
+  for (auto& g : groups)
+    for (auto& s : g) samples.push_back(std::move(s));
+  const auto serial = evaluate_all(*b.evaluator, eval_tasks, sources, b.options, b.jobs);
+  t0 = Clock::now();
+  const auto recomputed = policy.completion_logprobs(samples);
+  const double logprob_s = since(t0);
+  double max_diff = 0, sum_diff = 0;
+  int64_t compared = 0;
+  for (std::size_t i = 0; i < samples.size(); ++i)
+    for (std::size_t k = 0; k < recomputed[i].size(); ++k) {
+      const double d = std::abs(recomputed[i][k] - samples[i].logprobs[k]);
+      max_diff = std::max(max_diff, d), sum_diff += d, ++compared;
+    }
+  t0 = Clock::now();
+  policy.update(samples, group_advantages(b.rng, samples.size()));
+  const double update_s = since(t0);
+  const double peak_gib = static_cast<double>(lm::peak_memory_bytes(dev)) / (1 << 30);
+
+  std::printf("\n| stage | seconds | notes |\n| --- | ---: | --- |\n");
+  std::printf("| sampling | %.2f | %lld new tokens, %.0f tok/s |\n", sample_s, static_cast<long long>(new_tokens),
+              new_tokens / sample_s);
+  std::printf("| evaluation (compile + check + time) | %.2f | %zu candidates, %d correct, %d compile jobs |\n",
+              serial.seconds, sources.size(), serial.correct, b.jobs);
+  std::printf("| log-prob recomputation | %.2f | max abs diff to the sampler %.3g, mean %.3g |\n", logprob_s, max_diff,
+              compared ? sum_diff / static_cast<double>(compared) : 0.0);
+  std::printf("| optimizer step (+ checkpoint) | %.2f | %s |\n", update_s, policy.update_metrics().c_str());
+  std::printf("| sampling + log-probs + optimizer | **%.2f** | target <= 30 s |\n", sample_s + logprob_s + update_s);
+  std::printf("| peak GPU memory | %.2f GiB | model, KV cache, activations, adapter + AdamW |\n\n", peak_gib);
+
+  // Step t's evaluation beside step t+1's sampling. The candidates are compiled already (the cache), as they
+  // would be in a pipeline whose compile pool runs ahead.
+  EvalResult overlapped;
+  double overlapped_sample_s = 0;
+  t0 = Clock::now();
+  std::thread evaluating([&] { overlapped = evaluate_all(*b.evaluator, eval_tasks, sources, b.options, b.jobs); });
+  {
+    const auto s0 = Clock::now();
+    policy.sample_groups(asks);
+    overlapped_sample_s = since(s0);
+  }
+  evaluating.join();
+  const double overlapped_s = since(t0);
+  const auto alone = evaluate_all(*b.evaluator, eval_tasks, sources, b.options, b.jobs);
+  std::vector<double> ratios;
+  for (std::size_t i = 0; i < sources.size(); ++i)
+    if (alone.median_us[i] > 0 && overlapped.median_us[i] > 0) ratios.push_back(overlapped.median_us[i] / alone.median_us[i]);
+  std::sort(ratios.begin(), ratios.end());
+  std::printf("| overlap of evaluation (step t) and sampling (step t+1) | seconds |\n| --- | ---: |\n");
+  std::printf("| one after the other (compiled candidates) | %.2f |\n", alone.seconds + sample_s);
+  std::printf("| side by side | %.2f (sampling %.2f, evaluation %.2f) |\n", overlapped_s, overlapped_sample_s,
+              overlapped.seconds);
+  if (!ratios.empty())
+    std::printf("| candidate time beside sampling / alone | median %.2fx, worst %.2fx over %zu candidates |\n\n",
+                ratios[ratios.size() / 2], ratios.back(), ratios.size());
+}
+
+void ttt_loop(Bench& b, policy::LmPolicySetup setup, const eval::TaskSpec& task, int steps, int rollouts) {
+  setup.per_task_adapters = true;
+  setup.state_dir = setup.state_dir.parent_path() / "ttt";
+  policy::LmPolicy ttt(setup);
+  const std::vector<const eval::TaskSpec*> ttt_tasks(static_cast<std::size_t>(rollouts), &task);
+  ttt.sample(task, rollouts);  // warm-up: this batch shape's graph
+  std::printf("| TTT step (%s, %d rollouts) | sampling s | evaluation s | optimizer s | wall s |\n", task.name.c_str(),
+              rollouts);
+  std::printf("| ---: | ---: | ---: | ---: | ---: |\n");
+  double total = 0;
+  for (int step = 0; step < steps; ++step) {
+    const auto s0 = Clock::now();
+    auto samples = ttt.sample(task, rollouts);
+    const double sample_s = since(s0);
+    std::vector<std::string> sources;  // fresh stand-ins each step (repeats hit the compile cache)
+    for (const auto& s : b.search->sample(task, rollouts)) sources.push_back(s.source);
+    const auto e0 = Clock::now();
+    evaluate_all(*b.evaluator, ttt_tasks, sources, b.options, b.jobs);
+    const double eval_s = since(e0);
+    const auto u0 = Clock::now();
+    ttt.update(samples, group_advantages(b.rng, samples.size()));
+    const double update_s = since(u0);
+    const double wall = since(s0);
+    total += wall;
+    std::printf("| %d | %.2f | %.2f | %.2f | %.2f |\n", step, sample_s, eval_s, update_s, wall);
+  }
+  std::printf("\nTTT: %d steps in %.1f s, %.2f s per step\n", steps, total, total / steps);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"One GRPO step and a TTT loop of the libtorch policy, stage by stage"};
   std::string model, device = "cuda:0", state = (fs::temp_directory_path() / "crucible-bench-grpo").string();
   std::vector<std::string> task_names{"relu", "gelu", "softmax", "rmsnorm", "matmul", "relu", "gelu", "softmax"};
-  int group_size = 8, max_new = 1024, micro_batch = 8, ttt_steps = 15, ttt_rollouts = 8, jobs = 8;
+  bool skip_grpo = false;
+  int group_size = 8, max_new = 1024, micro_batch = 1, ttt_steps = 15, ttt_rollouts = 8, jobs = 8;
   app.add_option("--model", model, "Model directory")->required();
   app.add_option("--device", device, "cuda:N (also where candidates are evaluated)");
   app.add_option("--tasks", task_names, "One task per group (CUDA search-policy templates: relu gelu softmax rmsnorm matmul)");
@@ -94,7 +206,9 @@ int main(int argc, char** argv) {
   app.add_option("--ttt-rollouts", ttt_rollouts, "Samples per TTT step");
   app.add_option("--jobs", jobs, "Parallel compiles");
   app.add_option("--state", state, "Checkpoint directory");
+  app.add_flag("--skip-grpo", skip_grpo, "Only the TTT loop");
   CLI11_PARSE(app, argc, argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run that dies (out of memory) keeps the lines it printed
 
   std::vector<eval::TaskSpec> tasks;
   for (const auto& n : task_names) tasks.push_back(tasks::find_task(n, tasks::default_tasks_dir()));
@@ -108,124 +222,29 @@ int main(int argc, char** argv) {
   setup.config.lm.micro_batch = micro_batch;
   setup.backend = "cuda";
   setup.state_dir = fs::path(state) / "grpo";
-  const auto load_start = Clock::now();
-  policy::LmPolicy policy(setup);
-  std::printf("model %s on %s loaded in %.1f s; %zu groups x %d samples, %d new tokens each\n", model.c_str(),
-              device.c_str(), since(load_start), tasks.size(), group_size, max_new);
-  std::vector<policy::GroupAsk> asks;
-  for (const auto& t : tasks) asks.push_back({&t, group_size});
 
-  // Stand-in kernels: the search policy's CUDA samples for the same groups.
+  // Stand-in kernels come from the search policy; the evaluator's GPU worker is warmed up once, untimed.
   policy::SearchPolicyOptions search_options;
   search_options.backend = "cuda";
   policy::SearchPolicy search(1, search_options);
-  std::vector<const eval::TaskSpec*> eval_tasks;
-  std::vector<std::string> sources;
-  for (const auto& t : tasks)
-    for (auto& s : search.sample(t, group_size)) eval_tasks.push_back(&t), sources.push_back(s.source);
   eval::EvaluatorConfig eval_config;
   eval_config.cache_dir = fs::path(state) / "cache";
   eval::Evaluator evaluator(eval_config);
-  eval::EvalOptions eval_options;
-  eval_options.device = device;
+  Bench b;
+  b.device = device;
+  b.jobs = jobs;
+  b.evaluator = &evaluator;
+  b.options.device = device;
+  b.search = &search;
+  evaluator.evaluate(tasks.front(), search.sample(tasks.front(), 1).front().source, b.options);
 
-  // Warm-up, untimed: CUDA graphs for this batch shape, the evaluator's GPU worker, cuBLAS, the allocator.
-  policy.sample_groups(asks);
-  evaluator.evaluate(tasks.front(), sources.front(), eval_options);
-  const c10::Device dev(device);
-  lm::reset_peak_memory(dev);
-
-  auto t0 = Clock::now();
-  auto groups = policy.sample_groups(asks);
-  const double sample_s = since(t0);
-  const int64_t new_tokens = tokens_of(groups);
-  std::vector<policy::Sample> samples;
-  for (auto& g : groups)
-    for (auto& s : g) samples.push_back(std::move(s));
-  const auto serial = evaluate_all(evaluator, eval_tasks, sources, eval_options, jobs);
-  t0 = Clock::now();
-  const auto recomputed = policy.completion_logprobs(samples);
-  const double logprob_s = since(t0);
-  double max_diff = 0, sum_diff = 0;
-  int64_t compared = 0;
-  for (std::size_t i = 0; i < samples.size(); ++i)
-    for (std::size_t k = 0; k < recomputed[i].size(); ++k) {
-      const double d = std::abs(recomputed[i][k] - samples[i].logprobs[k]);
-      max_diff = std::max(max_diff, d), sum_diff += d, ++compared;
-    }
-  std::mt19937_64 rng(7);
-  t0 = Clock::now();
-  policy.update(samples, group_advantages(rng, samples.size()));
-  const double update_s = since(t0);
-  const double peak_gib = static_cast<double>(lm::peak_memory_bytes(dev)) / (1 << 30);
-
-  std::printf("\n| stage | seconds | notes |\n| --- | ---: | --- |\n");
-  std::printf("| sampling | %.2f | %lld new tokens, %.0f tok/s |\n", sample_s, static_cast<long long>(new_tokens),
-              new_tokens / sample_s);
-  std::printf("| evaluation (compile + check + time) | %.2f | %zu candidates, %d correct, %d compile jobs |\n",
-              serial.seconds, sources.size(), serial.correct, jobs);
-  std::printf("| log-prob recomputation | %.2f | max abs diff to the sampler %.3g, mean %.3g |\n", logprob_s, max_diff,
-              compared ? sum_diff / static_cast<double>(compared) : 0.0);
-  std::printf("| optimizer step (+ checkpoint) | %.2f | %s |\n", update_s, policy.update_metrics().c_str());
-  std::printf("| sampling + log-probs + optimizer | **%.2f** | target <= 30 s |\n", sample_s + logprob_s + update_s);
-  std::printf("| peak GPU memory | %.2f GiB | model, KV cache, activations, adapter + AdamW |\n\n", peak_gib);
-
-  // Step t's evaluation beside step t+1's sampling. The candidates are compiled already (the cache), as they
-  // would be in a pipeline whose compile pool runs ahead.
-  EvalResult overlapped;
-  double overlapped_sample_s = 0;
-  t0 = Clock::now();
-  std::thread evaluating([&] { overlapped = evaluate_all(evaluator, eval_tasks, sources, eval_options, jobs); });
-  {
-    const auto s0 = Clock::now();
-    policy.sample_groups(asks);
-    overlapped_sample_s = since(s0);
+  if (!skip_grpo) {
+    const auto load_start = Clock::now();
+    policy::LmPolicy policy(setup);
+    std::printf("model %s on %s loaded in %.1f s; %zu groups x %d samples, %d new tokens each\n", model.c_str(),
+                device.c_str(), since(load_start), tasks.size(), group_size, max_new);
+    grpo_step(b, policy, tasks, group_size);
   }
-  evaluating.join();
-  const double overlapped_s = since(t0);
-  const auto cached = evaluate_all(evaluator, eval_tasks, sources, eval_options, jobs);  // alone, compiled
-  std::vector<double> ratios;
-  for (std::size_t i = 0; i < sources.size(); ++i)
-    if (cached.median_us[i] > 0 && overlapped.median_us[i] > 0) ratios.push_back(overlapped.median_us[i] / cached.median_us[i]);
-  std::sort(ratios.begin(), ratios.end());
-  const double median_ratio = ratios.empty() ? 0 : ratios[ratios.size() / 2];
-  const double worst_ratio = ratios.empty() ? 0 : ratios.back();
-  std::printf("| overlap of evaluation (step t) and sampling (step t+1) | seconds |\n| --- | ---: |\n");
-  std::printf("| one after the other (compiled candidates) | %.2f |\n", cached.seconds + sample_s);
-  std::printf("| side by side | %.2f (sampling %.2f, evaluation %.2f) |\n", overlapped_s, overlapped_sample_s,
-              overlapped.seconds);
-  std::printf("| candidate time beside sampling / alone | median %.2fx, worst %.2fx over %zu candidates |\n\n",
-              median_ratio, worst_ratio, ratios.size());
-
-  if (ttt_steps > 0) {
-    auto ttt_setup = setup;
-    ttt_setup.per_task_adapters = true;
-    ttt_setup.state_dir = fs::path(state) / "ttt";
-    policy::LmPolicy ttt(ttt_setup);
-    const auto& task = tasks.front();
-    std::vector<const eval::TaskSpec*> ttt_tasks(static_cast<std::size_t>(ttt_rollouts), &task);
-    ttt.sample(task, ttt_rollouts);  // warm-up: this batch shape's graph
-    std::printf("| TTT step (%s, %d rollouts) | sampling s | evaluation s | optimizer s | wall s |\n", task.name.c_str(),
-                ttt_rollouts);
-    std::printf("| ---: | ---: | ---: | ---: | ---: |\n");
-    double total = 0;
-    for (int step = 0; step < ttt_steps; ++step) {
-      const auto s0 = Clock::now();
-      auto rollouts = ttt.sample(task, ttt_rollouts);
-      const double a = since(s0);
-      std::vector<std::string> ttt_sources;  // fresh stand-ins each step (repeats hit the compile cache)
-      for (const auto& s : search.sample(task, ttt_rollouts)) ttt_sources.push_back(s.source);
-      auto e0 = Clock::now();
-      evaluate_all(evaluator, ttt_tasks, ttt_sources, eval_options, jobs);
-      const double b = since(e0);
-      auto u0 = Clock::now();
-      ttt.update(rollouts, group_advantages(rng, rollouts.size()));
-      const double c = since(u0);
-      const double wall = since(s0);
-      total += wall;
-      std::printf("| %d | %.2f | %.2f | %.2f | %.2f |\n", step, a, b, c, wall);
-    }
-    std::printf("\nTTT: %d steps in %.1f s, %.2f s per step\n", ttt_steps, total, total / ttt_steps);
-  }
+  if (ttt_steps > 0) ttt_loop(b, setup, tasks.front(), ttt_steps, ttt_rollouts);
   return 0;
 }

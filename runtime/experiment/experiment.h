@@ -44,7 +44,7 @@ struct LmPolicyConfig {
   double learning_rate = 1e-5;
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;  // 0: no clipping
-  int micro_batch = 8;
+  int micro_batch = 1;         // sequences per forward/backward: a 1.5B model with 2k-token sequences needs 1
   std::string loss = "grpo_clip";               // grpo_clip or importance_sampling
   std::string normalization = "sequence_mean";  // sequence_mean, token_sum (Dr. GRPO) or token_mean
   double clip_low = 0.2, clip_high = 0.2;

@@ -59,6 +59,7 @@ msg::Candidate candidate() {
   c.tokens = {1, 2};
   c.source = "#include <crucible/kernel.h>\n// ...\n";
   c.logprobs = {-0.5f, -1.25f, -0.125f};
+  c.parse_error = "the reply has no complete fenced code block";
   return c;
 }
 
@@ -73,6 +74,7 @@ TEST_CASE("candidate and compile messages round-trip") {
   CHECK(c.output == "block=256 unroll=4");
   CHECK(c.tokens == std::vector<int32_t>{1, 2});
   CHECK(c.logprobs == std::vector<float>{-0.5f, -1.25f, -0.125f});
+  CHECK(c.parse_error == "the reply has no complete fenced code block");
 
   msg::CompileRequest request{42, "source text", "cuda:1"};
   CHECK(round_trip(request).device == "cuda:1");
@@ -119,6 +121,7 @@ TEST_CASE("evaluation messages round-trip, and a verdict summary keeps what rewa
   CHECK_FALSE(none.candidate_time.has_value());
   CHECK_FALSE(none.speedup.has_value());
   CHECK_THROWS_AS(eval::parse_status("great"), std::invalid_argument);
+  CHECK(eval::parse_status("parse_error") == eval::Status::parse_error);
 }
 
 TEST_CASE("training messages round-trip") {
@@ -131,10 +134,11 @@ TEST_CASE("training messages round-trip") {
   CHECK(b.samples[0].policy_version == 3);
   CHECK(b.samples[0].tokens == std::vector<int32_t>{0, 2});
   CHECK(b.samples[1].task == "gelu");
-  msg::PolicyPublished published{12, 4, 0.031, R"({"version":12})"};
+  msg::PolicyPublished published{12, 4, 0.031, R"({"version":12})", R"({"loss":0.5})"};
   auto p = round_trip(published);
   CHECK(p.version == 12);
   CHECK(p.snapshot == R"({"version":12})");
+  CHECK(p.metrics == R"({"loss":0.5})");
 }
 
 TEST_CASE("coordination messages round-trip") {

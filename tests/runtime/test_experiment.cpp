@@ -93,6 +93,58 @@ names = ["relu"]
   CHECK(e.line() == 3);
 }
 
+TEST_CASE("a libtorch policy: model, sampling, LoRA and training keys, checked strictly") {
+  auto e = experiment::parse_experiment(kMinimal + R"([policy]
+kind = "libtorch"
+model = "models/qwen"
+device = "cuda:1"
+temperature = 0.8
+max_new_tokens = 512
+top_p = 0.95
+system_prompt = "You write kernels."
+[policy.lora]
+rank = 32
+targets = ["q_proj", "v_proj"]
+[policy.train]
+learning_rate = 2e-6
+loss = "importance_sampling"
+normalization = "token_sum"
+kl_coef = 0.01
+max_logprob_mismatch = 0.5
+)", "lm.toml");
+  CHECK(e.policy.kind == "libtorch");
+  CHECK(e.policy.temperature == 0.8);
+  const auto& m = e.policy.lm;
+  CHECK(m.model == "models/qwen");
+  CHECK(m.device == "cuda:1");
+  CHECK(m.max_new_tokens == 512);
+  CHECK(m.top_p == 0.95);
+  CHECK(m.system_prompt == "You write kernels.");
+  CHECK(m.lora_rank == 32);
+  CHECK(m.lora_alpha == 32);  // default
+  CHECK(m.lora_targets == std::vector<std::string>{"q_proj", "v_proj"});
+  CHECK(m.learning_rate == 2e-6);
+  CHECK(m.micro_batch == 1);
+  CHECK(m.loss == "importance_sampling");
+  CHECK(m.normalization == "token_sum");
+  CHECK(m.kl_coef == 0.01);
+  CHECK(m.max_logprob_mismatch == 0.5);
+
+  auto err = failure(kMinimal + "[policy]\nkind = \"libtorch\"\n");
+  CHECK(err.key() == "policy.model");
+  err = failure(kMinimal + "[policy]\nkind = \"libtorch\"\nmodel = \"m\"\n[policy.train]\nloss = \"ppo\"\n");
+  CHECK(err.key() == "policy.train.loss");
+  CHECK(std::string(err.what()).find("grpo_clip") != std::string::npos);
+  err = failure(kMinimal + "[policy]\nkind = \"libtorch\"\nmodel = \"m\"\n[policy.lora]\nrank = 0\n");
+  CHECK(err.key() == "policy.lora.rank");
+  err = failure(kMinimal + "[policy]\nkind = \"libtorch\"\nmodel = \"m\"\n[policy.train]\nlr = 1e-5\n");
+  CHECK(err.key() == "policy.train.lr");
+  err = failure(kMinimal + "[policy]\nkind = \"libtorch\"\nmodel = \"m\"\ncheckpoint = \"s.json\"\n");
+  CHECK(err.key() == "policy.checkpoint");
+  err = failure(kMinimal + "[policy]\nkind = \"search\"\nmodel = \"m\"\n");  // a model key on the search policy
+  CHECK(err.key() == "policy.model");
+}
+
 TEST_CASE("errors found after parsing still point at the key's line") {
   auto e = experiment::parse_experiment(R"([experiment]
 name = "t"

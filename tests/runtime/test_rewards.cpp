@@ -54,6 +54,7 @@ TEST_CASE("each reward kind turns a verdict into the value its definition gives"
   rewards::RewardSpec composite;
   composite.kind = rewards::RewardKind::composite;  // alpha 0.1, beta 0.3, gamma 1, r_max 10
   CHECK(rewards::reward(verdict(eval::Status::compile_error), composite) == 0.0);
+  CHECK(rewards::reward(verdict(eval::Status::parse_error), composite) == 0.0);  // no code at all: no compile bonus
   CHECK(rewards::reward(verdict(eval::Status::incorrect), composite) == doctest::Approx(0.1));
   CHECK(rewards::reward(verdict(eval::Status::correct, 2.0), composite) == doctest::Approx(2.4));
   CHECK(rewards::reward(verdict(eval::Status::correct, 50.0), composite) == doctest::Approx(10.4));  // capped
