@@ -71,6 +71,21 @@ std::size_t kill_after_commits(const test::ScratchDir& scratch, const fs::path& 
   return committed();
 }
 
+// Kills a run (-9) after two commits, resumes it, and returns its steps once it has committed all `units`.
+std::vector<json> kill_then_resume(const test::ScratchDir& scratch, const fs::path& file, const fs::path& dir,
+                                   std::size_t units) {
+  const std::size_t before = kill_after_commits(scratch, file, dir, 2);
+  MESSAGE("killed after " << before << " commits");
+  REQUIRE(before >= 2);
+  REQUIRE(before < units);
+  auto r = crucible_cli({"run", "--resume", dir.string()}, scratch.path() / "cache");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  auto steps = read_jsonl(dir / "seed-1" / "steps.jsonl");
+  REQUIRE(steps.size() == units);
+  return steps;
+}
+
 // The tiny fixture language model as a `[policy] kind = "libtorch"` table.
 std::string tiny_lm_policy(int max_new_tokens) {
   return "[policy]\nkind = \"libtorch\"\nmodel = \"" + (test::source_dir() / "tests/fixtures/lm/qwen2_tiny").string() +
@@ -285,16 +300,7 @@ group_size = 4
 max_staleness = 1
 )" + kFastEval);
   const fs::path dir = scratch.path() / "run";
-  const std::size_t before = kill_after_commits(scratch, file, dir, 2);
-  MESSAGE("killed after " << before << " commits");
-  REQUIRE(before >= 2);
-  REQUIRE(before < 6);
-
-  auto r = crucible_cli({"run", "--resume", dir.string()}, scratch.path() / "cache");
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  auto steps = read_jsonl(dir / "seed-1" / "steps.jsonl");
-  REQUIRE(steps.size() == 6);
+  const auto steps = kill_then_resume(scratch, file, dir, 6);
   for (int s = 0; s < 6; ++s) CHECK(steps[s]["unit"] == "step=" + std::to_string(s));
   auto candidates = read_jsonl(dir / "seed-1" / "candidates.jsonl");
   CHECK(candidates.size() == 6 * 2 * 4);
@@ -412,15 +418,7 @@ group_size = 2
 max_staleness = 0
 )" + tiny_lm_policy(16) + kFastEval);
   const fs::path dir = scratch.path() / "run";
-  const std::size_t before = kill_after_commits(scratch, file, dir, 2);
-  MESSAGE("killed after " << before << " commits");
-  REQUIRE(before >= 2);
-  REQUIRE(before < 8);
-  auto r = crucible_cli({"run", "--resume", dir.string()}, scratch.path() / "cache");
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  auto steps = read_jsonl(dir / "seed-1" / "steps.jsonl");
-  REQUIRE(steps.size() == 8);
+  const auto steps = kill_then_resume(scratch, file, dir, 8);
   for (int s = 0; s < 8; ++s) CHECK(steps[s]["policy_version"] == s + 1);
   // Candidates after the resume were sampled by the restored adapter: their version is the last committed one.
   for (const auto& c : read_jsonl(dir / "seed-1" / "candidates.jsonl")) CHECK(c["policy_version"] == c["step"]);
