@@ -81,6 +81,7 @@ int64_t tokens_of(const std::vector<std::vector<policy::Sample>>& groups) {
 struct Bench {
   std::string device;
   int jobs = 8;
+  bool policy_only = false;  // skip the evaluation stages
   eval::Evaluator* evaluator = nullptr;
   eval::EvalOptions options;
   policy::SearchPolicy* search = nullptr;
@@ -95,20 +96,35 @@ void grpo_step(Bench& b, policy::LmPolicy& policy, const std::vector<eval::TaskS
   for (const auto& t : tasks)
     for (auto& s : b.search->sample(t, group_size)) eval_tasks.push_back(&t), sources.push_back(s.source);
 
-  policy.sample_groups(asks);  // warm-up, untimed: this batch shape's CUDA graph, cuBLAS, the allocator
+  // Warm-up, untimed: this batch shape's CUDA graph, cuBLAS's choices for the backward pass, the allocator. A run
+  // pays this once, in its first step.
+  {
+    std::vector<policy::Sample> warm;
+    for (auto& g : policy.sample_groups(asks))
+      for (auto& s : g) warm.push_back(std::move(s));
+    policy.completion_logprobs(warm);
+    policy.update(warm, std::vector<double>(warm.size(), 0.0));
+  }
   const c10::Device dev(b.device);
-  lm::reset_peak_memory(dev);
+  auto peak_gib = [&] {  // since the last call
+    const double gib = static_cast<double>(lm::peak_memory_bytes(dev)) / (1 << 30);
+    lm::reset_peak_memory(dev);
+    return gib;
+  };
+  peak_gib();
   auto t0 = Clock::now();
   auto groups = policy.sample_groups(asks);
   const double sample_s = since(t0);
+  const double sample_gib = peak_gib();
   const int64_t new_tokens = tokens_of(groups);
   std::vector<policy::Sample> samples;
   for (auto& g : groups)
     for (auto& s : g) samples.push_back(std::move(s));
-  const auto serial = evaluate_all(*b.evaluator, eval_tasks, sources, b.options, b.jobs);
+  const auto serial = b.policy_only ? EvalResult{} : evaluate_all(*b.evaluator, eval_tasks, sources, b.options, b.jobs);
   t0 = Clock::now();
   const auto recomputed = policy.completion_logprobs(samples);
   const double logprob_s = since(t0);
+  const double logprob_gib = peak_gib();
   double max_diff = 0, sum_diff = 0;
   int64_t compared = 0;
   for (std::size_t i = 0; i < samples.size(); ++i)
@@ -119,19 +135,22 @@ void grpo_step(Bench& b, policy::LmPolicy& policy, const std::vector<eval::TaskS
   t0 = Clock::now();
   policy.update(samples, group_advantages(b.rng, samples.size()));
   const double update_s = since(t0);
-  const double peak_gib = static_cast<double>(lm::peak_memory_bytes(dev)) / (1 << 30);
+  const double update_gib = peak_gib();
 
-  std::printf("\n| stage | seconds | notes |\n| --- | ---: | --- |\n");
-  std::printf("| sampling | %.2f | %lld new tokens, %.0f tok/s |\n", sample_s, static_cast<long long>(new_tokens),
-              new_tokens / sample_s);
-  std::printf("| evaluation (compile + check + time) | %.2f | %zu candidates, %d correct, %d compile jobs |\n",
+  std::printf("\n| stage | seconds | peak GiB | notes |\n| --- | ---: | ---: | --- |\n");
+  std::printf("| sampling | %.2f | %.2f | %lld new tokens, %.0f tok/s |\n", sample_s, sample_gib,
+              static_cast<long long>(new_tokens), new_tokens / sample_s);
+  std::printf("| evaluation (compile + check + time) | %.2f | - | %zu candidates, %d correct, %d compile jobs |\n",
               serial.seconds, sources.size(), serial.correct, b.jobs);
-  std::printf("| log-prob recomputation | %.2f | max abs diff to the sampler %.3g, mean %.3g |\n", logprob_s, max_diff,
+  std::printf("| log-prob recomputation | %.2f | %.2f | max abs diff to the sampler %.3g, mean %.3g |\n", logprob_s,
+              logprob_gib, max_diff,
               compared ? sum_diff / static_cast<double>(compared) : 0.0);
-  std::printf("| optimizer step (+ checkpoint) | %.2f | %s |\n", update_s, policy.update_metrics().c_str());
-  std::printf("| sampling + log-probs + optimizer | **%.2f** | target <= 30 s |\n", sample_s + logprob_s + update_s);
-  std::printf("| peak GPU memory | %.2f GiB | model, KV cache, activations, adapter + AdamW |\n\n", peak_gib);
+  std::printf("| optimizer step (+ checkpoint) | %.2f | %.2f | %s |\n", update_s, update_gib,
+              policy.update_metrics().c_str());
+  std::printf("| sampling + log-probs + optimizer | **%.2f** | %.2f | target <= 30 s |\n\n", sample_s + logprob_s + update_s,
+              std::max({sample_gib, logprob_gib, update_gib}));
 
+  if (b.policy_only) return;
   // Step t's evaluation beside step t+1's sampling. The candidates are compiled already (the cache), as they
   // would be in a pipeline whose compile pool runs ahead.
   EvalResult overlapped;
@@ -207,6 +226,8 @@ int main(int argc, char** argv) {
   app.add_option("--jobs", jobs, "Parallel compiles");
   app.add_option("--state", state, "Checkpoint directory");
   app.add_flag("--skip-grpo", skip_grpo, "Only the TTT loop");
+  bool policy_only = false;
+  app.add_flag("--policy-only", policy_only, "GRPO step: only the policy's stages (no evaluation, no overlap)");
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run that dies (out of memory) keeps the lines it printed
 
@@ -233,6 +254,7 @@ int main(int argc, char** argv) {
   Bench b;
   b.device = device;
   b.jobs = jobs;
+  b.policy_only = policy_only;
   b.evaluator = &evaluator;
   b.options.device = device;
   b.search = &search;

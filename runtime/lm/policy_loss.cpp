@@ -60,7 +60,13 @@ TokenLogprobs token_logprobs(const Transformer& model, const at::Tensor& tokens,
   auto cache = model.make_cache(B, T);
   const auto hidden = model.hidden_states(tokens, whole_sequences(valid), cache);
   const auto all = at::log_softmax(model.logits(hidden.narrow(1, 0, T - 1)), -1);
-  return {all.gather(2, tokens.narrow(1, 1, T - 1).unsqueeze(2)).squeeze(2), -(all.exp() * all).sum(-1)};
+  // Entropy is a metric: computed outside autograd, so no [B, T, vocab] tensor is kept for a backward pass.
+  at::Tensor entropy;
+  {
+    at::NoGradGuard no_grad;
+    entropy = -(all.exp() * all).sum(-1);
+  }
+  return {all.gather(2, tokens.narrow(1, 1, T - 1).unsqueeze(2)).squeeze(2), entropy};
 }
 
 at::Tensor policy_loss(const Transformer& model, LoraAdapter& adapter, const SequenceBatch& batch, std::size_t begin,

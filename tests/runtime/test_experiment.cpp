@@ -43,7 +43,7 @@ TEST_CASE("the built-in quickstart is a valid GRPO experiment over CPU tasks") {
 }
 
 TEST_CASE("shipped experiments parse") {
-  for (const char* name : {"quickstart", "grpo_l1", "best_of_n_k64", "ttt_15"}) {
+  for (const char* name : {"quickstart", "grpo_l1", "best_of_n_k64", "ttt_15", "grpo_lm"}) {
     CAPTURE(name);
     auto e = experiment::load_experiment(test::source_dir() / "configs" / (std::string(name) + ".toml"));
     CHECK_FALSE(experiment::resolve_tasks(e).empty());
