@@ -424,3 +424,48 @@ max_staleness = 0
   for (const auto& c : read_jsonl(dir / "seed-1" / "candidates.jsonl")) CHECK(c["policy_version"] == c["step"]);
   CHECK(fs::exists(dir / "seed-1" / "policy" / "v8" / "optimizer.pt"));
 }
+
+TEST_CASE("sft-data turns a sweep's best correct kernels into prompt/completion pairs for the warm start") {
+  test::ScratchDir scratch("run-sft-data");
+  auto run = run_experiment(scratch, R"([experiment]
+name = "sweep"
+mode = "best_of_n"
+[tasks]
+names = ["relu", "gelu"]
+[best_of_n]
+k = 8
+)" + kFastEval);
+  const fs::path pairs = scratch.path() / "pairs.jsonl";
+  auto r = crucible_cli({"sft-data", run.dir.string(), "--out", pairs.string(), "--top", "2"}, scratch.path() / "cache");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto lines = read_jsonl(pairs);
+  std::map<std::string, std::vector<double>> speedups;
+  for (const auto& l : lines) {
+    const std::string task = l["task"];
+    speedups[task].push_back(l["speedup"].get<double>());
+    CHECK(l["prompt"].get<std::string>().find("Task: " + task) != std::string::npos);
+    CHECK(l["prompt"].get<std::string>().find("crucible_forward") != std::string::npos);
+    const std::string completion = l["completion"];
+    CHECK(completion.rfind("```cpp\n", 0) == 0);
+    CHECK(completion.size() > 10);
+    CHECK(completion.substr(completion.size() - 3) == "```");
+    // The completion's code is a correct candidate of the sweep.
+    bool correct = false;
+    for (const auto& c : run.candidates)
+      if (c["task"] == task && c["status"] == "correct" &&
+          completion.find(test::read_file(run.dir / "seed-1" / c["source_file"].get<std::string>())) != std::string::npos)
+        correct = true;
+    CHECK(correct);
+  }
+  REQUIRE(speedups.size() == 2);
+  for (const auto& [task, s] : speedups) {
+    CHECK(s.size() <= 2);
+    CHECK(std::is_sorted(s.rbegin(), s.rend()));  // fastest first
+  }
+  // A speedup no kernel reaches leaves nothing to learn from: said, and not an empty file called success.
+  auto none = crucible_cli({"sft-data", run.dir.string(), "--out", pairs.string(), "--min-speedup", "1e9"},
+                           scratch.path() / "cache");
+  CHECK(none.exit_code == 1);
+  CHECK(none.output.find("no correct kernels") != std::string::npos);
+}

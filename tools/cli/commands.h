@@ -14,5 +14,6 @@ Run add_logs_command(CLI::App& app);
 Run add_run_command(CLI::App& app);
 Run add_generate_command(CLI::App& app);
 Run add_sft_command(CLI::App& app);
+Run add_sft_data_command(CLI::App& app);
 
 }  // namespace crucible::cli
