@@ -126,7 +126,24 @@ std::vector<Completion> Generator::generate(const std::vector<GenerationRequest>
   prefill.slots = at::arange(P, at::TensorOptions().dtype(at::kLong).device(device));
   prefill.visible = P;
   prefill.mask = causal_mask(prefill.slots, buffers.key_valid, P);
-  at::Tensor logits = model_.logits(model_.hidden_states(tokens.to(device), prefill, buffers.cache).select(1, P - 1));
+  const auto tokens_dev = tokens.to(device);
+  const int64_t rows_per_pass = std::max<int64_t>(1, options_.prefill_tokens / std::max<int64_t>(1, P));
+  std::vector<at::Tensor> last_logits;
+  for (int64_t r0 = 0; r0 < B; r0 += rows_per_pass) {
+    const int64_t n = std::min(rows_per_pass, B - r0);
+    AttentionInputs part = prefill;
+    part.positions = prefill.positions.narrow(0, r0, n);
+    part.mask = prefill.mask.narrow(0, r0, n);
+    KvCache view;  // these rows of the static cache: the forward pass writes through the views
+    view.batch = n;
+    view.capacity = buffers.cache.capacity;
+    for (std::size_t l = 0; l < buffers.cache.keys.size(); ++l) {
+      view.keys.push_back(buffers.cache.keys[l].narrow(0, r0, n));
+      view.values.push_back(buffers.cache.values[l].narrow(0, r0, n));
+    }
+    last_logits.push_back(model_.logits(model_.hidden_states(tokens_dev.narrow(0, r0, n), part, view).select(1, P - 1)));
+  }
+  at::Tensor logits = last_logits.size() == 1 ? last_logits.front() : at::cat(last_logits, 0);
 
   std::vector<SamplingParams> rows;
   std::vector<CompletionText> texts;

@@ -47,6 +47,9 @@ struct GenerationStats {
 
 struct GeneratorOptions {
   bool cuda_graphs = true;  // replay decode steps from a CUDA graph when the model is on a GPU
+  // The prefill runs over groups of rows holding at most this many prompt positions: its activations are the
+  // largest tensors of a generate call, and a batch of 64 long prompts in one forward would need tens of GiB.
+  int64_t prefill_tokens = 16384;
 };
 
 class DecodeGraph;

@@ -118,6 +118,12 @@ TEST_CASE("generation: greedy continuations are identical to transformers', alon
     // Four prompt lengths (1 to 74 tokens) left-padded into one batch.
     const auto together = generator.generate(batch);
     for (std::size_t i = 0; i < g.prompts.size(); ++i) CHECK(together[i].tokens == g.greedy[i]);
+    // The same batch prefilled one row per pass (the path long prompts take) gives the same continuations.
+    GeneratorOptions row_by_row;
+    row_by_row.prefill_tokens = 1;
+    Generator per_row(lm.model, lm.bytes(), row_by_row);
+    const auto rows = per_row.generate(batch);
+    for (std::size_t i = 0; i < g.prompts.size(); ++i) CHECK(rows[i].tokens == g.greedy[i]);
   }
 }
 
