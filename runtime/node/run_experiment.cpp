@@ -15,6 +15,7 @@
 #include "actors/reward_normalizer.h"
 #include "actors/rollout_generator.h"
 #include "actors/telemetry.h"
+#include "config/text_file.h"
 #include "config/toml_reader.h"
 #include "logging/log.h"
 #include "modes/run_summary.h"
@@ -67,18 +68,10 @@ std::string policy_lease(const experiment::Experiment& e) {
   return std::find(d.begin(), d.end(), e.policy.lm.device) != d.end() ? e.policy.lm.device : "";
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("cannot read " + path.string());
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The policy a seed starts from: the last committed snapshot of a resumed run, else the checkpoint, else fresh.
 std::string starting_snapshot(const experiment::Experiment& e, const run::RunDirectory& dir) {
   if (auto last = dir.last_policy_snapshot()) return *last;
-  if (!e.policy.checkpoint.empty()) return read_text(e.policy.checkpoint);
+  if (!e.policy.checkpoint.empty()) return config::read_text_file(e.policy.checkpoint);
   return {};
 }
 

@@ -2,11 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <stdexcept>
 
+#include "config/text_file.h"
 #include "crucible/eval/evaluator.h"
 #include "lm/language_model.h"
 #include "lm/lora.h"
@@ -57,12 +56,7 @@ lm::TrainerOptions trainer_options(const experiment::LmPolicyConfig& m) {
 }
 
 std::string read_contract_header() {
-  const fs::path path = eval::default_include_dir() / "crucible" / "kernel.h";
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("cannot read the candidate contract " + path.string());
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return config::read_text_file(eval::default_include_dir() / "crucible" / "kernel.h");
 }
 
 std::string parse_failure(const lm::TextCompletion& c, int max_new_tokens) {

@@ -8,9 +8,9 @@
 #include <iostream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "cli/commands.h"
+#include "config/text_file.h"
 #include "crucible/eval/evaluator.h"
 #include "experiment/experiment.h"
 #include "policy/kernel_prompt.h"
@@ -25,14 +25,6 @@ struct SftDataArgs {
   int top = 4;
   double min_speedup = 0.0;
 };
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("cannot read " + path.string());
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 struct Kernel {
   double speedup = 0;
@@ -57,10 +49,10 @@ int sft_data(const SftDataArgs& a) {
         const double speedup = c.contains("speedup") && c["speedup"].is_number() ? c["speedup"].get<double>() : 0.0;
         const std::string file = c["source_file"].get<std::string>();
         if (speedup < a.min_speedup || !tasks.count(c.value("task", "")) || !seen.insert(file).second) continue;
-        found[c["task"].get<std::string>()].push_back({speedup, read_text(seed.path() / file)});
+        found[c["task"].get<std::string>()].push_back({speedup, config::read_text_file(seed.path() / file)});
       }
     }
-    const std::string contract = read_text(eval::default_include_dir() / "crucible" / "kernel.h");
+    const std::string contract = config::read_text_file(eval::default_include_dir() / "crucible" / "kernel.h");
     const std::string fence = backend == "cuda" ? "```cuda\n" : "```cpp\n";
     std::ofstream out(a.out);
     if (!out) throw std::invalid_argument("cannot write " + a.out);
