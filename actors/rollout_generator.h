@@ -1,6 +1,6 @@
 #pragma once
-// Rollout generator: asks its policy for a group of samples and tags them as candidates; restores each policy
-// version the optimizer publishes.
+// Rollout generator: asks its policy for the groups of samples requested together (one batch for a model) and
+// tags them as candidates; restores each policy version the optimizer publishes.
 #include <memory>
 #include <map>
 #include <string>
