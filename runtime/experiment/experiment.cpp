@@ -84,11 +84,12 @@ bool valid_device(const std::string& d) {
 
 std::string one_of(TableReader& t, const std::string& key, const std::string& fallback,
                    const std::vector<std::string>& choices) {
-  std::string v = t.get_string(key, fallback);
-  if (std::find(choices.begin(), choices.end(), v) != choices.end()) return v;
-  std::string list;
-  for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
-  t.fail(key, "unknown value '" + v + "' (" + list + ")");
+  return parse_choice(t, key, fallback, [&](const std::string& v) {
+    if (std::find(choices.begin(), choices.end(), v) != choices.end()) return v;
+    std::string list;
+    for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
+    throw std::invalid_argument("unknown value '" + v + "' (" + list + ")");
+  });
 }
 
 void read_lora(TableReader t, LmPolicyConfig& m) {

@@ -73,13 +73,21 @@ std::string LanguageModel::chat_prompt(const std::vector<ChatMessage>& messages,
   return render_chat(*impl_->format, messages, options);
 }
 
+std::string LanguageModel::user_prompt(const std::string& text, const std::string& system_prompt) const {
+  ChatOptions options;
+  if (!system_prompt.empty()) options.system_prompt = system_prompt;
+  return chat_prompt({{"user", text}}, options);
+}
+
+std::optional<int32_t> LanguageModel::end_of_turn_id() const {
+  if (!impl_->format) return std::nullopt;
+  return impl_->tokenizer.token_to_id(*impl_->format == ChatFormat::chatml ? "<|im_end|>" : "<|eot_id|>");
+}
+
 std::vector<int64_t> LanguageModel::stop_token_ids() const {
   std::vector<int64_t> ids = impl_->model.config().eos_token_ids;
   ids.insert(ids.end(), impl_->defaults.eos_token_ids.begin(), impl_->defaults.eos_token_ids.end());
-  if (impl_->format) {
-    const char* end_of_turn = *impl_->format == ChatFormat::chatml ? "<|im_end|>" : "<|eot_id|>";
-    if (auto id = impl_->tokenizer.token_to_id(end_of_turn)) ids.push_back(*id);
-  }
+  if (auto id = end_of_turn_id()) ids.push_back(*id);
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;
@@ -99,7 +107,8 @@ std::vector<TextCompletion> LanguageModel::generate(const std::vector<TextReques
   std::vector<TextCompletion> out(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const auto& r = requests[i];
-    out[i].prompt_tokens = encode_prompt(r.prompt);
+    // A group repeats its prompt: encode it once.
+    out[i].prompt_tokens = i > 0 && r.prompt == requests[i - 1].prompt ? out[i - 1].prompt_tokens : encode_prompt(r.prompt);
     GenerationRequest g;
     g.prompt.assign(out[i].prompt_tokens.begin(), out[i].prompt_tokens.end());
     g.sampling.temperature = r.temperature.value_or(d.temperature.value_or(1.0));

@@ -53,6 +53,8 @@ class LanguageModel {
 
   // The conversation rendered in the tokenizer's chat format, ending with the assistant header.
   std::string chat_prompt(const std::vector<ChatMessage>& messages, const ChatOptions& options = {}) const;
+  // One user turn with a system prompt (empty: the chat format's default), as chat_prompt renders it.
+  std::string user_prompt(const std::string& text, const std::string& system_prompt = "") const;
   std::vector<TextCompletion> generate(const std::vector<TextRequest>& requests);
   // A prompt's tokens with the post-processor's prefix (Llama-3's <|begin_of_text|>) exactly once, also when
   // the text is a rendered chat prompt that already starts with it.
@@ -71,6 +73,8 @@ class LanguageModel {
   const Transformer& transformer() const;
   std::optional<ChatFormat> chat_format() const;
   std::vector<int64_t> stop_token_ids() const;
+  // The chat format's end-of-turn token (<|im_end|>, <|eot_id|>), when the tokenizer has one.
+  std::optional<int32_t> end_of_turn_id() const;
 
  private:
   LanguageModel();

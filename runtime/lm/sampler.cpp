@@ -7,13 +7,6 @@
 namespace crucible::lm {
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 int32_t as_int32(uint32_t x) { return static_cast<int32_t>(x); }
 
 // x ^ (x >>> s) on int32 tensors (>> on signed tensors is arithmetic, so mask the sign bits back out).

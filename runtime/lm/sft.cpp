@@ -18,22 +18,15 @@ SequenceBatch tokenize(LanguageModel& model, const std::vector<SftExample>& exam
   const auto stops = model.stop_token_ids();
   SequenceBatch batch;
   for (const auto& e : examples) {
-    std::string prompt = e.prompt;
-    if (o.chat) {
-      ChatOptions chat;
-      if (!o.system_prompt.empty()) chat.system_prompt = o.system_prompt;
-      prompt = model.chat_prompt({{"user", e.prompt}}, chat);
-    }
-    const auto ids = model.encode_prompt(prompt);
+    const auto ids = model.encode_prompt(o.chat ? model.user_prompt(e.prompt, o.system_prompt) : e.prompt);
     std::vector<int64_t> seq(ids.begin(), ids.end());
     const auto prompt_length = static_cast<int64_t>(seq.size());
     const auto completion = tok.encode(e.completion, false, /*parse_special=*/false);
     seq.insert(seq.end(), completion.begin(), completion.end());
     // The model learns to stop: the chat format's end-of-turn token, else the EOS.
     if (!stops.empty()) {
-      const char* turn_end = model.chat_format() == ChatFormat::llama3 ? "<|eot_id|>" : "<|im_end|>";
-      const auto end = o.chat && tok.token_to_id(turn_end) ? *tok.token_to_id(turn_end) : stops.front();
-      seq.push_back(end);
+      const auto turn_end = model.end_of_turn_id();
+      seq.push_back(o.chat && turn_end ? *turn_end : stops.front());
     }
     if (prompt_length < 1 || static_cast<int64_t>(seq.size()) <= prompt_length) continue;
     batch.sequences.push_back(std::move(seq));

@@ -19,12 +19,7 @@ using json = nlohmann::json;
 
 namespace {
 
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-  h ^= h >> 31;
-  h *= 0xbf58476d1ce4e5b9ULL;
-  return h ^ (h >> 29);
-}
+uint64_t mix(uint64_t h, uint64_t v) { return lm::splitmix64(h ^ lm::splitmix64(v)); }
 
 uint64_t hash_text(const std::string& s) {
   uint64_t h = 1469598103934665603ULL;
@@ -184,14 +179,9 @@ std::string LmPolicy::prompt_for(const eval::TaskSpec& task) {
   auto it = im.prompts.find(task.name);
   if (it != im.prompts.end()) return it->second;
   std::string user = kernel_prompt(task, im.setup.backend, im.contract_header);
-  std::string prompt;
-  if (im.model.chat_format()) {
-    lm::ChatOptions chat;
-    if (!im.setup.config.lm.system_prompt.empty()) chat.system_prompt = im.setup.config.lm.system_prompt;
-    prompt = im.model.chat_prompt({{"user", user}}, chat);
-  } else {
-    prompt = user + "\n";  // a base model continues the text
-  }
+  // A base model without a chat format continues the text.
+  const std::string prompt =
+      im.model.chat_format() ? im.model.user_prompt(user, im.setup.config.lm.system_prompt) : user + "\n";
   im.prompt_tokens[task.name] = im.model.encode_prompt(prompt);
   return im.prompts[task.name] = prompt;
 }

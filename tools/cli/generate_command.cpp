@@ -42,11 +42,7 @@ int generate(const GenerateArgs& a) {
   try {
     model = std::make_unique<lm::LanguageModel>(lm::LanguageModel::load(a.model, options));
     if (!a.adapter.empty()) model->load_adapter(a.adapter);
-    if (a.chat) {
-      lm::ChatOptions chat;
-      if (!a.system.empty()) chat.system_prompt = a.system;
-      prompt = model->chat_prompt({{"user", prompt}}, chat);
-    }
+    if (a.chat) prompt = model->user_prompt(prompt, a.system);
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;
