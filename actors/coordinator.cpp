@@ -2,12 +2,16 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "actors/unit_records.h"
 #include "logging/log.h"
+#include "run/node_logs.h"
 
 namespace crucible::actors {
 namespace {
@@ -25,6 +29,18 @@ struct UnitState {
 // Work waits in order of its unit, so the oldest unit (the one training and commits wait for) goes first.
 using QueueKey = std::pair<std::size_t, uint64_t>;  // unit index, candidate id
 
+// A node whose evaluators may pull work: the coordinator's own (session 0) or one a gateway admitted.
+struct NodeState {
+  std::string name;
+  caf::node_id node;
+  bool live = true;
+};
+
+struct Holding {
+  uint64_t candidate = 0;
+  uint64_t session = 0;
+};
+
 struct CoordinatorState {
   CoordinatorSetup setup;
   std::vector<UnitState> units;
@@ -35,11 +51,13 @@ struct CoordinatorState {
   std::vector<caf::typed_response_promise<msg::CompileRequest>> compile_waiters;
   struct EvalWaiter {
     caf::actor_addr evaluator;
+    uint64_t session = 0;
     caf::typed_response_promise<msg::EvalRequest> promise;
   };
   std::vector<EvalWaiter> eval_waiters;
   std::set<caf::actor_addr> monitored;
-  std::map<caf::actor_addr, uint64_t> evaluating;  // evaluator -> candidate it holds, re-queued if it dies
+  std::map<caf::actor_addr, Holding> evaluating;  // evaluator -> what it holds, re-queued if it or its node is lost
+  std::map<uint64_t, NodeState> nodes;            // by session
   caf::typed_response_promise<msg::RunOutcome> outcome;
   bool started = false, finished = false;
   double start_time = 0;
@@ -78,6 +96,30 @@ void finish(Self self, bool ok, const std::string& message) {
   self->quit();
 }
 
+// Messages only this node's own actors may send: a peer that reached the coordinator's handle is not one of them.
+bool from_here(Self self) {
+  const auto& sender = self->current_sender();
+  return sender && sender->node() == self->node();
+}
+
+void cluster_event(Self self, nlohmann::json event) {
+  event["at"] = wall_now();
+  self->send(self->state.setup.telemetry, msg::ClusterEvent{event.dump()});
+}
+
+void requeue(Self self, uint64_t candidate) {
+  auto& s = self->state;
+  if (auto u = s.unit_of.find(candidate); u != s.unit_of.end() && !s.candidates.at(candidate).verdict) {
+    const auto& c = s.candidates.at(candidate).candidate;
+    s.eval_queue[{u->second, c.id}] = msg::EvalRequest{c, "", "", 0};
+  }
+}
+
+void forget_waiters(Self self, const caf::actor_addr& evaluator) {
+  auto& w = self->state.eval_waiters;
+  w.erase(std::remove_if(w.begin(), w.end(), [&](const auto& x) { return x.evaluator == evaluator; }), w.end());
+}
+
 void dispatch(Self self) {
   auto& st = self->state;
   while (!st.compile_waiters.empty() && !st.compile_queue.empty()) {
@@ -87,8 +129,10 @@ void dispatch(Self self) {
   }
   while (!st.eval_waiters.empty() && !st.eval_queue.empty()) {
     auto& request = st.eval_queue.begin()->second;
-    st.evaluating[st.eval_waiters.back().evaluator] = request.candidate.id;
-    st.eval_waiters.back().promise.deliver(request);
+    auto& waiter = st.eval_waiters.back();
+    st.evaluating[waiter.evaluator] = Holding{request.candidate.id, waiter.session};
+    st.candidates.at(request.candidate.id).dispatched_at = wall_now();
+    waiter.promise.deliver(request);
     st.eval_waiters.pop_back();
     st.eval_queue.erase(st.eval_queue.begin());
   }
@@ -188,10 +232,12 @@ void pump(Self self) {
                   for (auto& c : generated.candidates) {
                     ids.push_back(c.id);
                     s.unit_of[c.id] = i;
-                    if (c.parse_error.empty())
-                      s.compile_queue[{i, c.id}] = msg::CompileRequest{c.id, c.source, s.setup.compile_device};
-                    else
+                    if (!c.parse_error.empty())
                       unparsed.push_back(parse_error_verdict(c, generated.finished_at));
+                    else if (s.setup.compile_locally)
+                      s.compile_queue[{i, c.id}] = msg::CompileRequest{c.id, c.source, s.setup.compile_device};
+                    else  // compiled where it runs, for that node's architecture
+                      s.eval_queue[{i, c.id}] = msg::EvalRequest{c, "", "", 0};
                     CandidateTrace trace;
                     trace.generate_start = generated.started_at;
                     trace.generate_end = generated.finished_at;
@@ -279,22 +325,23 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
       st.units[i].trace.plan = &st.setup.units[i];
       if (st.setup.committed.count(st.setup.units[i].name)) st.units[i].phase = Phase::committed;
     }
+    st.nodes[0] = NodeState{run::kLocalNode, self->node(), true};
     // An evaluator that dies mid-candidate (not a candidate's crash: those end in a verdict) gives its work back.
     self->set_down_handler([=](caf::down_msg& down) {
       auto& s = self->state;
+      forget_waiters(self, down.source);
       auto it = s.evaluating.find(down.source);
       if (it == s.evaluating.end()) return;
-      s.log.warn("an evaluator went down holding candidate ", it->second, "; re-queued");
-      if (auto u = s.unit_of.find(it->second); u != s.unit_of.end()) {
-        const auto& c = s.candidates.at(it->second).candidate;
-        s.eval_queue[{u->second, c.id}] = msg::EvalRequest{c, "", "", 0};
-      }
+      s.log.warn("an evaluator of node ", s.nodes[it->second.session].name, " went down holding candidate ",
+                 it->second.candidate, "; re-queued");
+      requeue(self, it->second.candidate);
       s.evaluating.erase(it);
       dispatch(self);
     });
     return {
         [=](run_atom) -> caf::result<msg::RunOutcome> {
           auto& s = self->state;
+          if (!from_here(self)) return caf::make_error(caf::sec::unexpected_message);
           s.outcome = self->make_response_promise<msg::RunOutcome>();
           if (!s.started) {
             s.started = true;
@@ -306,27 +353,41 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
         },
         [=](pull_compile_atom) -> caf::result<msg::CompileRequest> {
           auto& s = self->state;
+          if (!from_here(self)) return caf::make_error(caf::sec::unexpected_message);
           if (s.finished) return caf::make_error(caf::sec::request_receiver_down, "the run is over");
           auto promise = self->make_response_promise<msg::CompileRequest>();
           s.compile_waiters.push_back(promise);
           dispatch(self);
           return promise;
         },
-        [=](pull_eval_atom, std::string& device) -> caf::result<msg::EvalRequest> {
+        [=](pull_eval_atom, std::string& device, uint64_t session) -> caf::result<msg::EvalRequest> {
           auto& s = self->state;
           if (s.finished) return caf::make_error(caf::sec::request_receiver_down, "the run is over");
           // Before the promise: making it takes the sender out of the current message.
           auto sender = self->current_sender();
+          auto node = s.nodes.find(session);
+          if (!sender || node == s.nodes.end() || !node->second.live || node->second.node != sender->node())
+            return caf::make_error(caf::sec::request_receiver_down,
+                                   "session " + std::to_string(session) + " is not part of this run");
           auto evaluator = caf::actor_cast<caf::actor_addr>(sender);
+          // Verdicts come before the next pull on the same connection: an evaluator that pulls while holding a
+          // candidate never got it (its pull timed out as the candidate was on its way).
+          if (auto held = s.evaluating.find(evaluator); held != s.evaluating.end()) {
+            s.log.debug("candidate ", held->second.candidate, " did not reach its evaluator; re-queued");
+            requeue(self, held->second.candidate);
+            s.evaluating.erase(held);
+          }
+          forget_waiters(self, evaluator);
           auto promise = self->make_response_promise<msg::EvalRequest>();
           if (s.monitored.insert(evaluator).second) self->monitor(sender);
-          s.eval_waiters.push_back({evaluator, promise});
-          s.log.debug("evaluator on ", device, " is free");
+          s.eval_waiters.push_back({evaluator, session, promise});
+          s.log.debug("evaluator on ", node->second.name, "/", device, " is free");
           dispatch(self);
           return promise;
         },
         [=](msg::CompileDone& done) {
           auto& s = self->state;
+          if (!from_here(self)) return;
           auto where = s.unit_of.find(done.candidate_id);
           if (where == s.unit_of.end()) return;
           auto& trace = s.candidates.at(done.candidate_id);
@@ -337,8 +398,61 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
           dispatch(self);
         },
         [=](msg::VerdictSummary& verdict) {
-          self->state.evaluating.erase(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+          auto& s = self->state;
+          const auto& sender = self->current_sender();
+          auto held = s.evaluating.find(caf::actor_cast<caf::actor_addr>(sender));
+          if (held == s.evaluating.end() || held->second.candidate != verdict.candidate_id) {
+            std::string node = "an unknown node";
+            for (const auto& [id, n] : s.nodes)
+              if (sender && n.node == sender->node()) node = n.name;
+            s.log.warn("late result for candidate ", verdict.candidate_id, " from ", node,
+                       " discarded: it was handed to another evaluator");
+            cluster_event(self, {{"event", "late_result"}, {"node", node}, {"candidate_id", verdict.candidate_id},
+                                 {"status", verdict.status}});
+            return;
+          }
+          verdict.node = s.nodes[held->second.session].name;
+          s.evaluating.erase(held);
+          if (auto t = s.candidates.find(verdict.candidate_id); t != s.candidates.end()) t->second.received_at = wall_now();
           record_verdict(self, verdict);
+        },
+        [=](msg::NodeJoined& joined) {
+          auto& s = self->state;
+          if (!from_here(self)) return;
+          s.nodes[joined.session] = NodeState{joined.name, joined.node, true};
+          s.log.info("node ", joined.name, " joined with ", joined.devices.size(), " device(s)");
+          nlohmann::json devices = nlohmann::json::array();
+          for (const auto& d : joined.devices)
+            devices.push_back({{"device", d.device}, {"kind", d.kind}, {"name", d.name}, {"memory_bytes", d.memory_bytes},
+                               {"compute_capability", std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor)},
+                               {"multiprocessors", d.multiprocessors}});
+          cluster_event(self, {{"event", "joined"}, {"node", joined.name}, {"session", joined.session}, {"devices", devices}});
+        },
+        [=](msg::NodeLost& lost) {
+          auto& s = self->state;
+          if (!from_here(self)) return;
+          auto node = s.nodes.find(lost.session);
+          if (node == s.nodes.end() || !node->second.live) return;
+          node->second.live = false;
+          std::vector<uint64_t> requeued;
+          for (auto it = s.evaluating.begin(); it != s.evaluating.end();) {
+            if (it->second.session != lost.session) {
+              ++it;
+              continue;
+            }
+            requeued.push_back(it->second.candidate);
+            requeue(self, it->second.candidate);
+            it = s.evaluating.erase(it);
+          }
+          // Its waiting pulls are answered, so evaluators of a node that still runs stop and it joins again.
+          auto& w = s.eval_waiters;
+          for (auto& x : w)
+            if (x.session == lost.session) x.promise.deliver(caf::make_error(caf::sec::request_receiver_down, "session lost"));
+          w.erase(std::remove_if(w.begin(), w.end(), [&](const auto& x) { return x.session == lost.session; }), w.end());
+          s.log.warn("node ", node->second.name, " lost (", lost.reason, "); ", requeued.size(), " candidate(s) re-queued");
+          cluster_event(self, {{"event", "lost"}, {"node", node->second.name}, {"session", lost.session},
+                               {"reason", lost.reason}, {"requeued", requeued}});
+          dispatch(self);
         },
     };
   });

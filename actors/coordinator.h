@@ -18,6 +18,7 @@ struct CoordinatorSetup {
   std::vector<modes::UnitPlan> units;    // modes::plan_units
   std::set<std::string> committed;       // unit names done before this process started
   std::string compile_device;            // the device whose compiler options candidates are built with
+  bool compile_locally = true;           // false: no local evaluator; candidates go to the nodes as source
   std::string source_extension;          // "cpp" or "cu"
   generator_actor generator;
   normalizer_actor normalizer;
@@ -25,6 +26,10 @@ struct CoordinatorSetup {
   telemetry_actor telemetry;
 };
 
+// Evaluators of other nodes pull under the session their node's gateway reported (NodeJoined); a session's work is
+// re-queued when it is lost (NodeLost), and a result from an evaluator that no longer holds its candidate is
+// discarded and logged, so every candidate gets exactly one recorded verdict.
+//
 // Spawns it; ask it `run_atom` to start, and it answers with the outcome when every unit is committed or the run
 // cannot go on (a failed policy update or commit: committed units stay, --resume continues).
 coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup setup);

@@ -30,9 +30,10 @@ void evaluator(caf::blocking_actor* self, coordinator_actor coordinator, std::sh
   log::Logger log{"evaluator." + setup->device};
   eval::Evaluator evaluator(setup->config);
   log.info("ready");
+  const caf::duration timeout = setup->pull_timeout ? caf::duration{*setup->pull_timeout} : caf::duration{caf::infinite};
   bool running = true;
-  while (running) {
-    self->request(coordinator, caf::infinite, pull_eval_atom_v, setup->device)
+  while (running && !setup->stop->load()) {
+    self->request(coordinator, timeout, pull_eval_atom_v, setup->device, setup->session)
         .receive(
             [&](msg::EvalRequest& request) {
               const double start = wall_now();
@@ -46,9 +47,14 @@ void evaluator(caf::blocking_actor* self, coordinator_actor coordinator, std::sh
                        summary.finished_at - start, " s");
               self->send(coordinator, std::move(summary));
             },
-            [&](caf::error&) { running = false; });
+            [&](caf::error& e) {
+              if (e == caf::sec::request_timeout) return;  // pull again, or stop
+              setup->end_reason = self->system().render(e);
+              running = false;
+            });
   }
-  log.info("done");
+  if (running) setup->end_reason = "stopped";
+  log.info("done: ", setup->end_reason);
 }
 
 }  // namespace crucible::actors

@@ -1,7 +1,10 @@
 #pragma once
 // Evaluator, one per device: pulls the next compiled candidate from the coordinator whenever it is free, judges it
 // with kernels_eval's sandboxed workers while holding its device's lease, and sends the verdict back.
+#include <atomic>
+#include <chrono>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -17,10 +20,16 @@ struct EvaluatorSetup {
   eval::EvaluatorConfig config;
   std::map<std::string, eval::TaskSpec> tasks;
   std::shared_ptr<devices::DeviceLeases> leases;
+  // An evaluator node's: its session, and pulls that time out (so a coordinator gone silent is noticed) until
+  // `stop` is set. The coordinator's own evaluators wait as long as it takes.
+  uint64_t session = 0;
+  std::optional<std::chrono::milliseconds> pull_timeout;
+  std::shared_ptr<std::atomic<bool>> stop = std::make_shared<std::atomic<bool>>(false);
+  std::string end_reason;  // why the loop ended: the coordinator's refusal ("the run is over"), or "stopped"
 };
 
 // Spawn detached. A candidate that crashes, hangs or breaks the evaluator's own code ends as a verdict; the loop
-// only ends when the coordinator refuses a pull.
+// only ends when the coordinator refuses a pull, or `stop` is set.
 void evaluator(caf::blocking_actor* self, coordinator_actor coordinator, std::shared_ptr<EvaluatorSetup> setup);
 
 }  // namespace crucible::actors

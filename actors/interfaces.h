@@ -12,10 +12,22 @@ namespace crucible::actors {
 using namespace crucible::atoms;
 namespace msg = crucible::messages;
 
-using coordinator_actor = caf::typed_actor<caf::replies_to<run_atom>::with<msg::RunOutcome>,
-                                           caf::replies_to<pull_compile_atom>::with<msg::CompileRequest>,
-                                           caf::replies_to<pull_eval_atom, std::string>::with<msg::EvalRequest>,
-                                           caf::reacts_to<msg::CompileDone>, caf::reacts_to<msg::VerdictSummary>>;
+// An evaluator pulls with its device and its node's session (0: an evaluator of the coordinator's own node).
+using coordinator_actor =
+    caf::typed_actor<caf::replies_to<run_atom>::with<msg::RunOutcome>,
+                     caf::replies_to<pull_compile_atom>::with<msg::CompileRequest>,
+                     caf::replies_to<pull_eval_atom, std::string, uint64_t>::with<msg::EvalRequest>,
+                     caf::reacts_to<msg::CompileDone>, caf::reacts_to<msg::VerdictSummary>,
+                     caf::reacts_to<msg::NodeJoined>, caf::reacts_to<msg::NodeLost>>;
+
+// The coordinator node's door for evaluator nodes: the mutual proof of the secret, then heartbeats (with the node's
+// log lines) until the node leaves or is lost. check_atom is its own liveness timer; over_atom (from the node that
+// runs it) tells every node the run is over, and a node hears over_atom from it then.
+using gateway_actor = caf::typed_actor<caf::replies_to<msg::NodeHello>::with<msg::JoinChallenge>,
+                                       caf::replies_to<msg::NodeProof>::with<msg::JoinAccepted>,
+                                       caf::replies_to<msg::NodeHeartbeat>::with<caf::ok_atom>,
+                                       caf::reacts_to<leave_atom, uint64_t>, caf::reacts_to<check_atom>,
+                                       caf::replies_to<over_atom>::with<caf::ok_atom>>;
 
 // flush_atom is the generator's own: requests that arrive together are sampled as one batch.
 using generator_actor = caf::typed_actor<caf::replies_to<msg::GenerateRequest>::with<msg::Generated>,
@@ -25,7 +37,7 @@ using normalizer_actor = caf::typed_actor<caf::replies_to<msg::ScoreRequest>::wi
 
 using optimizer_actor = caf::typed_actor<caf::replies_to<msg::TrainBatch>::with<msg::PolicyPublished>>;
 
-using telemetry_actor = caf::typed_actor<caf::reacts_to<msg::CandidateRecord>,
+using telemetry_actor = caf::typed_actor<caf::reacts_to<msg::CandidateRecord>, caf::reacts_to<msg::ClusterEvent>,
                                          caf::replies_to<msg::CommitUnit>::with<committed_atom>>;
 
 // Seconds since the epoch: stage timestamps in records compare across actors (and, roughly, across nodes).

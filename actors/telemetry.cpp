@@ -5,13 +5,23 @@
 #include <iostream>
 
 #include "logging/log.h"
+#include "run/durable_file.h"
 
 namespace crucible::actors {
 
 telemetry_actor::behavior_type telemetry(telemetry_actor::pointer, std::shared_ptr<run::RunDirectory> dir, bool quiet) {
   auto log = std::make_shared<log::Logger>("telemetry");
   log->info("writing ", dir->dir().string());
+  auto cluster_events = std::make_shared<std::unique_ptr<run::AppendFile>>();
   return {
+      [=](msg::ClusterEvent& event) {
+        try {
+          if (!*cluster_events) *cluster_events = std::make_unique<run::AppendFile>(dir->dir() / "cluster.jsonl");
+          (*cluster_events)->append(event.json + "\n");
+        } catch (const std::exception& e) {
+          log->error("cannot record a cluster event: ", e.what());
+        }
+      },
       [=](msg::CandidateRecord& record) {
         auto json = nlohmann::json::parse(record.json);
         if (record.source.empty()) {

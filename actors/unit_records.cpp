@@ -25,7 +25,9 @@ std::string clock_text(double seconds) {
 run::Outcome outcome_of(const CandidateTrace& t) {
   run::Outcome o;
   o.task = t.candidate.task;
-  o.compiled = t.compile && t.compile->ok;
+  // Without a compile of its own (the candidate went to a node as source), the verdict tells.
+  o.compiled = t.compile ? t.compile->ok
+                         : t.verdict && t.verdict->status != "compile_error" && t.verdict->status != "parse_error";
   o.correct = t.verdict && t.verdict->status == "correct";
   if (t.verdict && t.verdict->has_speedup) o.speedup = t.verdict->speedup;
   o.reward = t.reward;
@@ -58,6 +60,7 @@ std::string candidate_record_json(const CandidateTrace& t, const UnitTrace& unit
       reasons.push_back({{"code", v.reason_codes[i]}, {"detail", i < v.reason_details.size() ? v.reason_details[i] : ""}});
     j["reasons"] = reasons;
     j["device"] = v.device;
+    j["node"] = v.node;
     j["candidate_median_us"] = v.has_times ? json(v.candidate_median_us) : json(nullptr);
     j["candidate_cv"] = v.has_times ? json(v.candidate_cv) : json(nullptr);
     j["reference_median_us"] = v.has_times ? json(v.reference_median_us) : json(nullptr);
@@ -70,12 +73,34 @@ std::string candidate_record_json(const CandidateTrace& t, const UnitTrace& unit
   times["generate"] = {t.generate_start, t.generate_end};
   if (t.compile) times["compile"] = {t.compile->started_at, t.compile->finished_at};
   if (t.verdict) times["evaluate"] = {t.verdict->started_at, t.verdict->finished_at};
+  // On the coordinator's clock; minus the evaluation itself, what handing it out and back cost.
+  if (t.received_at > 0) times["dispatch"] = {t.dispatched_at, t.received_at};
   times["scored"] = t.scored_at;
   if (unit.plan->train) times["train"] = {unit.train_start, unit.train_end};
   times["committed"] = unit.committed_at;
   j["times"] = times;
   return j.dump();
 }
+
+namespace {
+
+// Per node: candidates judged, their evaluation seconds, and failures of the evaluator itself (not the candidate's).
+json node_metrics(const std::vector<const CandidateTrace*>& traces) {
+  json nodes = json::object();
+  for (const auto* t : traces) {
+    if (!t->verdict || t->verdict->node.empty()) continue;
+    const auto& v = *t->verdict;
+    auto& n = nodes[v.node];
+    if (n.is_null()) n = {{"candidates", 0}, {"evaluation_seconds", 0.0}, {"evaluator_errors", 0}};
+    n["candidates"] = n["candidates"].get<int>() + 1;
+    n["evaluation_seconds"] = n["evaluation_seconds"].get<double>() + (v.finished_at - v.started_at);
+    const bool failed = std::find(v.reason_codes.begin(), v.reason_codes.end(), "evaluator_error") != v.reason_codes.end();
+    n["evaluator_errors"] = n["evaluator_errors"].get<int>() + (failed ? 1 : 0);
+  }
+  return nodes;
+}
+
+}  // namespace
 
 run::StepMetrics unit_metrics(const std::vector<const CandidateTrace*>& traces) {
   std::vector<run::Outcome> outcomes;
@@ -102,6 +127,7 @@ std::string unit_metrics_json(const UnitTrace& unit, const std::vector<const Can
   }
   j["budget"] = {{"samples", traces.size()}, {"tokens", tokens}, {"compile_seconds", compile_s},
                  {"evaluation_seconds", eval_s}};
+  j["nodes"] = node_metrics(traces);
   if (unit.plan->train) {
     j["train_seconds"] = unit.train_end - unit.train_start;
     if (!unit.train_metrics.empty() && unit.train_metrics != "{}")

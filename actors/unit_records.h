@@ -17,6 +17,7 @@ struct CandidateTrace {
   double generate_start = 0, generate_end = 0;
   std::optional<messages::CompileDone> compile;
   std::optional<messages::VerdictSummary> verdict;
+  double dispatched_at = 0, received_at = 0;  // coordinator's clock: handed to the evaluator, its verdict back
   double reward = 0;
   std::optional<double> advantage;  // none when the group was dropped or the mode does not train
   double scored_at = 0;

@@ -75,6 +75,17 @@ typename Inspector::result_type inspect(Inspector& f, CandidateRecord& x) {
   return f(caf::meta::type_name("crucible.CandidateRecord"), x.unit, x.source, x.source_extension, x.json);
 }
 
+// Telemetry: something that happened to the run's cluster (a node joined, was lost, sent a late result), one JSON
+// object for cluster.jsonl.
+struct ClusterEvent {
+  std::string json;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ClusterEvent& x) {
+  return f(caf::meta::type_name("crucible.ClusterEvent"), x.json);
+}
+
 // Telemetry: a unit is done; its metrics and the policy after it are made durable before the reply.
 struct CommitUnit {
   std::string unit;

@@ -42,7 +42,8 @@ struct VerdictSummary {
   uint64_t seed = 0;
   std::string json;
   std::string device;                          // the evaluator that judged it
-  double started_at = 0.0, finished_at = 0.0;  // wall clock, seconds since the epoch
+  std::string node;                            // its node ("local": the coordinator's); set by the coordinator
+  double started_at = 0.0, finished_at = 0.0;  // wall clock of the evaluator's node, seconds since the epoch
 };
 
 template <class Inspector>
@@ -50,7 +51,7 @@ typename Inspector::result_type inspect(Inspector& f, VerdictSummary& x) {
   return f(caf::meta::type_name("crucible.VerdictSummary"), x.candidate_id, x.status, x.reason_codes,
            x.reason_details, x.compile_cached, x.compile_seconds, x.has_times, x.candidate_median_us, x.candidate_cv,
            x.reference_median_us, x.has_speedup, x.speedup, x.has_kernel_coverage, x.kernel_coverage,
-           x.total_seconds, x.kernel_seconds, x.seed, x.json, x.device, x.started_at, x.finished_at);
+           x.total_seconds, x.kernel_seconds, x.seed, x.json, x.device, x.node, x.started_at, x.finished_at);
 }
 
 VerdictSummary summarize(uint64_t candidate_id, const eval::Verdict& verdict);

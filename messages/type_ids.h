@@ -4,6 +4,7 @@
 #include <caf/type_id.hpp>
 
 #include "messages/candidate.h"
+#include "messages/cluster.h"
 #include "messages/coordination.h"
 #include "messages/evaluation.h"
 #include "messages/training.h"
@@ -24,6 +25,14 @@ CAF_BEGIN_TYPE_ID_BLOCK(crucible, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(crucible, (crucible::messages::CandidateRecord))
   CAF_ADD_TYPE_ID(crucible, (crucible::messages::CommitUnit))
   CAF_ADD_TYPE_ID(crucible, (crucible::messages::RunOutcome))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::ClusterEvent))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::NodeHello))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::JoinChallenge))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::NodeProof))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::JoinAccepted))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::NodeHeartbeat))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::NodeJoined))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::NodeLost))
 CAF_END_TYPE_ID_BLOCK(crucible)
 
 CAF_ADD_ATOM(crucible, crucible::atoms, pull_compile_atom, "pullcomp")
@@ -31,3 +40,6 @@ CAF_ADD_ATOM(crucible, crucible::atoms, pull_eval_atom, "pulleval")
 CAF_ADD_ATOM(crucible, crucible::atoms, run_atom, "run")
 CAF_ADD_ATOM(crucible, crucible::atoms, committed_atom, "committed")
 CAF_ADD_ATOM(crucible, crucible::atoms, flush_atom, "flush")
+CAF_ADD_ATOM(crucible, crucible::atoms, check_atom, "check")
+CAF_ADD_ATOM(crucible, crucible::atoms, leave_atom, "leave")
+CAF_ADD_ATOM(crucible, crucible::atoms, over_atom, "over")

@@ -43,6 +43,12 @@ int cuda_devices() {
   return cuda::device_count();
 }
 
+GpuDescription describe_gpu(int device) {
+  if (device < 0 || device >= cuda_devices()) throw std::runtime_error("no usable GPU cuda:" + std::to_string(device));
+  const auto info = cuda::device_info(device);
+  return {info.name, info.major, info.minor, info.multiprocessors, info.total_bytes};
+}
+
 namespace {
 EvaluatorConfig resolved(EvaluatorConfig c) {
   if (c.include_dir.empty()) c.include_dir = default_include_dir();

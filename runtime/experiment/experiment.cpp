@@ -5,6 +5,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "config/toml_reader.h"
 #include "tasks/task_loader.h"
@@ -174,7 +175,6 @@ void read_advantage(TableReader t, rewards::AdvantageSpec& a, bool& task_baselin
 void read_eval(TableReader t, EvalConfig& c) {
   if (t.has("devices")) {
     c.devices = t.get_string_array("devices");
-    if (c.devices.empty()) t.fail("devices", "give at least one device");
     for (const auto& d : c.devices)
       if (!valid_device(d)) t.fail("devices", "unknown device '" + d + "' (cpu, cuda:N)");
     std::vector<std::string> sorted = c.devices;
@@ -183,6 +183,11 @@ void read_eval(TableReader t, EvalConfig& c) {
   } else {
     t.get_string_array("devices");
   }
+  const std::string derived = c.devices.empty() ? "" : c.devices.front() == "cpu" ? "cpu" : "cuda";
+  c.backend = t.get_string("backend", derived);
+  if (c.backend.empty()) t.fail("backend", "with no local devices, say what candidates are written for (cpu, cuda)");
+  if (c.backend != "cpu" && c.backend != "cuda") t.fail("backend", "must be \"cpu\" or \"cuda\"");
+  if (!derived.empty() && c.backend != derived) t.fail("backend", "the devices are " + derived);
   c.mode = t.get_string("mode", c.mode);
   if (c.mode != "fast" && c.mode != "full") t.fail("mode", "must be \"fast\" or \"full\"");
   c.sizes = t.get_string("sizes", "");
@@ -192,6 +197,28 @@ void read_eval(TableReader t, EvalConfig& c) {
   if (c.correctness_trials == 0 || c.correctness_trials < -1) t.fail("correctness_trials", "must be >= 1 (or -1)");
   if (c.timing_trials == 0 || c.timing_trials < -1) t.fail("timing_trials", "must be >= 1 (or -1)");
   c.call_timeout_s = number_in(t, "call_timeout_s", c.call_timeout_s, 0.1, 3600.0);
+  t.finish();
+}
+
+void read_cluster(TableReader t, ClusterConfig& c) {
+  c.listen = t.get_string("listen", "");
+  if (!c.listen.empty()) {
+    try {
+      std::tie(c.host, c.port) = parse_host_port(c.listen);
+    } catch (const std::invalid_argument& e) {
+      t.fail("listen", e.what());
+    }
+  }
+  c.secret_file = t.get_string("secret_file", "");
+  if (!c.listen.empty() && c.secret_file.empty()) t.fail("secret_file", "nodes prove a shared secret: name its file");
+  c.heartbeat_s = number_in(t, "heartbeat_s", c.heartbeat_s, 0.05, 60.0);
+  c.node_timeout_s = number_in(t, "node_timeout_s", c.node_timeout_s, 0.1, 3600.0);
+  if (c.node_timeout_s < 2 * c.heartbeat_s) t.fail("node_timeout_s", "must be at least two heartbeats");
+  c.tls_certificate = t.get_string("tls_certificate", "");
+  c.tls_key = t.get_string("tls_key", "");
+  c.tls_ca = t.get_string("tls_ca", "");
+  const int given = !c.tls_certificate.empty() + !c.tls_key.empty() + !c.tls_ca.empty();
+  if (given != 0 && given != 3) t.fail("tls_certificate", "TLS needs tls_certificate, tls_key and tls_ca together");
   t.finish();
 }
 
@@ -250,11 +277,27 @@ Experiment parse_experiment(const std::string& text, const std::string& file) {
   if (auto t = top.get_table("reward")) read_reward(*t, e.reward);
   if (auto t = top.get_table("advantage")) read_advantage(*t, e.advantage, e.task_baseline);
   if (auto t = top.get_table("eval")) read_eval(*t, e.eval);
+  if (auto t = top.get_table("cluster")) read_cluster(*t, e.cluster);
   top.finish();
+  if (e.eval.devices.empty() && !e.cluster.enabled())
+    e.fail("eval.devices", "give at least one device (or let nodes evaluate: [cluster] listen)");
   // Checked once all tables are read, so the message can point at the key that matters.
   if (!e.tasks.dir.empty() && !std::filesystem::is_directory(e.tasks.dir))
     e.fail("tasks.dir", "not a directory: " + e.tasks.dir);
   return e;
+}
+
+std::pair<std::string, uint16_t> parse_host_port(const std::string& text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
+    throw std::invalid_argument("'" + text + "' is not HOST:PORT");
+  std::string host = text.substr(0, colon);
+  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string port = text.substr(colon + 1);
+  if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 || std::stoi(port) < 1 ||
+      std::stoi(port) > 65535)
+    throw std::invalid_argument("'" + port + "' is not a port (1-65535)");
+  return {host, static_cast<uint16_t>(std::stoi(port))};
 }
 
 Experiment load_experiment(const std::filesystem::path& path) {

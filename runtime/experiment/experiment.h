@@ -80,12 +80,27 @@ struct TttConfig {
 };
 
 struct EvalConfig {
-  std::vector<std::string> devices{"cpu"};  // one evaluator each
+  std::vector<std::string> devices{"cpu"};  // one evaluator each; may be empty when nodes evaluate ([cluster])
+  std::string backend = "cpu";                // "cpu" or "cuda": what candidates are written for (from devices)
   std::string mode = "fast";                  // "fast" or "full"
   std::string sizes;                          // size set; empty: the device's own
   int compile_workers = 0;                    // 0: one per core
   int correctness_trials = -1, timing_trials = -1;  // -1: the mode's defaults
   double call_timeout_s = 10.0;
+};
+
+// Evaluator nodes over the network (`crucible node --join`). Off unless `listen` is set.
+struct ClusterConfig {
+  std::string listen;  // "HOST:PORT"
+  std::string host;
+  uint16_t port = 0;
+  std::string secret_file;  // required with listen: the shared secret nodes prove
+  double heartbeat_s = 1.0;
+  double node_timeout_s = 10.0;  // a node silent this long is lost; its candidates go elsewhere
+  // TLS (mutual: both sides show a certificate signed by the CA); all three or none.
+  std::string tls_certificate, tls_key, tls_ca;
+  bool enabled() const { return !listen.empty(); }
+  bool tls() const { return !tls_certificate.empty(); }
 };
 
 struct Experiment {
@@ -101,6 +116,7 @@ struct Experiment {
   rewards::AdvantageSpec advantage;
   bool task_baseline = false;  // centre rewards by a per-task running baseline before grouping
   EvalConfig eval;
+  ClusterConfig cluster;
   std::string run_root = "runs";  // new runs go to run_root/<name>-<timestamp> unless --out says otherwise
   std::string text;               // the experiment as read, copied into the run directory
   std::string file;
@@ -115,6 +131,9 @@ Experiment parse_experiment(const std::string& text, const std::string& file);
 Experiment load_experiment(const std::filesystem::path& path);
 // The embedded default (configs/quickstart.toml, built in so a fresh checkout runs with no argument).
 const std::string& default_experiment_text();
+
+// "HOST:PORT" (a name, an IPv4 address, or an IPv6 one in brackets); throws std::invalid_argument.
+std::pair<std::string, uint16_t> parse_host_port(const std::string& text);
 
 std::string mode_name(Mode mode);
 

@@ -46,17 +46,45 @@ class ComponentFileSink final : public spdlog::sinks::base_sink<std::mutex> {
   bool opened_ = false;
 };
 
+// Every line to Options::forward.
+class ForwardSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit ForwardSink(std::function<void(const std::string&, const std::string&)> forward)
+      : forward_(std::move(forward)) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t line;
+    formatter_->format(msg, line);
+    std::string text(line.data(), line.size());
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    forward_(std::string(msg.logger_name.data(), msg.logger_name.size()), text);
+  }
+  void flush_() override {}
+
+ private:
+  std::function<void(const std::string&, const std::string&)> forward_;
+};
+
 std::mutex g_mutex;
 std::vector<spdlog::sink_ptr> g_sinks;  // shared by every component
 Options g_options;
 
 spdlog::level::level_enum to_spdlog(Level l) { return static_cast<spdlog::level::level_enum>(static_cast<int>(l)); }
 
+// The patterns with the node's name before each component's, on an evaluator node.
+std::string tagged(const char* pattern) {
+  if (g_options.node.empty()) return pattern;
+  std::string p = pattern;
+  p.replace(p.find("[%n]"), 4, "[" + g_options.node + "/%n]");
+  return p;
+}
+
 std::vector<spdlog::sink_ptr>& shared_sinks() {
   if (g_sinks.empty()) {
     auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
     console->set_level(spdlog::level::info);
-    console->set_pattern(kConsolePattern);
+    console->set_pattern(tagged(kConsolePattern));
     g_sinks.push_back(console);
   }
   return g_sinks;
@@ -68,7 +96,7 @@ std::vector<spdlog::sink_ptr> sinks_for(const std::string& component) {
     auto own = std::make_shared<ComponentFileSink>(std::filesystem::path(g_options.directory) /
                                                    component_file_name(component));
     own->set_level(to_spdlog(g_options.file_level));
-    own->set_pattern(kFilePattern);
+    own->set_pattern(tagged(kFilePattern));
     sinks.push_back(own);
   }
   return sinks;
@@ -103,13 +131,19 @@ void init(const Options& options) {
   g_sinks.clear();
   auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
   console->set_level(to_spdlog(options.console_level));
-  console->set_pattern(kConsolePattern);
+  console->set_pattern(tagged(kConsolePattern));
   g_sinks.push_back(console);
+  if (options.forward) {
+    auto forward = std::make_shared<ForwardSink>(options.forward);
+    forward->set_level(to_spdlog(options.file_level));
+    forward->set_pattern(tagged(kFilePattern));
+    g_sinks.push_back(forward);
+  }
   if (!options.file.empty()) {
     auto file = std::make_shared<spdlog::sinks::rotating_file_sink_mt>(options.file, options.max_file_bytes,
                                                                        options.max_files);
     file->set_level(to_spdlog(options.file_level));
-    file->set_pattern(kFilePattern);
+    file->set_pattern(tagged(kFilePattern));
     g_sinks.push_back(file);
   }
   spdlog::apply_all([&](const std::shared_ptr<spdlog::logger>& l) { l->sinks() = sinks_for(l->name()); });

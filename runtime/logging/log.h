@@ -3,6 +3,7 @@
 // spdlog stays behind this header so torch-heavy translation units (whose include path carries another fmt) never
 // see it.
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -21,6 +22,11 @@ struct Options {
   // Also one file per component, <directory>/<component_file_name>, at file_level: opened on the component's first
   // line, flushed on every line so it can be followed live and survives a kill. Empty: none.
   std::string directory;
+  // An evaluator node's name: its lines read "[<node>/<component>]", so they stay recognisable wherever they go.
+  std::string node;
+  // Also hands every line at file_level (formatted as in files, without its newline) to this function, with the
+  // component's name: how an evaluator node ships its lines to the run it serves. Called on the logging thread.
+  std::function<void(const std::string& component, const std::string& line)> forward;
 };
 
 // Lines in files read "2024-05-01T12:00:00.123 info  [compiler] message" (level names as in parse_level, except

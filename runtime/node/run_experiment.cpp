@@ -11,14 +11,18 @@
 #include "actors/compiler_pool.h"
 #include "actors/coordinator.h"
 #include "actors/evaluator.h"
+#include "actors/gateway.h"
 #include "actors/optimizer.h"
 #include "actors/reward_normalizer.h"
 #include "actors/rollout_generator.h"
 #include "actors/telemetry.h"
 #include "config/text_file.h"
+#include "cluster/join_proof.h"
+#include "cluster/transport.h"
 #include "config/toml_reader.h"
 #include "logging/log.h"
 #include "modes/run_summary.h"
+#include "node/eval_settings.h"
 #include "modes/unit_plan.h"
 #include "policy/kernel_templates.h"
 #include "policy/lm_policy.h"
@@ -30,17 +34,34 @@ namespace crucible::node {
 namespace fs = std::filesystem;
 namespace {
 
-std::string backend_of(const experiment::Experiment& e) { return e.eval.devices.front() == "cpu" ? "cpu" : "cuda"; }
+std::string backend_of(const experiment::Experiment& e) { return e.eval.backend; }
 
 eval::EvalOptions eval_options(const experiment::Experiment& e, const std::string& device) {
-  eval::EvalOptions o;
-  o.mode = e.eval.mode == "full" ? eval::Mode::full : eval::Mode::fast;
-  o.device = device;
-  o.sizes = e.eval.sizes;
-  o.correctness_trials = e.eval.correctness_trials;
-  o.timing_trials = e.eval.timing_trials;
-  o.call_timeout_s = e.eval.call_timeout_s;
-  return o;
+  return node::eval_options(eval_settings(e), device);
+}
+
+// The door for evaluator nodes, published on [cluster] listen. Throws std::runtime_error when it cannot listen.
+actors::gateway_actor open_gateway(caf::actor_system& system, const experiment::Experiment& e, actors::coordinator_actor coordinator,
+                         uint64_t seed, bool last_run, const std::vector<eval::TaskSpec>& tasks,
+                         const fs::path& log_dir) {
+  actors::GatewaySetup g;
+  g.secret = cluster::read_secret_file(e.cluster.secret_file);
+  g.coordinator = coordinator;
+  g.run = e.name + " seed " + std::to_string(seed);
+  g.eval = eval_settings(e);
+  g.tasks = task_texts(tasks);
+  g.heartbeat_s = e.cluster.heartbeat_s;
+  g.timeout_s = e.cluster.node_timeout_s;
+  g.last_run = last_run;
+  g.log_dir = log_dir;
+  auto gateway = actors::spawn_gateway(system, std::move(g));
+  auto port = cluster::publish(gateway, e.cluster.host, e.cluster.port, e.cluster.tls());
+  if (!port) {
+    caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
+    throw std::runtime_error("cannot listen for nodes on " + e.cluster.listen + ": " + system.render(port.error()));
+  }
+  log::Logger{"node"}.info("listening for evaluator nodes on ", e.cluster.listen, e.cluster.tls() ? " (TLS)" : "");
+  return gateway;
 }
 
 std::unique_ptr<policy::Policy> make_policy(const experiment::Experiment& e, uint64_t seed, const fs::path& seed_dir) {
@@ -75,7 +96,7 @@ std::string starting_snapshot(const experiment::Experiment& e, const run::RunDir
   return {};
 }
 
-RunResult run_seed(const RunRequest& request, uint64_t seed, const std::vector<eval::TaskSpec>& tasks) {
+RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, const std::vector<eval::TaskSpec>& tasks) {
   const auto& e = request.experiment;
   const fs::path seed_dir = request.dir / ("seed-" + std::to_string(seed));
   auto dir = std::make_shared<run::RunDirectory>(fs::exists(seed_dir / "journal.jsonl") || fs::exists(seed_dir / "experiment.toml")
@@ -119,6 +140,9 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, const std::vector<e
   config.set("work-stealing.aggressive-poll-attempts", 0);
   config.set("work-stealing.moderate-poll-attempts", 0);
   config.set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
+  if (e.cluster.enabled())
+    cluster::enable_network(config, {{e.cluster.tls_certificate, e.cluster.tls_key, e.cluster.tls_ca},
+                                     e.cluster.heartbeat_s, 3 * e.cluster.node_timeout_s});
   caf::actor_system system{config};
   auto telemetry = system.spawn(actors::telemetry, dir, request.quiet);
   auto normalizer = system.spawn(actors::reward_normalizer, actors::NormalizerSetup{e.reward, e.advantage, e.task_baseline});
@@ -129,7 +153,8 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, const std::vector<e
   setup.mode = experiment::mode_name(e.mode);
   setup.units = units;
   setup.committed = committed;
-  setup.compile_device = e.eval.devices.front();
+  setup.compile_device = e.eval.devices.empty() ? "" : e.eval.devices.front();
+  setup.compile_locally = !e.eval.devices.empty();
   setup.source_extension = backend_of(e) == "cuda" ? "cu" : "cpp";
   setup.generator = generator;
   setup.normalizer = normalizer;
@@ -145,7 +170,9 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, const std::vector<e
   // timed call would slow it down and corrupt its reward.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int cpu_evaluators = backend_of(e) == "cpu" ? static_cast<int>(e.eval.devices.size()) : 0;
-  const int compile_workers = e.eval.compile_workers > 0 ? e.eval.compile_workers : std::max(1, cores - cpu_evaluators);
+  const int compile_workers = e.eval.devices.empty()        ? 0
+                              : e.eval.compile_workers > 0 ? e.eval.compile_workers
+                                                           : std::max(1, cores - cpu_evaluators);
   for (int i = 0; i < compile_workers; ++i)
     system.spawn<caf::detached>(actors::compile_worker, coordinator, front, eval_options(e, setup.compile_device), i);
   for (const auto& device : e.eval.devices) {
@@ -157,15 +184,33 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, const std::vector<e
     system.spawn<caf::detached>(actors::evaluator, coordinator, s);
   }
 
+  RunResult result;
+  result.dir = request.dir;
+  std::optional<actors::gateway_actor> gateway;
+  if (e.cluster.enabled()) {
+    try {
+      gateway = open_gateway(system, e, coordinator, seed, last_seed, tasks, request.dir / "logs");
+    } catch (const std::exception& error) {
+      result.message = error.what();
+      caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
+      return result;
+    }
+  }
+
   // What the stage accounting (tools/bench_stages) needs to know about this node.
   std::ofstream(seed_dir / "node.json") << "{\"compile_workers\": " << compile_workers << ", \"evaluators\": "
                                         << e.eval.devices.size() << ", \"cores\": " << cores << "}\n";
-  RunResult result;
-  result.dir = request.dir;
   caf::scoped_actor self{system};
   self->request(coordinator, caf::infinite, actors::run_atom_v)
       .receive([&](messages::RunOutcome& outcome) { result.ok = outcome.ok, result.message = outcome.message; },
                [&](caf::error& err) { result.message = "the coordinator failed: " + system.render(err); });
+  if (gateway) {
+    // The nodes hear that the run is over before the connection closes; a node that misses it finds the port
+    // closed and waits for the next seed (or gives up).
+    self->request(*gateway, std::chrono::seconds(2), actors::over_atom_v).receive([](caf::ok_atom) {}, [](caf::error&) {});
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    self->send_exit(*gateway, caf::exit_reason::user_shutdown);
+  }
   for (const caf::actor& a : {caf::actor_cast<caf::actor>(telemetry), caf::actor_cast<caf::actor>(normalizer),
                               caf::actor_cast<caf::actor>(optimizer), caf::actor_cast<caf::actor>(generator)})
     self->send_exit(a, caf::exit_reason::user_shutdown);
@@ -180,6 +225,16 @@ std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
   for (const auto& d : e.eval.devices)
     if ((d == "cpu") != (backend == "cpu"))
       e.fail("eval.devices", "mix of cpu and cuda devices: a candidate is written for one");
+  if (e.cluster.enabled()) {
+    try {
+      cluster::read_secret_file(e.cluster.secret_file);
+    } catch (const std::invalid_argument& error) {
+      e.fail("cluster.secret_file", error.what());
+    }
+    for (const auto& [key, file] : {std::pair{"cluster.tls_certificate", e.cluster.tls_certificate},
+                                    std::pair{"cluster.tls_key", e.cluster.tls_key}, std::pair{"cluster.tls_ca", e.cluster.tls_ca}})
+      if (!file.empty() && !fs::is_regular_file(file)) e.fail(key, "no such file: " + file);
+  }
   if (backend == "cuda") {
     const int available = eval::cuda_devices();
     for (const auto& d : e.eval.devices)
@@ -227,8 +282,8 @@ RunResult run_experiment(const RunRequest& request) {
   log_options.directory = (request.dir / "logs").string();
   log::init(log_options);
   RunResult result{true, "", request.dir};
-  for (uint64_t seed : e.seeds) {
-    auto r = run_seed(request, seed, tasks);
+  for (std::size_t i = 0; i < e.seeds.size(); ++i) {
+    auto r = run_seed(request, e.seeds[i], i + 1 == e.seeds.size(), tasks);
     if (!r.ok) return r;
     result.message = r.message;
   }

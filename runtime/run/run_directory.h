@@ -7,7 +7,9 @@
 //   steps.jsonl        metrics, one line per committed unit
 //   journal.jsonl      append-only, one {"event":"commit",...} line per finished unit; the source of truth
 //   policy/<n>.json    policy snapshot stored with commit n (commits count from 1)
-//   logs/<actor>.log   per-actor logs, written by the logging facade
+//   cluster.jsonl      evaluator nodes that joined, were lost (and what was re-queued), late results discarded
+//   logs/<actor>.log   per-actor logs, written by the logging facade (the run's top level, shared by its seeds);
+//   logs/nodes/<node>/<actor>.log  the same from each evaluator node
 #include <filesystem>
 #include <memory>
 #include <optional>

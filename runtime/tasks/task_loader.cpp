@@ -83,13 +83,10 @@ void check_symbols(TableReader& r, const std::string& key, const TensorSpec& t, 
   }
 }
 
-}  // namespace
-
-TaskSpec load_task_file(const fs::path& path) {
-  toml::table root = config::parse_toml_file(path);
-  TableReader r(root, path.string());
+TaskSpec read_task(const toml::table& root, const std::string& source) {
+  TableReader r(root, source);
   TaskSpec task;
-  task.source_path = path.string();
+  task.source_path = source;
   task.name = r.require_string("name");
   task.level = static_cast<int>(r.require_int("level"));
   task.family = r.require_string("family");
@@ -156,6 +153,19 @@ TaskSpec load_task_file(const fs::path& path) {
   r.finish();
   return task;
 }
+
+}  // namespace
+
+TaskSpec load_task_file(const fs::path& path) {
+  toml::table root = config::parse_toml_file(path);
+  return read_task(root, path.string());
+}
+
+TaskSpec parse_task_text(const std::string& text, const std::string& source) {
+  toml::table root = config::parse_toml_text(text, source);
+  return read_task(root, source);
+}
+
 
 fs::path default_tasks_dir() {
   if (const char* env = std::getenv("CRUCIBLE_TASKS_DIR")) return env;

@@ -10,6 +10,8 @@ namespace crucible::tasks {
 
 // Throws config::ConfigError naming file, line and key for anything malformed.
 eval::TaskSpec load_task_file(const std::filesystem::path& path);
+// The same from a task file's text (what the coordinator sends an evaluator node); `source` names it in errors.
+eval::TaskSpec parse_task_text(const std::string& text, const std::string& source);
 
 // configs/tasks of this checkout, or $CRUCIBLE_TASKS_DIR.
 std::filesystem::path default_tasks_dir();

@@ -35,7 +35,7 @@ int sft_data(const SftDataArgs& a) {
   try {
     const fs::path run(a.run);
     const auto e = experiment::load_experiment(run / "experiment.toml");
-    const std::string backend = e.eval.devices.front() == "cpu" ? "cpu" : "cuda";
+    const std::string backend = e.eval.backend;
     std::map<std::string, eval::TaskSpec> tasks;
     for (auto& t : experiment::resolve_tasks(e)) tasks[t.name] = std::move(t);
     // The best correct kernels per task over every seed, each source once.

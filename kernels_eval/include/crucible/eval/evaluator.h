@@ -90,6 +90,15 @@ class Evaluator {
 std::filesystem::path default_include_dir();
 // How many GPUs this build and machine can evaluate on (0 without CUDA support, a driver or a GPU).
 int cuda_devices();
+
+// What a GPU is, as an evaluator node announces it. Throws std::runtime_error for a device that is not usable.
+struct GpuDescription {
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  int multiprocessors = 0;
+  std::size_t memory_bytes = 0;
+};
+GpuDescription describe_gpu(int device);
 // Names of the built-in LibTorch references a task may use.
 std::vector<std::string> known_references();
 

@@ -1,0 +1,197 @@
+#include "actors/gateway.h"
+
+#include <caf/all.hpp>
+
+#include <map>
+
+#include "cluster/join_proof.h"
+#include "logging/log.h"
+#include "run/node_logs.h"
+
+namespace crucible::actors {
+namespace {
+
+// A hello not followed by a proof in time is forgotten; so are the oldest when too many wait.
+constexpr std::size_t kMaxPending = 256;
+constexpr std::size_t kMaxLinesPerBeat = 20000;
+
+struct Pending {
+  msg::NodeHello hello;
+  std::string own_nonce;
+  caf::node_id node;
+  double since = 0;
+};
+
+struct Session {
+  std::string name;
+  caf::node_id node;
+  caf::actor_addr peer;  // the node's own actor that joined; monitored
+  double last_seen = 0;
+};
+
+struct GatewayState {
+  GatewaySetup setup;
+  std::map<caf::actor_addr, Pending> pending;
+  std::map<uint64_t, Session> sessions;
+  uint64_t next_session = 1;
+  std::unique_ptr<run::NodeLogWriter> node_logs;
+  bool over = false;  // the coordinator is gone: no more joins
+  log::Logger log{"gateway"};
+  static inline const char* name = "gateway";
+};
+
+using Self = gateway_actor::stateful_pointer<GatewayState>;
+
+caf::error refuse(const std::string& why) { return caf::make_error(caf::sec::runtime_error, "join refused: " + why); }
+
+void end_session(Self self, uint64_t id, const std::string& reason) {
+  auto& st = self->state;
+  auto it = st.sessions.find(id);
+  if (it == st.sessions.end()) return;
+  st.log.warn("node ", it->second.name, " (session ", id, ") lost: ", reason);
+  st.sessions.erase(it);
+  self->send(st.setup.coordinator, msg::NodeLost{id, reason});
+}
+
+// Every node hears that the run is over (so one with --exit-when-done leaves) and none joins it any more.
+void announce_over(Self self) {
+  auto& st = self->state;
+  if (st.over) return;
+  st.over = true;
+  st.log.info("the run is over; telling ", st.sessions.size(), " node(s)");
+  for (const auto& [id, session] : st.sessions)
+    if (auto peer = caf::actor_cast<caf::actor>(session.peer)) caf::anon_send(peer, over_atom_v);
+  st.sessions.clear();
+  st.pending.clear();
+}
+
+std::string device_list(const std::vector<msg::NodeDevice>& devices) {
+  std::string out;
+  for (const auto& d : devices) {
+    out += (out.empty() ? "" : ", ") + d.device + " (" + d.name;
+    if (d.kind == "cuda") out += ", sm_" + std::to_string(d.cc_major) + std::to_string(d.cc_minor);
+    out += ")";
+  }
+  return out;
+}
+
+}  // namespace
+
+gateway_actor spawn_gateway(caf::actor_system& system, GatewaySetup setup) {
+  return system.spawn([setup = std::move(setup)](Self self) mutable -> gateway_actor::behavior_type {
+    auto& st = self->state;
+    st.setup = std::move(setup);
+    st.node_logs = std::make_unique<run::NodeLogWriter>(st.setup.log_dir);
+    const auto beat = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(st.setup.heartbeat_s));
+    self->monitor(st.setup.coordinator);
+    self->set_down_handler([=](caf::down_msg& down) {
+      auto& s = self->state;
+      if (down.source == s.setup.coordinator.address()) return announce_over(self);
+      s.pending.erase(down.source);
+      for (auto& [id, session] : s.sessions)
+        if (session.peer == down.source) return end_session(self, id, "connection lost (" + to_string(down.reason) + ")");
+    });
+    self->send(self, check_atom_v);
+    return {
+        [=](msg::NodeHello& hello) -> caf::result<msg::JoinChallenge> {
+          auto& s = self->state;
+          auto sender = self->current_sender();
+          if (s.over) return refuse("the run is over");
+          if (hello.protocol != msg::kClusterProtocol)
+            return refuse("protocol " + std::to_string(hello.protocol) + ", this coordinator speaks " +
+                          std::to_string(msg::kClusterProtocol));
+          if (!run::valid_node_name(hello.node)) return refuse("'" + hello.node + "' is not a valid node name");
+          if (hello.nonce.size() < 32) return refuse("nonce too short");
+          for (const auto& d : hello.devices)
+            if (d.kind != s.setup.eval.backend)
+              return refuse("device " + d.device + " is " + d.kind + "; this run evaluates on " + s.setup.eval.backend);
+          if (hello.devices.empty()) return refuse("no devices");
+          if (s.pending.size() >= kMaxPending) s.pending.erase(s.pending.begin());
+          Pending p{hello, cluster::fresh_nonce(), sender->node(), wall_now()};
+          msg::JoinChallenge challenge{p.own_nonce, cluster::join_proof(s.setup.secret, cluster::Role::coordinator,
+                                                                          hello.nonce, p.own_nonce, hello.node)};
+          const auto addr = caf::actor_cast<caf::actor_addr>(sender);
+          s.pending[addr] = std::move(p);
+          self->monitor(sender);
+          return challenge;
+        },
+        [=](msg::NodeProof& proof) -> caf::result<msg::JoinAccepted> {
+          auto& s = self->state;
+          auto sender = self->current_sender();
+          const auto addr = caf::actor_cast<caf::actor_addr>(sender);
+          auto it = s.pending.find(addr);
+          if (s.over) return refuse("the run is over");
+          if (it == s.pending.end() || it->second.hello.node != proof.node || it->second.node != sender->node())
+            return refuse("no hello from this node");
+          Pending p = std::move(it->second);
+          s.pending.erase(it);
+          const auto expected = cluster::join_proof(s.setup.secret, cluster::Role::node, p.own_nonce, p.hello.nonce,
+                                                    p.hello.node);
+          if (!cluster::proofs_match(expected, proof.proof)) {
+            s.log.warn("node ", p.hello.node, " refused: it did not prove the shared secret");
+            return refuse("the node did not prove the shared secret");
+          }
+          // A node that comes back under its name (after a partition, a restart) replaces its old session.
+          for (auto& [id, session] : s.sessions)
+            if (session.name == p.hello.node) {
+              end_session(self, id, "it joined again");
+              break;
+            }
+          const uint64_t id = s.next_session++;
+          s.sessions[id] = Session{p.hello.node, p.node, addr, wall_now()};
+          s.log.info("node ", p.hello.node, " joined (session ", id, "): ", device_list(p.hello.devices));
+          self->send(s.setup.coordinator, msg::NodeJoined{id, p.hello.node, p.node, p.hello.devices});
+          msg::JoinAccepted accepted;
+          accepted.session = id;
+          accepted.coordinator = caf::actor_cast<caf::strong_actor_ptr>(s.setup.coordinator);
+          accepted.run = s.setup.run;
+          accepted.eval = s.setup.eval;
+          accepted.tasks = s.setup.tasks;
+          accepted.heartbeat_s = s.setup.heartbeat_s;
+          accepted.timeout_s = s.setup.timeout_s;
+          accepted.last_run = s.setup.last_run;
+          return accepted;
+        },
+        [=](msg::NodeHeartbeat& beat) -> caf::result<caf::ok_atom> {
+          auto& s = self->state;
+          auto it = s.sessions.find(beat.session);
+          if (s.over) return caf::make_error(caf::sec::runtime_error, "the run is over");
+          if (it == s.sessions.end() || it->second.node != self->current_sender()->node())
+            return caf::make_error(caf::sec::runtime_error, "session " + std::to_string(beat.session) + " is over");
+          it->second.last_seen = wall_now();
+          const std::size_t n = std::min(beat.lines.size(), kMaxLinesPerBeat);
+          try {
+            for (std::size_t i = 0; i < n; ++i)
+              s.node_logs->write(it->second.name, beat.lines[i].component, std::move(beat.lines[i].text));
+          } catch (const std::exception& e) {
+            s.log.error("cannot write the log lines of node ", it->second.name, ": ", e.what());
+          }
+          return caf::ok_atom_v;
+        },
+        [=](leave_atom, uint64_t session) {
+          auto& s = self->state;
+          auto it = s.sessions.find(session);
+          if (it != s.sessions.end() && it->second.node == self->current_sender()->node())
+            end_session(self, session, "it left");
+        },
+        [=](over_atom) -> caf::result<caf::ok_atom> {
+          if (self->current_sender() && self->current_sender()->node() == self->node()) announce_over(self);
+          return caf::ok_atom_v;
+        },
+        [=](check_atom) {
+          auto& s = self->state;
+          const double now = wall_now();
+          std::vector<uint64_t> silent;
+          for (const auto& [id, session] : s.sessions)
+            if (now - session.last_seen > s.setup.timeout_s) silent.push_back(id);
+          for (uint64_t id : silent)
+            end_session(self, id, log::cat("no heartbeat for ", s.setup.timeout_s, " s"));
+          for (auto it = s.pending.begin(); it != s.pending.end();)
+            it = now - it->second.since > s.setup.timeout_s ? s.pending.erase(it) : std::next(it);
+          self->delayed_send(self, beat, check_atom_v);
+        },
+    };
+  });
+}
+
+}  // namespace crucible::actors

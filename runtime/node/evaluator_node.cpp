@@ -1,0 +1,214 @@
+#include "node/evaluator_node.h"
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <thread>
+#include <variant>
+
+#include "actors/evaluator.h"
+#include "cluster/join_proof.h"
+#include "logging/log.h"
+#include "node/eval_settings.h"
+#include "node/log_outbox.h"
+#include "run/node_logs.h"
+#include "tasks/task_loader.h"
+
+namespace crucible::node {
+namespace {
+
+namespace msg = crucible::messages;
+using Clock = std::chrono::steady_clock;
+using actors::gateway_actor;
+
+constexpr std::size_t kLinesPerBeat = 5000;
+constexpr auto kJoinTimeout = std::chrono::seconds(10);
+
+std::chrono::milliseconds ms(double seconds) { return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)); }
+
+// Refusals and a coordinator that cannot prove the secret end the node; a run that is over, or anything else, is
+// worth another try (the next seed's run, or the same coordinator back).
+struct JoinFailure {
+  bool fatal = false;
+  bool run_over = false;
+  std::string message;
+};
+
+JoinFailure failure_of(caf::scoped_actor& self, const caf::error& e, const std::string& stage) {
+  const std::string text = self->system().render(e);
+  const bool over = text.find("the run is over") != std::string::npos;
+  return {!over && text.find("join refused") != std::string::npos, over, stage + ": " + text};
+}
+
+std::variant<msg::JoinAccepted, JoinFailure> join(caf::scoped_actor& self, const gateway_actor& gateway,
+                                                  const NodeRequest& r, const std::vector<msg::NodeDevice>& devices) {
+  const std::string nonce = cluster::fresh_nonce();
+  std::optional<msg::JoinChallenge> challenge;
+  JoinFailure failure;
+  self->request(gateway, kJoinTimeout, msg::NodeHello{msg::kClusterProtocol, r.name, nonce, devices})
+      .receive([&](msg::JoinChallenge& c) { challenge = std::move(c); },
+               [&](caf::error& e) { failure = failure_of(self, e, "hello"); });
+  if (!challenge) return failure;
+  const auto expected = cluster::join_proof(r.secret, cluster::Role::coordinator, nonce, challenge->nonce, r.name);
+  if (!cluster::proofs_match(expected, challenge->proof))
+    return JoinFailure{true, false, "the coordinator did not prove the shared secret; none of its work will run here"};
+  std::optional<msg::JoinAccepted> accepted;
+  self->request(gateway, kJoinTimeout,
+                msg::NodeProof{r.name, cluster::join_proof(r.secret, cluster::Role::node, challenge->nonce, nonce, r.name)})
+      .receive([&](msg::JoinAccepted& a) { accepted = std::move(a); },
+               [&](caf::error& e) { failure = failure_of(self, e, "proof"); });
+  if (!accepted) return failure;
+  return std::move(*accepted);
+}
+
+struct SessionEnd {
+  bool run_over = false;  // the coordinator refused pulls: its run is done
+  std::string reason;
+};
+
+// One session: evaluators pull until the run ends or the coordinator is lost; heartbeats carry the log lines.
+SessionEnd serve(caf::scoped_actor& self, const gateway_actor& gateway, const msg::JoinAccepted& joined,
+                 const NodeRequest& r, const log::Logger& log) {
+  auto coordinator = caf::actor_cast<actors::coordinator_actor>(joined.coordinator);
+  std::map<std::string, eval::TaskSpec> tasks;
+  for (const auto& t : joined.tasks) tasks[t.name] = tasks::parse_task_text(t.toml, "task " + t.name);
+  auto leases = std::make_shared<devices::DeviceLeases>();
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  std::vector<std::shared_ptr<actors::EvaluatorSetup>> setups;
+  std::set<caf::actor_addr> running;
+  for (const auto& device : r.devices) {
+    auto s = std::make_shared<actors::EvaluatorSetup>();
+    s->device = device;
+    s->options = eval_options(joined.eval, device);
+    s->tasks = tasks;
+    s->leases = leases;
+    s->session = joined.session;
+    s->pull_timeout = ms(std::max(0.5, joined.heartbeat_s * 2));
+    s->stop = stop;
+    auto evaluator = self->system().spawn<caf::detached>(actors::evaluator, coordinator, s);
+    self->monitor(evaluator);
+    running.insert(evaluator.address());
+    setups.push_back(s);
+  }
+  self->monitor(gateway);
+  SessionEnd end;
+  const auto beat = ms(joined.heartbeat_s);
+  const auto timeout = ms(joined.timeout_s);
+  auto next_beat = Clock::now();
+  bool over = false;
+  while (!over) {
+    if (Clock::now() >= next_beat) {
+      auto lines = r.outbox ? r.outbox->take(kLinesPerBeat) : std::vector<msg::LogLine>{};
+      auto sent = lines;
+      self->request(gateway, timeout, msg::NodeHeartbeat{joined.session, std::move(sent)})
+          .receive([&](caf::ok_atom) {},
+                   [&](caf::error& e) {
+                     if (r.outbox) r.outbox->put_back(std::move(lines));
+                     end.reason = "heartbeat failed: " + self->system().render(e);
+                     over = true;
+                   });
+      next_beat = Clock::now() + beat;
+      if (over) break;
+    }
+    self->receive(
+        [&](actors::over_atom) {
+          end.reason = "the run is over";
+          end.run_over = true;
+          over = true;
+        },
+        [&](caf::down_msg& down) {
+          if (down.source == gateway.address()) {
+            end.reason = "lost the coordinator's node (" + self->system().render(down.reason) + ")";
+            over = true;
+          } else if (running.erase(down.source) && running.empty()) {
+            end.reason = setups.front()->end_reason;
+            end.run_over = end.reason.find("the run is over") != std::string::npos;
+            over = true;
+          }
+        },
+        caf::after(std::max(std::chrono::milliseconds(1),
+                            std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - Clock::now()))) >>
+            [] {});
+  }
+  // Evaluators finish the candidate in hand (its result is discarded by a coordinator that moved on) and stop.
+  stop->store(true);
+  if (!end.run_over) self->send(gateway, actors::leave_atom_v, joined.session);
+  while (!running.empty())
+    self->receive([&](caf::down_msg& down) { running.erase(down.source); });
+  self->demonitor(gateway.address());
+  log.info("session ", joined.session, " ended: ", end.reason);
+  return end;
+}
+
+}  // namespace
+
+NodeResult run_evaluator_node(const NodeRequest& r) {
+  log::Logger log{"node"};
+  std::vector<msg::NodeDevice> devices;
+  try {
+    if (!run::valid_node_name(r.name)) throw std::invalid_argument("'" + r.name + "' is not a valid node name");
+    devices = describe_devices(r.devices);
+  } catch (const std::exception& e) {
+    return {2, e.what()};
+  }
+  caf::actor_system_config config;
+  config.add_message_types<caf::id_block::crucible>();
+  config.set("scheduler.max-threads", 2);
+  config.set("work-stealing.aggressive-poll-attempts", 0);
+  config.set("work-stealing.moderate-poll-attempts", 0);
+  config.set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
+  try {
+    cluster::enable_network(config, {r.tls, 1.0, 60.0});
+  } catch (const std::exception& e) {
+    return {2, e.what()};
+  }
+  caf::actor_system system{config};
+  caf::scoped_actor self{system};
+  const std::string where = r.host + ":" + std::to_string(r.port);
+  auto give_up_at = Clock::now() + ms(r.give_up_after_s);
+  auto backoff = std::chrono::milliseconds(250);
+  std::string last_error;
+  bool last_run = false;  // of the last session: whether its coordinator node runs no further seed
+  auto wait = [&] {
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+  };
+  for (;;) {
+    if (Clock::now() >= give_up_at)
+      return {3, "gave up: no coordinator at " + where + " for " + std::to_string(r.give_up_after_s) + " s (" + last_error + ")"};
+    auto gateway = cluster::connect<gateway_actor>(system, r.host, r.port, r.tls.enabled());
+    if (!gateway) {
+      last_error = system.render(gateway.error());
+      log.debug("no coordinator at ", where, ": ", last_error, "; again in ", backoff.count(), " ms");
+      wait();
+      continue;
+    }
+    auto joined = join(self, *gateway, r, devices);
+    if (auto* failure = std::get_if<JoinFailure>(&joined)) {
+      if (failure->fatal) return {2, failure->message};
+      if (failure->run_over && last_run && r.exit_when_done) return {0, "the run is over"};
+      last_error = failure->message;
+      (failure->run_over ? log.info("join: ", last_error) : log.warn("join failed: ", last_error));
+      wait();
+      continue;
+    }
+    auto& accepted = std::get<msg::JoinAccepted>(joined);
+    log.info("joined ", accepted.run, " at ", where, " (session ", accepted.session, ")");
+    backoff = std::chrono::milliseconds(250);
+    SessionEnd end;
+    try {
+      end = serve(self, *gateway, accepted, r, log);
+    } catch (const std::exception& e) {
+      return {2, "cannot serve " + accepted.run + ": " + e.what()};
+    }
+    last_run = accepted.last_run;
+    if (end.run_over && last_run && r.exit_when_done) return {0, accepted.run + " is over"};
+    last_error = end.reason;
+    give_up_at = Clock::now() + ms(r.give_up_after_s);
+  }
+}
+
+}  // namespace crucible::node

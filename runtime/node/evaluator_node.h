@@ -1,0 +1,37 @@
+#pragma once
+// Node wiring for `crucible node --join`: an evaluator node. It connects to a run's gateway, checks that the
+// coordinator proves the shared secret before proving it back, then runs one evaluator per device that pulls
+// candidates (as source: compiled here, for this node's GPUs, into this node's cache), and sends heartbeats that
+// carry its log lines. When it loses the coordinator it stops its evaluators and joins again with backoff, until
+// `give_up_after_s` pass without one.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cluster/transport.h"
+
+namespace crucible::node {
+
+class LogOutbox;
+
+struct NodeRequest {
+  std::string host;
+  uint16_t port = 0;
+  std::vector<std::string> devices;
+  std::string name;
+  std::string secret;
+  cluster::TlsFiles tls;
+  double give_up_after_s = 120;  // without a coordinator (at start, or after losing one)
+  bool exit_when_done = false;   // exit once the coordinator's last run is over
+  std::shared_ptr<LogOutbox> outbox;  // the node's log lines, fed by the logging facade
+};
+
+struct NodeResult {
+  int exit_code = 0;  // 0: done or gave up waiting; 2: refused, or the coordinator failed to prove the secret
+  std::string message;
+};
+
+NodeResult run_evaluator_node(const NodeRequest& request);
+
+}  // namespace crucible::node
