@@ -68,7 +68,11 @@ std::string read_secret_file(const fs::path& path) {
   const auto first = line.find_first_not_of(" \t\r");
   const auto last = line.find_last_not_of(" \t\r");
   if (first == std::string::npos) throw std::invalid_argument("secret file " + path.string() + ": empty");
-  return line.substr(first, last - first + 1);
+  std::string secret = line.substr(first, last - first + 1);
+  // A proof seen on the wire lets anyone test guesses offline: only a long random secret makes that hopeless.
+  if (secret.size() < 16)
+    throw std::invalid_argument("secret file " + path.string() + ": use at least 16 characters (openssl rand -hex 32)");
+  return secret;
 }
 
 }  // namespace crucible::cluster

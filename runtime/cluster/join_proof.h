@@ -23,7 +23,7 @@ std::string join_proof(const std::string& secret, Role role, std::string_view ch
 bool proofs_match(std::string_view expected, std::string_view received);
 
 // The secret in a file: the first line, surrounding whitespace removed. Throws std::invalid_argument for a missing
-// or empty file, or one that users other than its owner may read (the fix is chmod 600).
+// file, a secret under 16 characters, or a file that users other than its owner may read (the fix is chmod 600).
 std::string read_secret_file(const std::filesystem::path& path);
 
 }  // namespace crucible::cluster

@@ -48,11 +48,15 @@ TEST_CASE("join proof: the secret file is its first line, and only its owner may
   test::ScratchDir dir("join-secret");
   const auto file = dir.path() / "secret";
   CHECK_THROWS_WITH_AS(cluster::read_secret_file(file), doctest::Contains("not a readable file"), std::invalid_argument);
-  test::write_file(file, "  s3cret-value \nsecond line\n");
+  test::write_file(file, "  s3cret-value-of-some-length \nsecond line\n");
   ::chmod(file.c_str(), 0644);
   CHECK_THROWS_WITH_AS(cluster::read_secret_file(file), doctest::Contains("chmod 600"), std::invalid_argument);
   ::chmod(file.c_str(), 0600);
-  CHECK(cluster::read_secret_file(file) == "s3cret-value");
+  CHECK(cluster::read_secret_file(file) == "s3cret-value-of-some-length");
+  // Short enough to guess offline from one observed proof: refused.
+  test::write_file(file, "hunter2\n");
+  ::chmod(file.c_str(), 0600);
+  CHECK_THROWS_WITH_AS(cluster::read_secret_file(file), doctest::Contains("at least 16"), std::invalid_argument);
   test::write_file(file, "\n");
   ::chmod(file.c_str(), 0600);
   CHECK_THROWS_WITH_AS(cluster::read_secret_file(file), doctest::Contains("empty"), std::invalid_argument);

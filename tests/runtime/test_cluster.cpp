@@ -1,0 +1,302 @@
+// Evaluator nodes over the network, as users run them: `crucible run` with [cluster] listen and `crucible node
+// --join` processes on loopback (and, where the machine allows, in a network namespace as a second host). Nodes
+// finish sweeps, die, join late, lack the secret, and go silent; every candidate still gets exactly one result.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <memory>
+#include <set>
+
+#include "process_support.h"
+#include "run/jsonl.h"
+#include "support.h"
+
+using namespace crucible;
+using nlohmann::json;
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+namespace {
+
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A coordinator node that evaluates nothing itself, and the evaluator nodes a test starts against it.
+class Cluster {
+ public:
+  explicit Cluster(const std::string& tag, std::string listen_host = "127.0.0.1")
+      : scratch_(tag), host_(std::move(listen_host)), port_(test::free_port()) {
+    test::write_file(secret(), "a5f0c9e2d4b7a1368f2e0d9c7b6a5f4e3d2c1b0a99887766\n");
+    chmod(secret().c_str(), 0600);
+  }
+
+  fs::path path(const std::string& name) const { return scratch_.path() / name; }
+  fs::path secret() const { return path("secret"); }
+  fs::path run_dir() const { return path("run"); }
+  std::string address() const { return host_ + ":" + std::to_string(port_); }
+
+  // A best-of-N sweep of relu and softmax with k samples each, judged on the CPU by nodes only.
+  void start_run(int k, double node_timeout_s = 10, const std::string& extra = "") {
+    const fs::path file = path("experiment.toml");
+    test::write_file(file, "[experiment]\nname = \"cluster\"\nmode = \"best_of_n\"\n[tasks]\nnames = [\"relu\", \"softmax\"]\n"
+                           "[best_of_n]\nk = " + std::to_string(k) + "\ngroup_size = 4\n"
+                           "[eval]\ndevices = []\nbackend = \"cpu\"\nmode = \"fast\"\ncorrectness_trials = 1\n"
+                           "timing_trials = 3\n[cluster]\nlisten = \"" + address() + "\"\nsecret_file = \"" +
+                           secret().string() + "\"\nheartbeat_s = 0.25\nnode_timeout_s = " +
+                           std::to_string(node_timeout_s) + "\n" + extra);
+    coordinator_ = std::make_unique<test::Child>(
+        std::vector<std::string>{"/usr/bin/env", "CRUCIBLE_CACHE_DIR=" + path("cache-run").string(), CRUCIBLE_CLI_PATH,
+                                 "--log-level", "info", "run", file.string(), "--out", run_dir().string()},
+        path("run.out"));
+  }
+
+  test::Child& start_node(const std::string& name, std::vector<std::string> extra = {},
+                          std::vector<std::string> prefix = {}) {
+    std::vector<std::string> argv = prefix;
+    for (const std::string& a : {std::string("/usr/bin/env"), "CRUCIBLE_CACHE_DIR=" + path("cache-" + name).string(),
+                                 std::string(CRUCIBLE_CLI_PATH), std::string("node"), std::string("--join"), address(),
+                                 std::string("--name"), name, std::string("--give-up-after"), std::string("30"),
+                                 std::string("--exit-when-done")})
+      argv.push_back(a);
+    if (std::find(extra.begin(), extra.end(), "--secret-file") == extra.end())
+      extra.insert(extra.end(), {"--secret-file", secret().string()});
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    nodes_[name] = std::make_unique<test::Child>(argv, path(name + ".out"));
+    return *nodes_[name];
+  }
+
+  test::Child& coordinator() { return *coordinator_; }
+  test::Child& node(const std::string& name) { return *nodes_.at(name); }
+
+  // How many verdicts a node has logged so far (its log lines reach the run with its heartbeats).
+  std::size_t judged_by(const std::string& name) const {
+    const auto text = test::read_file(run_dir() / "logs" / "nodes" / name / "evaluator.cpu.log");
+    std::size_t n = 0;
+    for (std::size_t at = text.find("] candidate "); at != std::string::npos; at = text.find("] candidate ", at + 1)) ++n;
+    return n;
+  }
+
+  std::vector<json> candidates() const { return run::read_jsonl(run_dir() / "seed-1" / "candidates.jsonl"); }
+  std::vector<json> events() const {
+    const auto file = run_dir() / "seed-1" / "cluster.jsonl";
+    return fs::exists(file) ? run::read_jsonl(file) : std::vector<json>{};
+  }
+  std::vector<json> events_of(const std::string& kind, const std::string& node) const {
+    std::vector<json> out;
+    for (const auto& e : events())
+      if (e["event"] == kind && e["node"] == node) out.push_back(e);
+    return out;
+  }
+
+  // The run ends on its own, with every unit committed.
+  void finishes(seconds limit = seconds(240)) {
+    auto code = coordinator_->wait_for(limit);
+    INFO(coordinator_->output());
+    REQUIRE(code.has_value());
+    REQUIRE(*code == 0);
+  }
+
+ private:
+  test::ScratchDir scratch_;
+  std::string host_;
+  uint16_t port_;
+  std::unique_ptr<test::Child> coordinator_;
+  std::map<std::string, std::unique_ptr<test::Child>> nodes_;
+};
+
+// Exactly one record per candidate, each with a verdict from a node that joined.
+std::map<std::string, int> check_exactly_once(const std::vector<json>& candidates, std::size_t expected) {
+  std::set<uint64_t> ids;
+  std::map<std::string, int> per_node;
+  for (const auto& c : candidates) {
+    CHECK(ids.insert(c["candidate_id"].get<uint64_t>()).second);
+    CHECK(c.contains("status"));
+    ++per_node[c.value("node", "")];
+  }
+  CHECK(candidates.size() == expected);
+  return per_node;
+}
+
+}  // namespace
+
+TEST_CASE("two CPU evaluator nodes run a best_of_n sweep to completion, with their logs and metrics in the run") {
+  Cluster cluster("cluster-two");
+  cluster.start_run(8);
+  auto& a = cluster.start_node("node-a");
+  auto& b = cluster.start_node("node-b");
+  cluster.finishes();
+  const auto per_node = check_exactly_once(cluster.candidates(), 16);
+  CHECK(per_node.count("node-a"));
+  CHECK(per_node.count("node-b"));
+  // Both nodes leave on their own once the last run is over.
+  CHECK(a.wait_for(seconds(20)) == 0);
+  CHECK(b.wait_for(seconds(20)) == 0);
+  // Devices announced, logs tagged and reachable, per-node metrics per unit.
+  const auto joined = cluster.events_of("joined", "node-a");
+  REQUIRE(joined.size() == 1);
+  CHECK(joined[0]["devices"][0]["kind"] == "cpu");
+  CHECK(joined[0]["devices"][0]["multiprocessors"].get<int>() >= 1);
+  CHECK(test::read_file(cluster.run_dir() / "logs" / "nodes" / "node-a" / "evaluator.cpu.log").find("[node-a/evaluator.cpu]") !=
+        std::string::npos);
+  const auto steps = run::read_jsonl(cluster.run_dir() / "seed-1" / "steps.jsonl");
+  int counted = 0;
+  for (const auto& s : steps)
+    for (const auto& [node, m] : s["nodes"].items()) counted += m["candidates"].get<int>();
+  CHECK(counted == 16);
+  for (const auto& c : cluster.candidates()) {
+    const auto& t = c["times"];
+    REQUIRE(t.contains("dispatch"));
+    CHECK(t["dispatch"][1].get<double>() >= t["dispatch"][0].get<double>());
+  }
+}
+
+TEST_CASE("kill -9 of a node mid-sweep still yields exactly one result per candidate") {
+  Cluster cluster("cluster-kill");
+  cluster.start_run(24);
+  auto& a = cluster.start_node("node-a");
+  cluster.start_node("node-b");
+  REQUIRE(test::eventually([&] { return cluster.judged_by("node-a") >= 3; }, seconds(120)));
+  a.signal(SIGKILL);
+  cluster.finishes();
+  const auto per_node = check_exactly_once(cluster.candidates(), 48);
+  CHECK(per_node.at("node-b") > 0);
+  // The connection drop is seen at once, not after the heartbeat timeout.
+  const auto lost = cluster.events_of("lost", "node-a");
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0]["reason"].get<std::string>().find("connection lost") != std::string::npos);
+}
+
+TEST_CASE("a node without the secret is refused and never receives work") {
+  Cluster cluster("cluster-secret");
+  cluster.start_run(8);
+  const fs::path wrong = cluster.path("wrong-secret");
+  test::write_file(wrong, "00000000000000000000000000000000deadbeef\n");
+  chmod(wrong.c_str(), 0600);
+  auto& intruder = cluster.start_node("intruder", {"--secret-file", wrong.string()});
+  auto code = intruder.wait_for(seconds(60));
+  REQUIRE(code.has_value());
+  CHECK(*code == 2);
+  CHECK(intruder.output().find("did not prove the shared secret") != std::string::npos);
+  // A secret others may read is refused before anything is sent.
+  const fs::path open_secret = cluster.path("open-secret");
+  test::write_file(open_secret, "a5f0c9e2d4b7a1368f2e0d9c7b6a5f4e3d2c1b0a99887766\n");
+  chmod(open_secret.c_str(), 0644);
+  auto& careless = cluster.start_node("careless", {"--secret-file", open_secret.string()});
+  CHECK(careless.wait_for(seconds(30)) == 2);
+  CHECK(careless.output().find("chmod 600") != std::string::npos);
+  cluster.start_node("node-a");
+  cluster.finishes();
+  const auto per_node = check_exactly_once(cluster.candidates(), 16);
+  CHECK(per_node.size() == 1);
+  CHECK(per_node.count("node-a"));
+  CHECK(cluster.events_of("joined", "intruder").empty());
+  CHECK_FALSE(fs::exists(cluster.run_dir() / "logs" / "nodes" / "intruder"));
+}
+
+TEST_CASE("a node that joins mid-run receives work") {
+  Cluster cluster("cluster-late");
+  cluster.start_run(24);
+  cluster.start_node("node-a");
+  REQUIRE(test::eventually([&] { return cluster.judged_by("node-a") >= 4; }, seconds(120)));
+  const double joined_at = wall_now();
+  cluster.start_node("node-b");
+  cluster.finishes();
+  const auto per_node = check_exactly_once(cluster.candidates(), 48);
+  REQUIRE(per_node.count("node-b"));
+  CHECK(per_node.at("node-b") > 0);
+  for (const auto& c : cluster.candidates())
+    if (c["node"] == "node-b") CHECK(c["times"]["dispatch"][0].get<double>() >= joined_at);
+}
+
+namespace {
+
+// Freezes (or cuts off) node-a mid-sweep, checks it is declared lost within the timeout and its work re-queued,
+// then lets it back: what it finished meanwhile is discarded, and it joins again.
+void partition_test(Cluster& cluster, const std::function<void()>& cut, const std::function<void()>& heal) {
+  const double timeout = 2.0;
+  cluster.start_run(24, timeout);
+  cluster.start_node("node-a");
+  cluster.start_node("node-b");
+  REQUIRE(test::eventually([&] { return cluster.judged_by("node-a") >= 3; }, seconds(120)));
+  const double cut_at = wall_now();
+  cut();
+  REQUIRE(test::eventually([&] { return !cluster.events_of("lost", "node-a").empty(); }, seconds(30)));
+  const auto lost = cluster.events_of("lost", "node-a").front();
+  const double detected = lost["at"].get<double>() - cut_at;
+  MESSAGE("partition detected after " << detected << " s (timeout " << timeout << " s): " << lost.dump());
+  CHECK(detected >= timeout - 0.3);
+  CHECK(detected <= timeout + 1.5);
+  CHECK(lost["reason"].get<std::string>().find("no heartbeat") != std::string::npos);
+  std::this_thread::sleep_for(milliseconds(500));
+  heal();
+  // Back in the run under a new session; the verdict it was working on when cut off arrives late and is discarded.
+  CHECK(test::eventually([&] { return cluster.events_of("joined", "node-a").size() >= 2; }, seconds(60)));
+  if (!lost["requeued"].empty())
+    CHECK(test::eventually([&] { return !cluster.events_of("late_result", "node-a").empty(); }, seconds(30)));
+  cluster.finishes();
+  check_exactly_once(cluster.candidates(), 48);
+  // A candidate it held when cut off was judged elsewhere; its own verdict, if it sent one, was discarded.
+  std::set<uint64_t> requeued;
+  for (const auto& id : lost["requeued"]) requeued.insert(id.get<uint64_t>());
+  for (const auto& c : cluster.candidates())
+    if (requeued.count(c["candidate_id"].get<uint64_t>()))
+      CHECK(c["times"]["dispatch"][0].get<double>() > cut_at);
+  for (const auto& late : cluster.events_of("late_result", "node-a"))
+    CHECK(requeued.count(late["candidate_id"].get<uint64_t>()));
+}
+
+bool run_quietly(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
+
+}  // namespace
+
+TEST_CASE("a partitioned node (frozen: its connection stays open, nothing arrives) is detected within the timeout") {
+  Cluster cluster("cluster-frozen");
+  partition_test(cluster, [&] { cluster.node("node-a").signal(SIGSTOP); },
+                 [&] { cluster.node("node-a").signal(SIGCONT); });
+}
+
+TEST_CASE("two hosts: a node in its own network namespace, partitioned by taking the link down") {
+  const std::string tag = std::to_string(getpid() % 100000);
+  const std::string ns = "crucible" + tag, host_if = "crh" + tag, node_if = "crn" + tag;
+  if (geteuid() != 0 || !run_quietly("ip netns add " + ns)) {
+    MESSAGE("SKIPPED: network namespaces need root and iproute2 (the loopback tests above cover the same paths)");
+    return;
+  }
+  struct Cleanup {
+    std::string ns, host_if;
+    ~Cleanup() {
+      run_quietly("ip link del " + host_if);
+      run_quietly("ip netns del " + ns);
+    }
+  } cleanup{ns, host_if};
+  const std::string subnet = "10.213." + std::to_string(getpid() % 250) + ".";
+  REQUIRE(run_quietly("ip link add " + host_if + " type veth peer name " + node_if));
+  REQUIRE(run_quietly("ip link set " + node_if + " netns " + ns));
+  REQUIRE(run_quietly("ip addr add " + subnet + "1/24 dev " + host_if));
+  REQUIRE(run_quietly("ip link set " + host_if + " up"));
+  REQUIRE(run_quietly("ip netns exec " + ns + " ip addr add " + subnet + "2/24 dev " + node_if));
+  REQUIRE(run_quietly("ip netns exec " + ns + " ip link set " + node_if + " up"));
+  REQUIRE(run_quietly("ip netns exec " + ns + " ip link set lo up"));
+  Cluster cluster("cluster-netns", subnet + "1");
+  const double timeout = 2.0;
+  cluster.start_run(24, timeout);
+  // node-a is the other host; node-b shares the coordinator's.
+  cluster.start_node("node-a", {}, {"/usr/sbin/ip", "netns", "exec", ns});
+  cluster.start_node("node-b");
+  REQUIRE(test::eventually([&] { return cluster.judged_by("node-a") >= 3; }, seconds(120)));
+  const double cut_at = wall_now();
+  REQUIRE(run_quietly("ip link set " + host_if + " down"));
+  REQUIRE(test::eventually([&] { return !cluster.events_of("lost", "node-a").empty(); }, seconds(30)));
+  const double detected = cluster.events_of("lost", "node-a").front()["at"].get<double>() - cut_at;
+  MESSAGE("link down detected after " << detected << " s");
+  CHECK(detected <= timeout + 1.5);
+  REQUIRE(run_quietly("ip link set " + host_if + " up"));
+  cluster.finishes();
+  const auto per_node = check_exactly_once(cluster.candidates(), 48);
+  CHECK(per_node.count("node-a"));
+}
