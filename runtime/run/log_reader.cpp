@@ -70,6 +70,10 @@ std::vector<LogEntry> parse_log_text(const std::string& text, const std::string&
   return entries;
 }
 
+bool LogFilter::accepts_node(const std::string& node) const {
+  return nodes.empty() || std::find(nodes.begin(), nodes.end(), node) != nodes.end();
+}
+
 bool LogFilter::accepts_actor(const std::string& file_actor) const {
   if (actors.empty()) return true;
   return std::any_of(actors.begin(), actors.end(), [&](const std::string& a) {
@@ -97,20 +101,32 @@ LogFollower::LogFollower(fs::path log_dir, LogFilter filter)
     : log_dir_(std::move(log_dir)), filter_(std::move(filter)) {}
 
 std::vector<LogEntry> LogFollower::poll(bool final) {
+  std::vector<LogEntry> entries;
+  if (filter_.accepts_node("local")) poll_dir(log_dir_, "local", final, entries);
+  std::vector<fs::path> nodes;
+  std::error_code ec;
+  for (fs::directory_iterator it(log_dir_ / "nodes", ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_directory(ec) && filter_.accepts_node(it->path().filename().string())) nodes.push_back(it->path());
+  std::sort(nodes.begin(), nodes.end());
+  for (const auto& dir : nodes) poll_dir(dir, dir.filename().string(), final, entries);
+  sort_by_time(entries);
+  return entries;
+}
+
+void LogFollower::poll_dir(const fs::path& dir, const std::string& node, bool final, std::vector<LogEntry>& out) {
   std::vector<fs::path> files;
   std::error_code ec;
-  for (fs::directory_iterator it(log_dir_, ec), end; !ec && it != end; it.increment(ec))
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
     if (it->path().extension() == ".log" && it->is_regular_file(ec)) files.push_back(it->path());
   std::sort(files.begin(), files.end());  // fixed order for entries with equal times
-  std::vector<LogEntry> entries;
   for (const auto& file : files) {
     std::string actor = actor_of_file_name(file.filename().string());
     if (!filter_.accepts_actor(actor)) continue;
-    for (auto& entry : read_new(file, actor, files_[actor], final))
-      if (filter_.accepts(entry)) entries.push_back(std::move(entry));
+    for (auto& entry : read_new(file, actor, files_[node + "/" + actor], final)) {
+      entry.node = node;
+      if (filter_.accepts(entry)) out.push_back(std::move(entry));
+    }
   }
-  sort_by_time(entries);
-  return entries;
 }
 
 std::vector<LogEntry> LogFollower::read_new(const fs::path& file, const std::string& actor, FileState& state,

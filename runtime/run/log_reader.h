@@ -1,6 +1,7 @@
 #pragma once
-// Reads the per-actor log files a run writes (logs/<actor>.log, see log::Options::directory): parses their lines,
-// filters them by actor and level, merges all actors in time order, and follows files as they grow.
+// Reads the per-actor log files a run writes (logs/<actor>.log, see log::Options::directory, and each evaluator
+// node's logs/nodes/<node>/<actor>.log): parses their lines, filters them by node, actor and level, merges them in
+// time order, and follows files as they grow.
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -18,6 +19,7 @@ struct LogEntry {
   log::Level level = log::Level::info;
   std::string actor;  // the file's name without ".log"
   std::string text;   // as written, lines of a multi-line message included, without the final newline
+  std::string node = "local";  // the evaluator node that wrote it; "local": the coordinator's own node
 };
 
 // A line as the logging facade writes it; nullopt for any other line (the next line of a multi-line message).
@@ -31,8 +33,10 @@ std::vector<LogEntry> parse_log_text(const std::string& text, const std::string&
 
 struct LogFilter {
   std::vector<std::string> actors;  // actor names as given to the logger; empty: every actor
+  std::vector<std::string> nodes;   // node names ("local": the coordinator's); empty: every node
   log::Level min_level = log::Level::trace;
   bool accepts_actor(const std::string& file_actor) const;
+  bool accepts_node(const std::string& node) const;
   bool accepts(const LogEntry& entry) const;
 };
 
@@ -59,10 +63,11 @@ class LogFollower {
   };
   std::vector<LogEntry> read_new(const std::filesystem::path& file, const std::string& actor, FileState& state,
                                  bool final);
+  void poll_dir(const std::filesystem::path& dir, const std::string& node, bool final, std::vector<LogEntry>& out);
 
   std::filesystem::path log_dir_;
   LogFilter filter_;
-  std::map<std::string, FileState> files_;  // by actor
+  std::map<std::string, FileState> files_;  // by node/actor
 };
 
 // All entries of a logs directory that pass `filter`, in time order.

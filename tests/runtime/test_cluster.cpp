@@ -10,6 +10,7 @@
 #include <memory>
 #include <set>
 
+#include "cli_support.h"
 #include "process_support.h"
 #include "run/jsonl.h"
 #include "support.h"
@@ -56,11 +57,11 @@ class Cluster {
   }
 
   test::Child& start_node(const std::string& name, std::vector<std::string> extra = {},
-                          std::vector<std::string> prefix = {}) {
+                          std::vector<std::string> prefix = {}, const std::string& give_up_after = "30") {
     std::vector<std::string> argv = prefix;
     for (const std::string& a : {std::string("/usr/bin/env"), "CRUCIBLE_CACHE_DIR=" + path("cache-" + name).string(),
                                  std::string(CRUCIBLE_CLI_PATH), std::string("node"), std::string("--join"), address(),
-                                 std::string("--name"), name, std::string("--give-up-after"), std::string("30"),
+                                 std::string("--name"), name, std::string("--give-up-after"), give_up_after,
                                  std::string("--exit-when-done")})
       argv.push_back(a);
     if (std::find(extra.begin(), extra.end(), "--secret-file") == extra.end())
@@ -153,6 +154,11 @@ TEST_CASE("two CPU evaluator nodes run a best_of_n sweep to completion, with the
     REQUIRE(t.contains("dispatch"));
     CHECK(t["dispatch"][1].get<double>() >= t["dispatch"][0].get<double>());
   }
+  auto logs = test::crucible_cli({"logs", cluster.run_dir().string(), "--node", "node-a"}, cluster.path("cache").string());
+  CHECK(logs.exit_code == 0);
+  CHECK(logs.output.find("[node-a/evaluator.cpu] candidate") != std::string::npos);
+  CHECK(logs.output.find("[node-b/") == std::string::npos);
+  CHECK(logs.output.find("[coordinator]") == std::string::npos);
 }
 
 TEST_CASE("kill -9 of a node mid-sweep still yields exactly one result per candidate") {
@@ -250,7 +256,7 @@ void partition_test(Cluster& cluster, const std::function<void()>& cut, const st
     CHECK(requeued.count(late["candidate_id"].get<uint64_t>()));
 }
 
-bool run_quietly(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
+bool run_quietly(const std::string& command) { return std::system(("(" + command + ") >/dev/null 2>&1").c_str()) == 0; }
 
 }  // namespace
 
@@ -299,4 +305,43 @@ TEST_CASE("two hosts: a node in its own network namespace, partitioned by taking
   cluster.finishes();
   const auto per_node = check_exactly_once(cluster.candidates(), 48);
   CHECK(per_node.count("node-a"));
+}
+
+TEST_CASE("over TLS: nodes with a certificate from the run's CA join; one from another CA never gets in") {
+  Cluster cluster("cluster-tls");
+  const auto dir = cluster.path("tls");
+  fs::create_directories(dir);
+  auto make_ca = [&](const std::string& ca) {
+    return run_quietly("cd " + dir.string() + " && openssl req -x509 -newkey rsa:2048 -nodes -keyout " + ca +
+                       ".key -out " + ca + ".pem -days 2 -subj /CN=" + ca);
+  };
+  auto make_cert = [&](const std::string& name, const std::string& ca) {
+    return run_quietly("cd " + dir.string() + " && openssl req -newkey rsa:2048 -nodes -keyout " + name + ".key -out " +
+                       name + ".csr -subj /CN=" + name + " && openssl x509 -req -in " + name + ".csr -CA " + ca +
+                       ".pem -CAkey " + ca + ".key -CAcreateserial -out " + name + ".pem -days 2");
+  };
+  if (!make_ca("ca")) {
+    MESSAGE("SKIPPED: the openssl command is needed to make test certificates");
+    return;
+  }
+  REQUIRE(make_cert("coordinator", "ca"));
+  REQUIRE(make_cert("node-a", "ca"));
+  REQUIRE(make_ca("other-ca"));
+  REQUIRE(make_cert("stranger", "other-ca"));
+  auto files = [&](const std::string& name, const std::string& ca) {
+    return std::vector<std::string>{"--tls-certificate", (dir / (name + ".pem")).string(), "--tls-key",
+                                    (dir / (name + ".key")).string(), "--tls-ca", (dir / (ca + ".pem")).string()};
+  };
+  cluster.start_run(8, 10, "tls_certificate = \"" + (dir / "coordinator.pem").string() + "\"\ntls_key = \"" +
+                               (dir / "coordinator.key").string() + "\"\ntls_ca = \"" + (dir / "ca.pem").string() + "\"\n");
+  auto& stranger = cluster.start_node("stranger", files("stranger", "other-ca"), {}, "4");
+  auto& plain = cluster.start_node("plain", {}, {}, "4");
+  CHECK(stranger.wait_for(seconds(60)) == 3);  // gave up: the handshake never completes
+  CHECK(plain.wait_for(seconds(60)) == 3);
+  cluster.start_node("node-a", files("node-a", "ca"));
+  cluster.finishes();
+  const auto per_node = check_exactly_once(cluster.candidates(), 16);
+  CHECK(per_node.size() == 1);
+  CHECK(per_node.count("node-a"));
+  CHECK(test::read_file(cluster.run_dir() / "logs" / "node.log").find("(TLS)") != std::string::npos);
 }

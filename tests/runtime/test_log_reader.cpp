@@ -1,11 +1,13 @@
 #include <doctest/doctest.h>
 
 #include "run/log_reader.h"
+#include "run/node_logs.h"
 #include "support.h"
 
 using namespace crucible;
 using run::LogEntry;
 using run::LogFilter;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -119,4 +121,43 @@ TEST_CASE("following picks up appended lines and files that appear later, never 
   append_raw(a, "2024-05-01T12:00:00.300 info  [a] three\n");
   // The detail line arrives on its own but is still the warning's, so it passes the level filter.
   CHECK(texts(warn_follower.poll()) == std::vector<std::string>{"  detail of the warning"});
+}
+
+TEST_CASE("evaluator nodes' logs (logs/nodes/<node>/) merge with the coordinator's and filter by node") {
+  test::ScratchDir dir("log-reader-nodes");
+  const auto log_dir = dir.path() / "logs";
+  test::write_file(log_dir / "coordinator.log", "2024-05-01T12:00:00.100 info  [coordinator] run of 2 units\n");
+  run::NodeLogWriter writer(log_dir);
+  writer.write("gpu-a", "evaluator.cuda:0", "2024-05-01T12:00:00.200 info  [gpu-a/evaluator.cuda:0] candidate 1");
+  writer.write("gpu-b", "evaluator.cuda:0", "2024-05-01T12:00:00.300 warning [gpu-b/evaluator.cuda:0] slow");
+  CHECK_THROWS_AS(writer.write("../escape", "x", "line"), run::RunError);
+  CHECK_THROWS_AS(writer.write("local", "x", "line"), run::RunError);
+  CHECK(fs::exists(log_dir / "nodes" / "gpu-a" / "evaluator.cuda_0.log"));
+
+  auto all = run::read_logs(log_dir, {});
+  REQUIRE(all.size() == 3);
+  CHECK(all[0].node == "local");
+  CHECK(all[1].node == "gpu-a");
+  CHECK(all[2].node == "gpu-b");
+  CHECK(all[2].level == log::Level::warn);
+
+  LogFilter gpu_a;
+  gpu_a.nodes = {"gpu-a"};
+  CHECK(texts(run::read_logs(log_dir, gpu_a)) ==
+        std::vector<std::string>{"2024-05-01T12:00:00.200 info  [gpu-a/evaluator.cuda:0] candidate 1"});
+  LogFilter local;
+  local.nodes = {"local"};
+  CHECK(run::read_logs(log_dir, local).size() == 1);
+  LogFilter evaluators;
+  evaluators.actors = {"evaluator.cuda:0"};
+  CHECK(run::read_logs(log_dir, evaluators).size() == 2);
+
+  // Followed as the nodes' lines arrive, including a node that appears later.
+  run::LogFollower follower(log_dir, gpu_a);
+  CHECK(follower.poll().size() == 1);
+  writer.write("gpu-a", "node", "2024-05-01T12:00:01.000 info  [gpu-a/node] session 1 ended");
+  writer.write("gpu-c", "node", "2024-05-01T12:00:01.000 info  [gpu-c/node] joined");
+  auto more = follower.poll();
+  REQUIRE(more.size() == 1);
+  CHECK(more[0].actor == "node");
 }

@@ -73,3 +73,26 @@ TEST_CASE("with a directory, each component also writes its own file, readable a
   CHECK(test::read_file(logs / "coordinator.log").find("dropped") == std::string::npos);
   log::init({});
 }
+
+TEST_CASE("an evaluator node's lines carry its name and reach the forward hook, as files would show them") {
+  test::ScratchDir dir("log-node");
+  std::vector<std::pair<std::string, std::string>> shipped;
+  log::Options options;
+  options.console_level = log::Level::off;
+  options.file_level = log::Level::info;
+  options.directory = (dir.path() / "logs").string();
+  options.node = "gpu-a";
+  options.forward = [&](const std::string& component, const std::string& line) { shipped.emplace_back(component, line); };
+  log::init(options);
+  log::Logger{"evaluator.cuda:0"}.info("candidate ", 7, ": correct");
+  log::Logger{"evaluator.cuda:0"}.debug("below the file level");
+  log::init({});
+  REQUIRE(shipped.size() == 1);
+  CHECK(shipped[0].first == "evaluator.cuda:0");
+  CHECK(shipped[0].second.find("[gpu-a/evaluator.cuda:0] candidate 7: correct") != std::string::npos);
+  CHECK(shipped[0].second.back() != '\n');
+  auto parsed = run::parse_log_line(shipped[0].second, "evaluator.cuda_0");
+  REQUIRE(parsed.has_value());
+  CHECK(parsed->level == log::Level::info);
+  CHECK(test::read_file(dir.path() / "logs" / "evaluator.cuda_0.log").find("[gpu-a/evaluator.cuda:0]") != std::string::npos);
+}

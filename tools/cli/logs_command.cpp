@@ -1,4 +1,5 @@
-// crucible logs: a run's per-actor logs, merged in time order, optionally followed as they grow.
+// crucible logs: a run's per-actor logs, its evaluator nodes' included, merged in time order, optionally followed as
+// they grow.
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -13,6 +14,7 @@ namespace {
 struct LogsArgs {
   std::string dir;
   std::vector<std::string> actors;
+  std::vector<std::string> nodes;
   std::string level = "trace";
   bool follow = false;
 };
@@ -34,6 +36,7 @@ int show_logs(const LogsArgs& a) {
   }
   run::LogFilter filter;
   filter.actors = a.actors;
+  filter.nodes = a.nodes;
   filter.min_level = *log::parse_level(a.level);
   run::LogFollower follower(log_dir, filter);
   if (!a.follow) {
@@ -50,9 +53,11 @@ int show_logs(const LogsArgs& a) {
 
 Run add_logs_command(CLI::App& app) {
   auto args = std::make_shared<LogsArgs>();
-  auto* cmd = app.add_subcommand("logs", "Print a run's per-actor logs, merged in time order");
+  auto* cmd = app.add_subcommand("logs", "Print a run's per-actor logs (its evaluator nodes' too), merged in time order");
   cmd->add_option("dir", args->dir, "Run directory (or its logs/ directory)")->required();
   cmd->add_option("--actor", args->actors, "Only this actor's log (repeatable)")->allow_extra_args(false);
+  cmd->add_option("--node", args->nodes, "Only this evaluator node's logs (repeatable; \"local\": the coordinator's)")
+      ->allow_extra_args(false);
   cmd->add_option("--level", args->level, "Minimum level")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical"}))
       ->capture_default_str();
