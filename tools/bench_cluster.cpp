@@ -1,0 +1,117 @@
+// bench_cluster: evaluation throughput of runs whose candidates were judged by evaluator nodes, and what the
+// coordinator added per candidate. Reads run directories (tools/gpu_node/bench_cluster.sh makes them) and prints a
+// table: throughput from the first hand-out to the last verdict, scaling against the first run, and per candidate
+// the hand-out-and-back time beyond the evaluation itself (the network round trip plus the coordinator's work), and
+// each node's idle gap between one verdict and its next candidate (its pull's round trip).
+// Usage: bench_cluster LABEL=RUN_DIR [LABEL=RUN_DIR ...]
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "run/jsonl.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+struct Row {
+  std::string label;
+  std::size_t candidates = 0, correct = 0, nodes = 0;
+  double seconds = 0, per_s = 0;
+  double overhead_p50_ms = 0, overhead_p90_ms = 0, overhead_max_ms = 0;
+  double gap_p50_ms = 0, gap_p90_ms = 0;
+  double coordinator_cpu_ms = -1;  // per candidate; -1: not measured
+  std::map<std::string, int> per_node;
+};
+
+Row measure(const std::string& label, const fs::path& dir) {
+  Row r;
+  r.label = label;
+  double first = 1e300, last = 0;
+  std::vector<double> overhead;
+  std::map<std::string, std::vector<std::pair<double, double>>> busy;  // node -> evaluate intervals
+  for (const auto& seed : fs::directory_iterator(dir)) {
+    if (!fs::exists(seed.path() / "candidates.jsonl")) continue;
+    for (const auto& c : crucible::run::read_jsonl(seed.path() / "candidates.jsonl")) {
+      ++r.candidates;
+      r.correct += c.value("status", "") == "correct";
+      ++r.per_node[c.value("node", "?")];
+      const auto& t = c["times"];
+      if (!t.contains("dispatch") || !t.contains("evaluate")) continue;
+      const double out = t["dispatch"][0], back = t["dispatch"][1];
+      const double start = t["evaluate"][0], end = t["evaluate"][1];
+      first = std::min(first, out);
+      last = std::max(last, back);
+      overhead.push_back(1000 * ((back - out) - (end - start)));
+      busy[c.value("node", "?") + "/" + c.value("device", "?")].push_back({start, end});
+    }
+  }
+  std::vector<double> gaps;
+  for (auto& [evaluator, intervals] : busy) {
+    std::sort(intervals.begin(), intervals.end());
+    for (std::size_t i = 1; i < intervals.size(); ++i) gaps.push_back(1000 * (intervals[i].first - intervals[i - 1].second));
+  }
+  r.gap_p50_ms = percentile(gaps, 0.5);
+  r.gap_p90_ms = percentile(gaps, 0.9);
+  r.nodes = r.per_node.size();
+  r.seconds = last > first ? last - first : 0;
+  r.per_s = r.seconds > 0 ? static_cast<double>(r.candidates) / r.seconds : 0;
+  r.overhead_p50_ms = percentile(overhead, 0.5);
+  r.overhead_p90_ms = percentile(overhead, 0.9);
+  r.overhead_max_ms = overhead.empty() ? 0 : *std::max_element(overhead.begin(), overhead.end());
+  // CPU seconds of the whole coordinator process (policy, telemetry and all), if the script recorded them.
+  if (std::ifstream cpu(dir / "coordinator_cpu_seconds"); cpu) {
+    double s = 0;
+    if (cpu >> s && r.candidates) r.coordinator_cpu_ms = 1000 * s / static_cast<double>(r.candidates);
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: bench_cluster LABEL=RUN_DIR [LABEL=RUN_DIR ...]\n");
+    return 2;
+  }
+  std::vector<Row> rows;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto eq = arg.find('=');
+    if (eq == std::string::npos || !fs::is_directory(arg.substr(eq + 1))) {
+      std::fprintf(stderr, "not LABEL=RUN_DIR: %s\n", arg.c_str());
+      return 2;
+    }
+    rows.push_back(measure(arg.substr(0, eq), arg.substr(eq + 1)));
+  }
+  std::printf("| run | nodes | candidates | correct | seconds | candidates/s | vs first | hand-out overhead p50 / p90 / max (ms) | node idle gap p50 / p90 (ms) | coordinator CPU per candidate (ms) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const auto& r : rows) {
+    std::printf("| %s | %zu | %zu | %zu | %.1f | %.2f | %.2fx | %.2f / %.2f / %.2f | %.2f / %.2f | ", r.label.c_str(),
+                r.nodes, r.candidates, r.correct, r.seconds, r.per_s,
+                rows.front().per_s > 0 ? r.per_s / rows.front().per_s : 0, r.overhead_p50_ms, r.overhead_p90_ms,
+                r.overhead_max_ms, r.gap_p50_ms, r.gap_p90_ms);
+    if (r.coordinator_cpu_ms >= 0) std::printf("%.2f |\n", r.coordinator_cpu_ms);
+    else std::printf("- |\n");
+  }
+  std::printf("\nper node:\n");
+  for (const auto& r : rows) {
+    std::printf("  %s:", r.label.c_str());
+    for (const auto& [node, n] : r.per_node) std::printf(" %s %d", node.c_str(), n);
+    std::printf("\n");
+  }
+  return 0;
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The multi-node benchmark: a best-of-N sweep judged only by evaluator nodes joined over TCP on loopback, one node
+# process per GPU (more processes than GPUs share them, round robin), for each node count given. Each run starts
+# with cold compile caches; the coordinator's CPU time is recorded. Prints bench_cluster's table.
+# Usage: bash tools/gpu_node/bench_cluster.sh [BUILD_DIR] [OUT_DIR] [NODE_COUNTS] [K] [TASKS]
+#   e.g. bash tools/gpu_node/bench_cluster.sh build-gpu /tmp/bench-cluster "1 2 4" 64 '"relu", "softmax", "gelu"'
+# Without a GPU it runs CPU nodes (a check of the script, not a benchmark).
+set -euo pipefail
+build=${1:-build-gpu}
+out=$(realpath -m "${2:-/tmp/bench-cluster}")
+counts=${3:-"1 2 4"}
+k=${4:-64}
+tasks=${5:-'"relu", "softmax", "gelu"'}
+crucible=$(realpath "$build/tools/crucible")
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l || true)
+backend=cuda
+[ "$gpus" -gt 0 ] || backend=cpu
+rm -rf "$out" && mkdir -p "$out"
+openssl rand -hex 32 > "$out/secret" && chmod 600 "$out/secret"
+labels=()
+for n in $counts; do
+  port=$((47400 + n))
+  dir="$out/run-$n"
+  cat > "$out/experiment-$n.toml" <<TOML
+[experiment]
+name = "bench-cluster-$n"
+mode = "best_of_n"
+[tasks]
+names = [$tasks]
+[best_of_n]
+k = $k
+group_size = 8
+[eval]
+devices = []
+backend = "$backend"
+mode = "fast"
+[cluster]
+listen = "127.0.0.1:$port"
+secret_file = "$out/secret"
+TOML
+  pids=()
+  for ((i = 0; i < n; i++)); do
+    device=cpu
+    [ "$backend" = cuda ] && device="cuda:$((i % gpus))"
+    CRUCIBLE_CACHE_DIR="$out/cache-$n-$i" "$crucible" node --join "127.0.0.1:$port" --devices "$device" \
+      --secret-file "$out/secret" --name "gpu$i" --exit-when-done --give-up-after 60 > "$out/node-$n-$i.out" 2>&1 &
+    pids+=($!)
+  done
+  # The coordinator's user + system CPU seconds, measured by its parent.
+  CRUCIBLE_CACHE_DIR="$out/cache-run-$n" python3 - "$crucible" run "$out/experiment-$n.toml" --out "$dir" --quiet <<'PY'
+import resource, subprocess, sys
+code = subprocess.run(sys.argv[1:]).returncode
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[sys.argv.index("--out") + 1] + "/coordinator_cpu_seconds", "w").write(f"{r.ru_utime + r.ru_stime}\n")
+sys.exit(code)
+PY
+  for p in "${pids[@]}"; do wait "$p" || echo "node $p exited with $?"; done
+  per_gpu=""
+  [ "$backend" = cuda ] && [ "$n" -gt "$gpus" ] && per_gpu=" on $gpus GPUs"
+  labels+=("$n nodes$per_gpu=$dir")
+  "$build/tools/bench_cluster" "${labels[@]}"  # the table so far
+done
