@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -58,6 +59,9 @@ struct CoordinatorState {
   std::set<caf::actor_addr> monitored;
   std::map<caf::actor_addr, Holding> evaluating;  // evaluator -> what it holds, re-queued if it or its node is lost
   std::map<uint64_t, NodeState> nodes;            // by session
+  // Which sources (by hash) each node was handed: a node compiles into its own cache, so a repeated source goes
+  // where it was compiled before and the nodes' caches do not all fill with the same builds.
+  std::map<uint64_t, std::unordered_set<std::size_t>> handed;
   caf::typed_response_promise<msg::RunOutcome> outcome;
   bool started = false, finished = false;
   double start_time = 0;
@@ -120,6 +124,25 @@ void forget_waiters(Self self, const caf::actor_addr& evaluator) {
   w.erase(std::remove_if(w.begin(), w.end(), [&](const auto& x) { return x.evaluator == evaluator; }), w.end());
 }
 
+// The queued candidate for an evaluator of `session`: among the oldest few, one whose source that node already has
+// compiled, else one no other live node has, else the oldest. Units stay in order: the window is small.
+std::map<QueueKey, msg::EvalRequest>::iterator pick_for(CoordinatorState& st, uint64_t session) {
+  constexpr int kWindow = 64;
+  auto& mine = st.handed[session];
+  auto unclaimed = st.eval_queue.end();
+  int scanned = 0;
+  for (auto it = st.eval_queue.begin(); it != st.eval_queue.end() && scanned < kWindow; ++it, ++scanned) {
+    const std::size_t h = std::hash<std::string>{}(it->second.candidate.source);
+    if (mine.count(h)) return it;
+    if (unclaimed != st.eval_queue.end()) continue;
+    bool claimed = false;
+    for (const auto& [other, hashes] : st.handed)
+      if (other != session && st.nodes.count(other) && st.nodes.at(other).live && hashes.count(h)) claimed = true;
+    if (!claimed) unclaimed = it;
+  }
+  return unclaimed != st.eval_queue.end() ? unclaimed : st.eval_queue.begin();
+}
+
 void dispatch(Self self) {
   auto& st = self->state;
   while (!st.compile_waiters.empty() && !st.compile_queue.empty()) {
@@ -128,13 +151,15 @@ void dispatch(Self self) {
     st.compile_queue.erase(st.compile_queue.begin());
   }
   while (!st.eval_waiters.empty() && !st.eval_queue.empty()) {
-    auto& request = st.eval_queue.begin()->second;
     auto& waiter = st.eval_waiters.back();
+    auto chosen = pick_for(st, waiter.session);
+    auto& request = chosen->second;
+    st.handed[waiter.session].insert(std::hash<std::string>{}(request.candidate.source));
     st.evaluating[waiter.evaluator] = Holding{request.candidate.id, waiter.session};
     st.candidates.at(request.candidate.id).dispatched_at = wall_now();
     waiter.promise.deliver(request);
     st.eval_waiters.pop_back();
-    st.eval_queue.erase(st.eval_queue.begin());
+    st.eval_queue.erase(chosen);
   }
 }
 
