@@ -4,7 +4,7 @@
 # with cold compile caches; the coordinator's CPU time is recorded. Prints bench_cluster's table.
 # Usage: bash tools/gpu_node/bench_cluster.sh [BUILD_DIR] [OUT_DIR] [NODE_COUNTS] [K] [TASKS]
 #   e.g. bash tools/gpu_node/bench_cluster.sh build-gpu /tmp/bench-cluster "1 2 4" 64 '"relu", "softmax", "gelu"'
-# Without a GPU it runs CPU nodes (a check of the script, not a benchmark).
+# Without a GPU (or with BACKEND=cpu) it runs CPU nodes: the same distribution path, each node timing on its own cores.
 set -euo pipefail
 build=${1:-build-gpu}
 out=$(realpath -m "${2:-/tmp/bench-cluster}")
@@ -13,8 +13,8 @@ k=${4:-64}
 tasks=${5:-'"relu", "softmax", "gelu"'}
 crucible=$(realpath "$build/tools/crucible")
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l || true)
-backend=cuda
-[ "$gpus" -gt 0 ] || backend=cpu
+backend=${BACKEND:-cuda}
+[ "$gpus" -gt 0 ] || backend=cpu  # BACKEND=cpu: CPU nodes even where GPUs are
 rm -rf "$out" && mkdir -p "$out"
 openssl rand -hex 32 > "$out/secret" && chmod 600 "$out/secret"
 labels=()
