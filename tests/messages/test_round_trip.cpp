@@ -186,10 +186,12 @@ TEST_CASE("every message type has a registered type id, so an actor system can s
   caf::actor_system_config config;
   config.add_message_types<caf::id_block::crucible>();
   caf::actor_system system{config};
-  CHECK(caf::id_block::crucible::end - caf::id_block::crucible::begin == 15);
+  CHECK(caf::id_block::crucible::end - caf::id_block::crucible::begin == 23);
   for (const char* name : {"crucible::messages::Candidate", "crucible::messages::EvalRequest",
                            "crucible::messages::VerdictSummary", "crucible::messages::TrainBatch",
-                           "crucible::messages::RunOutcome", "crucible::messages::CommitUnit"}) {
+                           "crucible::messages::RunOutcome", "crucible::messages::CommitUnit",
+                           "crucible::messages::NodeHello", "crucible::messages::JoinAccepted",
+                           "crucible::messages::NodeHeartbeat", "crucible::messages::NodeLost"}) {
     CAPTURE(name);
     CHECK(system.types().make_value(name) != nullptr);
   }
@@ -203,4 +205,41 @@ TEST_CASE("every message type has a registered type id, so an actor system can s
   REQUIRE_FALSE(source(back));
   REQUIRE(back.match_elements<msg::Candidate>());
   CHECK(back.get_as<msg::Candidate>(0).source == candidate().source);
+}
+
+TEST_CASE("cluster messages round-trip: a node's join, its heartbeat with log lines, and its loss") {
+  msg::NodeHello hello{msg::kClusterProtocol, "gpu-a", std::string(64, 'a'),
+                       {{"cuda:0", "cuda", "NVIDIA H200", 150000000000ull, 9, 0, 132}}};
+  auto h = round_trip(hello);
+  CHECK(h.node == "gpu-a");
+  REQUIRE(h.devices.size() == 1);
+  CHECK(h.devices[0].cc_major == 9);
+  CHECK(h.devices[0].multiprocessors == 132);
+  CHECK(round_trip(msg::JoinChallenge{"n", "p"}).proof == "p");
+  CHECK(round_trip(msg::NodeProof{"gpu-a", "proof"}).node == "gpu-a");
+  // The accepted join carries the coordinator's handle: it needs an actor system to cross.
+  caf::actor_system_config config;
+  config.add_message_types<caf::id_block::crucible>();
+  caf::actor_system system{config};
+  msg::JoinAccepted accepted;
+  accepted.session = 7;
+  accepted.run = "sweep seed 1";
+  accepted.eval = {"cuda", "full", "cpu", 3, 20, 5.0};
+  accepted.tasks = {{"relu", "name = \"relu\"\n"}};
+  accepted.heartbeat_s = 0.5;
+  accepted.last_run = false;
+  std::vector<char> buf;
+  caf::binary_serializer sink{system, buf};
+  REQUIRE_FALSE(sink(accepted));
+  msg::JoinAccepted a;
+  caf::binary_deserializer source{system, buf};
+  REQUIRE_FALSE(source(a));
+  CHECK(a.session == 7);
+  CHECK(a.eval.timing_trials == 20);
+  CHECK(a.tasks.at(0).toml == "name = \"relu\"\n");
+  CHECK_FALSE(a.last_run);
+  auto beat = round_trip(msg::NodeHeartbeat{7, {{"evaluator.cuda:0", "2024-05-01T12:00:00.000 info  [gpu-a/x] y"}}});
+  CHECK(beat.lines.at(0).component == "evaluator.cuda:0");
+  CHECK(round_trip(msg::NodeLost{7, "no heartbeat for 10 s"}).reason == "no heartbeat for 10 s");
+  CHECK(round_trip(msg::ClusterEvent{"{}"}).json == "{}");
 }

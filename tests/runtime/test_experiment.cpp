@@ -179,3 +179,37 @@ eval_fraction = 0.25
     for (const auto& t : train) CHECK(t.name != eval_set[i].name);
   }
 }
+
+TEST_CASE("[cluster]: off by default; listen needs a secret, a HOST:PORT and consistent TLS keys") {
+  auto plain = experiment::parse_experiment(kMinimal, "min.toml");
+  CHECK_FALSE(plain.cluster.enabled());
+  CHECK(plain.eval.backend == "cpu");
+
+  auto e = experiment::parse_experiment(kMinimal + R"([eval]
+devices = []
+backend = "cuda"
+[cluster]
+listen = "[::1]:7400"
+secret_file = "run.secret"
+heartbeat_s = 0.5
+node_timeout_s = 5
+)", "c.toml");
+  CHECK(e.cluster.enabled());
+  CHECK(e.cluster.host == "::1");
+  CHECK(e.cluster.port == 7400);
+  CHECK(e.cluster.node_timeout_s == 5);
+  CHECK(e.eval.devices.empty());
+  CHECK(e.eval.backend == "cuda");
+  CHECK_FALSE(e.cluster.tls());
+
+  CHECK(failure(kMinimal + "[eval]\ndevices = []\n").key() == "eval.backend");
+  CHECK(failure(kMinimal + "[eval]\ndevices = []\nbackend = \"cpu\"\n").key() == "eval.devices");  // nobody evaluates
+  CHECK(failure(kMinimal + "[eval]\ndevices = [\"cpu\"]\nbackend = \"cuda\"\n").key() == "eval.backend");
+  CHECK(failure(kMinimal + "[cluster]\nlisten = \"0.0.0.0:7400\"\n").key() == "cluster.secret_file");
+  CHECK(failure(kMinimal + "[cluster]\nlisten = \"7400\"\nsecret_file = \"s\"\n").key() == "cluster.listen");
+  CHECK(failure(kMinimal + "[cluster]\nlisten = \"h:99999\"\nsecret_file = \"s\"\n").key() == "cluster.listen");
+  CHECK(failure(kMinimal + "[cluster]\nheartbeat_s = 2\nnode_timeout_s = 3\n").key() == "cluster.node_timeout_s");
+  CHECK(failure(kMinimal + "[cluster]\ntls_certificate = \"c.pem\"\n").key() == "cluster.tls_certificate");
+  CHECK_THROWS_AS(experiment::parse_host_port("host:"), std::invalid_argument);
+  CHECK(experiment::parse_host_port("gpu-box:1").second == 1);
+}
