@@ -12,6 +12,7 @@
 #include "actors/evaluator.h"
 #include "cluster/join_proof.h"
 #include "logging/log.h"
+#include "node/actor_system_config.h"
 #include "node/eval_settings.h"
 #include "node/log_outbox.h"
 #include "run/node_logs.h"
@@ -155,11 +156,7 @@ NodeResult run_evaluator_node(const NodeRequest& r) {
     return {2, e.what()};
   }
   caf::actor_system_config config;
-  config.add_message_types<caf::id_block::crucible>();
-  config.set("scheduler.max-threads", 2);
-  config.set("work-stealing.aggressive-poll-attempts", 0);
-  config.set("work-stealing.moderate-poll-attempts", 0);
-  config.set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
+  configure_actor_system(config, 2);
   try {
     cluster::enable_network(config, {r.tls, 1.0, 60.0});
   } catch (const std::exception& e) {

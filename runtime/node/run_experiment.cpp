@@ -24,6 +24,7 @@
 #include "modes/run_summary.h"
 #include "node/eval_settings.h"
 #include "modes/unit_plan.h"
+#include "node/actor_system_config.h"
 #include "policy/kernel_templates.h"
 #include "policy/lm_policy.h"
 #include "policy/replay_policy.h"
@@ -133,13 +134,7 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
   for (const auto& t : tasks) optimizer_setup->policy->prepare(t);
 
   caf::actor_system_config config;
-  config.add_message_types<caf::id_block::crucible>();
-  // The scheduled actors only route messages; the heavy ones run detached. CAF's default work stealing spins
-  // on every core while idle, which would steal the cores that CPU candidates are timed on.
-  config.set("scheduler.max-threads", 1);
-  config.set("work-stealing.aggressive-poll-attempts", 0);
-  config.set("work-stealing.moderate-poll-attempts", 0);
-  config.set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
+  configure_actor_system(config, 1);
   if (e.cluster.enabled())
     cluster::enable_network(config, {{e.cluster.tls_certificate, e.cluster.tls_key, e.cluster.tls_ca},
                                      e.cluster.heartbeat_s, 3 * e.cluster.node_timeout_s});

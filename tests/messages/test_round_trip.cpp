@@ -47,6 +47,18 @@ T round_trip(const T& x) {
   return y;
 }
 
+// With an actor system's own serializer, which is what actor handles (and CAF messages) need.
+template <class T>
+T round_trip_in(caf::actor_system& system, const T& x) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{system, buf};
+  REQUIRE_FALSE(sink(x));
+  T y;
+  caf::binary_deserializer source{system, buf};
+  REQUIRE_FALSE(source(y));
+  return y;
+}
+
 msg::Candidate candidate() {
   msg::Candidate c;
   c.id = 42;
@@ -196,13 +208,7 @@ TEST_CASE("every message type has a registered type id, so an actor system can s
     CHECK(system.types().make_value(name) != nullptr);
   }
   // A message crosses as bytes with the actor system's own serializer and comes back equal.
-  auto original = caf::make_message(candidate());
-  std::vector<char> buf;
-  caf::binary_serializer sink{system, buf};
-  REQUIRE_FALSE(sink(original));
-  caf::message back;
-  caf::binary_deserializer source{system, buf};
-  REQUIRE_FALSE(source(back));
+  auto back = round_trip_in(system, caf::make_message(candidate()));
   REQUIRE(back.match_elements<msg::Candidate>());
   CHECK(back.get_as<msg::Candidate>(0).source == candidate().source);
 }
@@ -228,12 +234,7 @@ TEST_CASE("cluster messages round-trip: a node's join, its heartbeat with log li
   accepted.tasks = {{"relu", "name = \"relu\"\n"}};
   accepted.heartbeat_s = 0.5;
   accepted.last_run = false;
-  std::vector<char> buf;
-  caf::binary_serializer sink{system, buf};
-  REQUIRE_FALSE(sink(accepted));
-  msg::JoinAccepted a;
-  caf::binary_deserializer source{system, buf};
-  REQUIRE_FALSE(source(a));
+  auto a = round_trip_in(system, accepted);
   CHECK(a.session == 7);
   CHECK(a.eval.timing_trials == 20);
   CHECK(a.tasks.at(0).toml == "name = \"relu\"\n");
