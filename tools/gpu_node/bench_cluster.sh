@@ -5,6 +5,7 @@
 # Usage: bash tools/gpu_node/bench_cluster.sh [BUILD_DIR] [OUT_DIR] [NODE_COUNTS] [K] [TASKS]
 #   e.g. bash tools/gpu_node/bench_cluster.sh build-gpu /tmp/bench-cluster "1 2 4" 64 '"relu", "softmax", "gelu"'
 # Without a GPU (or with BACKEND=cpu) it runs CPU nodes: the same distribution path, each node timing on its own cores.
+# SIZES=cpu uses the tasks' small size set (lets two node processes share one GPU's memory).
 set -euo pipefail
 build=${1:-build-gpu}
 out=$(realpath -m "${2:-/tmp/bench-cluster}")
@@ -34,6 +35,7 @@ group_size = 8
 devices = []
 backend = "$backend"
 mode = "fast"
+sizes = "${SIZES:-}"
 [cluster]
 listen = "127.0.0.1:$port"
 secret_file = "$out/secret"
