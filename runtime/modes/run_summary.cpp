@@ -88,6 +88,43 @@ json summarise_ttt(const std::vector<json>& units, std::ostream& text) {
 
 }  // namespace
 
+namespace {
+
+// Per evaluator node over the whole run: candidates, evaluation seconds and throughput, evaluator errors (from the
+// units' metrics), and times lost and late results discarded (from cluster.jsonl). Empty for a run without nodes.
+json summarise_nodes(const std::filesystem::path& seed_dir, const std::vector<json>& units, std::ostringstream& text) {
+  json nodes = json::object();
+  for (const auto& u : units) {
+    if (!u.contains("nodes")) continue;
+    for (const auto& [name, m] : u["nodes"].items()) {
+      auto& n = nodes[name];
+      if (n.is_null()) n = {{"candidates", 0}, {"evaluation_seconds", 0.0}, {"evaluator_errors", 0}, {"lost", 0},
+                            {"late_results", 0}};
+      n["candidates"] = n["candidates"].get<int>() + m.value("candidates", 0);
+      n["evaluation_seconds"] = n["evaluation_seconds"].get<double>() + m.value("evaluation_seconds", 0.0);
+      n["evaluator_errors"] = n["evaluator_errors"].get<int>() + m.value("evaluator_errors", 0);
+    }
+  }
+  if (std::filesystem::exists(seed_dir / "cluster.jsonl"))
+    for (const auto& event : run::read_jsonl(seed_dir / "cluster.jsonl", true)) {
+      const std::string kind = event.value("event", ""), name = event.value("node", "");
+      if ((kind != "lost" && kind != "late_result") || !nodes.contains(name)) continue;
+      auto& counter = nodes[name][kind == "lost" ? "lost" : "late_results"];
+      counter = counter.get<int>() + 1;
+    }
+  if (nodes.size() < 2 && !std::filesystem::exists(seed_dir / "cluster.jsonl")) return json::object();
+  for (auto& [name, n] : nodes.items()) {
+    const double seconds = n["evaluation_seconds"].get<double>();
+    n["candidates_per_evaluation_second"] = seconds > 0 ? n["candidates"].get<double>() / seconds : 0.0;
+    text << "  node " << name << ": " << n["candidates"].get<int>() << " candidates, " << n["evaluator_errors"].get<int>()
+         << " evaluator errors, lost " << n["lost"].get<int>() << " times, " << n["late_results"].get<int>()
+         << " late results discarded\n";
+  }
+  return nodes;
+}
+
+}  // namespace
+
 std::string write_run_summary(const std::filesystem::path& dir, const experiment::Experiment& e) {
   json summary;
   summary["experiment"] = e.name;
@@ -101,6 +138,8 @@ std::string write_run_summary(const std::filesystem::path& dir, const experiment
       case experiment::Mode::best_of_n: summary["seeds"][std::to_string(seed)] = summarise_best_of_n(units, text); break;
       case experiment::Mode::ttt: summary["seeds"][std::to_string(seed)] = summarise_ttt(units, text); break;
     }
+    auto nodes = summarise_nodes(dir / ("seed-" + std::to_string(seed)), units, text);
+    if (!nodes.empty()) summary["seeds"][std::to_string(seed)]["nodes"] = nodes;
   }
   std::ofstream(dir / "summary.json") << summary.dump(2) << "\n";
   return text.str();

@@ -149,6 +149,11 @@ TEST_CASE("two CPU evaluator nodes run a best_of_n sweep to completion, with the
   for (const auto& s : steps)
     for (const auto& [node, m] : s["nodes"].items()) counted += m["candidates"].get<int>();
   CHECK(counted == 16);
+  const auto summary = json::parse(test::read_file(cluster.run_dir() / "summary.json"));
+  const auto& nodes = summary["seeds"]["1"]["nodes"];
+  CHECK(nodes["node-a"]["candidates"].get<int>() + nodes["node-b"]["candidates"].get<int>() == 16);
+  CHECK(nodes["node-a"]["candidates_per_evaluation_second"].get<double>() > 0);
+  CHECK(nodes["node-a"]["lost"] == 0);
   for (const auto& c : cluster.candidates()) {
     const auto& t = c["times"];
     REQUIRE(t.contains("dispatch"));
@@ -175,6 +180,8 @@ TEST_CASE("kill -9 of a node mid-sweep still yields exactly one result per candi
   const auto lost = cluster.events_of("lost", "node-a");
   REQUIRE(lost.size() == 1);
   CHECK(lost[0]["reason"].get<std::string>().find("connection lost") != std::string::npos);
+  const auto summary = json::parse(test::read_file(cluster.run_dir() / "summary.json"));
+  CHECK(summary["seeds"]["1"]["nodes"]["node-a"]["lost"] == 1);
 }
 
 TEST_CASE("a node without the secret is refused and never receives work") {
