@@ -60,7 +60,7 @@ void announce_over(Self self) {
   st.over = true;
   st.log.info("the run is over; telling ", st.sessions.size(), " node(s)");
   for (const auto& [id, session] : st.sessions)
-    if (auto peer = caf::actor_cast<caf::actor>(session.peer)) caf::anon_send(peer, over_atom_v);
+    if (auto peer = caf::actor_cast<caf::actor>(session.peer)) caf::anon_send(peer, over_atom_v, id);
   st.sessions.clear();
   st.pending.clear();
 }

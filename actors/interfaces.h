@@ -22,7 +22,7 @@ using coordinator_actor =
 
 // The coordinator node's door for evaluator nodes: the mutual proof of the secret, then heartbeats (with the node's
 // log lines) until the node leaves or is lost. check_atom is its own liveness timer; over_atom (from the node that
-// runs it) tells every node the run is over, and a node hears over_atom from it then.
+// runs it) tells every node the run is over: each node hears (over_atom, its session) then.
 using gateway_actor = caf::typed_actor<caf::replies_to<msg::NodeHello>::with<msg::JoinChallenge>,
                                        caf::replies_to<msg::NodeProof>::with<msg::JoinAccepted>,
                                        caf::replies_to<msg::NodeHeartbeat>::with<caf::ok_atom>,

@@ -115,7 +115,8 @@ SessionEnd serve(caf::scoped_actor& self, const gateway_actor& gateway, const ms
       if (over) break;
     }
     self->receive(
-        [&](actors::over_atom) {
+        [&](actors::over_atom, uint64_t session) {
+          if (session != joined.session) return;  // a notice for an earlier session, arrived late
           end.reason = "the run is over";
           end.run_over = true;
           over = true;

@@ -42,9 +42,10 @@ class Cluster {
   std::string address() const { return host_ + ":" + std::to_string(port_); }
 
   // A best-of-N sweep of relu and softmax with k samples each, judged on the CPU by nodes only.
-  void start_run(int k, double node_timeout_s = 10, const std::string& extra = "") {
+  void start_run(int k, double node_timeout_s = 10, const std::string& extra = "", const std::string& seeds = "[1]") {
     const fs::path file = path("experiment.toml");
-    test::write_file(file, "[experiment]\nname = \"cluster\"\nmode = \"best_of_n\"\n[tasks]\nnames = [\"relu\", \"softmax\"]\n"
+    test::write_file(file, "[experiment]\nname = \"cluster\"\nmode = \"best_of_n\"\nseeds = " + seeds +
+                           "\n[tasks]\nnames = [\"relu\", \"softmax\"]\n"
                            "[best_of_n]\nk = " + std::to_string(k) + "\ngroup_size = 4\n"
                            "[eval]\ndevices = []\nbackend = \"cpu\"\nmode = \"fast\"\ncorrectness_trials = 1\n"
                            "timing_trials = 3\n[cluster]\nlisten = \"" + address() + "\"\nsecret_file = \"" +
@@ -164,6 +165,19 @@ TEST_CASE("two CPU evaluator nodes run a best_of_n sweep to completion, with the
   CHECK(logs.output.find("[node-a/evaluator.cpu] candidate") != std::string::npos);
   CHECK(logs.output.find("[node-b/") == std::string::npos);
   CHECK(logs.output.find("[coordinator]") == std::string::npos);
+}
+
+TEST_CASE("a node serves each seed's run in turn and leaves after the last one") {
+  Cluster cluster("cluster-seeds");
+  cluster.start_run(4, 10, "", "[1, 2, 3]");
+  auto& a = cluster.start_node("node-a");
+  cluster.finishes();
+  CHECK(a.wait_for(seconds(20)) == 0);
+  for (const char* seed : {"seed-1", "seed-2", "seed-3"}) {
+    CAPTURE(seed);
+    const auto records = run::read_jsonl(cluster.run_dir() / seed / "candidates.jsonl");
+    CHECK(check_exactly_once(records, 8).at("node-a") == 8);
+  }
 }
 
 TEST_CASE("kill -9 of a node mid-sweep still yields exactly one result per candidate") {
