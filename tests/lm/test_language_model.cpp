@@ -125,7 +125,7 @@ TEST_CASE("crucible generate: completions as text or JSON lines, seeds reproduce
   CHECK(too_long.output.find("exceeds the model's 2048 positions") != std::string::npos);
 }
 
-TEST_CASE("crucible sft: trains a PEFT adapter on JSONL that generate then uses; bad data exits 2") {
+TEST_CASE("crucible sft: trains a PEFT adapter on JSONL that generate then uses, bad data exits 2") {
   test::ScratchDir dir("sft-cli");
   const auto model = test::lm_fixture("qwen2_tiny").string();
   const auto data = dir.path() / "train.jsonl";

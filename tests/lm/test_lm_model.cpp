@@ -169,7 +169,7 @@ TEST_CASE("generation: a request's seed alone decides its samples, whatever batc
   CHECK(distinct.size() >= 6);
 }
 
-TEST_CASE("generation: stop tokens and stop strings end a row; text excludes them") {
+TEST_CASE("generation: stop tokens and stop strings end a row, text excludes them") {
   const auto lm = load("qwen2_tiny");
   const auto g = golden("qwen2_tiny");
   Generator generator(lm.model, lm.bytes());

@@ -44,7 +44,7 @@ std::vector<float> logprobs_of(policy::LmPolicy& p, const eval::TaskSpec& t, con
 
 }  // namespace
 
-TEST_CASE("lm policy: samples carry the reply, its tokens and log-probs; replies without code are parse failures") {
+TEST_CASE("lm policy: samples carry the reply, its tokens and log-probs, replies without code are parse failures") {
   test::ScratchDir dir("lm-policy-sample");
   policy::LmPolicy p(tiny_setup(dir.path()));
   const auto relu = task("relu");

@@ -58,7 +58,7 @@ double sequence_logprob(const Transformer& model, const std::vector<int64_t>& id
 
 }  // namespace
 
-TEST_CASE("lora: a fresh adapter is the base model; switched off it is the base model again") {
+TEST_CASE("lora: a fresh adapter is the base model, switched off it is the base model again") {
   auto model = tiny();
   const auto g = test::golden("qwen2_tiny");
   auto adapter = adapter_for(model);
@@ -106,7 +106,7 @@ TEST_CASE("lora: gradients of A and B match finite differences") {
   CHECK(checked >= 3);  // the probes are not all trivially zero
 }
 
-TEST_CASE("lora: merged weights give the adapter's outputs; unmerging restores the base") {
+TEST_CASE("lora: merged weights give the adapter's outputs, unmerging restores the base") {
   auto model = tiny();
   const auto g = test::golden("qwen2_tiny");
   auto adapter = adapter_for(model);
@@ -171,7 +171,7 @@ TEST_CASE("lora: an adapter made by PEFT gives PEFT's logits") {
   CHECK((logits_of(model, ids) - view_to_tensor(*expected->find("logits_3"))).abs().max().item<float>() > 1.0f);
 }
 
-TEST_CASE("grpo: KL is zero before the first update; clipped loss, metrics, and mismatch rejection") {
+TEST_CASE("grpo: KL is zero before the first update, clipped loss, metrics, and mismatch rejection") {
   auto model = tiny();
   auto adapter = adapter_for(model);
   TrainerOptions options;

@@ -328,7 +328,7 @@ TEST_CASE("two hosts: a node in its own network namespace, partitioned by taking
   CHECK(per_node.count("node-a"));
 }
 
-TEST_CASE("over TLS: nodes with a certificate from the run's CA join; one from another CA never gets in") {
+TEST_CASE("over TLS: nodes with a certificate from the run's CA join, one from another CA never gets in") {
   Cluster cluster("cluster-tls");
   const auto dir = cluster.path("tls");
   fs::create_directories(dir);

@@ -180,7 +180,7 @@ eval_fraction = 0.25
   }
 }
 
-TEST_CASE("[cluster]: off by default; listen needs a secret, a HOST:PORT and consistent TLS keys") {
+TEST_CASE("[cluster]: off by default, listen needs a secret, a HOST:PORT and consistent TLS keys") {
   auto plain = experiment::parse_experiment(kMinimal, "min.toml");
   CHECK_FALSE(plain.cluster.enabled());
   CHECK(plain.eval.backend == "cpu");

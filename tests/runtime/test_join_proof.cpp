@@ -33,7 +33,7 @@ TEST_CASE("join proof: both sides compute the same proof, and every input change
   CHECK(cluster::join_proof(secret, Role::node, "ab", "c", "d") != cluster::join_proof(secret, Role::node, "a", "bc", "d"));
 }
 
-TEST_CASE("join proof: nonces are fresh; comparison needs equal, non-empty proofs") {
+TEST_CASE("join proof: nonces are fresh, comparison needs equal, non-empty proofs") {
   std::set<std::string> nonces;
   for (int i = 0; i < 100; ++i) nonces.insert(cluster::fresh_nonce());
   CHECK(nonces.size() == 100);

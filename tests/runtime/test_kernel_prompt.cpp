@@ -26,7 +26,7 @@ TEST_CASE("kernel prompt: the task, its reference, tensors, sizes, the contract 
   CHECK(cuda.find("given stream") != std::string::npos);
 }
 
-TEST_CASE("completion parsing: the last complete code block; none when cut off or absent") {
+TEST_CASE("completion parsing: the last complete code block, none when cut off or absent") {
   const auto source = test::read_file(test::source_dir() / "configs" / "candidates" / "cpu" / "relu.cpp");
   const auto code = policy::extract_code("Here is my kernel.\n```cpp\n" + source + "```\nIt is fast.");
   REQUIRE(code);

@@ -41,7 +41,7 @@ TEST_CASE("log lines parse back into time, level and text") {
   CHECK_FALSE(run::parse_log_line("2024-05-01T12:00:00.123 info  no brackets", "x").has_value());
 }
 
-TEST_CASE("a multi-line message stays one entry; a continuation with nothing before it keeps the previous level") {
+TEST_CASE("a multi-line message stays one entry, a continuation with nothing before it keeps the previous level") {
   auto entries = run::parse_log_text(
       "2024-05-01T12:00:00.000 error [c] compile failed:\nline 1\nline 2\n2024-05-01T12:00:00.500 info  [c] next",
       "c");

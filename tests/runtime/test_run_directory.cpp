@@ -168,7 +168,7 @@ TEST_CASE("records must be JSON objects of their own unit") {
   CHECK(run::read_jsonl(scratch.path() / "run" / "candidates.jsonl").at(0) == nlohmann::json{{"unit", "u"}, {"k", 1}});
 }
 
-TEST_CASE("create refuses a directory in use; resume refuses one that is not a run") {
+TEST_CASE("create refuses a directory in use, resume refuses one that is not a run") {
   test::ScratchDir scratch("run-refuse");
   test::write_file(scratch.path() / "used" / "something.txt", "x");
   CHECK_THROWS_AS(RunDirectory::create(scratch.path() / "used", ""), RunError);
