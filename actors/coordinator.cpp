@@ -132,7 +132,7 @@ std::map<QueueKey, msg::EvalRequest>::iterator pick_for(CoordinatorState& st, ui
   auto unclaimed = st.eval_queue.end();
   int scanned = 0;
   for (auto it = st.eval_queue.begin(); it != st.eval_queue.end() && scanned < kWindow; ++it, ++scanned) {
-    const std::size_t h = std::hash<std::string>{}(it->second.candidate.source);
+    const std::size_t h = st.candidates.at(it->second.candidate.id).source_hash;
     if (mine.count(h)) return it;
     if (unclaimed != st.eval_queue.end()) continue;
     bool claimed = false;
@@ -154,9 +154,10 @@ void dispatch(Self self) {
     auto& waiter = st.eval_waiters.back();
     auto chosen = pick_for(st, waiter.session);
     auto& request = chosen->second;
-    st.handed[waiter.session].insert(std::hash<std::string>{}(request.candidate.source));
+    auto& trace = st.candidates.at(request.candidate.id);
+    st.handed[waiter.session].insert(trace.source_hash);
     st.evaluating[waiter.evaluator] = Holding{request.candidate.id, waiter.session};
-    st.candidates.at(request.candidate.id).dispatched_at = wall_now();
+    trace.dispatched_at = wall_now();
     waiter.promise.deliver(request);
     st.eval_waiters.pop_back();
     st.eval_queue.erase(chosen);
@@ -267,6 +268,7 @@ void pump(Self self) {
                     trace.generate_start = generated.started_at;
                     trace.generate_end = generated.finished_at;
                     trace.candidate = std::move(c);
+                    trace.source_hash = std::hash<std::string>{}(trace.candidate.source);
                     s.candidates[trace.candidate.id] = std::move(trace);
                   }
                   if (++unit.groups_generated == unit.trace.plan->groups.size()) unit.phase = Phase::running;

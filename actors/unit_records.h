@@ -18,6 +18,7 @@ struct CandidateTrace {
   std::optional<messages::CompileDone> compile;
   std::optional<messages::VerdictSummary> verdict;
   double dispatched_at = 0, received_at = 0;  // coordinator's clock: handed to the evaluator, its verdict back
+  std::size_t source_hash = 0;                // which node's cache may hold its build (cache-affine hand-out)
   double reward = 0;
   std::optional<double> advantage;  // none when the group was dropped or the mode does not train
   double scored_at = 0;

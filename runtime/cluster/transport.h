@@ -11,19 +11,9 @@
 
 #include <string>
 
+#include "cluster/network_settings.h"
+
 namespace crucible::cluster {
-
-// Mutual TLS: each side shows `certificate` (with `key`) and accepts only a peer whose certificate `ca` signed.
-struct TlsFiles {
-  std::string certificate, key, ca;
-  bool enabled() const { return !certificate.empty(); }
-};
-
-struct NetworkSettings {
-  TlsFiles tls;
-  double heartbeat_s = 1.0;
-  double connection_timeout_s = 60.0;
-};
 
 // Loads the middleman (and the OpenSSL manager with TLS) into a config before its actor system exists. Throws
 // std::invalid_argument when a TLS file cannot be read.

@@ -11,6 +11,7 @@
 
 #include "actors/evaluator.h"
 #include "cluster/join_proof.h"
+#include "cluster/transport.h"
 #include "logging/log.h"
 #include "node/actor_system_config.h"
 #include "node/eval_settings.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cluster/transport.h"
+#include "cluster/network_settings.h"
 
 namespace crucible::node {
 

@@ -1,7 +1,7 @@
 #pragma once
 // An evaluator node's log lines on their way to the run: the logging facade adds them (any thread), each heartbeat
 // takes a batch, and a batch whose heartbeat failed goes back to the front. Bounded: past `capacity` the oldest
-// lines are dropped and counted, so a node cut off for hours cannot run out of memory.
+// lines are dropped, so a node cut off for hours cannot run out of memory.
 #include <cstddef>
 #include <deque>
 #include <mutex>
@@ -33,19 +33,13 @@ class LogOutbox {
     lines_.insert(lines_.begin(), std::make_move_iterator(lines.begin()), std::make_move_iterator(lines.end()));
     trim();
   }
-  std::size_t dropped() const {
-    std::lock_guard lock(mutex_);
-    return dropped_;
-  }
-
  private:
   void trim() {
-    while (lines_.size() > capacity_) lines_.pop_front(), ++dropped_;
+    while (lines_.size() > capacity_) lines_.pop_front();
   }
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::deque<messages::LogLine> lines_;
   std::size_t capacity_;
-  std::size_t dropped_ = 0;
 };
 
 }  // namespace crucible::node

@@ -35,12 +35,6 @@ namespace crucible::node {
 namespace fs = std::filesystem;
 namespace {
 
-std::string backend_of(const experiment::Experiment& e) { return e.eval.backend; }
-
-eval::EvalOptions eval_options(const experiment::Experiment& e, const std::string& device) {
-  return node::eval_options(eval_settings(e), device);
-}
-
 // The door for evaluator nodes, published on [cluster] listen. Throws std::runtime_error when it cannot listen.
 actors::gateway_actor open_gateway(caf::actor_system& system, const experiment::Experiment& e, actors::coordinator_actor coordinator,
                          uint64_t seed, bool last_run, const std::vector<eval::TaskSpec>& tasks,
@@ -69,18 +63,18 @@ std::unique_ptr<policy::Policy> make_policy(const experiment::Experiment& e, uin
   if (e.policy.kind == "libtorch") {
     policy::LmPolicySetup s;
     s.config = e.policy;
-    s.backend = backend_of(e);
+    s.backend = e.eval.backend;
     s.state_dir = seed_dir / "policy";
     s.per_task_adapters = e.mode == experiment::Mode::ttt;
     s.seed = seed;
     return std::make_unique<policy::LmPolicy>(std::move(s));
   }
   if (e.policy.kind == "replay")
-    return std::make_unique<policy::ReplayPolicy>(e.policy.replay_dir, backend_of(e) == "cuda" ? "cu" : "cpp");
+    return std::make_unique<policy::ReplayPolicy>(e.policy.replay_dir, e.eval.backend == "cuda" ? "cu" : "cpp");
   policy::SearchPolicyOptions o;
   o.learning_rate = e.policy.learning_rate;
   o.temperature = e.policy.temperature;
-  o.backend = backend_of(e);
+  o.backend = e.eval.backend;
   return std::make_unique<policy::SearchPolicy>(seed, o);
 }
 
@@ -150,7 +144,7 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
   setup.committed = committed;
   setup.compile_device = e.eval.devices.empty() ? "" : e.eval.devices.front();
   setup.compile_locally = !e.eval.devices.empty();
-  setup.source_extension = backend_of(e) == "cuda" ? "cu" : "cpp";
+  setup.source_extension = e.eval.backend == "cuda" ? "cu" : "cpp";
   setup.generator = generator;
   setup.normalizer = normalizer;
   setup.optimizer = optimizer;
@@ -164,16 +158,17 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
   // One compiler per core, less the cores CPU evaluators time candidates on: a compile sharing a core with a
   // timed call would slow it down and corrupt its reward.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int cpu_evaluators = backend_of(e) == "cpu" ? static_cast<int>(e.eval.devices.size()) : 0;
+  const int cpu_evaluators = e.eval.backend == "cpu" ? static_cast<int>(e.eval.devices.size()) : 0;
   const int compile_workers = e.eval.devices.empty()        ? 0
                               : e.eval.compile_workers > 0 ? e.eval.compile_workers
                                                            : std::max(1, cores - cpu_evaluators);
+  const auto settings = eval_settings(e);
   for (int i = 0; i < compile_workers; ++i)
-    system.spawn<caf::detached>(actors::compile_worker, coordinator, front, eval_options(e, setup.compile_device), i);
+    system.spawn<caf::detached>(actors::compile_worker, coordinator, front, eval_options(settings, setup.compile_device), i);
   for (const auto& device : e.eval.devices) {
     auto s = std::make_shared<actors::EvaluatorSetup>();
     s->device = device;
-    s->options = eval_options(e, device);
+    s->options = eval_options(settings, device);
     s->tasks = by_name;
     s->leases = leases;
     system.spawn<caf::detached>(actors::evaluator, coordinator, s);
@@ -216,7 +211,7 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
 
 std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
   auto tasks = experiment::resolve_tasks(e);
-  const std::string backend = backend_of(e);
+  const std::string backend = e.eval.backend;
   for (const auto& d : e.eval.devices)
     if ((d == "cpu") != (backend == "cpu"))
       e.fail("eval.devices", "mix of cpu and cuda devices: a candidate is written for one");
