@@ -2,6 +2,7 @@
 
 #include <caf/blocking_actor.hpp>
 
+#include "crucible/eval/utf8_text.h"
 #include "logging/log.h"
 
 namespace crucible::actors {
@@ -27,7 +28,7 @@ void compile_worker(caf::blocking_actor* self, coordinator_actor coordinator, st
                 done.hash = result.hash;
                 done.log = result.log;
               } catch (const std::exception& e) {
-                done.log = std::string("compiler pool: ") + e.what();
+                done.log = eval::valid_utf8(std::string("compiler pool: ") + e.what());
               }
               done.finished_at = wall_now();
               log.debug("worker ", index, ": candidate ", done.candidate_id, done.ok ? " built" : " failed",

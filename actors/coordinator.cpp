@@ -2,70 +2,47 @@
 
 #include <caf/all.hpp>
 
-#include <algorithm>
 #include <map>
-#include <memory>
 #include <set>
-#include <unordered_set>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
 #include "actors/unit_records.h"
+#include "coordinator/unit_pipeline.h"
+#include "coordinator/work_queue.h"
 #include "logging/log.h"
+#include "messages/cluster_error.h"
 #include "run/node_logs.h"
 
 namespace crucible::actors {
 namespace {
 
-enum class Phase { waiting, generating, running, training, committing, committed };
+namespace core = crucible::coordinator;
+using msg::cluster_error;
 
-struct UnitState {
-  Phase phase = Phase::waiting;
-  std::size_t groups_generated = 0, groups_scored = 0;
-  std::map<uint64_t, std::vector<uint64_t>> group_candidates;  // group -> candidate ids in sample order
-  UnitTrace trace;
-  std::string snapshot;
-};
-
-// Work waits in order of its unit, so the oldest unit (the one training and commits wait for) goes first.
-using QueueKey = std::pair<std::size_t, uint64_t>;  // unit index, candidate id
-
-// A node whose evaluators may pull work: the coordinator's own (session 0) or one a gateway admitted.
-struct NodeState {
-  std::string name;
-  caf::node_id node;
-  bool live = true;
-};
-
-struct Holding {
-  uint64_t candidate = 0;
-  uint64_t session = 0;
-};
-
+// What decides lives in core::UnitPipeline and core::WorkQueue; this state holds what only an actor can: handles,
+// promises, and the candidates' traces that become their records.
 struct CoordinatorState {
   CoordinatorSetup setup;
-  std::vector<UnitState> units;
+  std::unique_ptr<core::UnitPipeline> pipeline;
+  core::WorkQueue work;
+  core::CompileQueue compiles;
+  std::vector<UnitTrace> units;
+  std::vector<std::string> snapshots;
   std::map<uint64_t, CandidateTrace> candidates;
-  std::map<uint64_t, std::size_t> unit_of;  // candidate id -> unit index
-  std::map<QueueKey, msg::CompileRequest> compile_queue;
-  std::map<QueueKey, msg::EvalRequest> eval_queue;
-  std::vector<caf::typed_response_promise<msg::CompileRequest>> compile_waiters;
-  struct EvalWaiter {
-    caf::actor_addr evaluator;
-    uint64_t session = 0;
-    caf::typed_response_promise<msg::EvalRequest> promise;
-  };
-  std::vector<EvalWaiter> eval_waiters;
-  std::set<caf::actor_addr> monitored;
-  std::map<caf::actor_addr, Holding> evaluating;  // evaluator -> what it holds, re-queued if it or its node is lost
-  std::map<uint64_t, NodeState> nodes;            // by session
-  // Which sources (by hash) each node was handed: a node compiles into its own cache, so a repeated source goes
-  // where it was compiled before and the nodes' caches do not all fill with the same builds.
-  std::map<uint64_t, std::unordered_set<std::size_t>> handed;
+  // Pullers by the core's numbering: evaluators (and the sessions they pull under) and compile workers.
+  std::map<caf::actor_addr, core::EvaluatorId> ids;
+  std::map<core::EvaluatorId, caf::typed_response_promise<msg::EvalRequest>> eval_waiters;
+  std::map<core::EvaluatorId, caf::typed_response_promise<msg::CompileRequest>> compile_waiters;
+  std::map<core::EvaluatorId, caf::actor_addr> addresses;
+  std::set<core::EvaluatorId> monitored;
+  std::map<core::SessionId, caf::node_id> session_nodes;
+  core::EvaluatorId next_id = 1;
   caf::typed_response_promise<msg::RunOutcome> outcome;
   bool started = false, finished = false;
   double start_time = 0;
-  std::size_t committed_now = 0, candidates_done = 0;
+  std::size_t candidates_done = 0;
   uint64_t policy_version = 0;
   log::Logger log{"coordinator"};
   static inline const char* name = "coordinator";
@@ -73,13 +50,51 @@ struct CoordinatorState {
 
 using Self = coordinator_actor::stateful_pointer<CoordinatorState>;
 
-bool unit_done(const CoordinatorState& st, int index) {
-  return index < 0 || st.units[static_cast<std::size_t>(index)].phase == Phase::committed;
+void decide(Self self, const std::vector<core::Decision>& decisions);
+
+core::EvaluatorId id_of(Self self, const caf::actor_addr& addr) {
+  auto& st = self->state;
+  auto [it, fresh] = st.ids.emplace(addr, st.next_id);
+  if (fresh) st.addresses[st.next_id++] = addr;
+  return it->second;
 }
 
-void pump(Self self);
-void record_verdict(Self self, msg::VerdictSummary& verdict);
-msg::VerdictSummary parse_error_verdict(const msg::Candidate& c, double at);
+caf::error refusal(core::Refusal why) {
+  return why == core::Refusal::run_over ? caf::make_error(cluster_error::run_over, "the run is over")
+                                        : caf::make_error(cluster_error::session_lost, "session lost");
+}
+
+// Carries out the work queues' decisions: candidates to the evaluators that wait for them, refusals to the others.
+void deliver(Self self, const core::Decisions& d) {
+  auto& st = self->state;
+  for (const auto& a : d.assign) {
+    auto& trace = st.candidates.at(a.candidate);
+    trace.dispatched_at = wall_now();
+    st.eval_waiters.at(a.evaluator).deliver(msg::EvalRequest{trace.candidate});
+    st.eval_waiters.erase(a.evaluator);
+  }
+  for (const auto& r : d.refuse) {
+    if (auto w = st.eval_waiters.find(r.evaluator); w != st.eval_waiters.end()) {
+      w->second.deliver(refusal(r.why));
+      st.eval_waiters.erase(w);
+    }
+  }
+}
+
+void deliver_compiles(Self self, const core::Decisions& d) {
+  auto& st = self->state;
+  for (const auto& a : d.assign) {
+    const auto& c = st.candidates.at(a.candidate).candidate;
+    st.compile_waiters.at(a.evaluator).deliver(msg::CompileRequest{c.id, c.source, st.setup.compile_device});
+    st.compile_waiters.erase(a.evaluator);
+  }
+  for (const auto& r : d.refuse) {
+    if (auto w = st.compile_waiters.find(r.evaluator); w != st.compile_waiters.end()) {
+      w->second.deliver(refusal(r.why));
+      st.compile_waiters.erase(w);
+    }
+  }
+}
 
 void finish(Self self, bool ok, const std::string& message) {
   auto& st = self->state;
@@ -88,14 +103,11 @@ void finish(Self self, bool ok, const std::string& message) {
   msg::RunOutcome out;
   out.ok = ok;
   out.message = message;
-  for (const auto& u : st.units) out.units_committed += u.phase == Phase::committed;
+  out.units_committed = st.pipeline->committed_count();
   out.candidates = st.candidates_done;
   (ok ? st.log.info("run finished: ", message) : st.log.error("run stopped: ", message));
-  const auto over = caf::make_error(caf::sec::request_receiver_down, "the run is over");
-  for (auto& w : st.compile_waiters) w.deliver(over);
-  for (auto& w : st.eval_waiters) w.promise.deliver(over);
-  st.compile_waiters.clear();
-  st.eval_waiters.clear();
+  deliver(self, st.work.close());
+  deliver_compiles(self, st.compiles.close());
   st.outcome.deliver(std::move(out));
   self->quit();
 }
@@ -108,211 +120,26 @@ bool from_here(Self self) {
 
 void cluster_event(Self self, nlohmann::json event) {
   event["at"] = wall_now();
-  self->send(self->state.setup.telemetry, msg::ClusterEvent{event.dump()});
+  self->send(self->state.setup.telemetry, msg::ClusterEvent{event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
 }
 
-void requeue(Self self, uint64_t candidate) {
-  auto& s = self->state;
-  if (auto u = s.unit_of.find(candidate); u != s.unit_of.end() && !s.candidates.at(candidate).verdict) {
-    const auto& c = s.candidates.at(candidate).candidate;
-    s.eval_queue[{u->second, c.id}] = msg::EvalRequest{c, "", "", 0};
-  }
-}
-
-void forget_waiters(Self self, const caf::actor_addr& evaluator) {
-  auto& w = self->state.eval_waiters;
-  w.erase(std::remove_if(w.begin(), w.end(), [&](const auto& x) { return x.evaluator == evaluator; }), w.end());
-}
-
-// The queued candidate for an evaluator of `session`: among the oldest few, one whose source that node already has
-// compiled, else one no other live node has, else the oldest. Units stay in order: the window is small.
-std::map<QueueKey, msg::EvalRequest>::iterator pick_for(CoordinatorState& st, uint64_t session) {
-  constexpr int kWindow = 64;
-  auto& mine = st.handed[session];
-  auto unclaimed = st.eval_queue.end();
-  int scanned = 0;
-  for (auto it = st.eval_queue.begin(); it != st.eval_queue.end() && scanned < kWindow; ++it, ++scanned) {
-    const std::size_t h = st.candidates.at(it->second.candidate.id).source_hash;
-    if (mine.count(h)) return it;
-    if (unclaimed != st.eval_queue.end()) continue;
-    bool claimed = false;
-    for (const auto& [other, hashes] : st.handed)
-      if (other != session && st.nodes.count(other) && st.nodes.at(other).live && hashes.count(h)) claimed = true;
-    if (!claimed) unclaimed = it;
-  }
-  return unclaimed != st.eval_queue.end() ? unclaimed : st.eval_queue.begin();
-}
-
-void dispatch(Self self) {
-  auto& st = self->state;
-  while (!st.compile_waiters.empty() && !st.compile_queue.empty()) {
-    st.compile_waiters.back().deliver(std::move(st.compile_queue.begin()->second));
-    st.compile_waiters.pop_back();
-    st.compile_queue.erase(st.compile_queue.begin());
-  }
-  while (!st.eval_waiters.empty() && !st.eval_queue.empty()) {
-    auto& waiter = st.eval_waiters.back();
-    auto chosen = pick_for(st, waiter.session);
-    auto& request = chosen->second;
-    auto& trace = st.candidates.at(request.candidate.id);
-    st.handed[waiter.session].insert(trace.source_hash);
-    st.evaluating[waiter.evaluator] = Holding{request.candidate.id, waiter.session};
-    trace.dispatched_at = wall_now();
-    waiter.promise.deliver(request);
-    st.eval_waiters.pop_back();
-    st.eval_queue.erase(chosen);
-  }
-}
-
-std::vector<const CandidateTrace*> traces_of(const CoordinatorState& st, const UnitState& u) {
+std::vector<const CandidateTrace*> traces_of(const CoordinatorState& st, std::size_t unit) {
   std::vector<const CandidateTrace*> out;
-  for (const auto& [group, ids] : u.group_candidates)
-    for (uint64_t id : ids) out.push_back(&st.candidates.at(id));
+  for (uint64_t id : st.pipeline->candidates(unit)) out.push_back(&st.candidates.at(id));
   return out;
 }
 
-void commit(Self self, std::size_t index) {
-  auto& st = self->state;
-  auto& u = st.units[index];
-  u.phase = Phase::committing;
-  u.trace.committed_at = wall_now();
-  if (!u.trace.plan->train) u.trace.policy_version_after = st.policy_version;
-  auto traces = traces_of(st, u);
-  for (const auto* t : traces)
-    self->send(st.setup.telemetry, msg::CandidateRecord{u.trace.plan->name, t->candidate.source,
-                                                         st.setup.source_extension, candidate_record_json(*t, u.trace)});
-  std::size_t done = 1;
-  for (const auto& other : st.units) done += other.phase == Phase::committed;
-  st.candidates_done += traces.size();
-  const auto metrics = unit_metrics(traces);
-  msg::CommitUnit request{u.trace.plan->name, unit_metrics_json(u.trace, traces, metrics), u.snapshot,
-                          progress_line(st.setup.mode, u.trace, metrics, done, st.units.size(),
-                                        wall_now() - st.start_time, st.candidates_done)};
-  self->request(st.setup.telemetry, caf::infinite, std::move(request))
-      .then(
-          [=](committed_atom) {
-            auto& s = self->state;
-            s.units[index].phase = Phase::committed;
-            ++s.committed_now;
-            // Candidates of a committed unit are no longer needed in memory.
-            for (const auto& [group, ids] : s.units[index].group_candidates)
-              for (uint64_t id : ids) s.candidates.erase(id), s.unit_of.erase(id);
-            pump(self);
-          },
-          [=](caf::error& e) { finish(self, false, "commit of " + self->state.units[index].trace.plan->name +
-                                                       " failed: " + to_string(e)); });
-}
-
-void train(Self self, std::size_t index) {
-  auto& st = self->state;
-  auto& u = st.units[index];
-  u.phase = Phase::training;
-  msg::TrainBatch batch;
-  batch.unit = u.trace.plan->name;
-  batch.step = u.trace.plan->step;
-  for (const auto* t : traces_of(st, u)) {
-    if (!t->advantage) continue;  // dropped group
-    batch.samples.push_back({t->candidate.id, t->candidate.policy_version, t->candidate.task, t->candidate.tokens,
-                             t->candidate.logprobs, t->reward, *t->advantage});
-  }
-  u.trace.train_start = wall_now();
-  self->request(st.setup.optimizer, caf::infinite, std::move(batch))
-      .then(
-          [=](msg::PolicyPublished& published) {
-            auto& s = self->state;
-            auto& unit = s.units[index];
-            unit.trace.train_end = wall_now();
-            unit.trace.policy_version_after = published.version;
-            unit.trace.train_metrics = published.metrics;
-            s.policy_version = published.version;
-            unit.snapshot = published.snapshot;
-            self->send(s.setup.generator, std::move(published));
-            commit(self, index);
-          },
-          [=](caf::error& e) {
-            finish(self, false, "training on " + self->state.units[index].trace.plan->name + " failed: " + to_string(e));
-          });
-}
-
-// Each unit moves on as soon as its dependencies allow: generation after `generate_after` is committed, training
-// after `train_after` is committed (so updates apply in order), commit right after training (or scoring).
-void pump(Self self) {
-  auto& st = self->state;
-  if (st.finished) return;
-  bool all_committed = true;
-  for (std::size_t i = 0; i < st.units.size(); ++i) {
-    auto& u = st.units[i];
-    const auto& plan = *u.trace.plan;
-    all_committed = all_committed && u.phase == Phase::committed;
-    if (u.phase == Phase::waiting && unit_done(st, plan.generate_after)) {
-      u.phase = Phase::generating;
-      for (const auto& g : plan.groups) {
-        msg::GenerateRequest request{plan.name, plan.step, g.task, g.group, g.n, g.group * 100000};
-        self->request(st.setup.generator, caf::infinite, std::move(request))
-            .then(
-                [=](msg::Generated& generated) {
-                  auto& s = self->state;
-                  auto& unit = s.units[i];
-                  auto& ids = unit.group_candidates[g.group];
-                  std::vector<msg::VerdictSummary> unparsed;
-                  for (auto& c : generated.candidates) {
-                    ids.push_back(c.id);
-                    s.unit_of[c.id] = i;
-                    if (!c.parse_error.empty())
-                      unparsed.push_back(parse_error_verdict(c, generated.finished_at));
-                    else if (s.setup.compile_locally)
-                      s.compile_queue[{i, c.id}] = msg::CompileRequest{c.id, c.source, s.setup.compile_device};
-                    else  // compiled where it runs, for that node's architecture
-                      s.eval_queue[{i, c.id}] = msg::EvalRequest{c, "", "", 0};
-                    CandidateTrace trace;
-                    trace.generate_start = generated.started_at;
-                    trace.generate_end = generated.finished_at;
-                    trace.candidate = std::move(c);
-                    trace.source_hash = std::hash<std::string>{}(trace.candidate.source);
-                    s.candidates[trace.candidate.id] = std::move(trace);
-                  }
-                  if (++unit.groups_generated == unit.trace.plan->groups.size()) unit.phase = Phase::running;
-                  // After the whole group is known: a group of parse failures is complete at once.
-                  for (auto& v : unparsed) record_verdict(self, v);
-                  dispatch(self);
-                },
-                [=](caf::error& e) { finish(self, false, "generation for " + plan.name + " failed: " + to_string(e)); });
-      }
-    }
-    if (u.phase == Phase::running && u.groups_scored == plan.groups.size() && unit_done(st, plan.train_after)) {
-      if (plan.train) train(self, i);
-      else commit(self, i);
-    }
-  }
-  if (all_committed) finish(self, true, std::to_string(st.committed_now) + " units committed");
-}
-
-void on_group_complete(Self self, std::size_t index, uint64_t group) {
-  auto& st = self->state;
-  auto& u = st.units[index];
-  msg::ScoreRequest request;
-  request.unit = u.trace.plan->name;
-  request.group = group;
-  const auto& ids = u.group_candidates.at(group);
-  request.task = st.candidates.at(ids.front()).candidate.task;
-  for (uint64_t id : ids) request.verdicts.push_back(*st.candidates.at(id).verdict);
-  self->request(st.setup.normalizer, caf::infinite, std::move(request))
-      .then(
-          [=](msg::ScoredGroup& scored) {
-            auto& s = self->state;
-            auto& unit = s.units[index];
-            const auto& members = unit.group_candidates.at(group);
-            const double now = wall_now();
-            for (std::size_t k = 0; k < members.size(); ++k) {
-              auto& t = s.candidates.at(members[k]);
-              t.reward = scored.rewards.at(k);
-              if (!scored.advantages.empty() && unit.trace.plan->train) t.advantage = scored.advantages.at(k);
-              t.scored_at = now;
-            }
-            ++unit.groups_scored;
-            pump(self);
-          },
-          [=](caf::error& e) { finish(self, false, "scoring failed: " + to_string(e)); });
+// A verdict made by the evaluator's own side because something failed around the candidate, not in it: it must not
+// stop the run, and it is visible in the record.
+msg::VerdictSummary evaluator_error(const msg::Candidate& c, const std::string& what) {
+  eval::Verdict v;
+  v.task = c.task;
+  v.status = eval::Status::runtime_error;
+  v.reasons.push_back({"evaluator_error", what});
+  auto summary = msg::summarize(c.id, v);
+  summary.device = "coordinator";
+  summary.started_at = summary.finished_at = wall_now();
+  return summary;
 }
 
 // A reply with no usable source is judged here, without a compile or an evaluator: it is the policy's failure.
@@ -327,18 +154,169 @@ msg::VerdictSummary parse_error_verdict(const msg::Candidate& c, double at) {
   return summary;
 }
 
-void record_verdict(Self self, msg::VerdictSummary& verdict) {
+void record_verdict(Self self, msg::VerdictSummary verdict) {
   auto& st = self->state;
-  auto where = st.unit_of.find(verdict.candidate_id);
-  if (where == st.unit_of.end()) return;  // a duplicate after a re-queue
-  auto& trace = st.candidates.at(verdict.candidate_id);
-  if (trace.verdict) return;
-  const uint64_t group = trace.candidate.group;
-  trace.verdict = std::move(verdict);
-  const auto& members = st.units[where->second].group_candidates.at(group);
-  bool complete = true;
-  for (uint64_t id : members) complete = complete && st.candidates.at(id).verdict.has_value();
-  if (complete) on_group_complete(self, where->second, group);
+  auto trace = st.candidates.find(verdict.candidate_id);
+  if (trace == st.candidates.end() || st.pipeline->judged_already(verdict.candidate_id)) return;
+  trace->second.verdict = std::move(verdict);
+  decide(self, st.pipeline->judged(trace->first));
+}
+
+void on_generated(Self self, std::size_t unit, uint64_t group, msg::Generated& generated) {
+  auto& st = self->state;
+  std::vector<uint64_t> ids;
+  for (auto& c : generated.candidates) {
+    ids.push_back(c.id);
+    CandidateTrace trace;
+    trace.generate_start = generated.started_at;
+    trace.generate_end = generated.finished_at;
+    trace.candidate = std::move(c);
+    trace.source_hash = std::hash<std::string>{}(trace.candidate.source);
+    st.candidates[trace.candidate.id] = std::move(trace);
+  }
+  decide(self, st.pipeline->generated(unit, group, ids));
+  for (uint64_t id : ids) {
+    const auto& trace = st.candidates.at(id);
+    if (!trace.candidate.parse_error.empty())  // after the whole group is known: it may be complete at once
+      record_verdict(self, parse_error_verdict(trace.candidate, generated.finished_at));
+    else if (st.setup.compile_locally)
+      deliver_compiles(self, st.compiles.offer(unit, id));
+    else  // compiled where it runs, for that node's architecture
+      deliver(self, st.work.offer(unit, id, trace.source_hash));
+  }
+}
+
+void generate(Self self, std::size_t unit) {
+  auto& st = self->state;
+  const auto& plan = st.pipeline->plan(unit);
+  for (const auto& g : plan.groups) {
+    const uint64_t group = g.group;
+    self->request(st.setup.generator, caf::infinite,
+                  msg::GenerateRequest{plan.name, plan.step, g.task, g.group, g.n, g.group * 100000})
+        .then([=](msg::Generated& generated) { on_generated(self, unit, group, generated); },
+              [=](caf::error& e) {
+                finish(self, false, "generation for " + self->state.pipeline->plan(unit).name + " failed: " +
+                                        self->system().render(e));
+              });
+  }
+}
+
+void score(Self self, std::size_t unit, uint64_t group) {
+  auto& st = self->state;
+  msg::ScoreRequest request;
+  request.unit = st.pipeline->plan(unit).name;
+  request.group = group;
+  const auto& ids = st.pipeline->group(unit, group);
+  request.task = st.candidates.at(ids.front()).candidate.task;
+  for (uint64_t id : ids) request.verdicts.push_back(*st.candidates.at(id).verdict);
+  self->request(st.setup.normalizer, caf::infinite, std::move(request))
+      .then(
+          [=](msg::ScoredGroup& scored) {
+            auto& s = self->state;
+            const auto& members = s.pipeline->group(unit, group);
+            const bool trains = s.pipeline->plan(unit).train;
+            const double now = wall_now();
+            for (std::size_t k = 0; k < members.size(); ++k) {
+              auto& t = s.candidates.at(members[k]);
+              t.reward = scored.rewards.at(k);
+              if (!scored.advantages.empty() && trains) t.advantage = scored.advantages.at(k);
+              t.scored_at = now;
+            }
+            decide(self, s.pipeline->scored(unit, group));
+          },
+          [=](caf::error& e) { finish(self, false, "scoring failed: " + self->system().render(e)); });
+}
+
+void train(Self self, std::size_t unit) {
+  auto& st = self->state;
+  msg::TrainBatch batch;
+  batch.unit = st.pipeline->plan(unit).name;
+  batch.step = st.pipeline->plan(unit).step;
+  for (const auto* t : traces_of(st, unit)) {
+    if (!t->advantage) continue;  // dropped group
+    batch.samples.push_back({t->candidate.id, t->candidate.policy_version, t->candidate.task, t->candidate.tokens,
+                             t->candidate.logprobs, t->reward, *t->advantage});
+  }
+  st.units[unit].train_start = wall_now();
+  self->request(st.setup.optimizer, caf::infinite, std::move(batch))
+      .then(
+          [=](msg::PolicyPublished& published) {
+            auto& s = self->state;
+            auto& trace = s.units[unit];
+            trace.train_end = wall_now();
+            trace.policy_version_after = published.version;
+            trace.train_metrics = published.metrics;
+            s.policy_version = published.version;
+            s.snapshots[unit] = published.snapshot;
+            self->send(s.setup.generator, std::move(published));
+            decide(self, s.pipeline->trained(unit));
+          },
+          [=](caf::error& e) {
+            finish(self, false,
+                   "training on " + self->state.pipeline->plan(unit).name + " failed: " + self->system().render(e));
+          });
+}
+
+// The candidate's record; should building it fail, the failure is the candidate's recorded result.
+std::string record_of(Self self, CandidateTrace& trace, const UnitTrace& unit) {
+  try {
+    return candidate_record_json(trace, unit);
+  } catch (const std::exception& e) {
+    self->state.log.error("candidate ", trace.candidate.id, ": its record failed (", e.what(), "); recorded as evaluator_error");
+    trace.verdict = evaluator_error(trace.candidate, std::string("record failed: ") + e.what());
+    return candidate_record_json(trace, unit);
+  }
+}
+
+void commit(Self self, std::size_t unit) {
+  auto& st = self->state;
+  auto& u = st.units[unit];
+  u.committed_at = wall_now();
+  if (!u.plan->train) u.policy_version_after = st.policy_version;
+  for (uint64_t id : st.pipeline->candidates(unit)) {
+    auto& t = st.candidates.at(id);
+    self->send(st.setup.telemetry,
+               msg::CandidateRecord{u.plan->name, t.candidate.source, st.setup.source_extension, record_of(self, t, u)});
+  }
+  auto traces = traces_of(st, unit);
+  st.candidates_done += traces.size();
+  const auto metrics = unit_metrics(traces);
+  msg::CommitUnit request{u.plan->name, unit_metrics_json(u, traces, metrics), st.snapshots[unit],
+                          progress_line(st.setup.mode, u, metrics, st.pipeline->committed_count() + 1,
+                                        st.pipeline->size(), wall_now() - st.start_time, st.candidates_done)};
+  self->request(st.setup.telemetry, caf::infinite, std::move(request))
+      .then(
+          [=](committed_atom) {
+            auto& s = self->state;
+            const auto ids = s.pipeline->candidates(unit);
+            auto next = s.pipeline->committed(unit);
+            for (uint64_t id : ids) s.candidates.erase(id);  // no longer needed in memory
+            decide(self, next);
+          },
+          [=](caf::error& e) {
+            finish(self, false,
+                   "commit of " + self->state.pipeline->plan(unit).name + " failed: " + self->system().render(e));
+          });
+}
+
+void decide(Self self, const std::vector<core::Decision>& decisions) {
+  auto& st = self->state;
+  for (const auto& d : decisions) {
+    if (st.finished) return;
+    if (auto* g = std::get_if<core::Generate>(&d)) generate(self, g->unit);
+    else if (auto* s = std::get_if<core::Score>(&d)) score(self, s->unit, s->group);
+    else if (auto* t = std::get_if<core::Train>(&d)) train(self, t->unit);
+    else if (auto* c = std::get_if<core::Commit>(&d)) commit(self, c->unit);
+    else finish(self, true, std::to_string(st.pipeline->committed_count() - st.pipeline->committed_before()) +
+                                " units committed");
+  }
+}
+
+std::string node_of_sender(Self self) {
+  const auto& sender = self->current_sender();
+  for (const auto& [session, node] : self->state.session_nodes)
+    if (sender && node == sender->node()) return self->state.work.node_name(session);
+  return sender && sender->node() == self->node() ? run::kLocalNode : "an unknown node";
 }
 
 }  // namespace
@@ -347,23 +325,32 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
   return system.spawn([setup = std::move(setup)](Self self) mutable -> coordinator_actor::behavior_type {
     auto& st = self->state;
     st.setup = std::move(setup);
-    st.units.resize(st.setup.units.size());
-    for (std::size_t i = 0; i < st.units.size(); ++i) {
-      st.units[i].trace.plan = &st.setup.units[i];
-      if (st.setup.committed.count(st.setup.units[i].name)) st.units[i].phase = Phase::committed;
-    }
-    st.nodes[0] = NodeState{run::kLocalNode, self->node(), true};
+    st.pipeline = std::make_unique<core::UnitPipeline>(st.setup.units, st.setup.committed);
+    st.units.resize(st.pipeline->size());
+    st.snapshots.resize(st.pipeline->size());
+    for (std::size_t i = 0; i < st.units.size(); ++i) st.units[i].plan = &st.pipeline->plan(i);
+    st.session_nodes[core::kLocalSession] = self->node();
+    // A handler that throws ends the run with a message instead of leaving its caller waiting for ever.
+    self->set_exception_handler([=](std::exception_ptr& error) -> caf::error {
+      std::string what = "unknown exception";
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      finish(self, false, "the coordinator failed: " + what);
+      return caf::make_error(caf::sec::runtime_error, what);
+    });
     // An evaluator that dies mid-candidate (not a candidate's crash: those end in a verdict) gives its work back.
     self->set_down_handler([=](caf::down_msg& down) {
       auto& s = self->state;
-      forget_waiters(self, down.source);
-      auto it = s.evaluating.find(down.source);
-      if (it == s.evaluating.end()) return;
-      s.log.warn("an evaluator of node ", s.nodes[it->second.session].name, " went down holding candidate ",
-                 it->second.candidate, "; re-queued");
-      requeue(self, it->second.candidate);
-      s.evaluating.erase(it);
-      dispatch(self);
+      auto id = s.ids.find(down.source);
+      if (id == s.ids.end()) return;
+      s.eval_waiters.erase(id->second);
+      auto d = s.work.evaluator_down(id->second);
+      for (auto c : d.requeued) s.log.warn("an evaluator went down holding candidate ", c, "; re-queued");
+      deliver(self, d);
     });
     return {
         [=](run_atom) -> caf::result<msg::RunOutcome> {
@@ -373,80 +360,73 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
           if (!s.started) {
             s.started = true;
             s.start_time = wall_now();
-            s.log.info("run of ", s.units.size(), " units (", s.setup.committed.size(), " already committed)");
-            pump(self);
+            s.log.info("run of ", s.pipeline->size(), " units (", s.pipeline->committed_before(), " already committed)");
+            decide(self, s.pipeline->start());
           }
           return s.outcome;
         },
         [=](pull_compile_atom) -> caf::result<msg::CompileRequest> {
           auto& s = self->state;
           if (!from_here(self)) return caf::make_error(caf::sec::unexpected_message);
-          if (s.finished) return caf::make_error(caf::sec::request_receiver_down, "the run is over");
+          if (s.finished) return refusal(core::Refusal::run_over);
+          const auto id = id_of(self, caf::actor_cast<caf::actor_addr>(self->current_sender()));
           auto promise = self->make_response_promise<msg::CompileRequest>();
-          s.compile_waiters.push_back(promise);
-          dispatch(self);
+          s.compile_waiters[id] = promise;
+          deliver_compiles(self, s.compiles.pull(id));
           return promise;
         },
         [=](pull_eval_atom, std::string& device, uint64_t session) -> caf::result<msg::EvalRequest> {
           auto& s = self->state;
-          if (s.finished) return caf::make_error(caf::sec::request_receiver_down, "the run is over");
+          if (s.finished) return refusal(core::Refusal::run_over);
           // Before the promise: making it takes the sender out of the current message.
           auto sender = self->current_sender();
-          auto node = s.nodes.find(session);
-          if (!sender || node == s.nodes.end() || !node->second.live || node->second.node != sender->node())
-            return caf::make_error(caf::sec::request_receiver_down,
-                                   "session " + std::to_string(session) + " is not part of this run");
-          auto evaluator = caf::actor_cast<caf::actor_addr>(sender);
-          // Verdicts come before the next pull on the same connection: an evaluator that pulls while holding a
-          // candidate never got it (its pull timed out as the candidate was on its way).
-          if (auto held = s.evaluating.find(evaluator); held != s.evaluating.end()) {
-            s.log.debug("candidate ", held->second.candidate, " did not reach its evaluator; re-queued");
-            requeue(self, held->second.candidate);
-            s.evaluating.erase(held);
-          }
-          forget_waiters(self, evaluator);
+          auto node = s.session_nodes.find(session);
+          if (!sender || node == s.session_nodes.end() || node->second != sender->node())
+            return caf::make_error(cluster_error::session_unknown, "session " + std::to_string(session));
+          const auto addr = caf::actor_cast<caf::actor_addr>(sender);
+          const auto id = id_of(self, addr);
+          if (s.monitored.insert(id).second) self->monitor(sender);
           auto promise = self->make_response_promise<msg::EvalRequest>();
-          if (s.monitored.insert(evaluator).second) self->monitor(sender);
-          s.eval_waiters.push_back({evaluator, session, promise});
-          s.log.debug("evaluator on ", node->second.name, "/", device, " is free");
-          dispatch(self);
+          s.eval_waiters[id] = promise;
+          s.log.debug("evaluator on ", s.work.node_name(session), "/", device, " is free");
+          auto d = s.work.pull(id, session);
+          for (auto c : d.requeued) s.log.debug("candidate ", c, " did not reach its evaluator; re-queued");
+          deliver(self, d);
           return promise;
         },
         [=](msg::CompileDone& done) {
           auto& s = self->state;
           if (!from_here(self)) return;
-          auto where = s.unit_of.find(done.candidate_id);
-          if (where == s.unit_of.end()) return;
-          auto& trace = s.candidates.at(done.candidate_id);
-          trace.compile = done;
-          // Failed builds go on to the evaluator too: the cache holds the failure, so the verdict
-          // (compile_error with the compiler's log) is written by the same code as every other verdict.
-          s.eval_queue[{where->second, done.candidate_id}] = msg::EvalRequest{trace.candidate, "", "", 0};
-          dispatch(self);
+          auto trace = s.candidates.find(done.candidate_id);
+          auto unit = s.pipeline->unit_of(done.candidate_id);
+          if (trace == s.candidates.end() || !unit) return;
+          trace->second.compile = done;
+          // Failed builds go on to the evaluator too: the cache holds the failure, so the verdict (compile_error
+          // with the compiler's log) is written by the same code as every other verdict.
+          deliver(self, s.work.offer(*unit, done.candidate_id, trace->second.source_hash));
         },
         [=](msg::VerdictSummary& verdict) {
           auto& s = self->state;
-          const auto& sender = self->current_sender();
-          auto held = s.evaluating.find(caf::actor_cast<caf::actor_addr>(sender));
-          if (held == s.evaluating.end() || held->second.candidate != verdict.candidate_id) {
-            std::string node = "an unknown node";
-            for (const auto& [id, n] : s.nodes)
-              if (sender && n.node == sender->node()) node = n.name;
+          auto id = s.ids.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+          const auto check = id == s.ids.end() ? core::VerdictCheck{} : s.work.verdict(id->second, verdict.candidate_id);
+          if (!check.accepted) {
+            const std::string node = node_of_sender(self);
             s.log.warn("late result for candidate ", verdict.candidate_id, " from ", node,
                        " discarded: it was handed to another evaluator");
             cluster_event(self, {{"event", "late_result"}, {"node", node}, {"candidate_id", verdict.candidate_id},
                                  {"status", verdict.status}});
             return;
           }
-          verdict.node = s.nodes[held->second.session].name;
-          s.evaluating.erase(held);
-          if (auto t = s.candidates.find(verdict.candidate_id); t != s.candidates.end()) t->second.received_at = wall_now();
-          record_verdict(self, verdict);
+          verdict.node = s.work.node_name(check.session);
+          if (auto t = s.candidates.find(verdict.candidate_id); t != s.candidates.end())
+            t->second.received_at = wall_now();
+          record_verdict(self, std::move(verdict));
         },
         [=](msg::NodeJoined& joined) {
           auto& s = self->state;
           if (!from_here(self)) return;
-          s.nodes[joined.session] = NodeState{joined.name, joined.node, true};
+          s.work.join(joined.session, joined.name);
+          s.session_nodes[joined.session] = joined.node;
           s.log.info("node ", joined.name, " joined with ", joined.devices.size(), " device(s)");
           nlohmann::json devices = nlohmann::json::array();
           for (const auto& d : joined.devices)
@@ -457,29 +437,14 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
         },
         [=](msg::NodeLost& lost) {
           auto& s = self->state;
-          if (!from_here(self)) return;
-          auto node = s.nodes.find(lost.session);
-          if (node == s.nodes.end() || !node->second.live) return;
-          node->second.live = false;
-          std::vector<uint64_t> requeued;
-          for (auto it = s.evaluating.begin(); it != s.evaluating.end();) {
-            if (it->second.session != lost.session) {
-              ++it;
-              continue;
-            }
-            requeued.push_back(it->second.candidate);
-            requeue(self, it->second.candidate);
-            it = s.evaluating.erase(it);
-          }
+          if (!from_here(self) || !s.work.live(lost.session)) return;
           // Its waiting pulls are answered, so evaluators of a node that still runs stop and it joins again.
-          auto& w = s.eval_waiters;
-          for (auto& x : w)
-            if (x.session == lost.session) x.promise.deliver(caf::make_error(caf::sec::request_receiver_down, "session lost"));
-          w.erase(std::remove_if(w.begin(), w.end(), [&](const auto& x) { return x.session == lost.session; }), w.end());
-          s.log.warn("node ", node->second.name, " lost (", lost.reason, "); ", requeued.size(), " candidate(s) re-queued");
-          cluster_event(self, {{"event", "lost"}, {"node", node->second.name}, {"session", lost.session},
-                               {"reason", lost.reason}, {"requeued", requeued}});
-          dispatch(self);
+          auto d = s.work.node_lost(lost.session);
+          const std::string name = s.work.node_name(lost.session);
+          s.log.warn("node ", name, " lost (", lost.reason, "); ", d.requeued.size(), " candidate(s) re-queued");
+          cluster_event(self, {{"event", "lost"}, {"node", name}, {"session", lost.session},
+                               {"reason", lost.reason}, {"requeued", d.requeued}});
+          deliver(self, d);
         },
     };
   });

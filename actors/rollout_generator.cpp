@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "crucible/eval/utf8_text.h"
 #include "logging/log.h"
 
 namespace crucible::actors {
@@ -27,11 +28,12 @@ msg::Generated tag(const msg::GenerateRequest& request, std::vector<policy::Samp
     c.group = request.group;
     c.index = i;
     c.policy_version = samples[i].policy_version;
-    c.output = std::move(samples[i].output);
+    // The source stays byte for byte (it is compiled); the texts that go into records are made valid UTF-8.
+    c.output = eval::valid_utf8(samples[i].output);
     c.source = std::move(samples[i].source);
     c.tokens = std::move(samples[i].tokens);
     c.logprobs = std::move(samples[i].logprobs);
-    c.parse_error = std::move(samples[i].parse_error);
+    c.parse_error = eval::valid_utf8(samples[i].parse_error);
     out.candidates.push_back(std::move(c));
   }
   out.finished_at = wall_now();

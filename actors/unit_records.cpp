@@ -79,7 +79,7 @@ std::string candidate_record_json(const CandidateTrace& t, const UnitTrace& unit
   if (unit.plan->train) times["train"] = {unit.train_start, unit.train_end};
   times["committed"] = unit.committed_at;
   j["times"] = times;
-  return j.dump();
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);  // never throws on a stray byte
 }
 
 namespace {
@@ -141,7 +141,7 @@ std::string unit_metrics_json(const UnitTrace& unit, const std::vector<const Can
                  {"speedup", best->verdict->has_speedup ? json(best->verdict->speedup) : json(nullptr)},
                  {"policy_output", best->candidate.output}};
   }
-  return j.dump();
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);  // never throws on a stray byte
 }
 
 std::string progress_line(const std::string& mode, const UnitTrace& unit, const run::StepMetrics& m,

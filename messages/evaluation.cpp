@@ -1,5 +1,6 @@
 #include "evaluation.h"
 
+#include "crucible/eval/utf8_text.h"
 #include "crucible/eval/verdict_json.h"
 
 namespace crucible::messages {
@@ -10,7 +11,7 @@ VerdictSummary summarize(uint64_t candidate_id, const eval::Verdict& v) {
   s.status = std::string(eval::status_name(v.status));
   for (const auto& r : v.reasons) {
     s.reason_codes.push_back(r.code);
-    s.reason_details.push_back(r.detail);
+    s.reason_details.push_back(eval::valid_utf8(r.detail));  // also verdicts made outside the evaluator
   }
   s.compile_cached = v.compile.cached;
   s.compile_seconds = v.compile.seconds;

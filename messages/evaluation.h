@@ -11,16 +11,14 @@
 
 namespace crucible::messages {
 
+// The evaluator judges it on its own device under the run's settings, which it was set up with.
 struct EvalRequest {
   Candidate candidate;
-  std::string device;  // "cpu", "cuda:N"
-  std::string mode;    // "fast" or "full"
-  uint64_t seed = 0;   // 0: the evaluator draws one (and reports it)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EvalRequest& x) {
-  return f(caf::meta::type_name("crucible.EvalRequest"), x.candidate, x.device, x.mode, x.seed);
+  return f(caf::meta::type_name("crucible.EvalRequest"), x.candidate);
 }
 
 // What rewards, metrics and the run directory need from a verdict. Optional values travel with a flag, as CAF

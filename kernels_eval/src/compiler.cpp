@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "crucible/eval/subprocess.h"
+#include "crucible/eval/utf8_text.h"
 
 namespace crucible::eval {
 namespace fs = std::filesystem;
@@ -45,9 +46,11 @@ std::string cxx_path() {
   return "g++";
 }
 
-// Keep the head of a compiler log, where the first error usually is.
+// Keep the head of a compiler log, where the first error usually is. The compiler copies the candidate's bytes
+// (a #warning, a quoted line) verbatim, so the excerpt is made valid UTF-8 and never cut inside a character.
 std::string excerpt(const std::string& log, std::size_t max = 4000) {
-  return log.size() <= max ? log : log.substr(0, max) + "\n[... " + std::to_string(log.size() - max) + " more bytes]";
+  if (log.size() <= max) return valid_utf8(log);
+  return valid_utf8_prefix(log, max) + "\n[... " + std::to_string(log.size() - max) + " more bytes]";
 }
 
 }  // namespace
@@ -145,7 +148,7 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
   if (fs::exists(failure)) {
     result.outcome = CompileResult::Outcome::failed;
     result.cached = true;
-    result.log = read_file(failure);
+    result.log = valid_utf8(read_file(failure));  // a failure cached before logs were made valid
     return finish();
   }
 

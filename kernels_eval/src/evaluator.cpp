@@ -10,6 +10,7 @@
 #include <random>
 
 #include "crucible/eval/static_gate.h"
+#include "crucible/eval/utf8_text.h"
 #include "crucible/eval/worker_protocol.h"
 #include "stages.h"
 
@@ -225,6 +226,9 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   auto finish = [&]() -> Verdict {
     v.stages.total_s = since(start);
     v.stages.overhead_s = std::max(0.0, v.stages.total_s - v.stages.compile_s - v.stages.kernel_s);
+    // Details may quote the candidate (a worker's load error, a refused symbol): they leave as valid UTF-8.
+    for (auto& r : v.reasons) r.detail = valid_utf8(r.detail);
+    v.compile.log_excerpt = valid_utf8(v.compile.log_excerpt);
     return v;
   };
 

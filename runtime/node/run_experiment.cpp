@@ -258,15 +258,20 @@ fs::path default_run_dir(const experiment::Experiment& e) {
   return fs::path(e.run_root) / (e.name + "-" + stamp);
 }
 
+std::shared_ptr<run::RunLock> lock_run_directory(const RunRequest& request) {
+  auto lock = std::make_shared<run::RunLock>(run::RunLock::take(request.dir));
+  if (!request.resume && fs::exists(request.dir / "experiment.toml"))
+    throw std::invalid_argument(request.dir.string() + " already holds a run; use --resume to continue it");
+  if (request.resume && !fs::exists(request.dir / "experiment.toml"))
+    throw std::invalid_argument(request.dir.string() + " holds no run to resume (no experiment.toml)");
+  return lock;
+}
+
 RunResult run_experiment(const RunRequest& request) {
   const auto& e = request.experiment;
   const auto tasks = check_runnable(e);
-  fs::create_directories(request.dir);
-  if (!request.resume) {
-    if (fs::exists(request.dir / "experiment.toml"))
-      throw std::invalid_argument(request.dir.string() + " already holds a run; use --resume to continue it");
-    std::ofstream(request.dir / "experiment.toml") << e.text;
-  }
+  const auto lock = request.lock ? request.lock : lock_run_directory(request);
+  if (!request.resume) std::ofstream(request.dir / "experiment.toml") << e.text;
   log::Options log_options;
   log_options.console_level = request.console_level;
   log_options.directory = (request.dir / "logs").string();

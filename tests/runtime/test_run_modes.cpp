@@ -286,6 +286,41 @@ group_size = 3
   CHECK(run.steps.size() == 2);
 }
 
+TEST_CASE("bytes that are not UTF-8 in a compile log or a policy's output are recorded, never stop the run") {
+  test::ScratchDir scratch("run-utf8");
+  const fs::path replay = scratch.path() / "replay" / "relu";
+  fs::create_directories(replay);
+  // g++ copies a #warning's bytes into its log verbatim; the replay policy's output is the file's name.
+  const std::string naive = test::read_file(test::source_dir() / "configs/candidates/cpu/relu.cpp");
+  test::write_file(replay / "a_warns.cpp", "#warning \"\xFF\xFE bytes\"\n" + naive);
+  test::write_file(replay / "b_name_\xFF.cpp", naive);
+  auto run = run_experiment(scratch, R"([experiment]
+name = "utf8"
+mode = "best_of_n"
+[tasks]
+names = ["relu"]
+[policy]
+kind = "replay"
+replay_dir = ")" + (scratch.path() / "replay").string() + R"("
+[best_of_n]
+k = 2
+group_size = 2
+)" + kFastEval);
+  REQUIRE(run.candidates.size() == 2);
+  const std::string replacement = "\xEF\xBF\xBD";
+  std::set<std::string> outputs;
+  for (const auto& c : run.candidates) {
+    CHECK(c["status"] == "correct");
+    outputs.insert(c["policy_output"].get<std::string>());
+    if (c["policy_output"] == "a_warns.cpp") {
+      const std::string log = c["compile"]["log"].get<std::string>();  // the compiler pool's build
+      CHECK(log.find(replacement + replacement + " bytes") != std::string::npos);
+    }
+  }
+  CHECK(outputs == std::set<std::string>{"a_warns.cpp", "b_name_" + replacement + ".cpp"});
+  CHECK(run.steps.size() == 1);
+}
+
 TEST_CASE("kill -9 mid-run, then --resume: every step exactly once") {
   test::ScratchDir scratch("run-resume");
   const fs::path file = scratch.path() / "experiment.toml";
@@ -311,6 +346,56 @@ max_staleness = 1
   for (const auto& [unit, n] : per_unit) CHECK(n == 8);
   // The policy went on from the last committed snapshot: versions keep counting.
   CHECK(steps.back()["policy_version"] == 6);
+}
+
+TEST_CASE("a run directory is held by one process: a second resume or run is refused, naming the holder") {
+  test::ScratchDir scratch("run-lock");
+  const fs::path file = scratch.path() / "experiment.toml";
+  test::write_file(file, R"([experiment]
+name = "lock"
+[tasks]
+names = ["relu", "matmul"]
+[grpo]
+steps = 6
+batch_size = 2
+group_size = 4
+)" + kFastEval);
+  const fs::path dir = scratch.path() / "run";
+  const std::string cache = "CRUCIBLE_CACHE_DIR=" + (scratch.path() / "cache").string();
+  pid_t first = fork();
+  REQUIRE(first >= 0);
+  if (first == 0) {
+    execl("/usr/bin/env", "env", cache.c_str(), CRUCIBLE_CLI_PATH, "run", file.c_str(), "--out", dir.c_str(),
+          "--quiet", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const fs::path journal = dir / "seed-1" / "journal.jsonl";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (!(fs::exists(journal) && !read_jsonl(journal).empty()) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(fs::exists(journal));
+
+  // While the first process runs: a resume and a new run into the same directory are both refused.
+  auto second = crucible_cli({"run", "--resume", dir.string()}, scratch.path() / "cache");
+  CHECK(second.exit_code == 2);
+  CHECK(second.output.find("pid " + std::to_string(first)) != std::string::npos);
+  auto third = crucible_cli({"run", file.string(), "--out", dir.string()}, scratch.path() / "cache");
+  CHECK(third.exit_code == 2);
+  CHECK(third.output.find("in use") != std::string::npos);
+
+  // The kernel drops the lock of a process killed with -9: the resume that follows runs to the end, once.
+  kill(first, SIGKILL);
+  int status = 0;
+  waitpid(first, &status, 0);
+  auto resumed = crucible_cli({"run", "--resume", dir.string()}, scratch.path() / "cache");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(read_jsonl(journal).size() == 6);
+  auto candidates = read_jsonl(dir / "seed-1" / "candidates.jsonl");
+  std::set<uint64_t> ids;
+  for (const auto& c : candidates) ids.insert(c["candidate_id"].get<uint64_t>());
+  CHECK(candidates.size() == 6 * 2 * 4);
+  CHECK(ids.size() == candidates.size());
 }
 
 TEST_CASE("a malformed experiment fails before any work, naming file, line and key") {

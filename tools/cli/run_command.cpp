@@ -34,6 +34,7 @@ int run(const RunArgs& a, CLI::App& app) {
     request.quiet = a.quiet;
     request.console_level = *log::parse_level(app["--log-level"]->as<std::string>());
     node::check_runnable(request.experiment);
+    request.lock = node::lock_run_directory(request);
   } catch (const config::ConfigError& e) {
     std::cerr << "experiment error: " << e.what() << "\n";
     return 2;

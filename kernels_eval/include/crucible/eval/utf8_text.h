@@ -1,0 +1,17 @@
+#pragma once
+// Text from candidates, compilers, policies and nodes is untrusted bytes; records and messages are JSON, which
+// must be valid UTF-8. Everything such text passes into is made valid here, once, where it enters.
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace crucible::eval {
+
+// `text` with each byte that does not start or continue a well-formed UTF-8 sequence (stray continuation bytes,
+// overlong forms, surrogates, code points above U+10FFFF, a sequence cut short) replaced by U+FFFD.
+std::string valid_utf8(std::string_view text);
+
+// At most `max_bytes` of `text`, never ending inside a multi-byte character, then made valid.
+std::string valid_utf8_prefix(std::string_view text, std::size_t max_bytes);
+
+}  // namespace crucible::eval

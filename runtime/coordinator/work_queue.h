@@ -1,0 +1,138 @@
+#pragma once
+// The coordinator's work queues, without CAF: candidates waiting to be compiled or evaluated, the evaluators
+// waiting for work, what each evaluator holds, and the nodes (sessions) evaluators pull under. Every event returns
+// what the actor must do (hand candidate c to evaluator e, refuse a waiting pull, re-queue), so each ordering can be
+// tested by a table of events and expected decisions. The actor keeps only the mapping from ids to promises and
+// handles.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+namespace crucible::coordinator {
+
+using CandidateId = uint64_t;
+using EvaluatorId = uint64_t;  // the actor's own numbering of the evaluators (and compile workers) that pull
+using SessionId = uint64_t;    // a node's session; kLocalSession: the coordinator's own node
+using UnitIndex = std::size_t;
+
+constexpr SessionId kLocalSession = 0;
+
+struct Assignment {
+  EvaluatorId evaluator = 0;
+  CandidateId candidate = 0;
+  friend bool operator==(const Assignment& a, const Assignment& b) {
+    return a.evaluator == b.evaluator && a.candidate == b.candidate;
+  }
+};
+
+// Why a waiting pull is answered without work.
+enum class Refusal { run_over, session_lost };
+
+struct Refused {
+  EvaluatorId evaluator = 0;
+  Refusal why = Refusal::run_over;
+  friend bool operator==(const Refused& a, const Refused& b) { return a.evaluator == b.evaluator && a.why == b.why; }
+};
+
+// What the actor does after an event: deliver these, refuse those, and note what was queued again.
+struct Decisions {
+  std::vector<Assignment> assign;
+  std::vector<Refused> refuse;
+  std::vector<CandidateId> requeued;
+};
+
+// A verdict's fate: counted (it came from the evaluator that holds the candidate) or discarded (a late result from
+// an evaluator the candidate was taken from, or a duplicate).
+struct VerdictCheck {
+  bool accepted = false;
+  SessionId session = kLocalSession;  // of the evaluator that sent it, when accepted
+};
+
+// Candidates waiting for the compiler pool: the oldest unit's first, handed to whichever worker asks.
+class CompileQueue {
+ public:
+  Decisions offer(UnitIndex unit, CandidateId candidate);
+  Decisions pull(EvaluatorId worker);
+  Decisions close();  // the run is over: every waiting worker is refused
+  std::size_t queued() const { return queue_.size(); }
+
+ private:
+  Decisions dispatch();
+  std::map<std::pair<UnitIndex, CandidateId>, bool> queue_;
+  std::vector<EvaluatorId> waiting_;
+  bool closed_ = false;
+};
+
+class WorkQueue {
+ public:
+  // How far down the queue the cache-affine pick looks: units stay in order, only the oldest few are reordered.
+  static constexpr int kWindow = 64;
+
+  WorkQueue();  // with the local session live
+
+  // A node that proved the secret; its evaluators may pull under `session`.
+  void join(SessionId session, const std::string& name);
+  bool live(SessionId session) const;
+  std::string node_name(SessionId session) const;  // "" for an unknown session
+
+  // A candidate ready for evaluation (compiled here, or to be compiled where it runs). `source_hash` identifies its
+  // source, so a repeated source goes to the node whose cache already built it.
+  Decisions offer(UnitIndex unit, CandidateId candidate, std::size_t source_hash);
+
+  // An evaluator of `session` is free. An evaluator that pulls while it still holds a candidate never got it (its
+  // pull timed out as the candidate was on its way): that candidate is queued again. A pull from a session that is
+  // not live is refused (session_lost), as is any pull once the queue is closed (run_over).
+  Decisions pull(EvaluatorId evaluator, SessionId session);
+
+  // A verdict for `candidate` from `evaluator`: accepted only from the evaluator that holds it.
+  VerdictCheck verdict(EvaluatorId evaluator, CandidateId candidate);
+
+  // An evaluator's process or actor is gone: it waits no more, and what it held is queued again.
+  Decisions evaluator_down(EvaluatorId evaluator);
+
+  // A node's session ended: its evaluators' waiting pulls are refused (so they stop and the node joins again), and
+  // every candidate they held is queued again.
+  Decisions node_lost(SessionId session);
+
+  // The run is over: waiting pulls are refused and every later pull too.
+  Decisions close();
+
+  std::size_t queued() const { return queue_.size(); }
+  std::size_t waiting() const { return waiters_.size(); }
+  std::optional<CandidateId> held_by(EvaluatorId evaluator) const;
+
+ private:
+  struct Node {
+    std::string name;
+    bool live = true;
+  };
+  struct Waiter {
+    EvaluatorId evaluator = 0;
+    SessionId session = 0;
+  };
+  struct Holding {
+    CandidateId candidate = 0;
+    SessionId session = 0;
+  };
+  using Key = std::pair<UnitIndex, CandidateId>;
+
+  Decisions dispatch(Decisions d = {});
+  std::map<Key, std::size_t>::iterator pick_for(SessionId session);
+  void requeue(CandidateId candidate, Decisions& d);
+  void forget_waiter(EvaluatorId evaluator);
+
+  std::map<Key, std::size_t> queue_;  // -> source hash
+  std::map<CandidateId, std::pair<UnitIndex, std::size_t>> known_;  // every candidate offered and not yet judged
+  std::vector<Waiter> waiters_;
+  std::map<EvaluatorId, Holding> holding_;
+  std::map<SessionId, Node> nodes_;
+  std::map<SessionId, std::unordered_set<std::size_t>> handed_;  // source hashes each session was given
+  bool closed_ = false;
+};
+
+}  // namespace crucible::coordinator

@@ -1,0 +1,269 @@
+// The coordinator's decision core without an actor system: tables of events and the decisions they must produce.
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "coordinator/unit_pipeline.h"
+#include "coordinator/work_queue.h"
+
+using namespace crucible::coordinator;
+using crucible::modes::GroupPlan;
+using crucible::modes::UnitPlan;
+
+namespace {
+
+std::string show(const Decisions& d) {
+  std::string out;
+  for (const auto& a : d.assign) out += "assign c" + std::to_string(a.candidate) + "->e" + std::to_string(a.evaluator) + " ";
+  for (const auto& r : d.refuse)
+    out += std::string(r.why == Refusal::run_over ? "over" : "lost") + " e" + std::to_string(r.evaluator) + " ";
+  for (auto c : d.requeued) out += "requeue c" + std::to_string(c) + " ";
+  if (!out.empty()) out.pop_back();
+  return out;
+}
+
+std::string show(const std::vector<Decision>& ds) {
+  std::string out;
+  for (const auto& d : ds) {
+    if (auto* g = std::get_if<Generate>(&d)) out += "generate " + std::to_string(g->unit);
+    else if (auto* s = std::get_if<Score>(&d)) out += "score " + std::to_string(s->unit) + "/" + std::to_string(s->group);
+    else if (auto* t = std::get_if<Train>(&d)) out += "train " + std::to_string(t->unit);
+    else if (auto* c = std::get_if<Commit>(&d)) out += "commit " + std::to_string(c->unit);
+    else out += "finish";
+    out += "; ";
+  }
+  if (!out.empty()) out.resize(out.size() - 2);
+  return out;
+}
+
+struct QueueStep {
+  const char* event;
+  std::function<Decisions(WorkQueue&)> apply;
+  std::string expected;
+};
+
+void run_table(WorkQueue& q, const std::vector<QueueStep>& steps) {
+  for (const auto& s : steps) {
+    INFO(s.event);
+    CHECK(show(s.apply(q)) == s.expected);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("work queue: the oldest unit's candidates go first, to the evaluator that waits") {
+  WorkQueue q;
+  run_table(q, {
+      {"offer unit 1", [](WorkQueue& w) { return w.offer(1, 10, 100); }, ""},
+      {"offer unit 0", [](WorkQueue& w) { return w.offer(0, 20, 200); }, ""},
+      {"pull e1", [](WorkQueue& w) { return w.pull(1, kLocalSession); }, "assign c20->e1"},
+      {"pull e2", [](WorkQueue& w) { return w.pull(2, kLocalSession); }, "assign c10->e2"},
+      {"pull e3 (nothing queued)", [](WorkQueue& w) { return w.pull(3, kLocalSession); }, ""},
+      {"offer reaches the waiter", [](WorkQueue& w) { return w.offer(2, 30, 300); }, "assign c30->e3"},
+  });
+}
+
+TEST_CASE("work queue: a repeated source goes to the node that built it, a new one to a node that has none") {
+  WorkQueue q;
+  q.join(7, "a");
+  q.join(8, "b");
+  run_table(q, {
+      {"offer h1", [](WorkQueue& w) { return w.offer(0, 1, 111); }, ""},
+      {"node a takes h1", [](WorkQueue& w) { return w.pull(70, 7); }, "assign c1->e70"},
+  });
+  REQUIRE(q.verdict(70, 1).accepted);
+  run_table(q, {
+      {"offer h2 then h1 again", [](WorkQueue& w) { w.offer(0, 2, 222); return w.offer(0, 3, 111); }, ""},
+      {"node a skips the older h2 for its cached h1", [](WorkQueue& w) { return w.pull(70, 7); }, "assign c3->e70"},
+      {"offer h1 once more, then h3", [](WorkQueue& w) { w.offer(0, 4, 111); return w.offer(0, 5, 333); }, ""},
+      {"node b takes the oldest source no node has", [](WorkQueue& w) { return w.pull(80, 8); }, "assign c2->e80"},
+      {"node b again: h1 is a's, h3 is nobody's", [](WorkQueue& w) { return w.pull(81, 8); }, "assign c5->e81"},
+      {"node b once more: only a's h1 is left, so b takes it", [](WorkQueue& w) { return w.pull(82, 8); },
+       "assign c4->e82"},
+  });
+}
+
+TEST_CASE("work queue: a node lost while holding work gives it back; its late verdict is discarded") {
+  WorkQueue q;
+  q.join(5, "gpu-box");
+  run_table(q, {
+      {"offer", [](WorkQueue& w) { w.offer(0, 1, 1); return w.offer(0, 2, 2); }, ""},
+      {"the local evaluator asks first", [](WorkQueue& w) { return w.pull(1, kLocalSession); }, "assign c1->e1"},
+      {"node evaluator takes c2", [](WorkQueue& w) { return w.pull(50, 5); }, "assign c2->e50"},
+      {"a second node evaluator waits", [](WorkQueue& w) { return w.pull(51, 5); }, ""},
+      {"node lost: c2 re-queued, the waiter refused", [](WorkQueue& w) { return w.node_lost(5); }, "lost e51 requeue c2"},
+      {"lost twice: nothing more", [](WorkQueue& w) { return w.node_lost(5); }, ""},
+      {"a pull under the lost session is refused", [](WorkQueue& w) { return w.pull(52, 5); }, "lost e52"},
+      {"an unknown session too", [](WorkQueue& w) { return w.pull(60, 6); }, "lost e60"},
+  });
+  CHECK(q.verdict(1, 1).accepted);
+  CHECK(show(q.pull(1, kLocalSession)) == "assign c2->e1");
+  const auto late = q.verdict(50, 2);
+  CHECK_FALSE(late.accepted);  // the lost node's result, arriving after all
+  const auto ours = q.verdict(1, 2);
+  CHECK(ours.accepted);
+  CHECK(ours.session == kLocalSession);
+  CHECK_FALSE(q.verdict(1, 2).accepted);  // a duplicate
+}
+
+TEST_CASE("work queue: a pull while holding, an evaluator that dies, and the end of the run") {
+  WorkQueue q;
+  run_table(q, {
+      {"offer", [](WorkQueue& w) { return w.offer(0, 1, 1); }, ""},
+      {"e1 takes c1", [](WorkQueue& w) { return w.pull(1, kLocalSession); }, "assign c1->e1"},
+      // Its pull timed out while c1 was on its way: it never got it, so c1 is handed out again.
+      {"e1 pulls again while holding", [](WorkQueue& w) { return w.pull(1, kLocalSession); }, "assign c1->e1 requeue c1"},
+      {"e1 dies holding c1", [](WorkQueue& w) { return w.evaluator_down(1); }, "requeue c1"},
+      {"e2 gets it", [](WorkQueue& w) { return w.pull(2, kLocalSession); }, "assign c1->e2"},
+      {"e3 waits", [](WorkQueue& w) { return w.pull(3, kLocalSession); }, ""},
+      {"e3 dies waiting", [](WorkQueue& w) { return w.evaluator_down(3); }, ""},
+      {"e4 waits", [](WorkQueue& w) { return w.pull(4, kLocalSession); }, ""},
+      {"close: e4 refused", [](WorkQueue& w) { return w.close(); }, "over e4"},
+      {"pulls after the end are refused", [](WorkQueue& w) { return w.pull(5, kLocalSession); }, "over e5"},
+  });
+  CHECK(q.held_by(2) == CandidateId{1});
+  CHECK(q.waiting() == 0);
+}
+
+TEST_CASE("compile queue: oldest unit first, workers refused once the run is over") {
+  CompileQueue q;
+  CHECK(show(q.offer(1, 10)) == "");
+  CHECK(show(q.offer(0, 20)) == "");
+  CHECK(show(q.pull(1)) == "assign c20->e1");
+  CHECK(show(q.pull(2)) == "assign c10->e2");
+  CHECK(show(q.pull(3)) == "");
+  CHECK(show(q.close()) == "over e3");
+  CHECK(show(q.pull(4)) == "over e4");
+}
+
+namespace {
+
+// GRPO as modes::plan_units cuts it: step s is generated after step s-1-staleness is committed and trains after s-1.
+std::vector<UnitPlan> grpo(int steps, int staleness, int groups) {
+  std::vector<UnitPlan> out;
+  uint64_t g = 0;
+  for (int s = 0; s < steps; ++s) {
+    UnitPlan u;
+    u.name = "step=" + std::to_string(s);
+    u.step = static_cast<uint64_t>(s);
+    u.train = true;
+    for (int k = 0; k < groups; ++k) u.groups.push_back(GroupPlan{"t", 2, g++});
+    u.generate_after = std::max(-1, s - 1 - staleness);
+    u.train_after = s - 1;
+    out.push_back(u);
+  }
+  return out;
+}
+
+struct PipeStep {
+  const char* event;
+  std::function<std::vector<Decision>(UnitPipeline&)> apply;
+  std::string expected;
+};
+
+void run_table(UnitPipeline& p, const std::vector<PipeStep>& steps) {
+  for (const auto& s : steps) {
+    INFO(s.event);
+    CHECK(show(s.apply(p)) == s.expected);
+  }
+}
+
+// Generation of unit u's only group (ids 10u, 10u+1), both judged.
+std::vector<Decision> generate_and_judge(UnitPipeline& p, UnitIndex u) {
+  const CandidateId a = 10 * u, b = 10 * u + 1;
+  p.generated(u, p.plan(u).groups[0].group, {a, b});
+  p.judged(a);
+  return p.judged(b);
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: staleness 0 is strictly on-policy") {
+  UnitPipeline p(grpo(3, 0, 1), {});
+  run_table(p, {
+      {"start", [](UnitPipeline& x) { return x.start(); }, "generate 0"},
+      {"step 0 judged", [](UnitPipeline& x) { return generate_and_judge(x, 0); }, "score 0/0"},
+      {"scored", [](UnitPipeline& x) { return x.scored(0, 0); }, "train 0"},
+      {"trained", [](UnitPipeline& x) { return x.trained(0); }, "commit 0"},
+      {"committed: step 1 may sample now", [](UnitPipeline& x) { return x.committed(0); }, "generate 1"},
+      {"step 1 judged", [](UnitPipeline& x) { return generate_and_judge(x, 1); }, "score 1/1"},
+      {"scored", [](UnitPipeline& x) { return x.scored(1, 1); }, "train 1"},
+      {"trained", [](UnitPipeline& x) { return x.trained(1); }, "commit 1"},
+      {"committed", [](UnitPipeline& x) { return x.committed(1); }, "generate 2"},
+      {"step 2 judged", [](UnitPipeline& x) { return generate_and_judge(x, 2); }, "score 2/2"},
+      {"scored", [](UnitPipeline& x) { return x.scored(2, 2); }, "train 2"},
+      {"trained", [](UnitPipeline& x) { return x.trained(2); }, "commit 2"},
+      {"all committed", [](UnitPipeline& x) { return x.committed(2); }, "finish"},
+  });
+}
+
+TEST_CASE("pipeline: staleness 1 samples step t+1 while step t trains, and trains in order") {
+  UnitPipeline p(grpo(3, 1, 1), {});
+  run_table(p, {
+      {"start: steps 0 and 1 both sample", [](UnitPipeline& x) { return x.start(); }, "generate 0; generate 1"},
+      // Step 1 finishes scoring first: it may not train before step 0 is committed.
+      {"step 1 judged first", [](UnitPipeline& x) { return generate_and_judge(x, 1); }, "score 1/1"},
+      {"step 1 scored: waits for step 0", [](UnitPipeline& x) { return x.scored(1, 1); }, ""},
+      {"step 0 judged", [](UnitPipeline& x) { return generate_and_judge(x, 0); }, "score 0/0"},
+      {"step 0 scored", [](UnitPipeline& x) { return x.scored(0, 0); }, "train 0"},
+      {"step 0 trained", [](UnitPipeline& x) { return x.trained(0); }, "commit 0"},
+      {"step 0 committed: step 2 samples, step 1 trains", [](UnitPipeline& x) { return x.committed(0); },
+       "train 1; generate 2"},
+      {"step 1 trained", [](UnitPipeline& x) { return x.trained(1); }, "commit 1"},
+      {"step 1 committed", [](UnitPipeline& x) { return x.committed(1); }, ""},
+      {"step 2 judged", [](UnitPipeline& x) { return generate_and_judge(x, 2); }, "score 2/2"},
+      {"step 2 scored", [](UnitPipeline& x) { return x.scored(2, 2); }, "train 2"},
+      {"step 2 trained", [](UnitPipeline& x) { return x.trained(2); }, "commit 2"},
+      {"done", [](UnitPipeline& x) { return x.committed(2); }, "finish"},
+  });
+}
+
+TEST_CASE("pipeline: a group is scored once, when its last verdict arrives; late and duplicate verdicts are ignored") {
+  UnitPipeline p(grpo(1, 0, 2), {});
+  CHECK(show(p.start()) == "generate 0");
+  CHECK(show(p.generated(0, 0, {1, 2})) == "");
+  CHECK(p.phase(0) == Phase::generating);  // one of two groups in
+  CHECK(show(p.generated(0, 1, {3, 4})) == "");
+  CHECK(p.phase(0) == Phase::running);
+  CHECK(show(p.judged(1)) == "");
+  CHECK(show(p.judged(1)) == "");  // a duplicate of candidate 1's verdict
+  CHECK(show(p.judged(3)) == "");
+  CHECK(show(p.judged(2)) == "score 0/0");
+  CHECK(show(p.judged(2)) == "");  // no second score
+  CHECK(show(p.judged(99)) == "");  // a candidate of no unit
+  CHECK(show(p.scored(0, 0)) == "");
+  CHECK(show(p.judged(4)) == "score 0/1");
+  CHECK(show(p.scored(0, 1)) == "train 0");
+  CHECK(p.candidates(0) == std::vector<CandidateId>{1, 2, 3, 4});
+  CHECK(show(p.trained(0)) == "commit 0");
+  CHECK(show(p.committed(0)) == "finish");
+  CHECK_FALSE(p.unit_of(1).has_value());  // forgotten once committed
+  CHECK(show(p.judged(1)) == "");          // a verdict after the commit changes nothing
+}
+
+TEST_CASE("pipeline: resumed in the middle of a run, committed units are skipped and their dependants start") {
+  SUBCASE("staleness 1, steps 0 and 1 committed before") {
+    UnitPipeline p(grpo(4, 1, 1), {"step=0", "step=1"});
+    CHECK(p.committed_before() == 2);
+    CHECK(show(p.start()) == "generate 2; generate 3");
+    CHECK(show(generate_and_judge(p, 2)) == "score 2/2");
+    CHECK(show(p.scored(2, 2)) == "train 2");
+  }
+  SUBCASE("every unit committed before: finished at once") {
+    UnitPipeline p(grpo(2, 0, 1), {"step=0", "step=1"});
+    CHECK(show(p.start()) == "finish");
+    CHECK(show(p.start()) == "");
+  }
+  SUBCASE("a unit that does not train commits after scoring") {
+    auto plans = grpo(2, 0, 1);
+    for (auto& u : plans) u.train = false;
+    UnitPipeline p(plans, {"step=0"});
+    CHECK(show(p.start()) == "generate 1");
+    CHECK(show(generate_and_judge(p, 1)) == "score 1/1");
+    CHECK(show(p.scored(1, 1)) == "commit 1");
+    CHECK(show(p.committed(1)) == "finish");
+  }
+}
