@@ -343,8 +343,16 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
       return caf::make_error(caf::sec::runtime_error, what);
     });
     // An evaluator that dies mid-candidate (not a candidate's crash: those end in a verdict) gives its work back.
+    // The actors a run cannot go on without: should one stop, the run ends with a message (never a hang).
+    const std::vector<std::pair<caf::actor_addr, std::string>> essential{
+        {st.setup.generator.address(), "rollout generator"}, {st.setup.normalizer.address(), "reward normalizer"},
+        {st.setup.optimizer.address(), "optimizer"}, {st.setup.telemetry.address(), "telemetry"}};
+    for (const auto& [addr, name] : essential)
+      if (auto a = caf::actor_cast<caf::actor>(addr)) self->monitor(a);
     self->set_down_handler([=](caf::down_msg& down) {
       auto& s = self->state;
+      for (const auto& [addr, name] : essential)
+        if (down.source == addr) return finish(self, false, "the " + name + " stopped: " + self->system().render(down.reason));
       auto id = s.ids.find(down.source);
       if (id == s.ids.end()) return;
       s.eval_waiters.erase(id->second);

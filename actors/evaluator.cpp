@@ -7,20 +7,24 @@
 namespace crucible::actors {
 namespace {
 
-eval::Verdict judge(eval::Evaluator& evaluator, const EvaluatorSetup& setup, const msg::EvalRequest& request) {
+// Not the candidate's fault, yet it must not stop the run: classified, kept, and visible in the record.
+eval::Verdict evaluator_error(const msg::EvalRequest& request, const std::string& device, const std::string& what) {
   eval::Verdict v;
   v.task = request.candidate.task;
-  v.device = setup.device;
+  v.device = device;
+  v.status = eval::Status::runtime_error;
+  v.reasons.push_back({"evaluator_error", what});
+  return v;
+}
+
+eval::Verdict judge(eval::Evaluator& evaluator, const EvaluatorSetup& setup, const msg::EvalRequest& request) {
   auto task = setup.tasks.find(request.candidate.task);
   try {
     if (task == setup.tasks.end()) throw std::invalid_argument("unknown task " + request.candidate.task);
     auto lease = setup.leases->acquire(setup.device);
     return evaluator.evaluate(task->second, request.candidate.source, setup.options);
   } catch (const std::exception& e) {
-    // Not the candidate's fault, yet it must not stop the run: classified, kept, and visible in the record.
-    v.status = eval::Status::runtime_error;
-    v.reasons.push_back({"evaluator_error", e.what()});
-    return v;
+    return evaluator_error(request, setup.device, e.what());
   }
 }
 
@@ -37,8 +41,13 @@ void evaluator(caf::blocking_actor* self, coordinator_actor coordinator, std::sh
         .receive(
             [&](msg::EvalRequest& request) {
               const double start = wall_now();
-              eval::Verdict v = judge(evaluator, *setup, request);
-              auto summary = msg::summarize(request.candidate.id, v);
+              msg::VerdictSummary summary;
+              try {
+                summary = msg::summarize(request.candidate.id, judge(evaluator, *setup, request));
+              } catch (const std::exception& e) {
+                log.error("candidate ", request.candidate.id, ": ", e.what(), "; recorded as evaluator_error");
+                summary = msg::summarize(request.candidate.id, evaluator_error(request, setup->device, e.what()));
+              }
               summary.device = setup->device;
               summary.started_at = start;
               summary.finished_at = wall_now();
@@ -50,6 +59,7 @@ void evaluator(caf::blocking_actor* self, coordinator_actor coordinator, std::sh
             [&](caf::error& e) {
               if (e == caf::sec::request_timeout) return;  // pull again, or stop
               setup->end_reason = self->system().render(e);
+              setup->end_code = msg::cluster_code(e);
               running = false;
             });
   }

@@ -11,6 +11,7 @@
 #include "actors/interfaces.h"
 #include "crucible/eval/evaluator.h"
 #include "devices/device_lease.h"
+#include "messages/cluster_error.h"
 
 namespace crucible::actors {
 
@@ -25,7 +26,8 @@ struct EvaluatorSetup {
   uint64_t session = 0;
   std::optional<std::chrono::milliseconds> pull_timeout;
   std::shared_ptr<std::atomic<bool>> stop = std::make_shared<std::atomic<bool>>(false);
-  std::string end_reason;  // why the loop ended: the coordinator's refusal ("the run is over"), or "stopped"
+  std::string end_reason;  // why the loop ended: the coordinator's refusal, or "stopped"
+  msg::cluster_error end_code{};  // the refusal's code, when it had one (run_over, session_lost, session_unknown)
 };
 
 // Spawn detached. A candidate that crashes, hangs or breaks the evaluator's own code ends as a verdict; the loop

@@ -3,9 +3,11 @@
 #include <caf/all.hpp>
 
 #include <map>
+#include <random>
 
 #include "cluster/join_proof.h"
 #include "logging/log.h"
+#include "messages/cluster_error.h"
 #include "run/node_logs.h"
 
 namespace crucible::actors {
@@ -33,7 +35,9 @@ struct GatewayState {
   GatewaySetup setup;
   std::map<caf::actor_addr, Pending> pending;
   std::map<uint64_t, Session> sessions;
-  uint64_t next_session = 1;
+  // Session ids are unique across the seeds' runs and restarts of a coordinator node: a random high half per
+  // gateway, then a counter. A node's late message for an old session can never name a current one.
+  uint64_t next_session = (uint64_t{std::random_device{}()} << 32) | 1;
   std::unique_ptr<run::NodeLogWriter> node_logs;
   bool over = false;  // the coordinator is gone: no more joins
   log::Logger log{"gateway"};
@@ -42,7 +46,10 @@ struct GatewayState {
 
 using Self = gateway_actor::stateful_pointer<GatewayState>;
 
-caf::error refuse(const std::string& why) { return caf::make_error(caf::sec::runtime_error, "join refused: " + why); }
+using msg::cluster_error;
+
+caf::error refuse(const std::string& why) { return caf::make_error(cluster_error::join_refused, why); }
+caf::error run_over() { return caf::make_error(cluster_error::run_over, "the run is over"); }
 
 void end_session(Self self, uint64_t id, const std::string& reason) {
   auto& st = self->state;
@@ -60,7 +67,9 @@ void announce_over(Self self) {
   st.over = true;
   st.log.info("the run is over; telling ", st.sessions.size(), " node(s)");
   for (const auto& [id, session] : st.sessions)
-    if (auto peer = caf::actor_cast<caf::actor>(session.peer)) caf::anon_send(peer, over_atom_v, id);
+    // Sent as the gateway, naming the session: a node checks both before it stops.
+    if (auto peer = caf::actor_cast<caf::actor>(session.peer)) 
+      caf::unsafe_send_as(self, peer, over_atom_v, id);
   st.sessions.clear();
   st.pending.clear();
 }
@@ -96,7 +105,7 @@ gateway_actor spawn_gateway(caf::actor_system& system, GatewaySetup setup) {
         [=](msg::NodeHello& hello) -> caf::result<msg::JoinChallenge> {
           auto& s = self->state;
           auto sender = self->current_sender();
-          if (s.over) return refuse("the run is over");
+          if (s.over) return run_over();
           if (hello.protocol != msg::kClusterProtocol)
             return refuse("protocol " + std::to_string(hello.protocol) + ", this coordinator speaks " +
                           std::to_string(msg::kClusterProtocol));
@@ -120,7 +129,7 @@ gateway_actor spawn_gateway(caf::actor_system& system, GatewaySetup setup) {
           auto sender = self->current_sender();
           const auto addr = caf::actor_cast<caf::actor_addr>(sender);
           auto it = s.pending.find(addr);
-          if (s.over) return refuse("the run is over");
+          if (s.over) return run_over();
           if (it == s.pending.end() || it->second.hello.node != proof.node || it->second.node != sender->node())
             return refuse("no hello from this node");
           Pending p = std::move(it->second);
@@ -155,9 +164,9 @@ gateway_actor spawn_gateway(caf::actor_system& system, GatewaySetup setup) {
         [=](msg::NodeHeartbeat& beat) -> caf::result<caf::ok_atom> {
           auto& s = self->state;
           auto it = s.sessions.find(beat.session);
-          if (s.over) return caf::make_error(caf::sec::runtime_error, "the run is over");
+          if (s.over) return run_over();
           if (it == s.sessions.end() || it->second.node != self->current_sender()->node())
-            return caf::make_error(caf::sec::runtime_error, "session " + std::to_string(beat.session) + " is over");
+            return caf::make_error(cluster_error::session_unknown, "session " + std::to_string(beat.session));
           it->second.last_seen = wall_now();
           const std::size_t n = std::min(beat.lines.size(), kMaxLinesPerBeat);
           try {

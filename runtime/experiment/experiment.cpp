@@ -56,6 +56,8 @@ void read_experiment_table(TableReader t, Experiment& e) {
     e.seeds.clear();
     for (double s : t.get_number_array("seeds")) {
       if (s < 0 || s != std::floor(s)) t.fail("seeds", "seeds are non-negative integers");
+      if (std::find(e.seeds.begin(), e.seeds.end(), static_cast<uint64_t>(s)) != e.seeds.end())
+        t.fail("seeds", "seed " + std::to_string(static_cast<uint64_t>(s)) + " is listed twice");
       e.seeds.push_back(static_cast<uint64_t>(s));
     }
     if (e.seeds.empty()) t.fail("seeds", "give at least one seed");

@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cstddef>
+#include <string>
 
+#include "messages/cluster_error.h"
 #include "messages/type_ids.h"
 
 namespace crucible::node {
@@ -13,6 +15,11 @@ namespace crucible::node {
 // every core while idle, which would steal the cores that CPU candidates are timed on.
 inline void configure_actor_system(caf::actor_system_config& config, std::size_t scheduler_threads) {
   config.add_message_types<caf::id_block::crucible>();
+  config.add_error_category(caf::atom("cluster"), [](uint8_t code, caf::atom_value, const caf::message& context) {
+    std::string text = "cluster: " + messages::to_string(static_cast<messages::cluster_error>(code));
+    if (context.match_elements<std::string>()) text += " (" + context.get_as<std::string>(0) + ")";
+    return text;
+  });
   config.set("scheduler.max-threads", scheduler_threads);
   config.set("work-stealing.aggressive-poll-attempts", 0);
   config.set("work-stealing.moderate-poll-attempts", 0);

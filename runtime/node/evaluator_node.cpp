@@ -13,6 +13,7 @@
 #include "cluster/join_proof.h"
 #include "cluster/transport.h"
 #include "logging/log.h"
+#include "messages/cluster_error.h"
 #include "node/actor_system_config.h"
 #include "node/eval_settings.h"
 #include "node/log_outbox.h"
@@ -31,8 +32,8 @@ constexpr auto kJoinTimeout = std::chrono::seconds(10);
 
 std::chrono::milliseconds ms(double seconds) { return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)); }
 
-// Refusals and a coordinator that cannot prove the secret end the node; a run that is over, or anything else, is
-// worth another try (the next seed's run, or the same coordinator back).
+// A refusal and a coordinator that cannot prove the secret end the node; a run that is over, or anything else, is
+// worth another try (the next seed's run, or the same coordinator back). Told apart by the error's code.
 struct JoinFailure {
   bool fatal = false;
   bool run_over = false;
@@ -40,9 +41,9 @@ struct JoinFailure {
 };
 
 JoinFailure failure_of(caf::scoped_actor& self, const caf::error& e, const std::string& stage) {
-  const std::string text = self->system().render(e);
-  const bool over = text.find("the run is over") != std::string::npos;
-  return {!over && text.find("join refused") != std::string::npos, over, stage + ": " + text};
+  const auto code = msg::cluster_code(e);
+  return {code == msg::cluster_error::join_refused, code == msg::cluster_error::run_over,
+          stage + ": " + self->system().render(e)};
 }
 
 std::variant<msg::JoinAccepted, JoinFailure> join(caf::scoped_actor& self, const gateway_actor& gateway,
@@ -117,7 +118,10 @@ SessionEnd serve(caf::scoped_actor& self, const gateway_actor& gateway, const ms
     }
     self->receive(
         [&](actors::over_atom, uint64_t session) {
-          if (session != joined.session) return;  // a notice for an earlier session, arrived late
+          // Only this session's gateway ends it: a late notice for an earlier session, or one from anybody else
+          // who reached this node's actor, is ignored.
+          const auto& sender = self->current_sender();
+          if (session != joined.session || !sender || sender->address() != gateway.address()) return;
           end.reason = "the run is over";
           end.run_over = true;
           over = true;
@@ -128,7 +132,7 @@ SessionEnd serve(caf::scoped_actor& self, const gateway_actor& gateway, const ms
             over = true;
           } else if (running.erase(down.source) && running.empty()) {
             end.reason = setups.front()->end_reason;
-            end.run_over = end.reason.find("the run is over") != std::string::npos;
+            end.run_over = setups.front()->end_code == msg::cluster_error::run_over;
             over = true;
           }
         },

@@ -212,6 +212,14 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
 std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
   auto tasks = experiment::resolve_tasks(e);
   const std::string backend = e.eval.backend;
+  const std::string size_set = e.eval.sizes.empty() ? backend : e.eval.sizes;
+  for (const auto& t : tasks)
+    if (!t.sizes.count(size_set)) {
+      std::string declared;
+      for (const auto& [name, sizes] : t.sizes) declared += (declared.empty() ? "" : ", ") + name;
+      e.fail(e.eval.sizes.empty() ? "eval.backend" : "eval.sizes",
+             "task '" + t.name + "' declares no '" + size_set + "' sizes (it has: " + declared + ")");
+    }
   for (const auto& d : e.eval.devices)
     if ((d == "cpu") != (backend == "cpu"))
       e.fail("eval.devices", "mix of cpu and cuda devices: a candidate is written for one");

@@ -80,6 +80,11 @@ TEST_CASE("malformed experiments fail with file, line and key") {
   e = failure("[experiment]\nname = \"t\"\nmode = \"grpo\"\n");
   CHECK(e.key() == "tasks");
 
+  e = failure("[experiment]\nname = \"t\"\nseeds = [1, 2, 1]\n[tasks]\nnames = [\"relu\"]\n");
+  CHECK(e.key() == "experiment.seeds");
+  CHECK(e.line() == 3);
+  CHECK(std::string(e.what()).find("seed 1 is listed twice") != std::string::npos);
+
   e = failure("[experiment]\nname = \"t\"\nmode = grpo\n");  // TOML syntax
   CHECK(e.line() == 3);
 

@@ -409,6 +409,15 @@ TEST_CASE("a malformed experiment fails before any work, naming file, line and k
   CHECK(r.output.find("grpo.group_size") != std::string::npos);
   CHECK_FALSE(fs::exists(dir));
 
+  // A size set no task declares (a plausible typo: the GPU's sizes are "cuda").
+  test::write_file(file, "[experiment]\nname = \"bad\"\n[tasks]\nnames = [\"relu\"]\n" + kFastEval + "sizes = \"gpu\"\n");
+  r = crucible_cli({"run", file.string(), "--out", dir.string()}, scratch.path() / "cache");
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("bad.toml:10") != std::string::npos);
+  CHECK(r.output.find("eval.sizes") != std::string::npos);
+  CHECK(r.output.find("declares no 'gpu' sizes") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir));
+
   test::write_file(file, "[experiment]\nname = \"bad\"\n[tasks]\nnames = [\"conv2d\"]\n");  // no template for it
   r = crucible_cli({"run", file.string(), "--out", dir.string()}, scratch.path() / "cache");
   CHECK(r.exit_code == 2);
