@@ -234,8 +234,8 @@ void train(Self self, std::size_t unit) {
   batch.step = st.pipeline->plan(unit).step;
   for (const auto* t : traces_of(st, unit)) {
     if (!t->advantage) continue;  // dropped group
-    batch.samples.push_back({t->candidate.id, t->candidate.policy_version, t->candidate.task, t->candidate.tokens,
-                             t->candidate.logprobs, t->reward, *t->advantage});
+    batch.samples.push_back(
+        {t->candidate.policy_version, t->candidate.task, t->candidate.tokens, t->candidate.logprobs, *t->advantage});
   }
   st.units[unit].train_start = wall_now();
   self->request(st.setup.optimizer, caf::infinite, std::move(batch))

@@ -109,13 +109,11 @@ struct RunOutcome {
   std::string message;
   uint64_t units_committed = 0;
   uint64_t candidates = 0;
-  std::string summary_json;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RunOutcome& x) {
-  return f(caf::meta::type_name("crucible.RunOutcome"), x.ok, x.message, x.units_committed, x.candidates,
-           x.summary_json);
+  return f(caf::meta::type_name("crucible.RunOutcome"), x.ok, x.message, x.units_committed, x.candidates);
 }
 
 }  // namespace crucible::messages

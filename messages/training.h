@@ -10,19 +10,17 @@ namespace crucible::messages {
 
 // What the optimizer needs of one sample: which task, what was sampled, and how good it was relative to its group.
 struct ScoredSample {
-  uint64_t candidate_id = 0;
   uint64_t policy_version = 0;  // the version that sampled it: the optimizer bounds staleness with it
   std::string task;
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
-  double reward = 0.0;
   double advantage = 0.0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScoredSample& x) {
-  return f(caf::meta::type_name("crucible.ScoredSample"), x.candidate_id, x.policy_version, x.task, x.tokens,
-           x.logprobs, x.reward, x.advantage);
+  return f(caf::meta::type_name("crucible.ScoredSample"), x.policy_version, x.task, x.tokens, x.logprobs,
+           x.advantage);
 }
 
 struct TrainBatch {

@@ -24,7 +24,7 @@
 
 #include "crucible/eval/evaluator.h"
 #include "lm/device_memory.h"
-#include "policy/lm_policy.h"
+#include "lm_policy/lm_policy.h"
 #include "policy/search_policy.h"
 #include "tasks/task_loader.h"
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "crucible/eval/device.h"
 #include "crucible/eval/static_gate.h"
 #include "crucible/eval/utf8_text.h"
 #include "crucible/eval/worker_protocol.h"
@@ -97,12 +98,8 @@ namespace {
 
 // "cuda" and "cuda:N" name GPU N (0 by default); "cpu" is the CPU; anything else is refused.
 int parse_cuda_device(const std::string& device) {
-  if (device == "cpu") return -1;
-  if (device == "cuda") return 0;
-  if (device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
-      device.find_first_not_of("0123456789", 5) == std::string::npos)
-    return std::stoi(device.substr(5));
-  throw std::invalid_argument("unknown device '" + device + "' (expected cpu, cuda or cuda:N)");
+  const Device d = parse_device(device, /*allow_bare_cuda=*/true);
+  return d.is_cuda() ? d.index : -1;
 }
 
 void require_gpu(int device) {

@@ -8,7 +8,7 @@
 
 #include "lm/lm_support.h"
 #include "policy/kernel_prompt.h"
-#include "policy/lm_policy.h"
+#include "lm_policy/lm_policy.h"
 #include "support.h"
 #include "tasks/task_loader.h"
 

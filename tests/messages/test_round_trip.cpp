@@ -138,7 +138,7 @@ TEST_CASE("evaluation messages round-trip, and a verdict summary keeps what rewa
 TEST_CASE("training messages round-trip") {
   msg::TrainBatch batch;
   batch.step = 4;
-  batch.samples = {{1, 3, "relu", {0, 2}, {-0.1f, -2.0f}, 0.5, -0.25}, {2, 3, "gelu", {1, 1}, {}, 1.5, 0.75}};
+  batch.samples = {{3, "relu", {0, 2}, {-0.1f, -2.0f}, -0.25}, {3, "gelu", {1, 1}, {}, 0.75}};
   auto b = round_trip(batch);
   REQUIRE(b.samples.size() == 2);
   CHECK(b.samples[1].advantage == 0.75);
@@ -187,7 +187,7 @@ TEST_CASE("coordination messages round-trip") {
   CHECK(c.policy_snapshot == R"({"version":4})");
   CHECK(c.progress == "[grpo] step=3");
 
-  msg::RunOutcome outcome{true, "6 units committed", 6, 48, "{}"};
+  msg::RunOutcome outcome{true, "6 units committed", 6, 48};
   auto o = round_trip(outcome);
   CHECK(o.ok);
   CHECK(o.candidates == 48);

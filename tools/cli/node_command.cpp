@@ -11,8 +11,8 @@
 #include "cluster/join_proof.h"
 #include "experiment/experiment.h"
 #include "logging/log.h"
-#include "node/evaluator_node.h"
-#include "node/log_outbox.h"
+#include "actors/node/evaluator_node.h"
+#include "actors/node/log_outbox.h"
 
 namespace crucible::cli {
 namespace {

@@ -5,7 +5,7 @@
 #include "cli/commands.h"
 #include "config/toml_reader.h"
 #include "experiment/experiment.h"
-#include "node/run_experiment.h"
+#include "actors/node/run_experiment.h"
 
 namespace crucible::cli {
 namespace {

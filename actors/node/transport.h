@@ -13,11 +13,11 @@
 
 #include "cluster/network_settings.h"
 
-namespace crucible::cluster {
+namespace crucible::node {
 
 // Loads the middleman (and the OpenSSL manager with TLS) into a config before its actor system exists. Throws
 // std::invalid_argument when a TLS file cannot be read.
-void enable_network(caf::actor_system_config& config, const NetworkSettings& settings);
+void enable_network(caf::actor_system_config& config, const cluster::NetworkSettings& settings);
 
 template <class Handle>
 caf::expected<uint16_t> publish(const Handle& handle, const std::string& host, uint16_t port, bool tls) {
@@ -30,4 +30,4 @@ caf::expected<Handle> connect(caf::actor_system& system, const std::string& host
   return tls ? caf::openssl::remote_actor<Handle>(system, host, port) : caf::io::remote_actor<Handle>(system, host, port);
 }
 
-}  // namespace crucible::cluster
+}  // namespace crucible::node

@@ -1,4 +1,4 @@
-#include "cluster/transport.h"
+#include "actors/node/transport.h"
 
 #include <caf/io/middleman.hpp>
 #include <caf/openssl/manager.hpp>
@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <stdexcept>
 
-namespace crucible::cluster {
+namespace crucible::node {
 
 namespace {
 caf::timespan seconds(double s) {
@@ -15,7 +15,7 @@ caf::timespan seconds(double s) {
 }
 }  // namespace
 
-void enable_network(caf::actor_system_config& config, const NetworkSettings& settings) {
+void enable_network(caf::actor_system_config& config, const cluster::NetworkSettings& settings) {
   config.load<caf::io::middleman>();
   config.set("middleman.heartbeat-interval", seconds(settings.heartbeat_s));
   config.set("middleman.connection-timeout", seconds(settings.connection_timeout_s));
@@ -28,4 +28,4 @@ void enable_network(caf::actor_system_config& config, const NetworkSettings& set
   config.load<caf::openssl::manager>();
 }
 
-}  // namespace crucible::cluster
+}  // namespace crucible::node

@@ -1,4 +1,4 @@
-#include "node/evaluator_node.h"
+#include "actors/node/evaluator_node.h"
 
 #include <caf/all.hpp>
 
@@ -11,12 +11,12 @@
 
 #include "actors/evaluator.h"
 #include "cluster/join_proof.h"
-#include "cluster/transport.h"
+#include "actors/node/transport.h"
 #include "logging/log.h"
 #include "messages/cluster_error.h"
-#include "node/actor_system_config.h"
-#include "node/eval_settings.h"
-#include "node/log_outbox.h"
+#include "actors/node/actor_system_config.h"
+#include "actors/node/eval_settings.h"
+#include "actors/node/log_outbox.h"
 #include "run/node_logs.h"
 #include "tasks/task_loader.h"
 
@@ -164,7 +164,7 @@ NodeResult run_evaluator_node(const NodeRequest& r) {
   caf::actor_system_config config;
   configure_actor_system(config, 2);
   try {
-    cluster::enable_network(config, {r.tls, 1.0, 60.0});
+    node::enable_network(config, {r.tls, 1.0, 60.0});
   } catch (const std::exception& e) {
     return {2, e.what()};
   }
@@ -182,7 +182,7 @@ NodeResult run_evaluator_node(const NodeRequest& r) {
   for (;;) {
     if (Clock::now() >= give_up_at)
       return {3, "gave up: no coordinator at " + where + " for " + std::to_string(r.give_up_after_s) + " s (" + last_error + ")"};
-    auto gateway = cluster::connect<gateway_actor>(system, r.host, r.port, r.tls.enabled());
+    auto gateway = node::connect<gateway_actor>(system, r.host, r.port, r.tls.enabled());
     if (!gateway) {
       last_error = system.render(gateway.error());
       log.debug("no coordinator at ", where, ": ", last_error, "; again in ", backoff.count(), " ms");

@@ -1,4 +1,4 @@
-#include "node/eval_settings.h"
+#include "actors/node/eval_settings.h"
 
 #include <fstream>
 #include <thread>

@@ -1,4 +1,4 @@
-#include "node/run_experiment.h"
+#include "actors/node/run_experiment.h"
 
 #include <caf/all.hpp>
 
@@ -18,15 +18,15 @@
 #include "actors/telemetry.h"
 #include "config/text_file.h"
 #include "cluster/join_proof.h"
-#include "cluster/transport.h"
+#include "actors/node/transport.h"
 #include "config/toml_reader.h"
 #include "logging/log.h"
 #include "modes/run_summary.h"
-#include "node/eval_settings.h"
+#include "actors/node/eval_settings.h"
 #include "modes/unit_plan.h"
-#include "node/actor_system_config.h"
+#include "actors/node/actor_system_config.h"
 #include "policy/kernel_templates.h"
-#include "policy/lm_policy.h"
+#include "lm_policy/lm_policy.h"
 #include "policy/replay_policy.h"
 #include "policy/search_policy.h"
 #include "run/run_directory.h"
@@ -50,7 +50,7 @@ actors::gateway_actor open_gateway(caf::actor_system& system, const experiment::
   g.last_run = last_run;
   g.log_dir = log_dir;
   auto gateway = actors::spawn_gateway(system, std::move(g));
-  auto port = cluster::publish(gateway, e.cluster.host, e.cluster.port, e.cluster.tls());
+  auto port = node::publish(gateway, e.cluster.host, e.cluster.port, e.cluster.tls());
   if (!port) {
     caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
     throw std::runtime_error("cannot listen for nodes on " + e.cluster.listen + ": " + system.render(port.error()));
@@ -130,7 +130,7 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
   caf::actor_system_config config;
   configure_actor_system(config, 1);
   if (e.cluster.enabled())
-    cluster::enable_network(config, {{e.cluster.tls_certificate, e.cluster.tls_key, e.cluster.tls_ca},
+    node::enable_network(config, {{e.cluster.tls_certificate, e.cluster.tls_key, e.cluster.tls_ca},
                                      e.cluster.heartbeat_s, 3 * e.cluster.node_timeout_s});
   caf::actor_system system{config};
   auto telemetry = system.spawn(actors::telemetry, dir, request.quiet);

@@ -1,4 +1,4 @@
-#include "policy/lm_policy.h"
+#include "lm_policy/lm_policy.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,0 +1,34 @@
+#include "crucible/eval/device.h"
+
+#include <climits>
+
+namespace crucible::eval {
+
+std::string_view backend_name(Backend backend) { return backend == Backend::cuda ? "cuda" : "cpu"; }
+
+Backend parse_backend(std::string_view text) {
+  if (text == "cpu") return Backend::cpu;
+  if (text == "cuda") return Backend::cuda;
+  throw std::invalid_argument("unknown backend '" + std::string(text) + "' (cpu, cuda)");
+}
+
+std::string_view source_extension(Backend backend) { return backend == Backend::cuda ? "cu" : "cpp"; }
+
+std::string Device::name() const { return is_cuda() ? "cuda:" + std::to_string(index) : "cpu"; }
+
+Device parse_device(std::string_view text, bool allow_bare_cuda) {
+  if (text == "cpu") return Device::cpu();
+  if (allow_bare_cuda && text == "cuda") return Device::cuda(0);
+  constexpr std::string_view prefix = "cuda:";
+  if (text.substr(0, prefix.size()) == prefix && text.size() > prefix.size() && text.size() <= prefix.size() + 6) {
+    long ordinal = 0;
+    for (char c : text.substr(prefix.size())) {
+      if (c < '0' || c > '9') throw std::invalid_argument("unknown device '" + std::string(text) + "' (cpu, cuda:N)");
+      ordinal = ordinal * 10 + (c - '0');
+    }
+    return Device::cuda(static_cast<int>(ordinal));
+  }
+  throw std::invalid_argument("unknown device '" + std::string(text) + "' (cpu, cuda:N)");
+}
+
+}  // namespace crucible::eval
