@@ -6,9 +6,6 @@
 #include <set>
 #include <variant>
 
-#include <nlohmann/json.hpp>
-
-#include "actors/unit_records.h"
 #include "coordinator/unit_pipeline.h"
 #include "coordinator/work_queue.h"
 #include "logging/log.h"
@@ -28,9 +25,9 @@ struct CoordinatorState {
   std::unique_ptr<core::UnitPipeline> pipeline;
   core::WorkQueue work;
   core::CompileQueue compiles;
-  std::vector<UnitTrace> units;
+  std::vector<msg::UnitRecord> units;
   std::vector<std::string> snapshots;
-  std::map<uint64_t, CandidateTrace> candidates;
+  std::map<uint64_t, msg::CandidateRecord> candidates;
   // Pullers by the core's numbering: evaluators (and the sessions they pull under) and compile workers.
   std::map<caf::actor_addr, core::EvaluatorId> ids;
   std::map<core::EvaluatorId, caf::typed_response_promise<msg::EvalRequest>> eval_waiters;
@@ -118,43 +115,24 @@ bool from_here(Self self) {
   return sender && sender->node() == self->node();
 }
 
-void cluster_event(Self self, nlohmann::json event) {
-  event["at"] = wall_now();
-  self->send(self->state.setup.telemetry, msg::ClusterEvent{event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
-}
-
-std::vector<const CandidateTrace*> traces_of(const CoordinatorState& st, std::size_t unit) {
-  std::vector<const CandidateTrace*> out;
-  for (uint64_t id : st.pipeline->candidates(unit)) out.push_back(&st.candidates.at(id));
-  return out;
-}
-
-// A verdict made by the evaluator's own side because something failed around the candidate, not in it: it must not
-// stop the run, and it is visible in the record.
-msg::VerdictSummary evaluator_error(const msg::Candidate& c, const std::string& what) {
-  eval::Verdict v;
-  v.task = c.task;
-  v.status = eval::Status::runtime_error;
-  v.reasons.push_back({"evaluator_error", what});
-  auto summary = msg::summarize(c.id, v);
-  summary.device = "coordinator";
-  summary.started_at = summary.finished_at = wall_now();
-  return summary;
+void cluster_event(Self self, msg::ClusterEvent event) {
+  event.at = wall_now();
+  self->send(self->state.setup.telemetry, std::move(event));
 }
 
 // A reply with no usable source is judged here, without a compile or an evaluator: it is the policy's failure.
-msg::VerdictSummary parse_error_verdict(const msg::Candidate& c, double at) {
+msg::VerdictReport parse_error_verdict(const msg::Candidate& c, double at) {
   eval::Verdict v;
   v.task = c.task;
+  v.device = "policy";
   v.status = eval::Status::parse_error;
   v.reasons.push_back({"no_source", c.parse_error});
-  auto summary = msg::summarize(c.id, v);
-  summary.device = "policy";
-  summary.started_at = summary.finished_at = at;
-  return summary;
+  auto report = msg::report(c.id, std::move(v));
+  report.started_at = report.finished_at = at;
+  return report;
 }
 
-void record_verdict(Self self, msg::VerdictSummary verdict) {
+void record_verdict(Self self, msg::VerdictReport verdict) {
   auto& st = self->state;
   auto trace = st.candidates.find(verdict.candidate_id);
   if (trace == st.candidates.end() || st.pipeline->judged_already(verdict.candidate_id)) return;
@@ -167,7 +145,8 @@ void on_generated(Self self, std::size_t unit, uint64_t group, msg::Generated& g
   std::vector<uint64_t> ids;
   for (auto& c : generated.candidates) {
     ids.push_back(c.id);
-    CandidateTrace trace;
+    msg::CandidateRecord trace;
+    trace.unit = st.pipeline->plan(unit).name;
     trace.generate_start = generated.started_at;
     trace.generate_end = generated.finished_at;
     trace.candidate = std::move(c);
@@ -208,7 +187,7 @@ void score(Self self, std::size_t unit, uint64_t group) {
   request.group = group;
   const auto& ids = st.pipeline->group(unit, group);
   request.task = st.candidates.at(ids.front()).candidate.task;
-  for (uint64_t id : ids) request.verdicts.push_back(*st.candidates.at(id).verdict);
+  for (uint64_t id : ids) request.verdicts.push_back(st.candidates.at(id).verdict->verdict);
   self->request(st.setup.normalizer, caf::infinite, std::move(request))
       .then(
           [=](msg::ScoredGroup& scored) {
@@ -232,10 +211,11 @@ void train(Self self, std::size_t unit) {
   msg::TrainBatch batch;
   batch.unit = st.pipeline->plan(unit).name;
   batch.step = st.pipeline->plan(unit).step;
-  for (const auto* t : traces_of(st, unit)) {
-    if (!t->advantage) continue;  // dropped group
+  for (uint64_t id : st.pipeline->candidates(unit)) {
+    const auto& t = st.candidates.at(id);
+    if (!t.advantage) continue;  // dropped group
     batch.samples.push_back(
-        {t->candidate.policy_version, t->candidate.task, t->candidate.tokens, t->candidate.logprobs, *t->advantage});
+        {t.candidate.policy_version, t.candidate.task, t.candidate.tokens, t.candidate.logprobs, *t.advantage});
   }
   st.units[unit].train_start = wall_now();
   self->request(st.setup.optimizer, caf::infinite, std::move(batch))
@@ -257,40 +237,25 @@ void train(Self self, std::size_t unit) {
           });
 }
 
-// The candidate's record; should building it fail, the failure is the candidate's recorded result.
-std::string record_of(Self self, CandidateTrace& trace, const UnitTrace& unit) {
-  try {
-    return candidate_record_json(trace, unit);
-  } catch (const std::exception& e) {
-    self->state.log.error("candidate ", trace.candidate.id, ": its record failed (", e.what(), "); recorded as evaluator_error");
-    trace.verdict = evaluator_error(trace.candidate, std::string("record failed: ") + e.what());
-    return candidate_record_json(trace, unit);
-  }
-}
-
+// The unit's candidates go to telemetry, then the commit: telemetry writes them all and makes the commit durable.
 void commit(Self self, std::size_t unit) {
   auto& st = self->state;
   auto& u = st.units[unit];
   u.committed_at = wall_now();
-  if (!u.plan->train) u.policy_version_after = st.policy_version;
-  for (uint64_t id : st.pipeline->candidates(unit)) {
-    auto& t = st.candidates.at(id);
-    self->send(st.setup.telemetry,
-               msg::CandidateRecord{u.plan->name, t.candidate.source, st.setup.source_extension, record_of(self, t, u)});
-  }
-  auto traces = traces_of(st, unit);
-  st.candidates_done += traces.size();
-  const auto metrics = unit_metrics(traces);
-  msg::CommitUnit request{u.plan->name, unit_metrics_json(u, traces, metrics), st.snapshots[unit],
-                          progress_line(st.setup.mode, u, metrics, st.pipeline->committed_count() + 1,
-                                        st.pipeline->size(), wall_now() - st.start_time, st.candidates_done)};
-  self->request(st.setup.telemetry, caf::infinite, std::move(request))
+  if (!u.train) u.policy_version_after = st.policy_version;
+  const auto ids = st.pipeline->candidates(unit);
+  for (uint64_t id : ids) self->send(st.setup.telemetry, st.candidates.at(id));
+  st.candidates_done += ids.size();
+  msg::Progress progress{st.setup.mode, st.pipeline->committed_count() + 1, st.pipeline->size(),
+                         wall_now() - st.start_time, st.candidates_done};
+  self->request(st.setup.telemetry, caf::infinite,
+                msg::CommitUnit{u, st.setup.source_extension, st.snapshots[unit], std::move(progress)})
       .then(
           [=](committed_atom) {
             auto& s = self->state;
-            const auto ids = s.pipeline->candidates(unit);
+            const auto done = s.pipeline->candidates(unit);
             auto next = s.pipeline->committed(unit);
-            for (uint64_t id : ids) s.candidates.erase(id);  // no longer needed in memory
+            for (uint64_t id : done) s.candidates.erase(id);  // no longer needed in memory
             decide(self, next);
           },
           [=](caf::error& e) {
@@ -328,7 +293,13 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
     st.pipeline = std::make_unique<core::UnitPipeline>(st.setup.units, st.setup.committed);
     st.units.resize(st.pipeline->size());
     st.snapshots.resize(st.pipeline->size());
-    for (std::size_t i = 0; i < st.units.size(); ++i) st.units[i].plan = &st.pipeline->plan(i);
+    for (std::size_t i = 0; i < st.units.size(); ++i) {
+      const auto& plan = st.pipeline->plan(i);
+      st.units[i].name = plan.name;
+      st.units[i].step = plan.step;
+      st.units[i].task = plan.task;
+      st.units[i].train = plan.train;
+    }
     st.session_nodes[core::kLocalSession] = self->node();
     // A handler that throws ends the run with a message instead of leaving its caller waiting for ever.
     self->set_exception_handler([=](std::exception_ptr& error) -> caf::error {
@@ -413,7 +384,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
           // with the compiler's log) is written by the same code as every other verdict.
           deliver(self, s.work.offer(*unit, done.candidate_id, trace->second.source_hash));
         },
-        [=](msg::VerdictSummary& verdict) {
+        [=](msg::VerdictReport& verdict) {
           auto& s = self->state;
           auto id = s.ids.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
           const auto check = id == s.ids.end() ? core::VerdictCheck{} : s.work.verdict(id->second, verdict.candidate_id);
@@ -421,8 +392,12 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
             const std::string node = node_of_sender(self);
             s.log.warn("late result for candidate ", verdict.candidate_id, " from ", node,
                        " discarded: it was handed to another evaluator");
-            cluster_event(self, {{"event", "late_result"}, {"node", node}, {"candidate_id", verdict.candidate_id},
-                                 {"status", verdict.status}});
+            msg::ClusterEvent event;
+            event.kind = msg::ClusterEventKind::late_result;
+            event.node = node;
+            event.candidate_id = verdict.candidate_id;
+            event.status = verdict.verdict.status;
+            cluster_event(self, std::move(event));
             return;
           }
           verdict.node = s.work.node_name(check.session);
@@ -436,12 +411,12 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
           s.work.join(joined.session, joined.name);
           s.session_nodes[joined.session] = joined.node;
           s.log.info("node ", joined.name, " joined with ", joined.devices.size(), " device(s)");
-          nlohmann::json devices = nlohmann::json::array();
-          for (const auto& d : joined.devices)
-            devices.push_back({{"device", d.device}, {"kind", d.kind}, {"name", d.name}, {"memory_bytes", d.memory_bytes},
-                               {"compute_capability", std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor)},
-                               {"multiprocessors", d.multiprocessors}});
-          cluster_event(self, {{"event", "joined"}, {"node", joined.name}, {"session", joined.session}, {"devices", devices}});
+          msg::ClusterEvent event;
+          event.kind = msg::ClusterEventKind::joined;
+          event.node = joined.name;
+          event.session = joined.session;
+          event.devices = joined.devices;
+          cluster_event(self, std::move(event));
         },
         [=](msg::NodeLost& lost) {
           auto& s = self->state;
@@ -450,8 +425,13 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
           auto d = s.work.node_lost(lost.session);
           const std::string name = s.work.node_name(lost.session);
           s.log.warn("node ", name, " lost (", lost.reason, "); ", d.requeued.size(), " candidate(s) re-queued");
-          cluster_event(self, {{"event", "lost"}, {"node", name}, {"session", lost.session},
-                               {"reason", lost.reason}, {"requeued", d.requeued}});
+          msg::ClusterEvent event;
+          event.kind = msg::ClusterEventKind::lost;
+          event.node = name;
+          event.session = lost.session;
+          event.reason = lost.reason;
+          event.requeued = d.requeued;
+          cluster_event(self, std::move(event));
           deliver(self, d);
         },
     };

@@ -41,20 +41,20 @@ void evaluator(caf::blocking_actor* self, coordinator_actor coordinator, std::sh
         .receive(
             [&](msg::EvalRequest& request) {
               const double start = wall_now();
-              msg::VerdictSummary summary;
+              msg::VerdictReport report;
               try {
-                summary = msg::summarize(request.candidate.id, judge(evaluator, *setup, request));
+                report = msg::report(request.candidate.id, judge(evaluator, *setup, request));
               } catch (const std::exception& e) {
                 log.error("candidate ", request.candidate.id, ": ", e.what(), "; recorded as evaluator_error");
-                summary = msg::summarize(request.candidate.id, evaluator_error(request, setup->device, e.what()));
+                report = msg::report(request.candidate.id, evaluator_error(request, setup->device, e.what()));
               }
-              summary.device = setup->device;
-              summary.started_at = start;
-              summary.finished_at = wall_now();
-              log.info("candidate ", request.candidate.id, " (", request.candidate.task, "): ", summary.status,
-                       summary.reason_codes.empty() ? "" : " " + summary.reason_codes.front(), " in ",
-                       summary.finished_at - start, " s");
-              self->send(coordinator, std::move(summary));
+              report.verdict.device = setup->device;
+              report.started_at = start;
+              report.finished_at = wall_now();
+              const auto& v = report.verdict;
+              log.info("candidate ", request.candidate.id, " (", request.candidate.task, "): ", eval::status_name(v.status),
+                       v.reasons.empty() ? "" : " " + v.reasons.front().code, " in ", report.finished_at - start, " s");
+              self->send(coordinator, std::move(report));
             },
             [&](caf::error& e) {
               if (e == caf::sec::request_timeout) return;  // pull again, or stop

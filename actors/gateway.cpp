@@ -77,8 +77,8 @@ void announce_over(Self self) {
 std::string device_list(const std::vector<msg::NodeDevice>& devices) {
   std::string out;
   for (const auto& d : devices) {
-    out += (out.empty() ? "" : ", ") + d.device + " (" + d.name;
-    if (d.kind == "cuda") out += ", sm_" + std::to_string(d.cc_major) + std::to_string(d.cc_minor);
+    out += (out.empty() ? "" : ", ") + d.device.name() + " (" + d.name;
+    if (d.device.is_cuda()) out += ", sm_" + std::to_string(d.cc_major) + std::to_string(d.cc_minor);
     out += ")";
   }
   return out;
@@ -112,8 +112,10 @@ gateway_actor spawn_gateway(caf::actor_system& system, GatewaySetup setup) {
           if (!run::valid_node_name(hello.node)) return refuse("'" + hello.node + "' is not a valid node name");
           if (hello.nonce.size() < 32) return refuse("nonce too short");
           for (const auto& d : hello.devices)
-            if (d.kind != s.setup.eval.backend)
-              return refuse("device " + d.device + " is " + d.kind + "; this run evaluates on " + s.setup.eval.backend);
+            if (d.device.backend != s.setup.eval.backend)
+              return refuse("device " + d.device.name() + " is not a " +
+                            std::string(eval::backend_name(s.setup.eval.backend)) + " device; this run evaluates on " +
+                            std::string(eval::backend_name(s.setup.eval.backend)));
           if (hello.devices.empty()) return refuse("no devices");
           if (s.pending.size() >= kMaxPending) s.pending.erase(s.pending.begin());
           Pending p{hello, cluster::fresh_nonce(), sender->node(), wall_now()};

@@ -17,7 +17,7 @@ using coordinator_actor =
     caf::typed_actor<caf::replies_to<run_atom>::with<msg::RunOutcome>,
                      caf::replies_to<pull_compile_atom>::with<msg::CompileRequest>,
                      caf::replies_to<pull_eval_atom, std::string, uint64_t>::with<msg::EvalRequest>,
-                     caf::reacts_to<msg::CompileDone>, caf::reacts_to<msg::VerdictSummary>,
+                     caf::reacts_to<msg::CompileDone>, caf::reacts_to<msg::VerdictReport>,
                      caf::reacts_to<msg::NodeJoined>, caf::reacts_to<msg::NodeLost>>;
 
 // The coordinator node's door for evaluator nodes: the mutual proof of the secret, then heartbeats (with the node's

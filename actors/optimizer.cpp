@@ -27,10 +27,12 @@ optimizer_actor::behavior_type optimizer(optimizer_actor::pointer, std::shared_p
           log->error(batch.unit, ": update failed: ", e.what());
           return caf::make_error(caf::sec::runtime_error, std::string("policy update failed: ") + e.what());
         }
-        msg::PolicyPublished out{setup->policy->version(), batch.step, wall_now() - start, setup->policy->snapshot(),
-                                 setup->policy->update_metrics()};
+        msg::PolicyPublished out{setup->policy->version(), batch.step, wall_now() - start, setup->policy->snapshot(), {}};
+        for (const auto& m : setup->policy->update_metrics())
+          out.metrics.push_back({m.adapter, m.loss, m.kl, m.entropy, m.clip_fraction, m.grad_norm, m.sequences, m.tokens,
+                                 m.dropped_sequences});
         log->info(batch.unit, ": ", samples.size(), " samples -> policy version ", out.version, " in ",
-                  out.update_seconds, " s ", out.metrics);
+                  out.update_seconds, " s");
         return out;
       },
   };

@@ -14,7 +14,7 @@ normalizer_actor::behavior_type reward_normalizer(normalizer_actor::pointer, Nor
         out.group = request.group;
         std::vector<double> centred;
         for (const auto& v : request.verdicts) {
-          const double r = rewards::reward(msg::to_verdict(v), setup.reward);
+          const double r = rewards::reward(v, setup.reward);
           out.rewards.push_back(r);
           centred.push_back(setup.task_baseline ? (*baselines)[request.task].center(r) : r);
         }

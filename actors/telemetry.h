@@ -1,6 +1,6 @@
 #pragma once
-// Telemetry: the only writer of the run directory. Candidate records (sources beside them) as they come, and a
-// durable commit per finished unit; prints the console progress line of each commit.
+// Telemetry: the only writer of the run directory. At each unit's commit it writes the unit's candidate records (sources
+// beside them, each once) and metrics, then makes the commit durable; prints the console progress line of each.
 #include <memory>
 
 #include "actors/interfaces.h"

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "crucible/eval/verdict_json.h"
+
 #include <algorithm>
 #include <cstdio>
 
@@ -10,7 +12,7 @@ namespace {
 
 using nlohmann::json;
 
-json or_null(const std::optional<double>& x) { return x ? json(*x) : json(nullptr); }
+json or_null(const caf::optional<double>& x) { return x ? json(*x) : json(nullptr); }
 
 std::string clock_text(double seconds) {
   char buf[32];
@@ -22,19 +24,19 @@ std::string clock_text(double seconds) {
 
 }  // namespace
 
-run::Outcome outcome_of(const CandidateTrace& t) {
+run::Outcome outcome_of(const msg::CandidateRecord& t) {
   run::Outcome o;
   o.task = t.candidate.task;
   // Without a compile of its own (the candidate went to a node as source), the verdict tells.
-  o.compiled = t.compile ? t.compile->ok
-                         : t.verdict && t.verdict->status != "compile_error" && t.verdict->status != "parse_error";
-  o.correct = t.verdict && t.verdict->status == "correct";
-  if (t.verdict && t.verdict->has_speedup) o.speedup = t.verdict->speedup;
+  const auto status = t.verdict ? std::optional<eval::Status>(t.verdict->verdict.status) : std::nullopt;
+  o.compiled = t.compile ? t.compile->ok : status && status != eval::Status::compile_error && status != eval::Status::parse_error;
+  o.correct = status == eval::Status::correct;
+  if (t.verdict && t.verdict->verdict.speedup) o.speedup = *t.verdict->verdict.speedup;
   o.reward = t.reward;
   return o;
 }
 
-std::string candidate_record_json(const CandidateTrace& t, const UnitTrace& unit) {
+std::string candidate_record_json(const msg::CandidateRecord& t, const msg::UnitRecord& unit) {
   const auto& c = t.candidate;
   json j;
   j["candidate_id"] = c.id;
@@ -44,7 +46,7 @@ std::string candidate_record_json(const CandidateTrace& t, const UnitTrace& unit
   j["index"] = c.index;
   j["policy_version"] = c.policy_version;
   // Staleness in policy versions, where versions count this chain's updates only (GRPO; TTT is on-policy per task).
-  if (unit.plan->train && unit.plan->task.empty()) j["staleness"] = unit.policy_version_after - 1 - c.policy_version;
+  if (unit.train && unit.task.empty()) j["staleness"] = unit.policy_version_after - 1 - c.policy_version;
   j["policy_output"] = c.output;
   j["tokens"] = c.tokens;
   j["logprobs"] = c.logprobs;
@@ -53,19 +55,18 @@ std::string candidate_record_json(const CandidateTrace& t, const UnitTrace& unit
                     {"hash", t.compile->hash}, {"log", t.compile->log}};
   }
   if (t.verdict) {
-    const auto& v = *t.verdict;
-    j["status"] = v.status;
+    const auto& v = t.verdict->verdict;
+    j["status"] = eval::status_name(v.status);
     json reasons = json::array();
-    for (std::size_t i = 0; i < v.reason_codes.size(); ++i)
-      reasons.push_back({{"code", v.reason_codes[i]}, {"detail", i < v.reason_details.size() ? v.reason_details[i] : ""}});
+    for (const auto& r : v.reasons) reasons.push_back({{"code", r.code}, {"detail", r.detail}});
     j["reasons"] = reasons;
     j["device"] = v.device;
-    j["node"] = v.node;
-    j["candidate_median_us"] = v.has_times ? json(v.candidate_median_us) : json(nullptr);
-    j["candidate_cv"] = v.has_times ? json(v.candidate_cv) : json(nullptr);
-    j["reference_median_us"] = v.has_times ? json(v.reference_median_us) : json(nullptr);
-    j["speedup"] = v.has_speedup ? json(v.speedup) : json(nullptr);
-    j["verdict"] = v.json.empty() ? json(nullptr) : json::parse(v.json, nullptr, false);
+    j["node"] = t.verdict->node;
+    j["candidate_median_us"] = v.candidate_time ? json(v.candidate_time->median_us) : json(nullptr);
+    j["candidate_cv"] = v.candidate_time ? json(v.candidate_time->cv) : json(nullptr);
+    j["reference_median_us"] = v.reference_time ? json(v.reference_time->median_us) : json(nullptr);
+    j["speedup"] = v.speedup ? json(*v.speedup) : json(nullptr);
+    j["verdict"] = json::parse(eval::to_json(v, -1));
   }
   j["reward"] = t.reward;
   j["advantage"] = or_null(t.advantage);
@@ -76,7 +77,7 @@ std::string candidate_record_json(const CandidateTrace& t, const UnitTrace& unit
   // On the coordinator's clock; minus the evaluation itself, what handing it out and back cost.
   if (t.received_at > 0) times["dispatch"] = {t.dispatched_at, t.received_at};
   times["scored"] = t.scored_at;
-  if (unit.plan->train) times["train"] = {unit.train_start, unit.train_end};
+  if (unit.train) times["train"] = {unit.train_start, unit.train_end};
   times["committed"] = unit.committed_at;
   j["times"] = times;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);  // never throws on a stray byte
@@ -85,7 +86,7 @@ std::string candidate_record_json(const CandidateTrace& t, const UnitTrace& unit
 namespace {
 
 // Per node: candidates judged, their evaluation seconds, and failures of the evaluator itself (not the candidate's).
-json node_metrics(const std::vector<const CandidateTrace*>& traces) {
+json node_metrics(const std::vector<const msg::CandidateRecord*>& traces) {
   json nodes = json::object();
   for (const auto* t : traces) {
     if (!t->verdict || t->verdict->node.empty()) continue;
@@ -94,7 +95,7 @@ json node_metrics(const std::vector<const CandidateTrace*>& traces) {
     if (n.is_null()) n = {{"candidates", 0}, {"evaluation_seconds", 0.0}, {"evaluator_errors", 0}};
     n["candidates"] = n["candidates"].get<int>() + 1;
     n["evaluation_seconds"] = n["evaluation_seconds"].get<double>() + (v.finished_at - v.started_at);
-    const bool failed = std::find(v.reason_codes.begin(), v.reason_codes.end(), "evaluator_error") != v.reason_codes.end();
+    const bool failed = v.verdict.has_reason("evaluator_error");
     n["evaluator_errors"] = n["evaluator_errors"].get<int>() + (failed ? 1 : 0);
   }
   return nodes;
@@ -102,21 +103,21 @@ json node_metrics(const std::vector<const CandidateTrace*>& traces) {
 
 }  // namespace
 
-run::StepMetrics unit_metrics(const std::vector<const CandidateTrace*>& traces) {
+run::StepMetrics unit_metrics(const std::vector<const msg::CandidateRecord*>& traces) {
   std::vector<run::Outcome> outcomes;
   for (const auto* t : traces) outcomes.push_back(outcome_of(*t));
   return run::compute_metrics(outcomes);
 }
 
-std::string unit_metrics_json(const UnitTrace& unit, const std::vector<const CandidateTrace*>& traces,
+std::string unit_metrics_json(const msg::UnitRecord& unit, const std::vector<const msg::CandidateRecord*>& traces,
                               const run::StepMetrics& metrics) {
   json j = json::parse(run::metrics_json(metrics));
-  j["step"] = unit.plan->step;
-  if (!unit.plan->task.empty()) j["task"] = unit.plan->task;
+  j["step"] = unit.step;
+  if (!unit.task.empty()) j["task"] = unit.task;
   j["policy_version"] = unit.policy_version_after;
   double first = 0, compile_s = 0, eval_s = 0;
   uint64_t tokens = 0, min_version = UINT64_MAX;
-  const CandidateTrace* best = nullptr;
+  const msg::CandidateRecord* best = nullptr;
   for (const auto* t : traces) {
     first = first == 0 ? t->generate_start : std::min(first, t->generate_start);
     if (t->compile) compile_s += t->compile->seconds;
@@ -128,30 +129,40 @@ std::string unit_metrics_json(const UnitTrace& unit, const std::vector<const Can
   j["budget"] = {{"samples", traces.size()}, {"tokens", tokens}, {"compile_seconds", compile_s},
                  {"evaluation_seconds", eval_s}};
   j["nodes"] = node_metrics(traces);
-  if (unit.plan->train) {
+  if (unit.train) {
     j["train_seconds"] = unit.train_end - unit.train_start;
-    if (!unit.train_metrics.empty() && unit.train_metrics != "{}")
-      j["train"] = json::parse(unit.train_metrics, nullptr, false);
-    if (unit.plan->task.empty() && !traces.empty()) j["max_staleness"] = unit.policy_version_after - 1 - min_version;
+    // One object for the shared adapter; per adapter (ttt's tasks) under "adapters".
+    json all = json::array();
+    for (const auto& m : unit.train_metrics) {
+      json one{{"loss", m.loss}, {"kl", m.kl}, {"entropy", m.entropy}, {"clip_fraction", m.clip_fraction},
+               {"grad_norm", m.grad_norm}, {"sequences", m.sequences}, {"tokens", m.tokens},
+               {"dropped_sequences", m.dropped_sequences}};
+      if (!m.adapter.empty()) one["adapter"] = m.adapter;
+      all.push_back(std::move(one));
+    }
+    if (all.size() == 1) j["train"] = all[0];
+    else if (!all.empty()) j["train"] = {{"adapters", all}};
+    if (unit.task.empty() && !traces.empty()) j["max_staleness"] = unit.policy_version_after - 1 - min_version;
   }
   j["wall_seconds"] = unit.committed_at - first;
   if (best && best->verdict) {
     j["best"] = {{"candidate_id", best->candidate.id}, {"task", best->candidate.task},
-                 {"status", best->verdict->status}, {"reward", best->reward},
-                 {"speedup", best->verdict->has_speedup ? json(best->verdict->speedup) : json(nullptr)},
+                 {"status", eval::status_name(best->verdict->verdict.status)}, {"reward", best->reward},
+                 {"speedup", best->verdict->verdict.speedup ? json(*best->verdict->verdict.speedup) : json(nullptr)},
                  {"policy_output", best->candidate.output}};
   }
   return j.dump(-1, ' ', false, json::error_handler_t::replace);  // never throws on a stray byte
 }
 
-std::string progress_line(const std::string& mode, const UnitTrace& unit, const run::StepMetrics& m,
-                          std::size_t done, std::size_t total, double elapsed, std::size_t candidates_done) {
+std::string progress_line(const msg::Progress& p, const msg::UnitRecord& unit, const run::StepMetrics& m) {
   char buf[256];
-  const double eta = done ? elapsed / static_cast<double>(done) * static_cast<double>(total - done) : 0.0;
-  std::snprintf(buf, sizeof buf, "[%s] %-22s %3zu/%zu | reward mean %.3f max %.3f | correct %3.0f%% fast_1 %3.0f%% | %.1f cand/s | %s elapsed, ETA %s",
-                mode.c_str(), unit.plan->name.c_str(), done, total, m.reward_mean, m.reward_max, 100 * m.correct,
-                100 * m.fast_1, elapsed > 0 ? static_cast<double>(candidates_done) / elapsed : 0.0,
-                clock_text(elapsed).c_str(), clock_text(eta).c_str());
+  const double done = static_cast<double>(p.units_done);
+  const double eta = p.units_done ? p.elapsed_s / done * static_cast<double>(p.units_total - p.units_done) : 0.0;
+  std::snprintf(buf, sizeof buf, "[%s] %-22s %3llu/%llu | reward mean %.3f max %.3f | correct %3.0f%% fast_1 %3.0f%% | %.1f cand/s | %s elapsed, ETA %s",
+                p.mode.c_str(), unit.name.c_str(), static_cast<unsigned long long>(p.units_done),
+                static_cast<unsigned long long>(p.units_total), m.reward_mean, m.reward_max, 100 * m.correct,
+                100 * m.fast_1, p.elapsed_s > 0 ? static_cast<double>(p.candidates_done) / p.elapsed_s : 0.0,
+                clock_text(p.elapsed_s).c_str(), clock_text(eta).c_str());
   return buf;
 }
 

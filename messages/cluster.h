@@ -9,13 +9,31 @@
 #include <string>
 #include <vector>
 
+#include "crucible/eval/eval_settings.h"
+
+namespace crucible::eval {
+
+// A device and how candidates are judged in this run (the experiment's [eval] settings), as they cross between
+// nodes. Defined here, in the types' own namespace, so kernels_eval needs no CAF.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Device& x) {
+  return f(caf::meta::type_name("crucible.Device"), x.backend, x.index);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, EvalSettings& x) {
+  return f(caf::meta::type_name("crucible.EvalSettings"), x.backend, x.mode, x.sizes, x.correctness_trials,
+           x.timing_trials, x.call_timeout_s);
+}
+
+}  // namespace crucible::eval
+
 namespace crucible::messages {
 
 // One device a node evaluates on, as the node describes it.
 struct NodeDevice {
-  std::string device;  // "cpu", "cuda:N" on the node
-  std::string kind;    // "cpu" or "cuda"
-  std::string name;    // the GPU's (or CPU's) model name
+  eval::Device device;  // on the node
+  std::string name;     // the GPU's (or CPU's) model name
   uint64_t memory_bytes = 0;
   int32_t cc_major = 0, cc_minor = 0;  // compute capability; 0 on the CPU
   int32_t multiprocessors = 0;         // SMs; cores on the CPU
@@ -23,11 +41,12 @@ struct NodeDevice {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeDevice& x) {
-  return f(caf::meta::type_name("crucible.NodeDevice"), x.device, x.kind, x.name, x.memory_bytes, x.cc_major,
-           x.cc_minor, x.multiprocessors);
+  return f(caf::meta::type_name("crucible.NodeDevice"), x.device, x.name, x.memory_bytes, x.cc_major, x.cc_minor,
+           x.multiprocessors);
 }
 
-constexpr uint32_t kClusterProtocol = 1;
+constexpr uint32_t kClusterProtocol = 2;  // 2: typed devices and settings, error codes
+
 
 // Node -> gateway, first: who it is and its nonce.
 struct NodeHello {
@@ -75,27 +94,12 @@ typename Inspector::result_type inspect(Inspector& f, TaskText& x) {
   return f(caf::meta::type_name("crucible.TaskText"), x.name, x.toml);
 }
 
-// How candidates are judged in this run: the experiment's [eval] settings a node applies to its own devices.
-struct EvalSettings {
-  std::string backend;  // "cpu" or "cuda"
-  std::string mode;     // "fast" or "full"
-  std::string sizes;
-  int32_t correctness_trials = -1, timing_trials = -1;
-  double call_timeout_s = 10.0;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, EvalSettings& x) {
-  return f(caf::meta::type_name("crucible.EvalSettings"), x.backend, x.mode, x.sizes, x.correctness_trials,
-           x.timing_trials, x.call_timeout_s);
-}
-
 // Gateway -> node: accepted. The coordinator to pull work from, what the work is, and how liveness is kept.
 struct JoinAccepted {
   uint64_t session = 0;
   caf::strong_actor_ptr coordinator;
   std::string run;  // experiment name and seed, for the node's log
-  EvalSettings eval;
+  eval::EvalSettings eval;
   std::vector<TaskText> tasks;
   double heartbeat_s = 1.0, timeout_s = 10.0;
   bool last_run = true;  // no further seed follows this run on this coordinator node

@@ -42,7 +42,7 @@ struct ScoreRequest {
   std::string unit;
   std::string task;
   uint64_t group = 0;
-  std::vector<VerdictSummary> verdicts;
+  std::vector<eval::Verdict> verdicts;
 };
 
 template <class Inspector>
@@ -60,43 +60,6 @@ struct ScoredGroup {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScoredGroup& x) {
   return f(caf::meta::type_name("crucible.ScoredGroup"), x.unit, x.group, x.rewards, x.advantages);
-}
-
-// Telemetry: one candidate's full record (a JSON object) for the run directory, its source written beside it.
-struct CandidateRecord {
-  std::string unit;
-  std::string source;
-  std::string source_extension;
-  std::string json;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, CandidateRecord& x) {
-  return f(caf::meta::type_name("crucible.CandidateRecord"), x.unit, x.source, x.source_extension, x.json);
-}
-
-// Telemetry: something that happened to the run's cluster (a node joined, was lost, sent a late result), one JSON
-// object for cluster.jsonl.
-struct ClusterEvent {
-  std::string json;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, ClusterEvent& x) {
-  return f(caf::meta::type_name("crucible.ClusterEvent"), x.json);
-}
-
-// Telemetry: a unit is done; its metrics and the policy after it are made durable before the reply.
-struct CommitUnit {
-  std::string unit;
-  std::string metrics_json;
-  std::string policy_snapshot;
-  std::string progress;  // one console line
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, CommitUnit& x) {
-  return f(caf::meta::type_name("crucible.CommitUnit"), x.unit, x.metrics_json, x.policy_snapshot, x.progress);
 }
 
 }  // namespace crucible::messages

@@ -1,13 +1,77 @@
 #pragma once
-// Messages between the coordinator and the evaluators: a request to evaluate a candidate, and the verdict back.
+// Messages between the coordinator and the evaluators: a request to evaluate a candidate, and the verdict back. The
+// verdict travels as kernels_eval's own type, field by field (its inspect functions are here, in the verdict's
+// namespace, so kernels_eval needs no CAF): no text of a node's choosing is parsed as JSON anywhere.
+#include <utility>
+
+#include <caf/error.hpp>
+#include <caf/meta/load_callback.hpp>
 #include <caf/meta/type_name.hpp>
+#include <caf/optional.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "candidate.h"
 #include "crucible/eval/verdict.h"
+
+namespace crucible::eval {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Reason& x) {
+  return f(caf::meta::type_name("crucible.Reason"), x.code, x.detail);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CompileReport& x) {
+  return f(caf::meta::type_name("crucible.CompileReport"), x.cached, x.seconds, x.hash, x.log_excerpt);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TrialReport& x) {
+  return f(caf::meta::type_name("crucible.TrialReport"), x.trial, x.passed, x.max_abs_error, x.max_rel_error,
+           x.mismatched, x.elements);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TimingStats& x) {
+  return f(caf::meta::type_name("crucible.TimingStats"), x.trials, x.median_us, x.mean_us, x.min_us, x.max_us, x.cv);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StageTimes& x) {
+  return f(caf::meta::type_name("crucible.StageTimes"), x.compile_s, x.gate_s, x.load_s, x.correctness_s, x.timing_s,
+           x.total_s, x.kernel_s, x.overhead_s);
+}
+
+// CAF 0.17 inspects its own optional, not std::optional: the verdict's optionals cross as caf::optional copies.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Verdict& x) {
+  const auto out = [](const auto& o) {
+    using T = typename std::decay_t<decltype(o)>::value_type;
+    return o ? caf::optional<T>(*o) : caf::optional<T>();
+  };
+  auto candidate_time = out(x.candidate_time), reference_time = out(x.reference_time);
+  auto event_median = out(x.candidate_event_median_us), coverage = out(x.kernel_coverage);
+  auto speedup = out(x.speedup), gflops = out(x.gflops), gbps = out(x.gbps);
+  auto in = [&] {
+    const auto back = [](auto& o, const auto& c) {
+      if (c) o = *c;
+      else o.reset();
+    };
+    back(x.candidate_time, candidate_time), back(x.reference_time, reference_time);
+    back(x.candidate_event_median_us, event_median), back(x.kernel_coverage, coverage);
+    back(x.speedup, speedup), back(x.gflops, gflops), back(x.gbps, gbps);
+    return caf::error{};
+  };
+  return f(caf::meta::type_name("crucible.Verdict"), x.status, x.task, x.device, x.mode, x.reasons, x.compile,
+           x.trials, candidate_time, reference_time, event_median, coverage, speedup, gflops, gbps, x.threads,
+           x.seed, x.stages, caf::meta::load_callback(in));
+}
+
+}  // namespace crucible::eval
 
 namespace crucible::messages {
 
@@ -21,39 +85,21 @@ typename Inspector::result_type inspect(Inspector& f, EvalRequest& x) {
   return f(caf::meta::type_name("crucible.EvalRequest"), x.candidate);
 }
 
-// What rewards, metrics and the run directory need from a verdict. Optional values travel with a flag, as CAF
-// 0.17 cannot inspect std::optional; `json` is the evaluator's full verdict for the run directory.
-struct VerdictSummary {
+// One candidate's verdict, where and when it was reached.
+struct VerdictReport {
   uint64_t candidate_id = 0;
-  std::string status;                      // eval::status_name
-  std::vector<std::string> reason_codes;
-  std::vector<std::string> reason_details;
-  bool compile_cached = false;
-  double compile_seconds = 0.0;
-  bool has_times = false;
-  double candidate_median_us = 0.0, candidate_cv = 0.0, reference_median_us = 0.0;
-  bool has_speedup = false;
-  double speedup = 0.0;
-  bool has_kernel_coverage = false;
-  double kernel_coverage = 0.0;
-  double total_seconds = 0.0, kernel_seconds = 0.0;
-  uint64_t seed = 0;
-  std::string json;
-  std::string device;                          // the evaluator that judged it
+  eval::Verdict verdict;                       // verdict.device: the evaluator that judged it ("policy": unparsed)
   std::string node;                            // its node ("local": the coordinator's); set by the coordinator
   double started_at = 0.0, finished_at = 0.0;  // wall clock of the evaluator's node, seconds since the epoch
 };
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, VerdictSummary& x) {
-  return f(caf::meta::type_name("crucible.VerdictSummary"), x.candidate_id, x.status, x.reason_codes,
-           x.reason_details, x.compile_cached, x.compile_seconds, x.has_times, x.candidate_median_us, x.candidate_cv,
-           x.reference_median_us, x.has_speedup, x.speedup, x.has_kernel_coverage, x.kernel_coverage,
-           x.total_seconds, x.kernel_seconds, x.seed, x.json, x.device, x.node, x.started_at, x.finished_at);
+typename Inspector::result_type inspect(Inspector& f, VerdictReport& x) {
+  return f(caf::meta::type_name("crucible.VerdictReport"), x.candidate_id, x.verdict, x.node, x.started_at,
+           x.finished_at);
 }
 
-VerdictSummary summarize(uint64_t candidate_id, const eval::Verdict& verdict);
-// The fields a reward needs, back in the evaluator's own type (status, reasons, times, speedup, coverage).
-eval::Verdict to_verdict(const VerdictSummary& summary);
+// A verdict as a report: its untrusted texts (reason details, compile log) made valid UTF-8 on the way in.
+VerdictReport report(uint64_t candidate_id, eval::Verdict verdict);
 
 }  // namespace crucible::messages

@@ -34,13 +34,26 @@ typename Inspector::result_type inspect(Inspector& f, TrainBatch& x) {
   return f(caf::meta::type_name("crucible.TrainBatch"), x.unit, x.step, x.samples);
 }
 
+// What an update measured, per adapter ("" for the one shared adapter).
+struct TrainMetrics {
+  std::string adapter;
+  double loss = 0, kl = 0, entropy = 0, clip_fraction = 0, grad_norm = 0;
+  int64_t sequences = 0, tokens = 0, dropped_sequences = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TrainMetrics& x) {
+  return f(caf::meta::type_name("crucible.TrainMetrics"), x.adapter, x.loss, x.kl, x.entropy, x.clip_fraction,
+           x.grad_norm, x.sequences, x.tokens, x.dropped_sequences);
+}
+
 // A new policy version: generators restore the snapshot, so they may live on another node.
 struct PolicyPublished {
   uint64_t version = 0;
   uint64_t step = 0;
   double update_seconds = 0.0;
   std::string snapshot;
-  std::string metrics;  // what the update measured (a JSON object; "{}" when the policy reports nothing)
+  std::vector<TrainMetrics> metrics;  // empty when the policy measures nothing
 };
 
 template <class Inspector>

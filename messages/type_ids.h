@@ -7,6 +7,7 @@
 #include "messages/cluster.h"
 #include "messages/coordination.h"
 #include "messages/evaluation.h"
+#include "messages/records.h"
 #include "messages/training.h"
 
 CAF_BEGIN_TYPE_ID_BLOCK(crucible, caf::first_custom_type_id)
@@ -14,7 +15,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(crucible, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(crucible, (crucible::messages::CompileRequest))
   CAF_ADD_TYPE_ID(crucible, (crucible::messages::CompileDone))
   CAF_ADD_TYPE_ID(crucible, (crucible::messages::EvalRequest))
-  CAF_ADD_TYPE_ID(crucible, (crucible::messages::VerdictSummary))
+  CAF_ADD_TYPE_ID(crucible, (crucible::messages::VerdictReport))
   CAF_ADD_TYPE_ID(crucible, (crucible::messages::ScoredSample))
   CAF_ADD_TYPE_ID(crucible, (crucible::messages::TrainBatch))
   CAF_ADD_TYPE_ID(crucible, (crucible::messages::PolicyPublished))

@@ -145,8 +145,10 @@ void grpo_step(Bench& b, policy::LmPolicy& policy, const std::vector<eval::TaskS
   std::printf("| log-prob recomputation | %.2f | %.2f | max abs diff to the sampler %.3g, mean %.3g |\n", logprob_s,
               logprob_gib, max_diff,
               compared ? sum_diff / static_cast<double>(compared) : 0.0);
-  std::printf("| optimizer step (+ checkpoint) | %.2f | %.2f | %s |\n", update_s, update_gib,
-              policy.update_metrics().c_str());
+  const auto m = policy.update_metrics();
+  std::printf("| optimizer step (+ checkpoint) | %.2f | %.2f | loss %.4g, kl %.3g, grad norm %.3g, %lld tokens |\n",
+              update_s, update_gib, m.empty() ? 0.0 : m[0].loss, m.empty() ? 0.0 : m[0].kl,
+              m.empty() ? 0.0 : m[0].grad_norm, static_cast<long long>(m.empty() ? 0 : m[0].tokens));
   std::printf("| sampling + log-probs + optimizer | **%.2f** | %.2f | target <= 30 s |\n\n", sample_s + logprob_s + update_s,
               std::max({sample_gib, logprob_gib, update_gib}));
 
@@ -235,10 +237,10 @@ int main(int argc, char** argv) {
   for (const auto& n : task_names) tasks.push_back(tasks::find_task(n, tasks::default_tasks_dir()));
   fs::remove_all(state);
   policy::LmPolicySetup setup;
-  setup.config.kind = "libtorch";
+  setup.config.kind = experiment::PolicyKind::libtorch;
   setup.config.temperature = 1.0;
   setup.config.lm.model = model;
-  setup.config.lm.device = device;
+  setup.config.lm.device = eval::parse_device(device);
   setup.config.lm.max_new_tokens = max_new;
   setup.config.lm.micro_batch = micro_batch;
   setup.backend = "cuda";

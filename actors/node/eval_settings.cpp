@@ -7,21 +7,10 @@
 
 namespace crucible::node {
 
-messages::EvalSettings eval_settings(const experiment::Experiment& e) {
-  messages::EvalSettings s;
-  s.backend = e.eval.backend;
-  s.mode = e.eval.mode;
-  s.sizes = e.eval.sizes;
-  s.correctness_trials = e.eval.correctness_trials;
-  s.timing_trials = e.eval.timing_trials;
-  s.call_timeout_s = e.eval.call_timeout_s;
-  return s;
-}
-
-eval::EvalOptions eval_options(const messages::EvalSettings& s, const std::string& device) {
+eval::EvalOptions eval_options(const eval::EvalSettings& s, const eval::Device& device) {
   eval::EvalOptions o;
-  o.mode = s.mode == "full" ? eval::Mode::full : eval::Mode::fast;
-  o.device = device;
+  o.mode = s.mode;
+  o.device = device.name();
   o.sizes = s.sizes;
   o.correctness_trials = s.correctness_trials;
   o.timing_trials = s.timing_trials;
@@ -59,30 +48,26 @@ uint64_t memory_bytes() {
 
 }  // namespace
 
-std::vector<messages::NodeDevice> describe_devices(const std::vector<std::string>& devices) {
+std::vector<messages::NodeDevice> describe_devices(const std::vector<eval::Device>& devices) {
   std::vector<messages::NodeDevice> out;
   for (const auto& d : devices) {
     messages::NodeDevice nd;
     nd.device = d;
-    if (d == "cpu") {
-      nd.kind = "cpu";
+    if (!d.is_cuda()) {
       nd.name = cpu_model();
       nd.memory_bytes = memory_bytes();
       nd.multiprocessors = static_cast<int32_t>(std::thread::hardware_concurrency());
-    } else if (d.rfind("cuda:", 0) == 0 && d.size() > 5 && d.find_first_not_of("0123456789", 5) == std::string::npos) {
-      nd.kind = "cuda";
+    } else {
       try {
-        const auto gpu = eval::describe_gpu(std::stoi(d.substr(5)));
+        const auto gpu = eval::describe_gpu(d.index);
         nd.name = gpu.name;
         nd.memory_bytes = gpu.memory_bytes;
         nd.cc_major = gpu.cc_major;
         nd.cc_minor = gpu.cc_minor;
         nd.multiprocessors = gpu.multiprocessors;
       } catch (const std::exception& e) {
-        throw std::invalid_argument("device " + d + ": " + e.what());
+        throw std::invalid_argument("device " + d.name() + ": " + e.what());
       }
-    } else {
-      throw std::invalid_argument("unknown device '" + d + "' (cpu, cuda:N)");
     }
     out.push_back(std::move(nd));
   }

@@ -10,13 +10,13 @@
 
 namespace crucible::node {
 
-messages::EvalSettings eval_settings(const experiment::Experiment& experiment);
-eval::EvalOptions eval_options(const messages::EvalSettings& settings, const std::string& device);
+// The options an evaluator on `device` judges with under the run's settings.
+eval::EvalOptions eval_options(const eval::EvalSettings& settings, const eval::Device& device);
 // Each task's file as written (read from TaskSpec::source_path).
 std::vector<messages::TaskText> task_texts(const std::vector<eval::TaskSpec>& tasks);
 
 // The devices an evaluator node offers, described: GPU model, memory, compute capability and SMs; the CPU's model
-// and cores. Throws std::invalid_argument for a device name that is not "cpu" or a usable "cuda:N".
-std::vector<messages::NodeDevice> describe_devices(const std::vector<std::string>& devices);
+// and cores. Throws std::invalid_argument for a GPU that is not usable here.
+std::vector<messages::NodeDevice> describe_devices(const std::vector<eval::Device>& devices);
 
 }  // namespace crucible::node

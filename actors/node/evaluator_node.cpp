@@ -84,7 +84,7 @@ SessionEnd serve(caf::scoped_actor& self, const gateway_actor& gateway, const ms
   std::set<caf::actor_addr> running;
   for (const auto& device : r.devices) {
     auto s = std::make_shared<actors::EvaluatorSetup>();
-    s->device = device;
+    s->device = device.name();
     s->options = eval_options(joined.eval, device);
     s->tasks = tasks;
     s->leases = leases;

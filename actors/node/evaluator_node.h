@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cluster/network_settings.h"
+#include "crucible/eval/device.h"
 
 namespace crucible::node {
 
@@ -18,7 +19,7 @@ class LogOutbox;
 struct NodeRequest {
   std::string host;
   uint16_t port = 0;
-  std::vector<std::string> devices;
+  std::vector<eval::Device> devices;
   std::string name;
   std::string secret;
   cluster::TlsFiles tls;

@@ -43,7 +43,7 @@ actors::gateway_actor open_gateway(caf::actor_system& system, const experiment::
   g.secret = cluster::read_secret_file(e.cluster.secret_file);
   g.coordinator = coordinator;
   g.run = e.name + " seed " + std::to_string(seed);
-  g.eval = eval_settings(e);
+  g.eval = e.eval;  // the settings part of the [eval] table
   g.tasks = task_texts(tasks);
   g.heartbeat_s = e.cluster.heartbeat_s;
   g.timeout_s = e.cluster.node_timeout_s;
@@ -60,28 +60,28 @@ actors::gateway_actor open_gateway(caf::actor_system& system, const experiment::
 }
 
 std::unique_ptr<policy::Policy> make_policy(const experiment::Experiment& e, uint64_t seed, const fs::path& seed_dir) {
-  if (e.policy.kind == "libtorch") {
+  if (e.policy.kind == experiment::PolicyKind::libtorch) {
     policy::LmPolicySetup s;
     s.config = e.policy;
-    s.backend = e.eval.backend;
+    s.backend = std::string(eval::backend_name(e.eval.backend));
     s.state_dir = seed_dir / "policy";
     s.per_task_adapters = e.mode == experiment::Mode::ttt;
     s.seed = seed;
     return std::make_unique<policy::LmPolicy>(std::move(s));
   }
-  if (e.policy.kind == "replay")
-    return std::make_unique<policy::ReplayPolicy>(e.policy.replay_dir, e.eval.backend == "cuda" ? "cu" : "cpp");
+  if (e.policy.kind == experiment::PolicyKind::replay)
+    return std::make_unique<policy::ReplayPolicy>(e.policy.replay_dir, std::string(eval::source_extension(e.eval.backend)));
   policy::SearchPolicyOptions o;
   o.learning_rate = e.policy.learning_rate;
   o.temperature = e.policy.temperature;
-  o.backend = e.eval.backend;
+  o.backend = std::string(eval::backend_name(e.eval.backend));
   return std::make_unique<policy::SearchPolicy>(seed, o);
 }
 
 std::string policy_lease(const experiment::Experiment& e) {
-  if (e.policy.kind != "libtorch") return "";
+  if (e.policy.kind != experiment::PolicyKind::libtorch) return "";
   const auto& d = e.eval.devices;
-  return std::find(d.begin(), d.end(), e.policy.lm.device) != d.end() ? e.policy.lm.device : "";
+  return std::find(d.begin(), d.end(), e.policy.lm.device) != d.end() ? e.policy.lm.device.name() : "";
 }
 
 // The policy a seed starts from: the last committed snapshot of a resumed run, else the checkpoint, else fresh.
@@ -142,9 +142,9 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
   setup.mode = experiment::mode_name(e.mode);
   setup.units = units;
   setup.committed = committed;
-  setup.compile_device = e.eval.devices.empty() ? "" : e.eval.devices.front();
+  setup.compile_device = e.eval.devices.empty() ? "" : e.eval.devices.front().name();
   setup.compile_locally = !e.eval.devices.empty();
-  setup.source_extension = e.eval.backend == "cuda" ? "cu" : "cpp";
+  setup.source_extension = std::string(eval::source_extension(e.eval.backend));
   setup.generator = generator;
   setup.normalizer = normalizer;
   setup.optimizer = optimizer;
@@ -158,16 +158,17 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
   // One compiler per core, less the cores CPU evaluators time candidates on: a compile sharing a core with a
   // timed call would slow it down and corrupt its reward.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int cpu_evaluators = e.eval.backend == "cpu" ? static_cast<int>(e.eval.devices.size()) : 0;
+  const int cpu_evaluators = e.eval.backend == eval::Backend::cpu ? static_cast<int>(e.eval.devices.size()) : 0;
   const int compile_workers = e.eval.devices.empty()        ? 0
                               : e.eval.compile_workers > 0 ? e.eval.compile_workers
                                                            : std::max(1, cores - cpu_evaluators);
-  const auto settings = eval_settings(e);
+  const eval::EvalSettings& settings = e.eval;
   for (int i = 0; i < compile_workers; ++i)
-    system.spawn<caf::detached>(actors::compile_worker, coordinator, front, eval_options(settings, setup.compile_device), i);
+    system.spawn<caf::detached>(actors::compile_worker, coordinator, front,
+                                eval_options(settings, e.eval.devices.front()), i);
   for (const auto& device : e.eval.devices) {
     auto s = std::make_shared<actors::EvaluatorSetup>();
-    s->device = device;
+    s->device = device.name();
     s->options = eval_options(settings, device);
     s->tasks = by_name;
     s->leases = leases;
@@ -211,8 +212,8 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
 
 std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
   auto tasks = experiment::resolve_tasks(e);
-  const std::string backend = e.eval.backend;
-  const std::string size_set = e.eval.sizes.empty() ? backend : e.eval.sizes;
+  const eval::Backend backend = e.eval.backend;
+  const std::string size_set = e.eval.size_set();
   for (const auto& t : tasks)
     if (!t.sizes.count(size_set)) {
       std::string declared;
@@ -220,9 +221,6 @@ std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
       e.fail(e.eval.sizes.empty() ? "eval.backend" : "eval.sizes",
              "task '" + t.name + "' declares no '" + size_set + "' sizes (it has: " + declared + ")");
     }
-  for (const auto& d : e.eval.devices)
-    if ((d == "cpu") != (backend == "cpu"))
-      e.fail("eval.devices", "mix of cpu and cuda devices: a candidate is written for one");
   if (e.cluster.enabled()) {
     try {
       cluster::read_secret_file(e.cluster.secret_file);
@@ -233,29 +231,30 @@ std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
                                     std::pair{"cluster.tls_key", e.cluster.tls_key}, std::pair{"cluster.tls_ca", e.cluster.tls_ca}})
       if (!file.empty() && !fs::is_regular_file(file)) e.fail(key, "no such file: " + file);
   }
-  if (backend == "cuda") {
+  if (backend == eval::Backend::cuda) {
     const int available = eval::cuda_devices();
     for (const auto& d : e.eval.devices)
-      if (std::stoi(d.substr(5)) >= available)
-        e.fail("eval.devices", "device " + d + " is not usable here (" + std::to_string(available) + " GPUs)");
+      if (d.index >= available)
+        e.fail("eval.devices", "device " + d.name() + " is not usable here (" + std::to_string(available) + " GPUs)");
   }
   if (!e.policy.checkpoint.empty() && !fs::exists(e.policy.checkpoint))
     e.fail("policy.checkpoint", "no such file: " + e.policy.checkpoint);
-  if (e.policy.kind == "replay") {
-    policy::ReplayPolicy replay(e.policy.replay_dir, backend == "cuda" ? "cu" : "cpp");
+  if (e.policy.kind == experiment::PolicyKind::replay) {
+    policy::ReplayPolicy replay(e.policy.replay_dir, std::string(eval::source_extension(backend)));
     for (const auto& t : tasks)
       if (replay.files_for(t.name).empty())
         e.fail("policy.replay_dir", "no candidates for task '" + t.name + "' in " + e.policy.replay_dir + "/" + t.name);
     return tasks;
   }
-  if (e.policy.kind == "libtorch") {
+  if (e.policy.kind == experiment::PolicyKind::libtorch) {
     if (auto problem = policy::lm_policy_problem(e.policy.lm, eval::cuda_devices()))
       e.fail("policy." + problem->first, problem->second);
     return tasks;
   }
   for (const auto& t : tasks)
-    if (!policy::template_for(t, backend))
-      e.fail("tasks.names", "the search policy has no " + backend + " template for task '" + t.name + "'");
+    if (!policy::template_for(t, std::string(eval::backend_name(backend))))
+      e.fail("tasks.names", "the search policy has no " + std::string(eval::backend_name(backend)) +
+                                " template for task '" + t.name + "'");
   return tasks;
 }
 

@@ -1,4 +1,5 @@
 #include "crucible/eval/device.h"
+#include "crucible/eval/eval_settings.h"
 
 #include <climits>
 
@@ -29,6 +30,14 @@ Device parse_device(std::string_view text, bool allow_bare_cuda) {
     return Device::cuda(static_cast<int>(ordinal));
   }
   throw std::invalid_argument("unknown device '" + std::string(text) + "' (cpu, cuda:N)");
+}
+
+std::string_view mode_name(Mode mode) { return mode == Mode::full ? "full" : "fast"; }
+
+Mode parse_mode(std::string_view text) {
+  if (text == "fast") return Mode::fast;
+  if (text == "full") return Mode::full;
+  throw std::invalid_argument("unknown mode '" + std::string(text) + "' (fast, full)");
 }
 
 }  // namespace crucible::eval

@@ -22,7 +22,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-std::string mode_name(Mode m) { return m == Mode::full ? "full" : "fast"; }
 
 }  // namespace
 
@@ -218,7 +217,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   Verdict v;
   v.task = task.name;
   v.device = options.device;
-  v.mode = mode_name(options.mode);
+  v.mode = std::string(mode_name(options.mode));
   v.threads = config_.threads;
   auto finish = [&]() -> Verdict {
     v.stages.total_s = since(start);

@@ -79,10 +79,29 @@ void read_tasks(TableReader t, TaskSelection& s) {
   t.finish();
 }
 
-bool valid_device(const std::string& d) {
-  if (d == "cpu") return true;
-  if (d.rfind("cuda:", 0) != 0 || d.size() == 5) return false;
-  return std::all_of(d.begin() + 5, d.end(), [](char c) { return c >= '0' && c <= '9'; });
+// Only the canonical names ("cuda:1", not "cuda" or "cuda:01"), so every spelling of a device is one device.
+eval::Device parse_canonical_device(const std::string& text) {
+  const eval::Device d = eval::parse_device(text);
+  if (d.name() != text) throw std::invalid_argument("unknown device '" + text + "' (cpu, cuda:N)");
+  return d;
+}
+
+PolicyKind parse_policy_kind(const std::string& name) {
+  for (auto k : {PolicyKind::search, PolicyKind::replay, PolicyKind::libtorch})
+    if (policy_kind_name(k) == name) return k;
+  throw std::invalid_argument("unknown policy kind '" + name + "' (search, replay, libtorch)");
+}
+
+Loss parse_loss(const std::string& name) {
+  for (auto l : {Loss::grpo_clip, Loss::importance_sampling})
+    if (loss_name(l) == name) return l;
+  throw std::invalid_argument("unknown loss '" + name + "' (grpo_clip, importance_sampling)");
+}
+
+Normalization parse_normalization(const std::string& name) {
+  for (auto n : {Normalization::sequence_mean, Normalization::token_sum, Normalization::token_mean})
+    if (normalization_name(n) == name) return n;
+  throw std::invalid_argument("unknown normalization '" + name + "' (sequence_mean, token_sum, token_mean)");
 }
 
 std::string one_of(TableReader& t, const std::string& key, const std::string& fallback,
@@ -112,8 +131,8 @@ void read_train(TableReader t, LmPolicyConfig& m) {
   m.weight_decay = number_in(t, "weight_decay", m.weight_decay, 0.0, 1.0);
   m.max_grad_norm = number_in(t, "max_grad_norm", m.max_grad_norm, 0.0, 1e6);
   m.micro_batch = positive(t, "micro_batch", m.micro_batch);
-  m.loss = one_of(t, "loss", m.loss, {"grpo_clip", "importance_sampling"});
-  m.normalization = one_of(t, "normalization", m.normalization, {"sequence_mean", "token_sum", "token_mean"});
+  m.loss = parse_choice(t, "loss", loss_name(m.loss), parse_loss);
+  m.normalization = parse_choice(t, "normalization", normalization_name(m.normalization), parse_normalization);
   m.clip_low = number_in(t, "clip_low", m.clip_low, 0.0, 1.0);
   m.clip_high = number_in(t, "clip_high", m.clip_high, 0.0, 10.0);
   m.kl_coef = number_in(t, "kl_coef", m.kl_coef, 0.0, 1e3);
@@ -122,15 +141,13 @@ void read_train(TableReader t, LmPolicyConfig& m) {
 }
 
 void read_policy(TableReader t, PolicyConfig& p) {
-  p.kind = t.get_string("kind", p.kind);
-  if (p.kind != "search" && p.kind != "replay" && p.kind != "libtorch")
-    t.fail("kind", "unknown policy kind '" + p.kind + "' (search, replay, libtorch)");
+  p.kind = parse_choice(t, "kind", policy_kind_name(p.kind), parse_policy_kind);
   p.replay_dir = t.get_string("replay_dir", "");
-  if (p.kind == "replay" && p.replay_dir.empty()) t.fail("replay_dir", "the replay policy needs replay_dir");
+  if (p.kind == PolicyKind::replay && p.replay_dir.empty()) t.fail("replay_dir", "the replay policy needs replay_dir");
   p.learning_rate = number_in(t, "learning_rate", p.learning_rate, 0.0, 1e3);
   p.temperature = number_in(t, "temperature", p.temperature, 1e-3, 1e3);
   p.checkpoint = t.get_string("checkpoint", "");
-  if (p.kind != "libtorch") {
+  if (p.kind != PolicyKind::libtorch) {
     for (const char* key : {"model", "device", "dtype", "adapter", "cuda_graphs", "max_new_tokens", "top_p", "top_k",
                             "system_prompt", "lora", "train"})
       if (t.has(key)) t.fail(key, "only for kind = \"libtorch\"");
@@ -139,8 +156,7 @@ void read_policy(TableReader t, PolicyConfig& p) {
   }
   auto& m = p.lm;
   m.model = t.require_string("model");
-  m.device = t.get_string("device", m.device);
-  if (!valid_device(m.device)) t.fail("device", "unknown device '" + m.device + "' (cpu, cuda:N)");
+  m.device = parse_choice(t, "device", m.device.name(), parse_canonical_device);
   m.dtype = one_of(t, "dtype", m.dtype, {"auto", "f32", "bf16", "f16"});
   m.adapter = t.get_string("adapter", "");
   m.cuda_graphs = t.get_bool("cuda_graphs", m.cuda_graphs);
@@ -176,22 +192,29 @@ void read_advantage(TableReader t, rewards::AdvantageSpec& a, bool& task_baselin
 
 void read_eval(TableReader t, EvalConfig& c) {
   if (t.has("devices")) {
-    c.devices = t.get_string_array("devices");
-    for (const auto& d : c.devices)
-      if (!valid_device(d)) t.fail("devices", "unknown device '" + d + "' (cpu, cuda:N)");
-    std::vector<std::string> sorted = c.devices;
+    c.devices.clear();
+    for (const auto& name : t.get_string_array("devices")) {
+      try {
+        c.devices.push_back(parse_canonical_device(name));
+      } catch (const std::invalid_argument& e) {
+        t.fail("devices", e.what());
+      }
+    }
+    std::vector<eval::Device> sorted = c.devices;
     std::sort(sorted.begin(), sorted.end());
     if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) t.fail("devices", "a device is listed twice");
+    for (const auto& d : c.devices)
+      if (d.backend != c.devices.front().backend)
+        t.fail("devices", "mix of cpu and cuda devices: a candidate is written for one");
   } else {
     t.get_string_array("devices");
   }
-  const std::string derived = c.devices.empty() ? "" : c.devices.front() == "cpu" ? "cpu" : "cuda";
-  c.backend = t.get_string("backend", derived);
-  if (c.backend.empty()) t.fail("backend", "with no local devices, say what candidates are written for (cpu, cuda)");
-  if (c.backend != "cpu" && c.backend != "cuda") t.fail("backend", "must be \"cpu\" or \"cuda\"");
-  if (!derived.empty() && c.backend != derived) t.fail("backend", "the devices are " + derived);
-  c.mode = t.get_string("mode", c.mode);
-  if (c.mode != "fast" && c.mode != "full") t.fail("mode", "must be \"fast\" or \"full\"");
+  const std::string derived = c.devices.empty() ? "" : std::string(eval::backend_name(c.devices.front().backend));
+  if (derived.empty() && !t.has("backend"))
+    t.fail("backend", "with no local devices, say what candidates are written for (cpu, cuda)");
+  c.backend = parse_choice(t, "backend", derived, [](const std::string& v) { return eval::parse_backend(v); });
+  if (!derived.empty() && eval::backend_name(c.backend) != derived) t.fail("backend", "the devices are " + derived);
+  c.mode = parse_choice(t, "mode", std::string(eval::mode_name(c.mode)), [](const std::string& v) { return eval::parse_mode(v); });
   c.sizes = t.get_string("sizes", "");
   c.compile_workers = positive(t, "compile_workers", 0, 0);
   c.correctness_trials = static_cast<int>(t.get_int("correctness_trials", -1));
@@ -237,6 +260,26 @@ void record_lines(const toml::table& table, const std::string& prefix, std::map<
 void Experiment::fail(const std::string& key, const std::string& message) const {
   auto it = key_lines.find(key);
   throw config::ConfigError(file, it == key_lines.end() ? 0 : it->second, key, message);
+}
+
+std::string policy_kind_name(PolicyKind kind) {
+  switch (kind) {
+    case PolicyKind::search: return "search";
+    case PolicyKind::replay: return "replay";
+    case PolicyKind::libtorch: return "libtorch";
+  }
+  return "?";
+}
+
+std::string loss_name(Loss loss) { return loss == Loss::importance_sampling ? "importance_sampling" : "grpo_clip"; }
+
+std::string normalization_name(Normalization n) {
+  switch (n) {
+    case Normalization::sequence_mean: return "sequence_mean";
+    case Normalization::token_sum: return "token_sum";
+    case Normalization::token_mean: return "token_mean";
+  }
+  return "?";
 }
 
 std::string mode_name(Mode mode) {

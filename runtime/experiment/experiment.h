@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "crucible/eval/device.h"
+#include "crucible/eval/eval_settings.h"
 #include "crucible/eval/task_spec.h"
 #include "rewards/advantage.h"
 #include "rewards/reward.h"
@@ -14,6 +16,12 @@
 namespace crucible::experiment {
 
 enum class Mode { grpo, best_of_n, ttt };
+
+// Where samples come from: the embedded search over kernel templates, sources from files, or a language model.
+enum class PolicyKind { search, replay, libtorch };
+// The language model's policy-gradient loss, and how a sequence's token terms are combined.
+enum class Loss { grpo_clip, importance_sampling };
+enum class Normalization { sequence_mean, token_sum, token_mean };
 
 struct TaskSelection {
   std::vector<std::string> names;  // task names or paths to task files
@@ -26,7 +34,7 @@ struct TaskSelection {
 // kind = "libtorch": a Hugging Face model directory sampled by the native LibTorch model and trained with LoRA.
 struct LmPolicyConfig {
   std::string model;          // the model directory (config.json, *.safetensors, tokenizer.json)
-  std::string device = "cpu";  // "cpu" or "cuda:N"; an evaluator on the same device waits while it works
+  eval::Device device;          // an evaluator on the same device waits while it works
   std::string dtype = "auto";  // auto (f32 on the CPU, bf16 on CUDA), f32, bf16, f16
   std::string adapter;        // a PEFT adapter directory to start from (ttt forks it per task); empty: fresh
   bool cuda_graphs = true;
@@ -45,15 +53,15 @@ struct LmPolicyConfig {
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;  // 0: no clipping
   int micro_batch = 1;         // sequences per forward/backward: a 1.5B model with 2k-token sequences needs 1
-  std::string loss = "grpo_clip";               // grpo_clip or importance_sampling
-  std::string normalization = "sequence_mean";  // sequence_mean, token_sum (Dr. GRPO) or token_mean
+  Loss loss = Loss::grpo_clip;
+  Normalization normalization = Normalization::sequence_mean;  // token_sum: Dr. GRPO
   double clip_low = 0.2, clip_high = 0.2;
   double kl_coef = 0.0;
   double max_logprob_mismatch = 0.0;  // > 0: drop sequences whose sampler and trainer log-probs disagree by more
 };
 
 struct PolicyConfig {
-  std::string kind = "search";  // "search" (the embedded autotuner), "replay" (sources from replay_dir), "libtorch"
+  PolicyKind kind = PolicyKind::search;
   std::string replay_dir;       // replay: <replay_dir>/<task>/*.cpp (*.cu on GPUs)
   double learning_rate = 0.5;   // search
   double temperature = 1.0;     // search and libtorch
@@ -79,14 +87,10 @@ struct TttConfig {
   int concurrent_tasks = 2;  // tasks adapting at once; their stages overlap
 };
 
-struct EvalConfig {
-  std::vector<std::string> devices{"cpu"};  // one evaluator each; may be empty when nodes evaluate ([cluster])
-  std::string backend = "cpu";                // "cpu" or "cuda": what candidates are written for (from devices)
-  std::string mode = "fast";                  // "fast" or "full"
-  std::string sizes;                          // size set; empty: the device's own
-  int compile_workers = 0;                    // 0: one per core
-  int correctness_trials = -1, timing_trials = -1;  // -1: the mode's defaults
-  double call_timeout_s = 10.0;
+// The run's evaluation settings (what travels to evaluator nodes) and this node's own part: its devices.
+struct EvalConfig : eval::EvalSettings {
+  std::vector<eval::Device> devices{eval::Device::cpu()};  // one evaluator each; may be empty when nodes evaluate
+  int compile_workers = 0;                                  // 0: one per core
 };
 
 // Evaluator nodes over the network (`crucible node --join`). Off unless `listen` is set.
@@ -136,6 +140,9 @@ const std::string& default_experiment_text();
 std::pair<std::string, uint16_t> parse_host_port(const std::string& text);
 
 std::string mode_name(Mode mode);
+std::string policy_kind_name(PolicyKind kind);
+std::string loss_name(Loss loss);
+std::string normalization_name(Normalization normalization);
 
 // The tasks the experiment names, loaded and in a fixed order; a split keeps the train or eval share.
 std::vector<eval::TaskSpec> resolve_tasks(const Experiment& experiment);

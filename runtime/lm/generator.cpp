@@ -8,7 +8,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "lm/completion_text.h"
+#include "lm_format/completion_text.h"
 #include "lm/decode_graph.h"
 #include "lm/decode_step.h"
 #include "lm/lora.h"

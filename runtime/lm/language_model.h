@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/model_config.h"
+#include "lm_format/model_config.h"
 #include "lm/sampling_params.h"
 #include "lm/tokenizer/bpe_tokenizer.h"
 #include "lm/tokenizer/chat_template.h"

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "lm/safetensors.h"
+#include "lm_format/safetensors.h"
 #include "lm/torch_tensors.h"
 
 namespace crucible::lm {

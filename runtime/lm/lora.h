@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "lm/lora_config.h"
-#include "lm/model_config.h"
+#include "lm_format/model_config.h"
 
 namespace crucible::lm {
 

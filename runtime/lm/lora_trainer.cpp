@@ -1,6 +1,6 @@
 #include "lm/lora_trainer.h"
 
-#include "lm/safetensors.h"
+#include "lm_format/safetensors.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>

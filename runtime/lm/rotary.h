@@ -7,7 +7,7 @@
 
 #include <optional>
 
-#include "lm/model_config.h"
+#include "lm_format/model_config.h"
 
 namespace crucible::lm {
 

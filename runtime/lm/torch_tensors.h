@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "lm/safetensors.h"
+#include "lm_format/safetensors.h"
 
 namespace crucible::lm {
 

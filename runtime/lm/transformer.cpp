@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "lm/lora.h"
-#include "lm/model_files.h"
+#include "lm_format/model_files.h"
 #include "lm/torch_tensors.h"
 
 namespace crucible::lm {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "lm/kv_cache.h"
-#include "lm/model_config.h"
+#include "lm_format/model_config.h"
 #include "lm/rotary.h"
 
 namespace crucible::lm {

@@ -40,10 +40,15 @@ lm::TrainerOptions trainer_options(const experiment::LmPolicyConfig& m) {
   o.weight_decay = m.weight_decay;
   o.max_grad_norm = m.max_grad_norm;
   o.micro_batch = m.micro_batch;
-  o.loss.kind = m.loss == "importance_sampling" ? lm::LossKind::importance_sampling : lm::LossKind::grpo_clip;
-  o.loss.normalization = m.normalization == "token_sum"    ? lm::TokenNormalization::token_sum
-                         : m.normalization == "token_mean" ? lm::TokenNormalization::token_mean
-                                                           : lm::TokenNormalization::sequence_mean;
+  switch (m.loss) {  // every loss the experiment parses has its trainer form: no default to fall back on
+    case experiment::Loss::grpo_clip: o.loss.kind = lm::LossKind::grpo_clip; break;
+    case experiment::Loss::importance_sampling: o.loss.kind = lm::LossKind::importance_sampling; break;
+  }
+  switch (m.normalization) {
+    case experiment::Normalization::sequence_mean: o.loss.normalization = lm::TokenNormalization::sequence_mean; break;
+    case experiment::Normalization::token_sum: o.loss.normalization = lm::TokenNormalization::token_sum; break;
+    case experiment::Normalization::token_mean: o.loss.normalization = lm::TokenNormalization::token_mean; break;
+  }
   o.loss.clip_low = m.clip_low;
   o.loss.clip_high = m.clip_high;
   o.loss.kl_coef = m.kl_coef;
@@ -76,8 +81,8 @@ std::optional<std::pair<std::string, std::string>> lm_policy_problem(const exper
   } catch (const std::invalid_argument& e) {
     return std::pair<std::string, std::string>{"lora.targets", e.what()};
   }
-  if (m.device != "cpu" && std::stoi(m.device.substr(5)) >= cuda_devices)
-    return std::pair<std::string, std::string>{"device", "device " + m.device + " is not usable here (" +
+  if (m.device.is_cuda() && m.device.index >= cuda_devices)
+    return std::pair<std::string, std::string>{"device", "device " + m.device.name() + " is not usable here (" +
                                                              std::to_string(cuda_devices) + " GPUs)"};
   return std::nullopt;
 }
@@ -143,7 +148,7 @@ namespace {
 lm::LanguageModel load_model(const LmPolicySetup& setup) {
   if (setup.state_dir.empty()) throw std::invalid_argument("a libtorch policy needs a state directory for its checkpoints");
   lm::LanguageModelOptions mo;
-  mo.device = setup.config.lm.device;
+  mo.device = setup.config.lm.device.name();
   mo.dtype = setup.config.lm.dtype;
   mo.cuda_graphs = setup.config.lm.cuda_graphs;
   return lm::LanguageModel::load(setup.config.lm.model, mo);
@@ -312,19 +317,6 @@ void LmPolicy::update(const std::vector<Sample>& samples, const std::vector<doub
     s.trainer->save_checkpoint(dir);
     s.checkpoint = rel;
   }
-}
-
-std::string LmPolicy::update_metrics() const {
-  json all = json::array();
-  for (const auto& m : last_update_) {
-    json j{{"loss", m.loss}, {"kl", m.kl}, {"entropy", m.entropy}, {"clip_fraction", m.clip_fraction},
-           {"grad_norm", m.grad_norm}, {"sequences", m.sequences}, {"tokens", m.tokens},
-           {"dropped_sequences", m.dropped_sequences}};
-    if (!m.adapter.empty()) j["adapter"] = m.adapter;
-    all.push_back(std::move(j));
-  }
-  if (all.empty()) return "{}";
-  return all.size() == 1 ? all[0].dump() : json{{"adapters", all}}.dump();
 }
 
 std::string LmPolicy::snapshot() const {

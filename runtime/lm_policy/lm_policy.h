@@ -23,13 +23,6 @@ struct LmPolicySetup {
   uint64_t seed = 1;
 };
 
-// What the last update measured, per adapter (the task under ttt, "" for the shared one).
-struct LmUpdateMetrics {
-  std::string adapter;
-  double loss = 0, kl = 0, entropy = 0, clip_fraction = 0, grad_norm = 0;
-  int64_t sequences = 0, tokens = 0, dropped_sequences = 0;
-};
-
 // The first problem with the settings that shows without loading the model, as (key under [policy], message): a
 // missing model or adapter directory, an unknown LoRA target, a GPU this machine does not have.
 std::optional<std::pair<std::string, std::string>> lm_policy_problem(const experiment::LmPolicyConfig& config,
@@ -54,10 +47,9 @@ class LmPolicy : public Policy {
   std::string snapshot() const override;
   void restore(const std::string& snapshot) override;
 
-  const std::vector<LmUpdateMetrics>& last_update() const { return last_update_; }
   // The last update's loss, KL, entropy, clip fraction, gradient norm and token counts: one object, or
   // {"adapters": [...]} when it stepped several.
-  std::string update_metrics() const override;
+  std::vector<UpdateMetrics> update_metrics() const override { return last_update_; }
   // The prompt (rendered, as the model sees it) for a task.
   std::string prompt_for(const eval::TaskSpec& task);
   // Teacher-forced log-probabilities of the samples' tokens after their task's prompt, under the current adapters
@@ -68,7 +60,7 @@ class LmPolicy : public Policy {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   uint64_t version_ = 0;
-  std::vector<LmUpdateMetrics> last_update_;
+  std::vector<UpdateMetrics> last_update_;
 };
 
 }  // namespace crucible::policy

@@ -19,6 +19,13 @@ struct Sample {
   uint64_t policy_version = 0;
 };
 
+// What an update measured, per adapter (a language model's task under ttt; "" for the one shared adapter).
+struct UpdateMetrics {
+  std::string adapter;
+  double loss = 0, kl = 0, entropy = 0, clip_fraction = 0, grad_norm = 0;
+  int64_t sequences = 0, tokens = 0, dropped_sequences = 0;
+};
+
 struct GroupAsk {
   const eval::TaskSpec* task = nullptr;
   int n = 0;
@@ -40,8 +47,9 @@ class Policy {
   // One step from (sample, advantage) pairs; the version goes up by one.
   virtual void update(const std::vector<Sample>& samples, const std::vector<double>& advantages) = 0;
   virtual uint64_t version() const = 0;
-  // What the last update measured (loss, KL, entropy, ...) as a JSON object, written with the unit's metrics.
-  virtual std::string update_metrics() const { return "{}"; }
+  // What the last update measured (loss, KL, entropy, ...), written with the unit's metrics; none for a policy
+  // that measures nothing.
+  virtual std::vector<UpdateMetrics> update_metrics() const { return {}; }
   virtual std::string snapshot() const = 0;
   virtual void restore(const std::string& snapshot) = 0;  // throws std::invalid_argument on malformed input
 };

@@ -50,7 +50,7 @@ group_size = 2
 devices = ["cpu"]
 )";
 
-msg::VerdictSummary verdict(int64_t id, eval::Status status) {
+msg::VerdictReport verdict(int64_t id, eval::Status status) {
   eval::Verdict v;
   v.task = "relu";
   v.status = status;
@@ -59,7 +59,7 @@ msg::VerdictSummary verdict(int64_t id, eval::Status status) {
     v.reference_time = eval::TimingStats{3, 20, 20, 20, 20, 0};
     v.speedup = 2.0;
   }
-  return msg::summarize(static_cast<uint64_t>(id), v);
+  return msg::report(static_cast<uint64_t>(id), v);
 }
 
 struct Fixture : test_coordinator_fixture<Config> {
@@ -105,6 +105,7 @@ struct Fixture : test_coordinator_fixture<Config> {
   }
 
   ~Fixture() override {
+    run();  // what is still in flight lands before the directory goes
     std::error_code ec;
     fs::remove_all(dir, ec);
   }
@@ -143,21 +144,21 @@ CAF_TEST(a verdict counts only from the evaluator that holds the candidate and a
   CAF_REQUIRE_NOT_EQUAL(first, second);
   // `other` reports on the candidate `self` holds: discarded, recorded as a late result, nothing scored.
   other->send(coordinator, verdict(first, eval::Status::correct));
-  expect((msg::VerdictSummary), from(other).to(coordinator));
+  expect((msg::VerdictReport), from(other).to(coordinator));
   expect((msg::ClusterEvent), from(coordinator).to(telemetry));
   disallow((msg::ScoreRequest), from(coordinator).to(normalizer));
   // The holder's verdict counts; the group is not complete yet.
   self->send(coordinator, verdict(first, eval::Status::incorrect));
-  expect((msg::VerdictSummary), from(self).to(coordinator));
+  expect((msg::VerdictReport), from(self).to(coordinator));
   disallow((msg::ScoreRequest), from(coordinator).to(normalizer));
   // A second verdict from the same evaluator for the same candidate: it no longer holds it.
   self->send(coordinator, verdict(first, eval::Status::correct));
-  expect((msg::VerdictSummary), from(self).to(coordinator));
+  expect((msg::VerdictReport), from(self).to(coordinator));
   expect((msg::ClusterEvent), from(coordinator).to(telemetry));
   disallow((msg::ScoreRequest), from(coordinator).to(normalizer));
   // The last verdict completes the group: scored once, then the unit is committed and the run is over.
   other->send(coordinator, verdict(second, eval::Status::correct));
-  expect((msg::VerdictSummary), from(other).to(coordinator));
+  expect((msg::VerdictReport), from(other).to(coordinator));
   expect((msg::ScoreRequest), from(coordinator).to(normalizer));
   expect((msg::ScoredGroup), from(normalizer).to(coordinator));
   expect((msg::CandidateRecord), from(coordinator).to(telemetry));
@@ -198,15 +199,15 @@ CAF_TEST(a lost node gives its candidate back and its waiting evaluators are ref
   // A pull under the lost session is refused too; the local evaluator gets the node's candidate back.
   CAF_CHECK_EQUAL(pull(third, session), kRefused);
   self->send(coordinator, verdict(here, eval::Status::correct));
-  expect((msg::VerdictSummary), from(self).to(coordinator));
+  expect((msg::VerdictReport), from(self).to(coordinator));
   CAF_CHECK_EQUAL(pull(self, 0), on_node);
   // The lost node's result arrives after all: discarded.
   other->send(coordinator, verdict(on_node, eval::Status::correct));
-  expect((msg::VerdictSummary), from(other).to(coordinator));
+  expect((msg::VerdictReport), from(other).to(coordinator));
   expect((msg::ClusterEvent), from(coordinator).to(telemetry));
   disallow((msg::ScoreRequest), from(coordinator).to(normalizer));
   self->send(coordinator, verdict(on_node, eval::Status::incorrect));
-  expect((msg::VerdictSummary), from(self).to(coordinator));
+  expect((msg::VerdictReport), from(self).to(coordinator));
   expect((msg::ScoreRequest), from(coordinator).to(normalizer));
 }
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "lm/lm_support.h"
-#include "lm/safetensors.h"
+#include "lm_format/safetensors.h"
 #include "lm/torch_tensors.h"
 
 namespace crucible::test {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/safetensors.h"
+#include "lm_format/safetensors.h"
 
 #include "support.h"
 

@@ -7,7 +7,7 @@
 #include "cli_support.h"
 #include "lm/language_model.h"
 #include "lm/lm_support.h"
-#include "lm/safetensors.h"
+#include "lm_format/safetensors.h"
 
 using namespace crucible;
 using namespace crucible::lm;

@@ -19,7 +19,7 @@ namespace {
 
 policy::LmPolicySetup tiny_setup(const fs::path& state, bool per_task = false) {
   policy::LmPolicySetup s;
-  s.config.kind = "libtorch";
+  s.config.kind = experiment::PolicyKind::libtorch;
   s.config.temperature = 1.0;
   s.config.lm.model = test::lm_fixture("qwen2_tiny").string();
   s.config.lm.max_new_tokens = 12;
@@ -82,10 +82,11 @@ TEST_CASE("lm policy: an update moves log-probs with the advantages and checkpoi
   CHECK(total(logprobs_of(p, relu, samples[0].tokens)) > good_before + 0.5);
   CHECK(total(logprobs_of(p, relu, samples[1].tokens)) < bad_before - 0.5);
 
-  const auto metrics = nlohmann::json::parse(p.update_metrics());
-  CHECK(metrics["sequences"] == 2);
-  CHECK(metrics["grad_norm"].get<double>() > 0);
-  CHECK(metrics["tokens"].get<int64_t>() == static_cast<int64_t>(samples[0].tokens.size() + samples[1].tokens.size()));
+  const auto metrics = p.update_metrics();
+  REQUIRE(metrics.size() == 1);
+  CHECK(metrics[0].sequences == 2);
+  CHECK(metrics[0].grad_norm > 0);
+  CHECK(metrics[0].tokens == static_cast<int64_t>(samples[0].tokens.size() + samples[1].tokens.size()));
   for (int v = 1; v <= 3; ++v) {
     CHECK(fs::exists(dir.path() / ("v" + std::to_string(v)) / "adapter" / "adapter_config.json"));
     CHECK(fs::exists(dir.path() / ("v" + std::to_string(v)) / "optimizer.pt"));
@@ -140,7 +141,7 @@ TEST_CASE("lm policy: malformed snapshots and settings are refused with the reas
   settings.model = (dir.path() / "nowhere").string();
   CHECK(policy::lm_policy_problem(settings, 0)->first == "model");
   settings = tiny_setup(dir.path()).config.lm;
-  settings.device = "cuda:0";
+  settings.device = eval::Device::cuda(0);
   CHECK(policy::lm_policy_problem(settings, 0)->first == "device");
 }
 
@@ -158,7 +159,8 @@ TEST_CASE("lm policy: per-task adapters (ttt) fork from the start adapter and ad
   const auto snap = nlohmann::json::parse(p.snapshot());
   CHECK(snap["adapters"].size() == 1);
   CHECK(snap["adapters"]["relu"] == "v1/tasks/relu");
-  CHECK(nlohmann::json::parse(p.update_metrics())["adapter"] == "relu");
+  REQUIRE(p.update_metrics().size() == 1);
+  CHECK(p.update_metrics()[0].adapter == "relu");
 
   // A copy restored from the snapshot has relu's adapted weights and gelu's start weights.
   policy::LmPolicy copy(tiny_setup(dir.path(), true));

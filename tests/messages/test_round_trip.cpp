@@ -11,7 +11,9 @@
 
 #include "messages/candidate.h"
 #include "messages/coordination.h"
+#include "crucible/eval/verdict_json.h"
 #include "messages/evaluation.h"
+#include "messages/records.h"
 #include "messages/training.h"
 #include "messages/type_ids.h"
 
@@ -97,7 +99,7 @@ TEST_CASE("candidate and compile messages round-trip") {
   CHECK(d.hash == "ab12");
 }
 
-TEST_CASE("evaluation messages round-trip, and a verdict summary keeps what rewards need") {
+TEST_CASE("evaluation messages round-trip, and a verdict crosses field for field") {
   msg::EvalRequest request{candidate()};
   auto r = round_trip(request);
   CHECK(r.candidate.source == candidate().source);
@@ -114,23 +116,36 @@ TEST_CASE("evaluation messages round-trip, and a verdict summary keeps what rewa
   v.speedup = 1.7;
   v.kernel_coverage = 0.93;
   v.seed = 5;
-  auto summary = round_trip(msg::summarize(42, v));
-  CHECK(summary.status == "incorrect");
-  CHECK(summary.json.find("skipped_work") != std::string::npos);
-  auto back = msg::to_verdict(summary);
+  v.trials = {{0, true, 1e-7, 2e-7, 0, 4096}, {1, false, 0.5, 1.0, 12, 4096}};
+  v.stages.total_s = 0.25;
+  v.device = "cuda:1";
+  auto report = round_trip(msg::report(42, v));
+  CHECK(report.candidate_id == 42);
+  const auto& back = report.verdict;
   CHECK(back.status == eval::Status::incorrect);
   CHECK(back.has_reason("skipped_work"));
+  CHECK(back.device == "cuda:1");
   REQUIRE(back.candidate_time.has_value());
   CHECK(back.candidate_time->median_us == 123.5);
   CHECK(back.speedup.value_or(0.0) == 1.7);
   CHECK(back.kernel_coverage.value_or(0.0) == 0.93);
+  CHECK_FALSE(back.gflops.has_value());
   CHECK(back.seed == 5);
+  REQUIRE(back.trials.size() == 2);
+  CHECK(back.trials[1].mismatched == 12);
+  CHECK(back.stages.total_s == 0.25);
+  // The verdict's JSON is written from the typed value on arrival, so it is the evaluator's own, field for field.
+  CHECK(eval::to_json(back, -1) == eval::to_json(v, -1));
 
-  eval::Verdict bare;  // no times, no speedup: the flags say so
+  eval::Verdict bare;  // no times, no speedup: they stay absent
   bare.status = eval::Status::compile_error;
-  auto none = msg::to_verdict(round_trip(msg::summarize(1, bare)));
+  auto none = round_trip(msg::report(1, bare)).verdict;
   CHECK_FALSE(none.candidate_time.has_value());
   CHECK_FALSE(none.speedup.has_value());
+  // Texts a candidate chose arrive as valid UTF-8.
+  eval::Verdict odd;
+  odd.reasons = {{"forbidden_import", "symbol \xFF\xFE"}};
+  CHECK(msg::report(2, odd).verdict.reasons[0].detail == "symbol \xEF\xBF\xBD\xEF\xBF\xBD");
   CHECK_THROWS_AS(eval::parse_status("great"), std::invalid_argument);
   CHECK(eval::parse_status("parse_error") == eval::Status::parse_error);
 }
@@ -145,11 +160,14 @@ TEST_CASE("training messages round-trip") {
   CHECK(b.samples[0].policy_version == 3);
   CHECK(b.samples[0].tokens == std::vector<int32_t>{0, 2});
   CHECK(b.samples[1].task == "gelu");
-  msg::PolicyPublished published{12, 4, 0.031, R"({"version":12})", R"({"loss":0.5})"};
+  msg::PolicyPublished published{12, 4, 0.031, R"({"version":12})", {{"relu", 0.5, 0.0, 1.0, 0.0, 2.0, 8, 512, 1}}};
   auto p = round_trip(published);
   CHECK(p.version == 12);
   CHECK(p.snapshot == R"({"version":12})");
-  CHECK(p.metrics == R"({"loss":0.5})");
+  REQUIRE(p.metrics.size() == 1);
+  CHECK(p.metrics[0].adapter == "relu");
+  CHECK(p.metrics[0].loss == 0.5);
+  CHECK(p.metrics[0].dropped_sequences == 1);
 }
 
 TEST_CASE("coordination messages round-trip") {
@@ -168,24 +186,42 @@ TEST_CASE("coordination messages round-trip") {
   eval::Verdict v;
   v.status = eval::Status::correct;
   v.speedup = 2.0;
-  msg::ScoreRequest score{"step=3", "relu", 17, {msg::summarize(1, v), msg::summarize(2, v)}};
+  msg::ScoreRequest score{"step=3", "relu", 17, {v, v}};
   auto s = round_trip(score);
   REQUIRE(s.verdicts.size() == 2);
-  CHECK(s.verdicts[1].candidate_id == 2);
+  CHECK(s.verdicts[1].status == eval::Status::correct);
   CHECK(s.verdicts[0].speedup == 2.0);
 
   msg::ScoredGroup scored{"step=3", 17, {1.0, 2.0}, {-0.7, 0.7}};
   CHECK(round_trip(scored).advantages == std::vector<double>{-0.7, 0.7});
 
-  msg::CandidateRecord record{"step=3", "source", "cu", R"({"candidate_id":1})"};
+  // The records telemetry writes travel typed, optional parts included.
+  msg::CandidateRecord record;
+  record.unit = "step=3";
+  record.candidate = candidate();
+  record.verdict = msg::report(candidate().id, v);
+  record.advantage = -0.5;
+  record.reward = 1.25;
   auto r = round_trip(record);
-  CHECK(r.source_extension == "cu");
-  CHECK(r.json == R"({"candidate_id":1})");
+  CHECK(r.unit == "step=3");
+  CHECK(r.candidate.source == candidate().source);
+  REQUIRE(r.verdict);
+  CHECK(r.verdict->verdict.speedup == 2.0);
+  CHECK_FALSE(r.compile);
+  REQUIRE(r.advantage);
+  CHECK(*r.advantage == -0.5);
 
-  msg::CommitUnit commit{"step=3", R"({"reward_mean":1})", R"({"version":4})", "[grpo] step=3"};
+  msg::CommitUnit commit;
+  commit.unit.name = "step=3";
+  commit.unit.train = true;
+  commit.unit.train_metrics = {{"", 0.5, 0.01, 1.2, 0.1, 0.9, 8, 4096, 0}};
+  commit.source_extension = "cu";
+  commit.policy_snapshot = R"({"version":4})";
+  commit.progress = {"grpo", 4, 16, 12.5, 128};
   auto c = round_trip(commit);
   CHECK(c.policy_snapshot == R"({"version":4})");
-  CHECK(c.progress == "[grpo] step=3");
+  CHECK(c.unit.train_metrics.at(0).tokens == 4096);
+  CHECK(c.progress.units_total == 16);
 
   msg::RunOutcome outcome{true, "6 units committed", 6, 48};
   auto o = round_trip(outcome);
@@ -199,7 +235,7 @@ TEST_CASE("every message type has a registered type id, so an actor system can s
   caf::actor_system system{config};
   CHECK(caf::id_block::crucible::end - caf::id_block::crucible::begin == 23);
   for (const char* name : {"crucible::messages::Candidate", "crucible::messages::EvalRequest",
-                           "crucible::messages::VerdictSummary", "crucible::messages::TrainBatch",
+                           "crucible::messages::VerdictReport", "crucible::messages::TrainBatch",
                            "crucible::messages::RunOutcome", "crucible::messages::CommitUnit",
                            "crucible::messages::NodeHello", "crucible::messages::JoinAccepted",
                            "crucible::messages::NodeHeartbeat", "crucible::messages::NodeLost"}) {
@@ -214,10 +250,11 @@ TEST_CASE("every message type has a registered type id, so an actor system can s
 
 TEST_CASE("cluster messages round-trip: a node's join, its heartbeat with log lines, and its loss") {
   msg::NodeHello hello{msg::kClusterProtocol, "gpu-a", std::string(64, 'a'),
-                       {{"cuda:0", "cuda", "NVIDIA H200", 150000000000ull, 9, 0, 132}}};
+                       {{eval::Device::cuda(3), "NVIDIA H200", 150000000000ull, 9, 0, 132}}};
   auto h = round_trip(hello);
   CHECK(h.node == "gpu-a");
   REQUIRE(h.devices.size() == 1);
+  CHECK(h.devices[0].device == eval::Device::cuda(3));
   CHECK(h.devices[0].cc_major == 9);
   CHECK(h.devices[0].multiprocessors == 132);
   CHECK(round_trip(msg::JoinChallenge{"n", "p"}).proof == "p");
@@ -229,17 +266,25 @@ TEST_CASE("cluster messages round-trip: a node's join, its heartbeat with log li
   msg::JoinAccepted accepted;
   accepted.session = 7;
   accepted.run = "sweep seed 1";
-  accepted.eval = {"cuda", "full", "cpu", 3, 20, 5.0};
+  accepted.eval = {eval::Backend::cuda, eval::Mode::full, "cpu", 3, 20, 5.0};
   accepted.tasks = {{"relu", "name = \"relu\"\n"}};
   accepted.heartbeat_s = 0.5;
   accepted.last_run = false;
   auto a = round_trip_in(system, accepted);
   CHECK(a.session == 7);
   CHECK(a.eval.timing_trials == 20);
+  CHECK(a.eval.backend == eval::Backend::cuda);
+  CHECK(a.eval.mode == eval::Mode::full);
   CHECK(a.tasks.at(0).toml == "name = \"relu\"\n");
   CHECK_FALSE(a.last_run);
   auto beat = round_trip(msg::NodeHeartbeat{7, {{"evaluator.cuda:0", "2024-05-01T12:00:00.000 info  [gpu-a/x] y"}}});
   CHECK(beat.lines.at(0).component == "evaluator.cuda:0");
   CHECK(round_trip(msg::NodeLost{7, "no heartbeat for 10 s"}).reason == "no heartbeat for 10 s");
-  CHECK(round_trip(msg::ClusterEvent{"{}"}).json == "{}");
+  msg::ClusterEvent lost;
+  lost.kind = msg::ClusterEventKind::lost;
+  lost.node = "gpu-a";
+  lost.requeued = {3, 4};
+  auto l = round_trip(lost);
+  CHECK(l.kind == msg::ClusterEventKind::lost);
+  CHECK(l.requeued == std::vector<uint64_t>{3, 4});
 }

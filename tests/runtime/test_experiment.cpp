@@ -36,7 +36,7 @@ TEST_CASE("the built-in quickstart is a valid GRPO experiment over CPU tasks") {
   CHECK(e.name == "quickstart");
   CHECK(e.mode == experiment::Mode::grpo);
   CHECK(e.grpo.max_staleness == 1);
-  CHECK(e.eval.devices == std::vector<std::string>{"cpu"});
+  CHECK(e.eval.devices == std::vector<eval::Device>{eval::Device::cpu()});
   CHECK(experiment::resolve_tasks(e).size() == e.tasks.names.size());
   // The file in configs/ is what is built in.
   CHECK(test::read_file(test::source_dir() / "configs" / "quickstart.toml") == experiment::default_experiment_text());
@@ -76,6 +76,11 @@ TEST_CASE("malformed experiments fail with file, line and key") {
 
   e = failure(kMinimal + "[eval]\ndevices = [\"tpu:0\"]\n");
   CHECK(e.key() == "eval.devices");
+  for (const char* devices : {"[\"cuda\"]", "[\"cuda:01\"]", "[\"cuda:x\"]", "[\"cpu\", \"cuda:0\"]", "[\"cuda:1\", \"cuda:1\"]"}) {
+    CAPTURE(devices);
+    CHECK(failure(kMinimal + "[eval]\ndevices = " + devices + "\n").key() == "eval.devices");
+  }
+  CHECK(failure(kMinimal + "[eval]\nmode = \"thorough\"\n").key() == "eval.mode");
 
   e = failure("[experiment]\nname = \"t\"\nmode = \"grpo\"\n");
   CHECK(e.key() == "tasks");
@@ -117,11 +122,11 @@ normalization = "token_sum"
 kl_coef = 0.01
 max_logprob_mismatch = 0.5
 )", "lm.toml");
-  CHECK(e.policy.kind == "libtorch");
+  CHECK(e.policy.kind == experiment::PolicyKind::libtorch);
   CHECK(e.policy.temperature == 0.8);
   const auto& m = e.policy.lm;
   CHECK(m.model == "models/qwen");
-  CHECK(m.device == "cuda:1");
+  CHECK(m.device == eval::Device::cuda(1));
   CHECK(m.max_new_tokens == 512);
   CHECK(m.top_p == 0.95);
   CHECK(m.system_prompt == "You write kernels.");
@@ -130,8 +135,8 @@ max_logprob_mismatch = 0.5
   CHECK(m.lora_targets == std::vector<std::string>{"q_proj", "v_proj"});
   CHECK(m.learning_rate == 2e-6);
   CHECK(m.micro_batch == 1);
-  CHECK(m.loss == "importance_sampling");
-  CHECK(m.normalization == "token_sum");
+  CHECK(m.loss == experiment::Loss::importance_sampling);
+  CHECK(m.normalization == experiment::Normalization::token_sum);
   CHECK(m.kl_coef == 0.01);
   CHECK(m.max_logprob_mismatch == 0.5);
 
@@ -188,7 +193,7 @@ eval_fraction = 0.25
 TEST_CASE("[cluster]: off by default, listen needs a secret, a HOST:PORT and consistent TLS keys") {
   auto plain = experiment::parse_experiment(kMinimal, "min.toml");
   CHECK_FALSE(plain.cluster.enabled());
-  CHECK(plain.eval.backend == "cpu");
+  CHECK(plain.eval.backend == eval::Backend::cpu);
 
   auto e = experiment::parse_experiment(kMinimal + R"([eval]
 devices = []
@@ -204,7 +209,7 @@ node_timeout_s = 5
   CHECK(e.cluster.port == 7400);
   CHECK(e.cluster.node_timeout_s == 5);
   CHECK(e.eval.devices.empty());
-  CHECK(e.eval.backend == "cuda");
+  CHECK(e.eval.backend == eval::Backend::cuda);
   CHECK_FALSE(e.cluster.tls());
 
   CHECK(failure(kMinimal + "[eval]\ndevices = []\n").key() == "eval.backend");

@@ -7,7 +7,7 @@
 
 #include "cli/commands.h"
 #include "lm/language_model.h"
-#include "lm/safetensors.h"
+#include "lm_format/safetensors.h"
 
 namespace crucible::cli {
 namespace {

@@ -43,11 +43,12 @@ int node(const NodeArgs& a, CLI::App& app) {
     r.secret = cluster::read_secret_file(a.secret_file);
     const int tls = !a.tls_certificate.empty() + !a.tls_key.empty() + !a.tls_ca.empty();
     if (tls != 0 && tls != 3) throw std::invalid_argument("TLS needs --tls-certificate, --tls-key and --tls-ca together");
+    for (const auto& d : a.devices) r.devices.push_back(eval::parse_device(d));
+    if (r.devices.empty()) throw std::invalid_argument("give at least one device (--devices cpu, or cuda:0,...)");
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;
   }
-  r.devices = a.devices;
   r.name = a.name.empty() ? host_name() : a.name;
   r.tls = {a.tls_certificate, a.tls_key, a.tls_ca};
   r.give_up_after_s = a.give_up_after_s;

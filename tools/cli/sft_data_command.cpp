@@ -35,7 +35,7 @@ int sft_data(const SftDataArgs& a) {
   try {
     const fs::path run(a.run);
     const auto e = experiment::load_experiment(run / "experiment.toml");
-    const std::string backend = e.eval.backend;
+    const eval::Backend backend = e.eval.backend;
     std::map<std::string, eval::TaskSpec> tasks;
     for (auto& t : experiment::resolve_tasks(e)) tasks[t.name] = std::move(t);
     // The best correct kernels per task over every seed, each source once.
@@ -53,14 +53,14 @@ int sft_data(const SftDataArgs& a) {
       }
     }
     const std::string contract = config::read_text_file(eval::default_include_dir() / "crucible" / "kernel.h");
-    const std::string fence = backend == "cuda" ? "```cuda\n" : "```cpp\n";
+    const std::string fence = backend == eval::Backend::cuda ? "```cuda\n" : "```cpp\n";
     std::ofstream out(a.out);
     if (!out) throw std::invalid_argument("cannot write " + a.out);
     std::size_t pairs = 0;
     for (auto& [task, kernels] : found) {
       std::sort(kernels.begin(), kernels.end(), [](const Kernel& x, const Kernel& y) { return x.speedup > y.speedup; });
       kernels.resize(std::min<std::size_t>(kernels.size(), static_cast<std::size_t>(a.top)));
-      const std::string prompt = policy::kernel_prompt(tasks.at(task), backend, contract);
+      const std::string prompt = policy::kernel_prompt(tasks.at(task), std::string(eval::backend_name(backend)), contract);
       for (const auto& k : kernels) {
         std::string code = k.source;
         if (!code.empty() && code.back() != '\n') code += '\n';

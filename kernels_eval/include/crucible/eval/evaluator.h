@@ -12,13 +12,12 @@
 #include <vector>
 
 #include "crucible/eval/compiler.h"
+#include "crucible/eval/eval_settings.h"
 #include "crucible/eval/task_spec.h"
 #include "crucible/eval/verdict.h"
 #include "crucible/eval/worker_process.h"
 
 namespace crucible::eval {
-
-enum class Mode { fast, full };
 
 struct EvalOptions {
   Mode mode = Mode::fast;

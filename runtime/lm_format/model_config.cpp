@@ -1,10 +1,10 @@
-#include "lm/model_config.h"
+#include "lm_format/model_config.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "lm/safetensors.h"
+#include "lm_format/safetensors.h"
 
 namespace crucible::lm {
 namespace {

@@ -1,4 +1,4 @@
-#include "lm/model_files.h"
+#include "lm_format/model_files.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-#include "lm/completion_text.h"
+#include "lm_format/completion_text.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "lm/safetensors.h"
+#include "lm_format/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

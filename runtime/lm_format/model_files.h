@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/safetensors.h"
+#include "lm_format/safetensors.h"
 
 namespace crucible::lm {
 

@@ -1,0 +1,28 @@
+#pragma once
+// How a run judges its candidates, as an experiment's [eval] table says and as evaluator nodes receive it: one
+// type on every side (its CAF inspect lives in messages/, so kernels_eval stays free of CAF).
+#include <string>
+#include <string_view>
+
+#include "crucible/eval/device.h"
+
+namespace crucible::eval {
+
+enum class Mode { fast, full };
+
+std::string_view mode_name(Mode mode);
+// "fast" or "full"; throws std::invalid_argument otherwise.
+Mode parse_mode(std::string_view text);
+
+struct EvalSettings {
+  Backend backend = Backend::cpu;  // what candidates are written for
+  Mode mode = Mode::fast;
+  std::string sizes;               // the tasks' size set; empty: the backend's own
+  int correctness_trials = -1, timing_trials = -1;  // -1: the mode's defaults
+  double call_timeout_s = 10.0;
+
+  // The size set candidates are judged at.
+  std::string size_set() const { return sizes.empty() ? std::string(backend_name(backend)) : sizes; }
+};
+
+}  // namespace crucible::eval
