@@ -1,6 +1,8 @@
 // Every verdict and every defence, each asserted exactly; then a correct candidate in the same pool.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include "crucible/eval/evaluator.h"
 #include "eval_support.h"
 #include "tasks/task_loader.h"
@@ -89,15 +91,21 @@ TEST_CASE("signalling completion early hides no time: the tamperer is timed like
   auto& evaluator = t.evaluator;
   auto task = tasks::find_task("relu", test::tasks_dir());
   auto source = test::read_file(test::cpu_fixture("timing_tamper"));
-  auto tamper = evaluator.evaluate(task, source, test_options());
   auto honest_options = test_options();
   honest_options.compile.extra_flags = {"-DHONEST"};
-  auto honest = evaluator.evaluate(task, source, honest_options);
-  INFO(test::detail_of(tamper), " / ", test::detail_of(honest));
-  REQUIRE(tamper.status == eval::Status::correct);
-  REQUIRE(honest.status == eval::Status::correct);
-  // Hidden work that escaped the timer would make the tamperer look ~1000x faster; this VM's noise is ~2x.
-  CHECK(tamper.candidate_time->median_us > 0.2 * honest.candidate_time->median_us);
+  // Interleaved, three of each, compared by their fastest: a busy moment slows one evaluation several times over
+  // (docs/benchmarks.md), while hidden work that escaped the timer would make the tamperer look ~1000x faster.
+  double tamper_us = 1e300, honest_us = 1e300;
+  for (int round = 0; round < 3; ++round) {
+    auto tamper = evaluator.evaluate(task, source, test_options());
+    auto honest = evaluator.evaluate(task, source, honest_options);
+    INFO(test::detail_of(tamper), " / ", test::detail_of(honest));
+    REQUIRE(tamper.status == eval::Status::correct);
+    REQUIRE(honest.status == eval::Status::correct);
+    tamper_us = std::min(tamper_us, tamper.candidate_time->median_us);
+    honest_us = std::min(honest_us, honest.candidate_time->median_us);
+  }
+  CHECK(tamper_us > 0.2 * honest_us);
 }
 
 TEST_CASE("a task's own allowlist admits a library call the default gate refuses") {

@@ -49,9 +49,9 @@ Run run_experiment(const test::ScratchDir& scratch, const std::string& toml) {
 
 double t(const json& record, const char* stage, int end) { return record["times"][stage][end].get<double>(); }
 
-// Starts `crucible run FILE --out DIR` and kills it (-9) once `commits` units are committed; returns how many were.
-std::size_t kill_after_commits(const test::ScratchDir& scratch, const fs::path& file, const fs::path& dir,
-                               std::size_t commits) {
+// Starts `crucible run FILE --out DIR` in the background and waits until `commits` units are committed (or five
+// minutes pass); returns its pid.
+pid_t start_run(const test::ScratchDir& scratch, const fs::path& file, const fs::path& dir, std::size_t commits) {
   const std::string cache = "CRUCIBLE_CACHE_DIR=" + (scratch.path() / "cache").string();
   pid_t pid = fork();
   REQUIRE(pid >= 0);
@@ -61,14 +61,35 @@ std::size_t kill_after_commits(const test::ScratchDir& scratch, const fs::path& 
     _exit(127);
   }
   const fs::path journal = dir / "seed-1" / "journal.jsonl";
-  auto committed = [&] { return fs::exists(journal) ? read_jsonl(journal).size() : 0; };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
-  while (committed() < commits && std::chrono::steady_clock::now() < deadline)
+  while ((fs::exists(journal) ? read_jsonl(journal).size() : 0) < commits && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return pid;
+}
+
+void kill_9(pid_t pid) {
   kill(pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
-  return committed();
+}
+
+// Kills a run (-9) once `commits` units are committed; returns how many were.
+std::size_t kill_after_commits(const test::ScratchDir& scratch, const fs::path& file, const fs::path& dir,
+                               std::size_t commits) {
+  kill_9(start_run(scratch, file, dir, commits));
+  const fs::path journal = dir / "seed-1" / "journal.jsonl";
+  return fs::exists(journal) ? read_jsonl(journal).size() : 0;
+}
+
+// Every candidate of the run recorded exactly once: `per_unit` of each of `units` units, no id twice.
+void check_each_candidate_once(const fs::path& dir, std::size_t units, int per_unit) {
+  auto candidates = read_jsonl(dir / "seed-1" / "candidates.jsonl");
+  CHECK(candidates.size() == units * static_cast<std::size_t>(per_unit));
+  std::map<std::string, int> count;
+  std::set<uint64_t> ids;
+  for (const auto& c : candidates) ++count[c["unit"]], ids.insert(c["candidate_id"].get<uint64_t>());
+  CHECK(ids.size() == candidates.size());
+  for (const auto& [unit, n] : count) CHECK(n == per_unit);
 }
 
 // Kills a run (-9) after two commits, resumes it, and returns its steps once it has committed all `units`.
@@ -337,13 +358,7 @@ max_staleness = 1
   const fs::path dir = scratch.path() / "run";
   const auto steps = kill_then_resume(scratch, file, dir, 6);
   for (int s = 0; s < 6; ++s) CHECK(steps[s]["unit"] == "step=" + std::to_string(s));
-  auto candidates = read_jsonl(dir / "seed-1" / "candidates.jsonl");
-  CHECK(candidates.size() == 6 * 2 * 4);
-  std::map<std::string, int> per_unit;
-  std::set<uint64_t> ids;
-  for (const auto& c : candidates) ++per_unit[c["unit"]], ids.insert(c["candidate_id"].get<uint64_t>());
-  CHECK(ids.size() == candidates.size());
-  for (const auto& [unit, n] : per_unit) CHECK(n == 8);
+  check_each_candidate_once(dir, 6, 2 * 4);
   // The policy went on from the last committed snapshot: versions keep counting.
   CHECK(steps.back()["policy_version"] == 6);
 }
@@ -361,18 +376,8 @@ batch_size = 2
 group_size = 4
 )" + kFastEval);
   const fs::path dir = scratch.path() / "run";
-  const std::string cache = "CRUCIBLE_CACHE_DIR=" + (scratch.path() / "cache").string();
-  pid_t first = fork();
-  REQUIRE(first >= 0);
-  if (first == 0) {
-    execl("/usr/bin/env", "env", cache.c_str(), CRUCIBLE_CLI_PATH, "run", file.c_str(), "--out", dir.c_str(),
-          "--quiet", static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  const pid_t first = start_run(scratch, file, dir, 1);
   const fs::path journal = dir / "seed-1" / "journal.jsonl";
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
-  while (!(fs::exists(journal) && !read_jsonl(journal).empty()) && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   REQUIRE(fs::exists(journal));
 
   // While the first process runs: a resume and a new run into the same directory are both refused.
@@ -384,18 +389,12 @@ group_size = 4
   CHECK(third.output.find("in use") != std::string::npos);
 
   // The kernel drops the lock of a process killed with -9: the resume that follows runs to the end, once.
-  kill(first, SIGKILL);
-  int status = 0;
-  waitpid(first, &status, 0);
+  kill_9(first);
   auto resumed = crucible_cli({"run", "--resume", dir.string()}, scratch.path() / "cache");
   INFO(resumed.output);
   REQUIRE(resumed.exit_code == 0);
   CHECK(read_jsonl(journal).size() == 6);
-  auto candidates = read_jsonl(dir / "seed-1" / "candidates.jsonl");
-  std::set<uint64_t> ids;
-  for (const auto& c : candidates) ids.insert(c["candidate_id"].get<uint64_t>());
-  CHECK(candidates.size() == 6 * 2 * 4);
-  CHECK(ids.size() == candidates.size());
+  check_each_candidate_once(dir, 6, 2 * 4);
 }
 
 TEST_CASE("a malformed experiment fails before any work, naming file, line and key") {
