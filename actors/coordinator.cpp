@@ -154,6 +154,7 @@ void on_generated(Self self, std::size_t unit, uint64_t group, msg::Generated& g
     st.candidates[trace.candidate.id] = std::move(trace);
   }
   decide(self, st.pipeline->generated(unit, group, ids));
+  std::vector<std::pair<uint64_t, std::size_t>> to_nodes;
   for (uint64_t id : ids) {
     const auto& trace = st.candidates.at(id);
     if (!trace.candidate.parse_error.empty())  // after the whole group is known: it may be complete at once
@@ -161,8 +162,9 @@ void on_generated(Self self, std::size_t unit, uint64_t group, msg::Generated& g
     else if (st.setup.compile_locally)
       deliver_compiles(self, st.compiles.offer(unit, id));
     else  // compiled where it runs, for that node's architecture
-      deliver(self, st.work.offer(unit, id, trace.source_hash));
+      to_nodes.emplace_back(id, trace.source_hash);
   }
+  if (!to_nodes.empty()) deliver(self, st.work.offer(unit, to_nodes));
 }
 
 void generate(Self self, std::size_t unit) {
@@ -186,7 +188,8 @@ void score(Self self, std::size_t unit, uint64_t group) {
   request.unit = st.pipeline->plan(unit).name;
   request.group = group;
   const auto& ids = st.pipeline->group(unit, group);
-  request.task = st.candidates.at(ids.front()).candidate.task;
+  for (const auto& g : st.pipeline->plan(unit).groups)
+    if (g.group == group) request.task = g.task;
   for (uint64_t id : ids) request.verdicts.push_back(st.candidates.at(id).verdict->verdict);
   self->request(st.setup.normalizer, caf::infinite, std::move(request))
       .then(

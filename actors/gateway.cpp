@@ -105,6 +105,7 @@ gateway_actor spawn_gateway(caf::actor_system& system, GatewaySetup setup) {
         [=](msg::NodeHello& hello) -> caf::result<msg::JoinChallenge> {
           auto& s = self->state;
           auto sender = self->current_sender();
+          if (!sender) return refuse("an anonymous hello");  // a join needs an actor to answer
           if (s.over) return run_over();
           if (hello.protocol != msg::kClusterProtocol)
             return refuse("protocol " + std::to_string(hello.protocol) + ", this coordinator speaks " +
@@ -129,6 +130,7 @@ gateway_actor spawn_gateway(caf::actor_system& system, GatewaySetup setup) {
         [=](msg::NodeProof& proof) -> caf::result<msg::JoinAccepted> {
           auto& s = self->state;
           auto sender = self->current_sender();
+          if (!sender) return refuse("an anonymous proof");
           const auto addr = caf::actor_cast<caf::actor_addr>(sender);
           auto it = s.pending.find(addr);
           if (s.over) return run_over();
@@ -167,7 +169,8 @@ gateway_actor spawn_gateway(caf::actor_system& system, GatewaySetup setup) {
           auto& s = self->state;
           auto it = s.sessions.find(beat.session);
           if (s.over) return run_over();
-          if (it == s.sessions.end() || it->second.node != self->current_sender()->node())
+          const auto& sender = self->current_sender();
+          if (it == s.sessions.end() || !sender || it->second.node != sender->node())
             return caf::make_error(cluster_error::session_unknown, "session " + std::to_string(beat.session));
           it->second.last_seen = wall_now();
           const std::size_t n = std::min(beat.lines.size(), kMaxLinesPerBeat);
@@ -182,7 +185,8 @@ gateway_actor spawn_gateway(caf::actor_system& system, GatewaySetup setup) {
         [=](leave_atom, uint64_t session) {
           auto& s = self->state;
           auto it = s.sessions.find(session);
-          if (it != s.sessions.end() && it->second.node == self->current_sender()->node())
+          const auto& sender = self->current_sender();
+          if (it != s.sessions.end() && sender && it->second.node == sender->node())
             end_session(self, session, "it left");
         },
         [=](over_atom) -> caf::result<caf::ok_atom> {

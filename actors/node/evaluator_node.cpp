@@ -111,6 +111,8 @@ SessionEnd serve(caf::scoped_actor& self, const gateway_actor& gateway, const ms
                    [&](caf::error& e) {
                      if (r.outbox) r.outbox->put_back(std::move(lines));
                      end.reason = "heartbeat failed: " + self->system().render(e);
+                     // The run may have ended while this beat was on its way (its notice still queued).
+                     end.run_over = msg::cluster_code(e) == msg::cluster_error::run_over;
                      over = true;
                    });
       next_beat = Clock::now() + beat;

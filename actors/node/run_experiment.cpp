@@ -266,11 +266,12 @@ fs::path default_run_dir(const experiment::Experiment& e) {
 }
 
 std::shared_ptr<run::RunLock> lock_run_directory(const RunRequest& request) {
+  // Before the lock, which would create the directory: a mistyped --resume leaves nothing behind.
+  if (request.resume && !fs::exists(request.dir / "experiment.toml"))
+    throw std::invalid_argument(request.dir.string() + " holds no run to resume (no experiment.toml)");
   auto lock = std::make_shared<run::RunLock>(run::RunLock::take(request.dir));
   if (!request.resume && fs::exists(request.dir / "experiment.toml"))
     throw std::invalid_argument(request.dir.string() + " already holds a run; use --resume to continue it");
-  if (request.resume && !fs::exists(request.dir / "experiment.toml"))
-    throw std::invalid_argument(request.dir.string() + " holds no run to resume (no experiment.toml)");
   return lock;
 }
 

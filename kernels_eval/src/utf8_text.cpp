@@ -47,11 +47,14 @@ std::string valid_utf8(std::string_view text) {
 }
 
 std::string valid_utf8_prefix(std::string_view text, std::size_t max_bytes) {
-  if (text.size() <= max_bytes) return valid_utf8(text);
+  // Made valid first (a replacement takes three bytes), then cut: the result is never longer than max_bytes.
+  std::string valid = valid_utf8(text);
+  if (valid.size() <= max_bytes) return valid;
   std::size_t end = max_bytes;
   // Back off over continuation bytes (at most three) so the cut falls before the character they belong to.
-  for (int k = 0; k < 3 && end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80; ++k) --end;
-  return valid_utf8(text.substr(0, end));
+  for (int k = 0; k < 3 && end > 0 && (static_cast<unsigned char>(valid[end]) & 0xC0) == 0x80; ++k) --end;
+  valid.resize(end);
+  return valid;
 }
 
 }  // namespace crucible::eval

@@ -51,6 +51,8 @@ std::vector<Decision> UnitPipeline::generated(UnitIndex unit, uint64_t group, co
     where_[id] = {unit, group};
   }
   if (++u.groups_generated == u.plan.groups.size()) u.phase = Phase::running;
+  // A group the policy returned no samples for has nothing to wait for.
+  if (ids.empty()) return {Score{unit, group}};
   return {};
 }
 

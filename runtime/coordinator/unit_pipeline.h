@@ -47,7 +47,8 @@ class UnitPipeline {
   UnitPipeline(std::vector<modes::UnitPlan> plans, const std::set<std::string>& committed);
 
   std::vector<Decision> start();
-  // One group's samples arrived, their ids in sample order. A unit runs once all its groups have.
+  // One group's samples arrived, their ids in sample order. A unit runs once all its groups have. An empty group is
+  // scored at once.
   std::vector<Decision> generated(UnitIndex unit, uint64_t group, const std::vector<CandidateId>& candidates);
   // A candidate's verdict is in. Only the first counts (a duplicate, or one for a candidate of no unit here, is
   // ignored); the one that completes its group decides Score.

@@ -11,6 +11,7 @@ Decisions CompileQueue::offer(UnitIndex unit, CandidateId candidate) {
 
 Decisions CompileQueue::pull(EvaluatorId worker) {
   if (closed_) return {{}, {{worker, Refusal::run_over}}, {}};
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), worker), waiting_.end());  // a repeated pull
   waiting_.push_back(worker);
   return dispatch();
 }
@@ -56,6 +57,14 @@ std::optional<CandidateId> WorkQueue::held_by(EvaluatorId evaluator) const {
 Decisions WorkQueue::offer(UnitIndex unit, CandidateId candidate, std::size_t source_hash) {
   known_[candidate] = {unit, source_hash};
   queue_[{unit, candidate}] = source_hash;
+  return dispatch();
+}
+
+Decisions WorkQueue::offer(UnitIndex unit, const std::vector<std::pair<CandidateId, std::size_t>>& candidates) {
+  for (const auto& [candidate, source_hash] : candidates) {
+    known_[candidate] = {unit, source_hash};
+    queue_[{unit, candidate}] = source_hash;
+  }
   return dispatch();
 }
 

@@ -83,6 +83,9 @@ class WorkQueue {
   // A candidate ready for evaluation (compiled here, or to be compiled where it runs). `source_hash` identifies its
   // source, so a repeated source goes to the node whose cache already built it.
   Decisions offer(UnitIndex unit, CandidateId candidate, std::size_t source_hash);
+  // A whole group at once, then one hand-out: waiting evaluators choose among all of it, so a repeated source still
+  // goes to the node whose cache built it even when evaluators were idle as the group arrived.
+  Decisions offer(UnitIndex unit, const std::vector<std::pair<CandidateId, std::size_t>>& candidates);
 
   // An evaluator of `session` is free. An evaluator that pulls while it still holds a candidate never got it (its
   // pull timed out as the candidate was on its way): that candidate is queued again. A pull from a session that is

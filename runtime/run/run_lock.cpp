@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -37,8 +38,10 @@ RunLock RunLock::take(const std::filesystem::path& dir) {
                       "; one run or resume at a time",
                   holder);
   }
-  const std::string pid = std::to_string(getpid()) + "\n";
-  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+  // One write of a fixed width, no truncation first: a process refused meanwhile never reads an empty file.
+  char pid[24];
+  std::snprintf(pid, sizeof pid, "%-22d\n", static_cast<int>(getpid()));
+  if (pwrite(fd, pid, 23, 0) != 23 || ftruncate(fd, 23) != 0) {
     close(fd);
     throw RunError("cannot write " + file.string() + ": " + std::strerror(errno));
   }

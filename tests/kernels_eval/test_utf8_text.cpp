@@ -44,5 +44,6 @@ TEST_CASE("valid_utf8_prefix never cuts inside a character") {
   CHECK(valid_utf8_prefix(text, 3) == "ab");  // inside the euro sign: cut before it
   CHECK(valid_utf8_prefix(text, 4) == "ab");
   CHECK(valid_utf8_prefix(text, 5) == "ab" + euro);
-  CHECK(valid_utf8_prefix("\xFF\xFF\xFF", 2) == R + R);
+  CHECK(valid_utf8_prefix("\xFF\xFF\xFF", 7) == R + R);  // replacements count: never longer than the limit
+  CHECK(valid_utf8_prefix("\xFF\xFF\xFF", 2).empty());
 }

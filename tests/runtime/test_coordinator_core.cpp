@@ -86,6 +86,29 @@ TEST_CASE("work queue: a repeated source goes to the node that built it, a new o
   });
 }
 
+TEST_CASE("work queue: a group offered while evaluators wait still goes to the nodes that built its sources") {
+  WorkQueue q;
+  q.join(7, "a");
+  q.join(8, "b");
+  // Each node built one source before.
+  q.offer(0, 1, 111);
+  CHECK(show(q.pull(70, 7)) == "assign c1->e70");
+  q.offer(0, 2, 222);
+  CHECK(show(q.pull(80, 8)) == "assign c2->e80");
+  REQUIRE(q.verdict(70, 1).accepted);
+  REQUIRE(q.verdict(80, 2).accepted);
+  // Both wait (b's evaluator asked last) when a group of both sources arrives, b's source first in it.
+  CHECK(show(q.pull(70, 7)) == "");
+  CHECK(show(q.pull(80, 8)) == "");
+  CHECK(show(q.offer(1, {{3, 222}, {4, 111}})) == "assign c3->e80 assign c4->e70");
+  // The other order of waiting and of the group: the same pairing.
+  REQUIRE(q.verdict(80, 3).accepted);
+  REQUIRE(q.verdict(70, 4).accepted);
+  CHECK(show(q.pull(80, 8)) == "");
+  CHECK(show(q.pull(70, 7)) == "");
+  CHECK(show(q.offer(2, {{5, 111}, {6, 222}})) == "assign c5->e70 assign c6->e80");
+}
+
 TEST_CASE("work queue: a node lost while holding work gives it back; its late verdict is discarded") {
   WorkQueue q;
   q.join(5, "gpu-box");
@@ -135,7 +158,12 @@ TEST_CASE("compile queue: oldest unit first, workers refused once the run is ove
   CHECK(show(q.pull(1)) == "assign c20->e1");
   CHECK(show(q.pull(2)) == "assign c10->e2");
   CHECK(show(q.pull(3)) == "");
-  CHECK(show(q.close()) == "over e3");
+  CHECK(show(q.pull(3)) == "");  // the same worker again (a pull that timed out): it waits once, not twice
+  CHECK(show(q.offer(2, 30)) == "assign c30->e3");
+  CHECK(show(q.offer(2, 31)) == "");
+  CHECK(show(q.pull(5)) == "assign c31->e5");
+  CHECK(show(q.pull(6)) == "");
+  CHECK(show(q.close()) == "over e6");
   CHECK(show(q.pull(4)) == "over e4");
 }
 
@@ -242,6 +270,16 @@ TEST_CASE("pipeline: a group is scored once, when its last verdict arrives; late
   CHECK(show(p.committed(0)) == "finish");
   CHECK_FALSE(p.unit_of(1).has_value());  // forgotten once committed
   CHECK(show(p.judged(1)) == "");          // a verdict after the commit changes nothing
+}
+
+TEST_CASE("pipeline: a group the policy returned no samples for is scored at once, not waited for") {
+  UnitPipeline p(grpo(1, 0, 2), {});
+  CHECK(show(p.start()) == "generate 0");
+  CHECK(show(p.generated(0, 0, {})) == "score 0/0");
+  CHECK(show(p.generated(0, 1, {7})) == "");
+  CHECK(show(p.scored(0, 0)) == "");
+  CHECK(show(p.judged(7)) == "score 0/1");
+  CHECK(show(p.scored(0, 1)) == "train 0");
 }
 
 TEST_CASE("pipeline: resumed in the middle of a run, committed units are skipped and their dependants start") {

@@ -11,7 +11,7 @@ namespace crucible::eval {
 // overlong forms, surrogates, code points above U+10FFFF, a sequence cut short) replaced by U+FFFD.
 std::string valid_utf8(std::string_view text);
 
-// At most `max_bytes` of `text`, never ending inside a multi-byte character, then made valid.
+// `text` made valid, then cut to at most `max_bytes`, never inside a character.
 std::string valid_utf8_prefix(std::string_view text, std::size_t max_bytes);
 
 }  // namespace crucible::eval
