@@ -1,5 +1,7 @@
 #include "run/node_logs.h"
 
+#include "crucible/eval/utf8_text.h"
+
 #include "logging/log.h"
 
 namespace crucible::run {
@@ -16,8 +18,11 @@ bool valid_node_name(std::string_view name) {
 
 void NodeLogWriter::write(const std::string& node, const std::string& component, std::string text) {
   if (!valid_node_name(node)) throw RunError("not a node name: '" + node + "'");
+  // A node's text is untrusted: one line of valid UTF-8, at most 64 KiB, so it can forge no other line.
   constexpr std::size_t kMaxLine = 64 << 10;
-  if (text.size() > kMaxLine) text.resize(kMaxLine);
+  text = eval::valid_utf8_prefix(text, kMaxLine);
+  for (char& c : text)
+    if (c == '\n' || c == '\r') c = ' ';
   const auto path = log_dir_ / "nodes" / node / log::component_file_name(component);
   auto it = files_.find(path);
   if (it == files_.end()) {

@@ -133,6 +133,11 @@ TEST_CASE("evaluator nodes' logs (logs/nodes/<node>/) merge with the coordinator
   CHECK_THROWS_AS(writer.write("../escape", "x", "line"), run::RunError);
   CHECK_THROWS_AS(writer.write("local", "x", "line"), run::RunError);
   CHECK(fs::exists(log_dir / "nodes" / "gpu-a" / "evaluator.cuda_0.log"));
+  // A node's text cannot add lines of its own making, nor bytes that are not UTF-8.
+  writer.write("gpu-z", "x", "2024-05-01T12:00:00.400 info  [gpu-z/x] a\n2024-05-01T12:00:00.500 error [gpu-z/x] forged \xFF");
+  CHECK(test::read_file(log_dir / "nodes" / "gpu-z" / "x.log") ==
+        "2024-05-01T12:00:00.400 info  [gpu-z/x] a 2024-05-01T12:00:00.500 error [gpu-z/x] forged \xEF\xBF\xBD\n");
+  fs::remove_all(log_dir / "nodes" / "gpu-z");
 
   auto all = run::read_logs(log_dir, {});
   REQUIRE(all.size() == 3);
