@@ -32,7 +32,6 @@ struct CoordinatorState {
   std::map<caf::actor_addr, core::EvaluatorId> ids;
   std::map<core::EvaluatorId, caf::typed_response_promise<msg::EvalRequest>> eval_waiters;
   std::map<core::EvaluatorId, caf::typed_response_promise<msg::CompileRequest>> compile_waiters;
-  std::map<core::EvaluatorId, caf::actor_addr> addresses;
   std::set<core::EvaluatorId> monitored;
   std::map<core::SessionId, caf::node_id> session_nodes;
   core::EvaluatorId next_id = 1;
@@ -51,9 +50,8 @@ void decide(Self self, const std::vector<core::Decision>& decisions);
 
 core::EvaluatorId id_of(Self self, const caf::actor_addr& addr) {
   auto& st = self->state;
-  auto [it, fresh] = st.ids.emplace(addr, st.next_id);
-  if (fresh) st.addresses[st.next_id++] = addr;
-  return it->second;
+  auto it = st.ids.find(addr);
+  return it != st.ids.end() ? it->second : (st.ids[addr] = st.next_id++);
 }
 
 caf::error refusal(core::Refusal why) {
@@ -61,36 +59,37 @@ caf::error refusal(core::Refusal why) {
                                         : caf::make_error(cluster_error::session_lost, "session lost");
 }
 
-// Carries out the work queues' decisions: candidates to the evaluators that wait for them, refusals to the others.
+// Carries out a queue's decisions: each assigned candidate's request to the puller that waits for it, refusals to
+// the others.
+template <class Request, class MakeRequest>
+void deliver_to(std::map<core::EvaluatorId, caf::typed_response_promise<Request>>& waiters, const core::Decisions& d,
+                MakeRequest make_request) {
+  for (const auto& a : d.assign) {
+    waiters.at(a.evaluator).deliver(make_request(a.candidate));
+    waiters.erase(a.evaluator);
+  }
+  for (const auto& r : d.refuse)
+    if (auto w = waiters.find(r.evaluator); w != waiters.end()) {
+      w->second.deliver(refusal(r.why));
+      waiters.erase(w);
+    }
+}
+
 void deliver(Self self, const core::Decisions& d) {
   auto& st = self->state;
-  for (const auto& a : d.assign) {
-    auto& trace = st.candidates.at(a.candidate);
+  deliver_to(st.eval_waiters, d, [&](uint64_t id) {
+    auto& trace = st.candidates.at(id);
     trace.dispatched_at = wall_now();
-    st.eval_waiters.at(a.evaluator).deliver(msg::EvalRequest{trace.candidate});
-    st.eval_waiters.erase(a.evaluator);
-  }
-  for (const auto& r : d.refuse) {
-    if (auto w = st.eval_waiters.find(r.evaluator); w != st.eval_waiters.end()) {
-      w->second.deliver(refusal(r.why));
-      st.eval_waiters.erase(w);
-    }
-  }
+    return msg::EvalRequest{trace.candidate};
+  });
 }
 
 void deliver_compiles(Self self, const core::Decisions& d) {
   auto& st = self->state;
-  for (const auto& a : d.assign) {
-    const auto& c = st.candidates.at(a.candidate).candidate;
-    st.compile_waiters.at(a.evaluator).deliver(msg::CompileRequest{c.id, c.source, st.setup.compile_device});
-    st.compile_waiters.erase(a.evaluator);
-  }
-  for (const auto& r : d.refuse) {
-    if (auto w = st.compile_waiters.find(r.evaluator); w != st.compile_waiters.end()) {
-      w->second.deliver(refusal(r.why));
-      st.compile_waiters.erase(w);
-    }
-  }
+  deliver_to(st.compile_waiters, d, [&](uint64_t id) {
+    const auto& c = st.candidates.at(id).candidate;
+    return msg::CompileRequest{c.id, c.source, st.setup.compile_device};
+  });
 }
 
 void finish(Self self, bool ok, const std::string& message) {
