@@ -209,6 +209,28 @@ GpuResources& Evaluator::gpu_resources(int device) {
   return *slot;
 }
 
+namespace {
+
+// A built-in reference by name, or an imported task's TorchScript program traced at these sizes.
+ReferenceFn reference_for(const TaskSpec& task, const std::string& size_set, torch::Device device) {
+  if (task.reference != "torchscript") {
+    ReferenceFn reference = find_reference(task.reference);
+    if (!reference) throw TaskError("task '" + task.name + "': unknown reference '" + task.reference + "'");
+    return reference;
+  }
+  auto file = task.reference_files.find(size_set);
+  if (file == task.reference_files.end())
+    throw TaskError("task '" + task.name + "': no TorchScript reference for its '" + size_set +
+                    "' sizes (import it where those sizes run, e.g. on the GPU node for cuda)");
+  try {
+    return torchscript_reference(file->second, device);
+  } catch (const std::runtime_error& e) {
+    throw TaskError("task '" + task.name + "': " + e.what());
+  }
+}
+
+}  // namespace
+
 Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, const EvalOptions& options) {
   const auto start = Clock::now();
   const bool full = options.mode == Mode::full;
@@ -236,9 +258,8 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     gpu = &gpu_resources(cuda_device);
   }
   if (gpu) v.device = "cuda:" + std::to_string(cuda_device);
-  ReferenceFn reference = find_reference(task.reference);
-  if (!reference) throw TaskError("task '" + task.name + "': unknown reference '" + task.reference + "'");
   const std::string size_set = options.sizes.empty() ? backend : options.sizes;
+  ReferenceFn reference = reference_for(task, size_set, gpu ? torch::Device(torch::kCUDA, cuda_device) : torch::kCPU);
   const Sizes& sizes = task.sizes_for(size_set);
   std::vector<TensorShape> in_shapes, out_shapes;
   for (const auto& t : task.inputs) in_shapes.push_back({t.dtype, resolve_shape(t, sizes)});

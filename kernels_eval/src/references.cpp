@@ -1,5 +1,10 @@
 #include "references.h"
 
+#include <torch/script.h>
+
+#include <memory>
+#include <mutex>
+
 namespace crucible::eval {
 namespace {
 namespace F = torch::nn::functional;
@@ -54,6 +59,41 @@ const std::map<std::string, ReferenceFn>& registry() {
 ReferenceFn find_reference(const std::string& name) {
   auto it = registry().find(name);
   return it == registry().end() ? nullptr : it->second;
+}
+
+ReferenceFn torchscript_reference(const std::string& path, torch::Device device) {
+  // Loaded once per file and device: a module is not cheap to load, and evaluations of one task repeat.
+  static std::mutex mutex;
+  static std::map<std::pair<std::string, std::string>, std::shared_ptr<torch::jit::Module>> loaded;
+  std::shared_ptr<torch::jit::Module> module;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto& slot = loaded[{path, device.str()}];
+    if (!slot) {
+      try {
+        slot = std::make_shared<torch::jit::Module>(torch::jit::load(path, device));
+      } catch (const std::exception& e) {
+        throw std::runtime_error("cannot load the TorchScript reference " + path + ": " + e.what());
+      }
+    }
+    module = slot;
+  }
+  return [module](const Tensors& inputs, const Params&) {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::jit::IValue> args(inputs.begin(), inputs.end());
+    auto out = module->forward(args);
+    Tensors outputs;
+    if (out.isTensor()) {
+      outputs.push_back(out.toTensor());
+    } else if (out.isTuple()) {
+      for (const auto& e : out.toTuple()->elements()) outputs.push_back(e.toTensor());
+    } else if (out.isTensorList()) {
+      for (const auto& t : out.toTensorVector()) outputs.push_back(t);
+    } else {
+      throw std::runtime_error("the TorchScript reference returns neither a tensor nor a tuple of tensors");
+    }
+    return outputs;
+  };
 }
 
 std::vector<std::string> reference_names() {

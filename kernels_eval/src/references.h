@@ -2,6 +2,7 @@
 // Built-in LibTorch references, by name. Trusted code: it runs only in the evaluator's process.
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -9,10 +10,15 @@
 namespace crucible::eval {
 
 using Params = std::map<std::string, double>;
-using ReferenceFn = std::vector<torch::Tensor> (*)(const std::vector<torch::Tensor>& inputs, const Params& params);
+using ReferenceFn = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>& inputs, const Params& params)>;
 
-// nullptr when no reference has that name.
+// An empty function when no built-in reference has that name.
 ReferenceFn find_reference(const std::string& name);
 std::vector<std::string> reference_names();
+
+// A TorchScript program (an imported task's reference) as a reference: its forward takes the task's inputs in
+// order and returns one tensor or a tuple of them. Loaded once per file and device; throws TaskError-like
+// std::runtime_error when the file cannot be loaded.
+ReferenceFn torchscript_reference(const std::string& path, torch::Device device);
 
 }  // namespace crucible::eval

@@ -38,6 +38,8 @@ torch::Tensor draw_flat(const InitSpec& init, int64_t n, const Sizes& sizes, at:
       int64_t high = init.high_symbol.empty() ? static_cast<int64_t>(init.high) : resolve_dim(init.high_symbol, sizes);
       return torch::randint(static_cast<int64_t>(init.low), high, {n}, gen, f32.dtype(torch::kInt64));
     }
+    case InitSpec::Kind::constant:
+      return torch::full({n}, init.mean, f32.dtype(torch::kFloat64));
   }
   throw std::invalid_argument("unknown init kind");
 }
@@ -109,7 +111,10 @@ torch::Tensor InputPool::fresh(std::size_t input, uint64_t seed) const {
   const int64_t mask_offset = static_cast<int64_t>(rng() % static_cast<uint64_t>(n + 1));
   const uint8_t* mask = nullptr;
   torch::Tensor window = pools_[input].narrow(0, offset, n);
-  const double twice_center = init.kind == InitSpec::Kind::normal ? 2 * init.mean : init.low + init.high;
+  // Reflection about the distribution's centre keeps it: a constant reflects onto itself.
+  const double twice_center = init.kind == InitSpec::Kind::normal || init.kind == InitSpec::Kind::constant
+                                  ? 2 * init.mean
+                                  : init.low + init.high;
   const double scale = init.scale_low != 1.0 || init.scale_high != 1.0
                            ? std::uniform_real_distribution<double>(init.scale_low, init.scale_high)(rng)
                            : 1.0;

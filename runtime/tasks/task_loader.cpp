@@ -41,8 +41,11 @@ eval::InitSpec read_init(TableReader& r) {
     const toml::node* high = r.node("high");
     if (high && high->is_string()) init.high_symbol = r.require_string("high");
     else init.high = static_cast<double>(r.require_int("high"));
+  } else if (dist == "constant") {  // a parameter PyTorch initialises to one value (a norm's weight, a bias)
+    init.kind = eval::InitSpec::Kind::constant;
+    init.mean = r.require_number("value");
   } else {
-    r.fail("dist", "unknown distribution '" + dist + "' (normal, uniform, randint)");
+    r.fail("dist", "unknown distribution '" + dist + "' (normal, uniform, randint, constant)");
   }
   auto scale = r.get_number_array("scale");
   if (!scale.empty()) {
@@ -93,8 +96,27 @@ TaskSpec read_task(const toml::table& root, const std::string& source) {
   task.description = r.require_string("description");
   task.reference = r.require_string("reference");
   auto known = eval::known_references();
-  if (std::find(known.begin(), known.end(), task.reference) == known.end())
-    r.fail("reference", "unknown built-in reference '" + task.reference + "'");
+  if (task.reference == "torchscript") {
+    // Imported tasks: a traced program per size set, beside the task file.
+    auto files = r.require_table("reference_files");
+    for (const auto& size_set : files.keys()) {
+      const fs::path file = fs::path(source).parent_path() / files.require_string(size_set);
+      if (!fs::is_regular_file(file)) files.fail(size_set, "no such file: " + file.string());
+      task.reference_files[size_set] = fs::absolute(file).string();
+    }
+    files.finish();
+    if (task.reference_files.empty()) r.fail("reference_files", "name the TorchScript file of at least one size set");
+  } else if (std::find(known.begin(), known.end(), task.reference) == known.end()) {
+    r.fail("reference", "unknown built-in reference '" + task.reference + "' (or \"torchscript\" with reference_files)");
+  }
+  if (auto origin = r.get_table("kernelbench")) {
+    for (const auto& key : origin->keys()) {
+      const toml::node* v = origin->node(key);
+      if (const auto* str = v->as_string()) task.origin[key] = str->get();
+      else if (const auto* i = v->as_integer()) task.origin[key] = std::to_string(i->get());
+      else origin->fail(key, "expected a string or an integer");
+    }
+  }
   task.reference_source = r.require_string("reference_source");
   task.flops = r.get_string("flops", "");
   task.allow_imports = r.get_string_array("allow_imports");

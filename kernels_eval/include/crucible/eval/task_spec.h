@@ -11,9 +11,9 @@ namespace crucible::eval {
 
 // How an input is drawn. Bounds may name a size symbol (e.g. randint high = "C").
 struct InitSpec {
-  enum class Kind { normal, uniform, randint };
+  enum class Kind { normal, uniform, randint, constant };
   Kind kind = Kind::normal;
-  double mean = 0.0, std = 1.0;  // normal
+  double mean = 0.0, std = 1.0;  // normal; constant: every element is `mean`
   double low = 0.0, high = 1.0;  // uniform, randint (high exclusive)
   std::string high_symbol;       // randint: a size symbol used as the exclusive upper bound
   // Each trial multiplies the draw by a factor drawn from [scale_low, scale_high], so outputs that
@@ -41,8 +41,12 @@ struct TaskSpec {
   int level = 1;
   std::string family;
   std::string description;
-  std::string reference;         // name of a built-in LibTorch reference
+  std::string reference;         // a built-in LibTorch reference's name, or "torchscript" (reference_files)
   std::string reference_source;  // PyTorch-style snippet shown in prompts
+  // "torchscript": a TorchScript program per size set (absolute paths), traced at those sizes by the importer.
+  std::map<std::string, std::string> reference_files;
+  // Where an imported task came from and how it was made (KernelBench: problem, id, cpu_scale, ...), as text.
+  std::map<std::string, std::string> origin;
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
   std::map<std::string, double> params;     // scalar parameters of the reference (eps, kernel size...)
