@@ -1,9 +1,11 @@
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 
 #include "cli/commands.h"
 #include "config/toml_reader.h"
+#include "tasks/kernelbench_import.h"
 #include "tasks/task_loader.h"
 
 namespace crucible::cli {
@@ -12,6 +14,11 @@ namespace {
 struct TasksArgs {
   std::string tasks_dir;
   std::string name;
+  // import
+  std::vector<std::string> kernelbench;
+  std::string out;
+  std::vector<int> levels;
+  bool json = false;
 };
 
 std::filesystem::path dir_of(const TasksArgs& a) {
@@ -49,6 +56,32 @@ int show_task(const TasksArgs& a) {
   return 2;
 }
 
+int import_tasks(const TasksArgs& a) {
+  tasks::KernelBenchImport request;
+  for (const auto& p : a.kernelbench) request.problems.emplace_back(p);
+  request.out = a.out;
+  request.levels = a.levels;
+  if (const char* python = std::getenv("CRUCIBLE_PYTHON")) request.python = python;
+  tasks::ImportReport report;
+  try {
+    report = tasks::import_kernelbench(request);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "import failed: " << e.what() << "\n";
+    return 1;
+  }
+  if (a.json) {
+    std::cout << tasks::report_json(report) << "\n";
+    return 0;
+  }
+  std::printf("imported %zu task(s) into %s in %.0f s; refused %zu\n", report.imported.size(), a.out.c_str(),
+              report.seconds, report.refused.size());
+  for (const auto& r : report.refused) std::printf("  refused %s: %s\n", r.problem.c_str(), r.reason.c_str());
+  return 0;
+}
+
 }  // namespace
 
 Run add_tasks_command(CLI::App& app) {
@@ -59,9 +92,16 @@ Run add_tasks_command(CLI::App& app) {
   auto* list = cmd->add_subcommand("list", "List every task");
   auto* show = cmd->add_subcommand("show", "Print one task's spec");
   show->add_option("name", args->name, "Task name or path")->required();
-  return [list, show, args]() -> int {
+  auto* import = cmd->add_subcommand("import", "Import KernelBench problems as tasks (TorchScript references)");
+  import->add_option("--kernelbench", args->kernelbench, "KernelBench problem files or directories (level1/, ...)")
+      ->required();
+  import->add_option("--out", args->out, "Directory for the tasks (use it as --tasks-dir or [tasks] dir)")->required();
+  import->add_option("--levels", args->levels, "Only these levels, e.g. 1,2")->delimiter(',');
+  import->add_flag("--json", args->json, "Print {\"imported\": [...], \"refused\": [...]} instead of a summary");
+  return [list, show, import, args]() -> int {
     if (list->parsed()) return list_tasks(*args);
     if (show->parsed()) return show_task(*args);
+    if (import->parsed()) return import_tasks(*args);
     return -1;
   };
 }

@@ -1,0 +1,41 @@
+#pragma once
+// KernelBench problems as Crucible tasks. The trusted import step runs the problem files in Python (PyTorch traces
+// each Model to TorchScript and checks the trace against eager execution; tools/kernelbench/import_kernelbench.py);
+// every task it writes is then loaded back here, so an imported task is one this build can evaluate.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace crucible::tasks {
+
+struct KernelBenchImport {
+  std::vector<std::filesystem::path> problems;  // directories (searched for level<N>/<id>_<Name>.py) or files
+  std::filesystem::path out;                    // where the tasks' TOML and TorchScript files go
+  std::vector<int> levels;                      // empty: every level
+  std::string python = "/usr/bin/python3";      // an interpreter with PyTorch (Debian's python3-torch here)
+  std::filesystem::path importer;               // the import program; empty: the checkout's
+  double time_limit_s = 4 * 3600.0;
+};
+
+struct Refusal {
+  std::string problem;
+  std::string reason;
+};
+
+struct ImportReport {
+  std::vector<std::string> imported;  // task names, kb_l<level>_<id>
+  std::vector<Refusal> refused;
+  double seconds = 0;
+};
+
+// The import program shipped with this checkout.
+std::filesystem::path default_kernelbench_importer();
+
+// Throws std::invalid_argument for bad input (no such problem path, an interpreter without PyTorch) and
+// std::runtime_error when the import program fails as a whole; a problem it cannot import is a refusal.
+ImportReport import_kernelbench(const KernelBenchImport& request);
+
+// {"imported": [...], "refused": [{"problem": ..., "reason": ...}]}
+std::string report_json(const ImportReport& report);
+
+}  // namespace crucible::tasks
