@@ -1,0 +1,412 @@
+#!/usr/bin/python3
+"""Tests for tools/kernelbench/import_kernelbench.py.
+
+    /usr/bin/python3 tests/kernelbench/test_import_kernelbench.py
+
+Writes problem files in KernelBench's format into a temporary directory, imports them, and checks the JSON report,
+the task files, and that each trace, loaded with torch.jit.load, matches eager execution of the problem on inputs
+drawn afresh from the declared distributions in the declared order. When the KernelBench problems are beside this
+checkout (shared/kernelbench), a handful of real ones are imported too. Needs Debian's python3-torch.
+"""
+import importlib.util
+import json
+import subprocess
+import sys
+import tempfile
+import tomllib
+import unittest
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+IMPORTER = REPO / "tools" / "kernelbench" / "import_kernelbench.py"
+KERNELBENCH_CANDIDATES = [REPO.parent / "shared" / "kernelbench" / "KernelBench",
+                          Path("/work/shared/kernelbench/KernelBench")]
+
+HEADER = "import torch\nimport torch.nn as nn\n\n"
+
+# name -> (level, file text). Written sizes are small (so CPU sizes equal them) except in 7_Big_ReLU.
+PROBLEMS = {
+    "1_GELU.py": (1, HEADER + '''class Model(nn.Module):
+    \'\'\'A docstring in triple single quotes: the task file must then escape the source.\'\'\'
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x)
+
+batch_size = 16
+dim = 4096
+
+def get_inputs():
+    x = torch.randn(batch_size, dim)
+    return [x]
+
+def get_init_inputs():
+    return []
+'''),
+    "2_Sum_over_a_dimension.py": (1, HEADER + '''class Model(nn.Module):
+    def __init__(self, dim: int):
+        super(Model, self).__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sum(x, dim=self.dim, keepdim=True)
+
+batch_size = 16
+dim1 = 256
+dim2 = 128
+reduce_dim = 1
+
+def get_inputs():
+    return [torch.rand(batch_size, dim1, dim2)]
+
+def get_init_inputs():
+    return [reduce_dim]
+'''),
+    "3_Gemm_ReLU.py": (2, HEADER + '''class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super(Model, self).__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+batch_size = 64
+in_features = 512
+out_features = 256
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+def get_init_inputs():
+    return [in_features, out_features]
+'''),
+    "4_Conv2d_BatchNorm.py": (1, HEADER + '''class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size):
+        super(Model, self).__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+        self.bn = nn.BatchNorm2d(out_channels)
+
+    def forward(self, x):
+        return self.bn(self.conv(x))
+
+batch_size = 4
+in_channels = 3
+out_channels = 16
+kernel_size = 3
+height = 32
+width = 24
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, height, width)]
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size]
+'''),
+    "5_Dropout.py": (2, HEADER + '''class Model(nn.Module):
+    def __init__(self, p):
+        super(Model, self).__init__()
+        self.dropout = nn.Dropout(p)
+
+    def forward(self, x):
+        return self.dropout(x) * 2.0
+
+batch_size = 64
+dim = 1024
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+def get_init_inputs():
+    return [0.5]
+'''),
+    "6_Matmul_upper_triangular.py": (1, HEADER + '''class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, A, B):
+        return torch.triu(torch.matmul(A, B))
+
+N = 128
+
+def get_inputs():
+    A = torch.triu(torch.rand(N, N))
+    B = torch.triu(torch.rand(N, N))
+    return [A, B]
+
+def get_init_inputs():
+    return []
+'''),
+    "7_Big_ReLU.py": (1, HEADER + '''class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+batch_size = 4096
+dim = 393216
+
+def get_inputs():
+    x = torch.rand(batch_size, dim)
+    return [x]
+
+def get_init_inputs():
+    return []
+'''),
+}
+EXPECTED_IMPORTED = {"kb_l1_1", "kb_l1_2", "kb_l2_3", "kb_l1_4", "kb_l1_7"}
+EXPECTED_REFUSED = {"5_Dropout.py": "random", "6_Matmul_upper_triangular.py": "triu"}
+KERNELBENCH_KEYS = {"problem", "id", "cpu_scale", "init_inputs", "mode", "cuda_sizes"}
+
+
+def run_importer(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(IMPORTER), *args], capture_output=True, text=True, timeout=1800)
+
+
+def draw(init: dict, shape: list, dtype: str, sizes: dict) -> torch.Tensor:
+    """A draw from a task file's init table, written independently of the importer."""
+    torch_dtype = getattr(torch, dtype)
+    if init["dist"] == "uniform":
+        t = torch.rand(shape) * (init["high"] - init["low"]) + init["low"]
+    elif init["dist"] == "normal":
+        t = torch.randn(shape) * init["std"] + init["mean"]
+    elif init["dist"] == "randint":
+        high = sizes[init["high"]] if isinstance(init["high"], str) else init["high"]
+        t = torch.randint(init["low"], high, shape)
+    elif init["dist"] == "constant":
+        t = torch.full(shape, float(init["value"]), dtype=torch.float64)
+    else:
+        raise AssertionError(f"unknown dist {init['dist']}")
+    t = t.to(torch_dtype)
+    if "scale" in init:
+        low, high = init["scale"]
+        t = t * (low + (high - low) * torch.rand(()).item())
+    return t
+
+
+def fresh_inputs(task: dict, backend: str = "cpu") -> list:
+    sizes = task["sizes"][backend]
+    return [draw(i["init"], [sizes[s] for s in i["shape"]], i["dtype"], sizes) for i in task["inputs"]]
+
+
+def eager_outputs(problem_text: str, task: dict, values: list) -> list:
+    """The problem run eagerly as KernelBench runs it (training mode), holding the drawn parameters and buffers."""
+    namespace = {"__name__": "problem"}
+    exec(compile(problem_text, "problem", "exec"), namespace)
+    origin = task["kernelbench"]
+    init_inputs = eval(origin.get("cpu_init_inputs", origin["init_inputs"]))
+    model = namespace["Model"](*init_inputs)
+    state = list(model.named_parameters()) + list(model.named_buffers())
+    n_inputs = len(values) - len(state)
+    declared = [i["name"] for i in task["inputs"][n_inputs:]]
+    assert declared == [name.replace(".", "_") for name, _ in state], (declared, [n for n, _ in state])
+    with torch.no_grad():
+        for (_, tensor), value in zip(state, values[n_inputs:]):
+            tensor.copy_(value)
+        result = model(*values[:n_inputs])
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def load_importer_module():
+    spec = importlib.util.spec_from_file_location("import_kernelbench", IMPORTER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class ImportedProblems(unittest.TestCase):
+    """One import of the problems above, checked from several sides."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="kb-import-test-")
+        root = Path(cls.tmp.name)
+        cls.problems_dir = root / "KernelBench"
+        cls.out = root / "tasks"
+        for file_name, (level, text) in PROBLEMS.items():
+            path = cls.problems_dir / f"level{level}" / file_name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        cls.result = run_importer("--out", str(cls.out), str(cls.problems_dir))
+        cls.report = json.loads(cls.result.stdout) if cls.result.returncode == 0 else None
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def task(self, name: str) -> dict:
+        with open(self.out / f"{name}.toml", "rb") as f:
+            return tomllib.load(f)
+
+    def test_report_is_the_only_stdout_and_lists_every_problem(self):
+        self.assertEqual(self.result.returncode, 0, self.result.stderr[-3000:])
+        self.assertEqual(len(self.result.stdout.strip().splitlines()), 1)
+        self.assertEqual(set(self.report["imported"]), EXPECTED_IMPORTED)
+        refused = {Path(r["problem"]).name: r["reason"] for r in self.report["refused"]}
+        self.assertEqual(set(refused), set(EXPECTED_REFUSED))
+        for file_name, word in EXPECTED_REFUSED.items():
+            self.assertIn(word, refused[file_name])
+
+    def test_refused_problems_leave_no_files(self):
+        self.assertFalse(list(self.out.glob("kb_l2_5*")))
+        self.assertFalse(list(self.out.glob("kb_l1_6*")))
+        self.assertFalse(list(self.out.glob(".*tmp")))
+
+    def test_task_files_have_the_loader_keys(self):
+        for name in EXPECTED_IMPORTED:
+            task = self.task(name)
+            level, problem_id = int(name.split("_")[1][1:]), int(name.split("_")[2])
+            file_name = next(f for f in PROBLEMS if f.startswith(f"{problem_id}_"))
+            self.assertEqual(task["name"], name)
+            self.assertEqual(task["level"], level)
+            self.assertEqual(task["family"], "kernelbench")
+            self.assertEqual(task["description"],
+                             f"KernelBench level {level} problem {problem_id}: {file_name[:-3].split('_', 1)[1]}")
+            self.assertEqual(task["reference"], "torchscript")
+            self.assertEqual(task["reference_source"], PROBLEMS[file_name][1])
+            self.assertEqual(task["reference_files"], {"cpu": f"{name}.cpu.pt"})
+            self.assertEqual(task["tolerance"]["float32"], {"atol": 1e-4, "rtol": 1e-4})
+            self.assertTrue(KERNELBENCH_KEYS <= set(task["kernelbench"]), task["kernelbench"])
+            self.assertEqual(task["kernelbench"]["problem"], f"level{level}/{file_name}")
+            self.assertEqual(task["kernelbench"]["id"], problem_id)
+            self.assertEqual(task["kernelbench"]["mode"], "train")
+            for tensor in task["inputs"] + task["outputs"]:
+                for symbol in tensor["shape"]:
+                    self.assertIn(symbol, task["sizes"]["cpu"])
+                    self.assertIn(symbol, task["sizes"]["cuda"])
+            for tensor in task["inputs"]:
+                self.assertIn(tensor["init"]["dist"], {"uniform", "normal", "randint", "constant"})
+
+    def test_parameters_and_buffers_follow_the_inputs(self):
+        names = [i["name"] for i in self.task("kb_l1_4")["inputs"]]
+        self.assertEqual(names, ["x0", "conv_weight", "conv_bias", "bn_weight", "bn_bias", "bn_running_mean",
+                                 "bn_running_var", "bn_num_batches_tracked"])
+        inits = {i["name"]: i["init"] for i in self.task("kb_l1_4")["inputs"]}
+        bound = 1 / (3 * 3 * 3) ** 0.5  # 1/sqrt(fan_in), fan_in = in_channels * kernel area
+        self.assertAlmostEqual(inits["conv_weight"]["high"], bound)
+        self.assertAlmostEqual(inits["conv_bias"]["low"], -bound)
+        self.assertEqual(inits["bn_weight"], {"dist": "constant", "value": 1.0})
+        self.assertEqual(inits["bn_running_var"], {"dist": "constant", "value": 1.0})
+        self.assertEqual(self.task("kb_l1_4")["inputs"][-1]["dtype"], "int64")
+        gemm = {i["name"]: i for i in self.task("kb_l2_3")["inputs"]}
+        self.assertEqual(gemm["linear_weight"]["shape"], ["out_features", "in_features"])
+        self.assertEqual(self.task("kb_l1_1")["inputs"][0]["init"], {"dist": "normal", "mean": 0.0, "std": 1.0})
+
+    def test_written_sizes_become_cuda_sizes_and_cpu_sizes_shrink(self):
+        task = self.task("kb_l1_7")
+        self.assertEqual(task["sizes"]["cuda"], {"batch_size": 4096, "dim": 393216})
+        cpu = task["sizes"]["cpu"]
+        self.assertLessEqual(cpu["batch_size"] * cpu["dim"] * 2, 4_000_000)
+        self.assertIn("batch_size 4096->", task["kernelbench"]["cpu_scale"])
+        self.assertEqual(task["kernelbench"]["cuda_sizes"], "written")
+        self.assertEqual(self.task("kb_l1_2")["kernelbench"]["cpu_scale"], "as written")
+
+    def test_traces_match_eager_on_fresh_draws(self):
+        for name in EXPECTED_IMPORTED:
+            task = self.task(name)
+            program = torch.jit.load(str(self.out / task["reference_files"]["cpu"]))
+            text = next(t for f, (_, t) in PROBLEMS.items() if f.startswith(f"{task['kernelbench']['id']}_"))
+            for _ in range(2):
+                values = fresh_inputs(task)
+                with torch.no_grad():
+                    got = program(*[v.clone() for v in values])
+                got = list(got) if isinstance(got, tuple) else [got]
+                want = eager_outputs(text, task, [v.clone() for v in values])
+                self.assertEqual(len(got), len(task["outputs"]))
+                for g, w, declared in zip(got, want, task["outputs"]):
+                    sizes = task["sizes"]["cpu"]
+                    self.assertEqual(list(g.shape), [sizes[s] for s in declared["shape"]], name)
+                    self.assertTrue(torch.allclose(g, w, atol=1e-4, rtol=1e-4), name)
+
+    def test_importing_again_is_idempotent(self):
+        again = run_importer("--out", str(self.out), "--levels", "2", str(self.problems_dir))
+        self.assertEqual(again.returncode, 0, again.stderr[-2000:])
+        self.assertEqual(json.loads(again.stdout)["imported"], ["kb_l2_3"])
+
+
+class BadArguments(unittest.TestCase):
+    def test_bad_arguments_exit_2(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            self.assertEqual(run_importer("--out", tmp, str(Path(tmp) / "nowhere")).returncode, 2)
+            self.assertEqual(run_importer("--out", tmp, "--levels", "one", tmp).returncode, 2)
+            self.assertEqual(run_importer(tmp).returncode, 2)
+
+    def test_a_file_that_is_no_problem_is_refused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            stray = Path(tmp) / "notes.py"
+            stray.write_text("x = 1\n")
+            result = run_importer("--out", str(Path(tmp) / "out"), str(stray))
+            self.assertEqual(result.returncode, 0)
+            report = json.loads(result.stdout)
+            self.assertEqual(report["imported"], [])
+            self.assertEqual(len(report["refused"]), 1)
+
+    def test_a_malformed_problem_is_refused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "level1" / "1_Broken.py"
+            path.parent.mkdir()
+            path.write_text("import torch\nclass Model(:\n")
+            result = run_importer("--out", str(Path(tmp) / "out"), tmp)
+            self.assertEqual(result.returncode, 0)
+            self.assertEqual(json.loads(result.stdout)["refused"][0]["problem"], str(path))
+
+
+class Helpers(unittest.TestCase):
+    """Pieces of the importer that are easy to get subtly wrong."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.importer = load_importer_module()
+
+    def test_rearrange_fallback_matches_reshape_and_permute(self):
+        rearrange = self.importer.rearrange
+        x = torch.arange(2 * 6 * 3 * 5).reshape(2, 6, 3, 5)
+        self.assertTrue(torch.equal(rearrange(x, "b (c l) h p -> b c l h p", l=2), x.reshape(2, 3, 2, 3, 5)))
+        self.assertTrue(torch.equal(rearrange(x, "b (c l) ... -> b c l ...", l=3), x.reshape(2, 2, 3, 3, 5)))
+        self.assertTrue(torch.equal(rearrange(x, "b c h p -> b p c h"), x.permute(0, 3, 1, 2)))
+        y = x.reshape(2, 3, 2, 3, 5)
+        self.assertTrue(torch.equal(rearrange(y, "b c l h p -> b (c l) h p"), x))
+        with self.assertRaises(ValueError):
+            rearrange(x, "b c h -> b c h")
+
+    def test_source_strings_survive_toml(self):
+        for text in ["plain\n", "has ''' inside\n", 'quotes " and \\ back\\slash\n', "ends with '", "tab\there"]:
+            document = f"source = {self.importer.toml_multiline(text)}\n"
+            self.assertEqual(tomllib.loads(document)["source"], text)
+        awkward = 'a "b" \\ c\n\x01'
+        self.assertEqual(tomllib.loads("s = " + self.importer.toml_string(awkward))["s"], awkward)
+
+
+KERNELBENCH = next((p for p in KERNELBENCH_CANDIDATES if p.is_dir()), None)
+
+
+@unittest.skipIf(KERNELBENCH is None, "the KernelBench problems (shared/kernelbench) are not here")
+class RealProblems(unittest.TestCase):
+    PICKED = {"level1": ["19_", "23_", "1_", "54_"], "level2": ["12_"]}
+
+    def test_real_problems_import_and_run(self):
+        files = [f for level, prefixes in self.PICKED.items() for prefix in prefixes
+                 for f in sorted((KERNELBENCH / level).glob(prefix + "*.py"))]
+        self.assertEqual(len(files), 5)
+        with tempfile.TemporaryDirectory() as tmp:
+            result = run_importer("--out", tmp, *map(str, files))
+            self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+            report = json.loads(result.stdout)
+            self.assertEqual(report["imported"], ["kb_l1_1", "kb_l1_19", "kb_l1_23", "kb_l1_54", "kb_l2_12"])
+            self.assertEqual(report["refused"], [])
+            for name in report["imported"]:
+                with open(Path(tmp) / f"{name}.toml", "rb") as f:
+                    task = tomllib.load(f)
+                program = torch.jit.load(str(Path(tmp) / f"{name}.cpu.pt"))
+                with torch.no_grad():
+                    out = program(*fresh_inputs(task))
+                sizes = task["sizes"]["cpu"]
+                self.assertEqual(list(out.shape), [sizes[s] for s in task["outputs"][0]["shape"]], name)
+                self.assertIn("cuda", task["sizes"], name)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,278 @@
+// `crucible tasks import --kernelbench` end to end: problem files in KernelBench's format become tasks whose
+// TorchScript references judge candidates written from the prompt alone, parameters included as inputs. Needs
+// Debian's python3-torch (installed by tools/setup.sh); without it each case says so and passes nothing.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+#include <string>
+
+#include "cli_support.h"
+#include "support.h"
+
+using namespace crucible;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+bool python_has_torch() {
+  eval::ProcessLimits limits;
+  limits.wall_seconds = 60;
+  return eval::run_process({"/usr/bin/python3", "-c", "import torch"}, limits).ok();
+}
+
+// Problems written as KernelBench writes them: module-level sizes, Model, get_inputs, get_init_inputs.
+void write_problems(const fs::path& level1, const fs::path& level2) {
+  fs::create_directories(level1);
+  fs::create_directories(level2);
+  test::write_file(level1 / "1_ReLU.py", R"(import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+batch_size = 16
+dim = 16384
+
+def get_inputs():
+    x = torch.randn(batch_size, dim)
+    return [x]
+
+def get_init_inputs():
+    return []
+)");
+  test::write_file(level1 / "2_Sum_over_a_dimension.py", R"(import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, dim: int):
+        super(Model, self).__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sum(x, dim=self.dim, keepdim=True)
+
+batch_size = 16
+dim1 = 256
+dim2 = 256
+reduce_dim = 1
+
+def get_inputs():
+    x = torch.randn(batch_size, dim1, dim2)
+    return [x]
+
+def get_init_inputs():
+    return [reduce_dim]
+)");
+  test::write_file(level2 / "3_Gemm_ReLU.py", R"(import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super(Model, self).__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+batch_size = 128
+in_features = 512
+out_features = 256
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+def get_init_inputs():
+    return [in_features, out_features]
+)");
+  test::write_file(level1 / "5_Conv2d.py", R"(import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size):
+        super(Model, self).__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+
+    def forward(self, x):
+        return self.conv(x)
+
+batch_size = 2
+in_channels = 3
+out_channels = 8
+kernel_size = 3
+height = 32
+width = 32
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width)]
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size]
+)");
+  test::write_file(level2 / "4_Dropout.py", R"(import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, p):
+        super(Model, self).__init__()
+        self.dropout = nn.Dropout(p)
+
+    def forward(self, x):
+        return self.dropout(x) * 2.0
+
+batch_size = 64
+dim = 1024
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+def get_init_inputs():
+    return [0.5]
+)");
+}
+
+// A naive candidate for each imported problem, written from the tasks alone: inputs in order, parameters after.
+const char* kRelu = R"(#include <crucible/kernel.h>
+CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_tensor* out, int32_t, void*) {
+  const float* x = static_cast<const float*>(in[0].data);
+  float* y = static_cast<float*>(out[0].data);
+  int64_t n = 1;
+  for (int32_t d = 0; d < in[0].ndim; ++d) n *= in[0].shape[d];
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  return 0;
+}
+)";
+
+const char* kSumDim1 = R"(#include <crucible/kernel.h>
+CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_tensor* out, int32_t, void*) {
+  const float* x = static_cast<const float*>(in[0].data);
+  float* y = static_cast<float*>(out[0].data);
+  const int64_t b = in[0].shape[0], r = in[0].shape[1], c = in[0].shape[2];
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t k = 0; k < c; ++k) {
+      float s = 0.0f;
+      for (int64_t j = 0; j < r; ++j) s += x[(i * r + j) * c + k];
+      y[i * c + k] = s;
+    }
+  return 0;
+}
+)";
+
+// relu(x @ weight^T + bias): the Linear's weight [out, in] and bias [out] come after x.
+const char* kGemmRelu = R"(#include <crucible/kernel.h>
+CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t n_in, crucible_tensor* out, int32_t, void*) {
+  if (n_in != 3) return 1;
+  const float* x = static_cast<const float*>(in[0].data);
+  const float* w = static_cast<const float*>(in[1].data);
+  const float* bias = static_cast<const float*>(in[2].data);
+  float* y = static_cast<float*>(out[0].data);
+  const int64_t b = in[0].shape[0], k = in[0].shape[1], n = in[1].shape[0];
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float s = bias[j];
+      for (int64_t t = 0; t < k; ++t) s += x[i * k + t] * w[j * k + t];
+      y[i * n + j] = s > 0.0f ? s : 0.0f;
+    }
+  return 0;
+}
+)";
+
+// A direct convolution (stride 1, no padding): the Conv2d's weight [O, C, K, K] and bias [O] come after x.
+const char* kConv2d = R"(#include <crucible/kernel.h>
+CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t n_in, crucible_tensor* out, int32_t, void*) {
+  if (n_in != 3) return 1;
+  const float* x = static_cast<const float*>(in[0].data);
+  const float* w = static_cast<const float*>(in[1].data);
+  const float* bias = static_cast<const float*>(in[2].data);
+  float* y = static_cast<float*>(out[0].data);
+  const int64_t b = in[0].shape[0], c = in[0].shape[1], h = in[0].shape[2], wd = in[0].shape[3];
+  const int64_t o = in[1].shape[0], k = in[1].shape[2];
+  const int64_t oh = h - k + 1, ow = wd - k + 1;
+  for (int64_t n = 0; n < b; ++n)
+    for (int64_t f = 0; f < o; ++f)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          float s = bias[f];
+          for (int64_t ch = 0; ch < c; ++ch)
+            for (int64_t di = 0; di < k; ++di)
+              for (int64_t dj = 0; dj < k; ++dj)
+                s += x[((n * c + ch) * h + i + di) * wd + j + dj] * w[((f * c + ch) * k + di) * k + dj];
+          y[((n * o + f) * oh + i) * ow + j] = s;
+        }
+  return 0;
+}
+)";
+
+const char* kZeros = R"(#include <crucible/kernel.h>
+CRUCIBLE_API int crucible_forward(const crucible_tensor*, int32_t, crucible_tensor* out, int32_t, void*) {
+  float* y = static_cast<float*>(out[0].data);
+  int64_t n = 1;
+  for (int32_t d = 0; d < out[0].ndim; ++d) n *= out[0].shape[d];
+  for (int64_t i = 0; i < n; ++i) y[i] = 0.0f;
+  return 0;
+}
+)";
+
+std::string status_of(const test::ScratchDir& dir, const fs::path& tasks, const std::string& task,
+                      const std::string& source) {
+  const fs::path file = dir.path() / (task + "_candidate.cpp");
+  test::write_file(file, source);
+  auto r = test::crucible_cli({"eval", "--task", task, "--tasks-dir", tasks.string(), "--candidate", file.string(),
+                               "--json", "--timing-trials", "3"},
+                              (dir.path() / "cache").string(), 300);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return json::parse(r.output.substr(r.output.find('{')))["status"].get<std::string>();
+}
+
+}  // namespace
+
+TEST_CASE("KernelBench problems import as tasks whose references judge naive and zero-filling candidates") {
+  if (!python_has_torch()) {
+    MESSAGE("skipped: /usr/bin/python3 has no torch (tools/setup.sh installs Debian's python3-torch)");
+    return;
+  }
+  test::ScratchDir dir("kb-import");
+  const fs::path problems = dir.path() / "KernelBench";
+  write_problems(problems / "level1", problems / "level2");
+  const fs::path tasks = dir.path() / "tasks";
+  auto r = test::crucible_cli({"tasks", "import", "--kernelbench", problems.string(), "--out", tasks.string(), "--json"},
+                              (dir.path() / "cache").string(), 900);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const json report = json::parse(r.output.substr(r.output.rfind("{\"imported\"")));
+  std::set<std::string> imported(report["imported"].begin(), report["imported"].end());
+  CHECK(imported == std::set<std::string>{"kb_l1_1", "kb_l1_2", "kb_l1_5", "kb_l2_3"});
+  REQUIRE(report["refused"].size() == 1);
+  CHECK(report["refused"][0]["problem"].get<std::string>().find("4_Dropout.py") != std::string::npos);
+  CHECK_FALSE(report["refused"][0]["reason"].get<std::string>().empty());
+
+  // The tasks list and show like the shipped ones.
+  auto list = test::crucible_cli({"tasks", "--tasks-dir", tasks.string(), "list"}, (dir.path() / "cache").string());
+  CHECK(list.exit_code == 0);
+  CHECK(list.output.find("kb_l2_3") != std::string::npos);
+
+  CHECK(status_of(dir, tasks, "kb_l1_1", kRelu) == "correct");
+  CHECK(status_of(dir, tasks, "kb_l1_2", kSumDim1) == "correct");
+  CHECK(status_of(dir, tasks, "kb_l2_3", kGemmRelu) == "correct");
+  CHECK(status_of(dir, tasks, "kb_l1_5", kConv2d) == "correct");
+  for (const char* task : {"kb_l1_1", "kb_l1_2", "kb_l1_5", "kb_l2_3"}) {
+    CAPTURE(task);
+    CHECK(status_of(dir, tasks, task, kZeros) != "correct");
+  }
+}
+
+TEST_CASE("crucible tasks import refuses bad input with exit code 2") {
+  test::ScratchDir dir("kb-import-bad");
+  auto r = test::crucible_cli({"tasks", "import", "--kernelbench", (dir.path() / "nowhere").string(), "--out",
+                               (dir.path() / "out").string()},
+                              (dir.path() / "cache").string());
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("no such KernelBench problem path") != std::string::npos);
+}
