@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -266,6 +268,44 @@ TEST_CASE("KernelBench problems import as tasks whose references judge naive and
     CAPTURE(task);
     CHECK(status_of(dir, tasks, task, kZeros) != "correct");
   }
+
+  // A best-of-N sweep over imported tasks through every actor, with the replay policy.
+  for (const auto& [task, naive] : {std::pair{"kb_l1_1", kRelu}, std::pair{"kb_l2_3", kGemmRelu}}) {
+    test::write_file(dir.path() / "replay" / task / "a_naive.cpp", naive);
+    test::write_file(dir.path() / "replay" / task / "b_zeros.cpp", kZeros);
+  }
+  test::write_file(dir.path() / "sweep.toml", R"([experiment]
+name = "kb_sweep"
+mode = "best_of_n"
+[tasks]
+names = ["kb_l1_1", "kb_l2_3"]
+dir = ")" + tasks.string() + R"("
+[policy]
+kind = "replay"
+replay_dir = ")" + (dir.path() / "replay").string() + R"("
+[best_of_n]
+k = 2
+group_size = 2
+[eval]
+devices = ["cpu"]
+mode = "fast"
+timing_trials = 3
+)");
+  auto sweep = test::crucible_cli({"run", (dir.path() / "sweep.toml").string(), "--out", (dir.path() / "run").string(),
+                                   "--quiet"},
+                                  (dir.path() / "cache").string(), 600);
+  INFO(sweep.output);
+  REQUIRE(sweep.exit_code == 0);
+  std::map<std::string, std::string> status;
+  std::ifstream records(dir.path() / "run" / "seed-1" / "candidates.jsonl");
+  for (std::string line; std::getline(records, line);) {
+    const auto c = json::parse(line);
+    status[c["task"].get<std::string>() + "/" + c["policy_output"].get<std::string>()] = c["status"];
+  }
+  CHECK(status == std::map<std::string, std::string>{{"kb_l1_1/a_naive.cpp", "correct"},
+                                                     {"kb_l1_1/b_zeros.cpp", "incorrect"},
+                                                     {"kb_l2_3/a_naive.cpp", "correct"},
+                                                     {"kb_l2_3/b_zeros.cpp", "incorrect"}});
 }
 
 TEST_CASE("crucible tasks import refuses bad input with exit code 2") {
