@@ -68,14 +68,26 @@ void read_experiment_table(TableReader t, Experiment& e) {
   t.finish();
 }
 
+std::vector<int> positive_ints(TableReader& t, const std::string& key) {
+  std::vector<int> out;
+  for (double v : t.get_number_array(key)) {
+    if (v < 0 || v != std::floor(v) || v > 1e6) t.fail(key, "expected non-negative integers");
+    out.push_back(static_cast<int>(v));
+  }
+  return out;
+}
+
 void read_tasks(TableReader t, TaskSelection& s) {
   s.names = t.get_string_array("names");
+  s.levels = positive_ints(t, "levels");
+  s.problems = positive_ints(t, "problems");
   s.split = t.get_string("split", "");
   if (!s.split.empty() && s.split != "train" && s.split != "eval") t.fail("split", "must be \"train\" or \"eval\"");
   s.eval_fraction = number_in(t, "eval_fraction", s.eval_fraction, 0.0, 1.0);
   s.split_seed = static_cast<uint64_t>(t.get_int("split_seed", 0));
   s.dir = t.get_string("dir", "");
-  if (s.names.empty() && s.split.empty()) t.fail("names", "name the tasks, or choose a split of all tasks");
+  if (s.names.empty() && s.split.empty() && s.levels.empty() && s.problems.empty())
+    t.fail("names", "name the tasks, or select them by levels, problems or a split");
   t.finish();
 }
 
@@ -358,16 +370,6 @@ std::vector<eval::TaskSpec> resolve_tasks(const Experiment& e) {
   std::vector<std::string> names = e.tasks.names;
   if (names.empty())
     for (const auto& f : tasks::task_files(dir)) names.push_back(f.stem().string());
-  if (!e.tasks.split.empty()) {
-    std::sort(names.begin(), names.end());
-    std::mt19937_64 rng(e.tasks.split_seed);
-    std::shuffle(names.begin(), names.end(), rng);
-    auto n_eval = static_cast<std::size_t>(std::ceil(e.tasks.eval_fraction * static_cast<double>(names.size())));
-    n_eval = std::min(n_eval, names.size());
-    if (e.tasks.split == "eval") names.resize(n_eval);
-    else names.erase(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(n_eval));
-    std::sort(names.begin(), names.end());
-  }
   std::vector<eval::TaskSpec> specs;
   for (const auto& n : names) {
     try {
@@ -375,6 +377,27 @@ std::vector<eval::TaskSpec> resolve_tasks(const Experiment& e) {
     } catch (const std::invalid_argument& err) {
       e.fail("tasks.names", err.what());
     }
+  }
+  // By level, then by KernelBench problem id (imported tasks carry it in their [kernelbench] table).
+  const auto& levels = e.tasks.levels;
+  const auto& problems = e.tasks.problems;
+  const auto dropped = [&](const eval::TaskSpec& t) {
+    if (!levels.empty() && std::find(levels.begin(), levels.end(), t.level) == levels.end()) return true;
+    if (problems.empty()) return false;
+    auto id = t.origin.find("id");
+    return id == t.origin.end() || std::find(problems.begin(), problems.end(), std::stoi(id->second)) == problems.end();
+  };
+  specs.erase(std::remove_if(specs.begin(), specs.end(), dropped), specs.end());
+  if (!e.tasks.split.empty()) {
+    // Shuffled in name order with the split's seed: the same tasks and seed give the same split on every machine.
+    std::sort(specs.begin(), specs.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+    std::mt19937_64 rng(e.tasks.split_seed);
+    std::shuffle(specs.begin(), specs.end(), rng);
+    auto n_eval = static_cast<std::size_t>(std::ceil(e.tasks.eval_fraction * static_cast<double>(specs.size())));
+    n_eval = std::min(n_eval, specs.size());
+    if (e.tasks.split == "eval") specs.resize(n_eval);
+    else specs.erase(specs.begin(), specs.begin() + static_cast<std::ptrdiff_t>(n_eval));
+    std::sort(specs.begin(), specs.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   }
   if (specs.empty()) e.fail("tasks", "the selection leaves no task");
   return specs;

@@ -24,9 +24,11 @@ enum class Loss { grpo_clip, importance_sampling };
 enum class Normalization { sequence_mean, token_sum, token_mean };
 
 struct TaskSelection {
-  std::vector<std::string> names;  // task names or paths to task files
-  std::string split;               // "", "train" or "eval": a fixed-seed split of `names` (or of all tasks)
-  double eval_fraction = 0.25;
+  std::vector<std::string> names;  // task names or paths to task files; empty: every task in `dir`
+  std::vector<int> levels;         // keep only tasks of these levels; empty: all
+  std::vector<int> problems;       // keep only imported tasks with these KernelBench problem ids; empty: all
+  std::string split;               // "", "train" or "eval": a fixed-seed split of what the above select
+  double eval_fraction = 0.2;      // 80/20, as the published runs split KernelBench's level 1
   uint64_t split_seed = 0;
   std::string dir;  // where names are looked up; empty: the checkout's configs/tasks
 };

@@ -190,6 +190,24 @@ eval_fraction = 0.25
   }
 }
 
+TEST_CASE("tasks are selected by level and by KernelBench problem id, then split 80/20 by default") {
+  const std::string fixtures = (test::source_dir() / "tests" / "fixtures" / "torchscript").string();
+  auto select = [&](const std::string& keys) {
+    return experiment::resolve_tasks(experiment::parse_experiment("[experiment]\nname = \"t\"\n[tasks]\n" + keys, "sel.toml"));
+  };
+  CHECK(select("levels = [1]\n").size() == 16);  // every shipped task is level 1
+  auto imported = select("dir = \"" + fixtures + "\"\nproblems = [1]\n");
+  REQUIRE(imported.size() == 1);
+  CHECK(imported[0].name == "bias_relu");
+  CHECK(select("dir = \"" + fixtures + "\"\nlevels = [2]\n").size() == 1);
+  CHECK_THROWS_AS(select("dir = \"" + fixtures + "\"\nproblems = [2]\n"), config::ConfigError);
+  CHECK_THROWS_AS(select("levels = [3]\n"), config::ConfigError);  // the selection leaves no task
+  CHECK(failure("[experiment]\nname = \"t\"\n[tasks]\nlevels = [1.5]\n").key() == "tasks.levels");
+  auto e = experiment::parse_experiment("[experiment]\nname = \"t\"\n[tasks]\nlevels = [1]\nsplit = \"train\"\n", "s");
+  CHECK(e.tasks.eval_fraction == 0.2);
+  CHECK(experiment::resolve_tasks(e).size() == 16 - 4);  // ceil(0.2 * 16) held out
+}
+
 TEST_CASE("[cluster]: off by default, listen needs a secret, a HOST:PORT and consistent TLS keys") {
   auto plain = experiment::parse_experiment(kMinimal, "min.toml");
   CHECK_FALSE(plain.cluster.enabled());
