@@ -81,6 +81,12 @@ std::size_t kill_after_commits(const test::ScratchDir& scratch, const fs::path& 
   return fs::exists(journal) ? read_jsonl(journal).size() : 0;
 }
 
+// GRPO over relu and matmul, 6 steps of 2 groups of 4: long enough to be caught mid-run.
+std::string six_steps_of_two_tasks(const std::string& name) {
+  return "[experiment]\nname = \"" + name + "\"\n[tasks]\nnames = [\"relu\", \"matmul\"]\n" +
+         "[grpo]\nsteps = 6\nbatch_size = 2\ngroup_size = 4\nmax_staleness = 1\n" + kFastEval;
+}
+
 // Every candidate of the run recorded exactly once: `per_unit` of each of `units` units, no id twice.
 void check_each_candidate_once(const fs::path& dir, std::size_t units, int per_unit) {
   auto candidates = read_jsonl(dir / "seed-1" / "candidates.jsonl");
@@ -345,16 +351,7 @@ group_size = 2
 TEST_CASE("kill -9 mid-run, then --resume: every step exactly once") {
   test::ScratchDir scratch("run-resume");
   const fs::path file = scratch.path() / "experiment.toml";
-  test::write_file(file, R"([experiment]
-name = "resume"
-[tasks]
-names = ["relu", "matmul"]
-[grpo]
-steps = 6
-batch_size = 2
-group_size = 4
-max_staleness = 1
-)" + kFastEval);
+  test::write_file(file, six_steps_of_two_tasks("resume"));
   const fs::path dir = scratch.path() / "run";
   const auto steps = kill_then_resume(scratch, file, dir, 6);
   for (int s = 0; s < 6; ++s) CHECK(steps[s]["unit"] == "step=" + std::to_string(s));
@@ -366,15 +363,7 @@ max_staleness = 1
 TEST_CASE("a run directory is held by one process: a second resume or run is refused, naming the holder") {
   test::ScratchDir scratch("run-lock");
   const fs::path file = scratch.path() / "experiment.toml";
-  test::write_file(file, R"([experiment]
-name = "lock"
-[tasks]
-names = ["relu", "matmul"]
-[grpo]
-steps = 6
-batch_size = 2
-group_size = 4
-)" + kFastEval);
+  test::write_file(file, six_steps_of_two_tasks("lock"));
   const fs::path dir = scratch.path() / "run";
   const pid_t first = start_run(scratch, file, dir, 1);
   const fs::path journal = dir / "seed-1" / "journal.jsonl";
