@@ -26,6 +26,17 @@ TEST_CASE("kernel prompt: the task, its reference, tensors, sizes, the contract 
   CHECK(cuda.find("given stream") != std::string::npos);
 }
 
+TEST_CASE("kernel prompt: an imported problem's parameters are named as inputs, in order, with the module's mode") {
+  const auto task = tasks::load_task_file(test::source_dir() / "tests" / "fixtures" / "torchscript" / "bias_relu.toml");
+  const auto prompt = policy::kernel_prompt(task, "cpu", "");
+  CHECK(prompt.find("named_parameters() then named_buffers() order") != std::string::npos);
+  CHECK(prompt.find("training mode") != std::string::npos);
+  CHECK(prompt.find("- x: float32 [M, N]\n- bias: float32 [N]\n") != std::string::npos);
+  CHECK(prompt.find("M=64") != std::string::npos);
+  const auto shipped = policy::kernel_prompt(tasks::load_task_file(test::tasks_dir() / "relu.toml"), "cpu", "");
+  CHECK(shipped.find("named_parameters()") == std::string::npos);
+}
+
 TEST_CASE("completion parsing: the last complete code block, none when cut off or absent") {
   const auto source = test::read_file(test::source_dir() / "configs" / "candidates" / "cpu" / "relu.cpp");
   const auto code = policy::extract_code("Here is my kernel.\n```cpp\n" + source + "```\nIt is fast.");
