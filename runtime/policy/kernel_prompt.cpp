@@ -25,7 +25,7 @@ std::string kernel_prompt(const eval::TaskSpec& task, const std::string& backend
   p << "Write a fast " << (cuda ? "CUDA C++" : "C++") << " kernel for this task.\n\n";
   p << "Task: " << task.name << "\n" << task.description << "\n";
   if (!task.reference_source.empty()) p << "\nReference (PyTorch):\n```python" << task.reference_source << "```\n";
-  if (task.origin.count("problem"))  // an imported KernelBench problem: its module's state is the candidate's input
+  if (task.reference == "torchscript")  // an imported problem: its module's state is the candidate's input
     p << "\nThe module's parameters and buffers are inputs too: after the tensors get_inputs() returns, in "
          "named_parameters() then named_buffers() order, named by their module path. The module runs in training "
          "mode (BatchNorm normalises with the batch's statistics).\n";

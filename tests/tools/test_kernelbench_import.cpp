@@ -308,6 +308,37 @@ timing_trials = 3
                                                      {"kb_l2_3/b_zeros.cpp", "incorrect"}});
 }
 
+TEST_CASE("a shipped task and the KernelBench problem it names give its naive candidate the same verdict") {
+  const fs::path kernelbench = test::source_dir().parent_path() / "shared" / "kernelbench" / "KernelBench";
+  if (!python_has_torch() || !fs::exists(kernelbench)) {
+    MESSAGE("skipped: needs /usr/bin/python3 with torch and ../shared/kernelbench");
+    return;
+  }
+  test::ScratchDir dir("kb-shipped");
+  std::map<std::string, std::string> imported_name;  // shipped task -> its problem's task name
+  std::vector<std::string> args{"tasks", "import", "--out", (dir.path() / "tasks").string(), "--json", "--kernelbench"};
+  for (const auto& entry : fs::directory_iterator(test::tasks_dir())) {
+    const std::string text = test::read_file(entry.path());
+    const auto at = text.find("problem = \"level1/");
+    if (at == std::string::npos) continue;
+    const std::string problem = text.substr(at + 11, text.find('"', at + 11) - at - 11);  // level1/<id>_<Name>.py
+    const std::string id = problem.substr(7, problem.find('_') - 7);
+    imported_name[entry.path().stem().string()] = "kb_l1_" + id;
+    args.push_back((kernelbench / problem).string());
+  }
+  REQUIRE(imported_name.size() >= 5);
+  auto r = test::crucible_cli(args, (dir.path() / "cache").string(), 900);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  for (const auto& [shipped, kb] : imported_name) {
+    CAPTURE(shipped);
+    const std::string naive = test::read_file(test::source_dir() / "configs" / "candidates" / "cpu" / (shipped + ".cpp"));
+    const auto ours = status_of(dir, test::tasks_dir(), shipped, naive);
+    CHECK(ours == "correct");
+    CHECK(status_of(dir, dir.path() / "tasks", kb, naive) == ours);
+  }
+}
+
 TEST_CASE("crucible tasks import refuses bad input with exit code 2") {
   test::ScratchDir dir("kb-import-bad");
   auto r = test::crucible_cli({"tasks", "import", "--kernelbench", (dir.path() / "nowhere").string(), "--out",

@@ -1402,9 +1402,10 @@ def eager_with_values(instance: Instance, slots: List[InputSlot], state: List[St
     return eager_forward(instance, values[:n_inputs])
 
 
-def verify(program_path: Path, instance: Instance, slots: List[InputSlot], state: List[StateInput]) -> None:
+def verify(program_path: Path, instance: Instance, slots: List[InputSlot], state: List[StateInput]) -> Dict[str, float]:
     """The saved trace, loaded back, must match eager execution on fresh draws from the declared distributions,
-    and its outputs must change from draw to draw."""
+    and its outputs must change from draw to draw. Returns, per floating output dtype, the smallest over the draws
+    of the largest output magnitude (what decides whether an all-zero answer would pass)."""
     loaded = torch.jit.load(str(program_path))
     declared = [(s.dist, tuple(s.value.shape), s.value.dtype) for s in slots if s.dist] + \
                [(s.dist, tuple(s.tensor.shape), s.tensor.dtype) for s in state]
@@ -1429,6 +1430,27 @@ def verify(program_path: Path, instance: Instance, slots: List[InputSlot], state
     for k in range(len(per_draw[0])):
         if all(torch.equal(per_draw[0][k], d[k]) for d in per_draw[1:]):
             raise Refused(f"output {k} is the same for every draw: it does not depend on the inputs")
+    peaks: Dict[str, float] = {}
+    for outputs in per_draw:
+        for o in outputs:
+            if o.dtype.is_floating_point and o.numel():
+                name = DTYPE_NAMES.get(o.dtype, "float32")
+                peaks[name] = min(peaks.get(name, math.inf), float(o.abs().max()))
+    return peaks
+
+
+def tolerances_for(peaks: Dict[str, float]) -> Tuple[Dict[str, Tuple[float, float]], str]:
+    """KernelBench's tolerances, except where outputs are so small that an all-zero answer would pass them (a
+    softmax over thousands of classes): there atol is lowered to a thousandth of the outputs' peak, and the note
+    says so. The evaluator refuses a task whose zeros pass, so without this such a task could not be used."""
+    tolerances, notes = dict(TOLERANCES), []
+    for name, peak in sorted(peaks.items()):
+        atol, rtol = tolerances.get(name, TOLERANCES["float32"])
+        if peak * (1 - rtol) <= 10 * atol and peak > 0:
+            tolerances[name] = (peak * 1e-3, rtol)
+            notes.append(f"{name} atol {atol:g} -> {peak * 1e-3:.3g}: outputs peak at {peak:.3g}, so all zeros "
+                         "would pass KernelBench's tolerance")
+    return tolerances, "; ".join(notes)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1541,7 +1563,8 @@ def toml_float(x: float) -> str:
 
 
 def render_task(problem: Problem, source_text: str, inputs: List[TensorDecl], outputs: List[TensorDecl],
-                cpu_sizes: Dict[str, int], written_sizes: Optional[Dict[str, int]], origin: Dict[str, Any]) -> str:
+                cpu_sizes: Dict[str, int], written_sizes: Optional[Dict[str, int]], origin: Dict[str, Any],
+                tolerances: Dict[str, Tuple[float, float]]) -> str:
     lines = [
         f"name = {toml_string(problem.task_name)}",
         f"level = {problem.level}",
@@ -1561,7 +1584,7 @@ def render_task(problem: Problem, source_text: str, inputs: List[TensorDecl], ou
                 lines.append(f"init = {decl.dist.to_toml()}")
     lines += ["", "[tolerance]"]
     dtypes = {d.dtype for d in inputs + outputs}
-    for dtype, (atol, rtol) in TOLERANCES.items():
+    for dtype, (atol, rtol) in tolerances.items():
         if dtype == "float32" or dtype in dtypes:
             lines.append(f"{dtype} = {{ atol = {toml_float(atol)}, rtol = {toml_float(rtol)} }}")
     for backend, sizes in (("cpu", cpu_sizes), ("cuda", written_sizes)):
@@ -1701,7 +1724,7 @@ def import_problem(problem: Problem, out_dir: Path) -> str:
     temporary_program = program_path.with_name("." + program_path.name + ".tmp")
     try:
         program.save(str(temporary_program))
-        verify(temporary_program, instance, slots, state)
+        peaks = verify(temporary_program, instance, slots, state)
         cpu_shapes = Shapes([tuple(s.value.shape) for s in slots if s.dist], [(s.path, tuple(s.tensor.shape))
                             for s in state], [tuple(o.shape) for o in outputs], instance.int_constants(source),
                             instance.init_inputs)
@@ -1709,7 +1732,7 @@ def import_problem(problem: Problem, out_dir: Path) -> str:
             mismatch = same_structure(cpu_shapes, written)
             if mismatch:
                 written, cuda_note = None, mismatch
-        text = task_text(problem, source, slots, state, outputs, cpu_shapes, written, cuda_note, choice)
+        text = task_text(problem, source, slots, state, outputs, cpu_shapes, written, cuda_note, choice, peaks)
         os.replace(temporary_program, program_path)
     finally:
         if temporary_program.exists():
@@ -1724,7 +1747,7 @@ def import_problem(problem: Problem, out_dir: Path) -> str:
 
 def task_text(problem: Problem, source: ProblemSource, slots: List[InputSlot], state: List[StateInput],
               outputs: List[torch.Tensor], cpu: Shapes, written: Optional[Shapes], cuda_note: str,
-              choice: SizeChoice) -> str:
+              choice: SizeChoice, peaks: Dict[str, float]) -> str:
     tensor_slots = [s for s in slots if s.dist]
     inputs = [TensorDecl(f"x{i}", dtype_name(s.value.dtype, f"input {i}"), cpu.inputs[i],
                          written.inputs[i] if written else None, s.dist) for i, s in enumerate(tensor_slots)]
@@ -1750,7 +1773,10 @@ def task_text(problem: Problem, source: ProblemSource, slots: List[InputSlot], s
     baked = [(i, s.value) for i, s in enumerate(slots) if not s.dist]
     if baked:
         origin["baked_inputs"] = ", ".join(f"get_inputs()[{i}] = {v!r}" for i, v in baked)
-    return render_task(problem, source.text, inputs, output_decls, cpu_sizes, written_sizes, origin)
+    tolerances, tolerance_note = tolerances_for(peaks)
+    if tolerance_note:
+        origin["tolerance"] = tolerance_note
+    return render_task(problem, source.text, inputs, output_decls, cpu_sizes, written_sizes, origin, tolerances)
 
 
 # ---------------------------------------------------------------------------------------------------------------
