@@ -121,12 +121,8 @@ void cluster_event(Self self, msg::ClusterEvent event) {
 
 // A reply with no usable source is judged here, without a compile or an evaluator: it is the policy's failure.
 msg::VerdictReport parse_error_verdict(const msg::Candidate& c, double at) {
-  eval::Verdict v;
-  v.task = c.task;
-  v.device = "policy";
-  v.status = eval::Status::parse_error;
-  v.reasons.push_back({"no_source", c.parse_error});
-  auto report = msg::report(c.id, std::move(v));
+  auto report = msg::report(
+      c.id, eval::verdict_without_evaluation(c.task, "policy", eval::Status::parse_error, "no_source", c.parse_error));
   report.started_at = report.finished_at = at;
   return report;
 }

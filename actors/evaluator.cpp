@@ -9,12 +9,8 @@ namespace {
 
 // Not the candidate's fault, yet it must not stop the run: classified, kept, and visible in the record.
 eval::Verdict evaluator_error(const msg::EvalRequest& request, const std::string& device, const std::string& what) {
-  eval::Verdict v;
-  v.task = request.candidate.task;
-  v.device = device;
-  v.status = eval::Status::runtime_error;
-  v.reasons.push_back({"evaluator_error", what});
-  return v;
+  return eval::verdict_without_evaluation(request.candidate.task, device, eval::Status::runtime_error,
+                                          "evaluator_error", what);
 }
 
 eval::Verdict judge(eval::Evaluator& evaluator, const EvaluatorSetup& setup, const msg::EvalRequest& request) {

@@ -52,11 +52,9 @@ std::string record_json(msg::CandidateRecord& r, const msg::UnitRecord& unit, co
     return candidate_record_json(r, unit);
   } catch (const std::exception& e) {
     log.error("candidate ", r.candidate.id, ": its record failed (", e.what(), "); recorded as evaluator_error");
-    eval::Verdict v;
-    v.task = r.candidate.task;
-    v.status = eval::Status::runtime_error;
-    v.reasons.push_back({"evaluator_error", std::string("record failed: ") + e.what()});
-    r.verdict = msg::report(r.candidate.id, std::move(v));
+    r.verdict = msg::report(r.candidate.id,
+                            eval::verdict_without_evaluation(r.candidate.task, "", eval::Status::runtime_error,
+                                                             "evaluator_error", std::string("record failed: ") + e.what()));
     return candidate_record_json(r, unit);
   }
 }

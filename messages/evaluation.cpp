@@ -5,8 +5,8 @@
 namespace crucible::messages {
 
 VerdictReport report(uint64_t candidate_id, eval::Verdict verdict) {
-  for (auto& r : verdict.reasons) r.detail = eval::valid_utf8(r.detail);  // also verdicts made outside the evaluator
-  verdict.compile.log_excerpt = eval::valid_utf8(verdict.compile.log_excerpt);
+  // Also verdicts made outside the evaluator, around the candidate (an exception's text).
+  for (auto& r : verdict.reasons) r.detail = eval::valid_utf8(r.detail);
   VerdictReport out;
   out.candidate_id = candidate_id;
   out.verdict = std::move(verdict);

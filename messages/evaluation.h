@@ -99,7 +99,7 @@ typename Inspector::result_type inspect(Inspector& f, VerdictReport& x) {
            x.finished_at);
 }
 
-// A verdict as a report: its untrusted texts (reason details, compile log) made valid UTF-8 on the way in.
+// A verdict as a report: its reason details (which may quote a candidate or an exception) made valid UTF-8.
 VerdictReport report(uint64_t candidate_id, eval::Verdict verdict);
 
 }  // namespace crucible::messages

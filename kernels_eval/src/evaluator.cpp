@@ -244,9 +244,9 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   auto finish = [&]() -> Verdict {
     v.stages.total_s = since(start);
     v.stages.overhead_s = std::max(0.0, v.stages.total_s - v.stages.compile_s - v.stages.kernel_s);
-    // Details may quote the candidate (a worker's load error, a refused symbol): they leave as valid UTF-8.
+    // Details may quote the candidate (a worker's load error, a refused symbol): they leave as valid UTF-8. (The
+    // compile log already is: the compiler makes its excerpt so.)
     for (auto& r : v.reasons) r.detail = valid_utf8(r.detail);
-    v.compile.log_excerpt = valid_utf8(v.compile.log_excerpt);
     return v;
   };
 

@@ -32,6 +32,16 @@ bool Verdict::has_reason(std::string_view code) const {
   return std::any_of(reasons.begin(), reasons.end(), [&](const Reason& r) { return r.code == code; });
 }
 
+Verdict verdict_without_evaluation(std::string task, std::string device, Status status, std::string code,
+                                   std::string detail) {
+  Verdict v;
+  v.task = std::move(task);
+  v.device = std::move(device);
+  v.status = status;
+  v.reasons.push_back({std::move(code), std::move(detail)});
+  return v;
+}
+
 TimingStats summarize_times(std::vector<double> samples_us) {
   TimingStats s;
   s.trials = static_cast<int>(samples_us.size());

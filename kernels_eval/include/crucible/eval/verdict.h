@@ -85,4 +85,9 @@ struct Verdict {
   bool has_reason(std::string_view code) const;
 };
 
+// A verdict the runtime reaches without evaluating: a reply with no source (parse_error), or a failure around the
+// candidate rather than in it (runtime_error with reason evaluator_error). One reason, no measurements.
+Verdict verdict_without_evaluation(std::string task, std::string device, Status status, std::string code,
+                                   std::string detail);
+
 }  // namespace crucible::eval
