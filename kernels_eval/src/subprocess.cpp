@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,6 +33,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessLim
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
   auto start = Clock::now();
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     close(pipe_fds[0]);
@@ -41,6 +43,10 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessLim
   if (pid == 0) {
     // Only async-signal-safe calls between fork and exec.
     setpgid(0, 0);
+    // The child is in its own process group, so a signal to ours never reaches it: it dies with us instead
+    // (the calling thread waits for it, so the signal comes only when the process goes).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(125);
     dup2(pipe_fds[1], STDOUT_FILENO);
     dup2(pipe_fds[1], STDERR_FILENO);
     int devnull = open("/dev/null", O_RDONLY);

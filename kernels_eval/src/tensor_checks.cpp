@@ -40,8 +40,21 @@ torch::Tensor draw_flat(const InitSpec& init, int64_t n, const Sizes& sizes, at:
     }
     case InitSpec::Kind::constant:
       return torch::full({n}, init.mean, f32.dtype(torch::kFloat64));
+    case InitSpec::Kind::choice:
+      return torch::randint(0, 2, {n}, gen, f32.dtype(torch::kFloat64)) * (init.high - init.low) + init.low;
   }
   throw std::invalid_argument("unknown init kind");
+}
+
+torch::Tensor transformed(const InitSpec& init, torch::Tensor t) {
+  switch (init.transform) {
+    case InitSpec::Transform::none: return t;
+    case InitSpec::Transform::triu: return torch::triu(t).contiguous();
+    case InitSpec::Transform::tril: return torch::tril(t).contiguous();
+    case InitSpec::Transform::symmetric: return ((t + t.transpose(-2, -1)) / 2).contiguous();
+    case InitSpec::Transform::softmax: return torch::softmax(t, -1).contiguous();
+  }
+  throw std::invalid_argument("unknown input transform");
 }
 
 // A generator of the pool's device, seeded, without touching the process-wide default generators.
@@ -85,7 +98,7 @@ std::vector<torch::Tensor> InputPool::draw(uint64_t seed) const {
       double u = std::uniform_real_distribution<double>(init.scale_low, init.scale_high)(rng);
       t = t * u;
     }
-    inputs.push_back(t);
+    inputs.push_back(transformed(init, t));
   }
   return inputs;
 }
@@ -111,7 +124,7 @@ torch::Tensor InputPool::fresh(std::size_t input, uint64_t seed) const {
   const int64_t mask_offset = static_cast<int64_t>(rng() % static_cast<uint64_t>(n + 1));
   const uint8_t* mask = nullptr;
   torch::Tensor window = pools_[input].narrow(0, offset, n);
-  // Reflection about the distribution's centre keeps it: a constant reflects onto itself.
+  // Reflection about the distribution's centre keeps it: a constant reflects onto itself, a choice swaps its values.
   const double twice_center = init.kind == InitSpec::Kind::normal || init.kind == InitSpec::Kind::constant
                                   ? 2 * init.mean
                                   : init.low + init.high;
@@ -135,7 +148,7 @@ torch::Tensor InputPool::fresh(std::size_t input, uint64_t seed) const {
     }
     t = t.view(shapes_[input]);
     if (scale != 1.0) t.mul_(scale);
-    return t;
+    return transformed(init, t);
   }
   mask = masks_[input].data_ptr<uint8_t>() + mask_offset;
   torch::Tensor t = torch::empty(shapes_[input], window.options());
@@ -158,7 +171,7 @@ torch::Tensor InputPool::fresh(std::size_t input, uint64_t seed) const {
       break;
   }
   if (scale != 1.0) t = t * scale;
-  return t;
+  return transformed(init, t);
 }
 
 namespace {

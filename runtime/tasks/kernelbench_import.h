@@ -15,6 +15,7 @@ struct KernelBenchImport {
   std::string python = "/usr/bin/python3";      // an interpreter with PyTorch (Debian's python3-torch here)
   std::filesystem::path importer;               // the import program; empty: the checkout's
   double time_limit_s = 4 * 3600.0;
+  double problem_time_limit_s = 180.0;          // one problem's import; past it, that problem is refused
 };
 
 struct Refusal {

@@ -44,9 +44,22 @@ eval::InitSpec read_init(TableReader& r) {
   } else if (dist == "constant") {  // a parameter PyTorch initialises to one value (a norm's weight, a bias)
     init.kind = eval::InitSpec::Kind::constant;
     init.mean = r.require_number("value");
+  } else if (dist == "choice") {  // two values, equally likely (labels of +-1)
+    init.kind = eval::InitSpec::Kind::choice;
+    auto values = r.get_number_array("values");
+    // Two values only: the evaluator's fresh inputs reflect draws about the centre, which swaps two values.
+    if (values.size() != 2 || !(values[0] < values[1])) r.fail("values", "expected two values [a, b] with a < b");
+    init.low = values[0];
+    init.high = values[1];
   } else {
-    r.fail("dist", "unknown distribution '" + dist + "' (normal, uniform, randint, constant)");
+    r.fail("dist", "unknown distribution '" + dist + "' (normal, uniform, randint, constant, choice)");
   }
+  const std::string transform = r.get_string("transform", "none");
+  if (transform == "triu") init.transform = eval::InitSpec::Transform::triu;
+  else if (transform == "tril") init.transform = eval::InitSpec::Transform::tril;
+  else if (transform == "symmetric") init.transform = eval::InitSpec::Transform::symmetric;
+  else if (transform == "softmax") init.transform = eval::InitSpec::Transform::softmax;
+  else if (transform != "none") r.fail("transform", "unknown transform '" + transform + "' (triu, tril, symmetric, softmax)");
   auto scale = r.get_number_array("scale");
   if (!scale.empty()) {
     if (scale.size() != 2 || scale[0] <= 0 || scale[1] < scale[0]) r.fail("scale", "expected [low, high] with 0 < low <= high");
@@ -69,6 +82,17 @@ TensorSpec read_tensor(TableReader& r, bool is_input) {
       if (scaled && !eval::is_floating(t.dtype)) init->fail("scale", "only floating-point inputs can be scaled");
       if (t.init.kind == eval::InitSpec::Kind::randint && eval::is_floating(t.dtype))
         init->fail("dist", "randint needs an integer dtype");
+      if (t.init.kind == eval::InitSpec::Kind::choice && !eval::is_floating(t.dtype))
+        init->fail("dist", "choice needs a floating-point dtype");
+      using Transform = eval::InitSpec::Transform;
+      const auto transform = t.init.transform;
+      if ((transform == Transform::symmetric || transform == Transform::softmax) && !eval::is_floating(t.dtype))
+        init->fail("transform", "needs a floating-point dtype");
+      if ((transform == Transform::triu || transform == Transform::tril || transform == Transform::symmetric) &&
+          t.shape.size() < 2)
+        init->fail("transform", "needs at least two dimensions");
+      if (transform == Transform::symmetric && t.shape[t.shape.size() - 1] != t.shape[t.shape.size() - 2])
+        init->fail("transform", "symmetric needs square matrices: the last two dimensions must be the same symbol");
     }
   }
   r.finish();
@@ -120,6 +144,7 @@ TaskSpec read_task(const toml::table& root, const std::string& source) {
   task.reference_source = r.require_string("reference_source");
   task.flops = r.get_string("flops", "");
   task.allow_imports = r.get_string_array("allow_imports");
+  task.constant_output = r.get_bool("constant_output", false);
 
   auto sizes = r.require_table("sizes");
   for (const auto& backend : sizes.keys()) {

@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 import unittest
 from pathlib import Path
@@ -156,9 +157,97 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''),
+    "8_HingeLoss.py": (1, HEADER + '''class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, predictions, targets):
+        return torch.mean(torch.clamp(1 - predictions * targets, min=0))
+
+batch_size = 256
+input_shape = (256,)
+
+def get_inputs():
+    return [torch.rand(batch_size, *input_shape), torch.randint(0, 2, (batch_size,)).float() * 2 - 1]
+
+def get_init_inputs():
+    return []
+'''),
+    "9_Matmul_symmetric.py": (1, HEADER + '''class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+N = 96
+
+def get_inputs():
+    A = torch.rand(N, N)
+    A = (A + A.T) / 2
+    B = torch.rand(N, N)
+    B = 0.5 * (B.t() + B)
+    return [A, B]
+
+def get_init_inputs():
+    return []
+'''),
+    "10_KLDivLoss.py": (1, HEADER + '''class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, predictions, targets):
+        return torch.nn.functional.kl_div(torch.log(predictions), targets, reduction='batchmean')
+
+batch_size = 64
+input_shape = (512,)
+
+def get_inputs():
+    scale = torch.rand(())
+    return [(torch.rand(batch_size, *input_shape)*scale).softmax(dim=-1), torch.rand(batch_size, *input_shape).softmax(dim=-1)]
+
+def get_init_inputs():
+    return []
+'''),
+    "11_Gemm_Max_Subtract.py": (2, HEADER + '''class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super(Model, self).__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        x = self.gemm(x)
+        x = torch.max(x, dim=1, keepdim=True).values
+        return x - x.mean(dim=1, keepdim=True)
+
+batch_size = 32
+in_features = 64
+out_features = 64
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+def get_init_inputs():
+    return [in_features, out_features]
+'''),
+    "12_Exp_input.py": (1, HEADER + '''class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x):
+        return torch.log(x)
+
+N = 128
+
+def get_inputs():
+    return [torch.rand(N, N).exp()]
+
+def get_init_inputs():
+    return []
+'''),
 }
-EXPECTED_IMPORTED = {"kb_l1_1", "kb_l1_2", "kb_l2_3", "kb_l1_4", "kb_l1_7"}
-EXPECTED_REFUSED = {"5_Dropout.py": "random", "6_Matmul_upper_triangular.py": "triu"}
+EXPECTED_IMPORTED = {"kb_l1_1", "kb_l1_2", "kb_l2_3", "kb_l1_4", "kb_l1_6", "kb_l1_7", "kb_l1_8", "kb_l1_9",
+                     "kb_l1_10", "kb_l2_11"}
+EXPECTED_REFUSED = {"5_Dropout.py": "random", "12_Exp_input.py": ".exp()"}
 KERNELBENCH_KEYS = {"problem", "id", "cpu_scale", "init_inputs", "mode", "cuda_sizes"}
 
 
@@ -178,12 +267,26 @@ def draw(init: dict, shape: list, dtype: str, sizes: dict) -> torch.Tensor:
         t = torch.randint(init["low"], high, shape)
     elif init["dist"] == "constant":
         t = torch.full(shape, float(init["value"]), dtype=torch.float64)
+    elif init["dist"] == "choice":
+        a, b = init["values"]
+        t = torch.where(torch.rand(shape) < 0.5, torch.tensor(a), torch.tensor(b))
     else:
         raise AssertionError(f"unknown dist {init['dist']}")
     t = t.to(torch_dtype)
     if "scale" in init:
         low, high = init["scale"]
         t = t * (low + (high - low) * torch.rand(()).item())
+    transform = init.get("transform")
+    if transform == "triu":
+        t = t.triu()
+    elif transform == "tril":
+        t = t.tril()
+    elif transform == "symmetric":
+        t = (t + t.transpose(-1, -2)) / 2
+    elif transform == "softmax":
+        t = torch.nn.functional.softmax(t, dim=-1)
+    else:
+        assert transform is None, transform
     return t
 
 
@@ -252,7 +355,7 @@ class ImportedProblems(unittest.TestCase):
 
     def test_refused_problems_leave_no_files(self):
         self.assertFalse(list(self.out.glob("kb_l2_5*")))
-        self.assertFalse(list(self.out.glob("kb_l1_6*")))
+        self.assertFalse(list(self.out.glob("kb_l1_12*")))
         self.assertFalse(list(self.out.glob(".*tmp")))
 
     def test_task_files_have_the_loader_keys(self):
@@ -278,7 +381,7 @@ class ImportedProblems(unittest.TestCase):
                     self.assertIn(symbol, task["sizes"]["cpu"])
                     self.assertIn(symbol, task["sizes"]["cuda"])
             for tensor in task["inputs"]:
-                self.assertIn(tensor["init"]["dist"], {"uniform", "normal", "randint", "constant"})
+                self.assertIn(tensor["init"]["dist"], {"uniform", "normal", "randint", "constant", "choice"})
 
     def test_parameters_and_buffers_follow_the_inputs(self):
         names = [i["name"] for i in self.task("kb_l1_4")["inputs"]]
@@ -321,10 +424,28 @@ class ImportedProblems(unittest.TestCase):
                     self.assertEqual(list(g.shape), [sizes[s] for s in declared["shape"]], name)
                     self.assertTrue(torch.allclose(g, w, atol=1e-4, rtol=1e-4), name)
 
+    def test_input_transforms_are_declared(self):
+        inits = {name: [i["init"] for i in self.task(name)["inputs"]] for name in ("kb_l1_6", "kb_l1_8", "kb_l1_9",
+                                                                                   "kb_l1_10")}
+        self.assertEqual([i.get("transform") for i in inits["kb_l1_6"]], ["triu", "triu"])
+        self.assertEqual(inits["kb_l1_8"][1], {"dist": "choice", "values": [-1.0, 1.0]})
+        self.assertEqual([i.get("transform") for i in inits["kb_l1_9"]], ["symmetric", "symmetric"])
+        self.assertEqual([i.get("transform") for i in inits["kb_l1_10"]], ["softmax", "softmax"])
+        self.assertEqual(inits["kb_l1_10"][0]["scale"][1], 1.0)  # the per-draw factor, applied before the softmax
+        self.assertNotIn("scale", inits["kb_l1_10"][1])
+
+    def test_a_problem_whose_output_ignores_its_inputs_is_marked(self):
+        task = self.task("kb_l2_11")
+        self.assertIs(task.get("constant_output"), True)
+        self.assertIn("constant_output", task["kernelbench"])
+        self.assertEqual(task["tolerance"]["float32"], {"atol": 1e-4, "rtol": 1e-4})
+        for name in EXPECTED_IMPORTED - {"kb_l2_11"}:
+            self.assertNotIn("constant_output", self.task(name), name)
+
     def test_importing_again_is_idempotent(self):
         again = run_importer("--out", str(self.out), "--levels", "2", str(self.problems_dir))
         self.assertEqual(again.returncode, 0, again.stderr[-2000:])
-        self.assertEqual(json.loads(again.stdout)["imported"], ["kb_l2_3"])
+        self.assertEqual(json.loads(again.stdout)["imported"], ["kb_l2_3", "kb_l2_11"])
 
 
 class BadArguments(unittest.TestCase):
@@ -352,6 +473,59 @@ class BadArguments(unittest.TestCase):
             result = run_importer("--out", str(Path(tmp) / "out"), tmp)
             self.assertEqual(result.returncode, 0)
             self.assertEqual(json.loads(result.stdout)["refused"][0]["problem"], str(path))
+
+
+class KilledImport(unittest.TestCase):
+    def test_killing_the_importer_leaves_no_problem_process(self):
+        """A problem whose constructor never returns, and the importer killed with SIGKILL meanwhile: the process
+        importing that problem must die too (it would otherwise live on, holding a core)."""
+        with tempfile.TemporaryDirectory(prefix="kb-kill-test-") as tmp:
+            level1 = Path(tmp) / "level1"
+            level1.mkdir()
+            (level1 / "1_Hang.py").write_text(HEADER + '''import time
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+        while True:
+            time.sleep(0.05)
+
+    def forward(self, x):
+        return x
+
+def get_inputs():
+    return [torch.rand(8, 8)]
+
+def get_init_inputs():
+    return []
+''')
+            importer = subprocess.Popen([sys.executable, str(IMPORTER), "--out", str(Path(tmp) / "out"), tmp],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            marker = str(Path(tmp) / "out")
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and len(processes_naming(marker)) < 2:
+                time.sleep(0.1)  # the importer and its forked per-problem process
+            self.assertGreaterEqual(len(processes_naming(marker)), 2, "the per-problem process never started")
+            importer.kill()
+            importer.wait()
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and processes_naming(marker):
+                time.sleep(0.1)
+            self.assertEqual(processes_naming(marker), [])
+
+
+def processes_naming(text: str) -> list:
+    """Live (not zombie) processes whose command line contains text."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if text in (proc / "cmdline").read_bytes().decode(errors="replace") and \
+                    (proc / "stat").read_text().split(") ")[-1][0] != "Z":
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
 
 
 class Helpers(unittest.TestCase):

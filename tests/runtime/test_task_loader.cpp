@@ -154,6 +154,43 @@ TEST_CASE("config errors name the file, the line and the key") {
   }
 }
 
+TEST_CASE("input distributions and transforms: what loads and what is refused, with the key") {
+  struct Row {
+    const char* dtype;
+    const char* shape;
+    const char* init;
+    const char* error_key;  // nullptr: loads
+  };
+  const Row rows[] = {
+      {"float32", "[\"M\", \"M\"]", "{ dist = \"uniform\", transform = \"triu\" }", nullptr},
+      {"float32", "[\"M\", \"M\"]", "{ dist = \"uniform\", transform = \"tril\" }", nullptr},
+      {"float32", "[\"M\", \"M\"]", "{ dist = \"normal\", transform = \"symmetric\" }", nullptr},
+      {"float32", "[\"M\", \"M\"]", "{ dist = \"uniform\", scale = [0.001, 1.0], transform = \"softmax\" }", nullptr},
+      {"float32", "[\"M\"]", "{ dist = \"choice\", values = [-1.0, 1.0] }", nullptr},
+      {"float32", "[\"M\"]", "{ dist = \"uniform\", transform = \"triu\" }", "inputs[0].init.transform"},
+      {"float32", "[\"M\", \"3\"]", "{ dist = \"uniform\", transform = \"symmetric\" }", "inputs[0].init.transform"},
+      {"int64", "[\"M\", \"M\"]", "{ dist = \"randint\", high = 4, transform = \"softmax\" }", "inputs[0].init.transform"},
+      {"float32", "[\"M\", \"M\"]", "{ dist = \"uniform\", transform = \"cumsum\" }", "inputs[0].init.transform"},
+      {"float32", "[\"M\"]", "{ dist = \"choice\", values = [-1.0, 0.0, 1.0] }", "inputs[0].init.values"},
+      {"float32", "[\"M\"]", "{ dist = \"choice\", values = [1.0, 1.0] }", "inputs[0].init.values"},
+      {"int64", "[\"M\"]", "{ dist = \"choice\", values = [0.0, 1.0] }", "inputs[0].init.dist"},
+  };
+  for (const auto& row : rows) {
+    const std::string init = row.init, shape = row.shape;
+    CAPTURE(init);
+    CAPTURE(shape);
+    const std::string text = replace(kTask, "dtype = \"float32\"\nshape = [\"M\"]\ninit = { dist = \"normal\" }",
+                                     std::string("dtype = \"") + row.dtype + "\"\nshape = " + row.shape + "\ninit = " + row.init);
+    if (row.error_key == nullptr) {
+      test::ScratchDir dir("task");
+      test::write_file(dir.path() / "task.toml", text);
+      CHECK_NOTHROW(tasks::load_task_file(dir.path() / "task.toml"));
+    } else {
+      CHECK(load_error(text).key() == std::string(row.error_key));
+    }
+  }
+}
+
 TEST_CASE("a task whose outputs sit at zero is refused instead of rewarding constant outputs") {
   test::ScratchDir dir("degenerate");
   auto path = dir.path() / "tiny_mean.toml";

@@ -185,13 +185,14 @@ CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t n_in, cruci
 }
 )";
 
-// A direct convolution (stride 1, no padding): the Conv2d's weight [O, C, K, K] and bias [O] come after x.
+// A direct convolution (stride 1, no padding): the Conv2d's weight [O, C, K, K] and its bias [O], if it has one,
+// come after x.
 const char* kConv2d = R"(#include <crucible/kernel.h>
 CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t n_in, crucible_tensor* out, int32_t, void*) {
-  if (n_in != 3) return 1;
+  if (n_in != 2 && n_in != 3) return 1;
   const float* x = static_cast<const float*>(in[0].data);
   const float* w = static_cast<const float*>(in[1].data);
-  const float* bias = static_cast<const float*>(in[2].data);
+  const float* bias = n_in == 3 ? static_cast<const float*>(in[2].data) : nullptr;
   float* y = static_cast<float*>(out[0].data);
   const int64_t b = in[0].shape[0], c = in[0].shape[1], h = in[0].shape[2], wd = in[0].shape[3];
   const int64_t o = in[1].shape[0], k = in[1].shape[2];
@@ -200,13 +201,85 @@ CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t n_in, cruci
     for (int64_t f = 0; f < o; ++f)
       for (int64_t i = 0; i < oh; ++i)
         for (int64_t j = 0; j < ow; ++j) {
-          float s = bias[f];
+          float s = bias ? bias[f] : 0.0f;
           for (int64_t ch = 0; ch < c; ++ch)
             for (int64_t di = 0; di < k; ++di)
               for (int64_t dj = 0; dj < k; ++dj)
                 s += x[((n * c + ch) * h + i + di) * wd + j + dj] * w[((f * c + ch) * k + di) * k + dj];
           y[((n * o + f) * oh + i) * ow + j] = s;
         }
+  return 0;
+}
+)";
+
+// level1/14: triu(A @ B), summing only where both factors can be non-zero: correct only if the evaluator's inputs
+// really are upper triangular, as the problem's get_inputs makes them.
+const char* kTriuMatmul = R"(#include <crucible/kernel.h>
+CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_tensor* out, int32_t, void*) {
+  const float* a = static_cast<const float*>(in[0].data);
+  const float* b = static_cast<const float*>(in[1].data);
+  float* c = static_cast<float*>(out[0].data);
+  const int64_t n = in[0].shape[0];
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float s = 0.0f;
+      for (int64_t k = i; k <= j; ++k) s += a[i * n + k] * b[k * n + j];
+      c[i * n + j] = s;
+    }
+  return 0;
+}
+)";
+
+// level1/13: A @ B for symmetric A, read as A^T @ B (columns of A as rows): correct only for symmetric inputs.
+const char* kSymmetricMatmul = R"(#include <crucible/kernel.h>
+CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_tensor* out, int32_t, void*) {
+  const float* a = static_cast<const float*>(in[0].data);
+  const float* b = static_cast<const float*>(in[1].data);
+  float* c = static_cast<float*>(out[0].data);
+  const int64_t n = in[0].shape[0];
+  for (int64_t i = 0; i < n * n; ++i) c[i] = 0.0f;
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * n + j] += a[k * n + i] * b[k * n + j];
+  return 0;
+}
+)";
+
+// level2/12: LeakyReLU(0.1) of (x @ weight^T + bias) * 2.0, the constants read from the module's source.
+const char* kGemmMultiplyLeakyRelu = R"(#include <crucible/kernel.h>
+CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t n_in, crucible_tensor* out, int32_t, void*) {
+  if (n_in != 3) return 1;
+  const float* x = static_cast<const float*>(in[0].data);
+  const float* w = static_cast<const float*>(in[1].data);
+  const float* bias = static_cast<const float*>(in[2].data);
+  float* y = static_cast<float*>(out[0].data);
+  const int64_t b = in[0].shape[0], k = in[0].shape[1], n = in[1].shape[0];
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float s = bias[j];
+      for (int64_t t = 0; t < k; ++t) s += x[i * k + t] * w[j * k + t];
+      s *= 2.0f;
+      y[i * n + j] = s > 0.0f ? s : 0.1f * s;
+    }
+  return 0;
+}
+)";
+
+// level1/100: mean(clamp(1 - predictions * targets, min=0)); targets [B] broadcast along the last axis of
+// predictions [B, D] (the problem has B == D), so element (i, j) pairs with targets[j]. Written for targets of
+// exactly +1 or -1, as get_inputs draws them.
+const char* kHingeLoss = R"(#include <crucible/kernel.h>
+CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_tensor* out, int32_t, void*) {
+  const float* p = static_cast<const float*>(in[0].data);
+  const float* t = static_cast<const float*>(in[1].data);
+  const int64_t rows = in[0].shape[0], cols = in[0].shape[1];
+  double sum = 0.0;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const float h = t[j] > 0.0f ? 1.0f - p[i * cols + j] : 1.0f + p[i * cols + j];
+      sum += h > 0.0f ? h : 0.0f;
+    }
+  static_cast<float*>(out[0].data)[0] = static_cast<float>(sum / static_cast<double>(rows * cols));
   return 0;
 }
 )";
@@ -306,6 +379,82 @@ timing_trials = 3
                                                      {"kb_l1_1/b_zeros.cpp", "incorrect"},
                                                      {"kb_l2_3/a_naive.cpp", "correct"},
                                                      {"kb_l2_3/b_zeros.cpp", "incorrect"}});
+}
+
+TEST_CASE("real KernelBench problems of five families, input transforms and a constant answer judge naive candidates") {
+  const fs::path kernelbench = test::source_dir().parent_path() / "shared" / "kernelbench" / "KernelBench";
+  if (!python_has_torch() || !fs::exists(kernelbench)) {
+    MESSAGE("skipped: needs /usr/bin/python3 with torch and ../shared/kernelbench");
+    return;
+  }
+  test::ScratchDir dir("kb-real");
+  const fs::path tasks = dir.path() / "tasks";
+  // task -> (problem file, naive candidate written from the task's prompt)
+  const std::map<std::string, std::pair<std::string, const char*>> problems{
+      {"kb_l1_19", {"level1/19_ReLU.py", kRelu}},                                           // an activation
+      {"kb_l1_47", {"level1/47_Sum_reduction_over_a_dimension.py", kSumDim1}},              // a reduction
+      {"kb_l1_14", {"level1/14_Matmul_for_upper_triangular_matrices.py", kTriuMatmul}},     // a matmul variant
+      {"kb_l1_13", {"level1/13_Matmul_for_symmetric_matrices.py", kSymmetricMatmul}},       // symmetric inputs
+      {"kb_l1_63", {"level1/63_conv_standard_2D__square_input__square_kernel.py", kConv2d}},  // weight as input
+      {"kb_l2_12", {"level2/12_Gemm_Multiply_LeakyReLU.py", kGemmMultiplyLeakyRelu}},       // a level-2 fusion
+      {"kb_l1_100", {"level1/100_HingeLoss.py", kHingeLoss}},                               // +-1 targets
+      {"kb_l2_80", {"level2/80_Gemm_Max_Subtract_GELU.py", kZeros}},                        // a constant answer
+  };
+  std::vector<std::string> args{"tasks", "import", "--out", tasks.string(), "--json", "--kernelbench"};
+  for (const auto& [task, problem] : problems) args.push_back((kernelbench / problem.first).string());
+  auto r = test::crucible_cli(args, (dir.path() / "cache").string(), 900);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const json report = json::parse(r.output.substr(r.output.rfind("{\"imported\"")));
+  CHECK(report["refused"].empty());
+  REQUIRE(report["imported"].size() == problems.size());
+
+  for (const auto& [task, problem] : problems) {
+    CAPTURE(task);
+    CHECK(status_of(dir, tasks, task, problem.second) == "correct");
+    if (task != "kb_l2_80") CHECK(status_of(dir, tasks, task, kZeros) != "correct");
+  }
+
+  // A best-of-N sweep over imported level-1 tasks with the replay policy: every candidate judged as alone.
+  for (const std::string task : {"kb_l1_19", "kb_l1_14", "kb_l1_100"}) {
+    test::write_file(dir.path() / "replay" / task / "a_naive.cpp", problems.at(task).second);
+    test::write_file(dir.path() / "replay" / task / "b_zeros.cpp", kZeros);
+  }
+  test::write_file(dir.path() / "sweep.toml", R"([experiment]
+name = "kb_level1_sweep"
+mode = "best_of_n"
+[tasks]
+levels = [1]
+problems = [19, 14, 100]
+dir = ")" + tasks.string() + R"("
+[policy]
+kind = "replay"
+replay_dir = ")" + (dir.path() / "replay").string() + R"("
+[best_of_n]
+k = 2
+group_size = 2
+[eval]
+devices = ["cpu"]
+mode = "fast"
+timing_trials = 3
+)");
+  auto sweep = test::crucible_cli({"run", (dir.path() / "sweep.toml").string(), "--out", (dir.path() / "run").string(),
+                                   "--quiet"},
+                                  (dir.path() / "cache").string(), 600);
+  INFO(sweep.output);
+  REQUIRE(sweep.exit_code == 0);
+  std::map<std::string, std::string> status;
+  std::ifstream records(dir.path() / "run" / "seed-1" / "candidates.jsonl");
+  for (std::string line; std::getline(records, line);) {
+    const auto c = json::parse(line);
+    status[c["task"].get<std::string>() + "/" + c["policy_output"].get<std::string>()] = c["status"];
+  }
+  CHECK(status == std::map<std::string, std::string>{{"kb_l1_14/a_naive.cpp", "correct"},
+                                                     {"kb_l1_14/b_zeros.cpp", "incorrect"},
+                                                     {"kb_l1_19/a_naive.cpp", "correct"},
+                                                     {"kb_l1_19/b_zeros.cpp", "incorrect"},
+                                                     {"kb_l1_100/a_naive.cpp", "correct"},
+                                                     {"kb_l1_100/b_zeros.cpp", "incorrect"}});
 }
 
 TEST_CASE("a shipped task and the KernelBench problem it names give its naive candidate the same verdict") {

@@ -18,6 +18,7 @@ struct TasksArgs {
   std::vector<std::string> kernelbench;
   std::string out;
   std::vector<int> levels;
+  double problem_timeout_s = 180.0;
   bool json = false;
 };
 
@@ -61,6 +62,7 @@ int import_tasks(const TasksArgs& a) {
   for (const auto& p : a.kernelbench) request.problems.emplace_back(p);
   request.out = a.out;
   request.levels = a.levels;
+  request.problem_time_limit_s = a.problem_timeout_s;
   if (const char* python = std::getenv("CRUCIBLE_PYTHON")) request.python = python;
   tasks::ImportReport report;
   try {
@@ -97,6 +99,9 @@ Run add_tasks_command(CLI::App& app) {
       ->required();
   import->add_option("--out", args->out, "Directory for the tasks (use it as --tasks-dir or [tasks] dir)")->required();
   import->add_option("--levels", args->levels, "Only these levels, e.g. 1,2")->delimiter(',');
+  import->add_option("--problem-timeout", args->problem_timeout_s, "Seconds one problem may take before it is refused")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   import->add_flag("--json", args->json, "Print {\"imported\": [...], \"refused\": [...]} instead of a summary");
   return [list, show, import, args]() -> int {
     if (list->parsed()) return list_tasks(*args);

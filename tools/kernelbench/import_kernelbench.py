@@ -22,6 +22,7 @@ exception, a crash or a hang in one problem becomes that problem's refusal and n
 import argparse
 import ast
 import contextlib
+import ctypes
 import dataclasses
 import importlib.util
 import inspect
@@ -31,6 +32,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import re
+import signal
 import sys
 import time
 import traceback
@@ -58,7 +60,8 @@ MIN_NORM_GROUP = 16             # a norm layer must keep averaging over at least
 MAX_PROBES = 80                 # bound on the size search per problem
 VERIFY_DRAWS = 3
 RANDOM_SCALE_LOW = 1e-3         # torch.rand(()) as a per-draw factor: Crucible's `scale` needs a positive low end
-PROBLEM_TIMEOUT_S = 900.0
+PROBLEM_TIMEOUT_S = 180.0        # per problem; the whole of KernelBench imports in ~5 min on a 2-core machine
+PR_SET_PDEATHSIG = 1
 
 TOLERANCES = {  # dtype -> (atol, rtol)
     "float32": (1e-4, 1e-4),
@@ -468,6 +471,8 @@ class Probe:
     state_signature: tuple = ()           # (name, rank) of each parameter and buffer
     norm_group: Optional[int] = None
     cpu_ms: Optional[float] = None        # one eager forward on the CPU, once small enough to run it
+    meta_error: Optional[str] = None      # why the forward failed on the meta device (a missing meta kernel, or a
+                                          # shape mismatch these sizes cause)
 
 
 def time_forward(instance: Instance) -> Tuple[float, List[torch.Tensor]]:
@@ -521,8 +526,8 @@ def probe(source: ProblemSource, overrides: Dict[tuple, int], cpu_limit: int = E
             result.signature, result.norm_group = signature_of(outputs), watch.smallest
         except Refused:
             raise
-        except Exception:
-            pass  # an operator without a meta kernel: the CPU run below tells
+        except Exception as e:  # an operator without a meta kernel, or broken shapes: the CPU run below tells
+            result.meta_error = f"it fails on the meta device: {short_error(e)}"
     if built_on_cpu is not None:
         cpu_limit = ELEMENT_HARD_LIMIT  # no meta forward checked these sizes: the CPU must
     if (result.elements or result.input_elements) > cpu_limit:
@@ -577,6 +582,8 @@ def rejection(current: Probe, trial: Probe, norm_floor: int) -> Optional[str]:
     """Why a smaller size set is not the same problem, or None when it is."""
     if trial.error:
         return trial.error
+    if trial.meta_error and not current.meta_error:  # what ran before fails now: the new sizes broke it
+        return trial.meta_error
     if current.signature and trial.signature and current.signature != trial.signature:
         return "it changes the outputs' number, ranks or dtypes"
     if current.state_signature != trial.state_signature:  # ShuffleNetUnit drops its shortcut conv when in == out
@@ -719,9 +726,10 @@ def written_shapes(source: ProblemSource) -> Tuple[Optional[Shapes], str]:
 
 @dataclass(frozen=True)
 class Dist:
-    """One of Crucible's init distributions (runtime/tasks/task_loader.cpp: normal, uniform, randint, constant)."""
+    """One of Crucible's init distributions (runtime/tasks/task_loader.cpp: normal, uniform, randint, constant,
+    choice), with the transform applied after the draw and its factor (triu, tril, symmetric, softmax)."""
     kind: str
-    low: float = 0.0                  # uniform, randint (high exclusive)
+    low: float = 0.0                  # uniform, randint (high exclusive); choice: its two values
     high: float = 1.0
     mean: float = 0.0                 # normal
     std: float = 1.0
@@ -730,6 +738,7 @@ class Dist:
     scale: Optional[Tuple[float, float]] = None  # a random factor per draw (Crucible's `scale`)
     dtype: Optional[torch.dtype] = None          # what the expression produces, when it says
     zero_dim: bool = False            # torch.rand(()): a random scalar, usable as a per-draw factor
+    transform: Optional[str] = None   # applied after the draw and its factor
 
     @staticmethod
     def uniform(low, high):
@@ -751,10 +760,14 @@ class Dist:
         elif self.kind == "randint":
             high = toml_string(self.high_symbol) if self.high_symbol else str(int(self.high))
             text = f'dist = "randint", low = {int(self.low)}, high = {high}'
+        elif self.kind == "choice":
+            text = f'dist = "choice", values = [{toml_float(self.low)}, {toml_float(self.high)}]'
         else:
             text = f'dist = "constant", value = {toml_float(self.value)}'
         if self.scale:
             text += f", scale = [{toml_float(self.scale[0])}, {toml_float(self.scale[1])}]"
+        if self.transform:
+            text += f", transform = {toml_string(self.transform)}"
         return "{ " + text + " }"
 
     def describe(self) -> str:
@@ -773,14 +786,83 @@ def affine(dist: Dist, mul: float, add: float, snippet: str) -> Dist:
         raise Unexpressible(f"arithmetic on integer draws ({snippet})")
     if dist.scale and add:
         raise Unexpressible(f"a shift after a random per-draw factor ({snippet})")
-    if dist.kind == "uniform":
+    # Crucible transforms after scaling: arithmetic after a transform is expressible only where they commute.
+    if dist.transform == "softmax" or (dist.transform in ("triu", "tril") and add):
+        raise Unexpressible(f"arithmetic after {dist.transform} ({snippet})")
+    if dist.kind == "choice":
+        low, high = sorted((dist.low * mul + add, dist.high * mul + add))
+        result = Dist("choice", low=low, high=high) if high > low else Dist.constant(low)
+    elif dist.kind == "uniform":
         low, high = sorted((dist.low * mul + add, dist.high * mul + add))
         result = Dist.uniform(low, high)
     elif dist.kind == "normal":
         result = Dist.normal(dist.mean * mul + add, dist.std * abs(mul))
     else:
         result = Dist.constant(dist.value * mul + add)
-    return dataclasses.replace(result, scale=dist.scale, dtype=dist.dtype)
+    return dataclasses.replace(result, scale=dist.scale, dtype=dist.dtype, transform=dist.transform)
+
+
+def with_transform(dist, transform: str, snippet: str) -> Dist:
+    """torch.triu(x), (x + x.T) / 2, x.softmax(dim=-1): one transform after a plain draw."""
+    if not isinstance(dist, Dist):
+        raise Unexpressible(f"{transform} of a plain value ({snippet})")
+    if dist.transform or dist.zero_dim or dist.kind == "randint":
+        raise Unexpressible(f"{transform} of {dist.transform or dist.kind} draws ({snippet})")
+    return dataclasses.replace(dist, transform=transform)
+
+
+def last_dim_argument(call: ast.Call, ctx: "ExprContext", position: int) -> bool:
+    """dim=-1 (or the dim argument at `position`): the only softmax Crucible draws."""
+    node = _keyword(call, "dim") or (call.args[position] if len(call.args) > position else None)
+    return literal_number(node) == -1
+
+
+def literal_number(node: Optional[ast.expr]) -> Optional[float]:
+    """2, 0.5, -1 written as literals; anything else (a tensor expression included) is None."""
+    if isinstance(node, (ast.Constant, ast.UnaryOp)):
+        try:
+            value = ast.literal_eval(node)
+        except ValueError:
+            return None
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return None
+
+
+def transposed_twin(node: ast.expr) -> Optional[str]:
+    """x.T, x.t(), x.transpose(-2, -1) / (0, 1) / (1, 0): the name of x, or None."""
+    if isinstance(node, ast.Attribute) and node.attr in ("T", "mT") and isinstance(node.value, ast.Name):
+        return node.value.id
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name):
+        dims = [literal_number(a) for a in node.args]
+        if (node.func.attr == "t" and not dims) or \
+                (node.func.attr == "transpose" and sorted(dims, key=str) in ([-2, -1], [0, 1])):
+            return node.func.value.id
+    return None
+
+
+def symmetric_sum(node: ast.expr) -> Optional[str]:
+    """x + x.T (either order): the name of x, or None."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)):
+        return None
+    for plain, twin in ((node.left, node.right), (node.right, node.left)):
+        if isinstance(plain, ast.Name) and transposed_twin(twin) == plain.id:
+            return plain.id
+    return None
+
+
+def describe_symmetric(node: ast.BinOp, ctx: "ExprContext"):
+    """(x + x.T) / 2 or 0.5 * (x + x.T): a symmetric matrix, or None when the expression is not that."""
+    if isinstance(node.op, ast.Div):
+        half_of = node.left if literal_number(node.right) == 2 else None
+    elif isinstance(node.op, ast.Mult):
+        half_of = next((a for a, b in ((node.left, node.right), (node.right, node.left))
+                        if literal_number(b) == 0.5), None)
+    else:
+        half_of = None
+    name = symmetric_sum(half_of) if half_of is not None else None
+    if name is None:
+        return None
+    return with_transform(describe_expr(ast.Name(id=name, ctx=ast.Load()), ctx), "symmetric", snippet_of(node))
 
 
 FLOAT_METHODS = {"float": torch.float32, "double": torch.float64, "half": torch.float16, "bfloat16": torch.bfloat16}
@@ -881,6 +963,10 @@ def describe_factory(call: ast.Call, function, ctx: ExprContext):
         return dataclasses.replace(Dist.constant(1.0 if function is torch.ones else 0.0), dtype=dtype)
     if function is torch.randint:
         return describe_randint(call, ctx, dtype)
+    if function in (torch.triu, torch.tril) and len(call.args) == 1 and not call.keywords:
+        return with_transform(describe_expr(call.args[0], ctx), function.__name__, snippet_of(call))
+    if function in (torch.softmax, torch.nn.functional.softmax) and call.args and last_dim_argument(call, ctx, 1):
+        return with_transform(describe_expr(call.args[0], ctx), "softmax", snippet_of(call))
     raise Unexpressible(f"{_call_name(call)} ({snippet_of(call)})")
 
 
@@ -906,6 +992,10 @@ def describe_method(call: ast.Call, ctx: ExprContext):
         raise Unexpressible(f".{method}() on a plain value ({snippet_of(call)})")
     if method in NEUTRAL_METHODS:
         return inner
+    if method in ("triu", "tril") and not call.args and not call.keywords:
+        return with_transform(inner, method, snippet_of(call))
+    if method == "softmax" and last_dim_argument(call, ctx, 0):
+        return with_transform(inner, "softmax", snippet_of(call))
     if method == "to" and call.args:
         target = ctx.evaluate(call.args[0])
         if not isinstance(target, torch.dtype):
@@ -920,6 +1010,12 @@ def describe_method(call: ast.Call, ctx: ExprContext):
 
 
 def with_dtype(dist: Dist, dtype: torch.dtype, snippet: str) -> Dist:
+    if dist.transform:
+        raise Unexpressible(f"a dtype change after {dist.transform} ({snippet})")
+    if dist.kind == "randint" and dtype.is_floating_point and dist.high == dist.low + 2 and not dist.high_symbol:
+        return dataclasses.replace(Dist("choice", low=dist.low, high=dist.low + 1), dtype=dtype)  # a coin: +-1 labels
+    if dist.kind == "choice" and dtype.is_floating_point:
+        return dataclasses.replace(dist, dtype=dtype)
     if dist.kind == "constant" or (dist.kind == "randint") == (not dtype.is_floating_point and dtype != torch.bool):
         return dataclasses.replace(dist, dtype=dtype)
     if dist.kind == "randint" and dtype == torch.bool and dist.low == 0 and dist.high == 2:
@@ -931,6 +1027,9 @@ def with_dtype(dist: Dist, dtype: torch.dtype, snippet: str) -> Dist:
 
 
 def describe_arithmetic(node: ast.BinOp, ctx: ExprContext):
+    symmetric = describe_symmetric(node, ctx)
+    if symmetric is not None:
+        return symmetric
     left, right = describe_expr(node.left, ctx), describe_expr(node.right, ctx)
     snippet = snippet_of(node)
     if isinstance(left, Scalar) and isinstance(right, Scalar):
@@ -957,7 +1056,7 @@ def describe_arithmetic(node: ast.BinOp, ctx: ExprContext):
 def random_scale(dist: Dist, factor: Dist, ctx: ExprContext, snippet: str) -> Dist:
     """torch.rand(...) * s with s = torch.rand(()): Crucible multiplies each draw by a factor from `scale`."""
     if factor != dataclasses.replace(Dist.uniform(0.0, 1.0), zero_dim=True) or dist.kind not in ("uniform", "normal") \
-            or dist.scale or dist.zero_dim:
+            or dist.scale or dist.zero_dim or dist.transform:
         raise Unexpressible(f"a product of random tensors ({snippet})")
     ctx.scale_uses += 1
     return dataclasses.replace(dist, scale=(RANDOM_SCALE_LOW, 1.0))
@@ -1014,7 +1113,8 @@ def describe_inputs(source: ProblemSource, instance: Instance, check: bool = Tru
             described = describe_expr(node, ctx)
         except Unexpressible as e:
             raise Refused(f"input {index} of get_inputs ({snippet_of(node)}) is made by {e}; Crucible's init "
-                          "distributions (normal, uniform, randint, constant) cannot express it")
+                          "distributions (normal, uniform, randint, constant, choice) and transforms (triu, tril, "
+                          "symmetric, softmax) cannot express it")
         slots.append(input_slot(index, node, value, described, check))
     if ctx.scale_uses > 1:
         raise Refused("several inputs of get_inputs share one random factor (torch.rand(())); Crucible draws each "
@@ -1269,14 +1369,41 @@ def scaled_range(dist: Dist, low: float, high: float) -> Tuple[float, float]:
     return min(corners + [0.0]), max(corners + [0.0])
 
 
+def transformed_structure(dist: Dist, x: torch.Tensor) -> Tuple[bool, Optional[torch.Tensor]]:
+    """Whether x has the shape of the transform's results, and the elements that are plain draws (None when no
+    element is: a symmetric matrix's entries are averages, a softmax's are probabilities)."""
+    if dist.transform in ("triu", "tril"):
+        if x.dim() < 2:
+            return False, None
+        keep = getattr(torch, dist.transform)(torch.ones(x.shape[-2:], dtype=torch.bool)).expand(x.shape)
+        return bool((x[~keep] == 0).all()), x[keep]
+    if dist.transform == "symmetric":
+        return x.dim() >= 2 and x.shape[-1] == x.shape[-2] and torch.allclose(x, x.transpose(-2, -1)), None
+    sums = x.sum(dim=-1)
+    return bool((x >= 0).all()) and torch.allclose(sums, torch.ones_like(sums), atol=1e-4), None
+
+
 def check_values(dist: Dist, tensor: torch.Tensor, what: str) -> None:
     """The problem's own values must look like draws from the declared distribution: this catches an expression
     or init call read wrongly, and initialisation the importer did not see."""
-    x = tensor.detach().to(torch.float64).reshape(-1)
-    n = x.numel()
-    if n == 0:
+    x = tensor.detach().to(torch.float64)
+    if x.numel() == 0:
         raise Refused(f"{what} has no elements")
-    if dist.kind == "constant":
+    if dist.transform:
+        ok, plain = transformed_structure(dist, x)
+        if not ok:
+            raise Refused(f"{what}: the problem's own values are not what {dist.transform} gives")
+        if plain is None:
+            low, high = scaled_range(dist, dist.low, dist.high)
+            if dist.transform == "symmetric" and dist.kind == "uniform" and not ((x >= low) & (x <= high)).all():
+                raise Refused(f"{what}: the problem's own values do not look like {dist.describe()}")
+            return
+        x, dist = plain, dataclasses.replace(dist, transform=None)
+    x = x.reshape(-1)
+    n = x.numel()
+    if dist.kind == "choice":
+        ok = bool(((x == dist.low) | (x == dist.high)).all())
+    elif dist.kind == "constant":
         ok = bool((x == dist.value).all())
     elif dist.kind == "randint":
         high = dist.high
@@ -1305,12 +1432,20 @@ def draw(dist: Dist, shape: tuple, dtype: torch.dtype, generator: torch.Generato
         t = torch.empty(shape).normal_(dist.mean, dist.std, generator=generator)
     elif dist.kind == "randint":
         t = torch.randint(int(dist.low), int(dist.high), shape, generator=generator)
+    elif dist.kind == "choice":
+        t = torch.randint(0, 2, shape, generator=generator, dtype=torch.float64) * (dist.high - dist.low) + dist.low
     else:
         t = torch.full(shape, dist.value, dtype=torch.float64)
     t = t.to(dtype)
     if dist.scale:
         low, high = dist.scale
         t = t * (low + (high - low) * torch.rand((), generator=generator, dtype=torch.float64).item())
+    if dist.transform in ("triu", "tril"):
+        t = getattr(torch, dist.transform)(t)
+    elif dist.transform == "symmetric":
+        t = (t + t.transpose(-2, -1)) / 2
+    elif dist.transform == "softmax":
+        t = t.softmax(dim=-1)
     return t
 
 
@@ -1402,10 +1537,17 @@ def eager_with_values(instance: Instance, slots: List[InputSlot], state: List[St
     return eager_forward(instance, values[:n_inputs])
 
 
-def verify(program_path: Path, instance: Instance, slots: List[InputSlot], state: List[StateInput]) -> Dict[str, float]:
-    """The saved trace, loaded back, must match eager execution on fresh draws from the declared distributions,
-    and its outputs must change from draw to draw. Returns, per floating output dtype, the smallest over the draws
-    of the largest output magnitude (what decides whether an all-zero answer would pass)."""
+@dataclass
+class Verified:
+    peaks: Dict[str, float]   # per floating output dtype, the smallest over the draws of the largest magnitude
+    constant: bool            # every output is the same for every draw (the problem's answer ignores its inputs)
+
+
+def verify(program_path: Path, instance: Instance, slots: List[InputSlot], state: List[StateInput]) -> Verified:
+    """The saved trace, loaded back, must match eager execution on fresh draws from the declared distributions.
+    Outputs must change from draw to draw, except in a problem whose every output is a constant: a few KernelBench
+    problems are written so (level2/80 subtracts a row's only element from itself); they are imported and marked,
+    since no check can tell a kernel for them from one that writes the constant."""
     loaded = torch.jit.load(str(program_path))
     declared = [(s.dist, tuple(s.value.shape), s.value.dtype) for s in slots if s.dist] + \
                [(s.dist, tuple(s.tensor.shape), s.tensor.dtype) for s in state]
@@ -1427,16 +1569,16 @@ def verify(program_path: Path, instance: Instance, slots: List[InputSlot], state
                 raise Refused(f"the trace does not match eager execution on draw {index} (output {k}: {detail}); "
                               "the traced control flow or constants depend on the inputs")
         per_draw.append(want)
-    for k in range(len(per_draw[0])):
-        if all(torch.equal(per_draw[0][k], d[k]) for d in per_draw[1:]):
-            raise Refused(f"output {k} is the same for every draw: it does not depend on the inputs")
+    fixed = [all(torch.equal(per_draw[0][k], d[k]) for d in per_draw[1:]) for k in range(len(per_draw[0]))]
+    if any(fixed) and not all(fixed):
+        raise Refused(f"output {fixed.index(True)} is the same for every draw: it does not depend on the inputs")
     peaks: Dict[str, float] = {}
     for outputs in per_draw:
         for o in outputs:
             if o.dtype.is_floating_point and o.numel():
                 name = DTYPE_NAMES.get(o.dtype, "float32")
                 peaks[name] = min(peaks.get(name, math.inf), float(o.abs().max()))
-    return peaks
+    return Verified(peaks, constant=all(fixed))
 
 
 def tolerances_for(peaks: Dict[str, float]) -> Tuple[Dict[str, Tuple[float, float]], str]:
@@ -1564,7 +1706,7 @@ def toml_float(x: float) -> str:
 
 def render_task(problem: Problem, source_text: str, inputs: List[TensorDecl], outputs: List[TensorDecl],
                 cpu_sizes: Dict[str, int], written_sizes: Optional[Dict[str, int]], origin: Dict[str, Any],
-                tolerances: Dict[str, Tuple[float, float]]) -> str:
+                tolerances: Dict[str, Tuple[float, float]], constant_output: bool) -> str:
     lines = [
         f"name = {toml_string(problem.task_name)}",
         f"level = {problem.level}",
@@ -1572,6 +1714,10 @@ def render_task(problem: Problem, source_text: str, inputs: List[TensorDecl], ou
         f"description = {toml_string(f'KernelBench level {problem.level} problem {problem.id}: {problem.title}')}",
         'reference = "torchscript"',
         f"reference_source = {toml_multiline(source_text)}",
+    ]
+    if constant_output:  # the evaluator's constant-output checks cannot apply: the constant is the answer
+        lines.append("constant_output = true")
+    lines += [
         "",
         "[reference_files]",
         f"cpu = {toml_string(problem.task_name + '.cpu.pt')}",
@@ -1724,7 +1870,7 @@ def import_problem(problem: Problem, out_dir: Path) -> str:
     temporary_program = program_path.with_name("." + program_path.name + ".tmp")
     try:
         program.save(str(temporary_program))
-        peaks = verify(temporary_program, instance, slots, state)
+        verified = verify(temporary_program, instance, slots, state)
         cpu_shapes = Shapes([tuple(s.value.shape) for s in slots if s.dist], [(s.path, tuple(s.tensor.shape))
                             for s in state], [tuple(o.shape) for o in outputs], instance.int_constants(source),
                             instance.init_inputs)
@@ -1732,7 +1878,7 @@ def import_problem(problem: Problem, out_dir: Path) -> str:
             mismatch = same_structure(cpu_shapes, written)
             if mismatch:
                 written, cuda_note = None, mismatch
-        text = task_text(problem, source, slots, state, outputs, cpu_shapes, written, cuda_note, choice, peaks)
+        text = task_text(problem, source, slots, state, outputs, cpu_shapes, written, cuda_note, choice, verified)
         os.replace(temporary_program, program_path)
     finally:
         if temporary_program.exists():
@@ -1747,7 +1893,7 @@ def import_problem(problem: Problem, out_dir: Path) -> str:
 
 def task_text(problem: Problem, source: ProblemSource, slots: List[InputSlot], state: List[StateInput],
               outputs: List[torch.Tensor], cpu: Shapes, written: Optional[Shapes], cuda_note: str,
-              choice: SizeChoice, peaks: Dict[str, float]) -> str:
+              choice: SizeChoice, verified: Verified) -> str:
     tensor_slots = [s for s in slots if s.dist]
     inputs = [TensorDecl(f"x{i}", dtype_name(s.value.dtype, f"input {i}"), cpu.inputs[i],
                          written.inputs[i] if written else None, s.dist) for i, s in enumerate(tensor_slots)]
@@ -1773,17 +1919,32 @@ def task_text(problem: Problem, source: ProblemSource, slots: List[InputSlot], s
     baked = [(i, s.value) for i, s in enumerate(slots) if not s.dist]
     if baked:
         origin["baked_inputs"] = ", ".join(f"get_inputs()[{i}] = {v!r}" for i, v in baked)
-    tolerances, tolerance_note = tolerances_for(peaks)
-    if tolerance_note:
-        origin["tolerance"] = tolerance_note
-    return render_task(problem, source.text, inputs, output_decls, cpu_sizes, written_sizes, origin, tolerances)
+    if verified.constant:
+        origin["constant_output"] = ("every output is the same for every input draw, as the problem is written; "
+                                     "a kernel that writes that constant is correct")
+        tolerances = dict(TOLERANCES)
+    else:
+        tolerances, tolerance_note = tolerances_for(verified.peaks)
+        if tolerance_note:
+            origin["tolerance"] = tolerance_note
+    return render_task(problem, source.text, inputs, output_decls, cpu_sizes, written_sizes, origin, tolerances,
+                       verified.constant)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Running every problem in its own process
 
 
-def child_main(problem: Problem, out_dir: Path, conn) -> None:
+def die_with_parent(parent: int) -> None:
+    """Each problem runs in a forked process: if the importer is killed, that process must not live on."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def child_main(problem: Problem, out_dir: Path, conn, parent: int) -> None:
+    die_with_parent(parent)
     os.dup2(2, 1)            # whatever a problem prints must not reach the JSON on stdout
     sys.stdout = sys.stderr
     warnings.simplefilter("ignore")  # tracer warnings: the verification on fresh draws is what decides
@@ -1823,7 +1984,7 @@ def run_all(problems: List[Problem], out_dir: Path, jobs: int, timeout: float) -
         while pending and len(running) < jobs:
             problem = pending.pop(0)
             receiver, sender = context.Pipe(duplex=False)
-            process = context.Process(target=child_main, args=(problem, out_dir, sender), daemon=True)
+            process = context.Process(target=child_main, args=(problem, out_dir, sender, os.getpid()), daemon=True)
             process.start()
             sender.close()
             running.append(Running(problem, process, receiver, time.monotonic()))

@@ -11,10 +11,14 @@ namespace crucible::eval {
 
 // How an input is drawn. Bounds may name a size symbol (e.g. randint high = "C").
 struct InitSpec {
-  enum class Kind { normal, uniform, randint, constant };
+  enum class Kind { normal, uniform, randint, constant, choice };
+  // Applied to each drawn tensor after scaling, as a problem's input generator does: triangular parts and
+  // symmetric matrices over the last two dimensions, probabilities by a softmax over the last dimension.
+  enum class Transform { none, triu, tril, symmetric, softmax };
   Kind kind = Kind::normal;
+  Transform transform = Transform::none;
   double mean = 0.0, std = 1.0;  // normal; constant: every element is `mean`
-  double low = 0.0, high = 1.0;  // uniform, randint (high exclusive)
+  double low = 0.0, high = 1.0;  // uniform, randint (high exclusive); choice: the two values, equally likely
   std::string high_symbol;       // randint: a size symbol used as the exclusive upper bound
   // Each trial multiplies the draw by a factor drawn from [scale_low, scale_high], so outputs that
   // concentrate (means, losses) still differ between trials and a fixed answer cannot pass.
@@ -53,6 +57,9 @@ struct TaskSpec {
   std::map<DType, Tolerance> tolerance;     // per output dtype
   std::map<std::string, Sizes> sizes;       // backend ("cpu", "cuda") -> symbol -> value
   std::vector<std::string> allow_imports;   // extra symbols a candidate may import (e.g. a BLAS call)
+  // The reference's outputs do not depend on its inputs (a few KernelBench problems are written so): the
+  // constant-output checks cannot apply, since writing the constant is the right answer.
+  bool constant_output = false;
   std::string flops;                        // optional product expression over size symbols
   std::string source_path;                  // where the spec came from, for messages
 
