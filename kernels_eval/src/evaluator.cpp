@@ -209,27 +209,6 @@ GpuResources& Evaluator::gpu_resources(int device) {
   return *slot;
 }
 
-namespace {
-
-// A built-in reference by name, or an imported task's TorchScript program traced at these sizes.
-ReferenceFn reference_for(const TaskSpec& task, const std::string& size_set, torch::Device device) {
-  if (task.reference != "torchscript") {
-    ReferenceFn reference = find_reference(task.reference);
-    if (!reference) throw TaskError("task '" + task.name + "': unknown reference '" + task.reference + "'");
-    return reference;
-  }
-  auto file = task.reference_files.find(size_set);
-  if (file == task.reference_files.end())
-    throw TaskError("task '" + task.name + "': no TorchScript reference for its '" + size_set +
-                    "' sizes (import it where those sizes run, e.g. on the GPU node for cuda)");
-  try {
-    return torchscript_reference(file->second, device);
-  } catch (const std::runtime_error& e) {
-    throw TaskError("task '" + task.name + "': " + e.what());
-  }
-}
-
-}  // namespace
 
 Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, const EvalOptions& options) {
   const auto start = Clock::now();

@@ -50,7 +50,8 @@ ImportReport import_kernelbench(const KernelBenchImport& r) {
   if (ec) throw std::invalid_argument("cannot create " + r.out.string() + ": " + ec.message());
 
   std::vector<std::string> argv{r.python, importer.string(), "--out", r.out.string(), "--timeout",
-                                std::to_string(r.problem_time_limit_s)};
+                                std::to_string(r.problem_time_limit_s), "--jobs", std::to_string(r.jobs)};
+  if (r.cuda) argv.push_back("--cuda");
   if (!r.levels.empty()) {
     std::string levels;
     for (int l : r.levels) levels += (levels.empty() ? "" : ",") + std::to_string(l);

@@ -16,6 +16,8 @@ struct KernelBenchImport {
   std::filesystem::path importer;               // the import program; empty: the checkout's
   double time_limit_s = 4 * 3600.0;
   double problem_time_limit_s = 180.0;          // one problem's import; past it, that problem is refused
+  int jobs = 1;                                 // problems imported at once (CPU timings steer the CPU sizes)
+  bool cuda = false;  // also trace at the written sizes on this machine's GPU, with its PyTorch (a GPU node)
 };
 
 struct Refusal {

@@ -333,6 +333,27 @@ TEST_CASE("KernelBench problems import as tasks whose references judge naive and
   CHECK(list.exit_code == 0);
   CHECK(list.output.find("kb_l2_3") != std::string::npos);
 
+  // Each reference runs alone at its CPU sizes; a broken program is named, with exit code 1.
+  auto check = test::crucible_cli({"tasks", "--tasks-dir", tasks.string(), "check", "--json"},
+                                  (dir.path() / "cache").string(), 300);
+  INFO(check.output);
+  CHECK(check.exit_code == 0);
+  std::map<std::string, std::string> checked;
+  for (const auto& row : json::parse(check.output.substr(check.output.find('['))))
+    checked[row["task"].get<std::string>()] = row["status"].get<std::string>();
+  CHECK(checked == std::map<std::string, std::string>{
+                       {"kb_l1_1", "ok"}, {"kb_l1_2", "ok"}, {"kb_l1_5", "ok"}, {"kb_l2_3", "ok"}});
+  const fs::path broken = dir.path() / "broken";
+  fs::create_directories(broken);
+  fs::copy_file(tasks / "kb_l1_1.toml", broken / "kb_l1_1.toml");
+  test::write_file(broken / "kb_l1_1.cpu.pt", "not a TorchScript archive");
+  auto broken_check = test::crucible_cli({"tasks", "--tasks-dir", broken.string(), "check"},
+                                         (dir.path() / "cache").string(), 300);
+  INFO(broken_check.output);
+  CHECK(broken_check.exit_code == 1);
+  CHECK(broken_check.output.find("kb_l1_1") != std::string::npos);
+  CHECK(broken_check.output.find("failed") != std::string::npos);
+
   CHECK(status_of(dir, tasks, "kb_l1_1", kRelu) == "correct");
   CHECK(status_of(dir, tasks, "kb_l1_2", kSumDim1) == "correct");
   CHECK(status_of(dir, tasks, "kb_l2_3", kGemmRelu) == "correct");

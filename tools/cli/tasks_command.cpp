@@ -3,8 +3,11 @@
 #include <iostream>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
 #include "config/toml_reader.h"
+#include "crucible/eval/reference_check.h"
 #include "tasks/kernelbench_import.h"
 #include "tasks/task_loader.h"
 
@@ -19,6 +22,11 @@ struct TasksArgs {
   std::string out;
   std::vector<int> levels;
   double problem_timeout_s = 180.0;
+  int jobs = 1;
+  bool cuda = false;
+  // check
+  std::string device = "cpu";
+  std::vector<std::string> names;
   bool json = false;
 };
 
@@ -57,12 +65,56 @@ int show_task(const TasksArgs& a) {
   return 2;
 }
 
+// Every task's reference run alone on the device at its sizes: exit 1 when one fails, 0 when each runs or is too
+// large for the device (a classified skip: the evaluator refuses it there with the same reason).
+int check_tasks(const TasksArgs& a) {
+  eval::Device device;
+  try {
+    device = eval::parse_device(a.device);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  std::vector<std::filesystem::path> files;
+  if (a.names.empty()) files = tasks::task_files(dir_of(a));
+  for (const auto& name : a.names) files.push_back(dir_of(a) / (name + ".toml"));
+  nlohmann::json rows = nlohmann::json::array();
+  int failed = 0;
+  if (!a.json)
+    std::printf("%-12s %-9s %9s %9s %9s  %s\n", "TASK", "STATUS", "LOAD_MS", "RUN_MS", "NEED_MIB", "DETAIL");
+  for (const auto& file : files) {
+    eval::ReferenceCheck check;
+    std::string name = file.stem().string();
+    try {
+      auto task = tasks::load_task_file(file);
+      name = task.name;
+      check = eval::check_reference(task, device);
+    } catch (const config::ConfigError& e) {
+      check.detail = e.what();
+    }
+    failed += check.status == eval::ReferenceStatus::failed;
+    const std::string status(eval::reference_status_name(check.status));
+    if (a.json) {
+      rows.push_back({{"task", name}, {"status", status}, {"load_ms", check.load_ms}, {"run_ms", check.run_ms},
+                      {"bytes_needed", check.bytes_needed}, {"bytes_free", check.bytes_free}, {"detail", check.detail}});
+    } else {
+      std::printf("%-12s %-9s %9.1f %9.3f %9.0f  %s\n", name.c_str(), status.c_str(), check.load_ms, check.run_ms,
+                  check.bytes_needed / (1 << 20), check.detail.c_str());
+      std::fflush(stdout);
+    }
+  }
+  if (a.json) std::cout << rows.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  return failed ? 1 : 0;
+}
+
 int import_tasks(const TasksArgs& a) {
   tasks::KernelBenchImport request;
   for (const auto& p : a.kernelbench) request.problems.emplace_back(p);
   request.out = a.out;
   request.levels = a.levels;
   request.problem_time_limit_s = a.problem_timeout_s;
+  request.jobs = a.jobs;
+  request.cuda = a.cuda;
   if (const char* python = std::getenv("CRUCIBLE_PYTHON")) request.python = python;
   tasks::ImportReport report;
   try {
@@ -102,8 +154,16 @@ Run add_tasks_command(CLI::App& app) {
   import->add_option("--problem-timeout", args->problem_timeout_s, "Seconds one problem may take before it is refused")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  import->add_option("--jobs", args->jobs, "Problems imported at once")->capture_default_str()->check(CLI::PositiveNumber);
+  import->add_flag("--cuda", args->cuda,
+                   "Also trace each problem at its written sizes on this machine's GPU with its PyTorch (GPU nodes)");
   import->add_flag("--json", args->json, "Print {\"imported\": [...], \"refused\": [...]} instead of a summary");
-  return [list, show, import, args]() -> int {
+  auto* check = cmd->add_subcommand("check", "Run each task's reference alone on a device at its sizes");
+  check->add_option("names", args->names, "Tasks to check (default: every task in the directory)");
+  check->add_option("--device", args->device, "cpu or cuda:N")->capture_default_str();
+  check->add_flag("--json", args->json, "Print one JSON array of {task, status, load_ms, run_ms, ...}");
+  return [list, show, import, check, args]() -> int {
+    if (check->parsed()) return check_tasks(*args);
     if (list->parsed()) return list_tasks(*args);
     if (show->parsed()) return show_task(*args);
     if (import->parsed()) return import_tasks(*args);

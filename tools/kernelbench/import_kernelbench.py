@@ -1425,21 +1425,25 @@ def check_values(dist: Dist, tensor: torch.Tensor, what: str) -> None:
 
 
 def draw(dist: Dist, shape: tuple, dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
-    """A draw as Crucible's InputPool makes it: float32 (int64 for randint), cast to the dtype, times the factor."""
+    """A draw as Crucible's InputPool makes it: float32 (int64 for randint), cast to the dtype, times the factor,
+    then transformed; on the generator's device."""
+    device = generator.device
     if dist.kind == "uniform":
-        t = torch.empty(shape).uniform_(dist.low, dist.high, generator=generator)
+        t = torch.empty(shape, device=device).uniform_(dist.low, dist.high, generator=generator)
     elif dist.kind == "normal":
-        t = torch.empty(shape).normal_(dist.mean, dist.std, generator=generator)
+        t = torch.empty(shape, device=device).normal_(dist.mean, dist.std, generator=generator)
     elif dist.kind == "randint":
-        t = torch.randint(int(dist.low), int(dist.high), shape, generator=generator)
+        t = torch.randint(int(dist.low), int(dist.high), shape, generator=generator, device=device)
     elif dist.kind == "choice":
-        t = torch.randint(0, 2, shape, generator=generator, dtype=torch.float64) * (dist.high - dist.low) + dist.low
+        t = torch.randint(0, 2, shape, generator=generator, dtype=torch.float64, device=device) * \
+            (dist.high - dist.low) + dist.low
     else:
-        t = torch.full(shape, dist.value, dtype=torch.float64)
+        t = torch.full(shape, dist.value, dtype=torch.float64, device=device)
     t = t.to(dtype)
     if dist.scale:
         low, high = dist.scale
-        t = t * (low + (high - low) * torch.rand((), generator=generator, dtype=torch.float64).item())
+        u = torch.rand((), generator=generator, dtype=torch.float64, device=device).item()
+        t = t * (low + (high - low) * u)
     if dist.transform in ("triu", "tril"):
         t = getattr(torch, dist.transform)(t)
     elif dist.transform == "symmetric":
@@ -1706,7 +1710,8 @@ def toml_float(x: float) -> str:
 
 def render_task(problem: Problem, source_text: str, inputs: List[TensorDecl], outputs: List[TensorDecl],
                 cpu_sizes: Dict[str, int], written_sizes: Optional[Dict[str, int]], origin: Dict[str, Any],
-                tolerances: Dict[str, Tuple[float, float]], constant_output: bool) -> str:
+                tolerances: Dict[str, Tuple[float, float]], constant_output: bool,
+                cuda_program: Optional[str]) -> str:
     lines = [
         f"name = {toml_string(problem.task_name)}",
         f"level = {problem.level}",
@@ -1722,6 +1727,8 @@ def render_task(problem: Problem, source_text: str, inputs: List[TensorDecl], ou
         "[reference_files]",
         f"cpu = {toml_string(problem.task_name + '.cpu.pt')}",
     ]
+    if cuda_program:
+        lines.append(f"cuda = {toml_string(cuda_program)}")
     for table, decls in (("inputs", inputs), ("outputs", outputs)):
         for decl in decls:
             lines += ["", f"[[{table}]]", f"name = {toml_string(decl.name)}", f"dtype = {toml_string(decl.dtype)}",
@@ -1848,7 +1855,40 @@ def task_files(out_dir: Path, name: str) -> Tuple[Path, Path]:
     return out_dir / f"{name}.toml", out_dir / f"{name}.cpu.pt"
 
 
-def import_problem(problem: Problem, out_dir: Path) -> str:
+def trace_on_cuda(source: ProblemSource, slots: List[InputSlot], state: List[StateInput], written: Shapes,
+                  program_path: Path) -> str:
+    """The problem at its written sizes on the GPU, traced with this PyTorch (the node's own, whose LibTorch the
+    node's Crucible links): factories inside forward then name the GPU, as they must. get_inputs and the
+    parameters are made on the GPU too (KernelBench's get_inputs draws several GB on the CPU, 10-25 s a problem).
+    The trace must match eager execution on one fresh draw from the declared distributions. Returns a note for
+    [kernelbench].cuda_reference; raises Refused when the trace cannot be used (the CPU task stands)."""
+    device = torch.device("cuda")
+    with device:  # factories that name no device make GPU tensors
+        instance = instantiate(source, {}, meta=False, seed=0)
+    gpu_state = state_tensors(instance.model)
+    if [p for p, _, _ in gpu_state] != [s.path for s in state]:
+        raise Refused("the model's parameters at the written sizes differ from those at the CPU sizes")
+    gpu_state = [StateInput(path, tensor, is_buffer, s.dist) for (path, tensor, is_buffer), s in zip(gpu_state, state)]
+    gpu_slots = [InputSlot(value, s.dist) for value, s in zip(instance.raw_inputs, slots)]
+    declared = [(s.dist, tuple(s.value.shape), s.value.dtype) for s in gpu_slots if s.dist] + \
+               [(s.dist, tuple(s.tensor.shape), s.tensor.dtype) for s in gpu_state]
+    if [shape for _, shape, _ in declared[:len(written.inputs)]] != list(written.inputs):
+        raise Refused("get_inputs at the written sizes on the GPU gives other shapes than on the meta device")
+    generator = torch.Generator(device=device).manual_seed(104729)
+    program = TaskProgram(instance.model, input_template(instance.raw_inputs), gpu_state)
+    with torch.no_grad():
+        example = [draw(dist, shape, dtype, generator) for dist, shape, dtype in declared]
+        torch.jit.trace(program, tuple(example), check_trace=False).save(str(program_path))
+        del example
+        values = [draw(dist, shape, dtype, generator) for dist, shape, dtype in declared]
+        got = output_list(torch.jit.load(str(program_path), map_location=device)(*[v.clone() for v in values]))
+        want = eager_with_values(instance, gpu_slots, gpu_state, values)
+    if len(got) != len(want) or not all(outputs_match(g, w) for g, w in zip(got, want)):
+        raise Refused("the GPU trace does not match eager execution on the GPU on a fresh draw")
+    return f"traced at the written sizes with torch {torch.__version__} on {torch.cuda.get_device_name(device)}"
+
+
+def import_problem(problem: Problem, out_dir: Path, cuda: bool = False) -> str:
     """Writes the task's .cpu.pt and .toml, or raises Refused before writing either."""
     started = time.perf_counter()
     source = ProblemSource.read(problem)
@@ -1878,7 +1918,23 @@ def import_problem(problem: Problem, out_dir: Path) -> str:
             mismatch = same_structure(cpu_shapes, written)
             if mismatch:
                 written, cuda_note = None, mismatch
-        text = task_text(problem, source, slots, state, outputs, cpu_shapes, written, cuda_note, choice, verified)
+        cuda_program = None
+        if cuda and written is not None:
+            cuda_program = program_path.with_name(problem.task_name + ".cuda.pt")
+            temporary_cuda = cuda_program.with_name("." + cuda_program.name + ".tmp")
+            try:
+                cuda_reference = trace_on_cuda(source, slots, state, written, temporary_cuda)
+                os.replace(temporary_cuda, cuda_program)
+            except Exception as e:  # the CPU task stands; on a GPU it is refused with this reason
+                cuda_program, cuda_reference = None, f"not traced: {short_error(e)}"
+            finally:
+                if temporary_cuda.exists():
+                    temporary_cuda.unlink()
+                torch.cuda.empty_cache()
+        elif cuda:
+            cuda_reference = "not traced: the written sizes are unknown"
+        text = task_text(problem, source, slots, state, outputs, cpu_shapes, written, cuda_note, choice, verified,
+                         cuda_reference if cuda else None, cuda_program)
         os.replace(temporary_program, program_path)
     finally:
         if temporary_program.exists():
@@ -1893,7 +1949,8 @@ def import_problem(problem: Problem, out_dir: Path) -> str:
 
 def task_text(problem: Problem, source: ProblemSource, slots: List[InputSlot], state: List[StateInput],
               outputs: List[torch.Tensor], cpu: Shapes, written: Optional[Shapes], cuda_note: str,
-              choice: SizeChoice, verified: Verified) -> str:
+              choice: SizeChoice, verified: Verified, cuda_reference: Optional[str] = None,
+              cuda_program: Optional[Path] = None) -> str:
     tensor_slots = [s for s in slots if s.dist]
     inputs = [TensorDecl(f"x{i}", dtype_name(s.value.dtype, f"input {i}"), cpu.inputs[i],
                          written.inputs[i] if written else None, s.dist) for i, s in enumerate(tensor_slots)]
@@ -1912,6 +1969,8 @@ def task_text(problem: Problem, source: ProblemSource, slots: List[InputSlot], s
         "mode": "train",
         "cuda_sizes": "written" if written else f"unknown: {cuda_note}",
     }
+    if cuda_reference:
+        origin["cuda_reference"] = cuda_reference
     if written and repr(cpu.init_inputs) != repr(written.init_inputs):
         origin["cpu_init_inputs"] = repr(cpu.init_inputs)
     if einops_fallback_in_use and "einops" in source.text:
@@ -1928,7 +1987,7 @@ def task_text(problem: Problem, source: ProblemSource, slots: List[InputSlot], s
         if tolerance_note:
             origin["tolerance"] = tolerance_note
     return render_task(problem, source.text, inputs, output_decls, cpu_sizes, written_sizes, origin, tolerances,
-                       verified.constant)
+                       verified.constant, cuda_program.name if cuda_program else None)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1943,14 +2002,14 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def child_main(problem: Problem, out_dir: Path, conn, parent: int) -> None:
+def child_main(problem: Problem, out_dir: Path, conn, parent: int, cuda: bool) -> None:
     die_with_parent(parent)
     os.dup2(2, 1)            # whatever a problem prints must not reach the JSON on stdout
     sys.stdout = sys.stderr
     warnings.simplefilter("ignore")  # tracer warnings: the verification on fresh draws is what decides
     try:
         provide_einops_fallback()
-        conn.send(("imported", import_problem(problem, out_dir)))
+        conn.send(("imported", import_problem(problem, out_dir, cuda)))
     except Refused as e:
         conn.send(("refused", str(e)))
     except BaseException as e:  # any failure of one problem is that problem's refusal
@@ -1975,7 +2034,8 @@ def remove_stale_outputs(out_dir: Path, name: str) -> None:
             path.unlink()
 
 
-def run_all(problems: List[Problem], out_dir: Path, jobs: int, timeout: float) -> Tuple[List[Problem], List[dict]]:
+def run_all(problems: List[Problem], out_dir: Path, jobs: int, timeout: float,
+            cuda: bool = False) -> Tuple[List[Problem], List[dict]]:
     context = multiprocessing.get_context("fork")
     pending, running = list(problems), []
     imported, refused = [], []
@@ -1984,7 +2044,7 @@ def run_all(problems: List[Problem], out_dir: Path, jobs: int, timeout: float) -
         while pending and len(running) < jobs:
             problem = pending.pop(0)
             receiver, sender = context.Pipe(duplex=False)
-            process = context.Process(target=child_main, args=(problem, out_dir, sender, os.getpid()), daemon=True)
+            process = context.Process(target=child_main, args=(problem, out_dir, sender, os.getpid(), cuda), daemon=True)
             process.start()
             sender.close()
             running.append(Running(problem, process, receiver, time.monotonic()))
@@ -2053,6 +2113,8 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=1,
                         help="problems imported at once (default 1: CPU timings steer the sizes)")
     parser.add_argument("--timeout", type=float, default=PROBLEM_TIMEOUT_S, help="seconds per problem")
+    parser.add_argument("--cuda", action="store_true",
+                        help="also trace each problem at its written sizes on this machine's GPU (reference_files.cuda)")
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                         help="KernelBench problem files or directories holding level<N>/ folders")
     args = parser.parse_args(argv)
@@ -2073,7 +2135,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     problems, refused = find_problems(args.paths, args.levels)
-    imported, problem_refusals = run_all(problems, args.out, args.jobs, args.timeout)
+    # Asked through NVML, so this process never initialises CUDA: the per-problem processes are forked from it.
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    if args.cuda and not torch.cuda.is_available():
+        log("error: --cuda needs a PyTorch with a usable GPU")
+        return 2
+    imported, problem_refusals = run_all(problems, args.out, args.jobs, args.timeout, args.cuda)
     imported.sort(key=lambda p: (p.level, p.id))
     report = {"imported": [p.task_name for p in imported], "refused": refused + problem_refusals}
     log(f"imported {len(imported)}, refused {len(report['refused'])} in {time.monotonic() - started:.0f} s")
