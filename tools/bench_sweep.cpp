@@ -1,7 +1,9 @@
 // bench_sweep: a best-of-N sweep on one GPU. K distinct relu candidates (tools/bench/relu_variants.h) are compiled
 // in parallel while the evaluator takes each as soon as it is built: 5 correctness trials, 50 timed trials each
-// (full mode). Prints a row per candidate and the sweep's wall time.
+// (full mode). Prints a row per candidate and the sweep's wall time, and how the evaluation's wall time compares
+// with the candidate's own kernel time over its checked and timed calls (own_x: evaluation / own kernel time).
 // Usage: bench_sweep [--device cuda:0] [--sizes cpu|cuda] [--count 64] [--jobs N] [--emit DIR]
+//                    [--task relu] [--tasks-dir DIR]   (any task whose inputs and output are one relu: kb_l1_19)
 // --emit writes the variants' sources to DIR (for the KernelBench-style comparison script) and exits.
 #include <algorithm>
 #include <chrono>
@@ -25,7 +27,7 @@ using namespace crucible;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
-  std::string device = "cuda:0", sizes = "cpu", emit;
+  std::string device = "cuda:0", sizes = "cpu", emit, task_name = "relu", tasks_dir;
   // Two cores stay free for the evaluator and its worker (compiles also run at lower priority).
   int count = 64, jobs = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 2);
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -34,6 +36,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--count")) count = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--jobs")) jobs = std::max(1, std::atoi(argv[i + 1]));
     else if (!std::strcmp(argv[i], "--emit")) emit = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--task")) task_name = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--tasks-dir")) tasks_dir = argv[i + 1];
   }
   if (!emit.empty()) {
     fs::create_directories(emit);
@@ -41,7 +45,7 @@ int main(int argc, char** argv) {
     std::printf("wrote %d variants to %s\n", count, emit.c_str());
     return 0;
   }
-  auto task = tasks::find_task("relu", tasks::default_tasks_dir());
+  auto task = tasks::find_task(task_name, tasks_dir.empty() ? tasks::default_tasks_dir() : fs::path(tasks_dir));
   eval::EvaluatorConfig config;
   config.cache_dir = fs::temp_directory_path() / ("crucible-bench-sweep-" + std::to_string(getpid()));
   auto start = Clock::now();
@@ -77,9 +81,11 @@ int main(int argc, char** argv) {
         ready.notify_all();
       }
     });
-  std::printf("%-4s %-10s %9s %9s %11s %11s %9s\n", "#", "status", "compile_s", "eval_s", "median_us", "event_us", "GB/s");
+  std::printf("%-4s %-10s %9s %9s %11s %11s %9s %7s\n", "#", "status", "compile_s", "eval_s", "median_us", "event_us",
+              "GB/s", "own_x");
   int correct = 0, best = -1;
   double best_us = 1e30;
+  std::vector<double> own_x;
   for (int i = 0; i < count; ++i) {
     {
       std::unique_lock<std::mutex> lock(mutex);
@@ -91,15 +97,26 @@ int main(int argc, char** argv) {
       ++correct;
       if (us < best_us) best_us = us, best = i;
     }
-    std::printf("%-4d %-10s %9.2f %9.3f %11.1f %11.1f %9.0f\n", i, std::string(eval::status_name(v.status)).c_str(),
-                compile_s[i], v.stages.total_s - v.stages.compile_s, us, v.candidate_event_median_us.value_or(0.0),
-                v.gbps.value_or(0.0));
+    // The candidate's own work: its correctness calls (the first trial runs twice) and its timed calls.
+    const double eval_s = v.stages.total_s - v.stages.compile_s;
+    const int calls = static_cast<int>(v.trials.size()) + 1 + (v.candidate_time ? v.candidate_time->trials : 0);
+    const double own_s = calls * v.candidate_event_median_us.value_or(us) * 1e-6;
+    const double ratio = own_s > 0 ? eval_s / own_s : 0.0;
+    if (v.status == eval::Status::correct) own_x.push_back(ratio);
+    std::printf("%-4d %-10s %9.2f %9.3f %11.1f %11.1f %9.0f %7.1f\n", i,
+                std::string(eval::status_name(v.status)).c_str(), compile_s[i], eval_s, us,
+                v.candidate_event_median_us.value_or(0.0), v.gbps.value_or(0.0), ratio);
     std::fflush(stdout);
   }
   for (auto& t : compilers) t.join();
   const double sweep_s = std::chrono::duration<double>(Clock::now() - sweep_start).count();
-  std::printf("\n%d candidates on %s (relu, %s sizes): %d correct; best #%d at %.1f us\n", count, device.c_str(),
-              sizes.c_str(), correct, best, best_us);
+  std::printf("\n%d candidates on %s (%s, %s sizes): %d correct; best #%d at %.1f us\n", count, device.c_str(),
+              task.name.c_str(), sizes.c_str(), correct, best, best_us);
+  if (!own_x.empty()) {
+    std::sort(own_x.begin(), own_x.end());
+    std::printf("evaluation wall / the candidate's own kernel time over its checked and timed calls: median %.1fx "
+                "(min %.1fx, max %.1fx)\n", own_x[own_x.size() / 2], own_x.front(), own_x.back());
+  }
   std::printf("sweep wall %.2f s (compile %d jobs in parallel with evaluation); evaluator setup before it %.2f s\n",
               sweep_s, jobs, setup_s);
   std::error_code ec;
