@@ -1,6 +1,8 @@
 #pragma once
 // Errors that cross between a coordinator node and its evaluator nodes: codes, never prose, so a node decides what
 // to do (leave for good, wait for the next seed's run, join again) without reading text.
+#include <cstdint>  // before CAF: its atom_val.hpp uses uint64_t without including it (g++ 13 needs it)
+
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
 #include <caf/make_message.hpp>
