@@ -3,6 +3,11 @@
 #include <algorithm>
 #include <chrono>
 
+#if __has_include(<c10/cuda/impl/cuda_cmake_macros.h>)  // a LibTorch built with CUDA (not Debian's)
+#include <c10/cuda/CUDACachingAllocator.h>
+#define CRUCIBLE_TORCH_CUDA 1
+#endif
+
 #include "crucible/eval/evaluator.h"
 #include "crucible/eval/utf8_text.h"
 #include "cuda/cuda_device.h"
@@ -34,18 +39,17 @@ void sync(const Device& device) {
   if (device.is_cuda()) cuda::synchronize();
 }
 
-}  // namespace
-
-std::string_view reference_status_name(ReferenceStatus s) {
-  switch (s) {
-    case ReferenceStatus::ok: return "ok";
-    case ReferenceStatus::too_large: return "too_large";
-    case ReferenceStatus::failed: return "failed";
-  }
-  return "failed";
+// LibTorch keeps freed GPU blocks cached: give them back, so the next task's check sees the device's memory as a
+// fresh evaluator would.
+void release_cached_memory(const Device& device) {
+#ifdef CRUCIBLE_TORCH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#else
+  (void)device;
+#endif
 }
 
-ReferenceCheck check_reference(const TaskSpec& task, const Device& device) {
+ReferenceCheck check_reference_once(const TaskSpec& task, const Device& device) {
   ReferenceCheck check;
   const std::string size_set(backend_name(device.backend));
   auto sizes = task.sizes.find(size_set);
@@ -98,6 +102,23 @@ ReferenceCheck check_reference(const TaskSpec& task, const Device& device) {
     check.status = ReferenceStatus::failed;
     check.detail = valid_utf8(e.what());
   }
+  return check;
+}
+
+}  // namespace
+
+std::string_view reference_status_name(ReferenceStatus s) {
+  switch (s) {
+    case ReferenceStatus::ok: return "ok";
+    case ReferenceStatus::too_large: return "too_large";
+    case ReferenceStatus::failed: return "failed";
+  }
+  return "failed";
+}
+
+ReferenceCheck check_reference(const TaskSpec& task, const Device& device) {
+  ReferenceCheck check = check_reference_once(task, device);
+  release_cached_memory(device);
   return check;
 }
 
