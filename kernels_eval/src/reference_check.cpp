@@ -118,7 +118,12 @@ std::string_view reference_status_name(ReferenceStatus s) {
 
 ReferenceCheck check_reference(const TaskSpec& task, const Device& device) {
   ReferenceCheck check = check_reference_once(task, device);
-  release_cached_memory(device);
+  try {
+    release_cached_memory(device);
+  } catch (const std::exception& e) {  // a fault the reference left behind surfaces here (CUDA errors are sticky)
+    check.status = ReferenceStatus::failed;
+    check.detail = valid_utf8(e.what()).substr(0, 300);
+  }
   return check;
 }
 

@@ -46,6 +46,13 @@ torch::Tensor draw_flat(const InitSpec& init, int64_t n, const Sizes& sizes, at:
   throw std::invalid_argument("unknown init kind");
 }
 
+// A window's first element at a random offset, aligned to 256 bytes as an allocation is: references (and
+// candidates) may rely on aligned pointers (flash attention faults with "misaligned address" otherwise).
+int64_t window_offset(std::mt19937_64& rng, int64_t n, const torch::Tensor& pool) {
+  const int64_t step = std::max<int64_t>(1, 256 / static_cast<int64_t>(pool.element_size()));
+  return static_cast<int64_t>(rng() % static_cast<uint64_t>(n / step + 1)) * step;
+}
+
 torch::Tensor transformed(const InitSpec& init, torch::Tensor t) {
   switch (init.transform) {
     case InitSpec::Transform::none: return t;
@@ -92,7 +99,7 @@ std::vector<torch::Tensor> InputPool::draw(uint64_t seed) const {
   for (std::size_t i = 0; i < pools_.size(); ++i) {
     const auto& init = inits_[i];
     int64_t n = numel(shapes_[i]);
-    int64_t offset = static_cast<int64_t>(rng() % static_cast<uint64_t>(n + 1));
+    const int64_t offset = window_offset(rng, n, pools_[i]);
     torch::Tensor t = pools_[i].narrow(0, offset, n).view(shapes_[i]);
     if (init.scale_low != 1.0 || init.scale_high != 1.0) {
       double u = std::uniform_real_distribution<double>(init.scale_low, init.scale_high)(rng);
@@ -120,7 +127,7 @@ torch::Tensor InputPool::fresh(std::size_t input, uint64_t seed) const {
   std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ULL + 7);
   const auto& init = inits_[input];
   const int64_t n = numel(shapes_[input]);
-  const int64_t offset = static_cast<int64_t>(rng() % static_cast<uint64_t>(n + 1));
+  const int64_t offset = window_offset(rng, n, pools_[input]);
   const int64_t mask_offset = static_cast<int64_t>(rng() % static_cast<uint64_t>(n + 1));
   const uint8_t* mask = nullptr;
   torch::Tensor window = pools_[input].narrow(0, offset, n);
