@@ -306,6 +306,41 @@ std::string status_of(const test::ScratchDir& dir, const fs::path& tasks, const 
   return json::parse(r.output.substr(r.output.find('{')))["status"].get<std::string>();
 }
 
+// A best-of-N sweep through every actor with the replay policy over DIR/replay/<task>/*.cpp, the tasks chosen by
+// `selection` ([tasks] keys): each candidate's status, keyed "<task>/<file>".
+std::map<std::string, std::string> sweep_statuses(const test::ScratchDir& dir, const fs::path& tasks,
+                                                  const std::string& selection) {
+  test::write_file(dir.path() / "sweep.toml", R"([experiment]
+name = "kb_sweep"
+mode = "best_of_n"
+[tasks]
+)" + selection + R"(
+dir = ")" + tasks.string() + R"("
+[policy]
+kind = "replay"
+replay_dir = ")" + (dir.path() / "replay").string() + R"("
+[best_of_n]
+k = 2
+group_size = 2
+[eval]
+devices = ["cpu"]
+mode = "fast"
+timing_trials = 3
+)");
+  auto sweep = test::crucible_cli({"run", (dir.path() / "sweep.toml").string(), "--out", (dir.path() / "run").string(),
+                                   "--quiet"},
+                                  (dir.path() / "cache").string(), 600);
+  INFO(sweep.output);
+  REQUIRE(sweep.exit_code == 0);
+  std::map<std::string, std::string> status;
+  std::ifstream records(dir.path() / "run" / "seed-1" / "candidates.jsonl");
+  for (std::string line; std::getline(records, line);) {
+    const auto c = json::parse(line);
+    status[c["task"].get<std::string>() + "/" + c["policy_output"].get<std::string>()] = c["status"];
+  }
+  return status;
+}
+
 }  // namespace
 
 TEST_CASE("KernelBench problems import as tasks whose references judge naive and zero-filling candidates") {
@@ -368,34 +403,7 @@ TEST_CASE("KernelBench problems import as tasks whose references judge naive and
     test::write_file(dir.path() / "replay" / task / "a_naive.cpp", naive);
     test::write_file(dir.path() / "replay" / task / "b_zeros.cpp", kZeros);
   }
-  test::write_file(dir.path() / "sweep.toml", R"([experiment]
-name = "kb_sweep"
-mode = "best_of_n"
-[tasks]
-names = ["kb_l1_1", "kb_l2_3"]
-dir = ")" + tasks.string() + R"("
-[policy]
-kind = "replay"
-replay_dir = ")" + (dir.path() / "replay").string() + R"("
-[best_of_n]
-k = 2
-group_size = 2
-[eval]
-devices = ["cpu"]
-mode = "fast"
-timing_trials = 3
-)");
-  auto sweep = test::crucible_cli({"run", (dir.path() / "sweep.toml").string(), "--out", (dir.path() / "run").string(),
-                                   "--quiet"},
-                                  (dir.path() / "cache").string(), 600);
-  INFO(sweep.output);
-  REQUIRE(sweep.exit_code == 0);
-  std::map<std::string, std::string> status;
-  std::ifstream records(dir.path() / "run" / "seed-1" / "candidates.jsonl");
-  for (std::string line; std::getline(records, line);) {
-    const auto c = json::parse(line);
-    status[c["task"].get<std::string>() + "/" + c["policy_output"].get<std::string>()] = c["status"];
-  }
+  const auto status = sweep_statuses(dir, tasks, R"(names = ["kb_l1_1", "kb_l2_3"])");
   CHECK(status == std::map<std::string, std::string>{{"kb_l1_1/a_naive.cpp", "correct"},
                                                      {"kb_l1_1/b_zeros.cpp", "incorrect"},
                                                      {"kb_l2_3/a_naive.cpp", "correct"},
@@ -441,35 +449,7 @@ TEST_CASE("real KernelBench problems of five families, input transforms and a co
     test::write_file(dir.path() / "replay" / task / "a_naive.cpp", problems.at(task).second);
     test::write_file(dir.path() / "replay" / task / "b_zeros.cpp", kZeros);
   }
-  test::write_file(dir.path() / "sweep.toml", R"([experiment]
-name = "kb_level1_sweep"
-mode = "best_of_n"
-[tasks]
-levels = [1]
-problems = [19, 14, 100]
-dir = ")" + tasks.string() + R"("
-[policy]
-kind = "replay"
-replay_dir = ")" + (dir.path() / "replay").string() + R"("
-[best_of_n]
-k = 2
-group_size = 2
-[eval]
-devices = ["cpu"]
-mode = "fast"
-timing_trials = 3
-)");
-  auto sweep = test::crucible_cli({"run", (dir.path() / "sweep.toml").string(), "--out", (dir.path() / "run").string(),
-                                   "--quiet"},
-                                  (dir.path() / "cache").string(), 600);
-  INFO(sweep.output);
-  REQUIRE(sweep.exit_code == 0);
-  std::map<std::string, std::string> status;
-  std::ifstream records(dir.path() / "run" / "seed-1" / "candidates.jsonl");
-  for (std::string line; std::getline(records, line);) {
-    const auto c = json::parse(line);
-    status[c["task"].get<std::string>() + "/" + c["policy_output"].get<std::string>()] = c["status"];
-  }
+  const auto status = sweep_statuses(dir, tasks, "levels = [1]\nproblems = [19, 14, 100]");
   CHECK(status == std::map<std::string, std::string>{{"kb_l1_14/a_naive.cpp", "correct"},
                                                      {"kb_l1_14/b_zeros.cpp", "incorrect"},
                                                      {"kb_l1_19/a_naive.cpp", "correct"},
