@@ -136,7 +136,7 @@ int sets_that_fit(const cuda::DeviceInfo& info, const std::vector<TensorShape>& 
       largest = std::max(largest, b);
       if (group != &in) continue;
       largest_input = std::max(largest_input, b);
-      if (!pools_exist) pool += 2 * b + 2 * static_cast<std::size_t>(numel(t.shape));
+      if (!pools_exist) pool += pool_bytes(numel(t.shape), t.dtype);
     }
   const std::size_t per_set = bytes_of(in) + bytes_of(out) + largest_input;
   const double budget = static_cast<double>(info.free_bytes) - pool - 3.0 * largest - (1ull << 30);

@@ -27,8 +27,8 @@ double ms_since(Clock::time_point start) {
 double bytes_needed(const TaskSpec& task, const Sizes& sizes) {
   double total = 0;
   for (const auto& t : task.inputs) {
-    const double n = static_cast<double>(numel(resolve_shape(t, sizes)));
-    total += 3 * n * static_cast<double>(dtype_size(t.dtype)) + 2 * n;
+    const int64_t n = numel(resolve_shape(t, sizes));
+    total += static_cast<double>(pool_bytes(n, t.dtype)) + static_cast<double>(n) * static_cast<double>(dtype_size(t.dtype));
   }
   for (const auto& t : task.outputs)
     total += static_cast<double>(numel(resolve_shape(t, sizes))) * static_cast<double>(dtype_size(t.dtype));

@@ -26,6 +26,12 @@ struct ArenaRef {
 // size; a trial's input is a window of that pool at a random offset (fresh contents, same distribution),
 // times the trial's scale factor when the input declares one.
 // On a GPU the pools, masks and every tensor made from them live on that device.
+// The memory an InputPool holds for one input of this many elements: twice the input, and a mask byte per
+// pool element.
+inline std::size_t pool_bytes(int64_t elements, DType dtype) {
+  return 2 * static_cast<std::size_t>(elements) * (dtype_size(dtype) + 1);
+}
+
 class InputPool {
  public:
   InputPool(const TaskSpec& task, const Sizes& sizes, uint64_t seed, torch::Device device = torch::kCPU);
