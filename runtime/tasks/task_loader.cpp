@@ -145,6 +145,9 @@ TaskSpec read_task(const toml::table& root, const std::string& source) {
   task.flops = r.get_string("flops", "");
   task.allow_imports = r.get_string_array("allow_imports");
   task.constant_output = r.get_bool("constant_output", false);
+  task.min_correctness_trials = static_cast<int>(r.get_int("min_correctness_trials", 0));
+  if (task.min_correctness_trials < 0 || task.min_correctness_trials > 100)
+    r.fail("min_correctness_trials", "expected 0 to 100");
 
   auto sizes = r.require_table("sizes");
   for (const auto& backend : sizes.keys()) {

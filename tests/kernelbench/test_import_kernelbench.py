@@ -244,10 +244,41 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''),
+    "13_Mean_near_one.py": (1, HEADER + '''class Model(nn.Module):
+    """Every draw's mean is 1 within ~1e-5: one answer would pass them all unless the draws are spread."""
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x):
+        return torch.mean(x)
+
+batch_size = 64
+dim = 256
+
+def get_inputs():
+    return [torch.randn(batch_size, dim) * 1e-3 + 1.0]
+
+def get_init_inputs():
+    return []
+'''),
+    "14_Flat_answer.py": (1, HEADER + '''class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x):
+        """Near 1.0057 for every draw, and a factor on x does not move it."""
+        return 1.0 + 0.01 * (x.std() / x.mean())
+
+def get_inputs():
+    return [torch.rand(64, 256)]
+
+def get_init_inputs():
+    return []
+'''),
 }
 EXPECTED_IMPORTED = {"kb_l1_1", "kb_l1_2", "kb_l2_3", "kb_l1_4", "kb_l1_6", "kb_l1_7", "kb_l1_8", "kb_l1_9",
-                     "kb_l1_10", "kb_l2_11"}
-EXPECTED_REFUSED = {"5_Dropout.py": "random", "12_Exp_input.py": ".exp()"}
+                     "kb_l1_10", "kb_l2_11", "kb_l1_13"}
+EXPECTED_REFUSED = {"5_Dropout.py": "random", "12_Exp_input.py": ".exp()", "14_Flat_answer.py": "concentrate"}
 KERNELBENCH_KEYS = {"problem", "id", "cpu_scale", "init_inputs", "mode", "cuda_sizes"}
 
 
@@ -441,6 +472,16 @@ class ImportedProblems(unittest.TestCase):
         self.assertEqual(task["tolerance"]["float32"], {"atol": 1e-4, "rtol": 1e-4})
         for name in EXPECTED_IMPORTED - {"kb_l2_11"}:
             self.assertNotIn("constant_output", self.task(name), name)
+
+    def test_outputs_that_concentrate_get_a_per_draw_factor(self):
+        task = self.task("kb_l1_13")
+        self.assertEqual(task["inputs"][0]["init"]["scale"], [0.25, 1.0])
+        self.assertIn("get_inputs()[0]", task["kernelbench"]["input_scale"])
+        for name in EXPECTED_IMPORTED - {"kb_l1_13"}:
+            self.assertNotIn("input_scale", self.task(name)["kernelbench"], name)
+        torch.manual_seed(5)
+        answers = [eager_outputs(PROBLEMS["13_Mean_near_one.py"][1], task, fresh_inputs(task))[0] for _ in range(4)]
+        self.assertGreater(max(answers) - min(answers), 1e-3)
 
     def test_importing_again_is_idempotent(self):
         again = run_importer("--out", str(self.out), "--levels", "2", str(self.problems_dir))

@@ -207,3 +207,25 @@ CRUCIBLE_API int crucible_forward(const crucible_tensor*, int32_t, crucible_tens
   *(float*)out[0].data = 0.0f; return 0; })";
   CHECK_THROWS_AS(evaluator.evaluate(task, zero, {}), eval::TaskError);
 }
+
+TEST_CASE("a task whose draws all give one answer within tolerance is refused, and a constant kernel is not rewarded") {
+  test::ScratchDir dir("fixed-answer");
+  auto path = dir.path() / "flat_mean.toml";
+  std::string text = replace(kTask, "reference = \"relu\"", "reference = \"row_mean\"");
+  text = replace(text, "{ dist = \"normal\" }", "{ dist = \"normal\", mean = 1.0, std = 1e-7 }");
+  text = replace(text, "shape = [\"M\"]\n\n[tolerance]", "shape = []\n\n[tolerance]");
+  test::write_file(path, text);
+  auto task = tasks::load_task_file(path);
+  eval::EvaluatorConfig config;
+  config.cache_dir = dir.path() / "cache";
+  eval::Evaluator evaluator(config);
+  const char* one = R"(#include <crucible/kernel.h>
+CRUCIBLE_API int crucible_forward(const crucible_tensor*, int32_t, crucible_tensor* out, int32_t, void*) {
+  *(float*)out[0].data = 1.0f; return 0; })";
+  try {
+    evaluator.evaluate(task, one, {});
+    FAIL("expected a TaskError");
+  } catch (const eval::TaskError& e) {
+    CHECK(std::string(e.what()).find("first trial's answer passes every other trial") != std::string::npos);
+  }
+}

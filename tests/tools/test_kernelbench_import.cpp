@@ -253,6 +253,32 @@ CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_t
 }
 )";
 
+// level1/100: mean(clamp(1 - predictions * targets, min=0)); targets [B] broadcast along the last axis of
+// predictions [B, D] (the problem has B == D), so element (i, j) pairs with targets[j]. Written for targets of
+// exactly +1 or -1, as get_inputs draws them. Its output concentrates near 1, so the task asks for more trials.
+const char* kHingeLoss = R"(#include <crucible/kernel.h>
+CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_tensor* out, int32_t, void*) {
+  const float* p = static_cast<const float*>(in[0].data);
+  const float* t = static_cast<const float*>(in[1].data);
+  const int64_t rows = in[0].shape[0], cols = in[0].shape[1];
+  double sum = 0.0;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const float h = t[j] > 0.0f ? 1.0f - p[i * cols + j] : 1.0f + p[i * cols + j];
+      sum += h > 0.0f ? h : 0.0f;
+    }
+  static_cast<float*>(out[0].data)[0] = static_cast<float>(sum / static_cast<double>(rows * cols));
+  return 0;
+}
+)";
+
+const char* kOne = R"(#include <crucible/kernel.h>
+CRUCIBLE_API int crucible_forward(const crucible_tensor*, int32_t, crucible_tensor* out, int32_t, void*) {
+  static_cast<float*>(out[0].data)[0] = 1.0f;
+  return 0;
+}
+)";
+
 const char* kZeros = R"(#include <crucible/kernel.h>
 CRUCIBLE_API int crucible_forward(const crucible_tensor*, int32_t, crucible_tensor* out, int32_t, void*) {
   float* y = static_cast<float*>(out[0].data);
@@ -396,6 +422,7 @@ TEST_CASE("real KernelBench problems of five families, input transforms and a co
       {"kb_l1_13", {"level1/13_Matmul_for_symmetric_matrices.py", kSymmetricMatmul}},       // symmetric inputs
       {"kb_l1_63", {"level1/63_conv_standard_2D__square_input__square_kernel.py", kConv2d}},  // weight as input
       {"kb_l2_12", {"level2/12_Gemm_Multiply_LeakyReLU.py", kGemmMultiplyLeakyRelu}},       // a level-2 fusion
+      {"kb_l1_100", {"level1/100_HingeLoss.py", kHingeLoss}},                               // +-1, concentrates
       {"kb_l2_80", {"level2/80_Gemm_Max_Subtract_GELU.py", kZeros}},                        // a constant answer
   };
   std::vector<std::string> args{"tasks", "import", "--out", tasks.string(), "--json", "--kernelbench"};
@@ -412,6 +439,10 @@ TEST_CASE("real KernelBench problems of five families, input transforms and a co
     CHECK(status_of(dir, tasks, task, problem.second) == "correct");
     if (task != "kb_l2_80") CHECK(status_of(dir, tasks, task, kZeros) != "correct");
   }
+
+  // HingeLoss's answer sits near 1 for every draw: the task asks for enough trials that the constant 1 fails.
+  CHECK(test::read_file(tasks / "kb_l1_100.toml").find("min_correctness_trials = ") != std::string::npos);
+  CHECK(status_of(dir, tasks, "kb_l1_100", kOne) == "incorrect");
 
   // A best-of-N sweep over imported level-1 tasks with the replay policy: every candidate judged as alone.
   for (const std::string task : {"kb_l1_19", "kb_l1_14", "kb_l1_13"}) {

@@ -60,6 +60,19 @@ MIN_NORM_GROUP = 16             # a norm layer must keep averaging over at least
 MAX_PROBES = 80                 # bound on the size search per problem
 VERIFY_DRAWS = 3
 RANDOM_SCALE_LOW = 1e-3         # torch.rand(()) as a per-draw factor: Crucible's `scale` needs a positive low end
+# Outputs that concentrate (a loss averaged over many elements) are near-equal for every draw, so one draw's answer
+# could pass another's tolerance and a constant would be judged correct (the evaluator refuses such a task). When
+# every draw's answer is within SPREAD_MARGIN tolerances of every other's, the floating inputs get a per-draw factor
+# from SPREAD_SCALE, and the problem is refused if that does not spread them.
+SPREAD_SCALE = (0.25, 1.0)
+SPREAD_MARGIN = 2.0
+# Small outputs (losses, scalars) can still agree by chance: the chance that one draw's answer passes another draw
+# is measured over CHANCE_DRAWS draws, and the task needs enough correctness trials that a fixed answer passes all
+# of them with probability at most FIXED_ANSWER_RISK.
+SMALL_OUTPUT_ELEMENTS = 1024
+CHANCE_DRAWS = 24
+FIXED_ANSWER_RISK = 1e-4
+MAX_CORRECTNESS_TRIALS = 20
 PROBLEM_TIMEOUT_S = 180.0        # per problem; the whole of KernelBench imports in ~5 min on a 2-core machine
 PR_SET_PDEATHSIG = 1
 
@@ -1545,6 +1558,18 @@ def eager_with_values(instance: Instance, slots: List[InputSlot], state: List[St
 class Verified:
     peaks: Dict[str, float]   # per floating output dtype, the smallest over the draws of the largest magnitude
     constant: bool            # every output is the same for every draw (the problem's answer ignores its inputs)
+    concentrated: bool = False  # some output's draws are all within SPREAD_MARGIN tolerances of each other
+    fixed_answer_chance: float = 0.0  # the share of draws that one draw's answer passes
+
+
+def within_margin(a: torch.Tensor, b: torch.Tensor, margin: float,
+                  tolerances: Dict[str, Tuple[float, float]]) -> bool:
+    """a passes b's tolerance (the task's) even when it is `margin` times tighter: the draws hardly differ."""
+    if not b.dtype.is_floating_point or a.shape != b.shape:
+        return False
+    atol, rtol = tolerances.get(DTYPE_NAMES.get(b.dtype, "float32"), TOLERANCES["float32"])
+    difference = (a.double() - b.double()).abs()
+    return bool((difference * margin <= atol + rtol * b.double().abs()).all())
 
 
 def verify(program_path: Path, instance: Instance, slots: List[InputSlot], state: List[StateInput]) -> Verified:
@@ -1582,7 +1607,45 @@ def verify(program_path: Path, instance: Instance, slots: List[InputSlot], state
             if o.dtype.is_floating_point and o.numel():
                 name = DTYPE_NAMES.get(o.dtype, "float32")
                 peaks[name] = min(peaks.get(name, math.inf), float(o.abs().max()))
-    return Verified(peaks, constant=all(fixed))
+    tolerances = tolerances_for(peaks)[0]
+    concentrated = not all(fixed) and any(
+        all(within_margin(per_draw[i][k], per_draw[j][k], SPREAD_MARGIN, tolerances)
+            for i in range(len(per_draw)) for j in range(i + 1, len(per_draw)))
+        for k in range(len(per_draw[0])))
+    return Verified(peaks, constant=all(fixed), concentrated=concentrated)
+
+
+def fixed_answer_chance(program_path: Path, slots: List[InputSlot], state: List[StateInput],
+                        tolerances: Dict[str, Tuple[float, float]]) -> float:
+    """The largest share of other draws that one draw's answer passes (0 when outputs are large: a fixed answer
+    cannot pass thousands of independent elements by chance)."""
+    loaded = torch.jit.load(str(program_path))
+    declared = [(s.dist, tuple(s.value.shape), s.value.dtype) for s in slots if s.dist] + \
+               [(s.dist, tuple(s.tensor.shape), s.tensor.dtype) for s in state]
+    answers = []
+    for index in range(CHANCE_DRAWS):
+        generator = torch.Generator().manual_seed(104729 + index)
+        with torch.no_grad():
+            outputs = output_list(loaded(*[draw(d, shape, dtype, generator) for d, shape, dtype in declared]))
+        if index == 0 and sum(o.numel() for o in outputs) > SMALL_OUTPUT_ELEMENTS:
+            return 0.0
+        answers.append(outputs)
+    chance = 0.0
+    for i, fixed in enumerate(answers):
+        passes = sum(all(within_margin(f, o, 1.0, tolerances) if o.dtype.is_floating_point else torch.equal(f, o)
+                         for f, o in zip(fixed, other))
+                     for j, other in enumerate(answers) if j != i)
+        chance = max(chance, passes / (len(answers) - 1))
+    return chance
+
+
+def trials_for(chance: float) -> int:
+    """Correctness trials that a fixed answer passing each with `chance` passes all of with FIXED_ANSWER_RISK."""
+    if chance <= 0.0:
+        return 0
+    if chance >= 1.0:
+        return MAX_CORRECTNESS_TRIALS + 1
+    return max(2, math.ceil(math.log(FIXED_ANSWER_RISK) / math.log(chance)))
 
 
 def tolerances_for(peaks: Dict[str, float]) -> Tuple[Dict[str, Tuple[float, float]], str]:
@@ -1711,7 +1774,7 @@ def toml_float(x: float) -> str:
 def render_task(problem: Problem, source_text: str, inputs: List[TensorDecl], outputs: List[TensorDecl],
                 cpu_sizes: Dict[str, int], written_sizes: Optional[Dict[str, int]], origin: Dict[str, Any],
                 tolerances: Dict[str, Tuple[float, float]], constant_output: bool,
-                cuda_program: Optional[str]) -> str:
+                cuda_program: Optional[str], min_correctness_trials: int = 0) -> str:
     lines = [
         f"name = {toml_string(problem.task_name)}",
         f"level = {problem.level}",
@@ -1722,6 +1785,8 @@ def render_task(problem: Problem, source_text: str, inputs: List[TensorDecl], ou
     ]
     if constant_output:  # the evaluator's constant-output checks cannot apply: the constant is the answer
         lines.append("constant_output = true")
+    if min_correctness_trials:
+        lines.append(f"min_correctness_trials = {min_correctness_trials}")
     lines += [
         "",
         "[reference_files]",
@@ -1888,6 +1953,24 @@ def trace_on_cuda(source: ProblemSource, slots: List[InputSlot], state: List[Sta
     return f"traced at the written sizes with torch {torch.__version__} on {torch.cuda.get_device_name(device)}"
 
 
+def spread_inputs(slots: List[InputSlot]) -> Tuple[List[InputSlot], str]:
+    """Gives every floating input drawn from rand/randn a per-draw factor (SPREAD_SCALE), so that outputs which
+    concentrate move from draw to draw. Refused when no input can take one."""
+    spread, scaled = [], []
+    for index, slot in enumerate(slots):
+        dist = slot.dist
+        if dist and dist.kind in ("uniform", "normal") and not dist.scale and not dist.zero_dim:
+            slot = dataclasses.replace(slot, dist=dataclasses.replace(dist, scale=SPREAD_SCALE))
+            scaled.append(f"get_inputs()[{index}]")
+        spread.append(slot)
+    if not scaled:
+        raise Refused("outputs concentrate: different input draws give near-equal answers and no input can take a "
+                      "per-draw factor, so a constant answer could pass")
+    return spread, (f"{', '.join(scaled)} times a per-draw factor in [{SPREAD_SCALE[0]:g}, {SPREAD_SCALE[1]:g}]: "
+                    "without it the outputs of different draws are within tolerance of each other, so a constant "
+                    "answer could pass")
+
+
 def import_problem(problem: Problem, out_dir: Path, cuda: bool = False) -> str:
     """Writes the task's .cpu.pt and .toml, or raises Refused before writing either."""
     started = time.perf_counter()
@@ -1911,6 +1994,20 @@ def import_problem(problem: Problem, out_dir: Path, cuda: bool = False) -> str:
     try:
         program.save(str(temporary_program))
         verified = verify(temporary_program, instance, slots, state)
+        spread_note = ""
+        if verified.concentrated:
+            slots, spread_note = spread_inputs(slots)
+            verified = verify(temporary_program, instance, slots, state)
+            if verified.concentrated:
+                raise Refused("outputs concentrate: different input draws give answers within "
+                              f"{SPREAD_MARGIN:g} tolerances of each other even with a per-draw input factor, so a "
+                              "constant answer could pass")
+        if not verified.constant:
+            verified.fixed_answer_chance = fixed_answer_chance(temporary_program, slots, state,
+                                                               tolerances_for(verified.peaks)[0])
+            if trials_for(verified.fixed_answer_chance) > MAX_CORRECTNESS_TRIALS:
+                raise Refused(f"outputs concentrate: one draw's answer passes {verified.fixed_answer_chance:.0%} of "
+                              "other draws, so a constant answer could pass")
         cpu_shapes = Shapes([tuple(s.value.shape) for s in slots if s.dist], [(s.path, tuple(s.tensor.shape))
                             for s in state], [tuple(o.shape) for o in outputs], instance.int_constants(source),
                             instance.init_inputs)
@@ -1934,7 +2031,7 @@ def import_problem(problem: Problem, out_dir: Path, cuda: bool = False) -> str:
         elif cuda:
             cuda_reference = "not traced: the written sizes are unknown"
         text = task_text(problem, source, slots, state, outputs, cpu_shapes, written, cuda_note, choice, verified,
-                         cuda_reference if cuda else None, cuda_program)
+                         cuda_reference if cuda else None, cuda_program, spread_note)
         os.replace(temporary_program, program_path)
     finally:
         if temporary_program.exists():
@@ -1950,7 +2047,7 @@ def import_problem(problem: Problem, out_dir: Path, cuda: bool = False) -> str:
 def task_text(problem: Problem, source: ProblemSource, slots: List[InputSlot], state: List[StateInput],
               outputs: List[torch.Tensor], cpu: Shapes, written: Optional[Shapes], cuda_note: str,
               choice: SizeChoice, verified: Verified, cuda_reference: Optional[str] = None,
-              cuda_program: Optional[Path] = None) -> str:
+              cuda_program: Optional[Path] = None, spread_note: str = "") -> str:
     tensor_slots = [s for s in slots if s.dist]
     inputs = [TensorDecl(f"x{i}", dtype_name(s.value.dtype, f"input {i}"), cpu.inputs[i],
                          written.inputs[i] if written else None, s.dist) for i, s in enumerate(tensor_slots)]
@@ -1973,6 +2070,12 @@ def task_text(problem: Problem, source: ProblemSource, slots: List[InputSlot], s
         origin["cuda_reference"] = cuda_reference
     if written and repr(cpu.init_inputs) != repr(written.init_inputs):
         origin["cpu_init_inputs"] = repr(cpu.init_inputs)
+    if spread_note:
+        origin["input_scale"] = spread_note
+    trials = trials_for(verified.fixed_answer_chance)
+    if trials > 2:  # the evaluator's fewest
+        origin["fixed_answer"] = (f"one draw's answer passes {verified.fixed_answer_chance:.0%} of other draws within "
+                                  f"tolerance, so a verdict takes at least {trials} correctness trials")
     if einops_fallback_in_use and "einops" in source.text:
         origin["einops"] = EINOPS_FALLBACK_NOTE
     baked = [(i, s.value) for i, s in enumerate(slots) if not s.dist]
@@ -1987,7 +2090,7 @@ def task_text(problem: Problem, source: ProblemSource, slots: List[InputSlot], s
         if tolerance_note:
             origin["tolerance"] = tolerance_note
     return render_task(problem, source.text, inputs, output_decls, cpu_sizes, written_sizes, origin, tolerances,
-                       verified.constant, cuda_program.name if cuda_program else None)
+                       verified.constant, cuda_program.name if cuda_program else None, trials if trials > 2 else 0)
 
 
 # ---------------------------------------------------------------------------------------------------------------

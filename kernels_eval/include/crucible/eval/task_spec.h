@@ -60,6 +60,9 @@ struct TaskSpec {
   // The reference's outputs do not depend on its inputs (a few KernelBench problems are written so): the
   // constant-output checks cannot apply, since writing the constant is the right answer.
   bool constant_output = false;
+  // Outputs that concentrate (a loss over many elements) let one fixed answer pass a trial by chance; the importer
+  // measures that chance and sets the trials a verdict needs so that a fixed answer passes them all rarely.
+  int min_correctness_trials = 0;
   std::string flops;                        // optional product expression over size symbols
   std::string source_path;                  // where the spec came from, for messages
 
