@@ -55,7 +55,7 @@ typename Inspector::result_type inspect(Inspector& f, Verdict& x) {
   };
   auto candidate_time = out(x.candidate_time), reference_time = out(x.reference_time);
   auto event_median = out(x.candidate_event_median_us), coverage = out(x.kernel_coverage);
-  auto speedup = out(x.speedup), gflops = out(x.gflops), gbps = out(x.gbps);
+  auto speedup = out(x.speedup), gflops = out(x.gflops), gbps = out(x.gbps), spread = out(x.speedup_spread);
   auto in = [&] {
     const auto back = [](auto& o, const auto& c) {
       if (c) o = *c;
@@ -63,11 +63,11 @@ typename Inspector::result_type inspect(Inspector& f, Verdict& x) {
     };
     back(x.candidate_time, candidate_time), back(x.reference_time, reference_time);
     back(x.candidate_event_median_us, event_median), back(x.kernel_coverage, coverage);
-    back(x.speedup, speedup), back(x.gflops, gflops), back(x.gbps, gbps);
+    back(x.speedup, speedup), back(x.gflops, gflops), back(x.gbps, gbps), back(x.speedup_spread, spread);
     return caf::error{};
   };
   return f(caf::meta::type_name("crucible.Verdict"), x.status, x.task, x.device, x.mode, x.reasons, x.compile,
-           x.trials, candidate_time, reference_time, event_median, coverage, speedup, gflops, gbps, x.threads,
+           x.trials, candidate_time, reference_time, event_median, coverage, speedup, spread, gflops, gbps, x.threads,
            x.seed, x.stages, caf::meta::load_callback(in));
 }
 

@@ -1,10 +1,12 @@
 // bench_repeatability: one candidate evaluated N times (full mode: 50 timed trials each) by one evaluator; prints
-// each evaluation's median, and the coefficient of variation of those medians. Also prints the candidate's
+// each evaluation's median and speedup, the coefficient of variation of those medians and the speedups' max/min
+// (on the CPU the speedup is what must hold: candidate and reference are timed in pairs). Also prints the candidate's
 // compiled shared object, for an outside timer (tools/gpu_node/do_bench_candidate.py) to time the same kernel.
 // Usage: bench_repeatability [--device cuda:0] [--task relu] [--candidate FILE] [--sizes cuda] [--times 10]
 //                            [--verified N]  (timed calls compared in full per evaluation; default: all, as full mode)
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -49,8 +51,9 @@ int main(int argc, char** argv) {
   options.sizes = sizes;
   options.verified_timed_calls = verified;
 
-  std::printf("%-4s %-8s %12s %8s %12s %12s\n", "run", "status", "median_us", "cv", "event_us", "reference_us");
-  std::vector<double> medians;
+  std::printf("%-4s %-8s %12s %8s %12s %12s %8s %8s %s\n", "run", "status", "median_us", "cv", "event_us",
+              "reference_us", "speedup", "spread", "reasons");
+  std::vector<double> medians, speedups;
   for (int r = 0; r < times; ++r) {
     auto v = evaluator.evaluate(task, source, options);
     if (!v.candidate_time) {
@@ -58,14 +61,24 @@ int main(int argc, char** argv) {
       continue;
     }
     medians.push_back(v.candidate_time->median_us);
-    std::printf("%-4d %-8s %12.2f %7.2f%% %12.2f %12.2f\n", r, std::string(eval::status_name(v.status)).c_str(),
-                v.candidate_time->median_us, 100 * v.candidate_time->cv, v.candidate_event_median_us.value_or(0.0),
-                v.reference_time ? v.reference_time->median_us : 0.0);
+    if (v.speedup) speedups.push_back(*v.speedup);
+    std::string reasons;
+    for (const auto& reason : v.reasons) reasons += reason.code + " ";
+    std::printf("%-4d %-8s %12.2f %7.2f%% %12.2f %12.2f %8.3f %7.1f%% %s\n", r,
+                std::string(eval::status_name(v.status)).c_str(), v.candidate_time->median_us,
+                100 * v.candidate_time->cv, v.candidate_event_median_us.value_or(0.0),
+                v.reference_time ? v.reference_time->median_us : 0.0, v.speedup.value_or(0.0),
+                100 * v.speedup_spread.value_or(0.0), reasons.c_str());
     std::fflush(stdout);
   }
   auto stats = eval::summarize_times(medians);
   std::printf("\n%s on %s: median of medians %.2f us, CV of the %d medians %.3f%% (target <= 0.5%%)\n",
               task_name.c_str(), device.c_str(), stats.median_us, stats.trials, 100 * stats.cv);
+  if (!speedups.empty())
+    std::printf("speedups %.3f-%.3f: max/min %.3f (targets on the CPU: <= 1.05 quiet, <= 1.15 beside two busy "
+                "processes)\n",
+                *std::min_element(speedups.begin(), speedups.end()), *std::max_element(speedups.begin(), speedups.end()),
+                *std::max_element(speedups.begin(), speedups.end()) / *std::min_element(speedups.begin(), speedups.end()));
   auto compiled = evaluator.compile(source, options);
   // Copied out of the cache, which goes away with this run.
   const fs::path keep = fs::temp_directory_path() / ("crucible-repeat-" + task_name + ".so");

@@ -23,6 +23,9 @@ namespace {
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// The harness's own CPU cost of a timed call (a call and its sync on trusted code), taken off CPU samples.
+constexpr int kHostNullCalls = 9;
+
 }  // namespace
 
 fs::path default_include_dir() {
@@ -318,6 +321,9 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     if (!null_calls.empty()) gpu_stage.null_call_s = summarize_times(null_calls).median_us;  // in seconds here
   } else {
     worker = pool_.acquire();
+    // Candidate and reference are timed in turns on one core (see share_cpu); a reference on several threads
+    // needs the others.
+    if (config_.threads == 1) worker->share_cpu();
     arena_.reserve(layout.bytes);
     // Whatever an earlier candidate left in the outputs is overwritten before anyone can read it.
     for (const auto& set : layout.outputs)
@@ -325,7 +331,8 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
         poison(ArenaRef{arena_.data(), -1}, slot, 0);
         fill_guard(ArenaRef{arena_.data(), -1}, slot);
       }
-    loaded = worker->load(compiled.so_path, layout, arena_, options.limits, options.call_timeout_s);
+    loaded = worker->load(compiled.so_path, layout, arena_, options.limits, options.call_timeout_s, nullptr,
+                          kHostNullCalls);
   }
   v.stages.load_s = since(load_start);
   if (classify_failure(loaded, v)) return finish();
@@ -334,8 +341,12 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   ctx.gpu = gpu ? &gpu_stage : nullptr;
   ctx.seed = v.seed;
   ctx.full = full;
-  // At least two trials: a verdict needs one, and the fixed-answer check needs a second.
-  ctx.trials = std::max(2, options.correctness_trials >= 0 ? options.correctness_trials : (full ? 5 : 2));
+  if (!gpu && !worker->null_call_cpu_seconds().empty())
+    ctx.harness_cpu_s = summarize_times(worker->null_call_cpu_seconds()).median_us;  // in seconds here
+  // At least two trials: a verdict needs one, and the fixed-answer check needs a second; a task whose outputs
+  // concentrate needs more, whatever the mode.
+  ctx.trials = std::max({2, task.min_correctness_trials,
+                         options.correctness_trials >= 0 ? options.correctness_trials : (full ? 5 : 2)});
   ctx.timed = options.timing_trials >= 0 ? options.timing_trials : (full ? 50 : 5);
   ctx.warmup = options.warmup_calls >= 0 ? options.warmup_calls : (full ? 3 : 1);
   ctx.verified = std::min(ctx.timed, options.verified_timed_calls >= 0 ? options.verified_timed_calls
@@ -355,7 +366,8 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
                             std::to_string(config_.threads);
     measure_timing(ctx, v, cache_->reference_times, key);
     v.stages.timing_s = since(timing_start);
-    if (v.status == Status::correct && v.candidate_time && v.reference_time && v.candidate_time->median_us > 0)
+    if (v.status == Status::correct && !v.speedup && v.candidate_time && v.reference_time &&
+        v.candidate_time->median_us > 0)
       v.speedup = v.reference_time->median_us / v.candidate_time->median_us;
     if (!task.flops.empty() && v.candidate_time && v.candidate_time->median_us > 0)
       v.gflops = evaluate_product(task.flops, sizes) / (v.candidate_time->median_us * 1e-6) / 1e9;

@@ -38,13 +38,15 @@ struct StageContext {
   int trials = 0, timed = 0, warmup = 0, verified = 0;
   double timeout_s = 10.0;
   double kernel_s = 0.0;  // time inside candidate and reference calls, summed by the stages
+  double harness_cpu_s = 0.0;  // CPU: the worker's own CPU cost of a call and its sync (null calls, trusted code)
 
   ArenaRef arena() const { return gpu ? ArenaRef{gpu->tensors, gpu->device} : ArenaRef{worker.arena(), -1}; }
   int sets() const { return layout.sets(); }
   std::vector<torch::Tensor> draw(uint64_t stream) const { return pool.draw(seed * 0x100000001b3ULL + stream); }
   Tolerance tolerance(std::size_t output) const { return task.tolerance_for(task.outputs[output].dtype); }
   std::vector<torch::Tensor> run_reference(const std::vector<torch::Tensor>& inputs);  // counted in kernel_s
-  // The reference timed as a candidate call is: on a GPU by events, after the same L2 flush.
+  // The reference timed as a candidate call is: on a GPU by events, after the same L2 flush; on the CPU by this
+  // thread's CPU clock (LibTorch runs single-threaded here), as the worker's calls are by the worker's.
   double timed_reference(const std::vector<torch::Tensor>& inputs);
   // One call of the candidate on a set, counted in kernel_s; false (verdict filled) when it failed. `seconds`
   // is the sample a timing records: the evaluator's own clock on the CPU; on a GPU the device time by events,

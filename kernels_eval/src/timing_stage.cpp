@@ -2,12 +2,16 @@
 // (a new pool window) before every call so no output cache can hit. Each sample lasts until a sync
 // returns, so work hidden behind an early completion signal is counted. Timed calls are checked too:
 // every one must write all of its poisoned outputs, and at least one per input set (all in full mode)
-// is compared with the reference. The reference is timed the same way, once per task and settings.
+// is compared with the reference. On the CPU samples are CPU time, the worker's measured from outside it with
+// the gaps between calls included, and each is paired with a reference sample until the speedup is tight.
+// On a GPU the reference is timed once per task and settings.
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <cstdio>
 #include <random>
 
+#include "crucible/eval/paired_timing.h"
 #include "stages.h"
 
 namespace crucible::eval {
@@ -61,6 +65,82 @@ void verify_snapshots(StageContext& ctx, Verdict& v, std::vector<Snapshot>& snap
   snapshots.clear();
 }
 
+// The timed calls. On the CPU each candidate sample is the worker's CPU time from the end of the previous sample to
+// the end of this call's sync, gaps included: whatever the worker does while the evaluator prepares the next call (a
+// take-over of the doorbell computing ahead) is charged to the call it serves, and the harness's own cost (null
+// calls) is taken off. Each is paired with a reference sample on the same kind of freshly written inputs, timed by
+// the evaluator thread's CPU clock on the same core, and pairs are added until their median speedup is tight.
+bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::Tensor>>& current, uint64_t& stream,
+                 const PairedTimingRule* pairing, PairedSamples& pairs, std::vector<double>& samples) {
+  const ArenaRef arena = ctx.arena();
+  const auto& layout = ctx.layout;
+  const int sets = ctx.sets();
+  const std::size_t largest = largest_input(layout.inputs[0]);
+  const bool cpu_clock = !ctx.gpu;
+  auto verify = pick_verified(ctx.timed, sets, ctx.verified, ctx.seed);
+  std::vector<Snapshot> snapshots;
+  double worker_cpu = cpu_clock ? ctx.worker.cpu_seconds_when_idle() : 0.0;
+  for (int i = 0; pairing ? judge(pairs, *pairing) == PairedVerdict::more : i < ctx.timed; ++i) {
+    const int s = i % sets, pattern = i % 2;
+    // The largest input is about to be replaced: whatever an earlier call did to it is checked first.
+    if (!same_bytes(arena, layout.inputs[s][largest], current[s][largest]))
+      flag(v, "input_mutated", "an input was modified during timing");
+    current[s][largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++);
+    write_tensor(arena, layout.inputs[s][largest], current[s][largest]);
+    for (const auto& slot : layout.outputs[s]) poison(arena, slot, pattern);
+    double seconds = 0.0;
+    if (!ctx.call(s, v, &seconds, /*settle=*/true, /*flush=*/true)) return false;
+    const double seconds_wall = seconds;
+    if (cpu_clock) {
+      const double now = ctx.worker.cpu_seconds_when_idle();
+      seconds = std::max(0.0, now - worker_cpu - ctx.harness_cpu_s);
+      worker_cpu = now;
+    }
+    samples.push_back(seconds * 1e6);
+    int64_t unwritten = 0;
+    for (const auto& slot : layout.outputs[s]) unwritten += count_poisoned(arena, slot, pattern);
+    if (unwritten > 0)
+      flag(v, "skipped_work", "timed call " + std::to_string(i) + ": " + std::to_string(unwritten) +
+                                  " output elements never written");
+    // Calls past the count are checked at random too, one in four when all are checked, so none can be known safe.
+    const bool checked = i < ctx.timed ? verify[i] : ctx.verified > 0 && (ctx.seed + stream + i) % 4 == 0;
+    if (checked) {
+      Snapshot snap{i, current[s], {}};
+      for (const auto& slot : layout.outputs[s]) snap.outputs.push_back(view_tensor(arena, slot).clone());
+      snapshots.push_back(std::move(snap));
+      // Checked at once, not kept: outputs of several GB are better not held.
+      verify_snapshots(ctx, v, snapshots);
+    }
+    if (pairing) {  // the same set's inputs, the largest one newly written, as for the candidate
+      auto inputs = current[s];
+      inputs[largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++);
+      // The candidate's inputs and outputs were just written by this process (new values, poison), on this core:
+      // an untimed run leaves the reference's in the same state, whatever the evaluator did since its last sample.
+      ctx.run_reference(inputs);
+      // The worker should sleep meanwhile; whatever it does instead is charged to its next sample.
+      const double reference_us = ctx.timed_reference(inputs) * 1e6;
+      pairs.add(seconds * 1e6, reference_us);
+      if (trace_calls())
+        std::fprintf(stderr, "timed pair %d: candidate %.1f us (wall %.1f us), reference %.1f us\n", i,
+                     seconds * 1e6, seconds_wall * 1e6, reference_us);
+    }
+  }
+  verify_snapshots(ctx, v, snapshots);
+  return true;
+}
+
+// How CPU pairs are taken: the mode's count at least, and in full mode a quarter second of the candidate's time at
+// least (the median of 50 pairs of a 0.2 ms kernel still moves by 5% from one block of pairs to the next); then
+// until the median speedup is known within 3% (full) or 10% (fast), or eight times the count.
+PairedTimingRule cpu_pairing(const StageContext& ctx) {
+  PairedTimingRule rule;
+  rule.min_pairs = ctx.timed;
+  rule.max_pairs = 8 * ctx.timed;
+  rule.min_candidate_s = ctx.full ? 0.25 : 0.0;
+  rule.tight = ctx.full ? 0.03 : 0.10;
+  return rule;
+}
+
 }  // namespace
 
 bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingStats>& reference_times,
@@ -68,51 +148,38 @@ bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingS
   const ArenaRef arena = ctx.arena();
   const auto& layout = ctx.layout;
   const int sets = ctx.sets();
-  const std::size_t largest = largest_input(layout.inputs[0]);
   std::vector<std::vector<torch::Tensor>> current(sets);  // what each arena set holds now
   for (int s = 0; s < sets; ++s) {
     current[s] = ctx.draw(1000 + static_cast<uint64_t>(s));
     for (std::size_t i = 0; i < current[s].size(); ++i) write_tensor(arena, layout.inputs[s][i], current[s][i]);
   }
   uint64_t stream = 2000;
-  auto refresh_largest = [&](int s) { current[s][largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++); };
 
   for (int w = 0; w < ctx.warmup; ++w)
     for (int s = 0; s < sets; ++s)
       if (!ctx.call(s, v)) return false;
 
-  auto verify = pick_verified(ctx.timed, sets, ctx.verified, ctx.seed);
-  std::vector<Snapshot> snapshots;
+  // The CPU pairs every candidate sample with a reference sample; a GPU times its reference once per task.
+  const bool paired = !ctx.gpu && ctx.timed > 0;
+  if (paired)
+    for (int w = 0; w < std::max(ctx.warmup, 3); ++w)
+      for (int s = 0; s < sets; ++s) ctx.run_reference(current[s]);
+  const PairedTimingRule pairing = cpu_pairing(ctx);
+  PairedSamples pairs;
   std::vector<double> samples;
-  for (int i = 0; i < ctx.timed; ++i) {
-    const int s = i % sets, pattern = i % 2;
-    // The largest input is about to be replaced: whatever an earlier call did to it is checked first.
-    if (!same_bytes(arena, layout.inputs[s][largest], current[s][largest]))
-      flag(v, "input_mutated", "an input was modified during timing");
-    refresh_largest(s);
-    write_tensor(arena, layout.inputs[s][largest], current[s][largest]);
-    for (const auto& slot : layout.outputs[s]) poison(arena, slot, pattern);
-    double seconds = 0.0;
-    if (!ctx.call(s, v, &seconds, /*settle=*/true, /*flush=*/true)) return false;
-    samples.push_back(seconds * 1e6);
-    int64_t unwritten = 0;
-    for (const auto& slot : layout.outputs[s]) unwritten += count_poisoned(arena, slot, pattern);
-    if (unwritten > 0)
-      flag(v, "skipped_work", "timed call " + std::to_string(i) + ": " + std::to_string(unwritten) +
-                                  " output elements never written");
-    if (verify[i]) {
-      Snapshot snap{i, current[s], {}};
-      for (const auto& slot : layout.outputs[s]) snap.outputs.push_back(view_tensor(arena, slot).clone());
-      snapshots.push_back(std::move(snap));
-      // On a GPU the next call starts after an L2 flush anyway, and outputs of several GB are better
-      // checked at once than kept.
-      if (ctx.gpu) verify_snapshots(ctx, v, snapshots);
-    }
+  if (!timed_calls(ctx, v, current, stream, paired ? &pairing : nullptr, pairs, samples)) return false;
+  if (paired) {
+    v.speedup_spread = pairs.spread();
+    if (judge(pairs, pairing) == PairedVerdict::noisy)
+      v.reasons.push_back({"timing_noisy", "after " + std::to_string(pairs.size()) + " paired samples the median "
+                                               "speedup is known only within " +
+                                               std::to_string(static_cast<int>(pairs.half_width() * 100 + 0.5)) +
+                                               "% (pairs spread by " +
+                                               std::to_string(static_cast<int>(pairs.spread() * 100 + 0.5)) + "%)"});
   }
   v.candidate_time = summarize_times(samples);
   if (ctx.gpu && !ctx.gpu->event_samples_us.empty())
     v.candidate_event_median_us = summarize_times(ctx.gpu->event_samples_us).median_us;
-  verify_snapshots(ctx, v, snapshots);
   for (int s = 0; s < sets; ++s) {
     for (std::size_t i = 0; i < current[s].size(); ++i)
       if (!same_bytes(arena, layout.inputs[s][i], current[s][i]))
@@ -121,20 +188,27 @@ bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingS
       if (!guard_intact(arena, slot)) flag(v, "out_of_bounds_write", "a write past the end of an output during timing");
   }
 
+  if (paired) {
+    v.reference_time = summarize_times(pairs.reference_us());
+    if (v.status == Status::correct && pairs.size() > 0) v.speedup = pairs.median_ratio();
+    return true;
+  }
   auto cached = reference_times.find(reference_key);
   if (cached != reference_times.end()) {
     v.reference_time = cached->second;
   } else if (ctx.timed > 0) {
     // Timed once per task and cached, so it can afford more samples than a fast-mode candidate gets: a
     // short run of eager ops is dominated by first-touch effects and would skew every speedup after it.
+    const std::size_t largest = largest_input(layout.inputs[0]);
     const int ref_trials = std::max(ctx.timed, 30);
     for (int w = 0; w < std::max(ctx.warmup, 3); ++w)
       for (int s = 0; s < sets; ++s) ctx.run_reference(current[s]);
     std::vector<double> ref_samples;
     for (int i = 0; i < ref_trials; ++i) {
       int s = i % sets;
-      refresh_largest(s);  // a new tensor, just written, as for the candidate
-      ref_samples.push_back(ctx.timed_reference(current[s]) * 1e6);
+      auto inputs = current[s];  // a new tensor, just written, as for the candidate
+      inputs[largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++);
+      ref_samples.push_back(ctx.timed_reference(inputs) * 1e6);
     }
     v.reference_time = reference_times[reference_key] = summarize_times(ref_samples);
   }

@@ -41,6 +41,7 @@ std::string to_json(const Verdict& v, int indent) {
   j["kernel_coverage"] = v.kernel_coverage ? json(*v.kernel_coverage) : json(nullptr);
   j["candidate_event_median_us"] = v.candidate_event_median_us ? json(*v.candidate_event_median_us) : json(nullptr);
   j["speedup"] = v.speedup ? json(*v.speedup) : json(nullptr);
+  j["speedup_spread"] = v.speedup_spread ? json(*v.speedup_spread) : json(nullptr);
   j["gflops"] = v.gflops ? json(*v.gflops) : json(nullptr);
   j["gbps"] = v.gbps ? json(*v.gbps) : json(nullptr);
   const auto& s = v.stages;

@@ -172,6 +172,7 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary, cons
 WorkerProcess::~WorkerProcess() { terminate(); }
 
 void WorkerProcess::terminate() {
+  release_cpu();
   if (pid_ > 0 && !reaped_) {
     kill(pid_, SIGKILL);
     while (waitpid(pid_, &wait_status_, 0) < 0 && errno == EINTR) {
@@ -181,6 +182,8 @@ void WorkerProcess::terminate() {
   arena_ = nullptr;
   if (socket_ >= 0) close(socket_);
   socket_ = -1;
+  if (stat_fd_ >= 0) close(stat_fd_);
+  stat_fd_ = -1;
   if (!scratch_dir_.empty()) {
     std::error_code ignored;
     fs::remove_all(scratch_dir_, ignored);
@@ -272,8 +275,57 @@ void SharedArena::reserve(std::size_t bytes) {
 
 void SharedArena::reset_control() { std::memset(base_, 0, proto::kControlBytes); }
 
+double WorkerProcess::cpu_seconds() const {
+  clockid_t clock;
+  timespec ts{};
+  if (reaped_ || clock_getcpuclockid(pid_, &clock) != 0 || clock_gettime(clock, &ts) != 0) return -1.0;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+double WorkerProcess::cpu_seconds_when_idle() {
+  auto* c = arena_ ? control(arena_) : nullptr;
+  if (stat_fd_ < 0 && !reaped_) stat_fd_ = open(("/proc/" + std::to_string(pid_) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(1);
+  while (c && stat_fd_ >= 0 && Clock::now() < deadline) {
+    if (c->worker_sleeping.load(std::memory_order_acquire) != 1) {
+      sharing_cpu_ ? static_cast<void>(sched_yield()) : __builtin_ia32_pause();
+      continue;
+    }
+    char buffer[512];
+    const ssize_t n = pread(stat_fd_, buffer, sizeof buffer - 1, 0);
+    if (n <= 0) break;
+    buffer[n] = '\0';
+    const char* state = std::strrchr(buffer, ')');  // "pid (comm) S ...": comm may hold anything but a last ')'
+    if (state && state[1] == ' ' && state[2] == 'S') break;
+  }
+  return cpu_seconds();
+}
+
+bool WorkerProcess::share_cpu() {
+  if (sharing_cpu_ || reaped_) return sharing_cpu_;
+  const int cpu = sched_getcpu();
+  cpu_set_t before, one;
+  if (cpu < 0 || sched_getaffinity(0, sizeof before, &before) != 0) return false;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (sched_setaffinity(pid_, sizeof one, &one) != 0) return false;
+  if (sched_setaffinity(0, sizeof one, &one) != 0) return false;  // the worker alone pinned does no harm
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&before);
+  caller_affinity_.assign(bytes, bytes + sizeof before);
+  sharing_cpu_ = true;
+  if (trace_calls()) std::fprintf(stderr, "worker %d shares cpu %d with the evaluator\n", static_cast<int>(pid_), cpu);
+  return true;
+}
+
+void WorkerProcess::release_cpu() {
+  if (!sharing_cpu_) return;
+  sched_setaffinity(0, caller_affinity_.size(), reinterpret_cast<const cpu_set_t*>(caller_affinity_.data()));
+  sharing_cpu_ = false;
+}
+
 CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layout, SharedArena& arena,
-                                const WorkerLimits& limits, double timeout_s, const DeviceShare* device) {
+                                const WorkerLimits& limits, double timeout_s, const DeviceShare* device,
+                                int host_null_calls) {
   auto start = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   if (!wait_hello(timeout_s)) return lost(elapsed());
@@ -294,6 +346,8 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
   request->arena_bytes = host_bytes;
   request->cuda_device = device ? device->device : -1;
   on_device_ = device != nullptr;
+  // A host null call is rung with its sync, and the worker serves both as null calls.
+  if (!device) request->null_calls = static_cast<uint32_t>(2 * std::max(0, host_null_calls));
   if (device) {
     request->null_calls = static_cast<uint32_t>(device->null_calls);
     request->device_arena_bytes = device->bytes;
@@ -324,6 +378,16 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
   const bool trace = trace_calls();
   if (trace) std::fprintf(stderr, "load: request sent after %.1f ms\n", elapsed() * 1e3);
   null_calls_.clear();
+  null_call_cpu_.clear();
+  double cpu_before = cpu_seconds_when_idle();
+  for (int i = 0; !device && i < host_null_calls; ++i) {
+    CallOutcome out = call(kNullCallSet, timeout_s, /*then_sync=*/true);
+    if (!out.ok()) return out;
+    const double cpu_after = cpu_seconds_when_idle();
+    null_calls_.push_back(out.seconds);
+    null_call_cpu_.push_back(cpu_after - cpu_before);
+    cpu_before = cpu_after;
+  }
   for (int i = 0; device && i < device->null_calls; ++i) {
     if (device->before_call) device->before_call();
     CallOutcome out = call(kNullCallSet, timeout_s);
@@ -359,6 +423,8 @@ CallOutcome WorkerProcess::read_load_reply(double timeout_s, double elapsed_s) {
 }
 
 CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync, bool profile) {
+  // On a shared CPU the worker runs only when this thread gives way.
+  auto wait_a_moment = [this] { sharing_cpu_ ? static_cast<void>(sched_yield()) : __builtin_ia32_pause(); };
   if (!arena_ || reaped_) return {CallOutcome::Kind::worker_lost, 0, 0.0, "worker is not loaded"};
   auto* c = control(arena_);
   uint32_t seq = ++sequence_;
@@ -387,7 +453,7 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync, bool 
         nanosleep(&pause, nullptr);
       }
     } else {
-      __builtin_ia32_pause();
+      wait_a_moment();
     }
   }
   int rc = c->rc;
@@ -398,7 +464,7 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync, bool 
     ring(c, sync_seq);
     for (uint64_t spin = 1; c->done.load(std::memory_order_acquire) != sync_seq; ++spin) {
       if ((spin & 0x3fff) != 0) {
-        __builtin_ia32_pause();
+        wait_a_moment();
         continue;
       }
       if (waitpid(pid_, &wait_status_, WNOHANG) == pid_) {

@@ -21,9 +21,20 @@ std::string reward_kind_name(RewardKind kind) {
   return "?";
 }
 
+namespace {
+
+bool timing_noisy(const eval::Verdict& v) {
+  return std::any_of(v.reasons.begin(), v.reasons.end(), [](const auto& r) { return r.code == "timing_noisy"; });
+}
+
+}  // namespace
+
 double reward(const eval::Verdict& v, const RewardSpec& spec) {
   const bool correct = v.status == eval::Status::correct;
-  const double speedup = correct && v.speedup ? *v.speedup : 0.0;
+  // A speedup the evaluator could not pin down counts at most as parity: a noisy measurement is never a gain, and
+  // a candidate cannot make itself noisy to escape a slow one.
+  const bool noisy = timing_noisy(v);
+  const double speedup = correct && v.speedup ? (noisy ? std::min(*v.speedup, 1.0) : *v.speedup) : 0.0;
   switch (spec.kind) {
     case RewardKind::speedup: return speedup;
     case RewardKind::composite: {
@@ -32,7 +43,8 @@ double reward(const eval::Verdict& v, const RewardSpec& spec) {
              spec.gamma * std::min(speedup, spec.r_max);
     }
     case RewardKind::inverse_runtime: {
-      const double us = correct && v.candidate_time ? v.candidate_time->median_us : 0.0;
+      double us = correct && v.candidate_time ? v.candidate_time->median_us : 0.0;
+      if (noisy && v.reference_time) us = std::max(us, v.reference_time->median_us);
       return us > 0.0 ? spec.scale / us : 0.0;
     }
   }

@@ -7,6 +7,7 @@
 namespace crucible::rewards {
 
 enum class RewardKind {
+  // A verdict with `timing_noisy` counts as no faster than the reference in every kind.
   speedup,          // reference / candidate time when correct, else 0
   composite,        // alpha * compiled + beta * correct + gamma * min(speedup, r_max)
   inverse_runtime,  // scale / candidate median in microseconds when correct, else 0 (TTT-Discover's kernel reward)

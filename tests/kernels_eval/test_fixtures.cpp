@@ -108,6 +108,38 @@ TEST_CASE("signalling completion early hides no time: the tamperer is timed like
   CHECK(tamper_us > 0.2 * honest_us);
 }
 
+TEST_CASE("a take-over of the doorbell is timed no faster than an honest candidate doing the same work") {
+  test::TestEvaluator t("takeover");
+  auto& evaluator = t.evaluator;
+  auto task = tasks::find_task("relu", test::tasks_dir());
+  auto options = test_options();
+  options.mode = eval::Mode::full;
+  const auto takeover = test::read_file(test::cpu_fixture("doorbell_takeover"));
+  const auto honest = test::read_file(test::source_dir() / "configs/candidates/cpu/relu.cpp");
+  // Best of two each, interleaved: a take-over's advantage was 16-80x, an honest measurement moves by a few percent.
+  double takeover_best = 0.0, honest_best = 0.0;
+  for (int round = 0; round < 2; ++round) {
+    auto a = evaluator.evaluate(task, takeover, options);
+    auto b = evaluator.evaluate(task, honest, options);
+    INFO(test::detail_of(a), " / ", test::detail_of(b));
+    REQUIRE(a.status == eval::Status::correct);  // it does compute the right answers
+    REQUIRE(b.status == eval::Status::correct);
+    REQUIRE((a.speedup && b.speedup));
+    takeover_best = std::max(takeover_best, *a.speedup);
+    honest_best = std::max(honest_best, *b.speedup);
+  }
+  MESSAGE("take-over speedup ", takeover_best, ", honest ", honest_best);
+  CHECK(takeover_best <= 1.2 * honest_best);
+
+  // Punching holes in the shared arena's next output is refused outright.
+  auto punch = options;
+  punch.compile.extra_flags = {"-DPUNCH_HOLES"};
+  auto holes = evaluator.evaluate(task, takeover, punch);
+  INFO(test::detail_of(holes));
+  CHECK(holes.status == eval::Status::rejected);
+  CHECK(holes.has_reason("forbidden_syscall"));
+}
+
 TEST_CASE("a task's own allowlist admits a library call the default gate refuses") {
   test::TestEvaluator t("allow");
   auto& evaluator = t.evaluator;

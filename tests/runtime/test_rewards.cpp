@@ -46,6 +46,36 @@ double kl_to_uniform(const std::vector<double>& r, double beta) {
 
 }  // namespace
 
+TEST_CASE("a noisy timing counts as parity at best in every reward kind") {
+  struct Row {
+    rewards::RewardKind kind;
+    double speedup, candidate_us, reference_us;
+    bool noisy;
+    double expected;
+  };
+  const Row rows[] = {
+      {rewards::RewardKind::speedup, 3.0, 10.0, 30.0, false, 3.0},
+      {rewards::RewardKind::speedup, 3.0, 10.0, 30.0, true, 1.0},   // a gain it could not pin down: parity
+      {rewards::RewardKind::speedup, 0.5, 60.0, 30.0, true, 0.5},   // a slow one stays slow
+      {rewards::RewardKind::composite, 3.0, 10.0, 30.0, true, 0.1 + 0.3 + 1.0},
+      {rewards::RewardKind::inverse_runtime, 3.0, 10.0, 30.0, false, 1000.0 / 10.0},
+      {rewards::RewardKind::inverse_runtime, 3.0, 10.0, 30.0, true, 1000.0 / 30.0},
+      {rewards::RewardKind::inverse_runtime, 0.5, 60.0, 30.0, true, 1000.0 / 60.0},
+  };
+  for (const Row& row : rows) {
+    eval::Verdict v = verdict(eval::Status::correct, row.speedup, row.candidate_us);
+    eval::TimingStats reference;
+    reference.median_us = row.reference_us;
+    v.reference_time = reference;
+    if (row.noisy) v.reasons.push_back({"timing_noisy", "pairs spread"});
+    rewards::RewardSpec spec;
+    spec.kind = row.kind;
+    CAPTURE(rewards::reward_kind_name(row.kind));
+    CAPTURE(row.noisy);
+    CHECK(rewards::reward(v, spec) == doctest::Approx(row.expected));
+  }
+}
+
 TEST_CASE("each reward kind turns a verdict into the value its definition gives") {
   rewards::RewardSpec speedup;
   CHECK(rewards::reward(verdict(eval::Status::correct, 2.5), speedup) == doctest::Approx(2.5));

@@ -6,11 +6,13 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <iterator>
 #include <vector>
 
 namespace crucible::eval {
@@ -95,10 +97,24 @@ void allow_device_needs(Program& p, const std::vector<long>& extra, const std::v
   for (long nr : extra) allow(p, nr);
 }
 
+// madvise, except the advice that frees or evicts a shared mapping's pages for every process that maps it: a worker
+// that punches holes in the arena's next output makes the evaluator's untimed writes fault (and slows them).
+void allow_madvise_but_shared_eviction(Program& p) {
+  const uint32_t refused[] = {MADV_REMOVE, MADV_COLD, MADV_PAGEOUT, MADV_HWPOISON, 101 /* MADV_SOFT_OFFLINE */};
+  const auto n = static_cast<uint8_t>(std::size(refused));
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(SYS_madvise), 0, static_cast<uint8_t>(n + 3));
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, arg_low(2));
+  for (uint8_t i = 0; i < n; ++i) jump(p, BPF_JMP | BPF_JEQ | BPF_K, refused[i], static_cast<uint8_t>(n - i), 0);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  stmt(p, BPF_RET | BPF_K, kRefuse);
+}
+
 // Shared by both stages: memory management, futex, exit, and the signals a crash or abort() needs.
 void allow_basics(Program& p, pid_t self) {
   allow_if_arg_equals(p, SYS_tgkill, 0, static_cast<uint32_t>(self));  // abort() raises SIGABRT on itself
-  for (long nr : {SYS_futex, SYS_mmap, SYS_munmap, SYS_mremap, SYS_brk, SYS_madvise, SYS_mprotect, SYS_exit,
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
+  allow_madvise_but_shared_eviction(p);
+  for (long nr : {SYS_futex, SYS_mmap, SYS_munmap, SYS_mremap, SYS_brk, SYS_mprotect, SYS_exit,
                   SYS_exit_group, SYS_rt_sigreturn, SYS_rt_sigprocmask, SYS_getpid, SYS_gettid,
                   SYS_restart_syscall})
     allow(p, nr);

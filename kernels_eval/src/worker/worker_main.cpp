@@ -118,7 +118,7 @@ uint64_t monotonic_ns() {
 void wait_for_call(uint32_t expected) {
   auto* c = g_control;
   const uint64_t window_ns = static_cast<uint64_t>(device::spin_window_seconds() * 1e9), start = monotonic_ns();
-  for (uint32_t spin = 1;; ++spin) {
+  for (uint32_t spin = 1; window_ns > 0; ++spin) {
     if (c->go.load(std::memory_order_acquire) == expected) return;
     __builtin_ia32_pause();
     if ((spin & 1023) == 0 && monotonic_ns() - start > window_ns) break;

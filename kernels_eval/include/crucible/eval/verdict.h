@@ -76,6 +76,9 @@ struct Verdict {
   // library kernels, copies and memsets. Reported by the worker: a hint for rewards against lazy optimisation.
   std::optional<double> kernel_coverage;
   std::optional<double> speedup;
+  // CPU: candidate and reference are timed in pairs; the interquartile range of the pairs' ratios over their
+  // median. Above the evaluator's bound after re-measuring, the verdict carries the reason `timing_noisy`.
+  std::optional<double> speedup_spread;
   std::optional<double> gflops;  // candidate, when the task declares flops
   std::optional<double> gbps;    // candidate: the least traffic (inputs read, outputs written once) per second
   int threads = 1;

@@ -99,10 +99,28 @@ class WorkerProcess {
   WorkerProcess& operator=(const WorkerProcess&) = delete;
 
   // Lends the arena (which must hold the layout), has the worker load the candidate and seal itself.
+  // `host_null_calls` (CPU workers): null calls, each followed by a sync as a timed call is, served before the
+  // candidate is loaded; their CPU cost is the harness's own share of a timed call.
   CallOutcome load(const std::filesystem::path& so_path, const ArenaLayout& layout, SharedArena& arena,
-                   const WorkerLimits& limits, double timeout_s, const DeviceShare* device = nullptr);
+                   const WorkerLimits& limits, double timeout_s, const DeviceShare* device = nullptr,
+                   int host_null_calls = 0);
   // Wall-clock seconds of each null call served during load (trusted code only: the fixed cost of a call).
   const std::vector<double>& null_call_seconds() const { return null_calls_; }
+  // CPU seconds the worker process used in each host null call with its sync (trusted code only).
+  const std::vector<double>& null_call_cpu_seconds() const { return null_call_cpu_; }
+  // CPU time the worker process has used so far, all its threads, user and system, read by this process through
+  // the worker's CPU clock (clock_getcpuclockid), which nothing inside the worker can set; -1 once it is gone.
+  double cpu_seconds() const;
+  // The same, once the worker has gone to sleep waiting for its next call (at most ~1 ms): the kernel brings a
+  // process's CPU time read from outside up to date only when it is switched out or at a tick, so a running
+  // worker's figure can lag by a whole call.
+  double cpu_seconds_when_idle();
+  // Runs the worker on the CPU this thread is on now, and this thread there too, until release_cpu(): the two take
+  // turns (a waiting caller yields instead of spinning), so a candidate and a reference timed in pairs see the
+  // same core's caches and speed. Across cores of a shared machine pairs drift by 10-20% from one run to the next;
+  // on one core they agree within a few percent. False when affinity cannot be set (nothing is changed then).
+  bool share_cpu();
+  void release_cpu();
   // Runs crucible_forward on one set. `seconds` is measured here, from ringing the doorbell to seeing
   // the worker's completion, so the candidate cannot touch it.
   // With `then_sync`, the sync below follows at once (the worker is not stopped in between) and its time
@@ -133,8 +151,11 @@ class WorkerProcess {
   int wait_status_ = 0;
   bool hello_seen_ = false;
   std::filesystem::path scratch_dir_;  // private temporary directory: the worker's cwd and TMPDIR
-  std::vector<double> null_calls_;
+  std::vector<double> null_calls_, null_call_cpu_;
+  int stat_fd_ = -1;  // /proc/<pid>/stat, kept open to see the worker's scheduler state cheaply
   bool on_device_ = false;
+  bool sharing_cpu_ = false;
+  std::vector<unsigned char> caller_affinity_;  // the caller thread's cpu_set_t before share_cpu()
 
   friend class WorkerPool;
 };
