@@ -1,10 +1,12 @@
 #include "crucible/eval/compiler.h"
 
 #include <openssl/evp.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -28,9 +30,13 @@ std::string read_file(const fs::path& p) {
 void write_file_atomically(const fs::path& target, const std::string& data) {
   fs::path tmp = target;
   tmp += ".tmp" + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << data;
+  std::ofstream out(tmp, std::ios::binary);
+  out << data;
+  out.close();
+  if (!out) {  // a full disk: nothing half-written is published
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw std::runtime_error("cannot write " + target.string() + ": " + std::strerror(errno));
   }
   fs::rename(tmp, target);
 }
@@ -44,6 +50,51 @@ std::string nvcc_path() {
 std::string cxx_path() {
   if (const char* env = std::getenv("CRUCIBLE_CXX")) return env;
   return "g++";
+}
+
+// A compile runs in a private directory holding the candidate, the contract header and the linker's version script,
+// named relative to it: compiler messages name the candidate's file as its author would, and nothing else of the
+// machine needs to be reachable beyond the toolchain.
+constexpr const char* kIncludeDir = "include";
+constexpr const char* kExportsFile = "exports.map";
+// Only the contract's entry point is exported; everything else the candidate defines (out-of-line template code of
+// namespace std included, which has default visibility) stays local, so nothing it defines can interpose on the
+// harness.
+constexpr const char* kExportsScript = "{\n  global: crucible_forward;\n  local: *;\n};\n";
+
+// Every directory above `path` can be searched by others, and the file itself read and run by them: an unprivileged
+// compiler can run from here.
+bool reachable_by_others(const fs::path& path) {
+  std::error_code ec;
+  fs::path p = fs::canonical(path, ec);
+  if (ec) return false;
+  if ((fs::status(p, ec).permissions() & fs::perms::others_exec) == fs::perms::none) return false;
+  for (p = p.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
+    if ((fs::status(p, ec).permissions() & fs::perms::others_exec) == fs::perms::none) return false;
+  return true;
+}
+
+std::string resolve_in_path(const std::string& tool) {
+  if (tool.find('/') != std::string::npos) return tool;
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    if (!dir.empty() && access((fs::path(dir) / tool).c_str(), X_OK) == 0) return (fs::path(dir) / tool).string();
+  return tool;
+}
+
+// Failures of the machine rather than the candidate: not its verdict, and never cached.
+std::string environment_failure(const ProcessResult& r) {
+  if (r.exit_code == ProcessResult::kCannotExecute && r.signal == 0) return "the compiler could not be started";
+  if (r.exit_code == ProcessResult::kCannotSetIdentity && r.signal == 0)
+    return "the compiler could not take its unprivileged identity";
+  if (r.exit_code == ProcessResult::kCannotEnterDirectory && r.signal == 0)
+    return "the compiler could not enter its build directory";
+  if (r.output.find("No space left on device") != std::string::npos) return "the disk is full (No space left on device)";
+  if (r.output.find("Disk quota exceeded") != std::string::npos) return "the disk quota is exceeded";
+  if (r.signal == SIGKILL || r.signal == SIGTERM || r.signal == SIGINT || r.signal == SIGHUP)
+    return "the compiler was killed from outside (signal " + std::to_string(r.signal) + ")";
+  return {};
 }
 
 // Keep the head of a compiler log, where the first error usually is. The compiler copies the candidate's bytes
@@ -87,14 +138,15 @@ std::vector<std::string> Compiler::flags(const CompileOptions& o) const {
     // Hidden visibility keeps everything but the contract's entry points out of the export table;
     // -fno-gnu-unique stops static locals of inline functions from becoming global unique symbols.
     f = {cxx_path(), "-std=c++17", "-O3", "-march=native", "-fPIC", "-shared", "-fvisibility=hidden",
-         "-fvisibility-inlines-hidden", "-fno-gnu-unique", "-I" + include_dir_.string()};
+         "-fvisibility-inlines-hidden", "-fno-gnu-unique", "-I" + std::string(kIncludeDir),
+         "-Wl,--version-script=" + std::string(kExportsFile)};
   } else if (o.backend == "cuda") {
     // The CUDA runtime is linked as a shared library so that what a candidate calls from it shows up by
     // name in its import table, where the static gate can judge it (statically linked, cudart's own
     // imports of threads, files and sockets would hide the candidate's).
     f = {nvcc_path(), "-std=c++17", "-O3", "-arch=" + o.cuda_arch, "-shared", "-cudart", "shared",
          "-Xcompiler", "-fPIC,-fvisibility=hidden,-fvisibility-inlines-hidden,-fno-gnu-unique",
-         "-I" + include_dir_.string()};
+         "-I" + std::string(kIncludeDir), "-Xlinker", "--version-script=" + std::string(kExportsFile)};
   } else {
     throw std::invalid_argument("unknown compile backend '" + o.backend + "'");
   }
@@ -153,13 +205,34 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
   }
 
   // Build in a private directory, then publish with a rename so concurrent compiles never see half a file.
-  fs::path work = dir / (result.hash + ".build" + std::to_string(getpid()) + "-" +
-                         std::to_string(std::random_device{}()));
-  fs::create_directories(work);
-  fs::path src = work / (o.backend == "cuda" ? "candidate.cu" : "candidate.cpp");
-  write_file_atomically(src, source);
+  std::string pattern = (fs::temp_directory_path() / "crucible-compile-XXXXXX").string();
+  if (!mkdtemp(pattern.data())) {
+    result.outcome = CompileResult::Outcome::environment_error;
+    result.log = std::string("cannot create a build directory: ") + std::strerror(errno);
+    return finish();
+  }
+  const fs::path work = pattern;
+  std::error_code ignored;
+  auto cleanup = [&] { fs::remove_all(work, ignored); };
+  const std::string tool = resolve_in_path(flags(o).front());
+  // As root, the compiler runs as nobody when it can reach its toolchain that way (docs/evaluation.md).
+  const bool unprivileged = geteuid() == 0 && reachable_by_others(tool);
+  try {
+    fs::create_directories(work / kIncludeDir / "crucible");
+    write_file_atomically(work / kIncludeDir / "crucible" / "kernel.h", header_text_);
+    write_file_atomically(work / kExportsFile, kExportsScript);
+    write_file_atomically(work / (o.backend == "cuda" ? "candidate.cu" : "candidate.cpp"), source);
+    if (unprivileged && chown(work.c_str(), kUnprivilegedId, kUnprivilegedId) != 0)
+      throw std::runtime_error(std::string("chown: ") + std::strerror(errno));
+  } catch (const std::exception& e) {
+    cleanup();
+    result.outcome = CompileResult::Outcome::environment_error;
+    result.log = std::string("cannot prepare the build directory: ") + e.what();
+    return finish();
+  }
   std::vector<std::string> argv = flags(o);
-  argv.insert(argv.end(), {src.string(), "-o", (work / "candidate.so").string()});
+  argv.front() = tool;
+  argv.insert(argv.end(), {o.backend == "cuda" ? "candidate.cu" : "candidate.cpp", "-o", "candidate.so"});
 
   ProcessLimits limits;
   limits.wall_seconds = o.time_limit_s;
@@ -167,9 +240,17 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
   limits.file_size_bytes = o.max_binary_bytes;
   // Compiles are throughput work; timing runs on the same cores and must not wait for them.
   limits.nice = 10;
+  limits.unprivileged = unprivileged;
+  // Nothing of the evaluator's environment (tokens, proxies, paths to private files) reaches the compiler.
+  limits.environment = {"PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + work.string(),
+                        "TMPDIR=" + work.string(), "LC_ALL=C"};
   ProcessResult r = run_process(argv, limits, work.string());
 
-  if (r.timed_out) {
+  const std::string environment = r.timed_out ? std::string() : environment_failure(r);
+  if (!environment.empty()) {
+    result.outcome = CompileResult::Outcome::environment_error;
+    result.log = environment + "\n" + excerpt(r.output);
+  } else if (r.timed_out) {
     result.outcome = CompileResult::Outcome::timed_out;
     result.log = "compile time limit of " + std::to_string(o.time_limit_s) + " s exceeded\n" + excerpt(r.output);
   } else if (!r.ok() || !fs::exists(work / "candidate.so")) {
@@ -182,14 +263,29 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
                      r.output.find("out of memory") != std::string::npos ||
                      r.output.find("memory exhausted") != std::string::npos;
     if (r.signal) result.log += "\ncompiler killed by signal " + std::to_string(r.signal) + " (memory or size limit)";
-    if (!transient) write_file_atomically(failure, result.log);
+    if (!transient) {
+      try {
+        write_file_atomically(failure, result.log);
+      } catch (const std::exception&) {  // a full cache disk loses the record, not the verdict
+      }
+    }
   } else {
-    fs::rename(work / "candidate.so", so);
-    result.outcome = CompileResult::Outcome::ok;
-    result.log = excerpt(r.output);
+    // Copied into the cache beside its final name, then renamed: the build directory may be on another file system.
+    fs::path staged = so;
+    staged += ".tmp" + std::to_string(getpid());
+    std::error_code ec;
+    fs::copy_file(work / "candidate.so", staged, fs::copy_options::overwrite_existing, ec);
+    if (!ec) fs::rename(staged, so, ec);
+    if (ec) {
+      fs::remove(staged, ignored);
+      result.outcome = CompileResult::Outcome::environment_error;
+      result.log = "cannot store the compiled candidate in the cache: " + ec.message();
+    } else {
+      result.outcome = CompileResult::Outcome::ok;
+      result.log = excerpt(r.output);
+    }
   }
-  std::error_code ignored;
-  fs::remove_all(work, ignored);
+  cleanup();
   return finish();
 }
 

@@ -266,6 +266,10 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
       v.status = Status::compile_error;
       v.reasons.push_back({"compiler_error", "the compiler reported errors (see compile log)"});
       return finish();
+    case CompileResult::Outcome::environment_error:
+      v.status = Status::compile_error;
+      v.reasons.push_back({"compile_environment", "not the candidate's fault, and not cached: " + compiled.log});
+      return finish();
   }
 
   // 2. Static gate.

@@ -1,6 +1,9 @@
 #include "crucible/eval/static_gate.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <array>
 #include <set>
 #include <string_view>
@@ -25,6 +28,13 @@ constexpr std::array kPlainAllowed{
     "memcpy", "memmove", "memset", "memcmp", "memchr", "strlen", "malloc", "free", "calloc", "realloc",
     "aligned_alloc", "posix_memalign", "abort", "__assert_fail", "__stack_chk_fail", "__errno_location",
     "__memcpy_chk", "__memmove_chk", "__memset_chk", "qsort", "bsearch",
+    // string functions that only read and write memory they are given
+    "strchr", "strrchr", "strstr", "strcmp", "strncmp", "strcpy", "strncpy", "strcat", "strncat", "strnlen",
+    "strspn", "strcspn", "strpbrk", "memrchr", "rawmemchr", "__strcpy_chk", "__strncpy_chk", "__strcat_chk",
+    "__rawmemchr", "strtol", "strtoul", "strtoll", "strtoull", "strtof", "strtod", "atoi", "atol", "atof",
+    "abs", "labs", "llabs", "div", "ldiv",
+    // thread-local storage (a scratch buffer per thread; the worker has one thread) and its destructors
+    "__tls_get_addr", "__cxa_thread_atexit", "__cxa_thread_atexit_impl",
     // emitted by crtstuff into every shared object
     "__cxa_finalize", "__gmon_start__", "_ITM_deregisterTMCloneTable", "_ITM_registerTMCloneTable",
     // C++ ABI: exceptions, guarded statics, atexit for static destructors
@@ -116,9 +126,28 @@ bool allowed_by_default(const std::string& symbol, const std::string& backend) {
     if (starts_with(symbol, p)) return true;
   if (starts_with(symbol, "_ZSt") && contains(symbol, "__throw_")) return true;
   if (contains(symbol, "_Rb_tree_")) return true;
+  // std's exception classes (constructed, thrown, caught, what()), and the out-of-line vector growth helpers.
+  for (std::string_view p : {"_ZNSt13runtime_error", "_ZNKSt13runtime_error", "_ZNSt11logic_error",
+                             "_ZNKSt11logic_error", "_ZNSt12out_of_range", "_ZNSt16invalid_argument",
+                             "_ZNSt12length_error", "_ZNSt9exception", "_ZNKSt9exception", "_ZNSt13bad_alloc",
+                             "_ZNKSt13bad_alloc", "_ZNSt12domain_error", "_ZNSt14overflow_error",
+                             "_ZNSt15underflow_error", "_ZNSt11range_error", "_ZNSt9bad_alloc"})
+    if (starts_with(symbol, p)) return true;
   if (starts_with(symbol, "_ZNSt7__cxx1112basic_string") || starts_with(symbol, "_ZNKSt7__cxx1112basic_string"))
     return true;
   return false;
+}
+
+// A C++ name as its author wrote it ("std::vector<float>::push_back(float const&)"), with the linker's name after
+// it when they differ; long names are cut (a refusal must stay readable).
+std::string readable_symbol(const std::string& symbol) {
+  int status = -1;
+  char* demangled = abi::__cxa_demangle(symbol.c_str(), nullptr, nullptr, &status);
+  std::string out = status == 0 && demangled ? demangled : symbol;
+  std::free(demangled);
+  constexpr std::size_t kMax = 160;
+  if (out.size() > kMax) out = out.substr(0, kMax) + "...";
+  return out == symbol ? out : out + " [" + symbol.substr(0, kMax) + "]";
 }
 
 }  // namespace
@@ -152,16 +181,19 @@ std::vector<Reason> check_shared_object(const std::filesystem::path& so_path, co
   }
   for (const auto& s : symbols.imports) {
     std::string why = classify_import(s, policy);
-    if (!why.empty()) reasons.push_back({"forbidden_import", s + " (" + why + ")"});
+    if (!why.empty()) reasons.push_back({"forbidden_import", readable_symbol(s) + " (" + why + ")"});
   }
   // Linker-defined section markers are harmless; anything else beyond the entry point could interpose
   // on the harness's own functions.
   static const std::set<std::string> allowed_exports{"crucible_forward", "_init", "_fini", "__bss_start", "_edata",
                                                      "_end"};
   for (const auto& s : symbols.exports)
-    if (!allowed_exports.count(s)) reasons.push_back({"forbidden_export", s});
+    if (!allowed_exports.count(s))
+      reasons.push_back({"forbidden_export", readable_symbol(s) + " is exported, and only the contract's entry point "
+                                             "may be (it could stand in for the harness's own functions)"});
   if (std::find(symbols.exports.begin(), symbols.exports.end(), "crucible_forward") == symbols.exports.end())
-    reasons.push_back({"missing_entry_point", "crucible_forward is not exported"});
+    reasons.push_back({"missing_entry_point", "crucible_forward is not exported: is it declared with CRUCIBLE_API "
+                                              "and the contract's signature?"});
   return reasons;
 }
 

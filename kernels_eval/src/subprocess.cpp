@@ -1,6 +1,7 @@
 #include "crucible/eval/subprocess.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -26,9 +27,12 @@ void set_limit(int resource, std::size_t bytes) {
 ProcessResult run_process(const std::vector<std::string>& argv, const ProcessLimits& limits,
                           const std::string& working_dir) {
   if (argv.empty()) throw std::invalid_argument("run_process: empty argv");
-  std::vector<char*> args;
+  std::vector<char*> args, env;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  for (const auto& e : limits.environment) env.push_back(const_cast<char*>(e.c_str()));
+  env.push_back(nullptr);
+  const bool drop_root = limits.unprivileged && geteuid() == 0;
 
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
@@ -54,9 +58,17 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessLim
     set_limit(RLIMIT_AS, limits.address_space_bytes);
     set_limit(RLIMIT_FSIZE, limits.file_size_bytes);
     if (limits.nice > 0) setpriority(PRIO_PROCESS, 0, limits.nice);
-    if (!working_dir.empty() && chdir(working_dir.c_str()) != 0) _exit(126);
-    execvp(args[0], args.data());
-    _exit(127);
+    if (drop_root) {
+      const gid_t id = kUnprivilegedId;
+      if (setgroups(0, nullptr) != 0 || setresgid(id, id, id) != 0 || setresuid(id, id, id) != 0)
+        _exit(ProcessResult::kCannotSetIdentity);
+    }
+    if (!working_dir.empty() && chdir(working_dir.c_str()) != 0) _exit(ProcessResult::kCannotEnterDirectory);
+    if (limits.environment.empty())
+      execvp(args[0], args.data());
+    else
+      execvpe(args[0], args.data(), env.data());
+    _exit(ProcessResult::kCannotExecute);
   }
   setpgid(pid, pid);  // also from the parent, so the group exists before any kill
   close(pipe_fds[1]);

@@ -1,4 +1,8 @@
 #include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
 
 #include "crucible/eval/compiler.h"
 #include "crucible/eval/evaluator.h"
@@ -95,4 +99,41 @@ TEST_CASE("run_process enforces its wall-clock limit on the whole process group"
   CHECK_FALSE(ok.timed_out);
   CHECK(ok.exit_code == 3);
   CHECK(ok.output == "hello\n");
+}
+
+TEST_CASE("a candidate that includes a private file gets a compile error naming it, never its contents") {
+  if (geteuid() != 0) {
+    MESSAGE("skipped: not root (the compiler runs as this user, who may read its own private files; see "
+            "docs/evaluation.md)");
+    return;
+  }
+  test::ScratchDir cache("compile-private");
+  const auto secret = cache.path() / "secret.txt";
+  {
+    std::ofstream out(secret);
+    out << "TOPSECRET-LINE\n";
+  }
+  std::filesystem::permissions(secret, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  eval::Compiler compiler(cache.path() / "cache", eval::default_include_dir());
+  auto r = compiler.compile("#include \"" + secret.string() + "\"\n", {});
+  INFO(r.log);
+  CHECK(r.outcome == eval::CompileResult::Outcome::failed);
+  CHECK(r.log.find(secret.string()) != std::string::npos);
+  CHECK(r.log.find("Permission denied") != std::string::npos);
+  CHECK(r.log.find("TOPSECRET") == std::string::npos);
+  CHECK(r.log.rfind("candidate.cpp:", 0) == 0);  // the author's file name, not a build path
+}
+
+TEST_CASE("a compiler that cannot run is the machine's failure, not the candidate's, and is not cached") {
+  test::ScratchDir cache("compile-env");
+  eval::Compiler compiler(cache.path(), eval::default_include_dir());
+  setenv("CRUCIBLE_CXX", "/nonexistent/g++", 1);
+  auto r = compiler.compile(kRelu, {});
+  unsetenv("CRUCIBLE_CXX");
+  CHECK(r.outcome == eval::CompileResult::Outcome::environment_error);
+  CHECK_FALSE(r.cached);
+  // Once the compiler is back, the same source compiles: nothing was cached against it.
+  eval::Compiler again(cache.path(), eval::default_include_dir());
+  auto ok = again.compile(kRelu, {});
+  CHECK(ok.ok());
 }

@@ -20,7 +20,9 @@ struct CompileOptions {
 };
 
 struct CompileResult {
-  enum class Outcome { ok, failed, timed_out, source_too_large };
+  // environment_error: the compiler could not do its work for reasons not the candidate's (a full disk, a missing
+  // compiler, a kill from outside); never cached.
+  enum class Outcome { ok, failed, timed_out, source_too_large, environment_error };
   Outcome outcome = Outcome::failed;
   bool cached = false;
   double seconds = 0.0;

@@ -12,7 +12,14 @@ struct ProcessLimits {
   std::size_t file_size_bytes = 0;      // 0: unlimited
   std::size_t max_output_bytes = 64 * 1024;
   int nice = 0;  // added to the child's scheduling niceness
+  // Started as root, the child gives up root for the unprivileged uid and gid 65534 ("nobody") before it runs:
+  // owner permissions would otherwise let a compiler read root's private files into its error messages.
+  bool unprivileged = false;
+  // The child's whole environment when not empty (the caller's is not inherited then).
+  std::vector<std::string> environment;
 };
+
+constexpr unsigned kUnprivilegedId = 65534;
 
 struct ProcessResult {
   int exit_code = -1;   // valid when !signaled
@@ -21,6 +28,8 @@ struct ProcessResult {
   double seconds = 0.0;
   std::string output;   // stdout and stderr, truncated to max_output_bytes
   bool ok() const { return !timed_out && signal == 0 && exit_code == 0; }
+  // Exit codes of the child itself before the program ran (see run_process).
+  static constexpr int kCannotSetIdentity = 124, kCannotEnterDirectory = 126, kCannotExecute = 127;
 };
 
 // The child runs in its own process group, so a timeout kills the whole tree it started.
