@@ -73,6 +73,8 @@ bool classify_failure(const CallOutcome& out, Verdict& v) {
     case K::timed_out: return fail(Status::timeout, "wall_timeout");
     case K::cpu_limit: return fail(Status::timeout, "cpu_time_limit");
     case K::worker_lost: return fail(Status::runtime_error, "worker_lost");
+    case K::unsealed: return fail(Status::rejected, "unsealed");
+    case K::budget: return fail(Status::timeout, "evaluation_budget");
     case K::device_error:
       return fail(Status::runtime_error, out.rc == 2 /* cudaErrorMemoryAllocation */ ? "out_of_memory" : "cuda_error");
   }

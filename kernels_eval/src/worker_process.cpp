@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <linux/seccomp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sched.h>
@@ -9,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -171,12 +173,24 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary, cons
 
 WorkerProcess::~WorkerProcess() { terminate(); }
 
+bool WorkerProcess::reap(bool block) {
+  if (reaped_) return true;
+  rusage usage{};
+  pid_t got;
+  while ((got = wait4(pid_, &wait_status_, block ? 0 : WNOHANG, &usage)) < 0 && errno == EINTR) {
+  }
+  if (got != pid_) return false;
+  reaped_ = true;
+  reaped_cpu_s_ = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                  static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
+  return true;
+}
+
 void WorkerProcess::terminate() {
   release_cpu();
   if (pid_ > 0 && !reaped_) {
     kill(pid_, SIGKILL);
-    while (waitpid(pid_, &wait_status_, 0) < 0 && errno == EINTR) {
-    }
+    reap(true);
     reaped_ = true;
   }
   arena_ = nullptr;
@@ -204,43 +218,40 @@ bool WorkerProcess::wait_hello(double timeout_s) {
 CallOutcome WorkerProcess::lost(double seconds) {
   if (!reaped_) {
     // A worker can look lost while alive (a stray byte on the socket, a missed hello): never wait on it.
-    bool exited = waitpid(pid_, &wait_status_, WNOHANG) == pid_;
-    if (!exited) {
+    if (!reap(false)) {
       kill(pid_, SIGKILL);
-      while (waitpid(pid_, &wait_status_, 0) < 0 && errno == EINTR) {
-      }
-      if (WIFSIGNALED(wait_status_) && WTERMSIG(wait_status_) == SIGKILL) {
-        reaped_ = true;
+      reap(true);
+      if (WIFSIGNALED(wait_status_) && WTERMSIG(wait_status_) == SIGKILL)
         return {CallOutcome::Kind::worker_lost, 0, seconds, "worker broke the protocol and was killed"};
-      }
     }
-    reaped_ = true;
   }
   CallOutcome out;
   out.seconds = seconds;
   if (WIFSIGNALED(wait_status_)) {
     int sig = WTERMSIG(wait_status_);
-    if (sig == SIGSYS) {
+    auto* c = arena_ ? control(arena_) : nullptr;
+    const bool noted = c && c->crash_signal.load(std::memory_order_acquire) == sig;
+    // Only the kernel's own enforcement is a sandbox or limit verdict: a signal the candidate sent itself is a crash.
+    const bool by_seccomp = noted && c->crash_origin == 1 /* SYS_SECCOMP */;
+    const bool by_cpu_limit = reaped_cpu_s_ + 0.5 >= static_cast<double>(cpu_limit_s_);
+    if (sig == SIGSYS && by_seccomp) {
       out.kind = CallOutcome::Kind::forbidden_syscall;
-      out.detail = "killed by the sandbox for a forbidden system call";
-      auto* c = arena_ ? control(arena_) : nullptr;
-      if (c && c->crash_signal.load(std::memory_order_acquire) == SIGSYS)
-        out.detail += " (number " + std::to_string(c->crash_code) + " on x86-64, first argument " +
-                      std::to_string(static_cast<int64_t>(c->crash_address)) + ")";
-    } else if (sig == SIGXCPU) {
+      // The number only, and only a plausible one: a detail must not carry values the candidate chose (a refused
+      // call's arguments could hold bytes of a file it read while loading).
+      const int nr = c->crash_code;
+      out.detail = "killed by the sandbox for a forbidden system call" +
+                   (nr >= 0 && nr < 1024 ? " (number " + std::to_string(nr) + " on x86-64)" : std::string());
+    } else if (sig == SIGXCPU && by_cpu_limit) {
       out.kind = CallOutcome::Kind::cpu_limit;
       out.detail = "CPU time limit exceeded (SIGXCPU)";
     } else {
       out.kind = CallOutcome::Kind::crashed;
       out.detail = "candidate crashed: " + describe_signal(sig);
-      auto* c = arena_ ? control(arena_) : nullptr;
-      if (c && c->crash_signal.load(std::memory_order_acquire) == sig &&
-          (sig == SIGSEGV || sig == SIGBUS)) {
-        char addr[32];
-        std::snprintf(addr, sizeof addr, "0x%llx", static_cast<unsigned long long>(c->crash_address));
-        out.detail += std::string(" at address ") + addr;
-        if (c->crash_address < 4096) out.detail += " (null pointer: an allocation may have failed under the memory limit)";
-      }
+      if ((sig == SIGSYS && !by_seccomp) || (sig == SIGXCPU && !by_cpu_limit))
+        out.detail += ", sent by the candidate itself (not the sandbox's or a limit's doing)";
+      // Whether the faulting address was null, not the address: that is the candidate's choice too.
+      if (noted && (sig == SIGSEGV || sig == SIGBUS) && c->crash_address < 4096)
+        out.detail += " at a null pointer (an allocation may have failed under the memory limit)";
       if (sig == SIGABRT) out.detail += " (abort, e.g. an uncaught exception such as std::bad_alloc)";
     }
   } else {
@@ -344,6 +355,7 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
   request->num_inputs = static_cast<uint32_t>(layout.inputs[0].size());
   request->num_outputs = static_cast<uint32_t>(layout.outputs[0].size());
   request->arena_bytes = host_bytes;
+  cpu_limit_s_ = limits.cpu_seconds;
   request->cuda_device = device ? device->device : -1;
   on_device_ = device != nullptr;
   // A host null call is rung with its sync, and the worker serves both as null calls.
@@ -404,6 +416,24 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
   return reply;
 }
 
+bool WorkerProcess::wait_for_filters(int count, double timeout_s) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  const std::string path = "/proc/" + std::to_string(pid_) + "/status";
+  do {
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    if (!f) return false;
+    char line[256];
+    int filters = -1;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "Seccomp_filters: %d", &filters) == 1) break;
+    std::fclose(f);
+    if (filters >= count) return true;
+    timespec pause{0, 200000};
+    nanosleep(&pause, nullptr);
+  } while (Clock::now() < deadline);
+  return false;
+}
+
 CallOutcome WorkerProcess::read_load_reply(double timeout_s, double elapsed_s) {
   auto start = Clock::now();
   auto elapsed = [&] { return elapsed_s + std::chrono::duration<double>(Clock::now() - start).count(); };
@@ -417,7 +447,17 @@ CallOutcome WorkerProcess::read_load_reply(double timeout_s, double elapsed_s) {
   if (recv(socket_, &reply, sizeof reply, 0) != sizeof reply || reply.magic != proto::kMagic) return lost(elapsed());
   if (!reply.ok) {
     terminate();
-    return {CallOutcome::Kind::candidate_error, 0, elapsed(), std::string("load failed: ") + reply.error};
+    // The text is the worker's (a candidate's constructor can send this reply): read within its array, bounded.
+    const std::size_t length = std::min<std::size_t>(strnlen(reply.error, sizeof reply.error), 300);
+    return {CallOutcome::Kind::candidate_error, 0, elapsed(), "load failed: " + std::string(reply.error, length)};
+  }
+  // The reply is no proof that the worker sealed itself: a static constructor can send it and never return. The
+  // run-stage filter must appear in the kernel's view of the worker (the load stage's one, and the run stage's).
+  if (!on_device_ && !wait_for_filters(2, std::min(timeout_s, 2.0))) {
+    terminate();
+    return {CallOutcome::Kind::unsealed, 0, elapsed(),
+            "the worker answered its load but never installed its run-stage sandbox (a constructor kept the load "
+            "stage?)"};
   }
   return {CallOutcome::Kind::ok, 0, elapsed(), {}};
 }
@@ -439,8 +479,7 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync, bool 
     if (c->done.load(std::memory_order_acquire) == seq) break;
     if ((spin & 0x3fff) == 0) {
       auto now = Clock::now();
-      if (waitpid(pid_, &wait_status_, WNOHANG) == pid_) {
-        reaped_ = true;
+      if (reap(false)) {
         return lost(std::chrono::duration<double>(now - start).count());
       }
       if (now > deadline) {
@@ -467,8 +506,7 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync, bool 
         wait_a_moment();
         continue;
       }
-      if (waitpid(pid_, &wait_status_, WNOHANG) == pid_) {
-        reaped_ = true;
+      if (reap(false)) {
         return lost(std::chrono::duration<double>(Clock::now() - start).count());
       }
       if (Clock::now() > deadline) {

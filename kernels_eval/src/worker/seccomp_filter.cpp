@@ -115,7 +115,7 @@ void allow_basics(Program& p, pid_t self) {
   stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
   allow_madvise_but_shared_eviction(p);
   for (long nr : {SYS_futex, SYS_mmap, SYS_munmap, SYS_mremap, SYS_brk, SYS_mprotect, SYS_exit,
-                  SYS_exit_group, SYS_rt_sigreturn, SYS_rt_sigprocmask, SYS_getpid, SYS_gettid,
+                  SYS_exit_group, SYS_rt_sigreturn, SYS_rt_sigprocmask, SYS_getpid, SYS_gettid, SYS_getppid,
                   SYS_restart_syscall})
     allow(p, nr);
 }

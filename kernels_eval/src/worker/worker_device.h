@@ -22,6 +22,11 @@ char* attach_tensors(const protocol::LoadRequest& request, char* host_arena, std
 // milliseconds (fresh inputs, L2 flush), and a sleeping worker would wake late.
 double spin_window_seconds();
 
+// Started as root, the worker gives up root for nobody before it loads the candidate (owner permissions would let it
+// read root's private files). The CUDA worker keeps its identity: the driver's device files and the IPC handle's
+// memory are set up for the evaluator's user.
+bool drops_identity();
+
 // CUDA reserves terabytes of virtual addresses: an address-space limit cannot apply there.
 bool limits_address_space();
 

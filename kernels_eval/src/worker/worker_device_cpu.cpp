@@ -9,6 +9,8 @@ char* attach_tensors(const protocol::LoadRequest&, char* host_arena, std::string
 
 bool limits_address_space() { return true; }
 
+bool drops_identity() { return true; }
+
 // CPU calls are timed by the worker's CPU clock, which a spinning harness would inflate; waking from the futex
 // costs wall time only.
 double spin_window_seconds() { return 0.0; }

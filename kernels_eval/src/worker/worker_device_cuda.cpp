@@ -90,6 +90,8 @@ char* attach_tensors(const protocol::LoadRequest& request, char*, std::string& e
   return static_cast<char*>(base);
 }
 
+bool drops_identity() { return false; }
+
 bool limits_address_space() { return false; }
 
 double spin_window_seconds() { return 0.25; }

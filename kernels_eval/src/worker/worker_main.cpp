@@ -2,6 +2,9 @@
 // Started by the evaluator with its socket on fd 3; the shared arena arrives with the load request. Single use: after
 // the candidate is loaded the process is sealed by seccomp, and the evaluator ends it after the job.
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/prctl.h>
 #include <linux/capability.h>
 #include <linux/futex.h>
 #include <signal.h>
@@ -36,10 +39,11 @@ proto::Control* g_control = nullptr;
 
 // The sandbox traps a forbidden system call instead of killing outright, so that the parent learns which one:
 // note it, then die of SIGSYS (the handler was reset to the default on entry).
-void on_forbidden_syscall(int sig, siginfo_t* info, void* context) {
+void on_forbidden_syscall(int sig, siginfo_t* info, void*) {
   if (g_control) {
     g_control->crash_code = info->si_syscall;
-    g_control->crash_address = static_cast<uint64_t>(static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_RDI]);
+    g_control->crash_origin = info->si_code;  // SYS_SECCOMP when the sandbox refused a call; <= 0 when sent
+    g_control->crash_address = 0;
     g_control->crash_signal.store(sig, std::memory_order_release);
   }
   syscall(SYS_tgkill, getpid(), syscall(SYS_gettid), SIGSYS);
@@ -50,6 +54,7 @@ void on_fatal_signal(int sig, siginfo_t* info, void*) {
   // re-raises), and the process dies with the original signal after we leave a note for the parent.
   if (g_control) {
     g_control->crash_code = info->si_code;
+    g_control->crash_origin = info->si_code;
     g_control->crash_address = reinterpret_cast<uint64_t>(info->si_addr);
     g_control->crash_signal.store(sig, std::memory_order_release);
   }
@@ -113,8 +118,11 @@ uint64_t monotonic_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+pid_t g_parent = 0;
+
 // Spins for the device's spin window after the last call, then sleeps on the futex. A sleeping worker wakes
-// tens of microseconds late, which a timed call would carry.
+// tens of microseconds late, which a timed call would carry. It wakes once a second to see whether its evaluator
+// is still there: one killed outright leaves no one to end the worker.
 void wait_for_call(uint32_t expected) {
   auto* c = g_control;
   const uint64_t window_ns = static_cast<uint64_t>(device::spin_window_seconds() * 1e9), start = monotonic_ns();
@@ -126,15 +134,32 @@ void wait_for_call(uint32_t expected) {
   while (c->go.load(std::memory_order_acquire) != expected) {
     c->worker_sleeping.store(1, std::memory_order_seq_cst);
     uint32_t seen = c->go.load(std::memory_order_seq_cst);
+    const timespec second{1, 0};
     if (seen != expected)
-      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&c->go), FUTEX_WAIT, seen, nullptr, nullptr, 0);
+      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&c->go), FUTEX_WAIT, seen, &second, nullptr, 0);
     c->worker_sleeping.store(0, std::memory_order_relaxed);
+    if (getppid() != g_parent) _exit(0);
   }
 }
 
 }  // namespace
 
+// Gives up root for nobody; the candidate's library is opened first, and loaded through its descriptor.
+bool become_nobody() {
+  const uid_t id = 65534;
+  if (setgroups(0, nullptr) != 0 || setresgid(id, id, id) != 0 || setresuid(id, id, id) != 0) return false;
+  // A changed identity makes the process non-dumpable, which closes /proc/self/fd to it; the evaluator stays
+  // non-dumpable, so nothing of its is exposed by this.
+  prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+  return true;
+}
+
 int main(int argc, char** argv) {
+  // Ended with its evaluator. Not by a parent-death signal: that follows the thread that started the worker, and an
+  // evaluator's pool refills from whichever thread evaluates. Before loading, the socket's end tells; after, the
+  // check in wait_for_call.
+  g_parent = getppid();
+  if (g_parent == 1) return 2;
   std::string device_error;
   const bool device_ready = device::start_device(argc, argv, device_error);  // reported in the load reply
   proto::Hello hello{proto::kMagic, static_cast<int32_t>(getpid())};
@@ -165,6 +190,14 @@ int main(int argc, char** argv) {
     if (!usable) return fail(12, std::string("device: ") + c->cuda_error_text);
   }
 
+  std::string so_path = request->so_path;
+  if (device::drops_identity() && geteuid() == 0) {
+    const int so_fd = open(request->so_path, O_RDONLY | O_CLOEXEC);
+    if (so_fd < 0) return fail(6, std::string("cannot open the candidate's library: ") + std::strerror(errno));
+    if (!become_nobody()) return fail(14, "cannot give up root");
+    so_path = "/proc/self/fd/" + std::to_string(so_fd);
+  }
+
   // Limits first (the load-stage filter forbids changing them), generous enough for the library itself.
   if (device::limits_address_space()) {
     rlim_t address_space = current_address_space() + request->memory_limit_bytes + (rlim_t{256} << 20);
@@ -179,7 +212,7 @@ int main(int argc, char** argv) {
   if (!install_load_stage_filter(proto::kSocketFd, needs.syscalls, needs.ioctl_fds))
     return fail(5, "cannot install the load-stage seccomp filter");
 
-  void* handle = dlopen(request->so_path, RTLD_NOW | RTLD_LOCAL);
+  void* handle = dlopen(so_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) return fail(6, std::string("dlopen: ") + dlerror());
   auto forward = reinterpret_cast<decltype(&crucible_forward)>(dlsym(handle, "crucible_forward"));
   if (!forward) return fail(7, "crucible_forward not found");

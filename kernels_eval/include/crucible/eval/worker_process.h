@@ -49,7 +49,11 @@ struct WorkerLimits {
 
 // How a load or a call ended.
 struct CallOutcome {
-  enum class Kind { ok, candidate_error, crashed, forbidden_syscall, timed_out, cpu_limit, worker_lost, device_error };
+  // unsealed: the worker answered its load but its run-stage filter never appeared (a constructor kept the load
+  // stage); budget: the evaluation's whole wall-clock budget ran out.
+  enum class Kind {
+    ok, candidate_error, crashed, forbidden_syscall, timed_out, cpu_limit, worker_lost, device_error, unsealed, budget
+  };
   Kind kind = Kind::ok;
   int rc = 0;  // device_error: the CUDA error code
   double seconds = 0.0;
@@ -152,6 +156,10 @@ class WorkerProcess {
   bool hello_seen_ = false;
   std::filesystem::path scratch_dir_;  // private temporary directory: the worker's cwd and TMPDIR
   std::vector<double> null_calls_, null_call_cpu_;
+  unsigned cpu_limit_s_ = 0;  // the worker's RLIMIT_CPU, to tell the kernel's SIGXCPU from one the candidate sent
+  double reaped_cpu_s_ = -1.0;  // its CPU time, from wait4, once reaped
+  bool reap(bool block);
+  bool wait_for_filters(int count, double timeout_s);  // Seccomp_filters in /proc/<pid>/status reaches `count`  // waits for the worker (or only looks, without `block`); true once it is reaped
   int stat_fd_ = -1;  // /proc/<pid>/stat, kept open to see the worker's scheduler state cheaply
   bool on_device_ = false;
   bool sharing_cpu_ = false;

@@ -67,6 +67,7 @@ struct Control {
   int32_t rc;
   alignas(64) std::atomic<int32_t> crash_signal;  // written by the worker's fatal-signal handler
   int32_t crash_code;
+  int32_t crash_origin;  // the signal's si_code: SYS_SECCOMP (1) for the sandbox's refusal, <= 0 when sent by a process
   uint64_t crash_address;
   // CUDA workers: the last call's device time by events on the candidate's stream (written by the worker, so
   // only a hint: the evaluator never lets it make a call look faster than its own clock allows), and the
