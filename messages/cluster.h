@@ -23,7 +23,7 @@ typename Inspector::result_type inspect(Inspector& f, Device& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EvalSettings& x) {
   return f(caf::meta::type_name("crucible.EvalSettings"), x.backend, x.mode, x.sizes, x.correctness_trials,
-           x.timing_trials, x.call_timeout_s);
+           x.timing_trials, x.call_timeout_s, x.evaluation_budget_s);
 }
 
 }  // namespace crucible::eval

@@ -15,6 +15,7 @@ eval::EvalOptions eval_options(const eval::EvalSettings& s, const eval::Device& 
   o.correctness_trials = s.correctness_trials;
   o.timing_trials = s.timing_trials;
   o.call_timeout_s = s.call_timeout_s;
+  o.evaluation_budget_s = s.evaluation_budget_s;
   return o;
 }
 

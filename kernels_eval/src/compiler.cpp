@@ -12,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "crucible/eval/scratch_dirs.h"
 #include "crucible/eval/subprocess.h"
 #include "crucible/eval/utf8_text.h"
 
@@ -205,13 +206,14 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
   }
 
   // Build in a private directory, then publish with a rename so concurrent compiles never see half a file.
-  std::string pattern = (fs::temp_directory_path() / "crucible-compile-XXXXXX").string();
-  if (!mkdtemp(pattern.data())) {
+  fs::path work;
+  try {
+    work = make_scratch_dir("compile");
+  } catch (const std::exception& e) {
     result.outcome = CompileResult::Outcome::environment_error;
-    result.log = std::string("cannot create a build directory: ") + std::strerror(errno);
+    result.log = e.what();
     return finish();
   }
-  const fs::path work = pattern;
   std::error_code ignored;
   auto cleanup = [&] { fs::remove_all(work, ignored); };
   const std::string tool = resolve_in_path(flags(o).front());

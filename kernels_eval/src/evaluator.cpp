@@ -26,6 +26,9 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 // The harness's own CPU cost of a timed call (a call and its sync on trusted code), taken off CPU samples.
 constexpr int kHostNullCalls = 9;
 
+// The least a derived evaluation budget allows: a loaded machine can slow an honest evaluation several times over.
+constexpr double kMinEvaluationBudgetSeconds = 30.0;
+
 }  // namespace
 
 fs::path default_include_dir() {
@@ -356,6 +359,11 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   ctx.verified = std::min(ctx.timed, options.verified_timed_calls >= 0 ? options.verified_timed_calls
                                                                        : (full ? ctx.timed : 0));
   ctx.timeout_s = options.call_timeout_s;
+  // The budget counts from the start of loading; compiling has its own limit.
+  ctx.started = load_start;
+  ctx.planned_calls = ctx.trials + 1 + 8 + ctx.warmup * ctx.sets() + (gpu ? 1 : 8) * ctx.timed;
+  ctx.budget_derived = options.evaluation_budget_s <= 0.0;
+  ctx.budget_s = ctx.budget_derived ? kMinEvaluationBudgetSeconds : options.evaluation_budget_s;
 
   // 4. Correctness.
   auto correctness_start = Clock::now();

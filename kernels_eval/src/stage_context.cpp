@@ -18,7 +18,12 @@ double thread_cpu_seconds() {
 std::vector<torch::Tensor> StageContext::run_reference(const std::vector<torch::Tensor>& inputs) {
   auto start = Clock::now();
   auto outputs = reference(inputs, task.params);
-  kernel_s += std::chrono::duration<double>(Clock::now() - start).count();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  kernel_s += seconds;
+  if (budget_derived) {  // the first reference run sizes the budget: 50 times its time for every planned call
+    budget_s = std::max(budget_s, 50.0 * seconds * planned_calls);
+    budget_derived = false;
+  }
   return outputs;
 }
 
@@ -50,12 +55,23 @@ bool StageContext::call(int set, Verdict& v, double* seconds, bool settle, bool 
     settle = false;
   }
   const bool profile = gpu && profiling;
-  CallOutcome out = worker.call(set, timeout_s, /*then_sync=*/settle, profile);
+  // A call may use what is left of the evaluation's budget, and no more than a call's own limit.
+  const double left = budget_s - std::chrono::duration<double>(Clock::now() - started).count();
+  if (budget_s > 0.0 && left <= 0.0)
+    return !classify_failure({CallOutcome::Kind::budget, 0, 0.0, budget_detail()}, v);
+  const bool budget_binds = budget_s > 0.0 && left < timeout_s;
+  CallOutcome out = worker.call(set, budget_binds ? left : timeout_s, /*then_sync=*/settle, profile);
+  if (budget_binds && out.kind == CallOutcome::Kind::timed_out) out = {CallOutcome::Kind::budget, 0, out.seconds, budget_detail()};
   if (profile && out.ok() && out.own_kernel_share >= 0.0) gpu->kernel_coverage.push_back(out.own_kernel_share);
   kernel_s += out.seconds;
   if (seconds) *seconds = gpu ? std::max(out.device_seconds, out.seconds - gpu->null_call_s) : out.seconds;
   if (gpu && seconds && flush && out.ok()) gpu->event_samples_us.push_back(out.device_seconds * 1e6);
   return !classify_failure(out, v);
+}
+
+std::string StageContext::budget_detail() const {
+  return "the evaluation used its whole wall-clock budget of " + std::to_string(static_cast<int>(budget_s + 0.5)) +
+         " s (calls that wait rather than work still take time)";
 }
 
 bool classify_failure(const CallOutcome& out, Verdict& v) {

@@ -2,6 +2,7 @@
 // The evaluator's run stages after the candidate is loaded. Each stage reads the shared context, adds
 // its findings to the verdict, and returns false when the verdict is decided.
 #include <cstdint>
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -37,6 +38,11 @@ struct StageContext {
   bool full = false;
   int trials = 0, timed = 0, warmup = 0, verified = 0;
   double timeout_s = 10.0;
+  // The evaluation's wall-clock budget: a fixed one, or derived once the reference's own time is known.
+  std::chrono::steady_clock::time_point started;
+  double budget_s = 0.0;        // the budget in force (from `started`)
+  bool budget_derived = false;  // grows to its derived value at the first reference run
+  int planned_calls = 0;        // calls the evaluation may make, for the derived budget
   double kernel_s = 0.0;  // time inside candidate and reference calls, summed by the stages
   double harness_cpu_s = 0.0;  // CPU: the worker's own CPU cost of a call and its sync (null calls, trusted code)
 
@@ -54,6 +60,7 @@ struct StageContext {
   // With `settle` (CPU), the call lasts until a sync returns (see timing); a GPU call always ends with the
   // worker synchronising the whole device. `flush`: empty the L2 first (GPU timing).
   bool call(int set, Verdict& v, double* seconds = nullptr, bool settle = false, bool flush = false);
+  std::string budget_detail() const;
 };
 
 // Maps how a worker load or call ended onto the verdict; false when it succeeded.

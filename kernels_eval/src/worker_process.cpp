@@ -21,6 +21,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "crucible/eval/scratch_dirs.h"
 #include "crucible/eval/task_spec.h"
 #include "crucible/eval/worker_protocol.h"
 #include "fd_passing.h"
@@ -143,8 +144,7 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary, cons
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addclosefrom_np(&actions, proto::kSocketFd + 1);
-  std::string scratch = (fs::temp_directory_path() / "crucible-worker-XXXXXX").string();
-  if (!mkdtemp(scratch.data())) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
+  const std::string scratch = make_scratch_dir("worker").string();
   w->scratch_dir_ = scratch;
   posix_spawn_file_actions_addchdir_np(&actions, scratch.c_str());
   // The worker inherits nothing but the dynamic loader's search path, which GPUs it may see, and its private
@@ -542,6 +542,9 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync, bool 
 WorkerPool::WorkerPool(fs::path binary, int warm, std::vector<std::string> args)
     : binary_(std::move(binary)), args_(std::move(args)), warm_(std::max(warm, 0)) {
   if (!fs::exists(binary_)) throw std::runtime_error("worker binary not found: " + binary_.string());
+  // What evaluators killed outright left behind (their workers end by themselves, see the worker's main).
+  remove_orphaned_scratch_dirs("worker");
+  remove_orphaned_scratch_dirs("compile");
   top_up();
 }
 

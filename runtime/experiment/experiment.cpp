@@ -234,6 +234,7 @@ void read_eval(TableReader t, EvalConfig& c) {
   if (c.correctness_trials == 0 || c.correctness_trials < -1) t.fail("correctness_trials", "must be >= 1 (or -1)");
   if (c.timing_trials == 0 || c.timing_trials < -1) t.fail("timing_trials", "must be >= 1 (or -1)");
   c.call_timeout_s = number_in(t, "call_timeout_s", c.call_timeout_s, 0.1, 3600.0);
+  c.evaluation_budget_s = number_in(t, "evaluation_budget_s", c.evaluation_budget_s, 0.0, 86400.0);
   t.finish();
 }
 

@@ -176,6 +176,19 @@ TEST_CASE("signals a candidate sends itself are crashes, and a forged load reply
     }
 }
 
+TEST_CASE("an evaluation that waits instead of working ends at its budget") {
+  test::TestEvaluator t("budget");
+  auto& evaluator = t.evaluator;
+  auto task = tasks::find_task("relu", test::tasks_dir());
+  auto options = test_options();
+  options.evaluation_budget_s = 3.0;
+  auto v = evaluator.evaluate(task, test::read_file(test::cpu_fixture("sleeps_in_calls")), options);
+  INFO(test::detail_of(v));
+  CHECK(v.status == eval::Status::timeout);
+  CHECK(v.has_reason("evaluation_budget"));
+  CHECK(v.stages.total_s < 3.0 + 2.0);  // the budget, and the compile and clean-up around it
+}
+
 TEST_CASE("a task's own allowlist admits a library call the default gate refuses") {
   test::TestEvaluator t("allow");
   auto& evaluator = t.evaluator;

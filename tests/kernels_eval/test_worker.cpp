@@ -1,8 +1,14 @@
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
 
 #include "crucible/eval/compiler.h"
 #include "crucible/eval/evaluator.h"
+#include "crucible/eval/scratch_dirs.h"
 #include "crucible/eval/task_spec.h"
 #include "crucible/eval/worker_process.h"
 #include "support.h"
@@ -82,4 +88,51 @@ CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_t
   CHECK(crashed.detail.find("SIGSEGV") != std::string::npos);
   auto after = w->call(1, 5.0);
   CHECK(after.kind == eval::CallOutcome::Kind::worker_lost);
+}
+
+TEST_CASE("an evaluator killed outright leaves no worker and no directory behind for long") {
+  // A child process plays the evaluator: it starts a pool (one warm worker) and is killed with SIGKILL.
+  int pipe_fds[2];
+  REQUIRE(pipe(pipe_fds) == 0);
+  const pid_t evaluator = fork();
+  REQUIRE(evaluator >= 0);
+  if (evaluator == 0) {
+    close(pipe_fds[0]);
+    eval::WorkerPool pool(eval::default_worker_binary(), 1);
+    auto worker = pool.acquire();  // started; its replacement starts too
+    const int pid = worker->pid();
+    if (write(pipe_fds[1], &pid, sizeof pid) != sizeof pid) _exit(1);
+    pause();
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  int worker_pid = 0;
+  REQUIRE(read(pipe_fds[0], &worker_pid, sizeof worker_pid) == sizeof worker_pid);
+  close(pipe_fds[0]);
+  const std::string own_dirs = "crucible-worker-" + std::to_string(evaluator) + "-";
+  auto count_dirs = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(std::filesystem::temp_directory_path()))
+      n += e.path().filename().string().rfind(own_dirs, 0) == 0;
+    return n;
+  };
+  CHECK(count_dirs() >= 1);
+  kill(evaluator, SIGKILL);
+  waitpid(evaluator, nullptr, 0);
+  // The worker sees its socket close (not loaded yet) and exits; it is init's child now, so poll for it.
+  bool gone = false;
+  auto exited = [](int pid) {  // gone, or a zombie that init has not reaped yet
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto paren = text.rfind(')');
+    return text.empty() || (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z');
+  };
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = exited(worker_pid);
+    if (!gone) usleep(50000);
+  }
+  CHECK(gone);
+  // The next evaluator removes what the killed one left.
+  CHECK(eval::remove_orphaned_scratch_dirs("worker") >= 1);
+  CHECK(count_dirs() == 0);
 }

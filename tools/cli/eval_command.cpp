@@ -27,6 +27,7 @@ struct EvalArgs {
   std::optional<uint64_t> seed;
   double timeout_s = 10.0;
   double compile_timeout_s = 60.0;
+  double budget_s = 0.0;
   std::size_t memory_mb = 1024;
   int timing_trials = -1;
   int correctness_trials = -1;
@@ -81,6 +82,7 @@ int run_eval(const EvalArgs& a) {
     options.sizes = a.sizes;
     options.seed = a.seed;
     options.call_timeout_s = a.timeout_s;
+    options.evaluation_budget_s = a.budget_s;
     options.compile.time_limit_s = a.compile_timeout_s;
     options.limits.memory_bytes = a.memory_mb << 20;
     options.timing_trials = a.timing_trials;
@@ -120,6 +122,9 @@ Run add_eval_command(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->add_option("--seed", args->seed, "Seed for input windows (default: random, reported in the verdict)");
   cmd->add_option("--timeout", args->timeout_s, "Wall-clock limit of one call, seconds")->capture_default_str();
+  cmd->add_option("--budget", args->budget_s,
+                  "Wall-clock limit of the whole evaluation after compiling, seconds (0: derived from the task)")
+      ->capture_default_str();
   cmd->add_option("--compile-timeout", args->compile_timeout_s, "Compile time limit, seconds")->capture_default_str();
   cmd->add_option("--memory-mb", args->memory_mb, "Memory a candidate may allocate, MiB")->capture_default_str();
   cmd->add_option("--timing-trials", args->timing_trials, "Override the mode's timed trials");

@@ -20,6 +20,7 @@ struct EvalSettings {
   std::string sizes;               // the tasks' size set; empty: the backend's own
   int correctness_trials = -1, timing_trials = -1;  // -1: the mode's defaults
   double call_timeout_s = 10.0;
+  double evaluation_budget_s = 0.0;  // 0: derived from the task (see EvalOptions)
 
   // The size set candidates are judged at.
   std::string size_set() const { return sizes.empty() ? std::string(backend_name(backend)) : sizes; }
