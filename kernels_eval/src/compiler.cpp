@@ -12,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "crucible/eval/compile_cache.h"
 #include "crucible/eval/scratch_dirs.h"
 #include "crucible/eval/subprocess.h"
 #include "crucible/eval/utf8_text.h"
@@ -57,6 +58,8 @@ std::string cxx_path() {
 // named relative to it: compiler messages name the candidate's file as its author would, and nothing else of the
 // machine needs to be reachable beyond the toolchain.
 constexpr const char* kIncludeDir = "include";
+// Pruning walks the whole cache: done every so many new entries (and after any large one), not after each.
+constexpr int kPruneEvery = 32;
 constexpr const char* kExportsFile = "exports.map";
 // Only the contract's entry point is exported; everything else the candidate defines (out-of-line template code of
 // namespace std included, which has default visibility) stays local, so nothing it defines can interpose on the
@@ -194,11 +197,13 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
   fs::path failure = dir / (result.hash + ".fail");
   result.so_path = so;
   if (fs::exists(so)) {
+    touch_cache_entry(so);
     result.outcome = CompileResult::Outcome::ok;
     result.cached = true;
     return finish();
   }
   if (fs::exists(failure)) {
+    touch_cache_entry(failure);
     result.outcome = CompileResult::Outcome::failed;
     result.cached = true;
     result.log = valid_utf8(read_file(failure));  // a failure cached before logs were made valid
@@ -285,6 +290,11 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
     } else {
       result.outcome = CompileResult::Outcome::ok;
       result.log = excerpt(r.output);
+      // The new entry is the newest: pruning never takes it.
+      if (++compiles_since_prune_ >= kPruneEvery || fs::file_size(so, ec) > (std::uintmax_t{16} << 20)) {
+        compiles_since_prune_ = 0;
+        prune_cache(cache_dir_, max_cache_bytes_);
+      }
     }
   }
   cleanup();

@@ -1,9 +1,11 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 
+#include "crucible/eval/compile_cache.h"
 #include "crucible/eval/compiler.h"
 #include "crucible/eval/evaluator.h"
 #include "crucible/eval/subprocess.h"
@@ -136,4 +138,27 @@ TEST_CASE("a compiler that cannot run is the machine's failure, not the candidat
   eval::Compiler again(cache.path(), eval::default_include_dir());
   auto ok = again.compile(kRelu, {});
   CHECK(ok.ok());
+}
+
+TEST_CASE("the compile cache is pruned least recently used first, and can be cleared") {
+  test::ScratchDir cache("compile-lru");
+  eval::Compiler compiler(cache.path(), eval::default_include_dir());
+  auto a = compiler.compile(kRelu, {});
+  auto b = compiler.compile(std::string(kRelu) + "\n// b", {});
+  auto c = compiler.compile(std::string(kRelu) + "\n// c", {});
+  REQUIRE((a.ok() && b.ok() && c.ok()));
+  const auto old = std::filesystem::file_time_type::clock::now() - std::chrono::hours(1);
+  std::filesystem::last_write_time(a.so_path, old - std::chrono::minutes(2));
+  std::filesystem::last_write_time(b.so_path, old - std::chrono::minutes(1));
+  std::filesystem::last_write_time(c.so_path, old);
+  CHECK(compiler.compile(kRelu, {}).cached);  // a hit: a is now the most recently used
+  auto stats = eval::cache_stats(cache.path());
+  CHECK(stats.objects == 3);
+  const auto one = std::filesystem::file_size(a.so_path);
+  CHECK(eval::prune_cache(cache.path(), stats.bytes - one / 2) == 1);  // one entry must go: the oldest, b
+  CHECK(std::filesystem::exists(a.so_path));
+  CHECK_FALSE(std::filesystem::exists(b.so_path));
+  CHECK(std::filesystem::exists(c.so_path));
+  CHECK(eval::clear_cache(cache.path()) == 2);
+  CHECK(eval::cache_stats(cache.path()).objects == 0);
 }

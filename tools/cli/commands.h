@@ -16,5 +16,6 @@ Run add_generate_command(CLI::App& app);
 Run add_sft_command(CLI::App& app);
 Run add_sft_data_command(CLI::App& app);
 Run add_node_command(CLI::App& app);
+Run add_cache_command(CLI::App& app);
 
 }  // namespace crucible::cli

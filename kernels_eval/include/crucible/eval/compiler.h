@@ -2,10 +2,14 @@
 // Stage 1: compile a candidate into a shared object, cached by content hash.
 #include <cstddef>
 #include <filesystem>
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "crucible/eval/compile_cache.h"
 
 namespace crucible::eval {
 
@@ -43,6 +47,8 @@ class Compiler {
   std::vector<std::string> flags(const CompileOptions& options) const;
   std::string cache_key(const std::string& source, const CompileOptions& options);
   const std::filesystem::path& cache_dir() const { return cache_dir_; }
+  // The cache's size bound (least recently used entries go first); default: default_cache_max_bytes().
+  void set_max_cache_bytes(std::uintmax_t bytes) { max_cache_bytes_ = bytes; }
 
  private:
   const std::string& compiler_version(const std::string& backend);
@@ -52,6 +58,8 @@ class Compiler {
   std::string header_text_;
   std::mutex mutex_;
   std::map<std::string, std::string> versions_;
+  std::atomic<int> compiles_since_prune_{0};
+  std::uintmax_t max_cache_bytes_ = default_cache_max_bytes();
 };
 
 std::filesystem::path default_cache_dir();
