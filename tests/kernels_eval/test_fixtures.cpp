@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "crucible/eval/evaluator.h"
 #include "eval_support.h"
@@ -53,7 +55,8 @@ const Expectation kExpectations[] = {
 eval::EvalOptions test_options() {
   eval::EvalOptions o;
   o.call_timeout_s = 3.0;
-  o.compile.time_limit_s = 4.0;  // the compile bomb must hit this
+  // Generous: a fixture that includes <thread> or <vector> takes seconds to compile beside two busy processes.
+  o.compile.time_limit_s = 60.0;
   o.limits.memory_bytes = std::size_t{512} << 20;
   return o;
 }
@@ -67,7 +70,9 @@ TEST_CASE("every hack and fault fixture gets its exact verdict, then a correct c
 
   for (const auto& e : kExpectations) {
     auto task = tasks::find_task(e.task, test::tasks_dir());
-    auto verdict = evaluator.evaluate(task, test::read_file(test::cpu_fixture(e.fixture)), options);
+    auto fixture_options = options;
+    if (std::string(e.fixture) == "compile_bomb") fixture_options.compile.time_limit_s = 4.0;  // it must hit this
+    auto verdict = evaluator.evaluate(task, test::read_file(test::cpu_fixture(e.fixture)), fixture_options);
     INFO("fixture ", std::string(e.fixture), " -> ", test::detail_of(verdict));
     CHECK(verdict.status == e.status);
     CHECK(verdict.has_reason(e.reason));
@@ -120,25 +125,42 @@ TEST_CASE("signalling completion early hides no time: the tamperer is timed like
 TEST_CASE("a take-over of the doorbell is timed no faster than an honest candidate doing the same work") {
   test::TestEvaluator t("takeover");
   auto& evaluator = t.evaluator;
-  auto task = tasks::find_task("relu", test::tasks_dir());
   auto options = test_options();
   options.mode = eval::Mode::full;
   const auto takeover = test::read_file(test::cpu_fixture("doorbell_takeover"));
-  const auto honest = test::read_file(test::source_dir() / "configs/candidates/cpu/relu.cpp");
-  // Best of two each, interleaved: a take-over's advantage was 16-80x, an honest measurement moves by a few percent.
-  double takeover_best = 0.0, honest_best = 0.0;
-  for (int round = 0; round < 2; ++round) {
-    auto a = evaluator.evaluate(task, takeover, options);
-    auto b = evaluator.evaluate(task, honest, options);
-    INFO(test::detail_of(a), " / ", test::detail_of(b));
-    REQUIRE(a.status == eval::Status::correct);  // it does compute the right answers
-    REQUIRE(b.status == eval::Status::correct);
-    REQUIRE((a.speedup && b.speedup));
-    takeover_best = std::max(takeover_best, *a.speedup);
-    honest_best = std::max(honest_best, *b.speedup);
+  struct Variant {
+    const char* task;
+    std::vector<std::string> flags;
+  };
+  for (const Variant& variant : {Variant{"relu", {}}, Variant{"matmul", {"-DMATMUL"}}}) {
+    auto task = tasks::find_task(variant.task, test::tasks_dir());
+    const auto honest = test::read_file(test::source_dir() / "configs/candidates/cpu" / (std::string(variant.task) + ".cpp"));
+    auto takeover_options = options;
+    takeover_options.compile.extra_flags = variant.flags;
+    // Best of two each, interleaved: a take-over's advantage was 16-80x, an honest measurement moves by a few
+    // percent.
+    double takeover_best = 0.0, honest_best = 0.0;
+    for (int round = 0; round < 2; ++round) {
+      auto a = evaluator.evaluate(task, takeover, takeover_options);
+      auto b = evaluator.evaluate(task, honest, options);
+      INFO(variant.task, ": ", test::detail_of(a), " / ", test::detail_of(b));
+      REQUIRE(b.status == eval::Status::correct);
+      REQUIRE(b.speedup);
+      honest_best = std::max(honest_best, *b.speedup);
+      // It computes the right answers, so it is correct, timed with its spinning charged; on a busy machine the
+      // spinning can instead exhaust the evaluation's budget. Either way it earns nothing an honest kernel does not.
+      if (a.status == eval::Status::timeout) {
+        CHECK(a.has_reason("evaluation_budget"));
+        continue;
+      }
+      REQUIRE(a.status == eval::Status::correct);
+      REQUIRE(a.speedup);
+      takeover_best = std::max(takeover_best, *a.speedup);
+    }
+    MESSAGE(std::string(variant.task), ": take-over speedup ", takeover_best, ", honest ", honest_best);
+    CHECK(takeover_best <= 1.2 * honest_best);
   }
-  MESSAGE("take-over speedup ", takeover_best, ", honest ", honest_best);
-  CHECK(takeover_best <= 1.2 * honest_best);
+  auto task = tasks::find_task("relu", test::tasks_dir());
 
   // Punching holes in the shared arena's next output is refused outright.
   auto punch = options;
