@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <set>
 
 #include "crucible/eval/device.h"
 #include "crucible/eval/static_gate.h"
@@ -25,6 +26,11 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 
 // The harness's own CPU cost of a timed call (a call and its sync on trusted code), taken off CPU samples.
 constexpr int kHostNullCalls = 9;
+
+// Timed calls a GPU evaluation in full mode compares with the reference (at least one per input set): a reference
+// call costs about what the candidate's does, so comparing all 50 would double the evaluation. Every timed call is
+// still checked for unwritten outputs, and the compared ones are chosen after the calls.
+constexpr int kGpuVerifiedTimedCalls = 4;
 
 // The least a derived evaluation budget allows: a loaded machine can slow an honest evaluation several times over.
 constexpr double kMinEvaluationBudgetSeconds = 30.0;
@@ -78,6 +84,7 @@ struct GpuResources {
 struct Evaluator::Cache {
   std::map<std::string, std::unique_ptr<InputPool>> pools;
   std::map<std::string, TimingStats> reference_times;
+  std::set<std::string> sound_tasks;  // pool keys of tasks that passed their own checks (see StageContext::task_sound)
   std::map<int, std::unique_ptr<GpuResources>> gpus;
 
   static std::string pool_key(const TaskSpec& task, const std::string& device, const std::string& size_set) {
@@ -356,8 +363,9 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
                          options.correctness_trials >= 0 ? options.correctness_trials : (full ? 5 : 2)});
   ctx.timed = options.timing_trials >= 0 ? options.timing_trials : (full ? 50 : 5);
   ctx.warmup = options.warmup_calls >= 0 ? options.warmup_calls : (full ? 3 : 1);
+  const int full_verified = gpu ? std::max(kGpuVerifiedTimedCalls, ctx.sets()) : ctx.timed;
   ctx.verified = std::min(ctx.timed, options.verified_timed_calls >= 0 ? options.verified_timed_calls
-                                                                       : (full ? ctx.timed : 0));
+                                                                       : (full ? full_verified : 0));
   ctx.timeout_s = options.call_timeout_s;
   // The budget counts from the start of loading; compiling has its own limit.
   ctx.started = load_start;
@@ -367,7 +375,10 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
 
   // 4. Correctness.
   auto correctness_start = Clock::now();
+  const std::string task_key = Cache::pool_key(task, pool_device, size_set);
+  ctx.task_sound = cache_->sound_tasks.count(task_key) > 0;
   bool go_on = check_correctness(ctx, v);
+  if (ctx.task_sound) cache_->sound_tasks.insert(task_key);
   v.stages.correctness_s = since(correctness_start);
 
   // 5. Timing.

@@ -44,6 +44,9 @@ struct StageContext {
   bool budget_derived = false;  // grows to its derived value at the first reference run
   int planned_calls = 0;        // calls the evaluation may make, for the derived budget
   double kernel_s = 0.0;  // time inside candidate and reference calls, summed by the stages
+  // The task's own checks (its outputs move with its inputs; zeros do not pass) passed in an earlier evaluation:
+  // set by the evaluator when it knows, and by the correctness stage when it has shown it.
+  bool task_sound = false;
   double harness_cpu_s = 0.0;  // CPU: the worker's own CPU cost of a call and its sync (null calls, trusted code)
 
   ArenaRef arena() const { return gpu ? ArenaRef{gpu->tensors, gpu->device} : ArenaRef{worker.arena(), -1}; }

@@ -7,6 +7,8 @@
 #include <type_traits>
 #include <stdexcept>
 
+#include "cuda/device_checks.h"
+
 namespace crucible::eval {
 namespace {
 // Device passes over tensors of several GB work in chunks of this many elements, bounding their scratch memory.
@@ -27,6 +29,22 @@ torch::ScalarType to_torch(DType t) {
 }
 
 namespace {
+cuda::ElementKind element_kind(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat16: return cuda::ElementKind::float16;
+    case torch::kBFloat16: return cuda::ElementKind::bfloat16;
+    case torch::kFloat32: return cuda::ElementKind::float32;
+    case torch::kFloat64: return cuda::ElementKind::float64;
+    case torch::kInt32: return cuda::ElementKind::int32;
+    case torch::kInt64: return cuda::ElementKind::int64;
+    case torch::kInt16: return cuda::ElementKind::int16;
+    case torch::kBool:
+    case torch::kInt8:
+    case torch::kUInt8: return cuda::ElementKind::int8;
+    default: throw std::invalid_argument("no device comparison for this element type");
+  }
+}
+
 torch::Tensor draw_flat(const InitSpec& init, int64_t n, const Sizes& sizes, at::Generator& gen, torch::Device device) {
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   switch (init.kind) {
@@ -181,6 +199,23 @@ torch::Tensor InputPool::fresh(std::size_t input, uint64_t seed) const {
   return transformed(init, t);
 }
 
+std::optional<double> InputPool::reflection_center2(std::size_t input) const {
+  const auto& init = inits_[input];
+  const auto type = pools_[input].scalar_type();
+  if (init.transform != InitSpec::Transform::none || init.scale_low != 1.0 || init.scale_high != 1.0)
+    return std::nullopt;
+  const bool floating = pools_[input].is_floating_point();
+  switch (init.kind) {
+    case InitSpec::Kind::normal: return floating ? std::optional<double>(2 * init.mean) : std::nullopt;
+    case InitSpec::Kind::uniform:
+    case InitSpec::Kind::choice: return floating ? std::optional<double>(init.low + init.high) : std::nullopt;
+    case InitSpec::Kind::randint:
+      return type == torch::kInt64 ? std::optional<double>(init.low + init.high - 1) : std::nullopt;
+    case InitSpec::Kind::constant: return std::nullopt;  // reflects onto itself: nothing would change
+  }
+  return std::nullopt;
+}
+
 namespace {
 torch::Tensor raw_view(ArenaRef arena, const ArenaTensor& slot, torch::ScalarType type, int64_t elements) {
   return torch::from_blob(arena.base + slot.offset, {elements}, torch::TensorOptions().dtype(type).device(arena.device()));
@@ -206,8 +241,11 @@ torch::Tensor view_tensor(ArenaRef arena, const ArenaTensor& slot) {
 }
 
 bool same_bytes(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& expected) {
-  if (arena.on_gpu())
-    return torch::equal(byte_view(arena, slot), expected.contiguous().view({-1}).view(torch::kUInt8));
+  if (arena.on_gpu()) {
+    auto e = expected.contiguous();
+    return static_cast<std::size_t>(e.nbytes()) == slot.bytes && e.is_cuda() &&
+           cuda::same_device_bytes(arena.base + slot.offset, e.data_ptr(), slot.bytes);
+  }
   return std::memcmp(arena.base + slot.offset, expected.data_ptr(), slot.bytes) == 0;
 }
 
@@ -272,13 +310,11 @@ void poison(ArenaRef arena, const ArenaTensor& slot, int pattern) {
 }
 
 int64_t count_poisoned(ArenaRef arena, const ArenaTensor& slot, int pattern) {
-  if (arena.on_gpu()) {  // in chunks: a comparison's bool tensor, summed, widens eightfold
-    int64_t value = 0, total = 0;
-    auto flat = pattern_view(arena, slot, pattern, value);
-    const int64_t n = flat.numel();
-    for (int64_t start = 0; start < n; start += kDeviceChunk)
-      total += flat.narrow(0, start, std::min(kDeviceChunk, n - start)).eq(value).sum().item<int64_t>();
-    return total;
+  if (arena.on_gpu()) {
+    auto [type, value] = device_pattern(slot.dtype, pattern);
+    (void)type;
+    return cuda::count_pattern(arena.base + slot.offset, static_cast<int64_t>(slot.bytes / dtype_size(slot.dtype)),
+                               static_cast<int>(dtype_size(slot.dtype)), static_cast<uint64_t>(value));
   }
   const std::byte* d = arena.base + slot.offset;
   switch (dtype_size(slot.dtype)) {
@@ -287,6 +323,32 @@ int64_t count_poisoned(ArenaRef arena, const ArenaTensor& slot, int pattern) {
     case 4: return count<uint32_t>(d, slot.bytes, pattern);
     default: return count<uint64_t>(d, slot.bytes, pattern);
   }
+}
+
+void poison_sampled(ArenaRef arena, const ArenaTensor& slot, int pattern, uint64_t seed, int64_t block) {
+  if (!arena.on_gpu()) throw std::logic_error("sampled poison is a device pass");
+  auto [type, value] = device_pattern(slot.dtype, pattern);
+  (void)type;
+  cuda::poison_sampled(arena.base + slot.offset, static_cast<int64_t>(slot.bytes / dtype_size(slot.dtype)),
+                       static_cast<int>(dtype_size(slot.dtype)), static_cast<uint64_t>(value), seed, block);
+}
+
+int64_t count_poisoned_sampled(ArenaRef arena, const ArenaTensor& slot, int pattern, uint64_t seed, int64_t block) {
+  if (!arena.on_gpu()) throw std::logic_error("sampled poison is a device pass");
+  auto [type, value] = device_pattern(slot.dtype, pattern);
+  (void)type;
+  return cuda::count_pattern_sampled(arena.base + slot.offset,
+                                     static_cast<int64_t>(slot.bytes / dtype_size(slot.dtype)),
+                                     static_cast<int>(dtype_size(slot.dtype)), static_cast<uint64_t>(value), seed,
+                                     block);
+}
+
+void reflect_sampled(ArenaRef arena, const ArenaTensor& slot, torch::Tensor& copy, double twice_center, uint64_t seed,
+                     int64_t block) {
+  if (!arena.on_gpu() || !copy.is_cuda() || !copy.is_contiguous() || static_cast<std::size_t>(copy.nbytes()) != slot.bytes)
+    throw std::logic_error("reflect_sampled: the copy must be a contiguous device tensor of the slot's size");
+  cuda::reflect_sampled(arena.base + slot.offset, copy.data_ptr(), copy.numel(), element_kind(copy.scalar_type()),
+                        twice_center, seed, block);
 }
 
 namespace {
@@ -380,33 +442,17 @@ Comparison compare_floats(const T* o, const T* r, int64_t n, Tolerance tol) {
 }  // namespace
 
 namespace {
-// On a GPU: the same rules as compare_floats, in float32 (float64 for float64 data, as the CPU path does), in
-// chunks so that outputs of several GB need only bounded scratch memory.
+// On a GPU: the same rules as compare_floats, in one pass (see device_checks.h).
 Comparison compare_on_device(const torch::Tensor& out, const torch::Tensor& ref, Tolerance tol) {
+  auto o = out.contiguous(), r = ref.contiguous();
   Comparison c;
-  auto o = out.contiguous().view({-1}), r = ref.contiguous().view({-1});
-  const int64_t n = r.numel();
-  c.elements = n;
-  for (int64_t start = 0; start < n; start += kDeviceChunk) {
-    const int64_t len = std::min(kDeviceChunk, n - start);
-    const auto work = ref.scalar_type() == torch::kFloat64 || !ref.is_floating_point() ? torch::kFloat64 : torch::kFloat32;
-    auto a = o.narrow(0, start, len).to(work), b = r.narrow(0, start, len).to(work);
-    if (!ref.is_floating_point()) {
-      c.mismatched += a.ne(b).sum().item<int64_t>();
-      if (c.mismatched > 0) c.max_abs = std::max(c.max_abs, (a - b).abs().max().item<double>());
-      continue;
-    }
-    auto a_nan = a.isnan(), b_nan = b.isnan();
-    auto finite = a.isfinite() & b.isfinite();
-    auto diff = (a - b).abs().masked_fill(finite.logical_not(), 0.0);
-    auto bad_finite = finite & diff.gt(tol.atol + tol.rtol * b.abs());
-    auto bad_inf = finite.logical_not() & (a_nan | b_nan).logical_not() & a.ne(b);
-    auto nan_mismatch = a_nan.logical_xor(b_nan);
-    c.mismatched += (bad_finite | bad_inf | nan_mismatch).sum().item<int64_t>();
-    c.nan_mismatched += nan_mismatch.sum().item<int64_t>();
-    c.max_abs = std::max(c.max_abs, diff.max().to(torch::kFloat64).item<double>());
-    c.max_rel = std::max(c.max_rel, (diff / b.abs().clamp_min(1e-12)).max().to(torch::kFloat64).item<double>());
-  }
+  c.elements = r.numel();
+  auto d = cuda::compare_elements(o.data_ptr(), r.data_ptr(), c.elements, element_kind(r.scalar_type()), tol.atol,
+                                  tol.rtol);
+  c.mismatched = d.mismatched;
+  c.nan_mismatched = d.nan_mismatched;
+  c.max_abs = d.max_abs;
+  c.max_rel = d.max_rel;
   c.passed = c.mismatched == 0;
   return c;
 }

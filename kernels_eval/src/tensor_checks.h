@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "crucible/eval/task_spec.h"
@@ -41,6 +42,10 @@ class InputPool {
   // contents no earlier call has seen, and far too many combinations to reassemble. Used for timed calls.
   // A new tensor, made in one vectorised pass.
   torch::Tensor fresh(std::size_t input, uint64_t seed) const;
+  // Twice the centre of the input's distribution when changing elements in place by reflection about it keeps
+  // the distribution (normal, uniform, randint and two-valued choices, with no scale range and no transform);
+  // nothing otherwise.
+  std::optional<double> reflection_center2(std::size_t input) const;
 
  private:
   std::vector<InitSpec> inits_;
@@ -56,6 +61,14 @@ bool same_bytes(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& ex
 // Two distinct NaN-payload (or sentinel) patterns, so unwritten elements fail and differ between runs.
 void poison(ArenaRef arena, const ArenaTensor& slot, int pattern);
 int64_t count_poisoned(ArenaRef arena, const ArenaTensor& slot, int pattern);
+
+// The sampled checks of timed calls on large device tensors (see cuda/device_checks.h): one element per `block`
+// elements, chosen by `seed`, is poisoned and then counted; or, for an input, reflected about its distribution's
+// centre in the arena and in the evaluator's copy alike.
+void poison_sampled(ArenaRef arena, const ArenaTensor& slot, int pattern, uint64_t seed, int64_t block);
+int64_t count_poisoned_sampled(ArenaRef arena, const ArenaTensor& slot, int pattern, uint64_t seed, int64_t block);
+void reflect_sampled(ArenaRef arena, const ArenaTensor& slot, torch::Tensor& copy, double twice_center, uint64_t seed,
+                     int64_t block);
 
 // The guard band after an output: filled with a canary, and checked intact after calls.
 void fill_guard(ArenaRef arena, const ArenaTensor& slot);

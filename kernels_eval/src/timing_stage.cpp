@@ -4,11 +4,13 @@
 // every one must write all of its poisoned outputs, and at least one per input set (all in full mode)
 // is compared with the reference. On the CPU samples are CPU time, the worker's measured from outside it with
 // the gaps between calls included, and each is paired with a reference sample until the speedup is tight.
-// On a GPU the reference is timed once per task and settings.
+// On a GPU the reference is timed once per task and settings, and inputs of several GB are changed in place rather
+// than rewritten (see choose_refresh).
 #include <algorithm>
 #include <chrono>
 #include <numeric>
 #include <cstdio>
+#include <optional>
 #include <random>
 
 #include "crucible/eval/paired_timing.h"
@@ -40,6 +42,16 @@ std::vector<bool> pick_verified(int timed, int sets, int wanted, uint64_t seed) 
   return verify;
 }
 
+// On a GPU whose task's inputs are large against its reference's time, a whole new input and whole poison before
+// every timed call would cost more than the call: one element in every kSampledBlock of the largest input is changed
+// instead (reflected about the distribution's centre, in the arena and in the evaluator's copy alike), and one in
+// every kSampledBlock of each output is poisoned and counted after the call. A candidate learns which only by reading
+// everything, which is as much as an honest memory-bound kernel does; a cached or stale answer is wrong at the changed
+// elements and fails every compared call.
+constexpr int64_t kSampledBlock = 1024;
+// Sampled when a whole refresh of one set (new input, poisoned outputs) costs more than this share of a reference call.
+constexpr double kWholeRefreshShare = 0.1;
+
 struct Snapshot {
   int call;
   std::vector<torch::Tensor> inputs, outputs;
@@ -65,29 +77,53 @@ void verify_snapshots(StageContext& ctx, Verdict& v, std::vector<Snapshot>& snap
   snapshots.clear();
 }
 
+// Compares the outputs a call left in the arena with the reference on the inputs it was given (sampled GPU mode:
+// no copy of several GB is kept).
+void verify_in_place(StageContext& ctx, Verdict& v, int call, const std::vector<torch::Tensor>& inputs,
+                     const std::vector<ArenaTensor>& outputs) {
+  auto refs = ctx.run_reference(inputs);
+  for (std::size_t k = 0; k < refs.size(); ++k) {
+    Comparison c = compare(view_tensor(ctx.arena(), outputs[k]), refs[k], ctx.tolerance(k));
+    if (!c.passed)
+      flag(v, "skipped_work", "timed call " + std::to_string(call) + ": " + std::to_string(c.mismatched) + " of " +
+                                  std::to_string(c.elements) + " elements wrong (correct only when checked?)");
+  }
+}
+
 // The timed calls. On the CPU each candidate sample is the worker's CPU time from the end of the previous sample to
 // the end of this call's sync, gaps included: whatever the worker does while the evaluator prepares the next call (a
 // take-over of the doorbell computing ahead) is charged to the call it serves, and the harness's own cost (null
 // calls) is taken off. Each is paired with a reference sample on the same kind of freshly written inputs, timed by
 // the evaluator thread's CPU clock on the same core, and pairs are added until their median speedup is tight.
+// With `sampled_center` (GPU), inputs and outputs are changed and checked at sampled elements (see kSampledBlock).
 bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::Tensor>>& current, uint64_t& stream,
-                 const PairedTimingRule* pairing, PairedSamples& pairs, std::vector<double>& samples) {
+                 const PairedTimingRule* pairing, PairedSamples& pairs, std::vector<double>& samples,
+                 std::optional<double> sampled_center) {
   const ArenaRef arena = ctx.arena();
   const auto& layout = ctx.layout;
   const int sets = ctx.sets();
   const std::size_t largest = largest_input(layout.inputs[0]);
   const bool cpu_clock = !ctx.gpu;
+  const bool sampled = sampled_center.has_value();
   auto verify = pick_verified(ctx.timed, sets, ctx.verified, ctx.seed);
   std::vector<Snapshot> snapshots;
   double worker_cpu = cpu_clock ? ctx.worker.cpu_seconds_when_idle() : 0.0;
   for (int i = 0; pairing ? judge(pairs, *pairing) == PairedVerdict::more : i < ctx.timed; ++i) {
     const int s = i % sets, pattern = i % 2;
-    // The largest input is about to be replaced: whatever an earlier call did to it is checked first.
-    if (!same_bytes(arena, layout.inputs[s][largest], current[s][largest]))
-      flag(v, "input_mutated", "an input was modified during timing");
-    current[s][largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++);
-    write_tensor(arena, layout.inputs[s][largest], current[s][largest]);
-    for (const auto& slot : layout.outputs[s]) poison(arena, slot, pattern);
+    const uint64_t poison_seed = ctx.seed * 0x100000001b3ULL + stream++;
+    if (sampled) {
+      // A change that an earlier call made to the input stays a difference from the copy: checked after the calls.
+      reflect_sampled(arena, layout.inputs[s][largest], current[s][largest], *sampled_center,
+                      ctx.seed * 0x100000001b3ULL + stream++, kSampledBlock);
+      for (const auto& slot : layout.outputs[s]) poison_sampled(arena, slot, pattern, poison_seed, kSampledBlock);
+    } else {
+      // The largest input is about to be replaced: whatever an earlier call did to it is checked first.
+      if (!same_bytes(arena, layout.inputs[s][largest], current[s][largest]))
+        flag(v, "input_mutated", "an input was modified during timing");
+      current[s][largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++);
+      write_tensor(arena, layout.inputs[s][largest], current[s][largest]);
+      for (const auto& slot : layout.outputs[s]) poison(arena, slot, pattern);
+    }
     double seconds = 0.0;
     if (!ctx.call(s, v, &seconds, /*settle=*/true, /*flush=*/true)) return false;
     const double seconds_wall = seconds;
@@ -98,13 +134,18 @@ bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::T
     }
     samples.push_back(seconds * 1e6);
     int64_t unwritten = 0;
-    for (const auto& slot : layout.outputs[s]) unwritten += count_poisoned(arena, slot, pattern);
+    for (const auto& slot : layout.outputs[s])
+      unwritten += sampled ? count_poisoned_sampled(arena, slot, pattern, poison_seed, kSampledBlock)
+                           : count_poisoned(arena, slot, pattern);
     if (unwritten > 0)
       flag(v, "skipped_work", "timed call " + std::to_string(i) + ": " + std::to_string(unwritten) +
-                                  " output elements never written");
+                                  (sampled ? " of the sampled output elements never written"
+                                           : " output elements never written"));
     // Calls past the count are checked at random too, one in four when all are checked, so none can be known safe.
     const bool checked = i < ctx.timed ? verify[i] : ctx.verified > 0 && (ctx.seed + stream + i) % 4 == 0;
-    if (checked) {
+    if (checked && sampled) {
+      verify_in_place(ctx, v, i, current[s], layout.outputs[s]);
+    } else if (checked) {
       Snapshot snap{i, current[s], {}};
       for (const auto& slot : layout.outputs[s]) snap.outputs.push_back(view_tensor(arena, slot).clone());
       snapshots.push_back(std::move(snap));
@@ -141,6 +182,53 @@ PairedTimingRule cpu_pairing(const StageContext& ctx) {
   return rule;
 }
 
+// The reference's time on this task and settings, measured once and kept: on fresh inputs as a candidate's timed
+// calls get them. Timed once per task, so it can afford more samples than a fast-mode candidate gets: a short run of
+// eager ops is dominated by first-touch effects and would skew every speedup after it.
+const TimingStats& reference_timing(StageContext& ctx, std::vector<std::vector<torch::Tensor>>& current, uint64_t& stream,
+                                    std::map<std::string, TimingStats>& reference_times, const std::string& key) {
+  if (auto cached = reference_times.find(key); cached != reference_times.end()) return cached->second;
+  const std::size_t largest = largest_input(ctx.layout.inputs[0]);
+  const int sets = ctx.sets();
+  const int ref_trials = std::max(ctx.timed, 30);
+  for (int w = 0; w < std::max(ctx.warmup, 3); ++w)
+    for (int s = 0; s < sets; ++s) ctx.run_reference(current[s]);
+  std::vector<double> ref_samples;
+  for (int i = 0; i < ref_trials; ++i) {
+    auto inputs = current[i % sets];  // a new tensor, just written, as for the candidate
+    inputs[largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++);
+    ref_samples.push_back(ctx.timed_reference(inputs) * 1e6);
+  }
+  return reference_times[key] = summarize_times(ref_samples);
+}
+
+// GPU: whether timed calls change their inputs at sampled elements (returning twice the centre to reflect about) or
+// get a whole new input and whole poison each. Sampled where the input's distribution allows it and a whole refresh,
+// timed here on set 0 (which it refreshes), costs more than kWholeRefreshShare of a reference call: memory-bound work
+// on inputs of hundreds of MB or more. Each set's input then gets its own copy, which the sampled changes keep equal.
+std::optional<double> choose_refresh(StageContext& ctx, std::vector<std::vector<torch::Tensor>>& current,
+                                     uint64_t& stream, const TimingStats& reference) {
+  const auto& layout = ctx.layout;
+  const std::size_t largest = largest_input(layout.inputs[0]);
+  const auto center = ctx.pool.reflection_center2(largest);
+  if (!center) return std::nullopt;
+  const ArenaRef arena = ctx.arena();
+  cuda::synchronize();
+  cuda::EventTimer timer;
+  timer.start();
+  current[0][largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++);
+  write_tensor(arena, layout.inputs[0][largest], current[0][largest]);
+  for (const auto& slot : layout.outputs[0]) poison(arena, slot, 0);
+  timer.stop();
+  const double whole_us = timer.seconds() * 1e6;
+  if (trace_calls())
+    std::fprintf(stderr, "timing: a whole refresh takes %.1f us, a reference call %.1f us\n", whole_us,
+                 reference.median_us);
+  if (whole_us <= kWholeRefreshShare * reference.median_us) return std::nullopt;
+  for (std::size_t s = 1; s < current.size(); ++s) current[s][largest] = current[s][largest].contiguous().clone();
+  return center;
+}
+
 }  // namespace
 
 bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingStats>& reference_times,
@@ -155,9 +243,16 @@ bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingS
   }
   uint64_t stream = 2000;
 
-  for (int w = 0; w < ctx.warmup; ++w)
-    for (int s = 0; s < sets; ++s)
-      if (!ctx.call(s, v)) return false;
+  // A GPU times its reference once per task, before the candidate: how it compares with the cost of refreshing
+  // inputs decides how timed calls are checked.
+  std::optional<double> sampled_center;
+  if (ctx.gpu && ctx.timed > 0)
+    sampled_center = choose_refresh(ctx, current, stream,
+                                    reference_timing(ctx, current, stream, reference_times, reference_key));
+
+  // Warm-up: every set in turn; with sampled checks (calls of milliseconds on GB tensors) one call is enough.
+  for (int w = 0; w < (sampled_center ? 1 : ctx.warmup * sets); ++w)
+    if (!ctx.call(w % sets, v)) return false;
 
   // The CPU pairs every candidate sample with a reference sample; a GPU times its reference once per task.
   const bool paired = !ctx.gpu && ctx.timed > 0;
@@ -167,7 +262,7 @@ bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingS
   const PairedTimingRule pairing = cpu_pairing(ctx);
   PairedSamples pairs;
   std::vector<double> samples;
-  if (!timed_calls(ctx, v, current, stream, paired ? &pairing : nullptr, pairs, samples)) return false;
+  if (!timed_calls(ctx, v, current, stream, paired ? &pairing : nullptr, pairs, samples, sampled_center)) return false;
   if (paired) {
     v.speedup_spread = pairs.spread();
     if (judge(pairs, pairing) == PairedVerdict::noisy)
@@ -193,25 +288,7 @@ bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingS
     if (v.status == Status::correct && pairs.size() > 0) v.speedup = pairs.median_ratio();
     return true;
   }
-  auto cached = reference_times.find(reference_key);
-  if (cached != reference_times.end()) {
-    v.reference_time = cached->second;
-  } else if (ctx.timed > 0) {
-    // Timed once per task and cached, so it can afford more samples than a fast-mode candidate gets: a
-    // short run of eager ops is dominated by first-touch effects and would skew every speedup after it.
-    const std::size_t largest = largest_input(layout.inputs[0]);
-    const int ref_trials = std::max(ctx.timed, 30);
-    for (int w = 0; w < std::max(ctx.warmup, 3); ++w)
-      for (int s = 0; s < sets; ++s) ctx.run_reference(current[s]);
-    std::vector<double> ref_samples;
-    for (int i = 0; i < ref_trials; ++i) {
-      int s = i % sets;
-      auto inputs = current[s];  // a new tensor, just written, as for the candidate
-      inputs[largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++);
-      ref_samples.push_back(ctx.timed_reference(inputs) * 1e6);
-    }
-    v.reference_time = reference_times[reference_key] = summarize_times(ref_samples);
-  }
+  if (ctx.timed > 0) v.reference_time = reference_timing(ctx, current, stream, reference_times, reference_key);
   return true;
 }
 

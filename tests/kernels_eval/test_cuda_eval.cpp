@@ -138,3 +138,26 @@ TEST_CASE("gpu: kernel coverage tells a candidate's own kernels from runtime cop
   CHECK(*own.kernel_coverage > 0.95);
   CHECK(*copying.kernel_coverage < 0.8);
 }
+
+TEST_CASE("gpu: at KernelBench's relu size (6.4 GB) timed calls checked at sampled elements still catch stale answers") {
+  test::TestEvaluator t("gpu-sampled");
+  auto& evaluator = t.evaluator;
+  auto relu = tasks::find_task("relu", test::tasks_dir());
+  auto options = test::gpu_options("cuda", 10.0);
+  options.mode = eval::Mode::full;
+  auto honest = evaluator.evaluate(relu, cuda_candidate("relu"), options);
+  INFO("honest: ", test::detail_of(honest));
+  CHECK(honest.status == eval::Status::correct);
+  struct Row {
+    const char* fixture;
+    const char* reason;
+  };
+  // Skips after the correctness calls; recomputes only the poisoned elements; replays a kept answer.
+  for (const Row& row : {Row{"skips_when_timed", "skipped_work"}, Row{"patches_poison", "skipped_work"},
+                         Row{"cached_output", "mismatch"}}) {
+    auto verdict = evaluator.evaluate(relu, cuda_fixture(row.fixture), options);
+    INFO(row.fixture, ": ", test::detail_of(verdict));
+    CHECK(verdict.status == eval::Status::incorrect);
+    CHECK(verdict.has_reason(row.reason));
+  }
+}

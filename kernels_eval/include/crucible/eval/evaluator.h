@@ -38,7 +38,7 @@ struct EvalOptions {
   // Which windows of the input pools a trial sees. Unset: a fresh random nonce per evaluation (recorded
   // in the verdict), so no candidate can carry answers for known inputs.
   std::optional<uint64_t> seed;
-  int verified_timed_calls = -1;  // timed calls checked in full: at least one per input set; full mode all
+  int verified_timed_calls = -1;  // timed calls checked in full: at least one per input set; full mode all on the CPU, 4 on a GPU
 };
 
 // The task itself is unusable (no reference, degenerate outputs): not a verdict on the candidate.

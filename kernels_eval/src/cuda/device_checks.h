@@ -1,0 +1,41 @@
+#pragma once
+// The evaluator's passes over device tensors, each one kernel reading each byte once: comparing an output with the
+// reference, comparing bytes, counting poison, and the sampled checks of timed calls on tensors of several GB
+// (poison and input changes at one random element per block of elements). LibTorch's element-wise operators take
+// ten or more passes for a comparison; at KernelBench's sizes those passes, not the candidate, set an evaluation's
+// time. Everything runs on the default stream, where LibTorch works, and returns once its result is on the host.
+// Built from device_checks.cu with the CUDA toolkit, or from device_checks_absent.cpp without it.
+#include <cstddef>
+#include <cstdint>
+
+namespace crucible::eval::cuda {
+
+// How the elements of a buffer are read: floating kinds compare within a tolerance, integer kinds exactly.
+enum class ElementKind { float16, bfloat16, float32, float64, int8, int16, int32, int64 };
+
+struct ElementComparison {
+  int64_t mismatched = 0;      // outside tolerance, NaN against a number, or unequal infinities
+  int64_t nan_mismatched = 0;  // NaN where the reference has a number (or the other way round)
+  double max_abs = 0.0;        // over pairs of finite values
+  double max_rel = 0.0;
+};
+
+// The CPU's rule: |out - ref| <= atol + rtol * |ref| for finite pairs, in float32 for 16- and 32-bit floats and
+// in float64 otherwise; integers must be equal (their largest difference is reported).
+ElementComparison compare_elements(const void* out, const void* ref, int64_t n, ElementKind kind, double atol,
+                                   double rtol);
+// Whether two device buffers hold the same bytes.
+bool same_device_bytes(const void* a, const void* b, std::size_t bytes);
+// Elements of `width` bytes (1, 2, 4 or 8) equal to `pattern`, over the whole buffer.
+int64_t count_pattern(const void* data, int64_t n, int width, uint64_t pattern);
+
+// The sampled checks. A buffer of n elements is cut into blocks of `block` elements; in each block one element,
+// chosen by a hash of (seed, block), is touched. The candidate cannot tell which until it reads the whole buffer.
+void poison_sampled(void* data, int64_t n, int width, uint64_t pattern, uint64_t seed, int64_t block);
+int64_t count_pattern_sampled(const void* data, int64_t n, int width, uint64_t pattern, uint64_t seed, int64_t block);
+// Reflects the chosen element of every block about the distribution's centre (x -> twice_center - x; integers
+// x -> twice_center - x as well), in two buffers at once: the arena's input and the evaluator's own copy of it,
+// which stay identical unless something else wrote to one of them.
+void reflect_sampled(void* a, void* b, int64_t n, ElementKind kind, double twice_center, uint64_t seed, int64_t block);
+
+}  // namespace crucible::eval::cuda
