@@ -1,7 +1,8 @@
 // bench_sweep: a best-of-N sweep on one GPU. K distinct relu candidates (tools/bench/relu_variants.h) are compiled
 // in parallel while the evaluator takes each as soon as it is built: 5 correctness trials, 50 timed trials each
 // (full mode). Prints a row per candidate and the sweep's wall time, and how the evaluation's wall time compares
-// with the candidate's own kernel time over its checked and timed calls (own_x: evaluation / own kernel time).
+// with the candidate's own kernel time over its checked and timed calls (own_x: evaluation / own kernel time), with
+// the evaluation's stages (load_ms: worker and arena; check_ms: correctness; time_ms: timing).
 // Usage: bench_sweep [--device cuda:0] [--sizes cpu|cuda] [--count 64] [--jobs N] [--emit DIR]
 //                    [--task relu] [--tasks-dir DIR]   (any task whose inputs and output are one relu: kb_l1_19)
 // --emit writes the variants' sources to DIR (for the KernelBench-style comparison script) and exits.
@@ -81,8 +82,8 @@ int main(int argc, char** argv) {
         ready.notify_all();
       }
     });
-  std::printf("%-4s %-10s %9s %9s %11s %11s %9s %7s\n", "#", "status", "compile_s", "eval_s", "median_us", "event_us",
-              "GB/s", "own_x");
+  std::printf("%-4s %-10s %9s %9s %8s %8s %8s %11s %11s %9s %7s\n", "#", "status", "compile_s", "eval_s", "load_ms",
+              "check_ms", "time_ms", "median_us", "event_us", "GB/s", "own_x");
   int correct = 0, best = -1;
   double best_us = 1e30;
   std::vector<double> own_x;
@@ -103,9 +104,10 @@ int main(int argc, char** argv) {
     const double own_s = calls * v.candidate_event_median_us.value_or(us) * 1e-6;
     const double ratio = own_s > 0 ? eval_s / own_s : 0.0;
     if (v.status == eval::Status::correct) own_x.push_back(ratio);
-    std::printf("%-4d %-10s %9.2f %9.3f %11.1f %11.1f %9.0f %7.1f\n", i,
-                std::string(eval::status_name(v.status)).c_str(), compile_s[i], eval_s, us,
-                v.candidate_event_median_us.value_or(0.0), v.gbps.value_or(0.0), ratio);
+    std::printf("%-4d %-10s %9.2f %9.3f %8.1f %8.1f %8.1f %11.1f %11.1f %9.0f %7.1f\n", i,
+                std::string(eval::status_name(v.status)).c_str(), compile_s[i], eval_s, v.stages.load_s * 1e3,
+                v.stages.correctness_s * 1e3, v.stages.timing_s * 1e3, us, v.candidate_event_median_us.value_or(0.0),
+                v.gbps.value_or(0.0), ratio);
     std::fflush(stdout);
   }
   for (auto& t : compilers) t.join();

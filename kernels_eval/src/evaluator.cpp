@@ -83,7 +83,7 @@ struct GpuResources {
 
 struct Evaluator::Cache {
   std::map<std::string, std::unique_ptr<InputPool>> pools;
-  std::map<std::string, TimingStats> reference_times;
+  TaskTimings timings;
   std::set<std::string> sound_tasks;  // pool keys of tasks that passed their own checks (see StageContext::task_sound)
   std::map<int, std::unique_ptr<GpuResources>> gpus;
 
@@ -387,7 +387,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     const std::string key = task.name + "|" + task.source_path + "|" + pool_device + "|" + size_set + "|" +
                             std::to_string(ctx.timed) + "|" + std::to_string(arena_sets) + "|" +
                             std::to_string(config_.threads);
-    measure_timing(ctx, v, cache_->reference_times, key);
+    measure_timing(ctx, v, cache_->timings, key);
     v.stages.timing_s = since(timing_start);
     if (v.status == Status::correct && !v.speedup && v.candidate_time && v.reference_time &&
         v.candidate_time->median_us > 0)

@@ -73,9 +73,14 @@ bool classify_failure(const CallOutcome& out, Verdict& v);
 // trial called twice. Throws TaskError for tasks a constant answer could pass.
 bool check_correctness(StageContext& ctx, Verdict& v);
 
-// Candidate timing with checked outputs; the reference's timing comes from `reference_times` when this
-// task was timed before with the same settings.
-bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingStats>& reference_times,
-                    const std::string& reference_key);
+// What timing learns once per task and settings (the key) and keeps for the task's later candidates: the
+// reference's time, and on a GPU whether timed calls are checked at sampled elements (see timing_stage.cpp).
+struct TaskTimings {
+  std::map<std::string, TimingStats> reference;
+  std::map<std::string, bool> sampled;
+};
+
+// Candidate timing with checked outputs.
+bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std::string& key);
 
 }  // namespace crucible::eval

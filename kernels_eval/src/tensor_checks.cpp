@@ -199,6 +199,10 @@ torch::Tensor InputPool::fresh(std::size_t input, uint64_t seed) const {
   return transformed(init, t);
 }
 
+bool InputPool::shares_memory(std::size_t input, const torch::Tensor& t) const {
+  return t.defined() && t.storage().is_alias_of(pools_[input].storage());
+}
+
 std::optional<double> InputPool::reflection_center2(std::size_t input) const {
   const auto& init = inits_[input];
   const auto type = pools_[input].scalar_type();

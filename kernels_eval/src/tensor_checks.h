@@ -46,6 +46,8 @@ class InputPool {
   // the distribution (normal, uniform, randint and two-valued choices, with no scale range and no transform);
   // nothing otherwise.
   std::optional<double> reflection_center2(std::size_t input) const;
+  // Whether `t` is a window of this input's pool (as draw() returns), which must not be changed.
+  bool shares_memory(std::size_t input, const torch::Tensor& t) const;
 
  private:
   std::vector<InitSpec> inits_;

@@ -204,35 +204,42 @@ const TimingStats& reference_timing(StageContext& ctx, std::vector<std::vector<t
 
 // GPU: whether timed calls change their inputs at sampled elements (returning twice the centre to reflect about) or
 // get a whole new input and whole poison each. Sampled where the input's distribution allows it and a whole refresh,
-// timed here on set 0 (which it refreshes), costs more than kWholeRefreshShare of a reference call: memory-bound work
-// on inputs of hundreds of MB or more. Each set's input then gets its own copy, which the sampled changes keep equal.
+// timed on set 0 (which it refreshes) at the task's first evaluation, costs more than kWholeRefreshShare of a
+// reference call: memory-bound work on inputs of hundreds of MB or more. Each set's input then gets its own copy,
+// which the sampled changes keep equal to the arena's.
 std::optional<double> choose_refresh(StageContext& ctx, std::vector<std::vector<torch::Tensor>>& current,
-                                     uint64_t& stream, const TimingStats& reference) {
+                                     uint64_t& stream, TaskTimings& known, const std::string& key) {
   const auto& layout = ctx.layout;
   const std::size_t largest = largest_input(layout.inputs[0]);
   const auto center = ctx.pool.reflection_center2(largest);
   if (!center) return std::nullopt;
-  const ArenaRef arena = ctx.arena();
-  cuda::synchronize();
-  cuda::EventTimer timer;
-  timer.start();
-  current[0][largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++);
-  write_tensor(arena, layout.inputs[0][largest], current[0][largest]);
-  for (const auto& slot : layout.outputs[0]) poison(arena, slot, 0);
-  timer.stop();
-  const double whole_us = timer.seconds() * 1e6;
-  if (trace_calls())
-    std::fprintf(stderr, "timing: a whole refresh takes %.1f us, a reference call %.1f us\n", whole_us,
-                 reference.median_us);
-  if (whole_us <= kWholeRefreshShare * reference.median_us) return std::nullopt;
-  for (std::size_t s = 1; s < current.size(); ++s) current[s][largest] = current[s][largest].contiguous().clone();
+  auto decided = known.sampled.find(key);
+  if (decided == known.sampled.end()) {
+    const TimingStats& reference = reference_timing(ctx, current, stream, known.reference, key);
+    const ArenaRef arena = ctx.arena();
+    cuda::synchronize();
+    cuda::EventTimer timer;
+    timer.start();
+    current[0][largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++);
+    write_tensor(arena, layout.inputs[0][largest], current[0][largest]);
+    for (const auto& slot : layout.outputs[0]) poison(arena, slot, 0);
+    timer.stop();
+    const double whole_us = timer.seconds() * 1e6;
+    if (trace_calls())
+      std::fprintf(stderr, "timing: a whole refresh takes %.1f us, a reference call %.1f us\n", whole_us,
+                   reference.median_us);
+    decided = known.sampled.emplace(key, whole_us > kWholeRefreshShare * reference.median_us).first;
+  }
+  if (!decided->second) return std::nullopt;
+  // Windows of the pool (draw) are shared with it; a refreshed input (fresh) is already the evaluator's own.
+  for (std::size_t s = 0; s < current.size(); ++s)
+    if (ctx.pool.shares_memory(largest, current[s][largest])) current[s][largest] = current[s][largest].clone();
   return center;
 }
 
 }  // namespace
 
-bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingStats>& reference_times,
-                    const std::string& reference_key) {
+bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std::string& key) {
   const ArenaRef arena = ctx.arena();
   const auto& layout = ctx.layout;
   const int sets = ctx.sets();
@@ -246,9 +253,7 @@ bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingS
   // A GPU times its reference once per task, before the candidate: how it compares with the cost of refreshing
   // inputs decides how timed calls are checked.
   std::optional<double> sampled_center;
-  if (ctx.gpu && ctx.timed > 0)
-    sampled_center = choose_refresh(ctx, current, stream,
-                                    reference_timing(ctx, current, stream, reference_times, reference_key));
+  if (ctx.gpu && ctx.timed > 0) sampled_center = choose_refresh(ctx, current, stream, known, key);
 
   // Warm-up: every set in turn; with sampled checks (calls of milliseconds on GB tensors) one call is enough.
   for (int w = 0; w < (sampled_center ? 1 : ctx.warmup * sets); ++w)
@@ -288,7 +293,7 @@ bool measure_timing(StageContext& ctx, Verdict& v, std::map<std::string, TimingS
     if (v.status == Status::correct && pairs.size() > 0) v.speedup = pairs.median_ratio();
     return true;
   }
-  if (ctx.timed > 0) v.reference_time = reference_timing(ctx, current, stream, reference_times, reference_key);
+  if (ctx.timed > 0) v.reference_time = reference_timing(ctx, current, stream, known.reference, key);
   return true;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -40,16 +41,19 @@ struct Totals {
   unsigned long long max_rel_bits;
 };
 
-// Device memory for one pass's totals, read back (which waits for the pass) when the pass is done.
+// Device memory for one pass's totals, zeroed for it and read back (which waits for the pass) when it is done. One
+// buffer per thread and device, kept: allocating and freeing one per pass cost more than a sampled pass itself.
 class DeviceTotals {
  public:
   DeviceTotals() {
-    check(cudaMalloc(&totals_, sizeof(Totals)), "cudaMalloc (check totals)");
+    int device = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    thread_local std::map<int, Totals*> buffers;
+    Totals*& buffer = buffers[device];
+    if (!buffer) check(cudaMalloc(&buffer, sizeof(Totals)), "cudaMalloc (check totals)");
+    totals_ = buffer;
     check(cudaMemsetAsync(totals_, 0, sizeof(Totals), nullptr), "cudaMemsetAsync (check totals)");
   }
-  ~DeviceTotals() { cudaFree(totals_); }
-  DeviceTotals(const DeviceTotals&) = delete;
-  DeviceTotals& operator=(const DeviceTotals&) = delete;
   Totals* get() { return totals_; }
   Totals read(const char* pass) {
     check(cudaGetLastError(), pass);
