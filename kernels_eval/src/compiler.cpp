@@ -78,6 +78,23 @@ bool reachable_by_others(const fs::path& path) {
   return true;
 }
 
+// What a compiler may reach (Landlock): the system's programs and libraries, the toolchain's own tree (two levels
+// above the resolved driver: /usr/local/cuda-13.0 for .../bin/nvcc), its build directory (which holds the contract
+// header) and /dev/null. Not /etc beyond the linker's cache, not /home, /root, /tmp or /proc: an #include of
+// anything else fails as a missing or unreadable file, and its contents never reach the log.
+FileRules toolchain_files(const std::string& tool, const fs::path& work) {
+  FileRules rules;
+  rules.read_only = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache",
+                     "/etc/alternatives", "/dev/urandom"};
+  std::error_code ec;
+  const fs::path driver = fs::canonical(tool, ec);
+  if (!ec && driver.has_parent_path() && driver.parent_path().has_parent_path() &&
+      driver.parent_path().parent_path() != driver.root_path())
+    rules.read_only.push_back(driver.parent_path().parent_path().string());
+  rules.read_write = {work.string(), "/dev/null"};
+  return rules;
+}
+
 std::string resolve_in_path(const std::string& tool) {
   if (tool.find('/') != std::string::npos) return tool;
   const char* path = std::getenv("PATH");
@@ -92,6 +109,8 @@ std::string environment_failure(const ProcessResult& r) {
   if (r.exit_code == ProcessResult::kCannotExecute && r.signal == 0) return "the compiler could not be started";
   if (r.exit_code == ProcessResult::kCannotSetIdentity && r.signal == 0)
     return "the compiler could not take its unprivileged identity";
+  if (r.exit_code == ProcessResult::kCannotConfine && r.signal == 0)
+    return "the compiler could not be confined to its toolchain (Landlock)";
   if (r.exit_code == ProcessResult::kCannotEnterDirectory && r.signal == 0)
     return "the compiler could not enter its build directory";
   if (r.output.find("No space left on device") != std::string::npos) return "the disk is full (No space left on device)";
@@ -251,6 +270,7 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
   // Nothing of the evaluator's environment (tokens, proxies, paths to private files) reaches the compiler.
   limits.environment = {"PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + work.string(),
                         "TMPDIR=" + work.string(), "LC_ALL=C"};
+  limits.files = toolchain_files(tool, work);
   ProcessResult r = run_process(argv, limits, work.string());
 
   const std::string environment = r.timed_out ? std::string() : environment_failure(r);

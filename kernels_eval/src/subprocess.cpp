@@ -33,15 +33,22 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessLim
   for (const auto& e : limits.environment) env.push_back(const_cast<char*>(e.c_str()));
   env.push_back(nullptr);
   const bool drop_root = limits.unprivileged && geteuid() == 0;
+  // Built here: the child may only make system calls between fork and exec.
+  std::string landlock_error;
+  const int ruleset = limits.files ? build_file_rules(*limits.files, landlock_error) : -1;
 
   int pipe_fds[2];
-  if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    if (ruleset >= 0) close(ruleset);
+    throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
+  }
   auto start = Clock::now();
   const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     close(pipe_fds[0]);
     close(pipe_fds[1]);
+    if (ruleset >= 0) close(ruleset);
     throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
   }
   if (pid == 0) {
@@ -64,6 +71,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessLim
         _exit(ProcessResult::kCannotSetIdentity);
     }
     if (!working_dir.empty() && chdir(working_dir.c_str()) != 0) _exit(ProcessResult::kCannotEnterDirectory);
+    if (ruleset >= 0 && !enter_file_rules(ruleset)) _exit(ProcessResult::kCannotConfine);
     if (limits.environment.empty())
       execvp(args[0], args.data());
     else
@@ -72,8 +80,10 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessLim
   }
   setpgid(pid, pid);  // also from the parent, so the group exists before any kill
   close(pipe_fds[1]);
+  if (ruleset >= 0) close(ruleset);
 
   ProcessResult result;
+  result.confined = ruleset >= 0;
   auto deadline = start + std::chrono::duration<double>(limits.wall_seconds);
   char buffer[8192];
   bool open_pipe = true;

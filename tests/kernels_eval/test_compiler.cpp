@@ -8,6 +8,7 @@
 #include "crucible/eval/compile_cache.h"
 #include "crucible/eval/compiler.h"
 #include "crucible/eval/evaluator.h"
+#include "crucible/eval/landlock.h"
 #include "crucible/eval/subprocess.h"
 #include "support.h"
 
@@ -124,6 +125,34 @@ TEST_CASE("a candidate that includes a private file gets a compile error naming 
   CHECK(r.log.find("Permission denied") != std::string::npos);
   CHECK(r.log.find("TOPSECRET") == std::string::npos);
   CHECK(r.log.rfind("candidate.cpp:", 0) == 0);  // the author's file name, not a build path
+}
+
+TEST_CASE("the compiler reaches its toolchain and build directory only: a world-readable file elsewhere is refused") {
+  if (eval::landlock_abi() == 0) {
+    MESSAGE("skipped: this kernel has no Landlock; the compiler may read any file its identity can "
+            "(docs/evaluation.md)");
+    return;
+  }
+  test::ScratchDir cache("compile-landlock");
+  const auto open_dir = cache.path() / "open";
+  std::filesystem::create_directories(open_dir);
+  const auto secret = open_dir / "readable.h";
+  {
+    std::ofstream out(secret);
+    out << "WORLD_READABLE_LINE\n";
+  }
+  namespace fsp = std::filesystem;
+  for (auto p = open_dir; p != p.root_path(); p = p.parent_path())  // readable by anyone, nobody included
+    fsp::permissions(p, fsp::perms::others_exec | fsp::perms::others_read, fsp::perm_options::add);
+  fsp::permissions(secret, fsp::perms::others_read, fsp::perm_options::add);
+  eval::Compiler compiler(cache.path() / "cache", eval::default_include_dir());
+  auto r = compiler.compile("#include \"" + secret.string() + "\"\n", {});
+  INFO(r.log);
+  CHECK(r.outcome == eval::CompileResult::Outcome::failed);
+  CHECK(r.log.find(secret.string()) != std::string::npos);
+  CHECK(r.log.find("WORLD_READABLE") == std::string::npos);
+  // The same source compiles its contract header and system headers: the toolchain is reachable.
+  CHECK(compiler.compile(std::string("#include <cmath>\n#include <vector>\n") + kRelu, {}).ok());
 }
 
 TEST_CASE("a compiler that cannot run is the machine's failure, not the candidate's, and is not cached") {

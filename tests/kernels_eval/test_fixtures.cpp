@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "crucible/eval/evaluator.h"
+#include "crucible/eval/landlock.h"
 #include "eval_support.h"
 #include "tasks/task_loader.h"
 
@@ -98,6 +99,20 @@ TEST_CASE("every hack and fault fixture gets its exact verdict, then a correct c
   REQUIRE(good.speedup.has_value());
   CHECK(*good.speedup > 0.0);
   CHECK(evaluator.pool().started() > static_cast<int>(std::size(kExpectations)) / 2);
+}
+
+TEST_CASE("a static constructor can open no file beyond what loading needs (Landlock)") {
+  auto relu = tasks::find_task("relu", test::tasks_dir());
+  const auto source = test::read_file(test::cpu_fixture("reads_files_at_load"));
+  test::TestEvaluator t("landlock");
+  auto verdict = t.evaluator.evaluate(relu, source, test_options());
+  INFO(test::detail_of(verdict));
+  if (eval::landlock_abi() == 0) {
+    MESSAGE("skipped: this kernel has no Landlock; the constructor's opens succeed (docs/evaluation.md)");
+    CHECK(verdict.has_reason("nonzero_return"));
+    return;
+  }
+  CHECK(verdict.status == eval::Status::correct);
 }
 
 TEST_CASE("signalling completion early hides no time: the tamperer is timed like its honest twin") {

@@ -7,6 +7,8 @@ bool start_device(int, char**, std::string&) { return true; }
 
 char* attach_tensors(const protocol::LoadRequest&, char* host_arena, std::string&) { return host_arena; }
 
+bool confines_files() { return true; }
+
 bool limits_address_space() { return true; }
 
 bool drops_identity() { return true; }

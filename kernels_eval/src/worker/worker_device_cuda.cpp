@@ -92,6 +92,8 @@ char* attach_tensors(const protocol::LoadRequest& request, char*, std::string& e
 
 bool drops_identity() { return false; }
 
+bool confines_files() { return false; }
+
 bool limits_address_space() { return false; }
 
 double spin_window_seconds() { return 0.25; }

@@ -16,6 +16,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "crucible/kernel.h"
+#include "crucible/eval/landlock.h"
 #include "crucible/eval/worker_protocol.h"
 #include "fd_passing.h"
 #include "seccomp_filter.h"
@@ -31,6 +33,10 @@
 namespace proto = crucible::eval::protocol;
 using crucible::eval::install_load_stage_filter;
 using crucible::eval::install_run_stage_filter;
+using crucible::eval::FileRules;
+using crucible::eval::build_file_rules;
+using crucible::eval::enter_file_rules;
+using crucible::eval::landlock_abi;
 namespace device = crucible::eval::worker;
 
 namespace {
@@ -144,6 +150,24 @@ void wait_for_call(uint32_t expected) {
 
 }  // namespace
 
+// What loading the candidate needs to read: its library and the files this process has mapped (the worker and the
+// libraries the candidate's own may name, which the dynamic linker finds already loaded, by soname).
+FileRules loadable_files(const std::string& so_path) {
+  FileRules rules;
+  rules.read_only.push_back(so_path);
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    const auto slash = line.find(" /");
+    if (slash == std::string::npos) continue;
+    std::string path = line.substr(slash + 1);
+    if (path.size() > 10 && path.compare(path.size() - 10, 10, " (deleted)") == 0) continue;
+    if (std::find(rules.read_only.begin(), rules.read_only.end(), path) == rules.read_only.end())
+      rules.read_only.push_back(std::move(path));
+  }
+  return rules;
+}
+
 // Gives up root for nobody; the candidate's library is opened first, and loaded through its descriptor.
 bool become_nobody() {
   const uid_t id = 65534;
@@ -190,6 +214,15 @@ int main(int argc, char** argv) {
     if (!usable) return fail(12, std::string("device: ") + c->cuda_error_text);
   }
 
+  // Built while the worker may still open every path (as root, the cache directory may be closed to nobody);
+  // entered just before loading.
+  int file_rules = -1;
+  if (device::confines_files() && landlock_abi() > 0) {
+    std::string error;
+    file_rules = build_file_rules(loadable_files(request->so_path), error);
+    if (file_rules < 0) return fail(15, "cannot confine the worker's files: " + error);
+  }
+
   std::string so_path = request->so_path;
   if (device::drops_identity() && geteuid() == 0) {
     const int so_fd = open(request->so_path, O_RDONLY | O_CLOEXEC);
@@ -208,6 +241,10 @@ int main(int argc, char** argv) {
   limit(RLIMIT_NPROC, 0, 0);
   limit(RLIMIT_CORE, 0, 0);
   drop_capabilities();
+  if (file_rules >= 0) {
+    if (!enter_file_rules(file_rules)) return fail(15, "cannot confine the worker's files (Landlock)");
+    close(file_rules);
+  }
   const device::SyscallNeeds needs = device::syscall_needs();
   if (!install_load_stage_filter(proto::kSocketFd, needs.syscalls, needs.ioctl_fds))
     return fail(5, "cannot install the load-stage seccomp filter");

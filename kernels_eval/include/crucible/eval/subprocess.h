@@ -1,8 +1,11 @@
 #pragma once
 // Runs a program with resource limits and a wall-clock limit, capturing its merged output.
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "crucible/eval/landlock.h"
 
 namespace crucible::eval {
 
@@ -17,6 +20,9 @@ struct ProcessLimits {
   bool unprivileged = false;
   // The child's whole environment when not empty (the caller's is not inherited then).
   std::vector<std::string> environment;
+  // Files the child (and all it starts) may reach, enforced by Landlock where the kernel has it; elsewhere the child
+  // runs without (ProcessResult::confined says which).
+  std::optional<FileRules> files;
 };
 
 constexpr unsigned kUnprivilegedId = 65534;
@@ -27,9 +33,10 @@ struct ProcessResult {
   bool timed_out = false;
   double seconds = 0.0;
   std::string output;   // stdout and stderr, truncated to max_output_bytes
+  bool confined = false;  // ProcessLimits::files was enforced
   bool ok() const { return !timed_out && signal == 0 && exit_code == 0; }
   // Exit codes of the child itself before the program ran (see run_process).
-  static constexpr int kCannotSetIdentity = 124, kCannotEnterDirectory = 126, kCannotExecute = 127;
+  static constexpr int kCannotConfine = 123, kCannotSetIdentity = 124, kCannotEnterDirectory = 126, kCannotExecute = 127;
 };
 
 // The child runs in its own process group, so a timeout kills the whole tree it started.
