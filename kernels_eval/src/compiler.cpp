@@ -78,8 +78,9 @@ bool reachable_by_others(const fs::path& path) {
   return true;
 }
 
-// What a compiler may reach (Landlock): the system's programs and libraries, the toolchain's own tree (two levels
-// above the resolved driver: /usr/local/cuda-13.0 for .../bin/nvcc), its build directory (which holds the contract
+// What a compiler may reach (Landlock): the system's programs and libraries, a CUDA toolkit installed elsewhere
+// (the tree above .../bin/nvcc, recognised by its nvvm/ directory; nothing else outside /usr is granted, so a g++ in
+// a home directory or a Python environment does not open that tree), its build directory (which holds the contract
 // header) and /dev/null. Not /etc beyond the linker's cache, not /home, /root, /tmp or /proc: an #include of
 // anything else fails as a missing or unreadable file, and its contents never reach the log.
 FileRules toolchain_files(const std::string& tool, const fs::path& work) {
@@ -88,9 +89,9 @@ FileRules toolchain_files(const std::string& tool, const fs::path& work) {
                      "/etc/alternatives", "/dev/urandom"};
   std::error_code ec;
   const fs::path driver = fs::canonical(tool, ec);
-  if (!ec && driver.has_parent_path() && driver.parent_path().has_parent_path() &&
-      driver.parent_path().parent_path() != driver.root_path())
-    rules.read_only.push_back(driver.parent_path().parent_path().string());
+  const fs::path toolkit = driver.parent_path().parent_path();
+  if (!ec && driver.filename() == "nvcc" && toolkit != driver.root_path() && fs::is_directory(toolkit / "nvvm", ec))
+    rules.read_only.push_back(toolkit.string());
   rules.read_write = {work.string(), "/dev/null"};
   return rules;
 }

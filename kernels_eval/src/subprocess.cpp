@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,6 +37,12 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessLim
   // Built here: the child may only make system calls between fork and exec.
   std::string landlock_error;
   const int ruleset = limits.files ? build_file_rules(*limits.files, landlock_error) : -1;
+  if (limits.files && ruleset < 0 && landlock_abi() > 0) {  // fail closed: never run unconfined where it could be
+    ProcessResult refused;
+    refused.exit_code = ProcessResult::kCannotConfine;
+    refused.output = landlock_error;
+    return refused;
+  }
 
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
@@ -72,6 +79,8 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessLim
     }
     if (!working_dir.empty() && chdir(working_dir.c_str()) != 0) _exit(ProcessResult::kCannotEnterDirectory);
     if (ruleset >= 0 && !enter_file_rules(ruleset)) _exit(ProcessResult::kCannotConfine);
+    // Descriptors the caller left open without close-on-exec would stay readable whatever Landlock says.
+    syscall(SYS_close_range, 3U, ~0U, 0U);
     if (limits.environment.empty())
       execvp(args[0], args.data());
     else

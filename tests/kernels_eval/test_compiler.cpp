@@ -142,8 +142,12 @@ TEST_CASE("the compiler reaches its toolchain and build directory only: a world-
     out << "WORLD_READABLE_LINE\n";
   }
   namespace fsp = std::filesystem;
-  for (auto p = open_dir; p != p.root_path(); p = p.parent_path())  // readable by anyone, nobody included
+  // Readable by anyone, nobody included; the directories above the scratch directory get their modes back.
+  std::vector<std::pair<fsp::path, fsp::perms>> restore;
+  for (auto p = open_dir; p != p.root_path(); p = p.parent_path()) {
+    restore.emplace_back(p, fsp::status(p).permissions());
     fsp::permissions(p, fsp::perms::others_exec | fsp::perms::others_read, fsp::perm_options::add);
+  }
   fsp::permissions(secret, fsp::perms::others_read, fsp::perm_options::add);
   eval::Compiler compiler(cache.path() / "cache", eval::default_include_dir());
   auto r = compiler.compile("#include \"" + secret.string() + "\"\n", {});
@@ -153,6 +157,7 @@ TEST_CASE("the compiler reaches its toolchain and build directory only: a world-
   CHECK(r.log.find("WORLD_READABLE") == std::string::npos);
   // The same source compiles its contract header and system headers: the toolchain is reachable.
   CHECK(compiler.compile(std::string("#include <cmath>\n#include <vector>\n") + kRelu, {}).ok());
+  for (const auto& [path, mode] : restore) fsp::permissions(path, mode, fsp::perm_options::replace);
 }
 
 TEST_CASE("a compiler that cannot run is the machine's failure, not the candidate's, and is not cached") {
