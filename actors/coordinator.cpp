@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <variant>
@@ -177,6 +178,31 @@ void generate(Self self, std::size_t unit) {
   }
 }
 
+// Ids of a refinement turn: after the group's first turn (group * 100000 + index), 1000 per turn (the experiment
+// keeps groups under 1000 samples and turns under 100).
+uint64_t first_id_of_turn(uint64_t group, uint32_t turn) { return group * 100000 + uint64_t{turn} * 1000; }
+
+void refine(Self self, std::size_t unit, uint64_t group, uint32_t turn) {
+  auto& st = self->state;
+  const auto& plan = st.pipeline->plan(unit);
+  msg::GenerateRequest request{plan.name, plan.step, "", group, 0, first_id_of_turn(group, turn)};
+  for (const auto& g : plan.groups)
+    if (g.group == group) request.task = g.task;
+  request.turn = turn;
+  for (uint64_t id : st.pipeline->turn(unit, group, turn - 1)) {
+    const auto& trace = st.candidates.at(id);
+    request.previous.push_back(trace.candidate);
+    request.verdicts.push_back(trace.verdict->verdict);
+  }
+  request.n = static_cast<uint32_t>(request.previous.size());
+  self->request(st.setup.generator, caf::infinite, std::move(request))
+      .then([=](msg::Generated& generated) { on_generated(self, unit, group, generated); },
+            [=](caf::error& e) {
+              finish(self, false, "refinement for " + self->state.pipeline->plan(unit).name + " failed: " +
+                                      self->system().render(e));
+            });
+}
+
 void score(Self self, std::size_t unit, uint64_t group) {
   auto& st = self->state;
   msg::ScoreRequest request;
@@ -186,6 +212,7 @@ void score(Self self, std::size_t unit, uint64_t group) {
   for (const auto& g : st.pipeline->plan(unit).groups)
     if (g.group == group) request.task = g.task;
   for (uint64_t id : ids) request.verdicts.push_back(st.candidates.at(id).verdict->verdict);
+  request.turns = std::max<uint32_t>(1, st.pipeline->turns_generated(unit, group));
   self->request(st.setup.normalizer, caf::infinite, std::move(request))
       .then(
           [=](msg::ScoredGroup& scored) {
@@ -212,8 +239,8 @@ void train(Self self, std::size_t unit) {
   for (uint64_t id : st.pipeline->candidates(unit)) {
     const auto& t = st.candidates.at(id);
     if (!t.advantage) continue;  // dropped group
-    batch.samples.push_back(
-        {t.candidate.policy_version, t.candidate.task, t.candidate.tokens, t.candidate.logprobs, *t.advantage});
+    batch.samples.push_back({t.candidate.policy_version, t.candidate.task, t.candidate.tokens, t.candidate.logprobs,
+                             *t.advantage, t.candidate.prompt});
   }
   st.units[unit].train_start = wall_now();
   self->request(st.setup.optimizer, caf::infinite, std::move(batch))
@@ -267,6 +294,7 @@ void decide(Self self, const std::vector<core::Decision>& decisions) {
   for (const auto& d : decisions) {
     if (st.finished) return;
     if (auto* g = std::get_if<core::Generate>(&d)) generate(self, g->unit);
+    else if (auto* r = std::get_if<core::Refine>(&d)) refine(self, r->unit, r->group, r->turn);
     else if (auto* s = std::get_if<core::Score>(&d)) score(self, s->unit, s->group);
     else if (auto* t = std::get_if<core::Train>(&d)) train(self, t->unit);
     else if (auto* c = std::get_if<core::Commit>(&d)) commit(self, c->unit);

@@ -16,6 +16,7 @@ optimizer_actor::behavior_type optimizer(optimizer_actor::pointer, std::shared_p
           p.tokens = std::move(s.tokens);
           p.logprobs = std::move(s.logprobs);
           p.policy_version = s.policy_version;
+          p.prompt = std::move(s.prompt);
           samples.push_back(std::move(p));
           advantages.push_back(s.advantage);
         }

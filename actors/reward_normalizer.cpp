@@ -1,5 +1,6 @@
 #include "actors/reward_normalizer.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 
@@ -18,7 +19,9 @@ normalizer_actor::behavior_type reward_normalizer(normalizer_actor::pointer, Nor
           out.rewards.push_back(r);
           centred.push_back(setup.task_baseline ? (*baselines)[request.task].center(r) : r);
         }
-        out.advantages = rewards::advantages(centred, setup.advantage);
+        auto turns = setup.multi_turn;
+        turns.turns = std::max<uint32_t>(1, request.turns);
+        out.advantages = rewards::turn_advantages(rewards::turn_returns(centred, turns), turns.turns, setup.advantage);
         return out;
       },
   };

@@ -11,6 +11,7 @@ struct NormalizerSetup {
   rewards::RewardSpec reward;
   rewards::AdvantageSpec advantage;
   bool task_baseline = false;
+  rewards::MultiTurnSpec multi_turn;  // returns and gamma; the turns come with each group
 };
 
 normalizer_actor::behavior_type reward_normalizer(normalizer_actor::pointer self, NormalizerSetup setup);

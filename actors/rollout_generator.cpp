@@ -34,10 +34,44 @@ msg::Generated tag(const msg::GenerateRequest& request, std::vector<policy::Samp
     c.tokens = std::move(samples[i].tokens);
     c.logprobs = std::move(samples[i].logprobs);
     c.parse_error = eval::valid_utf8(samples[i].parse_error);
+    c.turn = request.turn;
+    c.trajectory = request.turn == 0 ? c.id : request.previous.at(i).trajectory;
+    c.prompt = std::move(samples[i].prompt);
     out.candidates.push_back(std::move(c));
   }
   out.finished_at = wall_now();
   return out;
+}
+
+// A refinement turn: one sample per previous candidate, each shown its verdict.
+caf::result<msg::Generated> refine(GeneratorSetup& setup, log::Logger& log, const msg::GenerateRequest& request) {
+  if (request.previous.size() != request.verdicts.size())
+    return caf::make_error(caf::sec::invalid_argument, "generator: one verdict per previous candidate");
+  std::vector<policy::Attempt> attempts;
+  for (std::size_t i = 0; i < request.previous.size(); ++i) {
+    const auto& c = request.previous[i];
+    policy::Sample previous;
+    previous.task = c.task;
+    previous.output = c.output;
+    previous.source = c.source;
+    previous.tokens = c.tokens;
+    previous.logprobs = c.logprobs;
+    previous.policy_version = c.policy_version;
+    previous.prompt = c.prompt;
+    attempts.push_back({std::move(previous), policy::feedback_of(request.verdicts[i])});
+  }
+  const double started = wall_now();
+  std::vector<policy::Sample> samples;
+  try {
+    auto lease = setup.leases->acquire(setup.policy_device);
+    samples = setup.policy->refine(setup.tasks.at(request.task), attempts);
+  } catch (const std::exception& e) {
+    log.error(request.unit, ": refining ", request.task, " (turn ", request.turn, ") failed: ", e.what());
+    return caf::make_error(caf::sec::runtime_error, std::string("refinement failed: ") + e.what());
+  }
+  if (samples.size() != attempts.size())
+    return caf::make_error(caf::sec::runtime_error, "refinement failed: one sample per attempt expected");
+  return tag(request, samples, started);
 }
 
 }  // namespace
@@ -52,6 +86,7 @@ generator_actor::behavior_type rollout_generator(generator_actor::pointer self, 
       [=](msg::GenerateRequest& request) -> caf::result<msg::Generated> {
         if (setup->tasks.find(request.task) == setup->tasks.end())
           return caf::make_error(caf::sec::invalid_argument, "generator: unknown task " + request.task);
+        if (!request.previous.empty()) return refine(*setup, *log, request);
         if (pending->empty()) self->delayed_send(self, std::chrono::milliseconds(2), flush_atom_v);
         auto promise = self->make_response_promise<msg::Generated>();
         pending->push_back({std::move(request), promise});

@@ -5,6 +5,7 @@
 #include "crucible/eval/verdict_json.h"
 
 #include <algorithm>
+#include <map>
 #include <cstdio>
 
 namespace crucible::actors {
@@ -44,6 +45,8 @@ std::string candidate_record_json(const msg::CandidateRecord& t, const msg::Unit
   j["task"] = c.task;
   j["group"] = c.group;
   j["index"] = c.index;
+  j["trajectory"] = c.trajectory;
+  j["turn"] = c.turn;
   j["policy_version"] = c.policy_version;
   // Staleness in policy versions, where versions count this chain's updates only (GRPO; TTT is on-policy per task).
   if (unit.train && unit.task.empty()) j["staleness"] = unit.policy_version_after - 1 - c.policy_version;
@@ -125,6 +128,26 @@ std::string unit_metrics_json(const msg::UnitRecord& unit, const std::vector<con
     tokens += t->candidate.tokens.size();
     min_version = std::min(min_version, t->candidate.policy_version);
     if (!best || t->reward > best->reward) best = t;
+  }
+  if (std::any_of(traces.begin(), traces.end(), [](const auto* t) { return t->candidate.turn > 0; })) {
+    // Multi-turn: each turn's metrics, and each trajectory judged by its best turn (best-across-turns selection).
+    std::map<uint32_t, std::vector<run::Outcome>> by_turn;
+    std::map<uint64_t, const msg::CandidateRecord*> best_of_trajectory;
+    for (const auto* t : traces) {
+      by_turn[t->candidate.turn].push_back(outcome_of(*t));
+      auto& b = best_of_trajectory[t->candidate.trajectory];
+      if (!b || t->reward > b->reward) b = t;
+    }
+    json turns = json::array();
+    for (const auto& [turn, outcomes] : by_turn) {
+      json one = json::parse(run::metrics_json(run::compute_metrics(outcomes)));
+      one["turn"] = turn;
+      turns.push_back(std::move(one));
+    }
+    j["turns"] = turns;
+    std::vector<run::Outcome> best;
+    for (const auto& [trajectory, t] : best_of_trajectory) best.push_back(outcome_of(*t));
+    j["best_across_turns"] = json::parse(run::metrics_json(run::compute_metrics(best)));
   }
   j["budget"] = {{"samples", traces.size()}, {"tokens", tokens}, {"compile_seconds", compile_s},
                  {"evaluation_seconds", eval_s}};

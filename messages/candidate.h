@@ -21,12 +21,15 @@ struct Candidate {
   std::vector<int32_t> tokens;  // what the policy sampled (token ids, or the search policy's knob choices)
   std::vector<float> logprobs;  // per token, when the policy has them
   std::string parse_error;      // why the output held no source (then it is not compiled); empty: parsed
+  uint64_t trajectory = 0;      // multi-turn: the id of the trajectory's first turn (its own id at turn 0)
+  uint32_t turn = 0;            // multi-turn: 0 for the first sample, t for the t-th refinement
+  std::string prompt;           // a refinement's whole prompt, which training conditions on; empty: the task's
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Candidate& x) {
   return f(caf::meta::type_name("crucible.Candidate"), x.id, x.step, x.task, x.group, x.index, x.policy_version,
-           x.output, x.source, x.tokens, x.logprobs, x.parse_error);
+           x.output, x.source, x.tokens, x.logprobs, x.parse_error, x.trajectory, x.turn, x.prompt);
 }
 
 struct CompileRequest {

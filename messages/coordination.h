@@ -19,11 +19,17 @@ struct GenerateRequest {
   uint64_t group = 0;
   uint32_t n = 0;
   uint64_t first_id = 0;
+  // A refinement turn (multi-turn): one new sample per previous candidate, improving on it in the light of its
+  // verdict (n is then previous.size()).
+  uint32_t turn = 0;
+  std::vector<Candidate> previous;
+  std::vector<eval::Verdict> verdicts;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, GenerateRequest& x) {
-  return f(caf::meta::type_name("crucible.GenerateRequest"), x.unit, x.step, x.task, x.group, x.n, x.first_id);
+  return f(caf::meta::type_name("crucible.GenerateRequest"), x.unit, x.step, x.task, x.group, x.n, x.first_id,
+           x.turn, x.previous, x.verdicts);
 }
 
 struct Generated {
@@ -42,12 +48,13 @@ struct ScoreRequest {
   std::string unit;
   std::string task;
   uint64_t group = 0;
-  std::vector<eval::Verdict> verdicts;
+  std::vector<eval::Verdict> verdicts;  // turn by turn (multi-turn): the group's trajectories in the same order each turn
+  uint32_t turns = 1;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScoreRequest& x) {
-  return f(caf::meta::type_name("crucible.ScoreRequest"), x.unit, x.task, x.group, x.verdicts);
+  return f(caf::meta::type_name("crucible.ScoreRequest"), x.unit, x.task, x.group, x.verdicts, x.turns);
 }
 
 struct ScoredGroup {

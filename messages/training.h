@@ -15,12 +15,13 @@ struct ScoredSample {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
   double advantage = 0.0;
+  std::string prompt;  // a refinement turn's whole prompt; empty: the task's own
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScoredSample& x) {
   return f(caf::meta::type_name("crucible.ScoredSample"), x.policy_version, x.task, x.tokens, x.logprobs,
-           x.advantage);
+           x.advantage, x.prompt);
 }
 
 struct TrainBatch {

@@ -134,7 +134,7 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
                                      e.cluster.heartbeat_s, 3 * e.cluster.node_timeout_s});
   caf::actor_system system{config};
   auto telemetry = system.spawn(actors::telemetry, dir, request.quiet);
-  auto normalizer = system.spawn(actors::reward_normalizer, actors::NormalizerSetup{e.reward, e.advantage, e.task_baseline});
+  auto normalizer = system.spawn(actors::reward_normalizer, actors::NormalizerSetup{e.reward, e.advantage, e.task_baseline, e.multi_turn});
   auto optimizer = system.spawn<caf::detached>(actors::optimizer, optimizer_setup);
   auto generator = system.spawn<caf::detached>(actors::rollout_generator, generator_setup);
 

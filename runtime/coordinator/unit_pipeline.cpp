@@ -34,6 +34,22 @@ const std::vector<CandidateId>& UnitPipeline::group(UnitIndex unit, uint64_t gro
   return units_.at(unit).groups.at(group);
 }
 
+std::vector<CandidateId> UnitPipeline::turn(UnitIndex unit, uint64_t group, uint32_t turn) const {
+  const auto& u = units_.at(unit);
+  const auto& sizes = u.turn_sizes.at(group);
+  const auto& ids = u.groups.at(group);
+  std::size_t begin = 0;
+  for (uint32_t t = 0; t < turn; ++t) begin += sizes.at(t);
+  return {ids.begin() + static_cast<std::ptrdiff_t>(begin),
+          ids.begin() + static_cast<std::ptrdiff_t>(begin + sizes.at(turn))};
+}
+
+uint32_t UnitPipeline::turns_generated(UnitIndex unit, uint64_t group) const {
+  const auto& sizes = units_.at(unit).turn_sizes;
+  auto it = sizes.find(group);
+  return it == sizes.end() ? 0 : static_cast<uint32_t>(it->second.size());
+}
+
 std::vector<CandidateId> UnitPipeline::candidates(UnitIndex unit) const {
   std::vector<CandidateId> out;
   for (const auto& [group, ids] : units_.at(unit).groups) out.insert(out.end(), ids.begin(), ids.end());
@@ -44,13 +60,17 @@ std::vector<Decision> UnitPipeline::start() { return pump(); }
 
 std::vector<Decision> UnitPipeline::generated(UnitIndex unit, uint64_t group, const std::vector<CandidateId>& ids) {
   auto& u = units_.at(unit);
-  if (u.phase != Phase::generating) throw std::logic_error("samples for unit " + u.plan.name + ", which is not generating");
+  auto& sizes = u.turn_sizes[group];
+  const bool first_turn = sizes.empty();
+  if (first_turn ? u.phase != Phase::generating : u.phase != Phase::running)
+    throw std::logic_error("samples for unit " + u.plan.name + ", which is not " + (first_turn ? "generating" : "running"));
   auto& members = u.groups[group];
   for (CandidateId id : ids) {
     members.push_back(id);
     where_[id] = {unit, group};
   }
-  if (++u.groups_generated == u.plan.groups.size()) u.phase = Phase::running;
+  sizes.push_back(ids.size());
+  if (first_turn && ++u.groups_generated == u.plan.groups.size()) u.phase = Phase::running;
   // A group the policy returned no samples for has nothing to wait for.
   if (ids.empty()) return {Score{unit, group}};
   return {};
@@ -60,8 +80,11 @@ std::vector<Decision> UnitPipeline::judged(CandidateId candidate) {
   auto it = where_.find(candidate);
   if (it == where_.end() || !judged_.insert(candidate).second) return {};
   const auto [unit, group] = it->second;
-  for (CandidateId id : units_[unit].groups.at(group))
+  const auto& u = units_[unit];
+  for (CandidateId id : u.groups.at(group))
     if (!judged_.count(id)) return {};
+  const auto turns = static_cast<uint32_t>(u.turn_sizes.at(group).size());
+  if (turns < u.plan.turns) return {Refine{unit, group, turns}};
   return {Score{unit, group}};
 }
 
@@ -81,6 +104,7 @@ std::vector<Decision> UnitPipeline::committed(UnitIndex unit) {
   for (const auto& [group, ids] : u.groups)
     for (CandidateId id : ids) where_.erase(id), judged_.erase(id);
   u.groups.clear();
+  u.turn_sizes.clear();
   return pump();
 }
 

@@ -21,6 +21,12 @@ namespace crucible::coordinator {
 struct Generate {
   UnitIndex unit = 0;
 };
+// Ask the policy to refine a group's latest turn (its candidates judged) into turn `turn` (multi-turn).
+struct Refine {
+  UnitIndex unit = 0;
+  uint64_t group = 0;
+  uint32_t turn = 0;
+};
 // Turn a complete group's verdicts into rewards and advantages.
 struct Score {
   UnitIndex unit = 0;
@@ -37,7 +43,7 @@ struct Commit {
 // Every unit is committed.
 struct Finish {};
 
-using Decision = std::variant<Generate, Score, Train, Commit, Finish>;
+using Decision = std::variant<Generate, Refine, Score, Train, Commit, Finish>;
 
 enum class Phase { waiting, generating, running, training, committing, committed };
 
@@ -47,11 +53,11 @@ class UnitPipeline {
   UnitPipeline(std::vector<modes::UnitPlan> plans, const std::set<std::string>& committed);
 
   std::vector<Decision> start();
-  // One group's samples arrived, their ids in sample order. A unit runs once all its groups have. An empty group is
-  // scored at once.
+  // One group's samples arrived, their ids in sample order: its first turn, or (after Refine) its next. A unit runs
+  // once all its groups' first turns have. An empty group is scored at once.
   std::vector<Decision> generated(UnitIndex unit, uint64_t group, const std::vector<CandidateId>& candidates);
   // A candidate's verdict is in. Only the first counts (a duplicate, or one for a candidate of no unit here, is
-  // ignored); the one that completes its group decides Score.
+  // ignored); the one that completes its group's latest turn decides Refine (turns left) or Score.
   std::vector<Decision> judged(CandidateId candidate);
   std::vector<Decision> scored(UnitIndex unit, uint64_t group);
   std::vector<Decision> trained(UnitIndex unit);
@@ -65,8 +71,11 @@ class UnitPipeline {
   std::size_t committed_before() const { return committed_before_; }
   std::optional<UnitIndex> unit_of(CandidateId candidate) const;
   bool judged_already(CandidateId candidate) const { return judged_.count(candidate) > 0; }
-  // A group's candidates in sample order.
+  // A group's candidates in sample order, turn after turn.
   const std::vector<CandidateId>& group(UnitIndex unit, uint64_t group) const;
+  // The candidates of one turn of a group, in sample order.
+  std::vector<CandidateId> turn(UnitIndex unit, uint64_t group, uint32_t turn) const;
+  uint32_t turns_generated(UnitIndex unit, uint64_t group) const;
   // The unit's candidates, group by group, each in sample order.
   std::vector<CandidateId> candidates(UnitIndex unit) const;
 
@@ -76,6 +85,7 @@ class UnitPipeline {
     Phase phase = Phase::waiting;
     std::size_t groups_generated = 0, groups_scored = 0;
     std::map<uint64_t, std::vector<CandidateId>> groups;
+    std::map<uint64_t, std::vector<std::size_t>> turn_sizes;  // group -> candidates of each turn generated so far
   };
 
   bool done(int index) const;

@@ -202,6 +202,14 @@ void read_advantage(TableReader t, rewards::AdvantageSpec& a, bool& task_baselin
   t.finish();
 }
 
+void read_multi_turn(TableReader t, rewards::MultiTurnSpec& m) {
+  m.turns = static_cast<uint32_t>(positive(t, "turns", static_cast<int>(m.turns)));
+  if (m.turns > 16) t.fail("turns", "at most 16 turns");
+  m.returns = parse_choice(t, "returns", "per_turn", rewards::parse_turn_returns);
+  m.gamma = number_in(t, "gamma", m.gamma, 0.0, 1.0);
+  t.finish();
+}
+
 void read_eval(TableReader t, EvalConfig& c) {
   if (t.has("devices")) {
     c.devices.clear();
@@ -334,11 +342,17 @@ Experiment parse_experiment(const std::string& text, const std::string& file) {
   }
   if (auto t = top.get_table("reward")) read_reward(*t, e.reward);
   if (auto t = top.get_table("advantage")) read_advantage(*t, e.advantage, e.task_baseline);
+  if (auto t = top.get_table("multi_turn")) read_multi_turn(*t, e.multi_turn);
   if (auto t = top.get_table("eval")) read_eval(*t, e.eval);
   if (auto t = top.get_table("cluster")) read_cluster(*t, e.cluster);
   top.finish();
   if (e.eval.devices.empty() && !e.cluster.enabled())
     e.fail("eval.devices", "give at least one device (or let nodes evaluate: [cluster] listen)");
+  // Refinement turns number their candidates in blocks of 1000 per group.
+  if (e.multi_turn.turns > 1 && std::max({e.grpo.group_size, e.best_of_n.group_size, e.ttt.rollouts}) >= 1000)
+    e.fail("multi_turn.turns", "multi-turn groups must hold fewer than 1000 samples");
+  if (e.advantage.kind == rewards::AdvantageKind::trloo && e.multi_turn.turns == 1)
+    e.fail("advantage.kind", "trloo compares trajectories turn by turn: set [multi_turn] turns > 1 (or use rloo)");
   // Checked once all tables are read, so the message can point at the key that matters.
   if (!e.tasks.dir.empty() && !std::filesystem::is_directory(e.tasks.dir))
     e.fail("tasks.dir", "not a directory: " + e.tasks.dir);

@@ -120,6 +120,7 @@ struct Experiment {
   TttConfig ttt;
   rewards::RewardSpec reward;
   rewards::AdvantageSpec advantage;
+  rewards::MultiTurnSpec multi_turn;  // [multi_turn]: turns per trajectory, returns, gamma
   bool task_baseline = false;  // centre rewards by a per-task running baseline before grouping
   EvalConfig eval;
   ClusterConfig cluster;

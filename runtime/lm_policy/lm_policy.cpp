@@ -8,6 +8,7 @@
 
 #include "config/text_file.h"
 #include "crucible/eval/evaluator.h"
+#include "crucible/eval/utf8_text.h"
 #include "lm/language_model.h"
 #include "lm/lora.h"
 #include "lm/lora_trainer.h"
@@ -191,6 +192,55 @@ std::string LmPolicy::prompt_for(const eval::TaskSpec& task) {
   return im.prompts[task.name] = prompt;
 }
 
+std::string LmPolicy::refinement_prompt(const eval::TaskSpec& task, const Attempt& attempt) {
+  auto& im = *impl_;
+  constexpr std::size_t kPreviousCodeBytes = 16 * 1024;
+  std::string code = attempt.previous.source.empty() ? attempt.previous.output : attempt.previous.source;
+  if (code.size() > kPreviousCodeBytes) code = eval::valid_utf8_prefix(code, kPreviousCodeBytes) + "\n// [cut]";
+  std::string user = kernel_prompt(task, im.setup.backend, im.contract_header);
+  user += "\n\nYour previous attempt:\n```" + std::string(im.setup.backend == "cuda" ? "cuda" : "cpp") + "\n" +
+          eval::valid_utf8(code) + "\n```\n\n" + feedback_text(attempt.feedback);
+  return im.model.chat_format() ? im.model.user_prompt(user, im.setup.config.lm.system_prompt) : user + "\n";
+}
+
+std::vector<Sample> LmPolicy::refine(const eval::TaskSpec& task, const std::vector<Attempt>& attempts) {
+  auto& im = *impl_;
+  const auto& m = im.setup.config.lm;
+  prepare(task);
+  if (im.draws_version != version_) im.draws.clear(), im.draws_version = version_;
+  auto& s = im.slot(im.key_of(task.name));
+  s.adapter->set_training(false);
+  std::vector<lm::TextRequest> requests;
+  auto& draw = im.draws[task.name];
+  for (const auto& attempt : attempts) {
+    lm::TextRequest r;
+    r.prompt = refinement_prompt(task, attempt);
+    r.temperature = im.setup.config.temperature;
+    r.top_p = m.top_p;
+    r.top_k = m.top_k;
+    r.max_new_tokens = m.max_new_tokens;
+    r.seed = mix(mix(mix(im.setup.seed, version_), hash_text(task.name)), draw++);
+    requests.push_back(std::move(r));
+  }
+  im.model.transformer().use_adapter(s.adapter.get());
+  auto completions = im.model.generate(requests);
+  std::vector<Sample> out;
+  for (std::size_t k = 0; k < completions.size(); ++k) {
+    auto& c = completions[k];
+    Sample smp;
+    smp.task = task.name;
+    smp.policy_version = version_;
+    smp.prompt = requests[k].prompt;
+    if (auto code = extract_code(c.text)) smp.source = std::move(*code);
+    else smp.parse_error = parse_failure(c, m.max_new_tokens);
+    smp.output = std::move(c.text);
+    smp.tokens = std::move(c.tokens);
+    smp.logprobs = std::move(c.model_logprobs);
+    out.push_back(std::move(smp));
+  }
+  return out;
+}
+
 void LmPolicy::prepare(const eval::TaskSpec& task) {
   prompt_for(task);
   impl_->slot(impl_->key_of(task.name));
@@ -210,7 +260,7 @@ std::vector<std::vector<float>> LmPolicy::completion_logprobs(const std::vector<
       auto prompt = im.prompt_tokens.find(samples[i].task);
       if (prompt == im.prompt_tokens.end())
         throw std::invalid_argument("task '" + samples[i].task + "' was never prepared for this policy");
-      sequences.push_back(prompt->second);
+      sequences.push_back(samples[i].prompt.empty() ? prompt->second : im.model.encode_prompt(samples[i].prompt));
       sequences.back().insert(sequences.back().end(), samples[i].tokens.begin(), samples[i].tokens.end());
     }
     auto scored = im.model.score(sequences);  // one value per token after the first
@@ -282,10 +332,11 @@ void LmPolicy::update(const std::vector<Sample>& samples, const std::vector<doub
     if (prompt == im.prompt_tokens.end())
       throw std::invalid_argument("update on task '" + smp.task + "', which this policy was never prepared for");
     auto& b = batches[im.key_of(smp.task)];
-    std::vector<int64_t> sequence(prompt->second.begin(), prompt->second.end());
+    const std::vector<int32_t> context = smp.prompt.empty() ? prompt->second : im.model.encode_prompt(smp.prompt);
+    std::vector<int64_t> sequence(context.begin(), context.end());
     sequence.insert(sequence.end(), smp.tokens.begin(), smp.tokens.end());
     b.sequences.push_back(std::move(sequence));
-    b.prompt_lengths.push_back(static_cast<int64_t>(prompt->second.size()));
+    b.prompt_lengths.push_back(static_cast<int64_t>(context.size()));
     b.old_logprobs.push_back(smp.logprobs.size() == smp.tokens.size() ? smp.logprobs : std::vector<float>{});
     b.advantages.push_back(static_cast<float>(advantages[i]));
   }

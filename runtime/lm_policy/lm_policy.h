@@ -37,6 +37,9 @@ class LmPolicy : public Policy {
   std::vector<Sample> sample(const eval::TaskSpec& task, int n) override;
   // Groups that share an adapter are decoded as one batch.
   std::vector<std::vector<Sample>> sample_groups(const std::vector<GroupAsk>& asks) override;
+  // One reply per attempt, to the task's prompt followed by the attempt's code and the evaluator's feedback
+  // (refinement_prompt); each sample keeps that prompt, which its update conditions on.
+  std::vector<Sample> refine(const eval::TaskSpec& task, const std::vector<Attempt>& attempts) override;
   void prepare(const eval::TaskSpec& task) override;
   // One optimizer step per adapter the samples touch; samples without tokens are skipped. Checkpoints every adapter
   // it stepped to <state_dir>/v<version>/.
@@ -52,6 +55,8 @@ class LmPolicy : public Policy {
   std::vector<UpdateMetrics> update_metrics() const override { return last_update_; }
   // The prompt (rendered, as the model sees it) for a task.
   std::string prompt_for(const eval::TaskSpec& task);
+  // The user turn of a refinement: the task's own text, then the previous code (cut to 16 KB) and the feedback text.
+  std::string refinement_prompt(const eval::TaskSpec& task, const Attempt& attempt);
   // Teacher-forced log-probabilities of the samples' tokens after their task's prompt, under the current adapters
   // (the trainer's view of what the sampler reported). Every task must have been prepared or sampled.
   std::vector<std::vector<float>> completion_logprobs(const std::vector<Sample>& samples);

@@ -69,12 +69,14 @@ std::vector<UnitPlan> plan_ttt(const experiment::TttConfig& c, const std::vector
 }  // namespace
 
 std::vector<UnitPlan> plan_units(const experiment::Experiment& e, const std::vector<std::string>& tasks) {
+  std::vector<UnitPlan> units;
   switch (e.mode) {
-    case experiment::Mode::grpo: return plan_grpo(e.grpo, tasks);
-    case experiment::Mode::best_of_n: return plan_best_of_n(e.best_of_n, tasks);
-    case experiment::Mode::ttt: return plan_ttt(e.ttt, tasks);
+    case experiment::Mode::grpo: units = plan_grpo(e.grpo, tasks); break;
+    case experiment::Mode::best_of_n: units = plan_best_of_n(e.best_of_n, tasks); break;
+    case experiment::Mode::ttt: units = plan_ttt(e.ttt, tasks); break;
   }
-  return {};
+  for (auto& u : units) u.turns = e.multi_turn.turns;
+  return units;
 }
 
 }  // namespace crucible::modes

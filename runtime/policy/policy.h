@@ -2,10 +2,12 @@
 // What the runtime asks of any policy (the embedded search policy, a language model): sample candidates for a task,
 // learn from advantages, and save or restore itself. A policy is owned by one actor at a time; none is thread-safe.
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "crucible/eval/task_spec.h"
+#include "policy/feedback.h"
 
 namespace crucible::policy {
 
@@ -17,6 +19,15 @@ struct Sample {
   std::vector<float> logprobs;    // per token: the policy's own log-probability (a model's, before temperature)
   std::string parse_error;        // why no source could be assembled (recorded as a parse_error verdict); empty: ok
   uint64_t policy_version = 0;
+  // A refinement turn's whole prompt as the model saw it (earlier code and feedback included), which training must
+  // condition on; empty: the task's own prompt.
+  std::string prompt;
+};
+
+// One trajectory's previous turn and what the evaluator said about it: what a refinement turn improves on.
+struct Attempt {
+  Sample previous;
+  Feedback feedback;
 };
 
 // What an update measured, per adapter (a language model's task under ttt; "" for the one shared adapter).
@@ -41,6 +52,13 @@ class Policy {
     std::vector<std::vector<Sample>> out;
     for (const auto& a : asks) out.push_back(sample(*a.task, a.n));
     return out;
+  }
+  // One new sample per attempt, each improving on its attempt's code in the light of its feedback (multi-turn
+  // refinement). Throws std::invalid_argument for a policy that cannot.
+  virtual std::vector<Sample> refine(const eval::TaskSpec& task, const std::vector<Attempt>& attempts) {
+    (void)task;
+    (void)attempts;
+    throw std::invalid_argument("this policy cannot refine earlier attempts (multi-turn)");
   }
   // Makes the policy ready to learn about a task it has not sampled itself (an optimizer's copy of the policy).
   virtual void prepare(const eval::TaskSpec& task) = 0;

@@ -74,6 +74,50 @@ std::vector<Sample> SearchPolicy::sample(const eval::TaskSpec& task, int n) {
   return out;
 }
 
+std::vector<Sample> SearchPolicy::refine(const eval::TaskSpec& task, const std::vector<Attempt>& attempts) {
+  const KernelTemplate& t = require_template(task, options_.backend);
+  auto& logits = logits_for(task);
+  std::vector<Sample> out;
+  for (const auto& attempt : attempts) {
+    std::vector<int32_t> choice = attempt.previous.tokens;
+    bool fits = choice.size() == t.knobs.size();
+    for (std::size_t k = 0; fits && k < choice.size(); ++k)
+      fits = choice[k] >= 0 && static_cast<std::size_t>(choice[k]) < t.knobs[k].choices.size();
+    if (!fits) {  // not this template's sample: start afresh
+      out.push_back(sample(task, 1).front());
+      continue;
+    }
+    std::vector<std::size_t> movable;
+    for (std::size_t k = 0; k < t.knobs.size(); ++k)
+      if (t.knobs[k].choices.size() > 1) movable.push_back(k);
+    std::shuffle(movable.begin(), movable.end(), rng_);
+    const std::size_t moves = attempt.feedback.status == eval::Status::correct ? 1 : 2;
+    for (std::size_t m = 0; m < std::min(moves, movable.size()); ++m) {
+      const std::size_t k = movable[m];
+      std::vector<double> scaled = logits[k];
+      for (double& x : scaled) x /= options_.temperature;
+      auto p = softmax(scaled);
+      p[static_cast<std::size_t>(choice[k])] = 0.0;  // a move changes the knob
+      choice[k] = std::discrete_distribution<int>(p.begin(), p.end())(rng_);
+    }
+    Sample s;
+    s.task = task.name;
+    s.policy_version = version_;
+    std::vector<int> values;
+    for (std::size_t k = 0; k < t.knobs.size(); ++k) {
+      std::vector<double> scaled = logits[k];
+      for (double& x : scaled) x /= options_.temperature;
+      s.tokens.push_back(choice[k]);
+      s.logprobs.push_back(static_cast<float>(std::log(softmax(scaled)[static_cast<std::size_t>(choice[k])])));
+      values.push_back(t.knobs[k].choices[static_cast<std::size_t>(choice[k])]);
+      s.output += (k ? " " : "") + t.knobs[k].name + "=" + std::to_string(values.back());
+    }
+    s.source = t.render(task, values);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 void SearchPolicy::update(const std::vector<Sample>& samples, const std::vector<double>& advantages) {
   if (samples.size() != advantages.size()) throw std::invalid_argument("update: one advantage per sample");
   if (samples.empty()) return;

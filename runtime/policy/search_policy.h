@@ -27,6 +27,9 @@ class SearchPolicy : public Policy {
 
   // n candidates for the task; throws std::invalid_argument when no template of the backend covers it.
   std::vector<Sample> sample(const eval::TaskSpec& task, int n) override;
+  // Local search: each attempt's knobs with some redrawn from the policy's distribution, never to the same value (one
+  // knob after a correct attempt, two after a failed one: a failure is further from a good kernel).
+  std::vector<Sample> refine(const eval::TaskSpec& task, const std::vector<Attempt>& attempts) override;
   // REINFORCE on the logits: each knob's logits move by learning_rate * mean(advantage * (onehot - p)).
   void update(const std::vector<Sample>& samples, const std::vector<double>& advantages) override;
   void prepare(const eval::TaskSpec& task) override { logits_for(task); }

@@ -13,8 +13,9 @@ AdvantageKind parse_advantage_kind(const std::string& name) {
   if (name == "rloo") return AdvantageKind::rloo;
   if (name == "entropic") return AdvantageKind::entropic;
   if (name == "entropic_adaptive_beta") return AdvantageKind::entropic_adaptive_beta;
+  if (name == "trloo") return AdvantageKind::trloo;
   throw std::invalid_argument("unknown advantage kind '" + name +
-                              "' (expected grpo, dr_grpo, rloo, entropic or entropic_adaptive_beta)");
+                              "' (expected grpo, dr_grpo, rloo, entropic, entropic_adaptive_beta or trloo)");
 }
 
 std::string advantage_kind_name(AdvantageKind kind) {
@@ -24,8 +25,61 @@ std::string advantage_kind_name(AdvantageKind kind) {
     case AdvantageKind::rloo: return "rloo";
     case AdvantageKind::entropic: return "entropic";
     case AdvantageKind::entropic_adaptive_beta: return "entropic_adaptive_beta";
+    case AdvantageKind::trloo: return "trloo";
   }
   return "?";
+}
+
+TurnReturns parse_turn_returns(const std::string& name) {
+  if (name == "per_turn") return TurnReturns::per_turn;
+  if (name == "discounted") return TurnReturns::discounted;
+  throw std::invalid_argument("unknown returns '" + name + "' (expected per_turn or discounted)");
+}
+
+std::string turn_returns_name(TurnReturns returns) {
+  return returns == TurnReturns::per_turn ? "per_turn" : "discounted";
+}
+
+namespace {
+std::size_t trajectories_of(std::size_t values, uint32_t turns) {
+  if (turns == 0 || values % turns != 0)
+    throw std::invalid_argument(std::to_string(values) + " values are not " + std::to_string(turns) +
+                                " turns of equal size");
+  return values / turns;
+}
+}  // namespace
+
+std::vector<double> turn_returns(const std::vector<double>& rewards, const MultiTurnSpec& spec) {
+  const std::size_t n = trajectories_of(rewards.size(), spec.turns);
+  std::vector<double> out = rewards;
+  if (spec.returns == TurnReturns::discounted)
+    for (uint32_t t = spec.turns - 1; t-- > 0;)
+      for (std::size_t j = 0; j < n; ++j) out[t * n + j] += spec.gamma * out[(t + 1) * n + j];
+  return out;
+}
+
+std::vector<double> turn_advantages(const std::vector<double>& returns, uint32_t turns, const AdvantageSpec& spec) {
+  const std::size_t n = trajectories_of(returns.size(), turns);
+  if (turns == 1) return advantages(returns, spec);
+  std::vector<double> out(returns.size(), 0.0);
+  for (uint32_t t = 0; t < turns; ++t) {
+    const std::vector<double> slice(returns.begin() + static_cast<std::ptrdiff_t>(t * n),
+                                    returns.begin() + static_cast<std::ptrdiff_t>((t + 1) * n));
+    const auto a = advantages(slice, spec);
+    for (std::size_t j = 0; j < a.size(); ++j) out[t * n + j] = a[j];
+  }
+  return out;
+}
+
+std::vector<std::size_t> best_turns(const std::vector<double>& values, uint32_t turns) {
+  const std::size_t n = trajectories_of(values.size(), turns);
+  std::vector<std::size_t> best(n);
+  for (std::size_t j = 0; j < n; ++j) {
+    best[j] = j;
+    for (uint32_t t = 1; t < turns; ++t)
+      if (values[t * n + j] > values[best[j]]) best[j] = t * n + j;
+  }
+  return best;
 }
 
 namespace {
@@ -90,7 +144,8 @@ std::vector<double> advantages(const std::vector<double>& r, const AdvantageSpec
     case AdvantageKind::dr_grpo:
       for (std::size_t i = 0; i < r.size(); ++i) a[i] = r[i] - m;
       return a;
-    case AdvantageKind::rloo: {
+    case AdvantageKind::rloo:
+    case AdvantageKind::trloo: {
       if (r.size() < 2) return std::vector<double>(r.size(), 0.0);
       const double sum = m * r.size();
       for (std::size_t i = 0; i < r.size(); ++i) a[i] = r[i] - (sum - r[i]) / (r.size() - 1);

@@ -88,7 +88,7 @@ struct Fixture : test_coordinator_fixture<Config> {
     o->policy = std::make_unique<policy::SearchPolicy>(1, options);
     o->leases = leases;
     generator = sys.spawn(rollout_generator, g);
-    normalizer = sys.spawn(reward_normalizer, NormalizerSetup{e.reward, e.advantage, e.task_baseline});
+    normalizer = sys.spawn(reward_normalizer, NormalizerSetup{e.reward, e.advantage, e.task_baseline, e.multi_turn});
     optimizer = sys.spawn(actors::optimizer, o);
     telemetry = sys.spawn(actors::telemetry, std::make_shared<run::RunDirectory>(run::RunDirectory::create(dir / "seed-1", kExperiment)), true);
     CoordinatorSetup setup;

@@ -29,6 +29,8 @@ std::string show(const std::vector<Decision>& ds) {
   std::string out;
   for (const auto& d : ds) {
     if (auto* g = std::get_if<Generate>(&d)) out += "generate " + std::to_string(g->unit);
+    else if (auto* r = std::get_if<Refine>(&d))
+      out += "refine " + std::to_string(r->unit) + "/" + std::to_string(r->group) + " turn " + std::to_string(r->turn);
     else if (auto* s = std::get_if<Score>(&d)) out += "score " + std::to_string(s->unit) + "/" + std::to_string(s->group);
     else if (auto* t = std::get_if<Train>(&d)) out += "train " + std::to_string(t->unit);
     else if (auto* c = std::get_if<Commit>(&d)) out += "commit " + std::to_string(c->unit);
@@ -304,4 +306,33 @@ TEST_CASE("pipeline: resumed in the middle of a run, committed units are skipped
     CHECK(show(p.scored(1, 1)) == "commit 1");
     CHECK(show(p.committed(1)) == "finish");
   }
+}
+
+TEST_CASE("pipeline: multi-turn groups are refined turn by turn, each turn judged first, then scored as a whole") {
+  auto plans = grpo(1, 0, 2);
+  for (auto& u : plans) u.turns = 3;
+  UnitPipeline p(plans, {});
+  run_table(p, {
+      {"start", [](UnitPipeline& x) { return x.start(); }, "generate 0"},
+      {"group 0, turn 0", [](UnitPipeline& x) { return x.generated(0, 0, {1, 2}); }, ""},
+      {"group 1, turn 0", [](UnitPipeline& x) { return x.generated(0, 1, {3, 4}); }, ""},
+      {"half of group 0 judged", [](UnitPipeline& x) { return x.judged(1); }, ""},
+      {"group 0's turn 0 judged: refine it", [](UnitPipeline& x) { return x.judged(2); }, "refine 0/0 turn 1"},
+      {"group 0, turn 1", [](UnitPipeline& x) { return x.generated(0, 0, {1001, 1002}); }, ""},
+      {"a duplicate verdict of turn 0 decides nothing", [](UnitPipeline& x) { return x.judged(2); }, ""},
+      {"group 0's turn 1", [](UnitPipeline& x) { x.judged(1001); return x.judged(1002); }, "refine 0/0 turn 2"},
+      {"group 1's turn 0", [](UnitPipeline& x) { x.judged(3); return x.judged(4); }, "refine 0/1 turn 1"},
+      {"group 0, turn 2", [](UnitPipeline& x) { return x.generated(0, 0, {2001, 2002}); }, ""},
+      {"group 0's last turn judged: scored", [](UnitPipeline& x) { x.judged(2001); return x.judged(2002); },
+       "score 0/0"},
+      {"scored: group 1 still refines", [](UnitPipeline& x) { return x.scored(0, 0); }, ""},
+      {"group 1, turn 1 returns nothing: scored at once", [](UnitPipeline& x) { return x.generated(0, 1, {}); },
+       "score 0/1"},
+      {"both scored: train", [](UnitPipeline& x) { return x.scored(0, 1); }, "train 0"},
+  });
+  CHECK(p.turns_generated(0, 0) == 3);
+  CHECK(p.turn(0, 0, 1) == std::vector<CandidateId>{1001, 1002});
+  CHECK(p.group(0, 0) == std::vector<CandidateId>{1, 2, 1001, 1002, 2001, 2002});
+  CHECK(show(p.trained(0)) == "commit 0");
+  CHECK(show(p.committed(0)) == "finish");
 }

@@ -166,3 +166,38 @@ TEST_CASE("a running baseline centres rewards on the task's recent mean") {
   CHECK(baseline.value() == doctest::Approx(3.0));
   CHECK(baseline.center(5.0) == doctest::Approx(2.0));
 }
+
+TEST_CASE("multi-turn: per-turn and discounted returns, TRLOO per turn, and each trajectory's best turn") {
+  // Three trajectories, two turns, laid out turn by turn.
+  const std::vector<double> r{1.0, 0.0, 2.0, /* turn 1 */ 3.0, 1.0, 2.0};
+  rewards::MultiTurnSpec per_turn{2, rewards::TurnReturns::per_turn, 0.4};
+  CHECK(rewards::turn_returns(r, per_turn) == r);
+  AdvantageSpec trloo;
+  trloo.kind = AdvantageKind::trloo;
+  const auto a = rewards::turn_advantages(r, 2, trloo);  // each against the other trajectories at its turn
+  const std::vector<double> expected{0.0, -1.5, 1.5, 1.5, -1.5, 0.0};
+  REQUIRE(a.size() == expected.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(expected[i]));
+
+  rewards::MultiTurnSpec discounted{2, rewards::TurnReturns::discounted, 0.4};
+  const auto g = rewards::turn_returns(r, discounted);  // turn 0: r0 + 0.4 r1
+  const std::vector<double> returns{2.2, 0.4, 2.8, 3.0, 1.0, 2.0};
+  for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(returns[i]));
+  const auto ad = rewards::turn_advantages(g, 2, trloo);
+  CHECK(ad[0] == doctest::Approx(0.6));
+  CHECK(ad[1] == doctest::Approx(-2.1));
+  CHECK(ad[2] == doctest::Approx(1.5));
+
+  // Best across turns: trajectory 0 at turn 1, 1 at turn 1, 2 ties and keeps its earlier turn.
+  CHECK(rewards::best_turns(r, 2) == std::vector<std::size_t>{3, 4, 2});
+  // One turn is the plain estimator; an uneven layout is refused.
+  CHECK(rewards::turn_advantages({1.0, 2.0, 3.0}, 1, trloo) == advantages(AdvantageKind::rloo, {1.0, 2.0, 3.0}));
+  CHECK_THROWS_AS(rewards::turn_advantages({1.0, 2.0, 3.0}, 2, trloo), std::invalid_argument);
+  CHECK(rewards::parse_advantage_kind("trloo") == AdvantageKind::trloo);
+  CHECK(rewards::parse_turn_returns("discounted") == rewards::TurnReturns::discounted);
+  CHECK_THROWS_AS(rewards::parse_turn_returns("sum"), std::invalid_argument);
+  // A turn whose rewards are all equal is dropped alone when dropping is on: zeros there, the other turn kept.
+  trloo.drop_constant_groups = true;
+  const auto dropped = rewards::turn_advantages({1.0, 1.0, 0.0, 2.0}, 2, trloo);
+  CHECK(dropped == std::vector<double>{0.0, 0.0, -2.0, 2.0});
+}

@@ -242,6 +242,58 @@ group_size = 3
   for (const auto& c : run.candidates) CHECK(c["advantage"].is_null());  // nothing trains in best-of-N
 }
 
+TEST_CASE("multi-turn grpo: each turn refines the last one's kernels, TRLOO per turn, best across turns reported") {
+  test::ScratchDir scratch("run-multi-turn");
+  auto run = run_experiment(scratch, R"([experiment]
+name = "multi_turn"
+[tasks]
+names = ["matmul"]
+[grpo]
+steps = 2
+batch_size = 1
+group_size = 3
+max_staleness = 0
+[multi_turn]
+turns = 3
+returns = "discounted"
+gamma = 0.4
+[advantage]
+kind = "trloo"
+)" + kFastEval);
+  REQUIRE(run.steps.size() == 2);
+  REQUIRE(run.candidates.size() == 2 * 3 * 3);  // steps x trajectories x turns
+  std::map<uint64_t, std::map<uint32_t, json>> trajectories;
+  for (const auto& c : run.candidates) trajectories[c["trajectory"]][c["turn"]] = c;
+  CHECK(trajectories.size() == 6);
+  for (const auto& [id, turns] : trajectories) {
+    REQUIRE(turns.size() == 3);
+    CHECK(turns.at(0)["candidate_id"] == id);  // a trajectory is named by its first turn
+    for (uint32_t turn = 1; turn < 3; ++turn) {
+      const auto& before = turns.at(turn - 1);
+      const auto& now = turns.at(turn);
+      CHECK(now["policy_output"] != before["policy_output"]);  // refined: knobs moved
+      CHECK(t(now, "generate", 0) >= t(before, "evaluate", 1));  // after the turn it refines was judged
+      CHECK(now["step"] == before["step"]);
+    }
+  }
+  // TRLOO: at each turn of a group, the advantages of its trajectories sum to zero (leave-one-out).
+  std::map<std::pair<uint64_t, uint32_t>, double> sums;
+  for (const auto& c : run.candidates) {
+    REQUIRE(c["advantage"].is_number());
+    sums[{c["group"].get<uint64_t>(), c["turn"].get<uint32_t>()}] += c["advantage"].get<double>();
+  }
+  for (const auto& [key, sum] : sums) CHECK(sum == doctest::Approx(0.0).epsilon(1e-9));
+  // Per-turn metrics and best-across-turns selection in every step's record.
+  for (const auto& step : run.steps) {
+    REQUIRE(step["turns"].size() == 3);
+    CHECK(step["turns"][2]["turn"] == 2);
+    REQUIRE(step.contains("best_across_turns"));
+    double best_turn_max = 0;
+    for (const auto& turn : step["turns"]) best_turn_max = std::max(best_turn_max, turn["reward_mean"].get<double>());
+    CHECK(step["best_across_turns"]["reward_mean"].get<double>() >= best_turn_max - 1e-9);
+  }
+}
+
 TEST_CASE("ttt adapts per task and selects the best kernel and the best step") {
   test::ScratchDir scratch("run-ttt");
   // A checkpoint (a search-policy snapshot) that has learnt relu's largest block and unroll.

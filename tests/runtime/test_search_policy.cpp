@@ -192,3 +192,32 @@ TEST_CASE("CUDA template candidates build with nvcc at the knobs' extremes and b
   }
   MESSAGE(compiled, " CUDA template candidates compiled");
 }
+
+TEST_CASE("refinement by local search: one knob moves after a correct attempt, two after a failed one") {
+  auto matmul = tasks::find_task("matmul", test::tasks_dir());
+  policy::SearchPolicy search(11);
+  const auto first = search.sample(matmul, 8);
+  for (const auto status : {eval::Status::correct, eval::Status::incorrect}) {
+    std::vector<policy::Attempt> attempts;
+    for (const auto& s : first) {
+      policy::Attempt a{s, {}};
+      a.feedback.status = status;
+      attempts.push_back(a);
+    }
+    const auto refined = search.refine(matmul, attempts);
+    REQUIRE(refined.size() == first.size());
+    for (std::size_t i = 0; i < refined.size(); ++i) {
+      REQUIRE(refined[i].tokens.size() == first[i].tokens.size());
+      int moved = 0;
+      for (std::size_t k = 0; k < first[i].tokens.size(); ++k) moved += refined[i].tokens[k] != first[i].tokens[k];
+      INFO(first[i].output, " -> ", refined[i].output);
+      CHECK(moved == (status == eval::Status::correct ? 1 : 2));
+      CHECK(refined[i].source != first[i].source);
+      CHECK(refined[i].logprobs.size() == refined[i].tokens.size());
+    }
+  }
+  // An attempt that is not this template's (tokens of another task) starts afresh instead of failing.
+  policy::Attempt foreign{first[0], {}};
+  foreign.previous.tokens = {99};
+  CHECK(search.refine(matmul, {foreign}).size() == 1);
+}
