@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <numeric>
 
 #include "lm/lm_support.h"
@@ -95,6 +96,42 @@ TEST_CASE("lm policy: an update moves log-probs with the advantages and checkpoi
   CHECK(snap["kind"] == "libtorch");
   CHECK(snap["version"] == 3);
   CHECK(snap["adapters"][""] == "v3");
+}
+
+TEST_CASE("lm policy: a refinement turn's prompt carries the previous code and its verdict, and training uses it") {
+  test::ScratchDir dir("lm-policy-refine");
+  policy::LmPolicy p(tiny_setup(dir.path()));
+  const auto relu = task("relu");
+  policy::Attempt attempt;
+  attempt.previous.task = "relu";
+  attempt.previous.source = "CRUCIBLE_API int crucible_forward() { return 0; } // PREVIOUS_CODE";
+  eval::Verdict v;
+  v.status = eval::Status::incorrect;
+  v.reasons.push_back({"mismatch", "trial 0: output y differs at 7 elements"});
+  attempt.feedback = policy::feedback_of(v);
+  const std::string prompt = p.refinement_prompt(relu, attempt);
+  CHECK(prompt.find("<|im_start|>user") != std::string::npos);
+  CHECK(prompt.find("Task: relu") == p.prompt_for(relu).find("Task: relu"));  // the task's own text first
+  CHECK(prompt.find("PREVIOUS_CODE") != std::string::npos);
+  CHECK(prompt.find("status: incorrect (mismatch)") != std::string::npos);
+  CHECK(prompt.find("output y differs at 7 elements") != std::string::npos);
+
+  const auto refined = p.refine(relu, {attempt, attempt});
+  REQUIRE(refined.size() == 2);
+  for (const auto& s : refined) {
+    CHECK(s.prompt == prompt);
+    CHECK(!s.tokens.empty());
+    CHECK(s.logprobs.size() == s.tokens.size());
+  }
+  // Scored after the refinement prompt, the sampler's log-probs are what the trainer sees; after the task's own
+  // prompt they are not, so an update must condition on the sample's prompt.
+  CHECK(total(p.completion_logprobs({refined[0]}).front()) == doctest::Approx(total(refined[0].logprobs)).epsilon(1e-4));
+  auto plain = refined[0];
+  plain.prompt.clear();
+  CHECK(std::abs(total(p.completion_logprobs({plain}).front()) - total(refined[0].logprobs)) > 1e-3);
+  const double before = total(p.completion_logprobs({refined[0]}).front());
+  for (int step = 0; step < 3; ++step) p.update({refined[0]}, {1.0});
+  CHECK(total(p.completion_logprobs({refined[0]}).front()) > before + 0.5);
 }
 
 TEST_CASE("lm policy: a restored copy samples and continues training exactly like the original") {

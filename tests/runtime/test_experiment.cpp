@@ -43,7 +43,7 @@ TEST_CASE("the built-in quickstart is a valid GRPO experiment over CPU tasks") {
 }
 
 TEST_CASE("shipped experiments parse") {
-  for (const char* name : {"quickstart", "grpo_l1", "best_of_n_k64", "ttt_15", "grpo_lm"}) {
+  for (const char* name : {"quickstart", "grpo_l1", "best_of_n_k64", "ttt_15", "grpo_lm", "multi_turn_trloo"}) {
     CAPTURE(name);
     auto e = experiment::load_experiment(test::source_dir() / "configs" / (std::string(name) + ".toml"));
     CHECK_FALSE(experiment::resolve_tasks(e).empty());
@@ -81,6 +81,14 @@ TEST_CASE("malformed experiments fail with file, line and key") {
     CHECK(failure(kMinimal + "[eval]\ndevices = " + devices + "\n").key() == "eval.devices");
   }
   CHECK(failure(kMinimal + "[eval]\nmode = \"thorough\"\n").key() == "eval.mode");
+  CHECK(failure(kMinimal + "[multi_turn]\nturns = 0\n").key() == "multi_turn.turns");
+  CHECK(failure(kMinimal + "[multi_turn]\nturns = 17\n").key() == "multi_turn.turns");
+  CHECK(failure(kMinimal + "[multi_turn]\nturns = 2\nreturns = \"sum\"\n").key() == "multi_turn.returns");
+  CHECK(failure(kMinimal + "[multi_turn]\nturns = 2\ngamma = 1.5\n").key() == "multi_turn.gamma");
+  CHECK(failure(kMinimal + "[multi_turn]\nturns = 2\n[grpo]\ngroup_size = 1000\n").key() == "multi_turn.turns");
+  e = failure(kMinimal + "[advantage]\nkind = \"trloo\"\n");  // leave-one-out per turn needs turns
+  CHECK(e.key() == "advantage.kind");
+  CHECK(std::string(e.what()).find("[multi_turn] turns") != std::string::npos);
 
   e = failure("[experiment]\nname = \"t\"\nmode = \"grpo\"\n");
   CHECK(e.key() == "tasks");
