@@ -22,6 +22,10 @@ normalizer_actor::behavior_type reward_normalizer(normalizer_actor::pointer, Nor
         auto turns = setup.multi_turn;
         turns.turns = std::max<uint32_t>(1, request.turns);
         out.advantages = rewards::turn_advantages(rewards::turn_returns(centred, turns), turns.turns, setup.advantage);
+        // Rejection sampling on profiling: a correct kernel that spends too little time in its own kernels trains
+        // nothing.
+        for (std::size_t i = 0; i < out.advantages.size(); ++i)
+          if (rewards::rejected_for_coverage(request.verdicts[i], setup.reward)) out.advantages[i] = 0.0;
         return out;
       },
   };

@@ -149,6 +149,13 @@ std::string unit_metrics_json(const msg::UnitRecord& unit, const std::vector<con
     for (const auto& [trajectory, t] : best_of_trajectory) best.push_back(outcome_of(*t));
     j["best_across_turns"] = json::parse(run::metrics_json(run::compute_metrics(best)));
   }
+  // Profiling: the mean share of GPU time in the candidates' own kernels, over those where it was measured; null
+  // (unavailable, as on the CPU) when none was, never 0.
+  double coverage_sum = 0;
+  int coverage_n = 0;
+  for (const auto* t : traces)
+    if (t->verdict && t->verdict->verdict.kernel_coverage) coverage_sum += *t->verdict->verdict.kernel_coverage, ++coverage_n;
+  j["kernel_coverage_mean"] = coverage_n ? json(coverage_sum / coverage_n) : json(nullptr);
   j["budget"] = {{"samples", traces.size()}, {"tokens", tokens}, {"compile_seconds", compile_s},
                  {"evaluation_seconds", eval_s}};
   j["nodes"] = node_metrics(traces);

@@ -189,6 +189,8 @@ void read_reward(TableReader t, rewards::RewardSpec& r) {
   r.gamma = t.get_number("gamma", r.gamma);
   r.r_max = number_in(t, "r_max", r.r_max, 0.0, 1e9);
   r.scale = number_in(t, "scale", r.scale, 0.0, 1e12);
+  r.coverage_weight = number_in(t, "coverage_weight", r.coverage_weight, 0.0, 1e6);
+  r.min_coverage = number_in(t, "min_coverage", r.min_coverage, 0.0, 1.0);
   t.finish();
 }
 

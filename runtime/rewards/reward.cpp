@@ -27,9 +27,8 @@ bool timing_noisy(const eval::Verdict& v) {
   return std::any_of(v.reasons.begin(), v.reasons.end(), [](const auto& r) { return r.code == "timing_noisy"; });
 }
 
-}  // namespace
-
-double reward(const eval::Verdict& v, const RewardSpec& spec) {
+// The kind's reward, before profiling terms.
+double base_reward(const eval::Verdict& v, const RewardSpec& spec) {
   const bool correct = v.status == eval::Status::correct;
   // A speedup the evaluator could not pin down counts at most as parity: a noisy measurement is never a gain, and
   // a candidate cannot make itself noisy to escape a slow one.
@@ -49,6 +48,18 @@ double reward(const eval::Verdict& v, const RewardSpec& spec) {
     }
   }
   return 0.0;
+}
+
+}  // namespace
+
+double reward(const eval::Verdict& v, const RewardSpec& spec) {
+  const bool correct = v.status == eval::Status::correct;
+  const double coverage = correct && v.kernel_coverage ? spec.coverage_weight * *v.kernel_coverage : 0.0;
+  return base_reward(v, spec) + coverage;
+}
+
+bool rejected_for_coverage(const eval::Verdict& v, const RewardSpec& spec) {
+  return v.status == eval::Status::correct && v.kernel_coverage && *v.kernel_coverage < spec.min_coverage;
 }
 
 }  // namespace crucible::rewards

@@ -201,3 +201,23 @@ TEST_CASE("multi-turn: per-turn and discounted returns, TRLOO per turn, and each
   const auto dropped = rewards::turn_advantages({1.0, 1.0, 0.0, 2.0}, 2, trloo);
   CHECK(dropped == std::vector<double>{0.0, 0.0, -2.0, 2.0});
 }
+
+TEST_CASE("profiling: kernel coverage adds to a correct sample's reward and rejects below the threshold; unmeasured, neither") {
+  rewards::RewardSpec spec;
+  spec.coverage_weight = 0.5;
+  spec.min_coverage = 0.6;
+  auto gpu = verdict(eval::Status::correct, 2.0);
+  gpu.kernel_coverage = 0.8;
+  CHECK(rewards::reward(gpu, spec) == doctest::Approx(2.0 + 0.5 * 0.8));
+  CHECK_FALSE(rewards::rejected_for_coverage(gpu, spec));
+  gpu.kernel_coverage = 0.3;  // most of its time in library kernels or copies
+  CHECK(rewards::reward(gpu, spec) == doctest::Approx(2.0 + 0.5 * 0.3));
+  CHECK(rewards::rejected_for_coverage(gpu, spec));
+  auto cpu = verdict(eval::Status::correct, 2.0);  // the CPU measures no coverage
+  CHECK(rewards::reward(cpu, spec) == doctest::Approx(2.0));
+  CHECK_FALSE(rewards::rejected_for_coverage(cpu, spec));
+  auto wrong = verdict(eval::Status::incorrect);
+  wrong.kernel_coverage = 1.0;
+  CHECK(rewards::reward(wrong, spec) == 0.0);
+  CHECK_FALSE(rewards::rejected_for_coverage(wrong, spec));
+}
