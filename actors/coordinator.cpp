@@ -29,6 +29,10 @@ struct CoordinatorState {
   std::vector<msg::UnitRecord> units;
   std::vector<std::string> snapshots;
   std::map<uint64_t, msg::CandidateRecord> candidates;
+  // PUCT: per task, the archive of evaluated states, and what each state was (its sample and verdict), kept past
+  // its unit's commit so later units (ttt's next steps) can improve on it.
+  std::map<std::string, search::PuctArchive> archives;
+  std::map<uint64_t, std::pair<msg::Candidate, eval::Verdict>> states;
   // Pullers by the core's numbering: evaluators (and the sessions they pull under) and compile workers.
   std::map<caf::actor_addr, core::EvaluatorId> ids;
   std::map<core::EvaluatorId, caf::typed_response_promise<msg::EvalRequest>> eval_waiters;
@@ -163,18 +167,55 @@ void on_generated(Self self, std::size_t unit, uint64_t group, msg::Generated& g
   if (!to_nodes.empty()) deliver(self, st.work.offer(unit, to_nodes));
 }
 
-void generate(Self self, std::size_t unit) {
+// One group's first samples: fresh, or with PUCT (once the task's archive holds states) each improving on a state
+// the archive chooses.
+void generate_group(Self self, std::size_t unit, const modes::GroupPlan& g) {
   auto& st = self->state;
   const auto& plan = st.pipeline->plan(unit);
+  msg::GenerateRequest request{plan.name, plan.step, g.task, g.group, g.n, g.group * 100000};
+  if (st.setup.puct) {
+    auto archive = st.archives.find(g.task);
+    if (archive != st.archives.end())
+      for (uint64_t id : archive->second.choose(g.n)) {
+        const auto& [candidate, verdict] = st.states.at(id);
+        request.previous.push_back(candidate);
+        request.verdicts.push_back(verdict);
+      }
+  }
+  const uint64_t group = g.group;
+  self->request(st.setup.generator, caf::infinite, std::move(request))
+      .then([=](msg::Generated& generated) { on_generated(self, unit, group, generated); },
+            [=](caf::error& e) {
+              finish(self, false, "generation for " + self->state.pipeline->plan(unit).name + " failed: " +
+                                      self->system().render(e));
+            });
+}
+
+void generate(Self self, std::size_t unit) {
+  const auto& plan = self->state.pipeline->plan(unit);
   for (const auto& g : plan.groups) {
-    const uint64_t group = g.group;
-    self->request(st.setup.generator, caf::infinite,
-                  msg::GenerateRequest{plan.name, plan.step, g.task, g.group, g.n, g.group * 100000})
-        .then([=](msg::Generated& generated) { on_generated(self, unit, group, generated); },
-              [=](caf::error& e) {
-                finish(self, false, "generation for " + self->state.pipeline->plan(unit).name + " failed: " +
-                                        self->system().render(e));
-              });
+    generate_group(self, unit, g);
+    if (plan.sequential_groups) break;  // the rest follow one by one (Expand)
+  }
+}
+
+void expand(Self self, std::size_t unit, uint64_t group) {
+  for (const auto& g : self->state.pipeline->plan(unit).groups)
+    if (g.group == group) return generate_group(self, unit, g);
+}
+
+// PUCT: a scored group's candidates join their task's archive (a parse failure as its reply, so duplicates merge).
+void archive_group(Self self, std::size_t unit, uint64_t group) {
+  auto& st = self->state;
+  if (!st.setup.puct) return;
+  for (uint64_t id : st.pipeline->group(unit, group)) {
+    const auto& t = st.candidates.at(id);
+    const auto& c = t.candidate;
+    auto& archive = st.archives.try_emplace(c.task, *st.setup.puct).first->second;
+    const std::optional<uint64_t> parent =
+        c.parent >= 0 ? std::optional<uint64_t>(static_cast<uint64_t>(c.parent)) : std::nullopt;
+    if (archive.add(id, parent, c.source.empty() ? c.output : c.source, t.reward) == id)
+      st.states[id] = {c, t.verdict->verdict};
   }
 }
 
@@ -226,6 +267,7 @@ void score(Self self, std::size_t unit, uint64_t group) {
               if (!scored.advantages.empty() && trains) t.advantage = scored.advantages.at(k);
               t.scored_at = now;
             }
+            archive_group(self, unit, group);
             decide(self, s.pipeline->scored(unit, group));
           },
           [=](caf::error& e) { finish(self, false, "scoring failed: " + self->system().render(e)); });
@@ -295,6 +337,7 @@ void decide(Self self, const std::vector<core::Decision>& decisions) {
     if (st.finished) return;
     if (auto* g = std::get_if<core::Generate>(&d)) generate(self, g->unit);
     else if (auto* r = std::get_if<core::Refine>(&d)) refine(self, r->unit, r->group, r->turn);
+    else if (auto* x = std::get_if<core::Expand>(&d)) expand(self, x->unit, x->group);
     else if (auto* s = std::get_if<core::Score>(&d)) score(self, s->unit, s->group);
     else if (auto* t = std::get_if<core::Train>(&d)) train(self, t->unit);
     else if (auto* c = std::get_if<core::Commit>(&d)) commit(self, c->unit);

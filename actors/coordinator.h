@@ -4,12 +4,14 @@
 // directory through telemetry. Units already committed (a resumed run) are skipped.
 #include <caf/actor_system.hpp>
 
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "actors/interfaces.h"
 #include "modes/unit_plan.h"
+#include "search/puct_archive.h"
 
 namespace crucible::actors {
 
@@ -20,6 +22,8 @@ struct CoordinatorSetup {
   std::string compile_device;            // the device whose compiler options candidates are built with
   bool compile_locally = true;           // false: no local evaluator; candidates go to the nodes as source
   std::string source_extension;          // "cpp" or "cu"
+  // PUCT state reuse ([search] kind = "puct"): groups after a task's first improve on states chosen from its archive.
+  std::optional<search::PuctOptions> puct;
   generator_actor generator;
   normalizer_actor normalizer;
   optimizer_actor optimizer;

@@ -36,6 +36,7 @@ msg::Generated tag(const msg::GenerateRequest& request, std::vector<policy::Samp
     c.parse_error = eval::valid_utf8(samples[i].parse_error);
     c.turn = request.turn;
     c.trajectory = request.turn == 0 ? c.id : request.previous.at(i).trajectory;
+    if (!request.previous.empty()) c.parent = static_cast<int64_t>(request.previous.at(i).id);
     c.prompt = std::move(samples[i].prompt);
     out.candidates.push_back(std::move(c));
   }

@@ -47,6 +47,7 @@ std::string candidate_record_json(const msg::CandidateRecord& t, const msg::Unit
   j["index"] = c.index;
   j["trajectory"] = c.trajectory;
   j["turn"] = c.turn;
+  j["parent"] = c.parent >= 0 ? json(c.parent) : json(nullptr);
   j["policy_version"] = c.policy_version;
   // Staleness in policy versions, where versions count this chain's updates only (GRPO; TTT is on-policy per task).
   if (unit.train && unit.task.empty()) j["staleness"] = unit.policy_version_after - 1 - c.policy_version;

@@ -141,6 +141,7 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
   actors::CoordinatorSetup setup;
   setup.mode = experiment::mode_name(e.mode);
   setup.units = units;
+  if (e.search.kind == experiment::SearchKind::puct) setup.puct = search::PuctOptions{e.search.c};
   setup.committed = committed;
   setup.compile_device = e.eval.devices.empty() ? "" : e.eval.devices.front().name();
   setup.compile_locally = !e.eval.devices.empty();

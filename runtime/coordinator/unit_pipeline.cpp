@@ -62,7 +62,8 @@ std::vector<Decision> UnitPipeline::generated(UnitIndex unit, uint64_t group, co
   auto& u = units_.at(unit);
   auto& sizes = u.turn_sizes[group];
   const bool first_turn = sizes.empty();
-  if (first_turn ? u.phase != Phase::generating : u.phase != Phase::running)
+  const bool sequential = u.plan.sequential_groups;
+  if (first_turn ? !(u.phase == Phase::generating || (sequential && u.phase == Phase::running)) : u.phase != Phase::running)
     throw std::logic_error("samples for unit " + u.plan.name + ", which is not " + (first_turn ? "generating" : "running"));
   auto& members = u.groups[group];
   for (CandidateId id : ids) {
@@ -70,7 +71,7 @@ std::vector<Decision> UnitPipeline::generated(UnitIndex unit, uint64_t group, co
     where_[id] = {unit, group};
   }
   sizes.push_back(ids.size());
-  if (first_turn && ++u.groups_generated == u.plan.groups.size()) u.phase = Phase::running;
+  if (first_turn && (++u.groups_generated == u.plan.groups.size() || sequential)) u.phase = Phase::running;
   // A group the policy returned no samples for has nothing to wait for.
   if (ids.empty()) return {Score{unit, group}};
   return {};
@@ -89,7 +90,10 @@ std::vector<Decision> UnitPipeline::judged(CandidateId candidate) {
 }
 
 std::vector<Decision> UnitPipeline::scored(UnitIndex unit, uint64_t) {
-  ++units_.at(unit).groups_scored;
+  auto& u = units_.at(unit);
+  ++u.groups_scored;
+  if (u.plan.sequential_groups && u.groups_asked < u.plan.groups.size())
+    return {Expand{unit, u.plan.groups[u.groups_asked++].group}};
   return pump();
 }
 
@@ -118,6 +122,7 @@ std::vector<Decision> UnitPipeline::pump() {
     all_committed = all_committed && u.phase == Phase::committed;
     if (u.phase == Phase::waiting && done(u.plan.generate_after)) {
       u.phase = u.plan.groups.empty() ? Phase::running : Phase::generating;
+      u.groups_asked = u.plan.sequential_groups ? 1 : u.plan.groups.size();
       if (!u.plan.groups.empty()) out.push_back(Generate{i});
     }
     if (u.phase == Phase::running && u.groups_scored == u.plan.groups.size() && done(u.plan.train_after)) {

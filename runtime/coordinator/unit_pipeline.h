@@ -17,9 +17,15 @@
 
 namespace crucible::coordinator {
 
-// Ask the policy for every group of the unit.
+// Ask the policy for every group of the unit (only the first, with sequential_groups).
 struct Generate {
   UnitIndex unit = 0;
+};
+// Generate one more group of a unit whose groups go one after another (sequential_groups: PUCT search), now that
+// the group before it is scored.
+struct Expand {
+  UnitIndex unit = 0;
+  uint64_t group = 0;
 };
 // Ask the policy to refine a group's latest turn (its candidates judged) into turn `turn` (multi-turn).
 struct Refine {
@@ -43,7 +49,7 @@ struct Commit {
 // Every unit is committed.
 struct Finish {};
 
-using Decision = std::variant<Generate, Refine, Score, Train, Commit, Finish>;
+using Decision = std::variant<Generate, Expand, Refine, Score, Train, Commit, Finish>;
 
 enum class Phase { waiting, generating, running, training, committing, committed };
 
@@ -83,7 +89,7 @@ class UnitPipeline {
   struct Unit {
     modes::UnitPlan plan;
     Phase phase = Phase::waiting;
-    std::size_t groups_generated = 0, groups_scored = 0;
+    std::size_t groups_generated = 0, groups_scored = 0, groups_asked = 0;
     std::map<uint64_t, std::vector<CandidateId>> groups;
     std::map<uint64_t, std::vector<std::size_t>> turn_sizes;  // group -> candidates of each turn generated so far
   };

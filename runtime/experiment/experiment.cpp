@@ -204,6 +204,18 @@ void read_advantage(TableReader t, rewards::AdvantageSpec& a, bool& task_baselin
   t.finish();
 }
 
+SearchKind parse_search_kind(const std::string& name) {
+  if (name == "none") return SearchKind::none;
+  if (name == "puct") return SearchKind::puct;
+  throw std::invalid_argument("unknown search kind '" + name + "' (none or puct)");
+}
+
+void read_search(TableReader t, SearchConfig& c) {
+  c.kind = parse_choice(t, "kind", "none", parse_search_kind);
+  c.c = number_in(t, "c", c.c, 0.0, 1e6);
+  t.finish();
+}
+
 void read_multi_turn(TableReader t, rewards::MultiTurnSpec& m) {
   m.turns = static_cast<uint32_t>(positive(t, "turns", static_cast<int>(m.turns)));
   if (m.turns > 16) t.fail("turns", "at most 16 turns");
@@ -345,11 +357,14 @@ Experiment parse_experiment(const std::string& text, const std::string& file) {
   if (auto t = top.get_table("reward")) read_reward(*t, e.reward);
   if (auto t = top.get_table("advantage")) read_advantage(*t, e.advantage, e.task_baseline);
   if (auto t = top.get_table("multi_turn")) read_multi_turn(*t, e.multi_turn);
+  if (auto t = top.get_table("search")) read_search(*t, e.search);
   if (auto t = top.get_table("eval")) read_eval(*t, e.eval);
   if (auto t = top.get_table("cluster")) read_cluster(*t, e.cluster);
   top.finish();
   if (e.eval.devices.empty() && !e.cluster.enabled())
     e.fail("eval.devices", "give at least one device (or let nodes evaluate: [cluster] listen)");
+  if (e.search.kind == SearchKind::puct && e.mode == Mode::grpo)
+    e.fail("search.kind", "puct reuses states within a task: use it with mode best_of_n or ttt");
   // Refinement turns number their candidates in blocks of 1000 per group.
   if (e.multi_turn.turns > 1 && std::max({e.grpo.group_size, e.best_of_n.group_size, e.ttt.rollouts}) >= 1000)
     e.fail("multi_turn.turns", "multi-turn groups must hold fewer than 1000 samples");

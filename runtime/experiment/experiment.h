@@ -83,6 +83,14 @@ struct BestOfNConfig {
   int group_size = 8;  // samples asked of the policy at once (the sweep's compile and evaluation start early)
 };
 
+// Search over evaluated states (`[search]`): with kind = "puct", a group after a task's first samples improves on
+// kernels chosen from the task's archive by PUCT (runtime/search/puct_archive.h) instead of sampling afresh.
+enum class SearchKind { none, puct };
+struct SearchConfig {
+  SearchKind kind = SearchKind::none;
+  double c = 1.0;
+};
+
 struct TttConfig {
   int steps = 15;
   int rollouts = 8;          // K per step
@@ -121,6 +129,7 @@ struct Experiment {
   rewards::RewardSpec reward;
   rewards::AdvantageSpec advantage;
   rewards::MultiTurnSpec multi_turn;  // [multi_turn]: turns per trajectory, returns, gamma
+  SearchConfig search;
   bool task_baseline = false;  // centre rewards by a per-task running baseline before grouping
   EvalConfig eval;
   ClusterConfig cluster;

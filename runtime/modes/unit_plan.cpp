@@ -75,7 +75,10 @@ std::vector<UnitPlan> plan_units(const experiment::Experiment& e, const std::vec
     case experiment::Mode::best_of_n: units = plan_best_of_n(e.best_of_n, tasks); break;
     case experiment::Mode::ttt: units = plan_ttt(e.ttt, tasks); break;
   }
-  for (auto& u : units) u.turns = e.multi_turn.turns;
+  for (auto& u : units) {
+    u.turns = e.multi_turn.turns;
+    u.sequential_groups = e.search.kind == experiment::SearchKind::puct;
+  }
   return units;
 }
 

@@ -22,6 +22,8 @@ struct UnitPlan {
   std::string task;  // best_of_n and ttt: the unit's task
   std::vector<GroupPlan> groups;
   uint32_t turns = 1;  // multi-turn: each group's samples are refined turns - 1 times, each turn judged first
+  // Groups one after another, each once the one before is scored (PUCT chooses from what the earlier ones found).
+  bool sequential_groups = false;
   bool train = false;
   int generate_after = -1;  // index of the unit that must be committed before this one is generated
   int train_after = -1;     // index of the unit that must be committed before this one trains

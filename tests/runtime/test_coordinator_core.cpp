@@ -29,6 +29,8 @@ std::string show(const std::vector<Decision>& ds) {
   std::string out;
   for (const auto& d : ds) {
     if (auto* g = std::get_if<Generate>(&d)) out += "generate " + std::to_string(g->unit);
+    else if (auto* x = std::get_if<Expand>(&d))
+      out += "expand " + std::to_string(x->unit) + "/" + std::to_string(x->group);
     else if (auto* r = std::get_if<Refine>(&d))
       out += "refine " + std::to_string(r->unit) + "/" + std::to_string(r->group) + " turn " + std::to_string(r->turn);
     else if (auto* s = std::get_if<Score>(&d)) out += "score " + std::to_string(s->unit) + "/" + std::to_string(s->group);
@@ -335,4 +337,24 @@ TEST_CASE("pipeline: multi-turn groups are refined turn by turn, each turn judge
   CHECK(p.group(0, 0) == std::vector<CandidateId>{1, 2, 1001, 1002, 2001, 2002});
   CHECK(show(p.trained(0)) == "commit 0");
   CHECK(show(p.committed(0)) == "finish");
+}
+
+TEST_CASE("pipeline: sequential groups (PUCT) are generated one at a time, each after the one before is scored") {
+  auto plans = grpo(1, 0, 3);
+  plans[0].sequential_groups = true;
+  plans[0].train = false;
+  UnitPipeline p(plans, {});
+  run_table(p, {
+      {"start: the first group only", [](UnitPipeline& x) { return x.start(); }, "generate 0"},
+      {"group 0 arrives", [](UnitPipeline& x) { return x.generated(0, 0, {1, 2}); }, ""},
+      {"group 0 judged", [](UnitPipeline& x) { x.judged(1); return x.judged(2); }, "score 0/0"},
+      {"group 0 scored: expand group 1", [](UnitPipeline& x) { return x.scored(0, 0); }, "expand 0/1"},
+      {"group 1 arrives", [](UnitPipeline& x) { return x.generated(0, 1, {3, 4}); }, ""},
+      {"group 1 judged", [](UnitPipeline& x) { x.judged(3); return x.judged(4); }, "score 0/1"},
+      {"group 1 scored: expand group 2", [](UnitPipeline& x) { return x.scored(0, 1); }, "expand 0/2"},
+      {"group 2 arrives", [](UnitPipeline& x) { return x.generated(0, 2, {5}); }, ""},
+      {"group 2 judged", [](UnitPipeline& x) { return x.judged(5); }, "score 0/2"},
+      {"all scored: commit", [](UnitPipeline& x) { return x.scored(0, 2); }, "commit 0"},
+      {"committed", [](UnitPipeline& x) { return x.committed(0); }, "finish"},
+  });
 }

@@ -43,7 +43,7 @@ TEST_CASE("the built-in quickstart is a valid GRPO experiment over CPU tasks") {
 }
 
 TEST_CASE("shipped experiments parse") {
-  for (const char* name : {"quickstart", "grpo_l1", "best_of_n_k64", "ttt_15", "grpo_lm", "multi_turn_trloo"}) {
+  for (const char* name : {"quickstart", "grpo_l1", "best_of_n_k64", "ttt_15", "grpo_lm", "multi_turn_trloo", "ttt_puct"}) {
     CAPTURE(name);
     auto e = experiment::load_experiment(test::source_dir() / "configs" / (std::string(name) + ".toml"));
     CHECK_FALSE(experiment::resolve_tasks(e).empty());
@@ -86,6 +86,8 @@ TEST_CASE("malformed experiments fail with file, line and key") {
   CHECK(failure(kMinimal + "[multi_turn]\nturns = 2\nreturns = \"sum\"\n").key() == "multi_turn.returns");
   CHECK(failure(kMinimal + "[multi_turn]\nturns = 2\ngamma = 1.5\n").key() == "multi_turn.gamma");
   CHECK(failure(kMinimal + "[multi_turn]\nturns = 2\n[grpo]\ngroup_size = 1000\n").key() == "multi_turn.turns");
+  CHECK(failure(kMinimal + "[search]\nkind = \"mcts\"\n").key() == "search.kind");
+  CHECK(failure(kMinimal + "[search]\nkind = \"puct\"\n").key() == "search.kind");  // grpo: no archive to reuse
   e = failure(kMinimal + "[advantage]\nkind = \"trloo\"\n");  // leave-one-out per turn needs turns
   CHECK(e.key() == "advantage.kind");
   CHECK(std::string(e.what()).find("[multi_turn] turns") != std::string::npos);

@@ -294,6 +294,40 @@ kind = "trloo"
   }
 }
 
+TEST_CASE("best_of_n with PUCT: later groups refine states the archive chose, one group after another") {
+  test::ScratchDir scratch("run-puct");
+  auto run = run_experiment(scratch, R"([experiment]
+name = "puct"
+mode = "best_of_n"
+[tasks]
+names = ["matmul"]
+[best_of_n]
+k = 9
+group_size = 3
+[search]
+kind = "puct"
+c = 1.0
+)" + kFastEval);
+  REQUIRE(run.candidates.size() == 9);
+  std::map<uint64_t, json> by_id;
+  std::map<uint64_t, std::vector<json>> by_group;
+  for (const auto& c : run.candidates) by_id[c["candidate_id"]] = c, by_group[c["group"]].push_back(c);
+  REQUIRE(by_group.size() == 3);
+  auto group = by_group.begin();
+  for (const auto& c : group->second) CHECK(c["parent"].is_null());  // the first group samples afresh
+  double first_group_scored = 0;
+  for (const auto& c : group->second) first_group_scored = std::max(first_group_scored, c["times"]["scored"].get<double>());
+  for (++group; group != by_group.end(); ++group)
+    for (const auto& c : group->second) {
+      CAPTURE(c.dump());
+      REQUIRE(c["parent"].is_number());
+      const auto& parent = by_id.at(c["parent"].get<uint64_t>());
+      CHECK(parent["group"].get<uint64_t>() < c["group"].get<uint64_t>());  // an earlier, already scored group
+      CHECK(c["policy_output"] != parent["policy_output"]);                // a refinement, not a copy
+      CHECK(t(c, "generate", 0) >= first_group_scored);
+    }
+}
+
 TEST_CASE("ttt adapts per task and selects the best kernel and the best step") {
   test::ScratchDir scratch("run-ttt");
   // A checkpoint (a search-policy snapshot) that has learnt relu's largest block and unroll.
