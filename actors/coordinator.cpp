@@ -126,8 +126,9 @@ void cluster_event(Self self, msg::ClusterEvent event) {
 
 // A reply with no usable source is judged here, without a compile or an evaluator: it is the policy's failure.
 msg::VerdictReport parse_error_verdict(const msg::Candidate& c, double at) {
-  auto report = msg::report(
-      c.id, eval::verdict_without_evaluation(c.task, "policy", eval::Status::parse_error, "no_source", c.parse_error));
+  auto report = msg::report(c.id, eval::verdict_without_evaluation(c.task, "policy", eval::Status::parse_error,
+                                                                   c.policy_error ? "policy_error" : "no_source",
+                                                                   c.parse_error));
   report.started_at = report.finished_at = at;
   return report;
 }

@@ -35,6 +35,7 @@ msg::Generated tag(const msg::GenerateRequest& request, std::vector<policy::Samp
     c.logprobs = std::move(samples[i].logprobs);
     c.parse_error = eval::valid_utf8(samples[i].parse_error);
     c.turn = request.turn;
+    c.policy_error = samples[i].policy_error;
     c.trajectory = request.turn == 0 ? c.id : request.previous.at(i).trajectory;
     if (!request.previous.empty()) c.parent = static_cast<int64_t>(request.previous.at(i).id);
     c.prompt = std::move(samples[i].prompt);

@@ -25,12 +25,13 @@ struct Candidate {
   uint32_t turn = 0;            // multi-turn: 0 for the first sample, t for the t-th refinement
   std::string prompt;           // a refinement's whole prompt, which training conditions on; empty: the task's
   int64_t parent = -1;          // the candidate this one refines (a previous turn, or a state PUCT chose); -1: none
+  bool policy_error = false;    // no sample at all (a served model's server failed): parse_error says why
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Candidate& x) {
   return f(caf::meta::type_name("crucible.Candidate"), x.id, x.step, x.task, x.group, x.index, x.policy_version,
-           x.output, x.source, x.tokens, x.logprobs, x.parse_error, x.trajectory, x.turn, x.prompt, x.parent);
+           x.output, x.source, x.tokens, x.logprobs, x.parse_error, x.trajectory, x.turn, x.prompt, x.parent, x.policy_error);
 }
 
 struct CompileRequest {

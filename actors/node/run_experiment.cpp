@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <thread>
 
 #include "actors/compiler_pool.h"
+#include "openai_policy/openai_policy.h"
 #include "actors/coordinator.h"
 #include "actors/evaluator.h"
 #include "actors/gateway.h"
@@ -69,6 +71,8 @@ std::unique_ptr<policy::Policy> make_policy(const experiment::Experiment& e, uin
     s.seed = seed;
     return std::make_unique<policy::LmPolicy>(std::move(s));
   }
+  if (e.policy.kind == experiment::PolicyKind::openai)
+    return policy::make_openai_policy({e.policy, std::string(eval::backend_name(e.eval.backend)), seed});
   if (e.policy.kind == experiment::PolicyKind::replay)
     return std::make_unique<policy::ReplayPolicy>(e.policy.replay_dir, std::string(eval::source_extension(e.eval.backend)));
   policy::SearchPolicyOptions o;
@@ -251,6 +255,14 @@ std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
     if (auto problem = policy::lm_policy_problem(e.policy.lm, eval::cuda_devices()))
       e.fail("policy." + problem->first, problem->second);
     return tasks;
+  }
+  if (e.policy.kind == experiment::PolicyKind::openai) {
+    const auto& o = e.policy.openai;
+    if (!o.api_key_env.empty() && !std::getenv(o.api_key_env.c_str()))
+      e.fail("policy.api_key_env", "the environment variable " + o.api_key_env + " is not set");
+    if (!o.api_key_file.empty() && !fs::exists(o.api_key_file))
+      e.fail("policy.api_key_file", "no such file: " + o.api_key_file);
+    return tasks;  // the server is asked when sampling: one that is down gives recorded policy errors
   }
   for (const auto& t : tasks)
     if (!policy::template_for(t, std::string(eval::backend_name(backend))))

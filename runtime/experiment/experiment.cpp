@@ -99,9 +99,9 @@ eval::Device parse_canonical_device(const std::string& text) {
 }
 
 PolicyKind parse_policy_kind(const std::string& name) {
-  for (auto k : {PolicyKind::search, PolicyKind::replay, PolicyKind::libtorch})
+  for (auto k : {PolicyKind::search, PolicyKind::replay, PolicyKind::libtorch, PolicyKind::openai})
     if (policy_kind_name(k) == name) return k;
-  throw std::invalid_argument("unknown policy kind '" + name + "' (search, replay, libtorch)");
+  throw std::invalid_argument("unknown policy kind '" + name + "' (search, replay, libtorch, openai)");
 }
 
 Loss parse_loss(const std::string& name) {
@@ -152,6 +152,25 @@ void read_train(TableReader t, LmPolicyConfig& m) {
   t.finish();
 }
 
+void read_openai(TableReader& t, OpenAiConfig& o) {
+  o.base_url = t.require_string("base_url");
+  if (o.base_url.rfind("http://", 0) != 0 && o.base_url.rfind("https://", 0) != 0)
+    t.fail("base_url", "must start with http:// or https://");
+  o.model = t.require_string("model");
+  o.api_key_env = t.get_string("api_key_env", "");
+  o.api_key_file = t.get_string("api_key_file", "");
+  if (!o.api_key_env.empty() && !o.api_key_file.empty()) t.fail("api_key_file", "give api_key_env or api_key_file, not both");
+  o.concurrency = positive(t, "concurrency", o.concurrency);
+  o.timeout_s = number_in(t, "timeout_s", o.timeout_s, 0.1, 86400);
+  o.retries = positive(t, "retries", o.retries, 0);
+  o.backoff_s = number_in(t, "backoff_s", o.backoff_s, 0.0, 600);
+  o.max_tokens = positive(t, "max_tokens", o.max_tokens);
+  o.top_p = number_in(t, "top_p", o.top_p, 1e-6, 1.0);
+  o.system_prompt = t.get_string("system_prompt", "");
+  for (const char* key : {"device", "dtype", "adapter", "cuda_graphs", "max_new_tokens", "top_k", "lora", "train"})
+    if (t.has(key)) t.fail(key, "only for kind = \"libtorch\"");
+}
+
 void read_policy(TableReader t, PolicyConfig& p) {
   p.kind = parse_choice(t, "kind", policy_kind_name(p.kind), parse_policy_kind);
   p.replay_dir = t.get_string("replay_dir", "");
@@ -159,6 +178,15 @@ void read_policy(TableReader t, PolicyConfig& p) {
   p.learning_rate = number_in(t, "learning_rate", p.learning_rate, 0.0, 1e3);
   p.temperature = number_in(t, "temperature", p.temperature, 1e-3, 1e3);
   p.checkpoint = t.get_string("checkpoint", "");
+  if (p.kind == PolicyKind::openai) {
+    read_openai(t, p.openai);
+    if (!p.checkpoint.empty()) t.fail("checkpoint", "a served model starts as the server has it");
+    t.finish();
+    return;
+  }
+  for (const char* key : {"base_url", "api_key_env", "api_key_file", "concurrency", "timeout_s", "retries", "backoff_s",
+                          "max_tokens"})
+    if (t.has(key)) t.fail(key, "only for kind = \"openai\"");
   if (p.kind != PolicyKind::libtorch) {
     for (const char* key : {"model", "device", "dtype", "adapter", "cuda_graphs", "max_new_tokens", "top_p", "top_k",
                             "system_prompt", "lora", "train"})
@@ -302,6 +330,7 @@ std::string policy_kind_name(PolicyKind kind) {
     case PolicyKind::search: return "search";
     case PolicyKind::replay: return "replay";
     case PolicyKind::libtorch: return "libtorch";
+    case PolicyKind::openai: return "openai";
   }
   return "?";
 }

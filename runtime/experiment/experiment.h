@@ -18,7 +18,7 @@ namespace crucible::experiment {
 enum class Mode { grpo, best_of_n, ttt };
 
 // Where samples come from: the embedded search over kernel templates, sources from files, or a language model.
-enum class PolicyKind { search, replay, libtorch };
+enum class PolicyKind { search, replay, libtorch, openai };
 // The language model's policy-gradient loss, and how a sequence's token terms are combined.
 enum class Loss { grpo_clip, importance_sampling };
 enum class Normalization { sequence_mean, token_sum, token_mean };
@@ -62,6 +62,21 @@ struct LmPolicyConfig {
   double max_logprob_mismatch = 0.0;  // > 0: drop sequences whose sampler and trainer log-probs disagree by more
 };
 
+// kind = "openai": a model served over an OpenAI-compatible API (vLLM, SGLang, `crucible serve`).
+struct OpenAiConfig {
+  std::string base_url;      // "http://127.0.0.1:8000/v1"
+  std::string model;         // the served model's (or adapter's) name
+  std::string api_key_env;   // the API key from this environment variable, or
+  std::string api_key_file;  // from this file; neither: no key
+  int concurrency = 8;       // requests in flight at once
+  double timeout_s = 120;    // per request
+  int retries = 3;           // after a failure to connect, a timeout, HTTP 429 or 5xx
+  double backoff_s = 1.0;    // the first retry's wait, doubling
+  int max_tokens = 1024;
+  double top_p = 1.0;
+  std::string system_prompt;
+};
+
 struct PolicyConfig {
   PolicyKind kind = PolicyKind::search;
   std::string replay_dir;       // replay: <replay_dir>/<task>/*.cpp (*.cu on GPUs)
@@ -69,6 +84,7 @@ struct PolicyConfig {
   double temperature = 1.0;     // search and libtorch
   std::string checkpoint;  // search: a snapshot file to start from (ttt), empty: fresh
   LmPolicyConfig lm;       // libtorch
+  OpenAiConfig openai;     // openai
 };
 
 struct GrpoConfig {

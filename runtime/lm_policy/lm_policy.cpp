@@ -194,12 +194,7 @@ std::string LmPolicy::prompt_for(const eval::TaskSpec& task) {
 
 std::string LmPolicy::refinement_prompt(const eval::TaskSpec& task, const Attempt& attempt) {
   auto& im = *impl_;
-  constexpr std::size_t kPreviousCodeBytes = 16 * 1024;
-  std::string code = attempt.previous.source.empty() ? attempt.previous.output : attempt.previous.source;
-  if (code.size() > kPreviousCodeBytes) code = eval::valid_utf8_prefix(code, kPreviousCodeBytes) + "\n// [cut]";
-  std::string user = kernel_prompt(task, im.setup.backend, im.contract_header);
-  user += "\n\nYour previous attempt:\n```" + std::string(im.setup.backend == "cuda" ? "cuda" : "cpp") + "\n" +
-          eval::valid_utf8(code) + "\n```\n\n" + feedback_text(attempt.feedback);
+  const std::string user = policy::refinement_prompt(task, im.setup.backend, im.contract_header, attempt);
   return im.model.chat_format() ? im.model.user_prompt(user, im.setup.config.lm.system_prompt) : user + "\n";
 }
 

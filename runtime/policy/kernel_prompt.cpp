@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "crucible/eval/dtype.h"
+#include "crucible/eval/utf8_text.h"
 
 namespace crucible::policy {
 namespace {
@@ -64,6 +65,16 @@ std::optional<std::string> extract_code(const std::string& reply) {
     pos = close + 4;
   }
   return last;
+}
+
+std::string refinement_prompt(const eval::TaskSpec& task, const std::string& backend, const std::string& contract_header,
+                              const Attempt& attempt) {
+  constexpr std::size_t kPreviousCodeBytes = 16 * 1024;
+  std::string code = attempt.previous.source.empty() ? attempt.previous.output : attempt.previous.source;
+  if (code.size() > kPreviousCodeBytes) code = eval::valid_utf8_prefix(code, kPreviousCodeBytes) + "\n// [cut]";
+  return kernel_prompt(task, backend, contract_header) + "\n\nYour previous attempt:\n```" +
+         (backend == "cuda" ? "cuda" : "cpp") + "\n" + eval::valid_utf8(code) + "\n```\n\n" +
+         feedback_text(attempt.feedback);
 }
 
 }  // namespace crucible::policy

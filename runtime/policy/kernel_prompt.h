@@ -5,6 +5,7 @@
 #include <string>
 
 #include "crucible/eval/task_spec.h"
+#include "policy/policy.h"
 
 namespace crucible::policy {
 
@@ -12,6 +13,11 @@ namespace crucible::policy {
 // shapes and the sizes they will be evaluated at, the candidate contract header, and the reply format.
 // `backend` is "cpu" (C++) or "cuda" (CUDA C++).
 std::string kernel_prompt(const eval::TaskSpec& task, const std::string& backend, const std::string& contract_header);
+
+// The user turn of a refinement (multi-turn, PUCT): the task's own text, then the previous attempt's code (its whole
+// reply when it had no code block; cut to 16 KB) and the evaluator's feedback (docs/experiments.md).
+std::string refinement_prompt(const eval::TaskSpec& task, const std::string& backend, const std::string& contract_header,
+                              const Attempt& attempt);
 
 // The candidate source in a reply: the last complete fenced code block (```cpp, ```c++, ```cuda, ```cu, ```c or
 // unlabelled). None when the reply has no complete block: an unterminated block (a reply cut by its token

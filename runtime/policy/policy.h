@@ -22,6 +22,9 @@ struct Sample {
   // A refinement turn's whole prompt as the model saw it (earlier code and feedback included), which training must
   // condition on; empty: the task's own prompt.
   std::string prompt;
+  // The policy could not produce a sample at all (a served model's server down or refusing): parse_error says why,
+  // and the record says policy_error instead of no_source.
+  bool policy_error = false;
 };
 
 // One trajectory's previous turn and what the evaluator said about it: what a refinement turn improves on.

@@ -36,7 +36,8 @@ Run add_cache_command(CLI::App& app) {
     sub->add_option("--cache-dir", args->dir, "Compile cache directory (default: $CRUCIBLE_CACHE_DIR, "
                                               "$XDG_CACHE_HOME/crucible or ~/.cache/crucible)");
   prune->add_option("--max-mb", args->max_mb, "The bound, MiB (default: $CRUCIBLE_CACHE_MAX_MB or 2048)");
-  return [args, stats, prune, clear] {
+  return [cmd, args, stats, prune, clear] {
+    if (!cmd->parsed()) return -1;
     const auto dir = cache_dir(*args);
     if (prune->parsed()) {
       const auto bound = args->max_mb > 0 ? static_cast<std::uintmax_t>(args->max_mb * (1 << 20))

@@ -1,0 +1,52 @@
+#pragma once
+// A served model as the policy (`[policy] kind = "openai"`): chat completions from any OpenAI-compatible server
+// (vLLM, SGLang, `crucible serve`), prompts built as for the in-process model, kernels parsed from the replies. A
+// request that fails after its retries (server down, timeout, an error answer) gives that sample a recorded
+// `policy_error` and the run goes on; the next request tries again, so the run recovers when the server does. The
+// served weights are not trained from here: update() only counts versions.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "experiment/experiment.h"
+#include "policy/policy.h"
+
+namespace crucible::policy {
+
+struct OpenAiPolicySetup {
+  experiment::PolicyConfig config;  // temperature and the [policy] openai keys
+  std::string backend = "cpu";      // which kernels to ask for: "cpu" (C++) or "cuda"
+  uint64_t seed = 1;
+};
+
+// The policy, or std::invalid_argument with the reason (a build without cpp-httplib, a missing API key).
+std::unique_ptr<Policy> make_openai_policy(OpenAiPolicySetup setup);
+
+class OpenAiPolicy : public Policy {
+ public:
+  // Reads the API key (environment variable or file); throws std::invalid_argument naming what is missing.
+  explicit OpenAiPolicy(OpenAiPolicySetup setup);
+
+  std::vector<Sample> sample(const eval::TaskSpec& task, int n) override;
+  std::vector<Sample> refine(const eval::TaskSpec& task, const std::vector<Attempt>& attempts) override;
+  void prepare(const eval::TaskSpec&) override {}
+  void update(const std::vector<Sample>& samples, const std::vector<double>& advantages) override;
+  uint64_t version() const override { return version_; }
+  std::string snapshot() const override;
+  void restore(const std::string& snapshot) override;
+
+ private:
+  // One chat completion per user prompt, `concurrency` at a time.
+  std::vector<Sample> complete(const eval::TaskSpec& task, const std::vector<std::string>& prompts);
+  Sample complete_one(const eval::TaskSpec& task, const std::string& prompt, uint64_t seed) const;
+
+  OpenAiPolicySetup setup_;
+  std::string api_key_;
+  std::string contract_header_;
+  std::string scheme_host_port_, path_prefix_;  // "http://127.0.0.1:8000", "/v1"
+  uint64_t version_ = 0;
+  uint64_t draws_ = 0;
+};
+
+}  // namespace crucible::policy
