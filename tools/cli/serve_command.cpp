@@ -26,6 +26,7 @@ struct ServeArgs {
   std::string model, name, listen = "127.0.0.1:8000", device = "cpu", dtype = "auto";
   std::vector<std::string> adapters;  // NAME=DIR
   std::size_t max_batch = 64;
+  double batch_window_ms = 5;
   int threads = 128;
   bool no_graphs = false;
 };
@@ -50,6 +51,7 @@ int serve(const ServeArgs& a) {
   serving::ServiceOptions options;
   options.model_name = a.name.empty() ? fs::path(a.model).filename().string() : a.name;
   options.max_batch = a.max_batch;
+  options.batch_window_s = a.batch_window_ms / 1000.0;
   for (const auto& spec : a.adapters) {
     const auto eq = spec.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
@@ -159,6 +161,8 @@ Run add_serve_command(CLI::App& app) {
   cmd->add_option("--device", args->device, "cpu or cuda:N")->capture_default_str();
   cmd->add_option("--dtype", args->dtype, "auto, f32, bf16, f16")->capture_default_str();
   cmd->add_option("--max-batch", args->max_batch, "Sequences decoded together")->check(CLI::Range(1, 4096))->capture_default_str();
+  cmd->add_option("--batch-window-ms", args->batch_window_ms, "How long a request waits for others to share its decode")
+      ->check(CLI::Range(0.0, 10000.0))->capture_default_str();
   cmd->add_option("--threads", args->threads, "Connections served at once")->check(CLI::Range(1, 4096))->capture_default_str();
   cmd->add_flag("--no-graphs", args->no_graphs, "Decode without CUDA graphs");
   return [cmd, args]() -> int {

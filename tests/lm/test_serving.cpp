@@ -1,0 +1,230 @@
+// Served models: the OpenAI API's typed requests, then `crucible serve` on loopback (a real process with the tiny
+// fixture model) and the client policy against it: samples with log-probs, adapters by name, streaming, batching of
+// concurrent requests, a server killed mid-use turning into recorded policy errors and recovery when it returns, and
+// a PUCT best-of-N run that samples from it.
+#include <doctest/doctest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <regex>
+#include <thread>
+
+#include "cli_support.h"
+#include "lm/lm_support.h"
+#include "openai_policy/openai_policy.h"
+#include "process_support.h"
+#include "run/jsonl.h"
+#include "serving/openai_api.h"
+#include "support.h"
+#include "tasks/task_loader.h"
+
+using namespace crucible;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// `crucible serve` on the tiny model, with the fixture PEFT adapter as model "tuned"; waits for its address.
+struct Server {
+  explicit Server(const test::ScratchDir& scratch, int port = 0)
+      : child({CRUCIBLE_CLI_PATH, "serve", "--model", test::lm_fixture("qwen2_tiny").string(), "--adapter",
+               "tuned=" + test::lm_fixture("qwen2_tiny_peft").string(), "--listen",
+               "127.0.0.1:" + std::to_string(port), "--max-batch", "16",
+               "--batch-window-ms", "300"},  // generous: concurrent clients on a busy machine arrive spread out
+              scratch.path() / ("serve-" + std::to_string(port) + ".log")) {
+    const std::regex address(R"(on http://127\.0\.0\.1:(\d+)/v1)");
+    std::smatch m;
+    REQUIRE(test::eventually([&] {
+      const std::string out = child.output();
+      if (!std::regex_search(out, m, address)) return false;
+      this->port = std::stoi(m[1]);
+      return true;
+    }, std::chrono::seconds(60)));
+  }
+  std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port) + "/v1"; }
+  test::Child child;
+  int port = 0;
+};
+
+policy::OpenAiPolicySetup client(const std::string& base_url, int retries = 3) {
+  policy::OpenAiPolicySetup s;
+  s.config.kind = experiment::PolicyKind::openai;
+  s.config.temperature = 1.0;
+  s.config.openai.base_url = base_url;
+  s.config.openai.model = "qwen2_tiny";
+  s.config.openai.max_tokens = 8;
+  s.config.openai.concurrency = 4;
+  s.config.openai.timeout_s = 30;
+  s.config.openai.retries = retries;
+  s.config.openai.backoff_s = 0.05;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("openai api: requests parse into typed values, malformed ones are 400s naming the field") {
+  auto r = serving::parse_request(serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "user",
+      "content": "hi"}], "n": 3, "max_tokens": 7, "temperature": 0.5, "seed": 9, "logprobs": true, "stop": "##"})");
+  CHECK(r.model == "m");
+  REQUIRE(r.messages.size() == 1);
+  CHECK(r.messages[0].content == "hi");
+  CHECK(r.n == 3);
+  CHECK(r.max_tokens == 7);
+  CHECK(*r.temperature == 0.5);
+  CHECK(*r.seed == 9);
+  CHECK(r.logprobs);
+  CHECK(r.stop == std::vector<std::string>{"##"});
+  auto c = serving::parse_request(serving::Endpoint::completion, R"({"model": "m", "prompt": "x", "logprobs": 1})");
+  CHECK(c.prompt == "x");
+  CHECK(c.logprobs);
+  struct Bad {
+    serving::Endpoint endpoint;
+    const char* body;
+    const char* names;
+  };
+  const Bad bad[] = {
+      {serving::Endpoint::chat, "not json", "not a JSON object"},
+      {serving::Endpoint::chat, R"({"messages": [{"role": "user", "content": "x"}]})", "'model'"},
+      {serving::Endpoint::chat, R"({"model": "m", "messages": []})", "'messages'"},
+      {serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "robot", "content": "x"}]})", "role"},
+      {serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 65})", "'n'"},
+      {serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", "'temperature'"},
+      {serving::Endpoint::completion, R"({"model": "m"})", "'prompt'"},
+      {serving::Endpoint::completion, R"({"model": "m", "prompt": "x", "stop": [1]})", "'stop'"},
+  };
+  for (const auto& b : bad) {
+    CAPTURE(b.body);
+    try {
+      serving::parse_request(b.endpoint, b.body);
+      FAIL("accepted");
+    } catch (const serving::ApiError& e) {
+      CHECK(e.status == 400);
+      CHECK(std::string(e.what()).find(b.names) != std::string::npos);
+    }
+  }
+  // A client reads back an error body as the server's error.
+  CHECK_THROWS_AS(serving::parse_response(serving::Endpoint::chat, serving::error_json({404, "not_found_error", "no"})),
+                  serving::ApiError);
+}
+
+TEST_CASE("crucible serve and the client policy: samples, adapters by name, streaming, batched concurrent requests") {
+  test::ScratchDir scratch("serve");
+  Server server(scratch);
+  httplib::Client http("127.0.0.1", server.port);
+  auto models = http.Get("/v1/models");
+  REQUIRE(models);
+  const auto names = json::parse(models->body)["data"];
+  REQUIRE(names.size() == 2);
+  CHECK(names[0]["id"] == "qwen2_tiny");
+  CHECK(names[1]["id"] == "tuned");
+
+  policy::OpenAiPolicy p(client(server.base_url()));
+  const auto relu = tasks::find_task("relu", test::tasks_dir());
+  const auto samples = p.sample(relu, 4);
+  REQUIRE(samples.size() == 4);
+  for (const auto& s : samples) {
+    CHECK_FALSE(s.policy_error);
+    CHECK(!s.output.empty());
+    CHECK(!s.logprobs.empty());
+    for (float lp : s.logprobs) CHECK(lp <= 0.0f);
+    CHECK(!s.parse_error.empty());  // the random model writes no code block: a parse error, not a policy error
+  }
+
+  // The adapter is chosen by model name; an unknown name is a 404 in OpenAI's shape.
+  const std::string chat = R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "seed": 1, "model": )";
+  auto base = http.Post("/v1/chat/completions", chat + "\"qwen2_tiny\"}", "application/json");
+  auto tuned = http.Post("/v1/chat/completions", chat + "\"tuned\"}", "application/json");
+  auto missing = http.Post("/v1/chat/completions", chat + "\"gpt-9\"}", "application/json");
+  REQUIRE((base && tuned && missing));
+  CHECK(base->status == 200);
+  CHECK(tuned->status == 200);
+  CHECK(missing->status == 404);
+  CHECK(json::parse(missing->body)["error"]["type"] == "not_found_error");
+  auto stream = http.Post("/v1/chat/completions",
+                          R"({"model": "qwen2_tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
+                              "stream": true, "n": 2})", "application/json");
+  REQUIRE(stream);
+  CHECK(stream->get_header_value("Content-Type").find("text/event-stream") == 0);
+  CHECK(stream->body.find("data: {") == 0);
+  CHECK(stream->body.find("\"delta\":{\"content\"") != std::string::npos);
+  CHECK(stream->body.rfind("data: [DONE]\n\n") == stream->body.size() - 14);
+
+  // Eight clients at once share decodes: the server's last line reports its largest batch.
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 8; ++i)
+    clients.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", server.port);
+      c.Post("/v1/completions", R"({"model": "qwen2_tiny", "prompt": "x", "max_tokens": 4, "seed": )" +
+                                    std::to_string(i) + "}", "application/json");
+    });
+  for (auto& t : clients) t.join();
+  server.child.signal(SIGTERM);
+  REQUIRE(server.child.wait_for(std::chrono::seconds(20)) == 0);
+  const std::regex largest(R"(largest (\d+)\))");
+  std::smatch m;
+  const std::string log = server.child.output();
+  REQUIRE(std::regex_search(log, m, largest));
+  MESSAGE("crucible serve: " << log.substr(log.rfind("stopped")));
+  CHECK(std::stoi(m[1]) > 1);
+}
+
+TEST_CASE("a served model killed mid-use gives recorded policy errors, and the client recovers when it returns") {
+  test::ScratchDir scratch("serve-kill");
+  const auto relu = tasks::find_task("relu", test::tasks_dir());
+  auto server = std::make_unique<Server>(scratch);
+  const int port = server->port;
+  policy::OpenAiPolicy p(client(server->base_url(), 1));
+  CHECK_FALSE(p.sample(relu, 1).front().policy_error);
+  server->child.signal(SIGKILL);
+  server->child.wait_for(std::chrono::seconds(10));
+  server.reset();
+  const auto down = p.sample(relu, 2);
+  REQUIRE(down.size() == 2);
+  for (const auto& s : down) {
+    CHECK(s.policy_error);
+    CHECK(s.parse_error.find("no answer from") != std::string::npos);
+    CHECK(s.output.empty());
+  }
+  Server again(scratch, port);  // the same address
+  for (const auto& s : p.sample(relu, 2)) CHECK_FALSE(s.policy_error);
+}
+
+TEST_CASE("a PUCT best-of-N run samples from crucible serve through the client policy, end to end") {
+  test::ScratchDir scratch("serve-run");
+  Server server(scratch);
+  const fs::path file = scratch.path() / "experiment.toml";
+  test::write_file(file, R"([experiment]
+name = "served"
+mode = "best_of_n"
+[tasks]
+names = ["relu"]
+[policy]
+kind = "openai"
+base_url = ")" + server.base_url() + R"("
+model = "qwen2_tiny"
+max_tokens = 8
+concurrency = 4
+[best_of_n]
+k = 6
+group_size = 3
+[search]
+kind = "puct"
+[eval]
+devices = ["cpu"]
+mode = "fast"
+)");
+  const fs::path dir = scratch.path() / "run";
+  auto r = test::crucible_cli({"run", file.string(), "--out", dir.string()}, (scratch.path() / "cache").string(), 300);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto candidates = run::read_jsonl(dir / "seed-1" / "candidates.jsonl");
+  REQUIRE(candidates.size() == 6);
+  int refined = 0;
+  for (const auto& c : candidates) {
+    CHECK(c["status"] == "parse_error");  // the tiny random model writes no code
+    CHECK(c["reasons"][0]["code"] == "no_source");
+    CHECK(!c["policy_output"].get<std::string>().empty());
+    refined += c["parent"].is_number();
+  }
+  CHECK(refined == 3);  // the second group improves on archived states
+}
