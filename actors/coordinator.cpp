@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <variant>
@@ -253,7 +254,11 @@ void score(Self self, std::size_t unit, uint64_t group) {
   const auto& ids = st.pipeline->group(unit, group);
   for (const auto& g : st.pipeline->plan(unit).groups)
     if (g.group == group) request.task = g.task;
-  for (uint64_t id : ids) request.verdicts.push_back(st.candidates.at(id).verdict->verdict);
+  for (uint64_t id : ids) {
+    const auto& c = st.candidates.at(id).candidate;
+    request.verdicts.push_back(st.candidates.at(id).verdict->verdict);
+    request.sources.push_back(c.source.empty() ? c.output : c.source);
+  }
   request.turns = std::max<uint32_t>(1, st.pipeline->turns_generated(unit, group));
   self->request(st.setup.normalizer, caf::infinite, std::move(request))
       .then(
@@ -267,6 +272,11 @@ void score(Self self, std::size_t unit, uint64_t group) {
               t.reward = scored.rewards.at(k);
               if (!scored.advantages.empty() && trains) t.advantage = scored.advantages.at(k);
               t.scored_at = now;
+              if (k < scored.judge_scores.size()) {
+                t.judged = true;
+                if (!std::isnan(scored.judge_scores[k])) t.judge_score = scored.judge_scores[k];
+                t.judge_note = scored.judge_notes.at(k);
+              }
             }
             archive_group(self, unit, group);
             decide(self, s.pipeline->scored(unit, group));

@@ -74,6 +74,7 @@ std::string candidate_record_json(const msg::CandidateRecord& t, const msg::Unit
   }
   j["reward"] = t.reward;
   j["advantage"] = or_null(t.advantage);
+  if (t.judged) j["judge"] = {{"score", or_null(t.judge_score)}, {"note", t.judge_note}};
   json times;
   times["generate"] = {t.generate_start, t.generate_end};
   if (t.compile) times["compile"] = {t.compile->started_at, t.compile->finished_at};

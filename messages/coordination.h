@@ -50,11 +50,13 @@ struct ScoreRequest {
   uint64_t group = 0;
   std::vector<eval::Verdict> verdicts;  // turn by turn (multi-turn): the group's trajectories in the same order each turn
   uint32_t turns = 1;
+  std::vector<std::string> sources;     // the candidates' sources (or replies), for a judge
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScoreRequest& x) {
-  return f(caf::meta::type_name("crucible.ScoreRequest"), x.unit, x.task, x.group, x.verdicts, x.turns);
+  return f(caf::meta::type_name("crucible.ScoreRequest"), x.unit, x.task, x.group, x.verdicts, x.turns,
+           x.sources);
 }
 
 struct ScoredGroup {
@@ -62,11 +64,16 @@ struct ScoredGroup {
   uint64_t group = 0;
   std::vector<double> rewards;
   std::vector<double> advantages;  // empty when the group was dropped (constant rewards)
+  // LLM-as-judge, when the group was judged: per sample its score (NaN where judging failed) and a note (the
+  // judge's reason, or why it failed). Empty when not judged.
+  std::vector<double> judge_scores;
+  std::vector<std::string> judge_notes;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScoredGroup& x) {
-  return f(caf::meta::type_name("crucible.ScoredGroup"), x.unit, x.group, x.rewards, x.advantages);
+  return f(caf::meta::type_name("crucible.ScoredGroup"), x.unit, x.group, x.rewards, x.advantages,
+           x.judge_scores, x.judge_notes);
 }
 
 }  // namespace crucible::messages

@@ -27,12 +27,16 @@ struct CandidateRecord {
   double reward = 0;
   caf::optional<double> advantage;  // none when the group was dropped or the mode does not train
   double scored_at = 0;
+  bool judged = false;              // LLM-as-judge: asked about this candidate
+  caf::optional<double> judge_score;  // none when judging failed
+  std::string judge_note;           // the judge's reason, or why judging failed
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CandidateRecord& x) {
   return f(caf::meta::type_name("crucible.CandidateRecord"), x.unit, x.candidate, x.generate_start, x.generate_end,
-           x.compile, x.verdict, x.dispatched_at, x.received_at, x.source_hash, x.reward, x.advantage, x.scored_at);
+           x.compile, x.verdict, x.dispatched_at, x.received_at, x.source_hash, x.reward, x.advantage, x.scored_at,
+           x.judged, x.judge_score, x.judge_note);
 }
 
 // A unit as a whole, at its commit.

@@ -138,7 +138,17 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
                                      e.cluster.heartbeat_s, 3 * e.cluster.node_timeout_s});
   caf::actor_system system{config};
   auto telemetry = system.spawn(actors::telemetry, dir, request.quiet);
-  auto normalizer = system.spawn(actors::reward_normalizer, actors::NormalizerSetup{e.reward, e.advantage, e.task_baseline, e.multi_turn});
+  actors::NormalizerSetup normalizer_setup{e.reward, e.advantage, e.task_baseline, e.multi_turn};
+  if (e.judge.enabled) {
+    normalizer_setup.judge = policy::make_llm_judge(e.judge);
+    normalizer_setup.judge_weight = e.judge.weight;
+    normalizer_setup.judge_when_correct_below = e.judge.when_correct_below;
+    normalizer_setup.judge_concurrency = e.judge.endpoint.concurrency;
+    for (const auto& t : tasks) normalizer_setup.tasks.emplace(t.name, t);
+  }
+  // A judge waits on HTTP: then the normalizer gets a thread of its own.
+  auto normalizer = e.judge.enabled ? system.spawn<caf::detached>(actors::reward_normalizer, normalizer_setup)
+                                    : system.spawn(actors::reward_normalizer, normalizer_setup);
   auto optimizer = system.spawn<caf::detached>(actors::optimizer, optimizer_setup);
   auto generator = system.spawn<caf::detached>(actors::rollout_generator, generator_setup);
 

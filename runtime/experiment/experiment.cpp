@@ -171,6 +171,16 @@ void read_openai(TableReader& t, OpenAiConfig& o) {
     if (t.has(key)) t.fail(key, "only for kind = \"libtorch\"");
 }
 
+void read_judge(TableReader t, JudgeConfig& j) {
+  j.enabled = true;
+  j.endpoint.max_tokens = 256;
+  read_openai(t, j.endpoint);
+  j.weight = number_in(t, "weight", j.weight, 0.0, 1e6);
+  j.when_correct_below = number_in(t, "when_correct_below", j.when_correct_below, 0.0, 2.0);
+  j.temperature = number_in(t, "temperature", j.temperature, 0.0, 2.0);
+  t.finish();
+}
+
 void read_policy(TableReader t, PolicyConfig& p) {
   p.kind = parse_choice(t, "kind", policy_kind_name(p.kind), parse_policy_kind);
   p.replay_dir = t.get_string("replay_dir", "");
@@ -387,6 +397,7 @@ Experiment parse_experiment(const std::string& text, const std::string& file) {
   if (auto t = top.get_table("advantage")) read_advantage(*t, e.advantage, e.task_baseline);
   if (auto t = top.get_table("multi_turn")) read_multi_turn(*t, e.multi_turn);
   if (auto t = top.get_table("search")) read_search(*t, e.search);
+  if (auto t = top.get_table("judge")) read_judge(*t, e.judge);
   if (auto t = top.get_table("eval")) read_eval(*t, e.eval);
   if (auto t = top.get_table("cluster")) read_cluster(*t, e.cluster);
   top.finish();

@@ -77,6 +77,15 @@ struct OpenAiConfig {
   std::string system_prompt;
 };
 
+// [judge]: an auxiliary reward from a judge model served over an OpenAI-compatible API.
+struct JudgeConfig {
+  bool enabled = false;
+  OpenAiConfig endpoint;            // base_url, model, key, timeouts, retries (max_tokens 256 by default)
+  double weight = 0.2;              // reward += weight * score
+  double when_correct_below = 1.0;  // judge a group while its share of correct samples is below this
+  double temperature = 0.0;
+};
+
 struct PolicyConfig {
   PolicyKind kind = PolicyKind::search;
   std::string replay_dir;       // replay: <replay_dir>/<task>/*.cpp (*.cu on GPUs)
@@ -146,6 +155,7 @@ struct Experiment {
   rewards::AdvantageSpec advantage;
   rewards::MultiTurnSpec multi_turn;  // [multi_turn]: turns per trajectory, returns, gamma
   SearchConfig search;
+  JudgeConfig judge;
   bool task_baseline = false;  // centre rewards by a per-task running baseline before grouping
   EvalConfig eval;
   ClusterConfig cluster;

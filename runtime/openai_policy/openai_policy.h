@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "experiment/experiment.h"
+#include "judge/judge_reply.h"
+#include "openai_policy/chat_client.h"
 #include "policy/policy.h"
 
 namespace crucible::policy {
@@ -22,6 +24,9 @@ struct OpenAiPolicySetup {
 
 // The policy, or std::invalid_argument with the reason (a build without cpp-httplib, a missing API key).
 std::unique_ptr<Policy> make_openai_policy(OpenAiPolicySetup setup);
+
+// A judge model served over an OpenAI-compatible API ([judge]), or std::invalid_argument with the reason.
+std::unique_ptr<judge::Judge> make_llm_judge(const experiment::JudgeConfig& config);
 
 class OpenAiPolicy : public Policy {
  public:
@@ -42,9 +47,8 @@ class OpenAiPolicy : public Policy {
   Sample complete_one(const eval::TaskSpec& task, const std::string& prompt, uint64_t seed) const;
 
   OpenAiPolicySetup setup_;
-  std::string api_key_;
+  ChatClient client_;
   std::string contract_header_;
-  std::string scheme_host_port_, path_prefix_;  // "http://127.0.0.1:8000", "/v1"
   uint64_t version_ = 0;
   uint64_t draws_ = 0;
 };

@@ -228,3 +228,100 @@ mode = "fast"
   }
   CHECK(refined == 3);  // the second group improves on archived states
 }
+
+namespace {
+
+// A judge model's server on loopback that always answers with `content` (a model that writes a fixed verdict).
+struct FixedJudgeServer {
+  explicit FixedJudgeServer(const std::string& content) {
+    const json reply{{"choices", {{{"index", 0}, {"finish_reason", "stop"},
+                                   {"message", {{"role", "assistant"}, {"content", content}}}}}}};
+    server.Post("/v1/chat/completions", [body = reply.dump()](const httplib::Request&, httplib::Response& res) {
+      res.set_content(body, "application/json");
+    });
+    port = server.bind_to_any_port("127.0.0.1");
+    thread = std::thread([this] { server.listen_after_bind(); });
+    // stop() before the loop runs would be missed, and join() would wait for ever.
+    REQUIRE(test::eventually([this] { return server.is_running(); }, std::chrono::seconds(10)));
+  }
+  ~FixedJudgeServer() {
+    server.stop();
+    thread.join();
+  }
+  httplib::Server server;
+  std::thread thread;
+  int port = 0;
+};
+
+std::string judged_run(const std::string& base_url) {
+  return R"([experiment]
+name = "judged"
+mode = "best_of_n"
+[tasks]
+names = ["relu"]
+[best_of_n]
+k = 2
+group_size = 2
+[judge]
+base_url = ")" + base_url + R"("
+model = "judge"
+retries = 1
+backoff_s = 0.05
+weight = 2.0
+when_correct_below = 1.5
+[eval]
+devices = ["cpu"]
+mode = "fast"
+)";
+}
+
+std::vector<json> run_candidates(const test::ScratchDir& scratch, const std::string& toml) {
+  const fs::path file = scratch.path() / "experiment.toml";
+  test::write_file(file, toml);
+  const fs::path dir = scratch.path() / "run";
+  auto r = test::crucible_cli({"run", file.string(), "--out", dir.string()}, (scratch.path() / "cache").string(), 300);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return run::read_jsonl(dir / "seed-1" / "candidates.jsonl");
+}
+
+}  // namespace
+
+TEST_CASE("LLM-as-judge: a judge's score adds to the reward with its weight; a dead or rambling judge is recorded, never fatal") {
+  SUBCASE("a judge that answers") {
+    FixedJudgeServer judge(R"(Looks reasonable. {"score": 0.75, "reason": "straightforward loop"})");
+    test::ScratchDir scratch("judge-ok");
+    const auto candidates = run_candidates(scratch, judged_run("http://127.0.0.1:" + std::to_string(judge.port) + "/v1"));
+    REQUIRE(candidates.size() == 2);
+    for (const auto& c : candidates) {
+      CAPTURE(c.dump());
+      REQUIRE(c.contains("judge"));
+      CHECK(c["judge"]["score"] == 0.75);
+      CHECK(c["judge"]["note"] == "straightforward loop");
+      const double speedup = c["speedup"].is_number() ? c["speedup"].get<double>() : 0.0;
+      const bool noisy = c["reasons"].dump().find("timing_noisy") != std::string::npos;
+      if (!noisy) CHECK(c["reward"].get<double>() == doctest::Approx(speedup + 2.0 * 0.75));
+    }
+  }
+  SUBCASE("a judge that writes no score") {
+    FixedJudgeServer judge("I would rather not say.");
+    test::ScratchDir scratch("judge-ramble");
+    for (const auto& c : run_candidates(scratch, judged_run("http://127.0.0.1:" + std::to_string(judge.port) + "/v1"))) {
+      CHECK(c["judge"]["score"].is_null());
+      CHECK(c["judge"]["note"].get<std::string>().find("judge_error: the judge's reply holds no JSON object") == 0);
+    }
+  }
+  SUBCASE("no judge at that address") {
+    int free_port = 0;
+    {
+      FixedJudgeServer gone("");
+      free_port = gone.port;
+    }
+    test::ScratchDir scratch("judge-dead");
+    for (const auto& c : run_candidates(scratch, judged_run("http://127.0.0.1:" + std::to_string(free_port) + "/v1"))) {
+      CHECK(c["judge"]["score"].is_null());
+      CHECK(c["judge"]["note"].get<std::string>().find("judge_error: no answer from") == 0);
+      CHECK(c["status"] == "correct");  // the candidate's own verdict is untouched
+    }
+  }
+}
