@@ -43,7 +43,8 @@ TEST_CASE("the built-in quickstart is a valid GRPO experiment over CPU tasks") {
 }
 
 TEST_CASE("shipped experiments parse") {
-  for (const char* name : {"quickstart", "grpo_l1", "best_of_n_k64", "ttt_15", "grpo_lm", "multi_turn_trloo", "ttt_puct"}) {
+  for (const char* name : {"quickstart", "grpo_l1", "best_of_n_k64", "ttt_15", "grpo_lm", "multi_turn_trloo", "ttt_puct",
+                           "judge_bootstrap"}) {
     CAPTURE(name);
     auto e = experiment::load_experiment(test::source_dir() / "configs" / (std::string(name) + ".toml"));
     CHECK_FALSE(experiment::resolve_tasks(e).empty());
@@ -87,6 +88,13 @@ TEST_CASE("malformed experiments fail with file, line and key") {
   CHECK(failure(kMinimal + "[multi_turn]\nturns = 2\ngamma = 1.5\n").key() == "multi_turn.gamma");
   CHECK(failure(kMinimal + "[multi_turn]\nturns = 2\n[grpo]\ngroup_size = 1000\n").key() == "multi_turn.turns");
   CHECK(failure(kMinimal + "[search]\nkind = \"mcts\"\n").key() == "search.kind");
+  CHECK(failure(kMinimal + "[policy]\nkind = \"openai\"\nmodel = \"m\"\n").key() == "policy.base_url");
+  CHECK(failure(kMinimal + "[policy]\nkind = \"openai\"\nbase_url = \"ftp://x\"\nmodel = \"m\"\n").key() ==
+        "policy.base_url");
+  CHECK(failure(kMinimal + "[policy]\nkind = \"openai\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\n"
+                           "dtype = \"bf16\"\n").key() == "policy.dtype");
+  CHECK(failure(kMinimal + "[judge]\nbase_url = \"http://x/v1\"\nmodel = \"j\"\nweight = -1\n").key() ==
+        "judge.weight");
   CHECK(failure(kMinimal + "[search]\nkind = \"puct\"\n").key() == "search.kind");  // grpo: no archive to reuse
   e = failure(kMinimal + "[advantage]\nkind = \"trloo\"\n");  // leave-one-out per turn needs turns
   CHECK(e.key() == "advantage.kind");
