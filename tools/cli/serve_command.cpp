@@ -2,7 +2,10 @@
 // POST /v1/chat/completions and /v1/completions, n > 1, logprobs, streaming as server-sent events), batching
 // concurrent requests and choosing PEFT adapters per request by model name. One GPU-resident model shared by several
 // runs or nodes, and the real server the client policy is tested against.
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <nlohmann/json.hpp>
 
 #include <atomic>
@@ -32,6 +35,23 @@ struct ServeArgs {
 };
 
 httplib::Server* g_server = nullptr;
+
+// Debian's cpp-httplib listens with a backlog of 5 (compiled into its library): 64 clients connecting at once would
+// wait for SYN retries of a second or more. Listening again on the same socket raises the backlog (Linux).
+void raise_listen_backlog(int port) {
+  for (int fd = 3; fd < 4096; ++fd) {
+    int accepting = 0;
+    socklen_t length = sizeof accepting;
+    sockaddr_storage address{};
+    socklen_t address_length = sizeof address;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &length) != 0 || !accepting) continue;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &address_length) != 0) continue;
+    const int bound = address.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port)
+                      : address.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port)
+                                                      : -1;
+    if (bound == port) ::listen(fd, SOMAXCONN);
+  }
+}
 void stop_on_signal(int) {
   if (g_server) g_server->stop();
 }
@@ -136,6 +156,7 @@ int serve(const ServeArgs& a) {
     std::cerr << "error: cannot listen on " << a.listen << "\n";
     return 2;
   }
+  raise_listen_backlog(bound);
   std::cout << "serving " << options.model_name << " (" << service->model_names().size() - 1
             << " adapters) on http://" << host << ":" << bound << "/v1" << std::endl;
   g_server = &server;
