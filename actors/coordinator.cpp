@@ -34,6 +34,7 @@ struct CoordinatorState {
   // its unit's commit so later units (ttt's next steps) can improve on it.
   std::map<std::string, search::PuctArchive> archives;
   std::map<uint64_t, std::pair<msg::Candidate, eval::Verdict>> states;
+  std::map<uint64_t, uint64_t> state_of;  // candidate id -> the archive state it is (a duplicate: the held one)
   // Pullers by the core's numbering: evaluators (and the sessions they pull under) and compile workers.
   std::map<caf::actor_addr, core::EvaluatorId> ids;
   std::map<core::EvaluatorId, caf::typed_response_promise<msg::EvalRequest>> eval_waiters;
@@ -214,10 +215,14 @@ void archive_group(Self self, std::size_t unit, uint64_t group) {
     const auto& t = st.candidates.at(id);
     const auto& c = t.candidate;
     auto& archive = st.archives.try_emplace(c.task, *st.setup.puct).first->second;
-    const std::optional<uint64_t> parent =
-        c.parent >= 0 ? std::optional<uint64_t>(static_cast<uint64_t>(c.parent)) : std::nullopt;
-    if (archive.add(id, parent, c.source.empty() ? c.output : c.source, t.reward) == id)
-      st.states[id] = {c, t.verdict->verdict};
+    std::optional<uint64_t> parent;
+    if (c.parent >= 0) {  // the state the parent candidate became (a duplicate's is the one held)
+      auto known = st.state_of.find(static_cast<uint64_t>(c.parent));
+      parent = known != st.state_of.end() ? known->second : static_cast<uint64_t>(c.parent);
+    }
+    const uint64_t state = archive.add(id, parent, c.source.empty() ? c.output : c.source, t.reward);
+    st.state_of[id] = state;
+    if (state == id) st.states[id] = {c, t.verdict->verdict};
   }
 }
 

@@ -405,6 +405,10 @@ Experiment parse_experiment(const std::string& text, const std::string& file) {
     e.fail("eval.devices", "give at least one device (or let nodes evaluate: [cluster] listen)");
   if (e.search.kind == SearchKind::puct && e.mode == Mode::grpo)
     e.fail("search.kind", "puct reuses states within a task: use it with mode best_of_n or ttt");
+  // Candidates are numbered group * 100000 + index.
+  if (std::max({e.grpo.group_size, e.best_of_n.group_size, e.ttt.rollouts}) >= 100000)
+    e.fail(e.ttt.rollouts >= 100000 ? "ttt.rollouts" : e.grpo.group_size >= 100000 ? "grpo.group_size" : "best_of_n.group_size",
+           "a group holds fewer than 100000 samples");
   // Refinement turns number their candidates in blocks of 1000 per group.
   if (e.multi_turn.turns > 1 && std::max({e.grpo.group_size, e.best_of_n.group_size, e.ttt.rollouts}) >= 1000)
     e.fail("multi_turn.turns", "multi-turn groups must hold fewer than 1000 samples");

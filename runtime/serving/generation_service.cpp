@@ -57,6 +57,38 @@ std::vector<lm::TextCompletion> GenerationService::generate(const std::string& n
   return done.get();
 }
 
+// One batch decoded together. When it fails, each job is decoded alone, so one client's bad request (a prompt past
+// the model's context) fails only that client.
+void GenerationService::decode(const std::string& name, std::vector<std::unique_ptr<Job>>& batch) {
+  auto adapter = adapters_.find(name);
+  std::vector<std::vector<lm::TextCompletion>> results;
+  try {
+    std::vector<lm::TextRequest> all;
+    for (const auto& job : batch) all.insert(all.end(), job->requests.begin(), job->requests.end());
+    model_.transformer().use_adapter(adapter == adapters_.end() ? nullptr : adapter->second.get());
+    auto completions = model_.generate(all);
+    std::size_t at = 0;
+    for (const auto& job : batch) {
+      const auto begin = completions.begin() + static_cast<std::ptrdiff_t>(at);
+      results.emplace_back(std::make_move_iterator(begin),
+                           std::make_move_iterator(begin + static_cast<std::ptrdiff_t>(job->requests.size())));
+      at += job->requests.size();
+    }
+  } catch (...) {
+    if (batch.size() > 1) {
+      for (auto& job : batch) {
+        std::vector<std::unique_ptr<Job>> alone;
+        alone.push_back(std::move(job));
+        decode(name, alone);
+      }
+      return;
+    }
+    batch.front()->done.set_exception(std::current_exception());
+    return;
+  }
+  for (std::size_t i = 0; i < batch.size(); ++i) batch[i]->done.set_value(std::move(results[i]));
+}
+
 void GenerationService::decode_loop() {
   std::unique_lock lock(mutex_);
   for (;;) {
@@ -87,22 +119,7 @@ void GenerationService::decode_loop() {
     stats_.sequences += sequences;
     stats_.largest_batch = std::max(stats_.largest_batch, sequences);
     lock.unlock();
-    std::vector<lm::TextRequest> all;
-    for (const auto& job : batch) all.insert(all.end(), job->requests.begin(), job->requests.end());
-    try {
-      auto adapter = adapters_.find(name);
-      model_.transformer().use_adapter(adapter == adapters_.end() ? nullptr : adapter->second.get());
-      auto completions = model_.generate(all);
-      std::size_t at = 0;
-      for (auto& job : batch) {
-        std::vector<lm::TextCompletion> mine(std::make_move_iterator(completions.begin() + static_cast<std::ptrdiff_t>(at)),
-                                             std::make_move_iterator(completions.begin() + static_cast<std::ptrdiff_t>(at + job->requests.size())));
-        at += job->requests.size();
-        job->done.set_value(std::move(mine));
-      }
-    } catch (...) {
-      for (auto& job : batch) job->done.set_exception(std::current_exception());
-    }
+    decode(name, batch);
     lock.lock();
   }
 }

@@ -55,6 +55,7 @@ class GenerationService {
     std::promise<std::vector<lm::TextCompletion>> done;
   };
   void decode_loop();
+  void decode(const std::string& name, std::vector<std::unique_ptr<Job>>& batch);
 
   lm::LanguageModel model_;
   ServiceOptions options_;

@@ -49,7 +49,7 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body, const ApiLi
   const char* tokens_key = j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   r.max_tokens = optional_number<int64_t>(j, tokens_key, 1, static_cast<double>(limits.max_tokens)).value_or(256);
   r.temperature = optional_number<double>(j, "temperature", 0.0, 2.0);
-  r.top_p = optional_number<double>(j, "top_p", 0.0, 1.0);
+  r.top_p = optional_number<double>(j, "top_p", 1e-9, 1.0);
   r.top_k = optional_number<int64_t>(j, "top_k", -1, 1e6);
   if (r.top_k && *r.top_k < 0) r.top_k.reset();  // vLLM's "off"
   r.seed = optional_number<uint64_t>(j, "seed", 0, 9.0e15);

@@ -96,6 +96,7 @@ int serve(const ServeArgs& a) {
 
   // 3. Routes: every answer is JSON, errors in OpenAI's shape.
   httplib::Server server;
+  server.set_payload_max_length(serving::ApiLimits{}.max_body_bytes);  // refused before it is read, not after
   const int threads = a.threads;
   server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
   std::atomic<uint64_t> next_id{1};
@@ -115,11 +116,13 @@ int serve(const ServeArgs& a) {
         const auto request = serving::parse_request(endpoint, req.body);
         if (!service->serves(request.model))
           throw serving::ApiError(404, "not_found_error", "the model '" + request.model + "' is not served here");
+        const uint64_t id = next_id++;
         const auto& model = service->model();
         const std::string prompt =
             endpoint == serving::Endpoint::chat ? model.chat_prompt(request.messages) : request.prompt;
         std::vector<lm::TextRequest> batch;
-        const uint64_t seed = request.seed.value_or(next_id.load() * 7919);
+        // Concurrent requests without a seed each get their own: many n = 1 requests must not repeat one sample.
+        const uint64_t seed = request.seed.value_or(id * 0x9e3779b97f4a7c15ULL);
         for (int i = 0; i < request.n; ++i) {
           lm::TextRequest r;
           r.prompt = prompt;
@@ -133,7 +136,7 @@ int serve(const ServeArgs& a) {
         }
         const auto done = service->generate(request.model, std::move(batch));
         const serving::ResponseIds ids{(endpoint == serving::Endpoint::chat ? "chatcmpl-" : "cmpl-") +
-                                           std::to_string(next_id++),
+                                           std::to_string(id),
                                        static_cast<int64_t>(std::time(nullptr))};
         auto token_text = [&](int32_t id) { return model.tokenizer().decode({id}); };
         if (request.stream)
@@ -142,6 +145,8 @@ int serve(const ServeArgs& a) {
           res.set_content(serving::response_json(request, done, ids, token_text), "application/json");
       } catch (const serving::ApiError& e) {
         answer_error(res, e);
+      } catch (const std::invalid_argument& e) {  // the model refused this request (a prompt over its context)
+        answer_error(res, serving::ApiError(400, "invalid_request_error", e.what()));
       } catch (const std::exception& e) {
         answer_error(res, serving::ApiError(500, "server_error", e.what()));
       }
