@@ -68,6 +68,30 @@ std::string parse_failure(const lm::TextCompletion& c, int max_new_tokens) {
   return "the reply has no complete fenced code block";
 }
 
+lm::TextRequest text_request(std::string prompt, const experiment::PolicyConfig& config, uint64_t seed) {
+  lm::TextRequest r;
+  r.prompt = std::move(prompt);
+  r.temperature = config.temperature;
+  r.top_p = config.lm.top_p;
+  r.top_k = config.lm.top_k;
+  r.max_new_tokens = config.lm.max_new_tokens;
+  r.seed = seed;
+  return r;
+}
+
+// A reply as a sample: its code (or why there is none), tokens and the model's log-probabilities.
+Sample sample_of(lm::TextCompletion& c, const std::string& task, uint64_t version, int max_new_tokens) {
+  Sample smp;
+  smp.task = task;
+  smp.policy_version = version;
+  if (auto code = extract_code(c.text)) smp.source = std::move(*code);
+  else smp.parse_error = parse_failure(c, max_new_tokens);
+  smp.output = std::move(c.text);
+  smp.tokens = std::move(c.tokens);
+  smp.logprobs = std::move(c.model_logprobs);
+  return smp;
+}
+
 }  // namespace
 
 std::optional<std::pair<std::string, std::string>> lm_policy_problem(const experiment::LmPolicyConfig& m,
@@ -207,31 +231,15 @@ std::vector<Sample> LmPolicy::refine(const eval::TaskSpec& task, const std::vect
   s.adapter->set_training(false);
   std::vector<lm::TextRequest> requests;
   auto& draw = im.draws[task.name];
-  for (const auto& attempt : attempts) {
-    lm::TextRequest r;
-    r.prompt = refinement_prompt(task, attempt);
-    r.temperature = im.setup.config.temperature;
-    r.top_p = m.top_p;
-    r.top_k = m.top_k;
-    r.max_new_tokens = m.max_new_tokens;
-    r.seed = mix(mix(mix(im.setup.seed, version_), hash_text(task.name)), draw++);
-    requests.push_back(std::move(r));
-  }
+  for (const auto& attempt : attempts)
+    requests.push_back(text_request(refinement_prompt(task, attempt), im.setup.config,
+                                    mix(mix(mix(im.setup.seed, version_), hash_text(task.name)), draw++)));
   im.model.transformer().use_adapter(s.adapter.get());
   auto completions = im.model.generate(requests);
   std::vector<Sample> out;
   for (std::size_t k = 0; k < completions.size(); ++k) {
-    auto& c = completions[k];
-    Sample smp;
-    smp.task = task.name;
-    smp.policy_version = version_;
-    smp.prompt = requests[k].prompt;
-    if (auto code = extract_code(c.text)) smp.source = std::move(*code);
-    else smp.parse_error = parse_failure(c, m.max_new_tokens);
-    smp.output = std::move(c.text);
-    smp.tokens = std::move(c.tokens);
-    smp.logprobs = std::move(c.model_logprobs);
-    out.push_back(std::move(smp));
+    out.push_back(sample_of(completions[k], task.name, version_, m.max_new_tokens));
+    out.back().prompt = requests[k].prompt;
   }
   return out;
 }
@@ -287,31 +295,15 @@ std::vector<std::vector<Sample>> LmPolicy::sample_groups(const std::vector<Group
       const std::string prompt = prompt_for(task);
       auto& draw = im.draws[task.name];
       for (int k = 0; k < asks[i].n; ++k) {
-        lm::TextRequest r;
-        r.prompt = prompt;
-        r.temperature = im.setup.config.temperature;
-        r.top_p = m.top_p;
-        r.top_k = m.top_k;
-        r.max_new_tokens = m.max_new_tokens;
-        r.seed = mix(mix(mix(im.setup.seed, version_), hash_text(task.name)), draw++);
-        requests.push_back(std::move(r));
+        requests.push_back(text_request(prompt, im.setup.config,
+                                        mix(mix(mix(im.setup.seed, version_), hash_text(task.name)), draw++)));
         owner.push_back(i);
       }
     }
     im.model.transformer().use_adapter(s.adapter.get());
     auto completions = im.model.generate(requests);
-    for (std::size_t k = 0; k < completions.size(); ++k) {
-      auto& c = completions[k];
-      Sample smp;
-      smp.task = asks[owner[k]].task->name;
-      smp.policy_version = version_;
-      if (auto code = extract_code(c.text)) smp.source = std::move(*code);
-      else smp.parse_error = parse_failure(c, m.max_new_tokens);
-      smp.output = std::move(c.text);
-      smp.tokens = std::move(c.tokens);
-      smp.logprobs = std::move(c.model_logprobs);
-      out[owner[k]].push_back(std::move(smp));
-    }
+    for (std::size_t k = 0; k < completions.size(); ++k)
+      out[owner[k]].push_back(sample_of(completions[k], asks[owner[k]].task->name, version_, m.max_new_tokens));
   }
   return out;
 }

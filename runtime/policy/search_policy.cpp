@@ -49,27 +49,41 @@ std::vector<std::vector<double>>& SearchPolicy::logits_for(const eval::TaskSpec&
   return logits;
 }
 
+std::vector<double> SearchPolicy::choice_probabilities(const std::vector<double>& logits) const {
+  std::vector<double> scaled = logits;
+  for (double& x : scaled) x /= options_.temperature;
+  return softmax(scaled);
+}
+
+// A sample of the given knob choices: tokens, their log-probabilities under the current logits, output and source.
+Sample SearchPolicy::rendered(const eval::TaskSpec& task, const KernelTemplate& t,
+                              const std::vector<std::vector<double>>& logits, const std::vector<int32_t>& choice) const {
+  Sample s;
+  s.task = task.name;
+  s.policy_version = version_;
+  std::vector<int> values;
+  for (std::size_t k = 0; k < t.knobs.size(); ++k) {
+    const auto c = static_cast<std::size_t>(choice[k]);
+    s.tokens.push_back(choice[k]);
+    s.logprobs.push_back(static_cast<float>(std::log(choice_probabilities(logits[k])[c])));
+    values.push_back(t.knobs[k].choices[c]);
+    s.output += (k ? " " : "") + t.knobs[k].name + "=" + std::to_string(values.back());
+  }
+  s.source = t.render(task, values);
+  return s;
+}
+
 std::vector<Sample> SearchPolicy::sample(const eval::TaskSpec& task, int n) {
   const KernelTemplate& t = require_template(task, options_.backend);
   auto& logits = logits_for(task);
   std::vector<Sample> out;
   for (int s = 0; s < n; ++s) {
-    Sample sample;
-    sample.task = task.name;
-    sample.policy_version = version_;
-    std::vector<int> values;
+    std::vector<int32_t> choice;
     for (std::size_t k = 0; k < t.knobs.size(); ++k) {
-      std::vector<double> scaled = logits[k];
-      for (double& x : scaled) x /= options_.temperature;
-      auto p = softmax(scaled);
-      int choice = std::discrete_distribution<int>(p.begin(), p.end())(rng_);
-      sample.tokens.push_back(choice);
-      sample.logprobs.push_back(static_cast<float>(std::log(p[choice])));
-      values.push_back(t.knobs[k].choices[choice]);
-      sample.output += (k ? " " : "") + t.knobs[k].name + "=" + std::to_string(values.back());
+      auto p = choice_probabilities(logits[k]);
+      choice.push_back(std::discrete_distribution<int>(p.begin(), p.end())(rng_));
     }
-    sample.source = t.render(task, values);
-    out.push_back(std::move(sample));
+    out.push_back(rendered(task, t, logits, choice));
   }
   return out;
 }
@@ -94,26 +108,11 @@ std::vector<Sample> SearchPolicy::refine(const eval::TaskSpec& task, const std::
     const std::size_t moves = attempt.feedback.status == eval::Status::correct ? 1 : 2;
     for (std::size_t m = 0; m < std::min(moves, movable.size()); ++m) {
       const std::size_t k = movable[m];
-      std::vector<double> scaled = logits[k];
-      for (double& x : scaled) x /= options_.temperature;
-      auto p = softmax(scaled);
+      auto p = choice_probabilities(logits[k]);
       p[static_cast<std::size_t>(choice[k])] = 0.0;  // a move changes the knob
       choice[k] = std::discrete_distribution<int>(p.begin(), p.end())(rng_);
     }
-    Sample s;
-    s.task = task.name;
-    s.policy_version = version_;
-    std::vector<int> values;
-    for (std::size_t k = 0; k < t.knobs.size(); ++k) {
-      std::vector<double> scaled = logits[k];
-      for (double& x : scaled) x /= options_.temperature;
-      s.tokens.push_back(choice[k]);
-      s.logprobs.push_back(static_cast<float>(std::log(softmax(scaled)[static_cast<std::size_t>(choice[k])])));
-      values.push_back(t.knobs[k].choices[static_cast<std::size_t>(choice[k])]);
-      s.output += (k ? " " : "") + t.knobs[k].name + "=" + std::to_string(values.back());
-    }
-    s.source = t.render(task, values);
-    out.push_back(std::move(s));
+    out.push_back(rendered(task, t, logits, choice));
   }
   return out;
 }

@@ -14,6 +14,8 @@
 
 namespace crucible::policy {
 
+struct KernelTemplate;
+
 struct SearchPolicyOptions {
   double learning_rate = 0.5;
   double temperature = 1.0;  // sampling divides the logits by it
@@ -41,6 +43,9 @@ class SearchPolicy : public Policy {
 
  private:
   std::vector<std::vector<double>>& logits_for(const eval::TaskSpec& task);
+  std::vector<double> choice_probabilities(const std::vector<double>& logits) const;  // softmax(logits / temperature)
+  Sample rendered(const eval::TaskSpec& task, const KernelTemplate& t, const std::vector<std::vector<double>>& logits,
+                  const std::vector<int32_t>& choice) const;
 
   std::map<std::string, std::vector<std::vector<double>>> logits_;  // task -> knob -> choice
   std::mt19937_64 rng_;
