@@ -289,16 +289,37 @@ void score(Self self, std::size_t unit, uint64_t group) {
           [=](caf::error& e) { finish(self, false, "scoring failed: " + self->system().render(e)); });
 }
 
+// Self-distillation: what each candidate's teacher reads, decided group by group (all turns of a group together).
+std::map<uint64_t, std::string> teacher_contexts(Self self, std::size_t unit) {
+  auto& st = self->state;
+  std::map<uint64_t, std::string> out;
+  if (!st.setup.teacher_feedback) return out;
+  const std::string backend = st.setup.source_extension == "cu" ? "cuda" : "cpu";
+  for (const auto& g : st.pipeline->plan(unit).groups) {
+    const auto& ids = st.pipeline->group(unit, g.group);
+    std::vector<policy::GroupAttempt> group;
+    for (uint64_t id : ids) {
+      const auto& t = st.candidates.at(id);
+      group.push_back({t.verdict ? &t.verdict->verdict : nullptr,
+                       t.candidate.source.empty() ? t.candidate.output : t.candidate.source, t.reward});
+    }
+    auto contexts = policy::teacher_contexts(group, *st.setup.teacher_feedback, backend);
+    for (std::size_t k = 0; k < ids.size(); ++k) out[ids[k]] = std::move(contexts[k]);
+  }
+  return out;
+}
+
 void train(Self self, std::size_t unit) {
   auto& st = self->state;
   msg::TrainBatch batch;
   batch.unit = st.pipeline->plan(unit).name;
   batch.step = st.pipeline->plan(unit).step;
+  auto contexts = teacher_contexts(self, unit);
   for (uint64_t id : st.pipeline->candidates(unit)) {
     const auto& t = st.candidates.at(id);
     if (!t.advantage) continue;  // dropped group
     batch.samples.push_back({t.candidate.policy_version, t.candidate.task, t.candidate.tokens, t.candidate.logprobs,
-                             *t.advantage, t.candidate.prompt});
+                             *t.advantage, t.candidate.prompt, std::move(contexts[id])});
   }
   st.units[unit].train_start = wall_now();
   self->request(st.setup.optimizer, caf::infinite, std::move(batch))

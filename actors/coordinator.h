@@ -11,6 +11,7 @@
 
 #include "actors/interfaces.h"
 #include "modes/unit_plan.h"
+#include "policy/teacher_context.h"
 #include "search/puct_archive.h"
 
 namespace crucible::actors {
@@ -24,6 +25,8 @@ struct CoordinatorSetup {
   std::string source_extension;          // "cpp" or "cu"
   // PUCT state reuse ([search] kind = "puct"): groups after a task's first improve on states chosen from its archive.
   std::optional<search::PuctOptions> puct;
+  // Self-distillation (`[policy.train] loss = "sdpo"`): each trained sample carries what its teacher reads.
+  std::optional<policy::TeacherFeedback> teacher_feedback;
   generator_actor generator;
   normalizer_actor normalizer;
   optimizer_actor optimizer;

@@ -168,7 +168,8 @@ std::string unit_metrics_json(const msg::UnitRecord& unit, const std::vector<con
     for (const auto& m : unit.train_metrics) {
       json one{{"loss", m.loss}, {"kl", m.kl}, {"entropy", m.entropy}, {"clip_fraction", m.clip_fraction},
                {"grad_norm", m.grad_norm}, {"sequences", m.sequences}, {"tokens", m.tokens},
-               {"dropped_sequences", m.dropped_sequences}};
+               {"dropped_sequences", m.dropped_sequences}, {"taught_sequences", m.taught_sequences},
+               {"distill_kl", m.taught_sequences > 0 ? json(m.distill_kl) : json(nullptr)}};
       if (!m.adapter.empty()) one["adapter"] = m.adapter;
       all.push_back(std::move(one));
     }

@@ -16,12 +16,13 @@ struct ScoredSample {
   std::vector<float> logprobs;
   double advantage = 0.0;
   std::string prompt;  // a refinement turn's whole prompt; empty: the task's own
+  std::string teacher_context;  // SDPO: what its teacher reads after the prompt; empty: none
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScoredSample& x) {
   return f(caf::meta::type_name("crucible.ScoredSample"), x.policy_version, x.task, x.tokens, x.logprobs,
-           x.advantage, x.prompt);
+           x.advantage, x.prompt, x.teacher_context);
 }
 
 struct TrainBatch {
@@ -40,12 +41,14 @@ struct TrainMetrics {
   std::string adapter;
   double loss = 0, kl = 0, entropy = 0, clip_fraction = 0, grad_norm = 0;
   int64_t sequences = 0, tokens = 0, dropped_sequences = 0;
+  double distill_kl = 0;
+  int64_t taught_sequences = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TrainMetrics& x) {
   return f(caf::meta::type_name("crucible.TrainMetrics"), x.adapter, x.loss, x.kl, x.entropy, x.clip_fraction,
-           x.grad_norm, x.sequences, x.tokens, x.dropped_sequences);
+           x.grad_norm, x.sequences, x.tokens, x.dropped_sequences, x.distill_kl, x.taught_sequences);
 }
 
 // A new policy version: generators restore the snapshot, so they may live on another node.

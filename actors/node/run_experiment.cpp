@@ -156,6 +156,8 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
   setup.mode = experiment::mode_name(e.mode);
   setup.units = units;
   if (e.search.kind == experiment::SearchKind::puct) setup.puct = search::PuctOptions{e.search.c};
+  if (e.policy.kind == experiment::PolicyKind::libtorch && e.policy.lm.loss == experiment::Loss::sdpo)
+    setup.teacher_feedback = e.policy.lm.sdpo_feedback;
   setup.committed = committed;
   setup.compile_device = e.eval.devices.empty() ? "" : e.eval.devices.front().name();
   setup.compile_locally = !e.eval.devices.empty();

@@ -105,9 +105,9 @@ PolicyKind parse_policy_kind(const std::string& name) {
 }
 
 Loss parse_loss(const std::string& name) {
-  for (auto l : {Loss::grpo_clip, Loss::importance_sampling})
+  for (auto l : {Loss::grpo_clip, Loss::importance_sampling, Loss::sdpo})
     if (loss_name(l) == name) return l;
-  throw std::invalid_argument("unknown loss '" + name + "' (grpo_clip, importance_sampling)");
+  throw std::invalid_argument("unknown loss '" + name + "' (grpo_clip, importance_sampling, sdpo)");
 }
 
 Normalization parse_normalization(const std::string& name) {
@@ -149,6 +149,18 @@ void read_train(TableReader t, LmPolicyConfig& m) {
   m.clip_high = number_in(t, "clip_high", m.clip_high, 0.0, 10.0);
   m.kl_coef = number_in(t, "kl_coef", m.kl_coef, 0.0, 1e3);
   m.max_logprob_mismatch = number_in(t, "max_logprob_mismatch", m.max_logprob_mismatch, 0.0, 1e3);
+  if (m.loss == Loss::sdpo) {
+    m.sdpo_feedback = parse_choice(t, "sdpo_feedback", std::string(policy::teacher_feedback_name(m.sdpo_feedback)),
+                                   [](const std::string& v) {
+                                     if (auto k = policy::parse_teacher_feedback(v)) return *k;
+                                     throw std::invalid_argument("unknown value '" + v +
+                                                                 "' (execution, successful_sibling)");
+                                   });
+    m.sdpo_weight = number_in(t, "sdpo_weight", m.sdpo_weight, 1e-6, 1.0);
+  } else {
+    for (const char* key : {"sdpo_feedback", "sdpo_weight"})
+      if (t.has(key)) t.fail(key, "only with loss = \"sdpo\"");
+  }
   t.finish();
 }
 
@@ -345,7 +357,14 @@ std::string policy_kind_name(PolicyKind kind) {
   return "?";
 }
 
-std::string loss_name(Loss loss) { return loss == Loss::importance_sampling ? "importance_sampling" : "grpo_clip"; }
+std::string loss_name(Loss loss) {
+  switch (loss) {
+    case Loss::grpo_clip: return "grpo_clip";
+    case Loss::importance_sampling: return "importance_sampling";
+    case Loss::sdpo: return "sdpo";
+  }
+  return "?";
+}
 
 std::string normalization_name(Normalization n) {
   switch (n) {

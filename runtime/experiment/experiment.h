@@ -11,6 +11,7 @@
 #include "crucible/eval/eval_settings.h"
 #include "crucible/eval/task_spec.h"
 #include "rewards/advantage.h"
+#include "policy/teacher_context.h"
 #include "rewards/reward.h"
 
 namespace crucible::experiment {
@@ -20,7 +21,8 @@ enum class Mode { grpo, best_of_n, ttt };
 // Where samples come from: the embedded search over kernel templates, sources from files, or a language model.
 enum class PolicyKind { search, replay, libtorch, openai };
 // The language model's policy-gradient loss, and how a sequence's token terms are combined.
-enum class Loss { grpo_clip, importance_sampling };
+// sdpo: self-distillation from feedback, mixed with grpo_clip by sdpo_weight (policy/teacher_context.h).
+enum class Loss { grpo_clip, importance_sampling, sdpo };
 enum class Normalization { sequence_mean, token_sum, token_mean };
 
 struct TaskSelection {
@@ -60,6 +62,9 @@ struct LmPolicyConfig {
   double clip_low = 0.2, clip_high = 0.2;
   double kl_coef = 0.0;
   double max_logprob_mismatch = 0.0;  // > 0: drop sequences whose sampler and trainer log-probs disagree by more
+  // loss = "sdpo": what the teacher reads, and the distillation's share of each token's loss (the rest: grpo_clip)
+  policy::TeacherFeedback sdpo_feedback = policy::TeacherFeedback::execution;
+  double sdpo_weight = 1.0;
 };
 
 // kind = "openai": a model served over an OpenAI-compatible API (vLLM, SGLang, `crucible serve`).

@@ -58,6 +58,8 @@ TrainMetrics LoraTrainer::step(const SequenceBatch& batch, MicroLoss&& micro_los
   m.clip_fraction = sums.clip_fraction / tokens;
   m.tokens = sums.tokens;
   m.dropped_sequences = sums.dropped_sequences;
+  m.distill_kl = sums.distill / static_cast<double>(std::max<int64_t>(1, sums.taught_tokens));
+  m.taught_sequences = sums.taught_sequences;
   return m;
 }
 

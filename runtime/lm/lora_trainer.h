@@ -24,7 +24,8 @@ struct TrainMetrics {
   double entropy = 0;        // mean per completion token
   double clip_fraction = 0;  // share of completion tokens where the clip was binding
   double grad_norm = 0;      // before clipping
-  int64_t tokens = 0, dropped_sequences = 0;
+  double distill_kl = 0;     // SDPO: mean KL(student || teacher) per taught completion token
+  int64_t tokens = 0, dropped_sequences = 0, taught_sequences = 0;
 };
 
 class LoraTrainer {

@@ -1,5 +1,7 @@
 #include "lm/policy_loss.h"
 
+#include "lm/self_distillation.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
@@ -66,7 +68,7 @@ TokenLogprobs token_logprobs(const Transformer& model, const at::Tensor& tokens,
     at::NoGradGuard no_grad;
     entropy = -(all.exp() * all).sum(-1);
   }
-  return {all.gather(2, tokens.narrow(1, 1, T - 1).unsqueeze(2)).squeeze(2), entropy};
+  return {all.gather(2, tokens.narrow(1, 1, T - 1).unsqueeze(2)).squeeze(2), entropy, all};
 }
 
 at::Tensor policy_loss(const Transformer& model, LoraAdapter& adapter, const SequenceBatch& batch, std::size_t begin,
@@ -120,6 +122,14 @@ at::Tensor policy_loss(const Transformer& model, LoraAdapter& adapter, const Seq
   const auto log_ratio = reference - current.logprobs;
   const auto kl = at::exp(log_ratio) - log_ratio - 1;
   if (o.kl_coef > 0) per_token = per_token + o.kl_coef * kl;
+  if (o.distill_weight > 0) {
+    const auto distill = self_distillation_terms(model, batch, begin, end, current.distribution);
+    per_token = (1.0 - o.distill_weight) * per_token + o.distill_weight * distill.per_token * distill.taught;
+    const auto taught_mask = mask * distill.taught;
+    metrics.distill += (distill.per_token.detach() * taught_mask).sum().item<double>();
+    metrics.taught_sequences += distill.taught.sum().item<int64_t>();
+    metrics.taught_tokens += taught_mask.sum().item<int64_t>();
+  }
 
   at::Tensor loss;
   const double sequences = static_cast<double>(batch.sequences.size());

@@ -18,6 +18,9 @@ struct SequenceBatch {
   std::vector<int64_t> prompt_lengths;           // where each completion starts
   std::vector<std::vector<float>> old_logprobs;  // the sampler's, one per completion token (may be empty: on-policy)
   std::vector<float> advantages;                 // one per sequence
+  // Self-distillation (SDPO): per sequence, the teacher's prompt (the same task with feedback in context), which
+  // reads the same completion; empty (or missing): no teacher for that sequence.
+  std::vector<std::vector<int64_t>> teacher_prompts;
 };
 
 enum class LossKind { grpo_clip, importance_sampling };
@@ -34,16 +37,21 @@ struct LossOptions {
   double kl_coef = 0.0;               // > 0 adds beta * KL(policy || base), the k3 estimator per token
   int64_t normalization_length = 0;   // token_sum's fixed length (0: the longest completion in the batch)
   std::optional<double> max_logprob_mismatch;  // drop sequences whose mean |sampler - trainer| log-prob exceeds it
+  // SDPO: each completion token's term is (1 - w) x the policy-gradient term + w x KL(student || teacher) where
+  // the sequence has a teacher prompt (w x 0 where not). 0: no teacher is run.
+  double distill_weight = 0.0;
 };
 
 struct LossMetrics {
   double loss = 0, kl = 0, entropy = 0, clip_fraction = 0;
-  int64_t tokens = 0, dropped_sequences = 0;
+  double distill = 0;  // KL(student || teacher) summed over taught completion tokens
+  int64_t tokens = 0, dropped_sequences = 0, taught_sequences = 0, taught_tokens = 0;
 };
 
 // Per-token log-probabilities of tokens[:, 1:] and the entropy of each predicting distribution, with autograd.
 struct TokenLogprobs {
   at::Tensor logprobs, entropy;  // [B, T - 1] float32
+  at::Tensor distribution;       // [B, T - 1, vocab]: every position's log-softmax (kept alive by autograd anyway)
 };
 TokenLogprobs token_logprobs(const Transformer& model, const at::Tensor& tokens, const at::Tensor& valid);
 

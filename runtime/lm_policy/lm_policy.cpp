@@ -44,6 +44,10 @@ lm::TrainerOptions trainer_options(const experiment::LmPolicyConfig& m) {
   switch (m.loss) {  // every loss the experiment parses has its trainer form: no default to fall back on
     case experiment::Loss::grpo_clip: o.loss.kind = lm::LossKind::grpo_clip; break;
     case experiment::Loss::importance_sampling: o.loss.kind = lm::LossKind::importance_sampling; break;
+    case experiment::Loss::sdpo:
+      o.loss.kind = lm::LossKind::grpo_clip;
+      o.loss.distill_weight = m.sdpo_weight;
+      break;
   }
   switch (m.normalization) {
     case experiment::Normalization::sequence_mean: o.loss.normalization = lm::TokenNormalization::sequence_mean; break;
@@ -137,6 +141,20 @@ struct LmPolicy::Impl {
   std::map<std::string, uint64_t> draws;
 
   std::string key_of(const std::string& task) const { return setup.per_task_adapters ? task : ""; }
+
+  // A user turn as the model sees it; a base model without a chat format continues the text.
+  std::string render(const std::string& user) const {
+    return model.chat_format() ? model.user_prompt(user, setup.config.lm.system_prompt) : user + "\n";
+  }
+
+  // A rendered prompt with more text at the end of its user turn (a self-distillation teacher's context).
+  std::string with_context(const std::string& prompt, const std::string& context) const {
+    const std::string marked = render("\x01");
+    const std::string after_user = marked.substr(marked.find('\x01') + 1);
+    if (prompt.size() < after_user.size() || prompt.compare(prompt.size() - after_user.size(), after_user.size(), after_user) != 0)
+      return prompt + "\n\n" + context + "\n";
+    return prompt.substr(0, prompt.size() - after_user.size()) + "\n\n" + context + after_user;
+  }
   fs::path checkpoint_path(const std::string& rel) const { return setup.state_dir / rel; }
 
   AdapterSlot& slot(const std::string& key) {
@@ -208,18 +226,14 @@ std::string LmPolicy::prompt_for(const eval::TaskSpec& task) {
   auto& im = *impl_;
   auto it = im.prompts.find(task.name);
   if (it != im.prompts.end()) return it->second;
-  std::string user = kernel_prompt(task, im.setup.backend, im.contract_header);
-  // A base model without a chat format continues the text.
-  const std::string prompt =
-      im.model.chat_format() ? im.model.user_prompt(user, im.setup.config.lm.system_prompt) : user + "\n";
+  const std::string prompt = im.render(kernel_prompt(task, im.setup.backend, im.contract_header));
   im.prompt_tokens[task.name] = im.model.encode_prompt(prompt);
   return im.prompts[task.name] = prompt;
 }
 
 std::string LmPolicy::refinement_prompt(const eval::TaskSpec& task, const Attempt& attempt) {
   auto& im = *impl_;
-  const std::string user = policy::refinement_prompt(task, im.setup.backend, im.contract_header, attempt);
-  return im.model.chat_format() ? im.model.user_prompt(user, im.setup.config.lm.system_prompt) : user + "\n";
+  return im.render(policy::refinement_prompt(task, im.setup.backend, im.contract_header, attempt));
 }
 
 std::vector<Sample> LmPolicy::refine(const eval::TaskSpec& task, const std::vector<Attempt>& attempts) {
@@ -242,6 +256,14 @@ std::vector<Sample> LmPolicy::refine(const eval::TaskSpec& task, const std::vect
     out.back().prompt = requests[k].prompt;
   }
   return out;
+}
+
+std::string LmPolicy::teacher_prompt(const Sample& sample) {
+  auto& im = *impl_;
+  auto own = im.prompts.find(sample.task);
+  if (sample.prompt.empty() && own == im.prompts.end())
+    throw std::invalid_argument("task '" + sample.task + "' was never prepared for this policy");
+  return im.with_context(sample.prompt.empty() ? own->second : sample.prompt, sample.teacher_context);
 }
 
 void LmPolicy::prepare(const eval::TaskSpec& task) {
@@ -326,6 +348,11 @@ void LmPolicy::update(const std::vector<Sample>& samples, const std::vector<doub
     b.prompt_lengths.push_back(static_cast<int64_t>(context.size()));
     b.old_logprobs.push_back(smp.logprobs.size() == smp.tokens.size() ? smp.logprobs : std::vector<float>{});
     b.advantages.push_back(static_cast<float>(advantages[i]));
+    b.teacher_prompts.emplace_back();
+    if (im.setup.config.lm.loss == experiment::Loss::sdpo && !smp.teacher_context.empty()) {
+      const auto teacher = im.model.encode_prompt(teacher_prompt(smp));
+      b.teacher_prompts.back().assign(teacher.begin(), teacher.end());
+    }
   }
   last_update_.clear();
   std::vector<std::string> stepped;
@@ -342,7 +369,8 @@ void LmPolicy::update(const std::vector<Sample>& samples, const std::vector<doub
     }
     s.adapter->set_training(false);
     last_update_.push_back({key, t.loss, t.kl, t.entropy, t.clip_fraction, t.grad_norm,
-                            static_cast<int64_t>(batch.sequences.size()), t.tokens, t.dropped_sequences});
+                            static_cast<int64_t>(batch.sequences.size()), t.tokens, t.dropped_sequences, t.distill_kl,
+                            t.taught_sequences});
     stepped.push_back(key);
   }
   ++version_;

@@ -57,6 +57,9 @@ class LmPolicy : public Policy {
   std::string prompt_for(const eval::TaskSpec& task);
   // The user turn of a refinement: the task's own text, then the previous code (cut to 16 KB) and the feedback text.
   std::string refinement_prompt(const eval::TaskSpec& task, const Attempt& attempt);
+  // What a sample's self-distillation teacher reads (loss = "sdpo"): the sample's prompt with its teacher context
+  // at the end of the user turn. The sample's task must have been prepared or sampled.
+  std::string teacher_prompt(const Sample& sample);
   // Teacher-forced log-probabilities of the samples' tokens after their task's prompt, under the current adapters
   // (the trainer's view of what the sampler reported). Every task must have been prepared or sampled.
   std::vector<std::vector<float>> completion_logprobs(const std::vector<Sample>& samples);

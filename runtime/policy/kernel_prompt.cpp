@@ -69,12 +69,15 @@ std::optional<std::string> extract_code(const std::string& reply) {
 
 std::string refinement_prompt(const eval::TaskSpec& task, const std::string& backend, const std::string& contract_header,
                               const Attempt& attempt) {
-  constexpr std::size_t kPreviousCodeBytes = 16 * 1024;
-  std::string code = attempt.previous.source.empty() ? attempt.previous.output : attempt.previous.source;
-  if (code.size() > kPreviousCodeBytes) code = eval::valid_utf8_prefix(code, kPreviousCodeBytes) + "\n// [cut]";
-  return kernel_prompt(task, backend, contract_header) + "\n\nYour previous attempt:\n```" +
-         (backend == "cuda" ? "cuda" : "cpp") + "\n" + eval::valid_utf8(code) + "\n```\n\n" +
-         feedback_text(attempt.feedback);
+  const std::string& code = attempt.previous.source.empty() ? attempt.previous.output : attempt.previous.source;
+  return kernel_prompt(task, backend, contract_header) + "\n\nYour previous attempt:\n" + fenced_code(code, backend) +
+         "\n\n" + feedback_text(attempt.feedback);
+}
+
+std::string fenced_code(const std::string& code, const std::string& backend) {
+  constexpr std::size_t kCodeBytes = 16 * 1024;
+  const std::string shown = code.size() > kCodeBytes ? eval::valid_utf8_prefix(code, kCodeBytes) + "\n// [cut]" : code;
+  return "```" + std::string(backend == "cuda" ? "cuda" : "cpp") + "\n" + eval::valid_utf8(shown) + "\n```";
 }
 
 }  // namespace crucible::policy

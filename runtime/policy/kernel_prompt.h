@@ -19,6 +19,9 @@ std::string kernel_prompt(const eval::TaskSpec& task, const std::string& backend
 std::string refinement_prompt(const eval::TaskSpec& task, const std::string& backend, const std::string& contract_header,
                               const Attempt& attempt);
 
+// Code shown inside a prompt: cut to 16 KB of valid UTF-8 and fenced for the backend (```cpp or ```cuda).
+std::string fenced_code(const std::string& code, const std::string& backend);
+
 // The candidate source in a reply: the last complete fenced code block (```cpp, ```c++, ```cuda, ```cu, ```c or
 // unlabelled). None when the reply has no complete block: an unterminated block (a reply cut by its token
 // budget) does not count.

@@ -25,6 +25,9 @@ struct Sample {
   // The policy could not produce a sample at all (a served model's server down or refusing): parse_error says why,
   // and the record says policy_error instead of no_source.
   bool policy_error = false;
+  // Self-distillation (SDPO): what this sample's teacher reads at the end of the prompt's user turn, filled in
+  // before an update (policy/teacher_context.h); empty: no teacher.
+  std::string teacher_context;
 };
 
 // One trajectory's previous turn and what the evaluator said about it: what a refinement turn improves on.
@@ -38,6 +41,8 @@ struct UpdateMetrics {
   std::string adapter;
   double loss = 0, kl = 0, entropy = 0, clip_fraction = 0, grad_norm = 0;
   int64_t sequences = 0, tokens = 0, dropped_sequences = 0;
+  double distill_kl = 0;         // SDPO: mean KL(student || teacher) per taught completion token
+  int64_t taught_sequences = 0;  // SDPO: sequences that had a teacher
 };
 
 struct GroupAsk {

@@ -134,6 +134,43 @@ TEST_CASE("lm policy: a refinement turn's prompt carries the previous code and i
   CHECK(total(p.completion_logprobs({refined[0]}).front()) > before + 0.5);
 }
 
+TEST_CASE("lm policy: under loss = sdpo a sample's teacher reads its context inside the user turn") {
+  test::ScratchDir dir("lm-policy-sdpo");
+  auto setup = tiny_setup(dir.path());
+  setup.config.lm.loss = experiment::Loss::sdpo;
+  setup.config.lm.sdpo_weight = 1.0;
+  policy::LmPolicy p(setup);
+  const auto relu = task("relu");
+  auto samples = p.sample(relu, 2);
+  REQUIRE(samples.size() == 2);
+  samples[0].teacher_context = "TEACHER_CONTEXT: status: correct";
+  const std::string teacher = p.teacher_prompt(samples[0]);
+  const std::string own = p.prompt_for(relu);
+  // The context ends the user turn: the task's text before it, the assistant's turn after it, as in the student's.
+  const auto at = teacher.find("TEACHER_CONTEXT");
+  REQUIRE(at != std::string::npos);
+  CHECK(teacher.find("Task: relu") < at);
+  CHECK(teacher.find("<|im_end|>", at) != std::string::npos);
+  const std::string turn_end = own.substr(own.rfind("<|im_end|>"));
+  CHECK(teacher.substr(teacher.size() - turn_end.size()) == turn_end);
+  CHECK(teacher.substr(0, own.size() - turn_end.size()) == own.substr(0, own.size() - turn_end.size()));
+  CHECK(teacher.rfind("<|im_start|>assistant") > at);
+
+  p.update(samples, {0.0, 0.0});
+  auto m = p.update_metrics();
+  REQUIRE(m.size() == 1);
+  CHECK(m[0].taught_sequences == 1);  // the sample without a context has no teacher
+  CHECK(m[0].distill_kl > 0);
+  CHECK(m[0].grad_norm > 0);  // advantages are zero: only the teacher moved the adapter
+
+  // Under grpo_clip the same contexts are ignored.
+  test::ScratchDir other("lm-policy-sdpo-off");
+  policy::LmPolicy plain(tiny_setup(other.path()));
+  plain.prepare(relu);
+  plain.update(samples, {0.0, 0.0});
+  CHECK(plain.update_metrics()[0].taught_sequences == 0);
+}
+
 TEST_CASE("lm policy: a restored copy samples and continues training exactly like the original") {
   test::ScratchDir dir("lm-policy-restore");
   const auto relu = task("relu");

@@ -44,7 +44,7 @@ TEST_CASE("the built-in quickstart is a valid GRPO experiment over CPU tasks") {
 
 TEST_CASE("shipped experiments parse") {
   for (const char* name : {"quickstart", "grpo_l1", "best_of_n_k64", "ttt_15", "grpo_lm", "multi_turn_trloo", "ttt_puct",
-                           "judge_bootstrap"}) {
+                           "judge_bootstrap", "ttt_sdpo"}) {
     CAPTURE(name);
     auto e = experiment::load_experiment(test::source_dir() / "configs" / (std::string(name) + ".toml"));
     CHECK_FALSE(experiment::resolve_tasks(e).empty());
@@ -171,6 +171,34 @@ max_logprob_mismatch = 0.5
   CHECK(err.key() == "policy.checkpoint");
   err = failure(kMinimal + "[policy]\nkind = \"search\"\nmodel = \"m\"\n");  // a model key on the search policy
   CHECK(err.key() == "policy.model");
+}
+
+TEST_CASE("loss = sdpo: the teacher's feedback and the distillation's share, only with that loss") {
+  const std::string lm = kMinimal + "[policy]\nkind = \"libtorch\"\nmodel = \"m\"\n[policy.train]\n";
+  auto m = experiment::parse_experiment(lm + "loss = \"sdpo\"\n", "a").policy.lm;
+  CHECK(m.loss == experiment::Loss::sdpo);
+  CHECK(m.sdpo_feedback == policy::TeacherFeedback::execution);  // defaults: the evaluator's feedback, pure SDPO
+  CHECK(m.sdpo_weight == 1.0);
+  m = experiment::parse_experiment(lm + "loss = \"sdpo\"\nsdpo_feedback = \"successful_sibling\"\nsdpo_weight = 0.5\n", "b")
+          .policy.lm;
+  CHECK(m.sdpo_feedback == policy::TeacherFeedback::successful_sibling);
+  CHECK(m.sdpo_weight == 0.5);
+
+  struct Bad {
+    std::string keys, key, says;
+  };
+  for (const auto& bad : std::vector<Bad>{
+           {"loss = \"sdpo\"\nsdpo_feedback = \"sibling\"\n", "policy.train.sdpo_feedback", "successful_sibling"},
+           {"loss = \"sdpo\"\nsdpo_weight = 0\n", "policy.train.sdpo_weight", ""},
+           {"loss = \"sdpo\"\nsdpo_weight = 1.5\n", "policy.train.sdpo_weight", ""},
+           {"sdpo_feedback = \"execution\"\n", "policy.train.sdpo_feedback", "loss = \"sdpo\""},
+           {"loss = \"grpo_clip\"\nsdpo_weight = 0.5\n", "policy.train.sdpo_weight", "loss = \"sdpo\""},
+       }) {
+    CAPTURE(bad.keys);
+    const auto err = failure(lm + bad.keys);
+    CHECK(err.key() == bad.key);
+    CHECK(std::string(err.what()).find(bad.says) != std::string::npos);
+  }
 }
 
 TEST_CASE("errors found after parsing still point at the key's line") {

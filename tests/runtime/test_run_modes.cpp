@@ -576,6 +576,26 @@ concurrent_tasks = 2
   }
 }
 
+TEST_CASE("ttt with loss = sdpo: every sample's teacher reads the evaluator's feedback, and the update reports it") {
+  test::ScratchDir scratch("run-lm-sdpo");
+  auto run = run_experiment(scratch, R"([experiment]
+name = "lm-sdpo"
+mode = "ttt"
+[tasks]
+names = ["relu"]
+[ttt]
+steps = 2
+rollouts = 3
+)" + tiny_lm_policy(12) + "loss = \"sdpo\"\nsdpo_feedback = \"execution\"\nsdpo_weight = 0.5\n" + kFastEval);
+  REQUIRE(run.steps.size() == 2);
+  for (const auto& step : run.steps) {
+    CAPTURE(step.dump());
+    // The random model's replies are parse errors: their verdicts are still feedback for a teacher.
+    CHECK(step["train"]["taught_sequences"] == 3);
+    CHECK(step["train"]["distill_kl"].get<double>() > 0);
+  }
+}
+
 TEST_CASE("a language-model run killed with -9 resumes from its last checkpoint") {
   test::ScratchDir scratch("run-lm-resume");
   const fs::path file = scratch.path() / "experiment.toml";
