@@ -6,6 +6,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <regex>
 #include <thread>
 
@@ -231,25 +233,36 @@ mode = "fast"
 
 namespace {
 
-// A judge model's server on loopback that always answers with `content` (a model that writes a fixed verdict).
-struct FixedJudgeServer {
-  explicit FixedJudgeServer(const std::string& content) {
+// A model's server on loopback that always answers with `content` (a model that writes a fixed reply, or a judge
+// that writes a fixed verdict), counting requests. From request `answered + 1` on it answers 503 (a server going
+// down) until it is destroyed; bound to `port` when given (a server back at its old address).
+struct FixedReplyServer {
+  explicit FixedReplyServer(const std::string& content, int answered = -1, int port = 0) : answered(answered) {
     const json reply{{"choices", {{{"index", 0}, {"finish_reason", "stop"},
                                    {"message", {{"role", "assistant"}, {"content", content}}}}}}};
-    server.Post("/v1/chat/completions", [body = reply.dump()](const httplib::Request&, httplib::Response& res) {
+    server.Post("/v1/chat/completions", [this, body = reply.dump()](const httplib::Request&, httplib::Response& res) {
+      const int n = ++requests;
+      if (this->answered >= 0 && n > this->answered) {
+        res.status = 503;
+        return;
+      }
       res.set_content(body, "application/json");
     });
-    port = server.bind_to_any_port("127.0.0.1");
+    this->port = port ? (server.bind_to_port("127.0.0.1", port) ? port : -1) : server.bind_to_any_port("127.0.0.1");
+    REQUIRE(this->port > 0);
     thread = std::thread([this] { server.listen_after_bind(); });
     // stop() before the loop runs would be missed, and join() would wait for ever.
     REQUIRE(test::eventually([this] { return server.is_running(); }, std::chrono::seconds(10)));
   }
-  ~FixedJudgeServer() {
+  ~FixedReplyServer() {
     server.stop();
     thread.join();
   }
+  std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port) + "/v1"; }
   httplib::Server server;
   std::thread thread;
+  std::atomic<int> requests{0};
+  const int answered;
   int port = 0;
 };
 
@@ -289,7 +302,7 @@ std::vector<json> run_candidates(const test::ScratchDir& scratch, const std::str
 
 TEST_CASE("LLM-as-judge: a judge's score adds to the reward with its weight; a dead or rambling judge is recorded, never fatal") {
   SUBCASE("a judge that answers") {
-    FixedJudgeServer judge(R"(Looks reasonable. {"score": 0.75, "reason": "straightforward loop"})");
+    FixedReplyServer judge(R"(Looks reasonable. {"score": 0.75, "reason": "straightforward loop"})");
     test::ScratchDir scratch("judge-ok");
     const auto candidates = run_candidates(scratch, judged_run("http://127.0.0.1:" + std::to_string(judge.port) + "/v1"));
     REQUIRE(candidates.size() == 2);
@@ -304,7 +317,7 @@ TEST_CASE("LLM-as-judge: a judge's score adds to the reward with its weight; a d
     }
   }
   SUBCASE("a judge that writes no score") {
-    FixedJudgeServer judge("I would rather not say.");
+    FixedReplyServer judge("I would rather not say.");
     test::ScratchDir scratch("judge-ramble");
     for (const auto& c : run_candidates(scratch, judged_run("http://127.0.0.1:" + std::to_string(judge.port) + "/v1"))) {
       CHECK(c["judge"]["score"].is_null());
@@ -314,7 +327,7 @@ TEST_CASE("LLM-as-judge: a judge's score adds to the reward with its weight; a d
   SUBCASE("no judge at that address") {
     int free_port = 0;
     {
-      FixedJudgeServer gone("");
+      FixedReplyServer gone("");
       free_port = gone.port;
     }
     test::ScratchDir scratch("judge-dead");
@@ -324,4 +337,65 @@ TEST_CASE("LLM-as-judge: a judge's score adds to the reward with its weight; a d
       CHECK(c["status"] == "correct");  // the candidate's own verdict is untouched
     }
   }
+}
+
+TEST_CASE("a run whose served model goes down mid-run records policy errors and goes on when the server returns") {
+  test::ScratchDir scratch("serve-down-run");
+  const std::string reply = "No code from me this time.";
+  auto server = std::make_unique<FixedReplyServer>(reply, /*answered=*/2);
+  const int port = server->port;
+  const fs::path file = scratch.path() / "experiment.toml";
+  // PUCT makes the groups one after another, so the outage falls between groups: some before, some during, the
+  // rest after. Each failing request is tried 3 times over 1.5 s.
+  test::write_file(file, R"([experiment]
+name = "outage"
+mode = "best_of_n"
+[tasks]
+names = ["relu"]
+[policy]
+kind = "openai"
+base_url = ")" + server->base_url() + R"("
+model = "m"
+retries = 2
+backoff_s = 0.5
+[best_of_n]
+k = 16
+group_size = 2
+[search]
+kind = "puct"
+[eval]
+devices = ["cpu"]
+mode = "fast"
+)");
+  const fs::path dir = scratch.path() / "run";
+  test::Child run({"/usr/bin/env", "CRUCIBLE_CACHE_DIR=" + (scratch.path() / "cache").string(), CRUCIBLE_CLI_PATH, "run",
+                   file.string(), "--out", dir.string()},
+                  scratch.path() / "run.log");
+  // The first group is answered; the second's first request gets a 503, then the server is gone (connections
+  // refused) for 4 s, longer than any request's retries, and comes back at the same address.
+  REQUIRE(test::eventually([&] { return server->requests >= 3; }, std::chrono::seconds(120)));
+  server.reset();
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  server = std::make_unique<FixedReplyServer>(reply, -1, port);
+  const auto code = run.wait_for(std::chrono::seconds(300));
+  INFO(run.output());
+  REQUIRE(code == 0);
+
+  auto candidates = run::read_jsonl(dir / "seed-1" / "candidates.jsonl");
+  REQUIRE(candidates.size() == 16);
+  std::sort(candidates.begin(), candidates.end(),
+            [](const json& a, const json& b) { return a["times"]["generate"][0] < b["times"]["generate"][0]; });
+  std::string pattern;  // one letter per candidate in sampling order: a (answered), e (policy error)
+  for (const auto& c : candidates) {
+    CAPTURE(c.dump());
+    CHECK(c["status"] == "parse_error");
+    const bool error = c["reasons"][0]["code"] == "policy_error";
+    if (error) CHECK(c["reasons"][0]["detail"].get<std::string>().find("127.0.0.1") != std::string::npos);
+    else CHECK(c["policy_output"] == reply);
+    pattern += error ? 'e' : 'a';
+  }
+  MESSAGE("candidates in sampling order: " << pattern);
+  CHECK(pattern.rfind("aa", 0) == 0);                  // answered before the outage
+  CHECK(pattern.find("ee") != std::string::npos);      // a group lost to it
+  CHECK(pattern.substr(pattern.size() - 2) == "aa");  // answered again after it
 }
