@@ -214,6 +214,7 @@ void archive_group(Self self, std::size_t unit, uint64_t group) {
   for (uint64_t id : st.pipeline->group(unit, group)) {
     const auto& t = st.candidates.at(id);
     const auto& c = t.candidate;
+    if (c.policy_error) continue;  // the server failed, not the state: neither a state nor a visit
     auto& archive = st.archives.try_emplace(c.task, *st.setup.puct).first->second;
     std::optional<uint64_t> parent;
     if (c.parent >= 0) {  // the state the parent candidate became (a duplicate's is the one held)

@@ -201,6 +201,8 @@ void read_policy(TableReader t, PolicyConfig& p) {
   p.temperature = number_in(t, "temperature", p.temperature, 1e-3, 1e3);
   p.checkpoint = t.get_string("checkpoint", "");
   if (p.kind == PolicyKind::openai) {
+    // The OpenAI API (and vLLM, SGLang, crucible serve) accepts temperatures up to 2.
+    if (p.temperature > 2.0) t.fail("temperature", "a served model accepts at most 2");
     read_openai(t, p.openai);
     if (!p.checkpoint.empty()) t.fail("checkpoint", "a served model starts as the server has it");
     t.finish();

@@ -22,6 +22,20 @@ std::optional<T> optional_number(const json& j, const char* key, double low, dou
 
 }  // namespace
 
+// A message's content: a string, or an array of parts of which only text parts ({"type": "text", "text": ...}) are
+// understood; they are joined in order.
+std::string message_text(const json& content) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) bad("a message's 'content' must be a string or an array of text parts");
+  std::string text;
+  for (const auto& part : content) {
+    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") || !part["text"].is_string())
+      bad("only text parts ({\"type\": \"text\", \"text\": ...}) are understood in a message's 'content'");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
 ApiRequest parse_request(Endpoint endpoint, const std::string& body, const ApiLimits& limits) {
   if (body.size() > limits.max_body_bytes) bad("the request body exceeds " + std::to_string(limits.max_body_bytes) + " bytes");
   const json j = json::parse(body, nullptr, false);
@@ -34,12 +48,11 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body, const ApiLi
     if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())
       bad("'messages' is required (a non-empty array)");
     for (const auto& m : j["messages"]) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
-          !m["content"].is_string())
-        bad("each message needs a 'role' and a string 'content'");
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content"))
+        bad("each message needs a 'role' and a 'content'");
       const std::string role = m["role"];
       if (role != "system" && role != "user" && role != "assistant") bad("unknown message role '" + role + "'");
-      r.messages.push_back({role, m["content"].get<std::string>()});
+      r.messages.push_back({role, message_text(m["content"])});
     }
   } else {
     if (!j.contains("prompt") || !j["prompt"].is_string()) bad("'prompt' is required (a string)");

@@ -76,6 +76,10 @@ TEST_CASE("openai api: requests parse into typed values, malformed ones are 400s
   CHECK(*r.seed == 9);
   CHECK(r.logprobs);
   CHECK(r.stop == std::vector<std::string>{"##"});
+  // Content as an array of text parts, as newer clients send it.
+  auto parts = serving::parse_request(serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "user",
+      "content": [{"type": "text", "text": "write "}, {"type": "text", "text": "a kernel"}]}]})");
+  CHECK(parts.messages.at(0).content == "write a kernel");
   auto c = serving::parse_request(serving::Endpoint::completion, R"({"model": "m", "prompt": "x", "logprobs": 1})");
   CHECK(c.prompt == "x");
   CHECK(c.logprobs);
@@ -91,6 +95,9 @@ TEST_CASE("openai api: requests parse into typed values, malformed ones are 400s
       {serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "robot", "content": "x"}]})", "role"},
       {serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 65})", "'n'"},
       {serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", "'temperature'"},
+      {serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "user", "content": 7}]})", "'content'"},
+      {serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+       "text parts"},
       {serving::Endpoint::completion, R"({"model": "m"})", "'prompt'"},
       {serving::Endpoint::completion, R"({"model": "m", "prompt": "x", "stop": [1]})", "'stop'"},
   };

@@ -93,6 +93,8 @@ TEST_CASE("malformed experiments fail with file, line and key") {
         "policy.base_url");
   CHECK(failure(kMinimal + "[policy]\nkind = \"openai\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\n"
                            "dtype = \"bf16\"\n").key() == "policy.dtype");
+  CHECK(failure(kMinimal + "[policy]\nkind = \"openai\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\n"
+                           "temperature = 2.5\n").key() == "policy.temperature");  // the API's limit is 2
   CHECK(failure(kMinimal + "[judge]\nbase_url = \"http://x/v1\"\nmodel = \"j\"\nweight = -1\n").key() ==
         "judge.weight");
   CHECK(failure(kMinimal + "[search]\nkind = \"puct\"\n").key() == "search.kind");  // grpo: no archive to reuse
