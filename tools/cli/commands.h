@@ -18,5 +18,6 @@ Run add_sft_data_command(CLI::App& app);
 Run add_node_command(CLI::App& app);
 Run add_cache_command(CLI::App& app);
 Run add_serve_command(CLI::App& app);
+Run add_report_command(CLI::App& app);
 
 }  // namespace crucible::cli
