@@ -351,6 +351,7 @@ void commit(Self self, std::size_t unit) {
   const auto ids = st.pipeline->candidates(unit);
   for (uint64_t id : ids) self->send(st.setup.telemetry, st.candidates.at(id));
   st.candidates_done += ids.size();
+  if (st.setup.live) st.setup.live->update([&](monitor::LiveSnapshot& s) { s.candidates_done += ids.size(); });
   msg::Progress progress{st.setup.mode, st.pipeline->committed_count() + 1, st.pipeline->size(),
                          wall_now() - st.start_time, st.candidates_done};
   self->request(st.setup.telemetry, caf::infinite,
@@ -369,8 +370,59 @@ void commit(Self self, std::size_t unit) {
           });
 }
 
+const char* phase_name(core::Phase p) {
+  switch (p) {
+    case core::Phase::waiting: return "waiting";
+    case core::Phase::generating: return "generating";
+    case core::Phase::running: return "running";
+    case core::Phase::training: return "training";
+    case core::Phase::committing: return "committing";
+    case core::Phase::committed: return "committed";
+  }
+  return "?";
+}
+
+// The monitor's copy of what the run is doing: units by phase, queues, and what each actor is busy with.
+void publish_status(Self self) {
+  auto& st = self->state;
+  if (!st.setup.live) return;
+  std::map<std::string, std::size_t> phases;
+  std::string latest, generating, training, committing;
+  for (std::size_t u = 0; u < st.pipeline->size(); ++u) {
+    const auto p = st.pipeline->phase(u);
+    ++phases[phase_name(p)];
+    const auto& name = st.pipeline->plan(u).name;
+    if (p != core::Phase::waiting && p != core::Phase::committed) latest = name;
+    if (p == core::Phase::generating) generating += (generating.empty() ? "" : ", ") + name;
+    if (p == core::Phase::training) training += (training.empty() ? "" : ", ") + name;
+    if (p == core::Phase::committing) committing += (committing.empty() ? "" : ", ") + name;
+  }
+  const std::size_t idle = st.eval_waiters.size();
+  st.setup.live->update([&](monitor::LiveSnapshot& s) {
+    s.units_total = st.pipeline->size();
+    s.units_committed = st.pipeline->committed_count();
+    s.units_committed_at_start = st.pipeline->committed_before();
+    s.units_by_phase = phases;
+    if (!latest.empty()) s.latest_unit = latest;
+    s.candidates_in_flight = st.candidates.size();
+    s.compile_queue = st.compiles.queued();
+    s.evaluation_queue = st.work.queued();
+    s.evaluators_idle = idle;
+    s.actors["coordinator"] = st.finished ? "finished" : "running";
+    s.actors["generator"] = generating.empty() ? "idle" : "busy: " + generating;
+    s.actors["optimizer"] = training.empty() ? "idle" : "busy: " + training;
+    s.actors["telemetry"] = committing.empty() ? "idle" : "committing " + committing;
+    s.actors["evaluators"] = std::to_string(idle) + " waiting for work, " + std::to_string(st.work.queued()) +
+                             " candidates queued";
+  });
+}
+
 void decide(Self self, const std::vector<core::Decision>& decisions) {
   auto& st = self->state;
+  struct Publish {
+    Self self;
+    ~Publish() { publish_status(self); }
+  } publish{self};
   for (const auto& d : decisions) {
     if (st.finished) return;
     if (auto* g = std::get_if<core::Generate>(&d)) generate(self, g->unit);

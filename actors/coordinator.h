@@ -11,6 +11,7 @@
 
 #include "actors/interfaces.h"
 #include "modes/unit_plan.h"
+#include "monitor/live_status.h"
 #include "policy/teacher_context.h"
 #include "search/puct_archive.h"
 
@@ -27,6 +28,8 @@ struct CoordinatorSetup {
   std::optional<search::PuctOptions> puct;
   // Self-distillation (`[policy.train] loss = "sdpo"`): each trained sample carries what its teacher reads.
   std::optional<policy::TeacherFeedback> teacher_feedback;
+  // The monitor's view of the run, updated after every decision; none without [monitor].
+  std::shared_ptr<monitor::LiveStatus> live;
   generator_actor generator;
   normalizer_actor normalizer;
   optimizer_actor optimizer;

@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 packages=(g++ cmake ninja-build libcaf-dev libtomlplusplus-dev libspdlog-dev doctest-dev libtorch-dev
           libopenblas0-openmp nlohmann-json3-dev libcli11-dev libssl-dev openssl iproute2
-          libcpp-httplib-dev python3-torch)  # python3-torch: the KernelBench import (crucible tasks import), a trusted step
+          libcpp-httplib-dev python3-torch chromium)
+# python3-torch: the KernelBench import (crucible tasks import), a trusted step; chromium: the monitor page's test
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

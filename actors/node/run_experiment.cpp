@@ -1,5 +1,6 @@
 #include "actors/node/run_experiment.h"
 
+
 #include <caf/all.hpp>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "modes/run_summary.h"
 #include "actors/node/eval_settings.h"
 #include "modes/unit_plan.h"
+#include "monitor/monitor_server.h"
 #include "actors/node/actor_system_config.h"
 #include "policy/kernel_templates.h"
 #include "lm_policy/lm_policy.h"
@@ -156,6 +158,7 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
   setup.mode = experiment::mode_name(e.mode);
   setup.units = units;
   if (e.search.kind == experiment::SearchKind::puct) setup.puct = search::PuctOptions{e.search.c};
+  setup.live = request.live;
   if (e.policy.kind == experiment::PolicyKind::libtorch && e.policy.lm.loss == experiment::Loss::sdpo)
     setup.teacher_feedback = e.policy.lm.sdpo_feedback;
   setup.committed = committed;
@@ -228,6 +231,12 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
 }  // namespace
 
 std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
+  if (e.monitor.enabled() && !monitor::is_loopback(e.monitor.host)) {
+    const char* token = std::getenv(e.monitor.token_env.c_str());
+    if (!token || !*token)
+      throw std::invalid_argument("[monitor] listen = \"" + e.monitor.listen + "\" is not loopback: set the token in $" +
+                                  e.monitor.token_env);
+  }
   auto tasks = experiment::resolve_tasks(e);
   const eval::Backend backend = e.eval.backend;
   const std::string size_set = e.eval.size_set();
@@ -310,11 +319,35 @@ RunResult run_experiment(const RunRequest& request) {
   log_options.directory = (request.dir / "logs").string();
   log::init(log_options);
   RunResult result{true, "", request.dir};
+  // The live view, for as long as the run goes on.
+  RunRequest with_live = request;
+  std::unique_ptr<monitor::MonitorServer> server;
+  if (e.monitor.enabled()) {
+    with_live.live = std::make_shared<monitor::LiveStatus>();
+    const char* token = std::getenv(e.monitor.token_env.c_str());
+    server = std::make_unique<monitor::MonitorServer>(
+        monitor::MonitorOptions{e.monitor.host, e.monitor.port, token ? token : "", request.dir}, with_live.live);
+    with_live.live->update([&](monitor::LiveSnapshot& s) {
+      s.experiment = e.name;
+      s.mode = experiment::mode_name(e.mode);
+      s.seeds = e.seeds.size();
+      s.started_at = actors::wall_now();
+    });
+    std::cout << "monitor: " << server->url() << std::endl;
+  }
   for (std::size_t i = 0; i < e.seeds.size(); ++i) {
-    auto r = run_seed(request, e.seeds[i], i + 1 == e.seeds.size(), tasks);
+    if (with_live.live)
+      with_live.live->update([&](monitor::LiveSnapshot& s) {
+        s.seed = e.seeds[i];
+        s.seed_index = i;
+        s.seed_started_at = actors::wall_now();
+        s.units_committed = s.units_committed_at_start = 0;
+      });
+    auto r = run_seed(with_live, e.seeds[i], i + 1 == e.seeds.size(), tasks);
     if (!r.ok) return r;
     result.message = r.message;
   }
+  if (with_live.live) with_live.live->update([](monitor::LiveSnapshot& s) { s.finished = true; });
   result.summary = modes::write_run_summary(request.dir, e);
   log::flush();
   return result;

@@ -8,6 +8,7 @@
 
 #include "experiment/experiment.h"
 #include "logging/log.h"
+#include "monitor/live_status.h"
 #include "run/run_lock.h"
 
 namespace crucible::node {
@@ -21,6 +22,8 @@ struct RunRequest {
   // The directory's lock, when the caller took it first (to refuse a busy directory before it prints anything);
   // run_experiment takes it itself otherwise.
   std::shared_ptr<run::RunLock> lock;
+  // The monitor's live status ([monitor]); run_experiment makes it when the experiment asks for a monitor.
+  std::shared_ptr<monitor::LiveStatus> live;
 };
 
 struct RunResult {

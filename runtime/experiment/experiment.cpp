@@ -312,6 +312,21 @@ void read_eval(TableReader t, EvalConfig& c) {
   t.finish();
 }
 
+void read_monitor(TableReader t, MonitorConfig& m) {
+  m.listen = t.require_string("listen");
+  // Port 0: any free one (the run prints the address).
+  const bool any_port = m.listen.size() > 2 && m.listen.compare(m.listen.size() - 2, 2, ":0") == 0;
+  try {
+    std::tie(m.host, m.port) = parse_host_port(any_port ? m.listen.substr(0, m.listen.size() - 2) + ":1" : m.listen);
+    if (any_port) m.port = 0;
+  } catch (const std::invalid_argument& e) {
+    t.fail("listen", e.what());
+  }
+  m.token_env = t.get_string("token_env", m.token_env);
+  if (m.token_env.empty()) t.fail("token_env", "name the environment variable that holds the token");
+  t.finish();
+}
+
 void read_cluster(TableReader t, ClusterConfig& c) {
   c.listen = t.get_string("listen", "");
   if (!c.listen.empty()) {
@@ -421,6 +436,7 @@ Experiment parse_experiment(const std::string& text, const std::string& file) {
   if (auto t = top.get_table("judge")) read_judge(*t, e.judge);
   if (auto t = top.get_table("eval")) read_eval(*t, e.eval);
   if (auto t = top.get_table("cluster")) read_cluster(*t, e.cluster);
+  if (auto t = top.get_table("monitor")) read_monitor(*t, e.monitor);
   top.finish();
   if (e.eval.devices.empty() && !e.cluster.enabled())
     e.fail("eval.devices", "give at least one device (or let nodes evaluate: [cluster] listen)");

@@ -134,6 +134,15 @@ struct EvalConfig : eval::EvalSettings {
 };
 
 // Evaluator nodes over the network (`crucible node --join`). Off unless `listen` is set.
+// [monitor]: the live status page of a running experiment (runtime/monitor).
+struct MonitorConfig {
+  std::string listen;  // "HOST:PORT" (port 0: any free port); empty: no monitor
+  std::string host;
+  uint16_t port = 0;
+  std::string token_env = "CRUCIBLE_MONITOR_TOKEN";  // where the token comes from; required off loopback
+  bool enabled() const { return !listen.empty(); }
+};
+
 struct ClusterConfig {
   std::string listen;  // "HOST:PORT"
   std::string host;
@@ -164,6 +173,7 @@ struct Experiment {
   bool task_baseline = false;  // centre rewards by a per-task running baseline before grouping
   EvalConfig eval;
   ClusterConfig cluster;
+  MonitorConfig monitor;
   std::string run_root = "runs";  // new runs go to run_root/<name>-<timestamp> unless --out says otherwise
   std::string text;               // the experiment as read, copied into the run directory
   std::string file;

@@ -1,5 +1,6 @@
 // crucible run [EXPERIMENT.toml] [--out DIR] | --resume DIR: the main job, on the embedded quickstart by default.
 #include <iostream>
+#include <optional>
 #include <memory>
 
 #include "cli/commands.h"
@@ -15,6 +16,7 @@ struct RunArgs {
   std::string out;
   std::string resume;
   bool quiet = false;
+  std::optional<int> monitor;  // a loopback port for the live page (0: any free port)
 };
 
 int run(const RunArgs& a, CLI::App& app) {
@@ -31,6 +33,12 @@ int run(const RunArgs& a, CLI::App& app) {
                                : experiment::load_experiment(a.experiment);
       request.dir = a.out.empty() ? node::default_run_dir(request.experiment) : std::filesystem::path(a.out);
     }
+    if (a.monitor) {
+      auto& m = request.experiment.monitor;
+      m.host = "127.0.0.1";
+      m.port = static_cast<uint16_t>(*a.monitor);
+      m.listen = m.host + ":" + std::to_string(*a.monitor);
+    }
     request.quiet = a.quiet;
     request.console_level = *log::parse_level(app["--log-level"]->as<std::string>());
     node::check_runnable(request.experiment);
@@ -43,7 +51,13 @@ int run(const RunArgs& a, CLI::App& app) {
     return 2;
   }
   std::cout << "run directory: " << request.dir.string() << "\n" << std::flush;
-  auto result = node::run_experiment(request);
+  node::RunResult result;
+  try {
+    result = node::run_experiment(request);
+  } catch (const std::exception& e) {
+    // Nothing is lost: committed units stay in the directory.
+    result = {false, e.what(), request.dir, ""};
+  }
   if (!result.ok) {
     std::cerr << "run stopped: " << result.message << "\ncontinue with: crucible run --resume " << result.dir.string()
               << "\n";
@@ -62,6 +76,8 @@ Run add_run_command(CLI::App& app) {
   cmd->add_option("--out", args->out, "Run directory (default: <run_root>/<name>-<UTC time>)");
   cmd->add_option("--resume", args->resume, "Continue the run in this directory: committed units are kept, the rest redone");
   cmd->add_flag("--quiet", args->quiet, "No progress lines");
+  cmd->add_option("--monitor", args->monitor, "Serve the live status page on 127.0.0.1:PORT (0: any free port)")
+      ->check(CLI::Range(0, 65535));
   return [cmd, args, &app]() { return cmd->parsed() ? run(*args, app) : -1; };
 }
 
