@@ -23,7 +23,9 @@ int main(int argc, char** argv) {
                                            crucible::cli::add_node_command(app),
                                            crucible::cli::add_cache_command(app),
                                            crucible::cli::add_serve_command(app),
-                                           crucible::cli::add_report_command(app)};
+                                           crucible::cli::add_report_command(app),
+                                           crucible::cli::add_runs_command(app),
+                                           crucible::cli::add_show_command(app)};
   CLI11_PARSE(app, argc, argv);
   crucible::log::Options log_options;
   log_options.console_level = *crucible::log::parse_level(log_level);

@@ -48,6 +48,15 @@ RunLock RunLock::take(const std::filesystem::path& dir) {
   return RunLock(fd);
 }
 
+bool RunLock::held(const std::filesystem::path& dir) {
+  const int fd = open((dir / "run.lock").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  // A shared probe: it fails only while someone holds the exclusive lock.
+  const bool busy = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  close(fd);  // releases the probe
+  return busy;
+}
+
 RunLock::RunLock(RunLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
 
 RunLock& RunLock::operator=(RunLock&& other) noexcept {

@@ -25,6 +25,9 @@ class RunLock {
   // Creates `dir` if needed and takes its lock, writing this process's pid into the lock file. Throws RunBusy when
   // another process holds it, RunError when the file cannot be made.
   static RunLock take(const std::filesystem::path& dir);
+  // Whether a live process holds the directory's lock (a run going on), without taking it for longer than a
+  // probe; false where there is no lock file.
+  static bool held(const std::filesystem::path& dir);
 
   RunLock(RunLock&& other) noexcept;
   RunLock& operator=(RunLock&& other) noexcept;

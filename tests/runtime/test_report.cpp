@@ -132,6 +132,26 @@ group_size = 4
   for (std::size_t at = csv.find("\nsteps,"); at != std::string::npos; at = csv.find("\nsteps,", at + 1)) ++step_rows;
   CHECK(step_rows == 3);
   CHECK(csv.rfind("table,run,step,seeds,samples,reward_mean", 0) == 0);
+
+  // `crucible runs` lists it; `crucible show` prints one candidate, asking for the seed where ids repeat.
+  auto listed = test::crucible_cli({"runs", scratch.path().string()}, "/tmp/unused-cache", 60);
+  INFO(listed.output);
+  REQUIRE(listed.exit_code == 0);
+  CHECK(listed.output.find("grpo") != std::string::npos);
+  CHECK(listed.output.find("finished") != std::string::npos);
+  CHECK(listed.output.find("tasks correct") != std::string::npos);
+  const auto first = run::read_jsonl(dir / "seed-2" / "candidates.jsonl").front();
+  const std::string id = std::to_string(first["candidate_id"].get<uint64_t>());
+  auto shown = test::crucible_cli({"show", dir.string(), id}, "/tmp/unused-cache", 60);
+  CHECK(shown.exit_code == 2);
+  CHECK(shown.output.find("--seed") != std::string::npos);
+  shown = test::crucible_cli({"show", dir.string(), id, "--seed", "2"}, "/tmp/unused-cache", 60);
+  INFO(shown.output);
+  REQUIRE(shown.exit_code == 0);
+  CHECK(shown.output.find("status:    " + first["status"].get<std::string>()) != std::string::npos);
+  CHECK(shown.output.find("crucible_forward") != std::string::npos);
+  CHECK(shown.output.find(first["source_file"].get<std::string>()) != std::string::npos);
+  CHECK(test::crucible_cli({"show", dir.string(), "987654321"}, "/tmp/unused-cache", 60).exit_code == 2);
 }
 
 TEST_CASE("crucible report: best_of_n against ttt, fast_p with intervals, per-task speedups and a budget warning") {

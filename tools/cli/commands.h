@@ -19,5 +19,7 @@ Run add_node_command(CLI::App& app);
 Run add_cache_command(CLI::App& app);
 Run add_serve_command(CLI::App& app);
 Run add_report_command(CLI::App& app);
+Run add_runs_command(CLI::App& app);
+Run add_show_command(CLI::App& app);
 
 }  // namespace crucible::cli
