@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <map>
 #include <set>
 #include <variant>
@@ -44,7 +45,7 @@ struct CoordinatorState {
   core::EvaluatorId next_id = 1;
   caf::typed_response_promise<msg::RunOutcome> outcome;
   bool started = false, finished = false;
-  double start_time = 0;
+  double start_time = 0, last_progress_print = 0;
   std::size_t candidates_done = 0;
   uint64_t policy_version = 0;
   log::Logger log{"coordinator"};
@@ -135,12 +136,41 @@ msg::VerdictReport parse_error_verdict(const msg::Candidate& c, double at) {
   return report;
 }
 
+// How far the oldest unit in flight has got, between its commits' progress lines: candidates with a verdict of
+// those generated so far, by status.
+void print_unit_progress(Self self) {
+  auto& st = self->state;
+  const double now = wall_now();
+  if (!st.setup.progress_lines || now - st.last_progress_print < st.setup.progress_interval_s) return;
+  for (std::size_t u = 0; u < st.pipeline->size(); ++u) {
+    const auto phase = st.pipeline->phase(u);
+    if (phase != core::Phase::generating && phase != core::Phase::running) continue;
+    std::map<eval::Status, int> by_status;
+    std::size_t judged = 0, total = 0;
+    for (uint64_t id : st.pipeline->candidates(u)) {
+      ++total;
+      auto t = st.candidates.find(id);
+      if (t == st.candidates.end() || !t->second.verdict) continue;
+      ++judged;
+      ++by_status[t->second.verdict->verdict.status];
+    }
+    std::string counts;
+    for (const auto& [status, n] : by_status) counts += " " + std::string(eval::status_name(status)) + " " + std::to_string(n);
+    std::cout << "[" << st.setup.mode << " seed " << st.setup.seed << "] " << st.pipeline->plan(u).name << " in progress: "
+              << judged << "/" << total << " evaluated |" << counts << std::endl;
+    st.last_progress_print = now;
+    return;
+  }
+}
+
 void record_verdict(Self self, msg::VerdictReport verdict) {
   auto& st = self->state;
   auto trace = st.candidates.find(verdict.candidate_id);
   if (trace == st.candidates.end() || st.pipeline->judged_already(verdict.candidate_id)) return;
   trace->second.verdict = std::move(verdict);
-  decide(self, st.pipeline->judged(trace->first));
+  const auto decisions = st.pipeline->judged(trace->first);
+  print_unit_progress(self);
+  decide(self, decisions);
 }
 
 void on_generated(Self self, std::size_t unit, uint64_t group, msg::Generated& generated) {
@@ -351,9 +381,13 @@ void commit(Self self, std::size_t unit) {
   const auto ids = st.pipeline->candidates(unit);
   for (uint64_t id : ids) self->send(st.setup.telemetry, st.candidates.at(id));
   st.candidates_done += ids.size();
+  st.last_progress_print = wall_now();  // the commit's own progress line follows
   if (st.setup.live) st.setup.live->update([&](monitor::LiveSnapshot& s) { s.candidates_done += ids.size(); });
-  msg::Progress progress{st.setup.mode, st.pipeline->committed_count() + 1, st.pipeline->size(),
-                         wall_now() - st.start_time, st.candidates_done};
+  msg::Progress progress{st.setup.mode,         st.pipeline->committed_count() + 1,
+                         st.pipeline->size(),    wall_now() - st.start_time,
+                         st.candidates_done,     st.pipeline->committed_before(),
+                         st.setup.seed,          st.setup.seed_index,
+                         std::max<std::size_t>(1, st.setup.seeds)};
   self->request(st.setup.telemetry, caf::infinite,
                 msg::CommitUnit{u, st.setup.source_extension, st.snapshots[unit], std::move(progress)})
       .then(
@@ -497,7 +531,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
           s.outcome = self->make_response_promise<msg::RunOutcome>();
           if (!s.started) {
             s.started = true;
-            s.start_time = wall_now();
+            s.start_time = s.last_progress_print = wall_now();
             s.log.info("run of ", s.pipeline->size(), " units (", s.pipeline->committed_before(), " already committed)");
             decide(self, s.pipeline->start());
           }

@@ -30,6 +30,12 @@ struct CoordinatorSetup {
   std::optional<policy::TeacherFeedback> teacher_feedback;
   // The monitor's view of the run, updated after every decision; none without [monitor].
   std::shared_ptr<monitor::LiveStatus> live;
+  // Progress lines: which seed this is (for the ETA over all seeds), and whether to print how far the oldest
+  // unit in flight has got (at most every progress_interval_s, from its verdicts).
+  uint64_t seed = 0;
+  std::size_t seed_index = 0, seeds = 1;
+  bool progress_lines = false;
+  double progress_interval_s = 5.0;
   generator_actor generator;
   normalizer_actor normalizer;
   optimizer_actor optimizer;

@@ -1,5 +1,7 @@
 #include "actors/unit_records.h"
 
+#include "monitor/live_status.h"
+
 #include <nlohmann/json.hpp>
 
 #include "crucible/eval/verdict_json.h"
@@ -189,13 +191,14 @@ std::string unit_metrics_json(const msg::UnitRecord& unit, const std::vector<con
 
 std::string progress_line(const msg::Progress& p, const msg::UnitRecord& unit, const run::StepMetrics& m) {
   char buf[256];
-  const double done = static_cast<double>(p.units_done);
-  const double eta = p.units_done ? p.elapsed_s / done * static_cast<double>(p.units_total - p.units_done) : 0.0;
-  std::snprintf(buf, sizeof buf, "[%s] %-22s %3llu/%llu | reward mean %.3f max %.3f | correct %3.0f%% fast_1 %3.0f%% | %.1f cand/s | %s elapsed, ETA %s",
-                p.mode.c_str(), unit.name.c_str(), static_cast<unsigned long long>(p.units_done),
+  const auto eta = monitor::remaining_seconds(p.elapsed_s, p.units_done - p.units_done_before,
+                                              p.units_total - p.units_done, p.seeds - p.seed_index - 1, p.units_total);
+  std::snprintf(buf, sizeof buf, "[%s seed %llu] %-22s %3llu/%llu | reward mean %.3f max %.3f | correct %3.0f%% fast_1 %3.0f%% | %.1f cand/s | %s elapsed, ETA %s",
+                p.mode.c_str(), static_cast<unsigned long long>(p.seed), unit.name.c_str(),
+                static_cast<unsigned long long>(p.units_done),
                 static_cast<unsigned long long>(p.units_total), m.reward_mean, m.reward_max, 100 * m.correct,
                 100 * m.fast_1, p.elapsed_s > 0 ? static_cast<double>(p.candidates_done) / p.elapsed_s : 0.0,
-                clock_text(p.elapsed_s).c_str(), clock_text(eta).c_str());
+                clock_text(p.elapsed_s).c_str(), eta ? clock_text(*eta).c_str() : "unknown");
   return buf;
 }
 

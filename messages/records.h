@@ -63,12 +63,14 @@ struct Progress {
   uint64_t units_done = 0, units_total = 0;
   double elapsed_s = 0;
   uint64_t candidates_done = 0;
+  uint64_t units_done_before = 0;  // committed before this process started (a resume): not part of its pace
+  uint64_t seed = 0, seed_index = 0, seeds = 1;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Progress& x) {
   return f(caf::meta::type_name("crucible.Progress"), x.mode, x.units_done, x.units_total, x.elapsed_s,
-           x.candidates_done);
+           x.candidates_done, x.units_done_before, x.seed, x.seed_index, x.seeds);
 }
 
 // A unit is done: telemetry writes its candidates' records (sent before it) and metrics, stores the policy after it,

@@ -4,10 +4,13 @@
 
 #include "cli/commands.h"
 #include "logging/log.h"
+#include "run/run_metadata.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Crucible: execution-grounded evaluation and RL for GPU kernels"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "crucible " + crucible::run::crucible_version() + " (commit " +
+                                        crucible::run::build_commit() + ")");
   std::string log_level = "warn", log_file;
   app.add_option("--log-level", log_level, "Console log level (trace, debug, info, warn, error, off)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))

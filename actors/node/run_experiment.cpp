@@ -27,6 +27,7 @@
 #include "modes/run_summary.h"
 #include "actors/node/eval_settings.h"
 #include "modes/unit_plan.h"
+#include "run/run_metadata.h"
 #include "monitor/monitor_server.h"
 #include "actors/node/actor_system_config.h"
 #include "policy/kernel_templates.h"
@@ -159,6 +160,10 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
   setup.units = units;
   if (e.search.kind == experiment::SearchKind::puct) setup.puct = search::PuctOptions{e.search.c};
   setup.live = request.live;
+  setup.seed = seed;
+  setup.seed_index = static_cast<std::size_t>(std::find(e.seeds.begin(), e.seeds.end(), seed) - e.seeds.begin());
+  setup.seeds = e.seeds.size();
+  setup.progress_lines = !request.quiet;
   if (e.policy.kind == experiment::PolicyKind::libtorch && e.policy.lm.loss == experiment::Loss::sdpo)
     setup.teacher_feedback = e.policy.lm.sdpo_feedback;
   setup.committed = committed;
@@ -314,6 +319,7 @@ RunResult run_experiment(const RunRequest& request) {
   const auto tasks = check_runnable(e);
   const auto lock = request.lock ? request.lock : lock_run_directory(request);
   if (!request.resume) std::ofstream(request.dir / "experiment.toml") << e.text;
+  run::record_start(request.dir, request.resume);
   log::Options log_options;
   log_options.console_level = request.console_level;
   log_options.directory = (request.dir / "logs").string();

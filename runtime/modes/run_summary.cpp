@@ -141,6 +141,8 @@ std::string write_run_summary(const std::filesystem::path& dir, const experiment
     auto nodes = summarise_nodes(dir / ("seed-" + std::to_string(seed)), units, text);
     if (!nodes.empty()) summary["seeds"][std::to_string(seed)]["nodes"] = nodes;
   }
+  // Each start of the run (the first and every resume): commit, machine, GPUs, load average.
+  summary["starts"] = run::read_jsonl(dir / "starts.jsonl", /*skip_malformed=*/true);
   std::ofstream(dir / "summary.json") << summary.dump(2) << "\n";
   return text.str();
 }

@@ -27,8 +27,11 @@ struct LiveSnapshot {
   bool finished = false;
 };
 
-// Seconds left over every seed: this seed's remaining units at its own pace so far, plus the seeds after it at
-// that pace; none before a unit of this process has committed.
+// Seconds left over every seed: this seed's remaining units at the pace this process has kept so far (units
+// committed before a resume do not count towards the pace), plus the seeds after it at that pace; none before a
+// unit of this process has committed.
+std::optional<double> remaining_seconds(double elapsed, std::size_t done_here, std::size_t left_this_seed,
+                                        std::size_t seeds_after, std::size_t units_per_seed);
 std::optional<double> eta_seconds(const LiveSnapshot& s, double now);
 
 class LiveStatus {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cli_support.h"
+#include "process_support.h"
 #include "run/jsonl.h"
 #include "support.h"
 
@@ -448,6 +449,63 @@ TEST_CASE("kill -9 mid-run, then --resume: every step exactly once") {
   check_each_candidate_once(dir, 6, 2 * 4);
   // The policy went on from the last committed snapshot: versions keep counting.
   CHECK(steps.back()["policy_version"] == 6);
+}
+
+TEST_CASE("Ctrl-C says how to resume; the resumed run's progress lines carry the seed and an ETA at its own pace") {
+  test::ScratchDir scratch("run-interrupt");
+  const fs::path file = scratch.path() / "experiment.toml", dir = scratch.path() / "run";
+  test::write_file(file, six_steps_of_two_tasks("interrupted"));
+  {
+    test::Child run({"/usr/bin/env", "CRUCIBLE_CACHE_DIR=" + (scratch.path() / "cache").string(), CRUCIBLE_CLI_PATH,
+                     "run", file.string(), "--out", dir.string()},
+                    scratch.path() / "first.out");
+    REQUIRE(test::eventually([&] { return read_jsonl(dir / "seed-1" / "journal.jsonl", true).size() >= 2; },
+                             std::chrono::seconds(300)));
+    run.signal(SIGINT);
+    const auto code = run.wait_for(std::chrono::seconds(30));
+    INFO(run.output());
+    CHECK(code == 128 + SIGINT);
+    CHECK(run.output().find("continue with: crucible run --resume " + dir.string()) != std::string::npos);
+    CHECK(run.output().find("[grpo seed 1] step=0") != std::string::npos);
+  }
+  auto resumed = crucible_cli({"run", "--resume", dir.string()}, scratch.path() / "cache");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  check_each_candidate_once(dir, 6, 8);
+  // The first line after the resume estimates from this process's pace: not zero, as it would be if the units
+  // committed before counted as done in no time.
+  const auto first_line = resumed.output.find("[grpo seed 1]");
+  REQUIRE(first_line != std::string::npos);
+  const auto eta = resumed.output.find("ETA ", first_line);
+  REQUIRE(eta != std::string::npos);
+  CHECK(resumed.output.compare(eta, 9, "ETA 0m00s") != 0);
+  // Each start is in the summary: commit, machine, load.
+  const auto summary = json::parse(test::read_file(dir / "summary.json"));
+  REQUIRE(summary["starts"].size() == 2);
+  CHECK(summary["starts"][0]["resumed"] == false);
+  CHECK(summary["starts"][1]["resumed"] == true);
+  for (const auto& start : summary["starts"]) {
+    CHECK(start["commit"].is_string());
+    CHECK(!start["cpu"].get<std::string>().empty());
+    CHECK(start["load_average"].size() == 3);
+    CHECK(start["gpus"].is_array());
+  }
+}
+
+TEST_CASE("a long step prints its progress between commits: candidates evaluated of generated, by status") {
+  test::ScratchDir scratch("run-in-step");
+  const fs::path file = scratch.path() / "experiment.toml";
+  // One step of 160 candidates: longer than the 5 s between progress lines.
+  test::write_file(file, "[experiment]\nname = \"long_step\"\n[tasks]\nnames = [\"relu\", \"softmax\", \"gelu\", "
+                         "\"matmul\"]\n[grpo]\nsteps = 1\nbatch_size = 4\ngroup_size = 40\n" + kFastEval);
+  auto r = crucible_cli({"run", file.string(), "--out", (scratch.path() / "run").string()}, scratch.path() / "cache");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto at = r.output.find("[grpo seed 1] step=0 in progress: ");
+  REQUIRE(at != std::string::npos);
+  const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+  CHECK(line.find("/160 evaluated | ") != std::string::npos);
+  CHECK(line.find("correct ") != std::string::npos);
 }
 
 TEST_CASE("a run directory is held by one process: a second resume or run is refused, naming the holder") {

@@ -25,6 +25,14 @@ TEST_CASE("crucible eval --json prints one verdict and exits 0 whatever the verd
   CHECK(bad.output.find("\"status\": \"runtime_error\"") != std::string::npos);
 }
 
+TEST_CASE("crucible --version names the version and the commit") {
+  test::ScratchDir dir("cli-version");
+  auto v = crucible_cli({"--version"}, dir.path().string());
+  CHECK(v.exit_code == 0);
+  CHECK(v.output.rfind("crucible 0.", 0) == 0);
+  CHECK(v.output.find("(commit ") != std::string::npos);
+}
+
 TEST_CASE("crucible reports bad input as a classified error with a non-zero exit") {
   test::ScratchDir dir("cli-bad");
   auto task = dir.path() / "broken.toml";

@@ -1,4 +1,7 @@
 // crucible run [EXPERIMENT.toml] [--out DIR] | --resume DIR: the main job, on the embedded quickstart by default.
+#include <signal.h>
+#include <unistd.h>
+
 #include <iostream>
 #include <optional>
 #include <memory>
@@ -18,6 +21,21 @@ struct RunArgs {
   bool quiet = false;
   std::optional<int> monitor;  // a loopback port for the live page (0: any free port)
 };
+
+// Ctrl-C (or a TERM) ends the run at once; committed units are durable, so the message says how to go on. The text
+// is made now: a signal handler may only write(2) and _exit(2).
+void say_how_to_resume_on_interrupt(const std::filesystem::path& dir) {
+  static std::string message;
+  message = "\ninterrupted: committed units are kept; continue with: crucible run --resume " + dir.string() + "\n";
+  struct sigaction action {};
+  action.sa_handler = [](int signal) {
+    [[maybe_unused]] auto written = ::write(STDERR_FILENO, message.data(), message.size());
+    _exit(128 + signal);
+  };
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
 
 int run(const RunArgs& a, CLI::App& app) {
   node::RunRequest request;
@@ -51,6 +69,7 @@ int run(const RunArgs& a, CLI::App& app) {
     return 2;
   }
   std::cout << "run directory: " << request.dir.string() << "\n" << std::flush;
+  say_how_to_resume_on_interrupt(request.dir);
   node::RunResult result;
   try {
     result = node::run_experiment(request);
