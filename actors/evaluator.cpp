@@ -54,8 +54,11 @@ void evaluator(caf::blocking_actor* self, coordinator_actor coordinator, std::sh
             },
             [&](caf::error& e) {
               if (e == caf::sec::request_timeout) return;  // pull again, or stop
-              setup->end_reason = self->system().render(e);
               setup->end_code = msg::cluster_code(e);
+              // The two ways a run ends normally, said as such; anything else as CAF renders it.
+              setup->end_reason = setup->end_code == msg::cluster_error::run_over ? "the run is over"
+                                  : e == caf::sec::request_receiver_down     ? "the coordinator has stopped"
+                                                                              : self->system().render(e);
               running = false;
             });
   }

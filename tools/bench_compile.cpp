@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_usage.h"
 #include "bench/relu_variants.h"
 #include "crucible/eval/compiler.h"
 #include "crucible/eval/evaluator.h"
@@ -39,6 +40,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::exit_on_help(argc, argv, "usage: bench_compile [--backend cpu|cuda] [--count N] [--jobs J] [--arch sm_90]");
   std::string backend = "cuda", arch = "sm_90";
   int count = 16, jobs = 1;
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_usage.h"
 #include "crucible/eval/evaluator.h"
 #include "tasks/task_loader.h"
 
@@ -30,6 +31,7 @@ double ms(double s) { return 1e3 * s; }
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::exit_on_help(argc, argv, "usage: bench_eval [--mode fast|full] [--repeats N] [--device cpu|cuda:N] [--sizes cpu|cuda]");
   eval::EvalOptions options;
   int repeats = 3;
   for (int i = 1; i < argc; ++i) {
@@ -38,6 +40,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--device") && i + 1 < argc) options.device = argv[++i];
     else if (!std::strcmp(argv[i], "--sizes") && i + 1 < argc) options.sizes = argv[++i];
   }
+  bench::exit_unless_device_usable(options.device);
   const bool gpu = options.device != "cpu";
   fs::path tasks_dir = tasks::default_tasks_dir();
   fs::path candidates = tasks_dir.parent_path() / "candidates" / (gpu ? "cuda" : "cpu");

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <vector>
 
+#include "bench/bench_usage.h"
 #include "crucible/eval/evaluator.h"
 #include "tasks/task_loader.h"
 
@@ -22,6 +23,7 @@ namespace fs = std::filesystem;
 using namespace crucible;
 
 int main(int argc, char** argv) {
+  bench::exit_on_help(argc, argv, "usage: bench_repeatability [--device cuda:0] [--task relu] [--candidate FILE] [--sizes cuda] [--times 10] [--verified N]");
   std::string device = "cuda:0", task_name = "relu", candidate, sizes;
   int times = 10, verified = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -32,6 +34,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--times")) times = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--verified")) verified = std::atoi(argv[i + 1]);
   }
+  bench::exit_unless_device_usable(device);
   const fs::path tasks_dir = tasks::default_tasks_dir();
   if (candidate.empty())
     candidate = (tasks_dir.parent_path() / "candidates" / (device == "cpu" ? "cpu" : "cuda") /

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -113,9 +114,21 @@ void report(const fs::path& seed_dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::printf("usage: bench_stages RUN_DIR...  (how busy each stage of a finished run was)\n");
+      return 0;
+    }
   if (argc < 2) {
     std::fprintf(stderr, "usage: bench_stages RUN_DIR...\n");
     return 2;
+  }
+  for (int i = 1; i < argc; ++i) {
+    std::error_code ec;
+    if (!fs::is_directory(argv[i], ec)) {
+      std::fprintf(stderr, "bench_stages: %s is not a run directory\n", argv[i]);
+      return 2;
+    }
   }
   for (int i = 1; i < argc; ++i)
     for (const auto& entry : fs::directory_iterator(argv[i]))

@@ -19,6 +19,7 @@
 
 #include <unistd.h>
 
+#include "bench/bench_usage.h"
 #include "bench/relu_variants.h"
 #include "crucible/eval/evaluator.h"
 #include "tasks/task_loader.h"
@@ -28,6 +29,7 @@ using namespace crucible;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
+  bench::exit_on_help(argc, argv, "usage: bench_sweep [--device cuda:0] [--sizes cpu|cuda] [--count 64] [--jobs N] [--emit DIR] [--task relu] [--tasks-dir DIR]");
   std::string device = "cuda:0", sizes = "cpu", emit, task_name = "relu", tasks_dir;
   // Two cores stay free for the evaluator and its worker (compiles also run at lower priority).
   int count = 64, jobs = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 2);
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--task")) task_name = argv[i + 1];
     else if (!std::strcmp(argv[i], "--tasks-dir")) tasks_dir = argv[i + 1];
   }
+  bench::exit_unless_device_usable(device);
   if (!emit.empty()) {
     fs::create_directories(emit);
     for (int i = 0; i < count; ++i) std::ofstream(fs::path(emit) / ("variant_" + std::to_string(i) + ".cu")) << bench::relu_variant(i);

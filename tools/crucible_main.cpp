@@ -29,7 +29,28 @@ int main(int argc, char** argv) {
                                            crucible::cli::add_report_command(app),
                                            crucible::cli::add_runs_command(app),
                                            crucible::cli::add_show_command(app)};
-  CLI11_PARSE(app, argc, argv);
+  // Usage errors (an unknown or missing subcommand, a missing option, a value out of range) are bad input: exit 2,
+  // as every command's own checks; --help and --version exit 0.
+  std::string names;
+  bool known = false;
+  for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    known = known || (argc > 1 && sub->get_name() == argv[1]);
+  }
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::cerr << "error: unknown command '" << argv[1] << "' (commands: " << names << ")\n";
+    return 2;
+  }
+  if (argc == 1) {
+    std::cerr << "error: give a command (" << names << "); crucible --help says more\n";
+    return 2;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
   crucible::log::Options log_options;
   log_options.console_level = *crucible::log::parse_level(log_level);
   log_options.file = log_file;

@@ -177,6 +177,7 @@ NodeResult run_evaluator_node(const NodeRequest& r) {
   auto backoff = std::chrono::milliseconds(250);
   std::string last_error;
   bool last_run = false;  // of the last session: whether its coordinator node runs no further seed
+  auto next_said = Clock::now();
   auto wait = [&] {
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
@@ -187,7 +188,14 @@ NodeResult run_evaluator_node(const NodeRequest& r) {
     auto gateway = node::connect<gateway_actor>(system, r.host, r.port, r.tls.enabled());
     if (!gateway) {
       last_error = system.render(gateway.error());
-      log.debug("no coordinator at ", where, ": ", last_error, "; again in ", backoff.count(), " ms");
+      // On the console (warn) at the first failure and every 15 s: a node waiting for its coordinator is not silent.
+      if (Clock::now() >= next_said) {
+        const auto left = std::chrono::duration_cast<std::chrono::seconds>(give_up_at - Clock::now()).count();
+        log.warn("no coordinator at ", where, " yet (", last_error, "); trying again for ", left, " s more");
+        next_said = Clock::now() + std::chrono::seconds(15);
+      } else {
+        log.debug("no coordinator at ", where, ": ", last_error, "; again in ", backoff.count(), " ms");
+      }
       wait();
       continue;
     }

@@ -8,14 +8,15 @@ namespace {
 
 void check_task_outputs(const StageContext& ctx, const std::vector<torch::Tensor>& refs) {
   const auto& task = ctx.task;
+  const std::string where = "task '" + task.name + "' (" + task.source_path + ")";
   if (refs.size() != ctx.output_shapes.size())
-    throw TaskError("task '" + task.name + "': reference returns " + std::to_string(refs.size()) +
-                    " outputs but the task declares " + std::to_string(ctx.output_shapes.size()));
+    throw TaskError(where + ": the reference returns " + std::to_string(refs.size()) + " outputs but the task declares " +
+                    std::to_string(ctx.output_shapes.size()));
   for (std::size_t i = 0; i < refs.size(); ++i)
     if (refs[i].sizes().vec() != ctx.output_shapes[i].shape ||
         refs[i].scalar_type() != to_torch(ctx.output_shapes[i].dtype))
-      throw TaskError("task '" + task.name + "': reference output " + task.outputs[i].name +
-                      " does not match its declared shape and dtype");
+      throw TaskError(where + ": the reference's output " + task.outputs[i].name + " is " + tensor_text(refs[i]) + ", but the task declares " + shape_text(ctx.output_shapes[i].shape) + " " +
+                      std::string(dtype_name(ctx.output_shapes[i].dtype)) + " (its [[outputs]] shape and dtype)");
 }
 
 // The constant-output hack: if zeros would pass, the check proves nothing.

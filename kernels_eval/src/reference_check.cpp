@@ -91,7 +91,9 @@ ReferenceCheck check_reference_once(const TaskSpec& task, const Device& device) 
       for (std::size_t k = 0; k < outputs.size(); ++k)
         if (outputs[k].sizes().vec() != resolve_shape(task.outputs[k], sizes->second) ||
             outputs[k].scalar_type() != to_torch(task.outputs[k].dtype)) {
-          check.detail = "output " + task.outputs[k].name + " does not have its declared shape and dtype";
+          check.detail = "output " + task.outputs[k].name + " is " + tensor_text(outputs[k]) + ", but " +
+                         task.source_path + " declares " + shape_text(resolve_shape(task.outputs[k], sizes->second)) +
+                         " " + std::string(dtype_name(task.outputs[k].dtype));
           return check;
         }
     }

@@ -509,4 +509,18 @@ double max_abs(const torch::Tensor& t) {
   return c.abs().max().to(torch::kFloat64).item<double>();
 }
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+std::string tensor_text(const torch::Tensor& t) {
+  std::string dtype = c10::toString(t.scalar_type());  // torch's name for a type the contract does not have
+  for (auto d : {DType::float32, DType::float16, DType::bfloat16, DType::float64, DType::int32, DType::int64,
+                 DType::boolean})
+    if (to_torch(d) == t.scalar_type()) dtype = dtype_name(d);
+  return shape_text(t.sizes().vec()) + " " + dtype;
+}
+
 }  // namespace crucible::eval

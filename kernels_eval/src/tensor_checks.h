@@ -14,6 +14,9 @@
 namespace crucible::eval {
 
 torch::ScalarType to_torch(DType t);
+// A tensor's description for messages, in the task files' terms: "[4, 8] float32".
+std::string shape_text(const std::vector<int64_t>& shape);
+std::string tensor_text(const torch::Tensor& t);
 
 // Where a layout's offsets point: the shared host arena, or device memory on a CUDA device.
 struct ArenaRef {

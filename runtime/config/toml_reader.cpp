@@ -1,5 +1,8 @@
 #include "config/toml_reader.h"
 
+#include <algorithm>
+#include <vector>
+
 #include <sstream>
 
 namespace crucible::config {
@@ -184,11 +187,36 @@ std::vector<std::string> TableReader::keys() const {
   return out;
 }
 
+namespace {
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
 void TableReader::finish() const {
   for (const auto& [k, v] : *table_) {
     std::string key(k.str());
-    if (!used_.count(key))
-      throw ConfigError(file_, static_cast<int64_t>(v.source().begin.line), path(key), "unknown key");
+    if (used_.count(key)) continue;
+    // The keys this table was asked for are the ones it knows: the nearest one is the likely intended key.
+    std::string nearest;
+    std::size_t best = std::max<std::size_t>(2, key.size() / 3) + 1;
+    for (const auto& known : used_)
+      if (const auto d = edit_distance(key, known); d < best) best = d, nearest = known;
+    throw ConfigError(file_, static_cast<int64_t>(v.source().begin.line), path(key),
+                      nearest.empty() ? "unknown key" : "unknown key (did you mean '" + nearest + "'?)");
   }
 }
 

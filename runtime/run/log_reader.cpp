@@ -159,4 +159,20 @@ std::vector<LogEntry> read_logs(const fs::path& log_dir, const LogFilter& filter
   return LogFollower(log_dir, filter).poll(/*final=*/true);
 }
 
+bool SeedWindow::accepts(const LogEntry& entry) {
+  // The node's line at each seed's start reads "... [node] seed N: U units, C committed before".
+  if (entry.actor == "node" && entry.node == "local") {
+    const auto at = entry.text.find("[node] seed ");
+    if (at != std::string::npos) {
+      try {
+        std::size_t used = 0;
+        const auto n = std::stoull(entry.text.substr(at + 12), &used);
+        if (entry.text.compare(at + 12 + used, 1, ":") == 0) current_ = n;
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  return current_ == seed_;
+}
+
 }  // namespace crucible::run

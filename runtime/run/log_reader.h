@@ -40,6 +40,18 @@ struct LogFilter {
   bool accepts(const LogEntry& entry) const;
 };
 
+// One seed's lines of a run whose seeds all log into one logs/ directory: from the coordinator node's
+// "seed N: ..." line to the next seed's. Feed it entries in time order.
+class SeedWindow {
+ public:
+  explicit SeedWindow(uint64_t seed) : seed_(seed) {}
+  bool accepts(const LogEntry& entry);
+
+ private:
+  uint64_t seed_;
+  std::optional<uint64_t> current_;
+};
+
 // Stable: entries with the same time keep their order.
 void sort_by_time(std::vector<LogEntry>& entries);
 

@@ -20,7 +20,6 @@ constexpr const char* kSteps = "steps.jsonl";
 constexpr const char* kJournal = "journal.jsonl";
 constexpr const char* kSources = "sources";
 constexpr const char* kPolicy = "policy";
-constexpr const char* kLogs = "logs";
 
 fs::path policy_file(const fs::path& dir, std::size_t index) {
   return dir / kPolicy / (std::to_string(index) + ".json");
@@ -106,7 +105,7 @@ RunDirectory RunDirectory::create(const fs::path& dir, const std::string& experi
   std::error_code ec;
   if (fs::exists(dir, ec) && (!fs::is_directory(dir, ec) || !fs::is_empty(dir, ec)))
     throw RunError("cannot start a run in " + dir.string() + ": it exists and is not an empty directory");
-  for (const auto* sub : {kSources, kPolicy, kLogs}) {
+  for (const auto* sub : {kSources, kPolicy}) {
     fs::create_directories(dir / sub, ec);
     if (ec) throw RunError("cannot create " + (dir / sub).string() + ": " + ec.message());
   }
@@ -137,7 +136,7 @@ RunDirectory RunDirectory::resume(const fs::path& dir) {
     replace_file(path, fs::exists(path) ? committed_lines_only(read_whole_file(path), committed) : std::string());
   }
   remove_debris(dir, journal.commits.size());
-  for (const auto* sub : {kSources, kPolicy, kLogs}) fs::create_directories(dir / sub);
+  for (const auto* sub : {kSources, kPolicy}) fs::create_directories(dir / sub);
 
   auto state = std::make_unique<State>(dir);
   for (const auto& c : journal.commits) {
@@ -150,7 +149,6 @@ RunDirectory RunDirectory::resume(const fs::path& dir) {
 
 const fs::path& RunDirectory::dir() const { return state_->dir; }
 
-fs::path RunDirectory::log_dir() const { return state_->dir / kLogs; }
 
 std::string RunDirectory::experiment_text() const { return read_whole_file(state_->dir / kExperiment); }
 

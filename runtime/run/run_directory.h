@@ -34,7 +34,6 @@ class RunDirectory {
   ~RunDirectory();
 
   const std::filesystem::path& dir() const;
-  std::filesystem::path log_dir() const;  // dir/logs
   std::string experiment_text() const;
   // Unit names in commit order. Not synchronised with a concurrent commit().
   const std::vector<std::string>& committed() const;

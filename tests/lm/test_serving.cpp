@@ -307,7 +307,7 @@ std::vector<json> run_candidates(const test::ScratchDir& scratch, const std::str
 
 }  // namespace
 
-TEST_CASE("LLM-as-judge: a judge's score adds to the reward with its weight; a dead or rambling judge is recorded, never fatal") {
+TEST_CASE("LLM-as-judge: a judge's score adds to the reward with its weight, a dead or rambling judge is recorded, never fatal") {
   SUBCASE("a judge that answers") {
     FixedReplyServer judge(R"(Looks reasonable. {"score": 0.75, "reason": "straightforward loop"})");
     test::ScratchDir scratch("judge-ok");

@@ -113,7 +113,7 @@ TEST_CASE("work queue: a group offered while evaluators wait still goes to the n
   CHECK(show(q.offer(2, {{5, 111}, {6, 222}})) == "assign c5->e70 assign c6->e80");
 }
 
-TEST_CASE("work queue: a node lost while holding work gives it back; its late verdict is discarded") {
+TEST_CASE("work queue: a node lost while holding work gives it back, its late verdict is discarded") {
   WorkQueue q;
   q.join(5, "gpu-box");
   run_table(q, {
@@ -253,7 +253,7 @@ TEST_CASE("pipeline: staleness 1 samples step t+1 while step t trains, and train
   });
 }
 
-TEST_CASE("pipeline: a group is scored once, when its last verdict arrives; late and duplicate verdicts are ignored") {
+TEST_CASE("pipeline: a group is scored once, when its last verdict arrives, late and duplicate verdicts are ignored") {
   UnitPipeline p(grpo(1, 0, 2), {});
   CHECK(show(p.start()) == "generate 0");
   CHECK(show(p.generated(0, 0, {1, 2})) == "");

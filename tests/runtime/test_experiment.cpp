@@ -68,6 +68,7 @@ TEST_CASE("malformed experiments fail with file, line and key") {
   CHECK(e.line() == 9);
 
   e = failure(kMinimal + "[grpo]\ngroup_sise = 4\n");  // a typo is an error, not a silent default
+  CHECK(std::string(e.what()).find("did you mean 'group_size'?") != std::string::npos);
   CHECK(e.key() == "grpo.group_sise");
   CHECK(std::string(e.what()).find("unknown key") != std::string::npos);
 

@@ -37,7 +37,7 @@ TEST_CASE("judge replies: the first JSON object with a numeric score in 0..1 cou
   }
 }
 
-TEST_CASE("judge schedule and prompt: groups below the correct share are judged; the prompt holds code and verdict") {
+TEST_CASE("judge schedule and prompt: groups below the correct share are judged, the prompt holds code and verdict") {
   CHECK(judge::judge_group(0.0, 1.0));
   CHECK(judge::judge_group(0.5, 1.0));
   CHECK_FALSE(judge::judge_group(1.0, 1.0));  // all correct: speedups speak for themselves

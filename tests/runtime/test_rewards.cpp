@@ -202,7 +202,7 @@ TEST_CASE("multi-turn: per-turn and discounted returns, TRLOO per turn, and each
   CHECK(dropped == std::vector<double>{0.0, 0.0, -2.0, 2.0});
 }
 
-TEST_CASE("profiling: kernel coverage adds to a correct sample's reward and rejects below the threshold; unmeasured, neither") {
+TEST_CASE("profiling: kernel coverage adds to a correct sample's reward and rejects below the threshold, unmeasured, neither") {
   rewards::RewardSpec spec;
   spec.coverage_weight = 0.5;
   spec.min_coverage = 0.6;

@@ -451,7 +451,7 @@ TEST_CASE("kill -9 mid-run, then --resume: every step exactly once") {
   CHECK(steps.back()["policy_version"] == 6);
 }
 
-TEST_CASE("Ctrl-C says how to resume; the resumed run's progress lines carry the seed and an ETA at its own pace") {
+TEST_CASE("Ctrl-C says how to resume, the resumed run's progress lines carry the seed and an ETA at its own pace") {
   test::ScratchDir scratch("run-interrupt");
   const fs::path file = scratch.path() / "experiment.toml", dir = scratch.path() / "run";
   test::write_file(file, six_steps_of_two_tasks("interrupted"));
@@ -686,7 +686,8 @@ names = ["relu", "gelu"]
 k = 8
 )" + kFastEval);
   const fs::path pairs = scratch.path() / "pairs.jsonl";
-  auto r = crucible_cli({"sft-data", run.dir.string(), "--out", pairs.string(), "--top", "2"}, scratch.path() / "cache");
+  auto r = crucible_cli({"sft-data", run.dir.string(), "--out", pairs.string(), "--top", "2", "--min-speedup", "0"},
+                        scratch.path() / "cache");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const auto lines = read_jsonl(pairs);
@@ -712,6 +713,14 @@ k = 8
   for (const auto& [task, s] : speedups) {
     CHECK(s.size() <= 2);
     CHECK(std::is_sorted(s.rbegin(), s.rend()));  // fastest first
+  }
+  // By default only kernels at least as fast as the reference are exported.
+  const fs::path fast = scratch.path() / "fast.jsonl";
+  auto default_export = crucible_cli({"sft-data", run.dir.string(), "--out", fast.string()}, scratch.path() / "cache");
+  if (default_export.exit_code == 0) {
+    for (const auto& l : read_jsonl(fast)) CHECK(l["speedup"].get<double>() >= 1.0);
+  } else {
+    CHECK(default_export.output.find("at that speedup") != std::string::npos);
   }
   // A speedup no kernel reaches leaves nothing to learn from: said, and not an empty file called success.
   auto none = crucible_cli({"sft-data", run.dir.string(), "--out", pairs.string(), "--min-speedup", "1e9"},

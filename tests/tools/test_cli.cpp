@@ -25,6 +25,43 @@ TEST_CASE("crucible eval --json prints one verdict and exits 0 whatever the verd
   CHECK(bad.output.find("\"status\": \"runtime_error\"") != std::string::npos);
 }
 
+TEST_CASE("bad input on any command exits 2 with a plain message, never a CLI11 code or an internal error") {
+  test::ScratchDir dir("cli-exit");
+  const std::string cache = dir.path().string();
+  const auto relu = (test::source_dir() / "configs/candidates/cpu/relu.cpp").string();
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  test::write_file(dir.path() / "kernel.cu", "__global__ void k() {}\n");
+  const std::vector<Case> cases = {
+      {{"eval", "--task", "relu", "--candidate", (dir.path() / "missing.cpp").string()}, "cannot read candidate"},
+      {{"eval", "--task", "relu", "--candidate", dir.path().string()}, "a directory"},
+      {{"eval", "--task", "relu", "--candidate", relu, "--timing-trials", "0"}, "--timing-trials"},
+      {{"eval", "--task", "relu", "--candidate", relu, "--correctness-trials", "-2"}, "--correctness-trials"},
+      {{"eval", "--task", "relu", "--candidate", relu, "--timeout", "0"}, "--timeout"},
+      {{"eval", "--task", "relu", "--candidate", (dir.path() / "kernel.cu").string()}, "--device cuda"},
+      {{"no-such-command"}, "no-such-command"},
+      {{}, "give a command"},
+      {{"tasks", "--tasks-dir", "/nonexistent", "list"}, "does not exist"},
+      {{"generate", "--model", "m", "--prompt", "x", "--temperature", "-1"}, "--temperature"},
+      {{"run", "--out", "/proc/crucible-cannot-write-here"}, "error"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.args.empty() ? std::string() : c.args.front() + (c.args.size() > 1 ? " " + c.args.back() : ""));
+    auto r = crucible_cli(c.args, cache);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find(c.says) != std::string::npos);
+    CHECK(r.output.find("internal error") == std::string::npos);
+  }
+  // --out naming a run that exists: bad input too, with the way to continue it.
+  auto first = crucible_cli({"run", "--out", (dir.path() / "run").string(), "--quiet"}, cache);
+  REQUIRE(first.exit_code == 0);
+  auto again = crucible_cli({"run", "--out", (dir.path() / "run").string(), "--quiet"}, cache);
+  CHECK(again.exit_code == 2);
+  CHECK(again.output.find("--resume") != std::string::npos);
+}
+
 TEST_CASE("crucible --version names the version and the commit") {
   test::ScratchDir dir("cli-version");
   auto v = crucible_cli({"--version"}, dir.path().string());
@@ -62,6 +99,23 @@ TEST_CASE("crucible tasks list and show, and --help everywhere") {
   }
 }
 
+TEST_CASE("crucible logs --seed keeps one seed's lines of a run whose seeds share logs/") {
+  test::ScratchDir run("cli-logs-seed");
+  test::write_file(run.path() / "logs" / "node.log",
+                   "2024-05-01T12:00:00.100 info  [node] seed 1: 2 units, 0 committed before\n"
+                   "2024-05-01T12:00:01.000 info  [node] seed 12: 2 units, 0 committed before\n");
+  test::write_file(run.path() / "logs" / "coordinator.log",
+                   "2024-05-01T12:00:00.500 info  [coordinator] first seed's unit\n"
+                   "2024-05-01T12:00:01.500 info  [coordinator] second seed's unit\n");
+  auto one = crucible_cli({"logs", run.path().string(), "--seed", "1"}, run.path().string());
+  CHECK(one.exit_code == 0);
+  CHECK(one.output.find("first seed's unit") != std::string::npos);
+  CHECK(one.output.find("second seed's unit") == std::string::npos);
+  auto twelve = crucible_cli({"logs", run.path().string(), "--seed", "12"}, run.path().string());
+  CHECK(twelve.output.find("second seed's unit") != std::string::npos);
+  CHECK(twelve.output.find("first seed's unit") == std::string::npos);
+}
+
 TEST_CASE("crucible logs merges actors' logs in time order and filters by actor and level") {
   test::ScratchDir run("cli-logs");
   test::write_file(run.path() / "logs" / "compiler.log",
@@ -72,7 +126,7 @@ TEST_CASE("crucible logs merges actors' logs in time order and filters by actor 
                    "2024-05-01T12:00:00.400 error [evaluator] worker crashed\n");
   auto cache = run.path().string();
 
-  auto all = crucible_cli({"logs", run.path().string()}, cache);
+  auto all = crucible_cli({"logs", run.path().string(), "--level", "trace"}, cache);
   CHECK(all.exit_code == 0);
   auto started = all.output.find("[evaluator] started");
   auto slow = all.output.find("[compiler] slow compile");
@@ -96,6 +150,21 @@ TEST_CASE("crucible logs merges actors' logs in time order and filters by actor 
   CHECK(both.output.find("slow compile") != std::string::npos);
   CHECK(both.output.find("compiling a") == std::string::npos);
   CHECK(both.output.find("[evaluator]") == std::string::npos);
+
+  // The default level is info: no debug lines.
+  auto plain = crucible_cli({"logs", run.path().string()}, cache);
+  CHECK(plain.output.find("compiling a") == std::string::npos);
+  CHECK(plain.output.find("[evaluator] started") != std::string::npos);
+  // An actor or node that does not exist is said, with the ones that do.
+  auto unknown = crucible_cli({"logs", run.path().string(), "--actor", "optimiser"}, cache);
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.output.find("actors: compiler, evaluator") != std::string::npos);
+  CHECK(crucible_cli({"logs", run.path().string(), "--node", "gpu-9"}, cache).output.find("nodes: local") !=
+        std::string::npos);
+  // --follow ends when no run holds the directory (here: none ever did).
+  auto followed = crucible_cli({"logs", run.path().string(), "--follow"}, cache);
+  CHECK(followed.exit_code == 0);
+  CHECK(followed.output.find("worker crashed") != std::string::npos);
 
   auto missing = crucible_cli({"logs", (run.path() / "no_such_run").string()}, cache);
   CHECK(missing.exit_code == 2);

@@ -65,9 +65,18 @@ int run_eval(const EvalArgs& a) {
   try {
     auto dir = a.tasks_dir.empty() ? tasks::default_tasks_dir() : std::filesystem::path(a.tasks_dir);
     eval::TaskSpec task = tasks::find_task(a.task, dir);
+    std::error_code ec;
     std::ifstream in(a.candidate, std::ios::binary);
-    if (!in) {
-      std::cerr << "error: cannot read candidate " << a.candidate << "\n";
+    if (!std::filesystem::is_regular_file(a.candidate, ec) || !in) {
+      std::cerr << "error: cannot read candidate " << a.candidate
+                << (std::filesystem::is_directory(a.candidate, ec) ? " (a directory, not a source file)" : "") << "\n";
+      return 2;
+    }
+    // A CUDA source on the CPU device fails in the compiler with "cuda_runtime.h not found"; say so first.
+    const auto ext = std::filesystem::path(a.candidate).extension();
+    if (ext == ".cu" && a.device == "cpu") {
+      std::cerr << "error: " << a.candidate << " is CUDA source (.cu); evaluate it with --device cuda (or cuda:N) on a "
+                << "machine with a GPU, or write the CPU candidate in C++ (.cpp)\n";
       return 2;
     }
     std::ostringstream source;
@@ -112,7 +121,8 @@ Run add_eval_command(CLI::App& app) {
   auto args = std::make_shared<EvalArgs>();
   auto* cmd = app.add_subcommand("eval", "Evaluate one candidate: compile, gate, sandboxed run, correctness, timing");
   cmd->add_option("--task", args->task, "Task name (in the tasks dir) or path to a task .toml")->required();
-  cmd->add_option("--candidate", args->candidate, "Candidate source file")->required()->check(CLI::ExistingFile);
+  // Checked in run_eval, so a missing file is bad input (exit 2) with a plain message, as everywhere else.
+  cmd->add_option("--candidate", args->candidate, "Candidate source file")->required();
   cmd->add_option("--device", args->device, "cpu, cuda or cuda:N (GPU N, with a CUDA build)")->capture_default_str();
   cmd->add_option("--sizes", args->sizes, "The task's size set: cpu or cuda (default: the device's own)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
@@ -121,14 +131,19 @@ Run add_eval_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->add_option("--seed", args->seed, "Seed for input windows (default: random, reported in the verdict)");
-  cmd->add_option("--timeout", args->timeout_s, "Wall-clock limit of one call, seconds")->capture_default_str();
+  // The same ranges as an experiment's [eval] table.
+  cmd->add_option("--timeout", args->timeout_s, "Wall-clock limit of one call, seconds")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
   cmd->add_option("--budget", args->budget_s,
                   "Wall-clock limit of the whole evaluation after compiling, seconds (0: derived from the task)")
       ->capture_default_str();
   cmd->add_option("--compile-timeout", args->compile_timeout_s, "Compile time limit, seconds")->capture_default_str();
   cmd->add_option("--memory-mb", args->memory_mb, "Memory a candidate may allocate, MiB")->capture_default_str();
-  cmd->add_option("--timing-trials", args->timing_trials, "Override the mode's timed trials");
-  cmd->add_option("--correctness-trials", args->correctness_trials, "Override the mode's correctness trials");
+  cmd->add_option("--timing-trials", args->timing_trials, "Override the mode's timed trials (at least 1)")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--correctness-trials", args->correctness_trials, "Override the mode's correctness trials (at least 1)")
+      ->check(CLI::Range(1, 100000));
   cmd->add_option("--tasks-dir", args->tasks_dir, "Directory of task .toml files");
   cmd->add_option("--cache-dir", args->cache_dir, "Compile cache directory");
   return [cmd, args]() -> int { return cmd->parsed() ? run_eval(*args) : -1; };

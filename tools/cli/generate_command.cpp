@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "crucible/eval/device.h"
+#include "crucible/eval/evaluator.h"
 #include "lm/language_model.h"
 #include "lm_format/safetensors.h"
 
@@ -22,6 +24,23 @@ struct GenerateArgs {
   std::vector<std::string> stops;
 };
 
+// PEFT names the model an adapter was trained on; a different name is worth a word (shapes that do not fit are
+// refused when it loads, but a model of the same shape would take it silently).
+void warn_if_adapter_for_another_model(const std::string& adapter, const std::string& model) {
+  std::ifstream in(std::filesystem::path(adapter) / "adapter_config.json");
+  const auto config = nlohmann::json::parse(in, nullptr, false);
+  if (config.is_discarded() || !config.is_object() || !config.contains("base_model_name_or_path") ||
+      !config["base_model_name_or_path"].is_string())
+    return;
+  const std::string base = config["base_model_name_or_path"].get<std::string>();
+  auto last = [](std::string p) {
+    while (!p.empty() && p.back() == '/') p.pop_back();
+    return std::filesystem::path(p).filename().string();
+  };
+  if (!base.empty() && last(base) != last(model))
+    std::cerr << "warning: the adapter " << adapter << " was trained on " << base << ", not " << last(model) << "\n";
+}
+
 int generate(const GenerateArgs& a) {
   std::string prompt = a.prompt;
   if (!a.prompt_file.empty()) {
@@ -34,6 +53,19 @@ int generate(const GenerateArgs& a) {
     s << in.rdbuf();
     prompt = s.str();
   }
+  // The device first: LibTorch's own error for a GPU that is not there is a long trace.
+  try {
+    const auto device = eval::parse_device(a.device);
+    if (device.is_cuda() && device.index >= eval::cuda_devices()) {
+      std::cerr << "error: --device " << a.device << ": this machine has " << eval::cuda_devices()
+                << " usable CUDA GPUs" << (eval::cuda_devices() == 0 ? " (use --device cpu)" : "") << "\n";
+      return 2;
+    }
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "error: --device " << a.device << ": " << e.what() << "\n";
+    return 2;
+  }
+  if (!a.adapter.empty()) warn_if_adapter_for_another_model(a.adapter, a.model);
   lm::LanguageModelOptions options;
   options.device = a.device;
   options.dtype = a.dtype;
@@ -96,9 +128,10 @@ Run add_generate_command(CLI::App& app) {
   cmd->add_option("--system", args->system, "System prompt for --chat");
   cmd->add_option("-n,--num", args->n, "Completions (seeds seed, seed+1, ...)")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-new", args->max_new, "New tokens at most")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--temperature", args->temperature, "0 = greedy (default: generation_config.json, else 1)");
-  cmd->add_option("--top-p", args->top_p, "Nucleus sampling mass");
-  cmd->add_option("--top-k", args->top_k, "Keep the k most likely tokens (0 = off)");
+  cmd->add_option("--temperature", args->temperature, "0 = greedy (default: generation_config.json, else 1)")
+      ->check(CLI::Range(0.0, 1000.0));
+  cmd->add_option("--top-p", args->top_p, "Nucleus sampling mass")->check(CLI::Range(1e-6, 1.0));
+  cmd->add_option("--top-k", args->top_k, "Keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", args->seed, "Seed of the first completion");
   cmd->add_option("--stop", args->stops, "Stop string (repeatable); the text ends before it");
   cmd->add_option("--device", args->device, "cpu or cuda:N")->capture_default_str();

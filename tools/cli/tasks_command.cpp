@@ -35,6 +35,11 @@ std::filesystem::path dir_of(const TasksArgs& a) {
 }
 
 int list_tasks(const TasksArgs& a) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir_of(a), ec)) {
+    std::cerr << "error: the tasks directory " << dir_of(a).string() << " does not exist\n";
+    return 2;
+  }
   int errors = 0;
   std::printf("%-16s %-5s %-14s %s\n", "NAME", "LEVEL", "FAMILY", "INPUTS -> OUTPUTS");
   for (const auto& file : tasks::task_files(dir_of(a))) {
