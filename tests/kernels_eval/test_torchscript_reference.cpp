@@ -95,6 +95,27 @@ TEST_CASE("a size set without its TorchScript file, or a missing file, is a clea
   }
 }
 
+TEST_CASE("a reference whose output is not the declared shape is a task error naming the file and both shapes") {
+  test::ScratchDir dir("torchscript-shape");
+  std::string text = test::read_file(kFixture);
+  const std::string out_shape = "name = \"out\"\ndtype = \"float32\"\nshape = [\"M\", \"N\"]";
+  REQUIRE(text.find(out_shape) != std::string::npos);
+  text.replace(text.find(out_shape), out_shape.size(), "name = \"out\"\ndtype = \"float32\"\nshape = [\"N\", \"M\"]");
+  fs::copy_file(kFixture.parent_path() / "bias_relu.pt", dir.path() / "bias_relu.pt");
+  test::write_file(dir.path() / "task.toml", text);
+  const auto task = tasks::load_task_file(dir.path() / "task.toml");
+  test::TestEvaluator t("torchscript-shape");
+  try {
+    t.evaluator.evaluate(task, bias_relu(true), quick());
+    FAIL("a reference of the wrong shape was trusted");
+  } catch (const eval::TaskError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find((dir.path() / "task.toml").string()) != std::string::npos);
+    CHECK(what.find("float32, but the task declares [") != std::string::npos);
+  }
+}
+
 TEST_CASE("a constant distribution gives every element its value, for norms' weights and buffers") {
   test::ScratchDir dir("torchscript-constant");
   std::string text = test::read_file(kFixture);
