@@ -56,6 +56,13 @@ using Self = coordinator_actor::stateful_pointer<CoordinatorState>;
 
 void decide(Self self, const std::vector<core::Decision>& decisions);
 
+// An actor's failure as a person reads it: the text it carried ("commit failed: cannot write ...: No space left on
+// device"), else CAF's rendering.
+std::string reason_of(Self self, const caf::error& e) {
+  if (e.context().match_elements<std::string>()) return e.context().get_as<std::string>(0);
+  return self->system().render(e);
+}
+
 core::EvaluatorId id_of(Self self, const caf::actor_addr& addr) {
   auto& st = self->state;
   auto it = st.ids.find(addr);
@@ -220,7 +227,7 @@ void generate_group(Self self, std::size_t unit, const modes::GroupPlan& g) {
       .then([=](msg::Generated& generated) { on_generated(self, unit, group, generated); },
             [=](caf::error& e) {
               finish(self, false, "generation for " + self->state.pipeline->plan(unit).name + " failed: " +
-                                      self->system().render(e));
+                                      reason_of(self, e));
             });
 }
 
@@ -278,7 +285,7 @@ void refine(Self self, std::size_t unit, uint64_t group, uint32_t turn) {
       .then([=](msg::Generated& generated) { on_generated(self, unit, group, generated); },
             [=](caf::error& e) {
               finish(self, false, "refinement for " + self->state.pipeline->plan(unit).name + " failed: " +
-                                      self->system().render(e));
+                                      reason_of(self, e));
             });
 }
 
@@ -317,7 +324,7 @@ void score(Self self, std::size_t unit, uint64_t group) {
             archive_group(self, unit, group);
             decide(self, s.pipeline->scored(unit, group));
           },
-          [=](caf::error& e) { finish(self, false, "scoring failed: " + self->system().render(e)); });
+          [=](caf::error& e) { finish(self, false, "scoring failed: " + reason_of(self, e)); });
 }
 
 // Self-distillation: what each candidate's teacher reads, decided group by group (all turns of a group together).
@@ -368,7 +375,7 @@ void train(Self self, std::size_t unit) {
           },
           [=](caf::error& e) {
             finish(self, false,
-                   "training on " + self->state.pipeline->plan(unit).name + " failed: " + self->system().render(e));
+                   "training on " + self->state.pipeline->plan(unit).name + " failed: " + reason_of(self, e));
           });
 }
 
@@ -400,7 +407,7 @@ void commit(Self self, std::size_t unit) {
           },
           [=](caf::error& e) {
             finish(self, false,
-                   "commit of " + self->state.pipeline->plan(unit).name + " failed: " + self->system().render(e));
+                   "commit of " + self->state.pipeline->plan(unit).name + " failed: " + reason_of(self, e));
           });
 }
 

@@ -492,6 +492,29 @@ TEST_CASE("Ctrl-C says how to resume, the resumed run's progress lines carry the
   }
 }
 
+TEST_CASE("a disk that fills mid-run stops it with the file named and the way to resume, and the resume completes") {
+  test::ScratchDir scratch("run-full-disk");
+  const fs::path file = scratch.path() / "experiment.toml", dir = scratch.path() / "run";
+  test::write_file(file, six_steps_of_two_tasks("full_disk"));
+  // A file-size limit stands in for a full disk: writes past it fail (EFBIG) as they would with ENOSPC.
+  const std::string command = "trap '' XFSZ; ulimit -f 60; exec env CRUCIBLE_CACHE_DIR=" +
+                              (scratch.path() / "cache").string() + " " + CRUCIBLE_CLI_PATH + " run " + file.string() +
+                              " --out " + dir.string() + " --quiet";
+  eval::ProcessLimits limits;
+  limits.wall_seconds = 300;
+  const auto full = eval::run_process({"/bin/bash", "-c", command}, limits);
+  INFO(full.output);
+  CHECK(full.exit_code == 1);
+  CHECK(full.output.find("cannot write " + (dir / "seed-1").string()) != std::string::npos);
+  CHECK(full.output.find("continue with: crucible run --resume " + dir.string()) != std::string::npos);
+  CHECK(full.output.find("system_error") == std::string::npos);
+  CHECK(full.output.find("unhandled") == std::string::npos);
+  auto resumed = crucible_cli({"run", "--resume", dir.string(), "--quiet"}, scratch.path() / "cache");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  check_each_candidate_once(dir, 6, 8);
+}
+
 TEST_CASE("a long step prints its progress between commits: candidates evaluated of generated, by status") {
   test::ScratchDir scratch("run-in-step");
   const fs::path file = scratch.path() / "experiment.toml";
