@@ -244,23 +244,26 @@ void expand(Self self, std::size_t unit, uint64_t group) {
     if (g.group == group) return generate_group(self, unit, g);
 }
 
-// PUCT: a scored group's candidates join their task's archive (a parse failure as its reply, so duplicates merge).
+// PUCT: one evaluated candidate joins its task's archive (a parse failure as its reply, so duplicates merge).
+void archive_one(CoordinatorState& st, const msg::Candidate& c, const eval::Verdict& verdict, double reward) {
+  if (c.policy_error) return;  // the server failed, not the state: neither a state nor a visit
+  auto& archive = st.archives.try_emplace(c.task, *st.setup.puct).first->second;
+  std::optional<uint64_t> parent;
+  if (c.parent >= 0) {  // the state the parent candidate became (a duplicate's is the one held)
+    auto known = st.state_of.find(static_cast<uint64_t>(c.parent));
+    parent = known != st.state_of.end() ? known->second : static_cast<uint64_t>(c.parent);
+  }
+  const uint64_t state = archive.add(c.id, parent, c.source.empty() ? c.output : c.source, reward);
+  st.state_of[c.id] = state;
+  if (state == c.id) st.states[c.id] = {c, verdict};
+}
+
 void archive_group(Self self, std::size_t unit, uint64_t group) {
   auto& st = self->state;
   if (!st.setup.puct) return;
   for (uint64_t id : st.pipeline->group(unit, group)) {
     const auto& t = st.candidates.at(id);
-    const auto& c = t.candidate;
-    if (c.policy_error) continue;  // the server failed, not the state: neither a state nor a visit
-    auto& archive = st.archives.try_emplace(c.task, *st.setup.puct).first->second;
-    std::optional<uint64_t> parent;
-    if (c.parent >= 0) {  // the state the parent candidate became (a duplicate's is the one held)
-      auto known = st.state_of.find(static_cast<uint64_t>(c.parent));
-      parent = known != st.state_of.end() ? known->second : static_cast<uint64_t>(c.parent);
-    }
-    const uint64_t state = archive.add(id, parent, c.source.empty() ? c.output : c.source, t.reward);
-    st.state_of[id] = state;
-    if (state == id) st.states[id] = {c, t.verdict->verdict};
+    archive_one(st, t.candidate, t.verdict->verdict, t.reward);
   }
 }
 
@@ -501,6 +504,9 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
       st.units[i].train = plan.train;
     }
     st.session_nodes[core::kLocalSession] = self->node();
+    if (st.setup.puct)
+      for (const auto& a : st.setup.archived) archive_one(st, a.candidate, a.verdict, a.reward);
+    st.setup.archived.clear();
     // A handler that throws ends the run with a message instead of leaving its caller waiting for ever.
     self->set_exception_handler([=](std::exception_ptr& error) -> caf::error {
       std::string what = "unknown exception";

@@ -26,6 +26,13 @@ struct CoordinatorSetup {
   std::string source_extension;          // "cpp" or "cu"
   // PUCT state reuse ([search] kind = "puct"): groups after a task's first improve on states chosen from its archive.
   std::optional<search::PuctOptions> puct;
+  // PUCT after --resume: the committed candidates of earlier units, in commit order, rebuild each task's archive.
+  struct ArchivedState {
+    msg::Candidate candidate;
+    eval::Verdict verdict;
+    double reward = 0;
+  };
+  std::vector<ArchivedState> archived;
   // Self-distillation (`[policy.train] loss = "sdpo"`): each trained sample carries what its teacher reads.
   std::optional<policy::TeacherFeedback> teacher_feedback;
   // The monitor's view of the run, updated after every decision; none without [monitor].

@@ -1,5 +1,7 @@
 #include "actors/node/run_experiment.h"
 
+#include "actors/node/archived_states.h"
+
 
 #include <caf/all.hpp>
 
@@ -158,7 +160,10 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
   actors::CoordinatorSetup setup;
   setup.mode = experiment::mode_name(e.mode);
   setup.units = units;
-  if (e.search.kind == experiment::SearchKind::puct) setup.puct = search::PuctOptions{e.search.c};
+  if (e.search.kind == experiment::SearchKind::puct) {
+    setup.puct = search::PuctOptions{e.search.c};
+    if (!committed.empty()) setup.archived = archived_states(seed_dir);  // a resume keeps what was searched
+  }
   setup.live = request.live;
   setup.seed = seed;
   setup.seed_index = static_cast<std::size_t>(std::find(e.seeds.begin(), e.seeds.end(), seed) - e.seeds.begin());

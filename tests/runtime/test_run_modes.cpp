@@ -329,6 +329,39 @@ c = 1.0
     }
 }
 
+TEST_CASE("ttt with PUCT killed mid-run resumes with its archive: the steps after the restart refine earlier states") {
+  test::ScratchDir scratch("run-puct-resume");
+  const fs::path file = scratch.path() / "experiment.toml", dir = scratch.path() / "run";
+  test::write_file(file, R"([experiment]
+name = "puct_resume"
+mode = "ttt"
+[tasks]
+names = ["matmul"]
+[ttt]
+steps = 6
+rollouts = 3
+[search]
+kind = "puct"
+)" + kFastEval);
+  const auto steps = kill_then_resume(scratch, file, dir, 6);
+  CHECK(steps.size() == 6);
+  check_each_candidate_once(dir, 6, 3);
+  std::map<uint64_t, json> by_id;
+  const auto candidates = read_jsonl(dir / "seed-1" / "candidates.jsonl");
+  for (const auto& c : candidates) by_id[c["candidate_id"]] = c;
+  // Every step after the first refines a state of an earlier step, across the restart too: without the archive
+  // the first step after it would sample afresh (no parent).
+  for (const auto& c : candidates) {
+    CAPTURE(c.dump());
+    if (c["step"] == 0) {
+      CHECK(c["parent"].is_null());
+      continue;
+    }
+    REQUIRE(c["parent"].is_number());
+    CHECK(by_id.at(c["parent"].get<uint64_t>())["step"].get<int>() < c["step"].get<int>());
+  }
+}
+
 TEST_CASE("ttt adapts per task and selects the best kernel and the best step") {
   test::ScratchDir scratch("run-ttt");
   // A checkpoint (a search-policy snapshot) that has learnt relu's largest block and unroll.
