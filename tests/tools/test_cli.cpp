@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "cli_support.h"
+#include "crucible/eval/evaluator.h"
 #include "support.h"
 
 using namespace crucible;
@@ -60,6 +61,41 @@ TEST_CASE("bad input on any command exits 2 with a plain message, never a CLI11 
   auto again = crucible_cli({"run", "--out", (dir.path() / "run").string(), "--quiet"}, cache);
   CHECK(again.exit_code == 2);
   CHECK(again.output.find("--resume") != std::string::npos);
+}
+
+TEST_CASE("crucible generate checks its device before loading and warns of an adapter trained on another model") {
+  test::ScratchDir dir("cli-generate");
+  const std::string cache = dir.path().string();
+  const auto fixtures = test::source_dir() / "tests" / "fixtures" / "lm";
+  if (eval::cuda_devices() == 0) {
+    auto gpu = crucible_cli({"generate", "--model", (fixtures / "qwen2_tiny").string(), "--prompt", "x", "--device", "cuda:0"},
+                            cache);
+    CHECK(gpu.exit_code == 2);
+    CHECK(gpu.output.find("0 usable CUDA GPUs (use --device cpu)") != std::string::npos);
+    CHECK(gpu.output.size() < 300);  // one line, not LibTorch's trace
+  }
+  auto other = crucible_cli({"generate", "--model", (fixtures / "qwen2_tiny_f16").string(), "--adapter",
+                             (fixtures / "qwen2_tiny_peft").string(), "--prompt", "x", "--max-new", "2"},
+                            cache);
+  CHECK(other.exit_code == 0);
+  CHECK(other.output.find("warning: the adapter") != std::string::npos);
+  auto own = crucible_cli({"generate", "--model", (fixtures / "qwen2_tiny").string(), "--adapter",
+                           (fixtures / "qwen2_tiny_peft").string(), "--prompt", "x", "--max-new", "2"},
+                          cache);
+  CHECK(own.exit_code == 0);
+  CHECK(own.output.find("warning") == std::string::npos);
+}
+
+TEST_CASE("crucible node says what it waits for before it gives up") {
+  test::ScratchDir dir("cli-node-wait");
+  test::write_file(dir.path() / "secret", "0123456789abcdef0123456789abcdef\n");
+  std::filesystem::permissions(dir.path() / "secret", std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  auto r = crucible_cli({"node", "--join", "127.0.0.1:9", "--devices", "cpu", "--secret-file",
+                         (dir.path() / "secret").string(), "--give-up-after", "2"},
+                        dir.path().string());
+  INFO(r.output);
+  CHECK(r.exit_code == 3);
+  CHECK(r.output.find("no coordinator at 127.0.0.1:9 yet") != std::string::npos);
 }
 
 TEST_CASE("crucible --version names the version and the commit") {
