@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <regex>
 #include <thread>
 
@@ -236,6 +237,54 @@ mode = "fast"
     refined += c["parent"].is_number();
   }
   CHECK(refined == 3);  // the second group improves on archived states
+}
+
+TEST_CASE("a 3-turn GRPO run samples and refines through crucible serve, each turn its own record") {
+  test::ScratchDir scratch("serve-multi-turn");
+  Server server(scratch);
+  const fs::path file = scratch.path() / "experiment.toml";
+  test::write_file(file, R"([experiment]
+name = "served_turns"
+mode = "grpo"
+[tasks]
+names = ["relu"]
+[policy]
+kind = "openai"
+base_url = ")" + server.base_url() + R"("
+model = "qwen2_tiny"
+max_tokens = 8
+[grpo]
+steps = 1
+batch_size = 1
+group_size = 2
+[multi_turn]
+turns = 3
+[advantage]
+kind = "trloo"
+[eval]
+devices = ["cpu"]
+mode = "fast"
+)");
+  const fs::path dir = scratch.path() / "run";
+  auto r = test::crucible_cli({"run", file.string(), "--out", dir.string()}, (scratch.path() / "cache").string(), 300);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto candidates = run::read_jsonl(dir / "seed-1" / "candidates.jsonl");
+  REQUIRE(candidates.size() == 6);
+  std::map<uint64_t, json> by_id;
+  for (const auto& c : candidates) by_id[c["candidate_id"]] = c;
+  std::map<int, int> per_turn;
+  for (const auto& c : candidates) {
+    CAPTURE(c.dump());
+    ++per_turn[c["turn"].get<int>()];
+    CHECK(!c["policy_output"].get<std::string>().empty());  // the served model answered every turn
+    if (c["turn"] == 0) continue;
+    REQUIRE(c["parent"].is_number());
+    const auto& parent = by_id.at(c["parent"].get<uint64_t>());
+    CHECK(parent["turn"].get<int>() == c["turn"].get<int>() - 1);
+    CHECK(parent["trajectory"] == c["trajectory"]);
+  }
+  CHECK(per_turn == std::map<int, int>{{0, 2}, {1, 2}, {2, 2}});
 }
 
 namespace {
