@@ -4,6 +4,7 @@
 
 #include "config/text_file.h"
 #include "run/jsonl.h"
+#include "run/run_directory.h"
 
 namespace crucible::node {
 
@@ -59,7 +60,7 @@ std::vector<actors::CoordinatorSetup::ArchivedState> archived_states(const std::
     c.trajectory = value_or<uint64_t>(r, "trajectory", c.id);
     c.turn = value_or<uint32_t>(r, "turn", 0);
     c.parent = value_or<int64_t>(r, "parent", -1);
-    if (const auto file = value_or<std::string>(r, "source_file", ""); !file.empty()) {
+    if (const auto file = value_or<std::string>(r, "source_file", ""); run::is_recorded_source_path(file)) {
       try {
         c.source = config::read_text_file(seed_dir / file);
       } catch (const std::exception&) {

@@ -344,7 +344,9 @@ RunResult run_experiment(const RunRequest& request) {
       s.seeds = e.seeds.size();
       s.started_at = actors::wall_now();
     });
-    std::cout << "monitor: " << server->url() << std::endl;
+    std::cout << "monitor: " << server->url()
+              << (token && *token ? " (every request needs ?token= from $" + e.monitor.token_env + ")" : std::string())
+              << std::endl;
   }
   for (std::size_t i = 0; i < e.seeds.size(); ++i) {
     if (with_live.live)

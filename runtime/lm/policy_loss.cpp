@@ -121,15 +121,26 @@ at::Tensor policy_loss(const Transformer& model, LoraAdapter& adapter, const Seq
   }
   const auto log_ratio = reference - current.logprobs;
   const auto kl = at::exp(log_ratio) - log_ratio - 1;
-  if (o.kl_coef > 0) per_token = per_token + o.kl_coef * kl;
   if (o.distill_weight > 0) {
-    const auto distill = self_distillation_terms(model, batch, begin, end, current.distribution);
+    // The teacher reads without LoRA dropout: its distributions are the target, not a noisy sample of it.
+    const bool training = adapter.training();
+    adapter.set_training(false);
+    DistillationTerms distill;
+    try {
+      distill = self_distillation_terms(model, batch, begin, end, current.distribution);
+    } catch (...) {
+      adapter.set_training(training);
+      throw;
+    }
+    adapter.set_training(training);
     per_token = (1.0 - o.distill_weight) * per_token + o.distill_weight * distill.per_token * distill.taught;
     const auto taught_mask = mask * distill.taught;
     metrics.distill += (distill.per_token.detach() * taught_mask).sum().item<double>();
     metrics.taught_sequences += distill.taught.sum().item<int64_t>();
     metrics.taught_tokens += taught_mask.sum().item<int64_t>();
   }
+  // The KL penalty to the base model keeps its own weight, whatever share the distillation takes.
+  if (o.kl_coef > 0) per_token = per_token + o.kl_coef * kl;
 
   at::Tensor loss;
   const double sequences = static_cast<double>(batch.sequences.size());

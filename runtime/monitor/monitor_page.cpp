@@ -113,8 +113,9 @@ async function refresh() {
   }
 }
 for (const k of ["actor", "node", "level"]) document.getElementById("f-" + k).addEventListener("change", refresh);
-refresh();
-setInterval(refresh, 2000);
+// The next refresh is asked for when this one is done: on a large run requests never pile up.
+async function loop() { await refresh(); setTimeout(loop, 2000); }
+loop();
 </script></body></html>
 )HTML";
 }

@@ -38,7 +38,17 @@ struct MonitorServer::Impl {
   int port = 0;
 
   bool allowed(const httplib::Request& req, httplib::Response& res) const {
-    if (options.token.empty()) return true;
+    if (options.token.empty()) {
+      // Without a token only loopback names may ask: a web page that rebinds its own name to 127.0.0.1 must not
+      // read the run's records through the user's browser.
+      std::string host = req.get_header_value("Host");
+      if (!host.empty() && host.front() == '[') host = host.substr(1, host.find(']') - 1);
+      else if (const auto colon = host.rfind(':'); colon != std::string::npos) host = host.substr(0, colon);
+      if (is_loopback(host)) return true;
+      res.status = 403;
+      res.set_content("only loopback host names may ask without a token\n", "text/plain");
+      return false;
+    }
     std::string given = req.get_param_value("token");
     const auto auth = req.get_header_value("Authorization");
     if (auth.rfind("Bearer ", 0) == 0) given = auth.substr(7);
@@ -96,6 +106,11 @@ MonitorServer::MonitorServer(MonitorOptions options, std::shared_ptr<const LiveS
   im.thread = std::thread([&im] { im.server.listen_after_bind(); });
   // stop() before the loop runs would be missed and the destructor's join would wait for ever.
   for (int i = 0; i < 1000 && !im.server.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!im.server.is_running()) {
+    im.server.stop();
+    im.thread.join();
+    throw std::runtime_error("the monitor did not start listening on " + im.options.host);
+  }
 }
 
 MonitorServer::~MonitorServer() {

@@ -60,7 +60,7 @@ std::string status_json(const LiveSnapshot& live, const fs::path& run_dir, doubl
     }
     // The last verdicts of the seed running now (or the last seed).
     for (auto it = run.seeds.rbegin(); it != run.seeds.rend(); ++it) {
-      if (it->seed != static_cast<int>(live.seed) && live.seed != 0) continue;
+      if (it->seed != static_cast<int>(live.seed) && live.seed_started_at > 0) continue;  // before any seed: the last
       const auto& cands = it->candidates;
       const std::size_t from = cands.size() > 20 ? cands.size() - 20 : 0;
       for (std::size_t i = cands.size(); i-- > from;) {

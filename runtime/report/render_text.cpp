@@ -102,7 +102,7 @@ std::string render_json(const Report& r) {
     }
     j["charts"].push_back({{"id", c.id}, {"title", c.title}, {"series", std::move(series)}});
   }
-  return j.dump(2) + "\n";
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";  // names need not be UTF-8
 }
 
 }  // namespace

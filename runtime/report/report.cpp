@@ -7,6 +7,8 @@
 #include <set>
 #include <sstream>
 
+#include "run/run_directory.h"
+
 namespace crucible::report {
 namespace {
 
@@ -16,7 +18,10 @@ constexpr eval::Status kStatuses[] = {eval::Status::parse_error,   eval::Status:
 
 std::string label_of(const RunRecord& run) { return run.experiment.name + " (" + run.dir.filename().string() + ")"; }
 
-bool fast(const CandidateRow& c, double p) { return c.status == eval::Status::correct && c.speedup && *c.speedup > p; }
+// fast_p: correct and faster than p times the reference; fast_0 is the correct share (a speedup need not be measured).
+bool fast(const CandidateRow& c, double p) {
+  return c.status == eval::Status::correct && (p <= 0 || (c.speedup && *c.speedup > p));
+}
 
 // fast_p's name as a column: fast_0, fast_1, fast_1.2
 std::string fast_name(double p) {
@@ -122,7 +127,7 @@ void best_table(const std::vector<RunRecord>& runs, Report& r) {
       }
       if (!best) continue;
       BestKernel k{label_of(run), task, where->seed, *best, "", where->dir / "candidates.jsonl"};
-      if (!best->source_file.empty()) {
+      if (run::is_recorded_source_path(best->source_file)) {
         std::ifstream in(where->dir / best->source_file);
         std::stringstream text;
         text << in.rdbuf();
@@ -252,7 +257,8 @@ void comparison(const std::vector<RunRecord>& runs, Report& r) {
     for (const auto& task : runs[i].tasks)
       for (const auto& s : runs[i].seeds) {
         const auto* b = best_of(s, task);
-        best[i][task].push_back(b && b->status == eval::Status::correct ? b->speedup.value_or(0) : 0.0);
+        // 0: nothing correct; a correct kernel without a measured speedup passes fast_0 only.
+        best[i][task].push_back(b && b->status == eval::Status::correct ? b->speedup.value_or(1e-9) : 0.0);
       }
   for (std::size_t i = 0; i < runs.size(); ++i)
     for (double p : kFastThresholds) {
@@ -269,7 +275,7 @@ void comparison(const std::vector<RunRecord>& runs, Report& r) {
     if (v.empty()) return std::nullopt;
     double log_sum = 0;
     for (double x : v) {
-      if (x <= 0) return std::nullopt;
+      if (x <= 1e-6) return std::nullopt;  // no correct kernel, or one without a measured speedup
       log_sum += std::log(x);
     }
     return std::exp(log_sum / v.size());

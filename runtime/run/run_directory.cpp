@@ -211,4 +211,12 @@ void RunDirectory::commit(const std::string& unit, const std::string& metrics, c
   if (record.has_policy_snapshot) s.last_snapshot_index = record.index;
 }
 
+bool is_recorded_source_path(const std::string& file) {
+  const fs::path p(file);
+  if (file.empty() || p.is_absolute() || *p.begin() != kSources) return false;
+  for (const auto& part : p)
+    if (part == "..") return false;
+  return true;
+}
+
 }  // namespace crucible::run

@@ -59,4 +59,8 @@ class RunDirectory {
   std::unique_ptr<State> state_;
 };
 
+// Whether a record's source_file is one the run writes (a relative path under sources/). Records of a run
+// directory from elsewhere may name anything; readers check this before opening the file.
+bool is_recorded_source_path(const std::string& file);
+
 }  // namespace crucible::run

@@ -147,6 +147,10 @@ TEST_CASE("crucible logs --seed keeps one seed's lines of a run whose seeds shar
   CHECK(one.exit_code == 0);
   CHECK(one.output.find("first seed's unit") != std::string::npos);
   CHECK(one.output.find("second seed's unit") == std::string::npos);
+  // With another filter too: the seed's start line is still seen.
+  auto filtered = crucible_cli({"logs", run.path().string(), "--seed", "1", "--actor", "coordinator"}, run.path().string());
+  CHECK(filtered.output.find("first seed's unit") != std::string::npos);
+  CHECK(filtered.output.find("[node]") == std::string::npos);
   auto twelve = crucible_cli({"logs", run.path().string(), "--seed", "12"}, run.path().string());
   CHECK(twelve.output.find("second seed's unit") != std::string::npos);
   CHECK(twelve.output.find("first seed's unit") == std::string::npos);

@@ -96,6 +96,9 @@ TEST_CASE("monitor: status, log tail and metrics are served while the run goes o
   for (const auto& e : l["entries"]) CHECK(e["actor"] == "coordinator");
   CHECK(std::find(l["actors"].begin(), l["actors"].end(), "evaluator.cpu") != l["actors"].end());
   CHECK(client.Get("/logs.json?level=loud")->status == 400);
+  // Without a token only loopback host names are answered (a rebound web page's name is not).
+  CHECK(client.Get("/status.json", {{"Host", "evil.example:80"}})->status == 403);
+  CHECK(client.Get("/status.json", {{"Host", "localhost:1"}})->status == 200);
   auto metrics = client.Get("/metrics");
   REQUIRE(metrics);
   CHECK(metrics->body.find("crucible_units_total 12") != std::string::npos);

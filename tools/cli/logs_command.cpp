@@ -26,9 +26,11 @@ struct LogsArgs {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(200);
 
-void print(const std::vector<run::LogEntry>& entries, run::SeedWindow* seed) {
+// With --seed the follower reads every line, so the window sees each seed's start whatever the filter keeps out;
+// the filter is applied here.
+void print(const std::vector<run::LogEntry>& entries, const run::LogFilter& filter, run::SeedWindow* seed) {
   for (const auto& e : entries)
-    if (!seed || seed->accepts(e)) std::cout << e.text << "\n";
+    if ((!seed || seed->accepts(e)) && filter.accepts(e)) std::cout << e.text << "\n";
   std::cout << std::flush;
 }
 
@@ -73,16 +75,16 @@ int show_logs(const LogsArgs& a) {
   }
   std::optional<run::SeedWindow> window;
   if (a.seed) window.emplace(*a.seed);
-  run::LogFollower follower(log_dir, filter);
+  run::LogFollower follower(log_dir, window ? run::LogFilter{} : filter);
   if (!a.follow) {
-    print(follower.poll(/*final=*/true), window ? &*window : nullptr);
+    print(follower.poll(/*final=*/true), filter, window ? &*window : nullptr);
     return 0;
   }
   // Until the run ends (nothing holds its directory's lock any more), or until interrupted.
   const auto run_dir = log_dir.filename() == "logs" ? log_dir.parent_path() : log_dir;
   for (;;) {
     const bool running = run::RunLock::held(run_dir);
-    print(follower.poll(/*final=*/!running), window ? &*window : nullptr);
+    print(follower.poll(/*final=*/!running), filter, window ? &*window : nullptr);
     if (!running) return 0;
     std::this_thread::sleep_for(kPollInterval);
   }
