@@ -49,6 +49,17 @@ struct Server {
   int port = 0;
 };
 
+// Runs the experiment with `crucible run`; its first seed's candidate records.
+std::vector<json> run_candidates(const test::ScratchDir& scratch, const std::string& toml) {
+  const fs::path file = scratch.path() / "experiment.toml";
+  test::write_file(file, toml);
+  const fs::path dir = scratch.path() / "run";
+  auto r = test::crucible_cli({"run", file.string(), "--out", dir.string()}, (scratch.path() / "cache").string(), 300);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return run::read_jsonl(dir / "seed-1" / "candidates.jsonl");
+}
+
 policy::OpenAiPolicySetup client(const std::string& base_url, int retries = 3) {
   policy::OpenAiPolicySetup s;
   s.config.kind = experiment::PolicyKind::openai;
@@ -202,8 +213,7 @@ TEST_CASE("a served model killed mid-use gives recorded policy errors, and the c
 TEST_CASE("a PUCT best-of-N run samples from crucible serve through the client policy, end to end") {
   test::ScratchDir scratch("serve-run");
   Server server(scratch);
-  const fs::path file = scratch.path() / "experiment.toml";
-  test::write_file(file, R"([experiment]
+  const auto candidates = run_candidates(scratch, R"([experiment]
 name = "served"
 mode = "best_of_n"
 [tasks]
@@ -223,11 +233,6 @@ kind = "puct"
 devices = ["cpu"]
 mode = "fast"
 )");
-  const fs::path dir = scratch.path() / "run";
-  auto r = test::crucible_cli({"run", file.string(), "--out", dir.string()}, (scratch.path() / "cache").string(), 300);
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  const auto candidates = run::read_jsonl(dir / "seed-1" / "candidates.jsonl");
   REQUIRE(candidates.size() == 6);
   int refined = 0;
   for (const auto& c : candidates) {
@@ -242,8 +247,7 @@ mode = "fast"
 TEST_CASE("a 3-turn GRPO run samples and refines through crucible serve, each turn its own record") {
   test::ScratchDir scratch("serve-multi-turn");
   Server server(scratch);
-  const fs::path file = scratch.path() / "experiment.toml";
-  test::write_file(file, R"([experiment]
+  const auto candidates = run_candidates(scratch, R"([experiment]
 name = "served_turns"
 mode = "grpo"
 [tasks]
@@ -265,11 +269,6 @@ kind = "trloo"
 devices = ["cpu"]
 mode = "fast"
 )");
-  const fs::path dir = scratch.path() / "run";
-  auto r = test::crucible_cli({"run", file.string(), "--out", dir.string()}, (scratch.path() / "cache").string(), 300);
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  const auto candidates = run::read_jsonl(dir / "seed-1" / "candidates.jsonl");
   REQUIRE(candidates.size() == 6);
   std::map<uint64_t, json> by_id;
   for (const auto& c : candidates) by_id[c["candidate_id"]] = c;
@@ -342,16 +341,6 @@ when_correct_below = 1.5
 devices = ["cpu"]
 mode = "fast"
 )";
-}
-
-std::vector<json> run_candidates(const test::ScratchDir& scratch, const std::string& toml) {
-  const fs::path file = scratch.path() / "experiment.toml";
-  test::write_file(file, toml);
-  const fs::path dir = scratch.path() / "run";
-  auto r = test::crucible_cli({"run", file.string(), "--out", dir.string()}, (scratch.path() / "cache").string(), 300);
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  return run::read_jsonl(dir / "seed-1" / "candidates.jsonl");
 }
 
 }  // namespace
