@@ -157,6 +157,14 @@ bool check_correctness(StageContext& ctx, Verdict& v) {
     double sum = 0.0;
     for (double share : ctx.gpu->kernel_coverage) sum += share;
     v.kernel_coverage = sum / static_cast<double>(ctx.gpu->kernel_coverage.size());
+    // Copies and fills count as foreign too; a rounding margin only.
+    if (ctx.gpu->own_kernels_only && *v.kernel_coverage < 0.999) {
+      v.status = Status::rejected;
+      v.reasons.push_back({"foreign_kernels", std::to_string(static_cast<int>(100 * (1.0 - *v.kernel_coverage) + 0.5)) +
+                                                  "% of the GPU time was in kernels that are not the candidate's own "
+                                                  "Triton kernels (PyTorch or a library did the work)"});
+      return false;
+    }
   }
   return true;
 }

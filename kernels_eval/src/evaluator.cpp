@@ -76,6 +76,7 @@ struct GpuResources {
   int device = 0;
   cuda::DeviceInfo info;
   std::unique_ptr<WorkerPool> workers;
+  std::unique_ptr<WorkerPool> triton_workers;  // made on the first Triton candidate
   cuda::SharedDeviceMemory tensors;
   SharedArena control;
   std::unique_ptr<cuda::L2Flush> flush;
@@ -257,40 +258,47 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   for (const auto& t : task.inputs) in_shapes.push_back({t.dtype, resolve_shape(t, sizes)});
   for (const auto& t : task.outputs) out_shapes.push_back({t.dtype, resolve_shape(t, sizes)});
 
-  // 1. Compile.
-  CompileOptions copts = compile_options(source, options, gpu ? &gpu->info : nullptr);
-  CompileResult compiled = compiler_.compile(source, copts);
-  v.compile = {compiled.cached, compiled.seconds, compiled.hash, compiled.log};
-  v.stages.compile_s = compiled.seconds;
-  switch (compiled.outcome) {
-    case CompileResult::Outcome::ok: break;
-    case CompileResult::Outcome::source_too_large:
+  // 1-2. Compile and gate. A Triton candidate is gated on its source, then compiled by Triton (see
+  // triton_candidate.h); a native one is compiled, then gated on its shared object.
+  std::filesystem::path candidate_path;
+  WorkerPool* triton_pool = nullptr;
+  if (options.kind == CandidateKind::triton) {
+    if (!build_triton(task, source, options, gpu, in_shapes, out_shapes, v, candidate_path, triton_pool))
+      return finish();
+  } else {
+    CompileOptions copts = compile_options(source, options, gpu ? &gpu->info : nullptr);
+    CompileResult compiled = compiler_.compile(source, copts);
+    v.compile = {compiled.cached, compiled.seconds, compiled.hash, compiled.log};
+    v.stages.compile_s = compiled.seconds;
+    switch (compiled.outcome) {
+      case CompileResult::Outcome::ok: break;
+      case CompileResult::Outcome::source_too_large:
+        v.status = Status::rejected;
+        v.reasons.push_back({"source_too_large", compiled.log});
+        return finish();
+      case CompileResult::Outcome::timed_out:
+        v.status = Status::compile_error;
+        v.reasons.push_back({"compile_timeout", "compile time limit exceeded"});
+        return finish();
+      case CompileResult::Outcome::failed:
+        v.status = Status::compile_error;
+        v.reasons.push_back({"compiler_error", "the compiler reported errors (see compile log)"});
+        return finish();
+      case CompileResult::Outcome::environment_error:
+        v.status = Status::compile_error;
+        v.reasons.push_back({"compile_environment", "not the candidate's fault, and not cached: " + compiled.log});
+        return finish();
+    }
+    auto gate_start = Clock::now();
+    GatePolicy policy{backend, task.allow_imports, copts.max_binary_bytes};
+    auto refusals = check_shared_object(compiled.so_path, policy);
+    v.stages.gate_s = since(gate_start);
+    if (!refusals.empty()) {
       v.status = Status::rejected;
-      v.reasons.push_back({"source_too_large", compiled.log});
+      v.reasons = std::move(refusals);
       return finish();
-    case CompileResult::Outcome::timed_out:
-      v.status = Status::compile_error;
-      v.reasons.push_back({"compile_timeout", "compile time limit exceeded"});
-      return finish();
-    case CompileResult::Outcome::failed:
-      v.status = Status::compile_error;
-      v.reasons.push_back({"compiler_error", "the compiler reported errors (see compile log)"});
-      return finish();
-    case CompileResult::Outcome::environment_error:
-      v.status = Status::compile_error;
-      v.reasons.push_back({"compile_environment", "not the candidate's fault, and not cached: " + compiled.log});
-      return finish();
-  }
-
-  // 2. Static gate.
-  auto gate_start = Clock::now();
-  GatePolicy policy{backend, task.allow_imports, copts.max_binary_bytes};
-  auto refusals = check_shared_object(compiled.so_path, policy);
-  v.stages.gate_s = since(gate_start);
-  if (!refusals.empty()) {
-    v.status = Status::rejected;
-    v.reasons = std::move(refusals);
-    return finish();
+    }
+    candidate_path = compiled.so_path;
   }
 
   v.seed = options.seed ? *options.seed : (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
@@ -310,10 +318,11 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   CallOutcome loaded;
   if (gpu) {
     const bool trace = trace_calls();
-    worker = gpu->workers->acquire();
+    worker = (triton_pool ? triton_pool : gpu->workers.get())->acquire();
     if (trace) std::fprintf(stderr, "load: worker acquired after %.1f ms\n", since(load_start) * 1e3);
     gpu->tensors.reserve(layout.bytes);
     gpu_stage = {cuda_device, gpu->tensors.data(), gpu->flush.get(), 0.0};
+    gpu_stage.own_kernels_only = triton_pool != nullptr;
     for (const auto& set : layout.outputs)
       for (const auto& slot : set) {
         poison(ArenaRef{gpu_stage.tensors, cuda_device}, slot, 0);
@@ -330,7 +339,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
       flush->run();
       cuda::synchronize();
     };
-    loaded = worker->load(compiled.so_path, layout, gpu->control, options.limits, options.call_timeout_s, &share);
+    loaded = worker->load(candidate_path, layout, gpu->control, options.limits, options.call_timeout_s, &share);
     const auto& null_calls = worker->null_call_seconds();
     if (!null_calls.empty()) gpu_stage.null_call_s = summarize_times(null_calls).median_us;  // in seconds here
   } else {
@@ -345,7 +354,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
         poison(ArenaRef{arena_.data(), -1}, slot, 0);
         fill_guard(ArenaRef{arena_.data(), -1}, slot);
       }
-    loaded = worker->load(compiled.so_path, layout, arena_, options.limits, options.call_timeout_s, nullptr,
+    loaded = worker->load(candidate_path, layout, arena_, options.limits, options.call_timeout_s, nullptr,
                           kHostNullCalls);
   }
   v.stages.load_s = since(load_start);
@@ -401,6 +410,78 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   }
   v.stages.kernel_s = ctx.kernel_s;
   return finish();
+}
+
+}  // namespace crucible::eval
+
+namespace crucible::eval {
+
+bool Evaluator::build_triton(const TaskSpec& task, const std::string& source, const EvalOptions& options,
+                             GpuResources* gpu, const std::vector<TensorShape>& in_shapes,
+                             const std::vector<TensorShape>& out_shapes, Verdict& v, fs::path& candidate_path,
+                             WorkerPool*& pool) {
+  (void)task;
+  auto refuse = [&](const std::string& why) {
+    v.status = Status::rejected;
+    v.reasons.push_back({"triton_unavailable", why});
+    return false;
+  };
+  if (!gpu)
+    return refuse("Triton candidates run on a GPU node; this evaluation is on the CPU (evaluate with --device cuda)");
+  std::string why;
+  const auto python = find_triton_python(why);
+  if (!python) return refuse(why);
+  const fs::path support = default_python_worker_support();
+  if (support.empty() || !fs::exists(support)) return refuse("the Triton worker's support library is missing (" + support.string() + ")");
+
+  TritonBuildOptions bopts;
+  bopts.device = gpu->device;
+  bopts.device_name = gpu->info.name + " sm_" + std::to_string(gpu->info.major) + std::to_string(gpu->info.minor);
+  bopts.time_limit_s = std::max(options.compile.time_limit_s, 120.0);
+  bopts.max_source_bytes = options.compile.max_source_bytes;
+  TritonBuild built = build_triton_candidate(*python, source, in_shapes, out_shapes, config_.cache_dir, bopts);
+  v.compile = {built.cached, built.seconds, built.hash, built.log};
+  v.stages.compile_s = built.seconds;
+  switch (built.outcome) {
+    case TritonBuild::Outcome::ok: break;
+    case TritonBuild::Outcome::rejected:
+      v.status = Status::rejected;
+      v.reasons = built.refusals;
+      return false;
+    case TritonBuild::Outcome::source_too_large:
+      v.status = Status::rejected;
+      v.reasons.push_back({"source_too_large", built.log});
+      return false;
+    case TritonBuild::Outcome::timed_out:
+      v.status = Status::compile_error;
+      v.reasons.push_back({"compile_timeout", built.log});
+      return false;
+    case TritonBuild::Outcome::failed:
+      v.status = Status::compile_error;
+      v.reasons.push_back({"compiler_error", "Triton could not compile a kernel (see compile log)"});
+      return false;
+    case TritonBuild::Outcome::environment_error:
+      v.status = Status::compile_error;
+      v.reasons.push_back({"compile_environment", "not the candidate's fault, and not cached: " + built.log});
+      return false;
+  }
+  candidate_path = built.candidate_path;
+  std::lock_guard<std::mutex> lock(gpu_mutex_);
+  if (!gpu->triton_workers) {
+    const fs::path warm_cache = config_.cache_dir / "triton" / "worker-warm";
+    std::error_code ec;
+    fs::create_directories(warm_cache, ec);
+    // Each worker imports PyTorch and Triton and makes its own CUDA context (seconds, and a few hundred MB of GPU
+    // memory): one waits ready.
+    gpu->triton_workers = std::make_unique<WorkerPool>(
+        python->executable, 1,
+        std::vector<std::string>{"-I", (default_python_dir() / "crucible_triton" / "worker.py").string(), "--device",
+                                 std::to_string(gpu->device), "--support", support.string(), "--warm-cache",
+                                 warm_cache.string()},
+        120.0);
+  }
+  pool = gpu->triton_workers.get();
+  return true;
 }
 
 }  // namespace crucible::eval

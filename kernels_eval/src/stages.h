@@ -23,6 +23,9 @@ struct GpuStage {
   double null_call_s = 0.0;
   std::vector<double> event_samples_us;  // what the worker's events said of each timed call
   std::vector<double> kernel_coverage;   // of each profiled (correctness) call
+  // Every kernel must be the candidate's own (a Triton candidate's, by name): PyTorch or a library doing the work
+  // is refused rather than reported.
+  bool own_kernels_only = false;
 };
 
 struct StageContext {

@@ -539,8 +539,8 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync, bool 
   return out;
 }
 
-WorkerPool::WorkerPool(fs::path binary, int warm, std::vector<std::string> args)
-    : binary_(std::move(binary)), args_(std::move(args)), warm_(std::max(warm, 0)) {
+WorkerPool::WorkerPool(fs::path binary, int warm, std::vector<std::string> args, double start_timeout_s)
+    : binary_(std::move(binary)), args_(std::move(args)), warm_(std::max(warm, 0)), start_timeout_s_(start_timeout_s) {
   if (!fs::exists(binary_)) throw std::runtime_error("worker binary not found: " + binary_.string());
   // What evaluators killed outright left behind (their workers end by themselves, see the worker's main).
   remove_orphaned_scratch_dirs("worker");
@@ -560,11 +560,12 @@ std::unique_ptr<WorkerProcess> WorkerPool::acquire() {
   while (!idle_.empty() && !w) {
     w = std::move(idle_.front());
     idle_.pop_front();
-    if (!w->wait_hello(10.0)) w.reset();  // died while idle: drop it
+    if (!w->wait_hello(start_timeout_s_)) w.reset();  // died while idle: drop it
   }
   if (!w) {
     w = WorkerProcess::spawn(binary_, args_);
     ++started_;
+    if (start_timeout_s_ > 10.0) w->wait_hello(start_timeout_s_);  // else the load's own wait covers it
   }
   top_up();
   return w;

@@ -21,6 +21,7 @@ struct EvalArgs {
   std::string device = "cpu";
   std::string mode = "fast";
   std::string sizes;
+  std::string kind;  // empty: by the file's extension (.py: triton)
   std::string tasks_dir;
   std::string cache_dir;
   bool json = false;
@@ -89,6 +90,9 @@ int run_eval(const EvalArgs& a) {
     options.mode = a.mode == "full" ? eval::Mode::full : eval::Mode::fast;
     options.device = a.device;
     options.sizes = a.sizes;
+    options.kind = !a.kind.empty() ? eval::parse_candidate_kind(a.kind)
+                   : ext == ".py"  ? eval::CandidateKind::triton
+                                   : eval::CandidateKind::native;
     options.seed = a.seed;
     options.call_timeout_s = a.timeout_s;
     options.evaluation_budget_s = a.budget_s;
@@ -126,6 +130,8 @@ Run add_eval_command(CLI::App& app) {
   cmd->add_option("--device", args->device, "cpu, cuda or cuda:N (GPU N, with a CUDA build)")->capture_default_str();
   cmd->add_option("--sizes", args->sizes, "The task's size set: cpu or cuda (default: the device's own)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--kind", args->kind, "native (C++ or CUDA C++) or triton (Python); default: triton for .py files")
+      ->check(CLI::IsMember({"native", "triton"}));
   cmd->add_option("--mode", args->mode, "fast (2 checks, 5 timed) or full (5 checks, 50 timed)")
       ->check(CLI::IsMember({"fast", "full"}))
       ->capture_default_str();

@@ -69,6 +69,11 @@ bool start() {
   return true;
 }
 
+void add_own_kernel(const char* name) {
+  if (!g_own_kernels) g_own_kernels = new std::set<std::string>();
+  if (name) g_own_kernels->insert(name);
+}
+
 void begin_call() {
   if (!g_ready) return;
   g_own_ns = g_other_ns = 0;

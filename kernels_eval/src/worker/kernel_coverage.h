@@ -8,6 +8,8 @@ namespace crucible::eval::worker::coverage {
 bool start();
 // Around one profiled call: the share in [0, 1], or -1 when nothing ran on the GPU or profiling is unavailable.
 void begin_call();
+// Kernels the candidate launches that no fat binary registered (a Triton candidate's, by name).
+void add_own_kernel(const char* name);
 double end_call();
 
 }  // namespace crucible::eval::worker::coverage

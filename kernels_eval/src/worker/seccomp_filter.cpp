@@ -1,5 +1,6 @@
 #include "seccomp_filter.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <linux/audit.h>
@@ -69,16 +70,23 @@ void allow(Program& p, long nr) {
   stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
 }
 
-// ioctl only on the given descriptors; none given: no ioctl at all.
-void allow_ioctl_on(Program& p, const std::vector<int>& fds) {
-  if (fds.empty()) return;
+// ioctl only on the given descriptors (elsewhere trapped, or ENOTTY); none given and no ENOTTY: no ioctl rule.
+void allow_ioctl_on(Program& p, const std::vector<int>& fds, bool elsewhere_enotty) {
+  if (fds.empty() && !elsewhere_enotty) return;
   const auto n = static_cast<uint8_t>(fds.size());
   jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(SYS_ioctl), 0, static_cast<uint8_t>(n + 3));
   stmt(p, BPF_LD | BPF_W | BPF_ABS, arg_low(0));
   for (uint8_t i = 0; i < n; ++i)
     jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(fds[i]), static_cast<uint8_t>(n - i), 0);
-  stmt(p, BPF_RET | BPF_K, kRefuse);
+  stmt(p, BPF_RET | BPF_K, elsewhere_enotty ? SECCOMP_RET_ERRNO | ENOTTY : kRefuse);
   stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+}
+
+void fail_softly(Program& p, const SoftRefusals& soft) {
+  for (const auto& [nr, error] : soft.fail_with_errno) {
+    jump(p, BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1);
+    stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (static_cast<uint32_t>(error) & SECCOMP_RET_DATA));
+  }
 }
 
 // What an uncaught exception needs to end as a crash rather than a forbidden call: std::terminate writes its message
@@ -91,10 +99,12 @@ void allow_abort_path(Program& p) {
   stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
 }
 
-void allow_device_needs(Program& p, const std::vector<long>& extra, const std::vector<int>& ioctl_fds) {
-  allow_ioctl_on(p, ioctl_fds);
+void allow_device_needs(Program& p, const std::vector<long>& extra, const std::vector<int>& ioctl_fds,
+                        const SoftRefusals& soft) {
+  allow_ioctl_on(p, ioctl_fds, soft.ioctl_elsewhere_enotty);
   stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
   for (long nr : extra) allow(p, nr);
+  fail_softly(p, soft);
 }
 
 // madvise, except the advice that frees or evicts a shared mapping's pages for every process that maps it: a worker
@@ -122,7 +132,8 @@ void allow_basics(Program& p, pid_t self) {
 
 }  // namespace
 
-bool install_load_stage_filter(int socket_fd, const std::vector<long>& extra, const std::vector<int>& ioctl_fds) {
+bool install_load_stage_filter(int socket_fd, const std::vector<long>& extra, const std::vector<int>& ioctl_fds,
+                               const SoftRefusals& soft) {
   Program p;
   check_arch(p);
   stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
@@ -138,18 +149,19 @@ bool install_load_stage_filter(int socket_fd, const std::vector<long>& extra, co
     allow(p, nr);
   // The device's needs come before the abort path, whose write and rt_sigaction rules refuse other arguments: a
   // device that needs write on any descriptor (the CUDA driver reports faults that way) must match first.
-  allow_device_needs(p, extra, ioctl_fds);
+  allow_device_needs(p, extra, ioctl_fds, soft);
   allow_abort_path(p);
   stmt(p, BPF_RET | BPF_K, kRefuse);
   return install(p);
 }
 
-bool install_run_stage_filter(pid_t self, const std::vector<long>& extra, const std::vector<int>& ioctl_fds) {
+bool install_run_stage_filter(pid_t self, const std::vector<long>& extra, const std::vector<int>& ioctl_fds,
+                              const SoftRefusals& soft) {
   Program p;
   check_arch(p);
   stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
   allow_basics(p, self);
-  allow_device_needs(p, extra, ioctl_fds);  // before the abort path, as above
+  allow_device_needs(p, extra, ioctl_fds, soft);  // before the abort path, as above
   allow_abort_path(p);
   stmt(p, BPF_RET | BPF_K, kRefuse);
   return install(p);

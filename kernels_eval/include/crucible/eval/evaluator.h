@@ -14,6 +14,7 @@
 #include "crucible/eval/compiler.h"
 #include "crucible/eval/eval_settings.h"
 #include "crucible/eval/task_spec.h"
+#include "crucible/eval/triton_candidate.h"
 #include "crucible/eval/verdict.h"
 #include "crucible/eval/worker_process.h"
 
@@ -21,6 +22,7 @@ namespace crucible::eval {
 
 struct EvalOptions {
   Mode mode = Mode::fast;
+  CandidateKind kind = CandidateKind::native;  // triton: Python with Triton kernels, GPU devices only
   std::string device = "cpu";  // or "cuda" / "cuda:N"
   std::string sizes;            // the task's size set to use ("cpu", "cuda"); empty: the device's own
   // Negative values take the mode's defaults: fast 2 / 5 / 1, full 5 / 50 / 3.
@@ -88,6 +90,11 @@ class Evaluator {
   std::mutex gpu_mutex_;  // compile() may ask for a GPU's architecture from other threads
   GpuResources& gpu_resources(int device);  // under gpu_mutex_
   CompileOptions compile_options(const std::string& source, const EvalOptions& options, const cuda::DeviceInfo* gpu);
+  // A Triton candidate's gate and compile step, and the pool of Triton workers that will run it. False: the verdict
+  // is decided (rejected, compile_error).
+  bool build_triton(const TaskSpec& task, const std::string& source, const EvalOptions& options, GpuResources* gpu,
+                    const std::vector<TensorShape>& in_shapes, const std::vector<TensorShape>& out_shapes, Verdict& v,
+                    std::filesystem::path& candidate_path, WorkerPool*& pool);
 };
 
 std::filesystem::path default_include_dir();

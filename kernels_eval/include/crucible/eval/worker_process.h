@@ -171,7 +171,9 @@ class WorkerProcess {
 class WorkerPool {
  public:
   // `args` go to every worker (a CUDA worker's --device N).
-  explicit WorkerPool(std::filesystem::path binary, int warm = 1, std::vector<std::string> args = {});
+  // A worker that needs long to start (an interpreter importing its libraries) gets `start_timeout_s` to say hello.
+  explicit WorkerPool(std::filesystem::path binary, int warm = 1, std::vector<std::string> args = {},
+                      double start_timeout_s = 10.0);
   std::unique_ptr<WorkerProcess> acquire();  // a started worker; a replacement starts at once
   int started() const { return started_; }
   const std::filesystem::path& binary() const { return binary_; }
@@ -181,6 +183,7 @@ class WorkerPool {
   std::filesystem::path binary_;
   std::vector<std::string> args_;
   int warm_;
+  double start_timeout_s_;
   int started_ = 0;
   std::deque<std::unique_ptr<WorkerProcess>> idle_;
 };

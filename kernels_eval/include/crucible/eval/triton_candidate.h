@@ -1,0 +1,65 @@
+#pragma once
+// Triton candidates (one Python file defining crucible_forward(inputs, outputs) over torch tensors, launching its own
+// @triton.jit kernels): the node's Python that can run them, and their build: the static gate, then Triton's
+// compilation into a per-candidate cache by a confined process, so the sandboxed worker only loads.
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "crucible/eval/dtype.h"
+#include "crucible/eval/verdict.h"
+#include "crucible/eval/worker_process.h"
+
+namespace crucible::eval {
+
+// What a candidate is written in. Native: C++ (CPU) or CUDA C++, by the device; triton: Python with Triton kernels,
+// on a GPU only.
+enum class CandidateKind { native, triton };
+
+std::string_view candidate_kind_name(CandidateKind kind);
+// "native" or "triton"; throws std::invalid_argument otherwise.
+CandidateKind parse_candidate_kind(std::string_view text);
+
+// A Python interpreter with PyTorch (with CUDA) and Triton: $CRUCIBLE_TRITON_PYTHON, else python3 on PATH. Probed
+// once per process; `why` says what is missing when none is found.
+struct TritonPython {
+  std::string executable;        // absolute
+  std::string versions;          // "torch 2.11.0+cu130, triton 3.6.0"
+  std::vector<std::string> dirs;  // trees the interpreter reads (its prefixes, site-packages)
+};
+std::optional<TritonPython> find_triton_python(std::string& why);
+
+// Where the Python side lives (kernels_eval/python): $CRUCIBLE_PYTHON_DIR, else the build-time default.
+std::filesystem::path default_python_dir();
+// The worker's native support library: $CRUCIBLE_PYTHON_WORKER_SUPPORT, else the build-time default.
+std::filesystem::path default_python_worker_support();
+
+struct TritonBuild {
+  enum class Outcome { ok, rejected, failed, timed_out, source_too_large, environment_error };
+  Outcome outcome = Outcome::failed;
+  bool cached = false;
+  double seconds = 0.0;
+  std::string hash;
+  std::filesystem::path candidate_path;  // <dir>/candidate.py beside gate.json and triton-cache/
+  std::vector<Reason> refusals;          // the gate's, when rejected
+  std::string log;
+};
+
+struct TritonBuildOptions {
+  int device = 0;
+  std::string device_name;  // part of the cache key: compiled code is for one GPU model
+  double time_limit_s = 120.0;
+  std::size_t max_source_bytes = 256 * 1024;
+};
+
+// Gate, then compile (cached by source, shapes and device). Shapes are the task's at the size set evaluated.
+TritonBuild build_triton_candidate(const TritonPython& python, const std::string& source,
+                                   const std::vector<TensorShape>& inputs, const std::vector<TensorShape>& outputs,
+                                   const std::filesystem::path& cache_dir, const TritonBuildOptions& options);
+
+// The gate alone, for machines without a GPU (tests, and a `crucible eval` that explains a refusal).
+std::vector<Reason> triton_gate(const std::string& python, const std::string& source,
+                                const std::vector<DType>& dtypes, std::string& error);
+
+}  // namespace crucible::eval

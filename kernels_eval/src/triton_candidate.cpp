@@ -1,0 +1,288 @@
+#include "crucible/eval/triton_candidate.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "crucible/eval/compiler.h"
+#include "crucible/eval/scratch_dirs.h"
+#include "crucible/eval/subprocess.h"
+#include "crucible/eval/utf8_text.h"
+
+namespace crucible::eval {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string_view candidate_kind_name(CandidateKind kind) { return kind == CandidateKind::triton ? "triton" : "native"; }
+
+CandidateKind parse_candidate_kind(std::string_view text) {
+  if (text == "native") return CandidateKind::native;
+  if (text == "triton") return CandidateKind::triton;
+  throw std::invalid_argument("unknown candidate kind '" + std::string(text) + "' (expected native or triton)");
+}
+
+fs::path default_python_dir() {
+  if (const char* env = std::getenv("CRUCIBLE_PYTHON_DIR")) return env;
+#ifdef CRUCIBLE_PYTHON_DEFAULT_DIR
+  return CRUCIBLE_PYTHON_DEFAULT_DIR;
+#else
+  return "python";
+#endif
+}
+
+fs::path default_python_worker_support() {
+  if (const char* env = std::getenv("CRUCIBLE_PYTHON_WORKER_SUPPORT")) return env;
+#ifdef CRUCIBLE_PYTHON_WORKER_SUPPORT_DEFAULT_PATH
+  return CRUCIBLE_PYTHON_WORKER_SUPPORT_DEFAULT_PATH;
+#else
+  return {};
+#endif
+}
+
+namespace {
+
+std::string resolve_python() {
+  if (const char* env = std::getenv("CRUCIBLE_TRITON_PYTHON")) return env;
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    if (!dir.empty() && access((fs::path(dir) / "python3").c_str(), X_OK) == 0) return (fs::path(dir) / "python3").string();
+  return {};
+}
+
+// The last line of a process's output that parses as a JSON object (Python may print warnings before it).
+std::optional<json> last_json(const std::string& output) {
+  std::stringstream lines(output);
+  std::optional<json> found;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line.front() != '{') continue;
+    try {
+      found = json::parse(line);
+    } catch (const json::exception&) {
+    }
+  }
+  return found;
+}
+
+// The gate needs no GPU and no third-party module: the standard library of any Python.
+ProcessLimits gate_limits() {
+  ProcessLimits limits;
+  limits.wall_seconds = 30.0;
+  limits.address_space_bytes = std::size_t{2} << 30;
+  limits.environment = {"PATH=/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE=1"};
+  return limits;
+}
+
+}  // namespace
+
+std::optional<TritonPython> find_triton_python(std::string& why) {
+  static std::mutex mutex;
+  static bool probed = false;
+  static std::optional<TritonPython> found;
+  static std::string reason;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!probed) {
+    probed = true;
+    const std::string python = resolve_python();
+    if (python.empty()) {
+      reason = "no python3 on this node (set CRUCIBLE_TRITON_PYTHON to the Python that has PyTorch and Triton)";
+    } else {
+      ProcessLimits limits;
+      limits.wall_seconds = 120.0;
+      const std::string probe =
+          "import json, site, sys\n"
+          "try:\n    import torch, triton\nexcept Exception as e:\n"
+          "    print(json.dumps({'error': type(e).__name__ + ': ' + str(e)})); sys.exit(0)\n"
+          "print(json.dumps({'versions': 'torch %s, triton %s' % (torch.__version__, triton.__version__),"
+          " 'cuda': torch.cuda.is_available(), 'executable': sys.executable,"
+          " 'dirs': sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix} | set(site.getsitepackages()))}))\n";
+      ProcessResult r = run_process({python, "-I", "-c", probe}, limits);
+      auto j = last_json(r.output);
+      if (!r.ok() || !j) {
+        reason = python + " could not be asked for PyTorch and Triton: " + valid_utf8(r.output.substr(0, 300));
+      } else if (j->contains("error")) {
+        reason = "no Triton on this node: " + python + " cannot import torch and triton (" +
+                 (*j)["error"].get<std::string>() + ")";
+      } else if (!(*j)["cuda"].get<bool>()) {
+        reason = "the PyTorch of " + python + " sees no GPU";
+      } else {
+        TritonPython t;
+        t.executable = (*j)["executable"].get<std::string>();
+        t.versions = (*j)["versions"].get<std::string>();
+        for (const auto& d : (*j)["dirs"]) t.dirs.push_back(d.get<std::string>());
+        found = t;
+      }
+    }
+  }
+  why = reason;
+  return found;
+}
+
+std::vector<Reason> triton_gate(const std::string& python, const std::string& source, const std::vector<DType>& dtypes,
+                                std::string& error) {
+  const fs::path dir = make_scratch_dir("gate");
+  std::vector<Reason> refusals;
+  {
+    std::ofstream(dir / "candidate.py", std::ios::binary) << source;
+  }
+  std::string names;
+  for (DType d : dtypes) names += (names.empty() ? "" : ",") + std::string(dtype_name(d));
+  ProcessResult r = run_process({python, "-I", (default_python_dir() / "crucible_triton" / "gate.py").string(),
+                                 (dir / "candidate.py").string(), "--dtypes", names},
+                                gate_limits());
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+  auto j = last_json(r.output);
+  if (!r.ok() || !j) {
+    error = "the Triton gate did not run: " + valid_utf8(r.output.substr(0, 300));
+    return refusals;
+  }
+  for (const auto& x : (*j)["refusals"])
+    refusals.push_back({x["code"].get<std::string>(), valid_utf8(x["detail"].get<std::string>())});
+  return refusals;
+}
+
+namespace {
+
+std::string shapes_json(const std::vector<TensorShape>& inputs, const std::vector<TensorShape>& outputs) {
+  auto list = [](const std::vector<TensorShape>& ts) {
+    json a = json::array();
+    for (const auto& t : ts) a.push_back({static_cast<int>(t.dtype), t.shape});
+    return a;
+  };
+  return json{{"inputs", list(inputs)}, {"outputs", list(outputs)}}.dump();
+}
+
+// What the compile step may reach: the system's programs and libraries (gcc builds Triton's launcher), the Python
+// installation, the GPU's device files and the kernel's views of them, and its own directory. Not /home, /root or
+// the rest of /etc and /tmp.
+FileRules compile_files(const TritonPython& python, const fs::path& dir) {
+  FileRules rules;
+  rules.read_only = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/alternatives",
+                     "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/proc", "/sys", "/opt"};
+  for (const auto& d : python.dirs) rules.read_only.push_back(d);
+  rules.read_only.push_back(default_python_dir().string());
+  rules.read_write = {dir.string(), "/dev"};
+  return rules;
+}
+
+}  // namespace
+
+TritonBuild build_triton_candidate(const TritonPython& python, const std::string& source,
+                                   const std::vector<TensorShape>& inputs, const std::vector<TensorShape>& outputs,
+                                   const fs::path& cache_dir, const TritonBuildOptions& options) {
+  TritonBuild b;
+  const auto start = std::chrono::steady_clock::now();
+  auto done = [&]() -> TritonBuild {
+    b.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return b;
+  };
+  if (source.size() > options.max_source_bytes) {
+    b.outcome = TritonBuild::Outcome::source_too_large;
+    b.log = "source is " + std::to_string(source.size()) + " bytes (limit " + std::to_string(options.max_source_bytes) + ")";
+    return done();
+  }
+  const std::string shapes = shapes_json(inputs, outputs);
+  b.hash = sha256_hex(source + "\n" + shapes + "\n" + options.device_name + "\n" + python.versions + "\n" +
+                      python.executable);
+  const fs::path dir = cache_dir / "triton" / b.hash;
+  b.candidate_path = dir / "candidate.py";
+  std::error_code ec;
+  if (fs::exists(dir / "built", ec)) {
+    b.cached = true;
+    b.outcome = TritonBuild::Outcome::ok;
+    return done();
+  }
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir / "triton-cache", ec);
+  if (ec) {
+    b.outcome = TritonBuild::Outcome::environment_error;
+    b.log = "cannot make " + dir.string() + ": " + ec.message();
+    return done();
+  }
+  {
+    std::ofstream out(b.candidate_path, std::ios::binary);
+    out << source;
+    if (!out.flush()) {
+      b.outcome = TritonBuild::Outcome::environment_error;
+      b.log = "cannot write the candidate (is the disk full?)";
+      return done();
+    }
+  }
+
+  // 1. The gate: the source's syntax tree, before any of it runs.
+  std::vector<DType> dtypes;
+  for (const auto* group : {&inputs, &outputs})
+    for (const auto& t : *group) dtypes.push_back(t.dtype);
+  std::string names;
+  for (DType d : dtypes) names += (names.empty() ? "" : ",") + std::string(dtype_name(d));
+  ProcessResult gate = run_process({python.executable, "-I", (default_python_dir() / "crucible_triton" / "gate.py").string(),
+                                    b.candidate_path.string(), "--dtypes", names},
+                                   gate_limits());
+  auto verdict = last_json(gate.output);
+  if (!gate.ok() || !verdict) {
+    b.outcome = TritonBuild::Outcome::environment_error;
+    b.log = "the Triton gate did not run: " + valid_utf8(gate.output.substr(0, 500));
+    return done();
+  }
+  std::ofstream(dir / "gate.json") << verdict->dump();
+  for (const auto& x : (*verdict)["refusals"])
+    b.refusals.push_back({x["code"].get<std::string>(), valid_utf8(x["detail"].get<std::string>())});
+  if (!b.refusals.empty()) {
+    b.outcome = TritonBuild::Outcome::rejected;
+    return done();
+  }
+
+  // 2. Compile: the candidate runs once on scratch tensors of the task's shapes, and Triton fills its cache.
+  ProcessLimits limits;
+  limits.wall_seconds = options.time_limit_s;
+  limits.file_size_bytes = std::size_t{256} << 20;
+  limits.max_output_bytes = 16 * 1024;
+  limits.environment = {"PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + dir.string(),
+                        "TMPDIR=" + (dir / "triton-cache").string(), "PYTHONDONTWRITEBYTECODE=1"};
+  for (const char* name : {"CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"})
+    if (const char* value = std::getenv(name)) limits.environment.push_back(std::string(name) + "=" + value);
+  limits.files = compile_files(python, dir);
+  ProcessResult r = run_process({python.executable, "-I", (default_python_dir() / "crucible_triton" / "compile.py").string(),
+                                 "--candidate", b.candidate_path.string(), "--cache", (dir / "triton-cache").string(),
+                                 "--device", std::to_string(options.device), "--shapes", shapes},
+                                limits, dir.string());
+  if (r.timed_out) {
+    b.outcome = TritonBuild::Outcome::timed_out;
+    b.log = "Triton's compilation took longer than " + std::to_string(options.time_limit_s) + " s";
+    return done();
+  }
+  auto result = last_json(r.output);
+  if (!result) {
+    b.outcome = TritonBuild::Outcome::environment_error;
+    b.log = "the Triton compile step ended without a result (exit " + std::to_string(r.exit_code) + ", signal " +
+            std::to_string(r.signal) + "): " + valid_utf8(r.output.substr(r.output.size() > 1500 ? r.output.size() - 1500 : 0));
+    return done();
+  }
+  const bool ok = (*result)["ok"].get<bool>();
+  const std::string kind = ok ? "" : result->value("kind", "");
+  if (kind == "environment") {
+    b.outcome = TritonBuild::Outcome::environment_error;
+    b.log = valid_utf8(result->value("error", ""));
+    return done();
+  }
+  if (kind == "compile") {
+    b.outcome = TritonBuild::Outcome::failed;
+    b.log = valid_utf8(result->value("error", ""));
+    return done();
+  }
+  // A candidate that fails when run (not when compiled) is judged by the worker, which sees the same failure.
+  b.log = ok ? "" : valid_utf8(result->value("error", ""));
+  std::ofstream(dir / "built") << python.versions << "\n";
+  b.outcome = TritonBuild::Outcome::ok;
+  return done();
+}
+
+}  // namespace crucible::eval

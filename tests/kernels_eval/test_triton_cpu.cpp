@@ -1,0 +1,56 @@
+// Triton candidates on a machine without a GPU: a clear refusal, the gate run from C++, and the worker protocol's
+// Python mirror checked against the native layout (the parts of the Triton path that need no GPU).
+#include <doctest/doctest.h>
+
+#include "crucible/eval/evaluator.h"
+#include "crucible/eval/subprocess.h"
+#include "eval_support.h"
+#include "tasks/task_loader.h"
+
+using namespace crucible;
+
+TEST_CASE("triton: a Triton candidate on the CPU is rejected, saying it needs a GPU node") {
+  test::TestEvaluator t("triton-cpu");
+  auto relu = tasks::find_task("relu", test::tasks_dir());
+  eval::EvalOptions options;
+  options.kind = eval::CandidateKind::triton;
+  auto source = test::read_file(test::source_dir() / "configs" / "candidates" / "triton" / "relu.py");
+  auto v = t.evaluator.evaluate(relu, source, options);
+  CHECK(v.status == eval::Status::rejected);
+  REQUIRE(v.has_reason("triton_unavailable"));
+  CHECK(test::detail_of(v).find("GPU") != std::string::npos);
+}
+
+TEST_CASE("triton: candidate kinds parse, and unknown ones are refused by name") {
+  CHECK(eval::parse_candidate_kind("triton") == eval::CandidateKind::triton);
+  CHECK(eval::parse_candidate_kind("native") == eval::CandidateKind::native);
+  CHECK(eval::candidate_kind_name(eval::CandidateKind::triton) == "triton");
+  CHECK_THROWS_WITH_AS(eval::parse_candidate_kind("cuda"), doctest::Contains("'cuda'"), std::invalid_argument);
+}
+
+TEST_CASE("triton: the gate runs from C++ and returns the refusals of a hostile source") {
+  std::string error;
+  auto refusals = eval::triton_gate("/usr/bin/python3",
+                                    test::read_file(test::source_dir() / "tests/fixtures/triton/side_stream.py"),
+                                    {eval::DType::float32}, error);
+  REQUIRE(error.empty());
+  REQUIRE_FALSE(refusals.empty());
+  CHECK(refusals[0].code == "side_stream");
+  auto none = eval::triton_gate("/usr/bin/python3",
+                                test::read_file(test::source_dir() / "configs/candidates/triton/softmax.py"),
+                                {eval::DType::float32}, error);
+  CHECK(error.empty());
+  CHECK(none.empty());
+}
+
+TEST_CASE("triton: the worker's Python mirror of the protocol matches the native layout") {
+  const std::string script = "import ctypes, sys\nsys.path.insert(0, sys.argv[1])\nfrom crucible_triton import protocol\n"
+                             "lib = ctypes.CDLL(sys.argv[2])\nsys.exit(0 if protocol.layout() == protocol.native_layout(lib) "
+                             "else 1)\n";
+  eval::ProcessLimits limits;
+  auto r = eval::run_process({"/usr/bin/python3", "-I", "-c", script, eval::default_python_dir().string(),
+                              eval::default_python_worker_support().string()},
+                             limits);
+  INFO(r.output);
+  CHECK(r.ok());
+}

@@ -1,0 +1,109 @@
+// Triton candidates on a real GPU: the naive candidates are correct, every Triton fixture gets its exact verdict
+// (the gate's refusals and the run-time checks alike), and the worker recovers after faults. Where this node has no
+// Python with PyTorch and Triton, the cases say so and are skipped.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "crucible/eval/evaluator.h"
+#include "eval_support.h"
+#include "tasks/task_loader.h"
+
+using namespace crucible;
+
+namespace {
+
+std::string triton_fixture(const std::string& name) {
+  return test::read_file(test::source_dir() / "tests" / "fixtures" / "triton" / (name + ".py"));
+}
+std::string triton_candidate(const std::string& task) {
+  return test::read_file(test::source_dir() / "configs" / "candidates" / "triton" / (task + ".py"));
+}
+
+eval::EvalOptions triton_options(const std::string& sizes) {
+  auto o = test::gpu_options(sizes);
+  o.kind = eval::CandidateKind::triton;
+  return o;
+}
+
+bool triton_here() {
+  std::string why;
+  if (eval::cuda_devices() > 0 && eval::find_triton_python(why)) return true;
+  MESSAGE("skipped: ", eval::cuda_devices() > 0 ? why : "no GPU");
+  return false;
+}
+
+struct Expectation {
+  const char* fixture;
+  const char* task;
+  eval::Status status;
+  const char* reason;
+  bool fault;  // the worker's context is gone: the next candidate must evaluate normally
+};
+
+const Expectation kExpectations[] = {
+    {"torch_fallback", "relu", eval::Status::rejected, "torch_compute", false},
+    {"decoy_kernel", "relu", eval::Status::rejected, "unlaunched_kernel", false},
+    {"side_stream", "relu", eval::Status::rejected, "side_stream", false},
+    {"host_thread", "relu", eval::Status::rejected, "forbidden_import", false},
+    {"spawns_process", "relu", eval::Status::rejected, "forbidden_import", false},
+    {"timer_monkeypatch", "relu", eval::Status::rejected, "monkeypatch", false},
+    {"replay_by_pointer", "relu", eval::Status::rejected, "cross_call_state", false},
+    {"replay_on_function", "relu", eval::Status::rejected, "monkeypatch", false},
+    {"lazy_subclass", "relu", eval::Status::rejected, "tensor_subclass", false},
+    {"precision_tf32", "matmul", eval::Status::rejected, "precision_downgrade", false},
+    {"precision_half", "relu", eval::Status::rejected, "precision_downgrade", false},
+    {"exception_fallback", "relu", eval::Status::rejected, "exception_fallback", false},
+    {"harness_reach", "relu", eval::Status::rejected, "harness_reach", false},
+    {"dynamic_code", "relu", eval::Status::rejected, "dynamic_code", false},
+    {"syntax_error", "relu", eval::Status::rejected, "syntax_error", false},
+    {"missing_entry_point", "relu", eval::Status::rejected, "missing_entry_point", false},
+    {"skips_half", "relu", eval::Status::incorrect, "output_unwritten", false},
+    {"lazy_never_launches", "relu", eval::Status::incorrect, "output_unwritten", false},
+    {"input_mutated", "relu", eval::Status::incorrect, "input_mutated", false},
+    {"constant_output", "relu", eval::Status::incorrect, "mismatch", false},
+    {"torch_by_indexing", "relu", eval::Status::rejected, "foreign_kernels", false},
+    {"illegal_address", "relu", eval::Status::runtime_error, "cuda_error", true},
+    {"raises", "relu", eval::Status::runtime_error, "nonzero_return", false},
+    {"compile_error", "relu", eval::Status::compile_error, "compiler_error", false},
+};
+
+}  // namespace
+
+TEST_CASE("triton gpu: the naive Triton candidates are correct at the tasks' CUDA sizes") {
+  if (!triton_here()) return;
+  test::TestEvaluator t("triton-naive");
+  for (const char* name : {"relu", "softmax", "matmul"}) {
+    auto task = tasks::find_task(name, test::tasks_dir());
+    auto verdict = t.evaluator.evaluate(task, triton_candidate(name), triton_options("cuda"));
+    INFO(name, " -> ", test::detail_of(verdict), " | ", verdict.compile.log_excerpt);
+    CHECK(verdict.status == eval::Status::correct);
+    REQUIRE(verdict.candidate_time.has_value());
+    CHECK(verdict.candidate_time->median_us > 0.0);
+    REQUIRE(verdict.kernel_coverage.has_value());
+    CHECK(*verdict.kernel_coverage > 0.999);
+    MESSAGE(name, ": median ", verdict.candidate_time->median_us, " us, cv ", verdict.candidate_time->cv,
+            ", speedup ", verdict.speedup.value_or(0.0), ", compile ", verdict.compile.seconds, " s");
+    // A second evaluation finds the build in the cache.
+    auto again = t.evaluator.evaluate(task, triton_candidate(name), triton_options("cuda"));
+    CHECK(again.status == eval::Status::correct);
+    CHECK(again.compile.cached);
+  }
+}
+
+TEST_CASE("triton gpu: every Triton fixture gets its exact verdict, and the GPU recovers after each fault") {
+  if (!triton_here()) return;
+  test::TestEvaluator t("triton-fixtures");
+  auto relu = tasks::find_task("relu", test::tasks_dir());
+  for (const auto& e : kExpectations) {
+    auto task = tasks::find_task(e.task, test::tasks_dir());
+    auto verdict = t.evaluator.evaluate(task, triton_fixture(e.fixture), triton_options("cpu"));
+    INFO("fixture ", std::string(e.fixture), " -> ", test::detail_of(verdict), " | ", verdict.compile.log_excerpt);
+    CHECK(verdict.status == e.status);
+    CHECK(verdict.has_reason(e.reason));
+    if (!e.fault) continue;
+    auto after = t.evaluator.evaluate(relu, triton_candidate("relu"), triton_options("cpu"));
+    INFO("correct candidate after ", std::string(e.fixture), " -> ", test::detail_of(after));
+    CHECK(after.status == eval::Status::correct);
+  }
+}
