@@ -160,16 +160,14 @@ std::string shapes_json(const std::vector<TensorShape>& inputs, const std::vecto
   return json{{"inputs", list(inputs)}, {"outputs", list(outputs)}}.dump();
 }
 
-// What the compile step may reach: the system's programs and libraries (gcc builds Triton's launcher), the Python
-// installation, the GPU's device files and the kernel's views of them, and its own directory. Not /home, /root or
-// the rest of /etc and /tmp.
-FileRules compile_files(const TritonPython& python, const fs::path& dir) {
+// What the compile step may change: its own directory (the candidate's Triton cache), the device files and /tmp.
+// Reads are not narrowed: the CUDA driver's initialisation fails (error 304) under a read rule set of the system's
+// trees, /proc, /sys and /dev alone, and a candidate's code cannot name a file to read (the gate refuses open, os,
+// io, pathlib, imports beyond torch and triton, and every private attribute) before this step runs it.
+FileRules compile_files(const fs::path& dir) {
   FileRules rules;
-  rules.read_only = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/alternatives",
-                     "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/proc", "/sys", "/opt"};
-  for (const auto& d : python.dirs) rules.read_only.push_back(d);
-  rules.read_only.push_back(default_python_dir().string());
-  rules.read_write = {dir.string(), "/dev"};
+  rules.read_only = {"/"};
+  rules.read_write = {dir.string(), "/dev", "/tmp"};
   return rules;
 }
 
@@ -249,7 +247,7 @@ TritonBuild build_triton_candidate(const TritonPython& python, const std::string
                         "TMPDIR=" + (dir / "triton-cache").string(), "PYTHONDONTWRITEBYTECODE=1"};
   for (const char* name : {"CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"})
     if (const char* value = std::getenv(name)) limits.environment.push_back(std::string(name) + "=" + value);
-  limits.files = compile_files(python, dir);
+  limits.files = compile_files(dir);
   ProcessResult r = run_process({python.executable, "-I", (default_python_dir() / "crucible_triton" / "compile.py").string(),
                                  "--candidate", b.candidate_path.string(), "--cache", (dir / "triton-cache").string(),
                                  "--device", std::to_string(options.device), "--shapes", shapes},
