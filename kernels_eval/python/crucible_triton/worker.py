@@ -59,6 +59,7 @@ class Worker:
         if protocol.layout() != protocol.native_layout(self.support):
             raise RuntimeError("the worker protocol's Python mirror does not match the native layout")
         os.environ["TRITON_CACHE_DIR"] = arg("--warm-cache")
+        os.environ["PATH"] = "/usr/local/cuda/bin:/usr/bin:/bin"  # gcc (Triton's driver library) runs `as` from PATH
         os.environ["TRITON_F32_DEFAULT"] = "ieee"  # float32 tasks are judged at float32 precision, TF32 off
         global torch, triton
         import torch
