@@ -167,11 +167,14 @@ class Worker:
         try:
             module = load_module("candidate.py", source)  # the name the compile step used, and the user sees
             forward = module["crucible_forward"]
+        except Exception as e:
+            return self.fail(7, "loading the candidate: " + one_line(e))
+        try:
             inputs, outputs = self.sets[0]
             forward(inputs, outputs)  # loads the compiled kernels from the cache while files may still be read
             torch.cuda.synchronize()
-        except Exception as e:
-            return self.fail(7, "loading the candidate: " + one_line(e))
+        except Exception:
+            pass  # judged on the calls the evaluator makes, which fail the same way (an error, a lost context)
         self.forward = forward
         if not self.reply(True, ""):
             return 8
