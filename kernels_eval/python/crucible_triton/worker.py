@@ -159,7 +159,8 @@ class Worker:
 
         # ---- 3. the load stage -----------------------------------------------------------------------------------
         needs, ioctl_fds = self.device_needs()
-        soft = [SYS["mkdir"], errno.EROFS, SYS["mkdirat"], errno.EROFS]
+        # Filters stack and the strictest answer wins: a soft refusal must be in every stage's filter.
+        soft = [SYS["mkdir"], errno.EROFS, SYS["mkdirat"], errno.EROFS, SYS["rt_sigaction"], errno.EPERM]
         load_extra = needs + [SYS["getcwd"], SYS["getdents64"], SYS["readlink"], SYS["readlinkat"], SYS["fcntl"],
                               SYS["sysinfo"]]
         if self.seal(self.support.crucible_seal_load_stage, protocol.SOCKET_FD, load_extra, ioctl_fds, soft) != 0:
@@ -181,7 +182,7 @@ class Worker:
         sock.close()
         # PyTorch reads files and changes signal handlers while it reports a CUDA error (a lost context): refused with
         # an error, not trapped, so the verdict is the CUDA error and not the sandbox's.
-        run_soft = soft + [SYS["open"], errno.EACCES, SYS["openat"], errno.EACCES, SYS["rt_sigaction"], errno.EPERM]
+        run_soft = soft + [SYS["open"], errno.EACCES, SYS["openat"], errno.EACCES]
         if self.seal(self.support.crucible_seal_run_stage, os.getpid(), needs, ioctl_fds, run_soft) != 0:
             return 9
 
