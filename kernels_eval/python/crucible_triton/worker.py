@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from crucible_triton import protocol  # noqa: E402
 
-SYS = {"read": 0, "write": 1, "open": 2, "openat": 257, "rt_sigaction": 13, "poll": 7, "lseek": 8, "sched_yield": 24, "nanosleep": 35, "getpid": 39,
+SYS = {"read": 0, "write": 1, "open": 2, "openat": 257, "rt_sigaction": 13, "close": 3, "fstat": 5, "newfstatat": 262, "poll": 7, "lseek": 8, "sched_yield": 24, "nanosleep": 35, "getpid": 39,
        "fcntl": 72, "getcwd": 79, "mkdir": 83, "readlink": 89, "getrusage": 98, "sysinfo": 99,
        "sched_getaffinity": 204, "getdents64": 217, "clock_gettime": 228, "clock_nanosleep": 230,
        "epoll_wait": 232, "ppoll": 271, "epoll_pwait": 281, "mkdirat": 258, "readlinkat": 267,
@@ -182,7 +182,9 @@ class Worker:
         sock.close()
         # PyTorch reads files and changes signal handlers while it reports a CUDA error (a lost context): refused with
         # an error, not trapped, so the verdict is the CUDA error and not the sandbox's.
-        run_soft = soft + [SYS["open"], errno.EACCES, SYS["openat"], errno.EACCES]
+        run_soft = soft + [SYS["open"], errno.EACCES, SYS["openat"], errno.EACCES, SYS["close"], errno.EPERM,
+                           SYS["fstat"], errno.EACCES, SYS["newfstatat"], errno.EACCES, SYS["lseek"], errno.EPERM,
+                           SYS["getcwd"], errno.EACCES, SYS["readlink"], errno.EACCES, SYS["fcntl"], errno.EPERM]
         if self.seal(self.support.crucible_seal_run_stage, os.getpid(), needs, ioctl_fds, run_soft) != 0:
             return 9
 
