@@ -211,25 +211,22 @@ class Worker:
             self.support.crucible_coverage_begin()
         c.seen_ns = time.monotonic_ns()
         rc, error = 0, None
-        self.start_event.record(self.stream)
         try:
-            if forward is not None:
-                result = forward(inputs, outputs)
-                rc = result if isinstance(result, int) and not isinstance(result, bool) else 0
-        except Exception as e:
-            rc = 1
-            error = e
-        self.end_event.record(self.stream)
-        c.launched_ns = time.monotonic_ns()
-        try:
+            self.start_event.record(self.stream)
+            try:
+                if forward is not None:
+                    result = forward(inputs, outputs)
+                    rc = result if isinstance(result, int) and not isinstance(result, bool) else 0
+            except Exception as e:
+                rc, error = 1, e
+            self.end_event.record(self.stream)
+            c.launched_ns = time.monotonic_ns()
             torch.cuda.synchronize()
-        except Exception as e:  # the context is lost with the error
-            c.cuda_error = 1
-            c.cuda_error_text = ("CUDA error: " + one_line(e))[:250].encode()
-            c.rc = protocol.DEVICE_ERROR_RC
-            return False
+        except Exception as e:  # the context is lost with the error (events and syncs fail from then on)
+            error = e
+            rc = protocol.DEVICE_ERROR_RC
         c.synced_ns = time.monotonic_ns()
-        if error is not None and "CUDA" in one_line(error):
+        if error is not None and (rc == protocol.DEVICE_ERROR_RC or "CUDA" in one_line(error)):
             c.cuda_error = 1
             c.cuda_error_text = ("CUDA error: " + one_line(error))[:250].encode()
             c.rc = protocol.DEVICE_ERROR_RC
