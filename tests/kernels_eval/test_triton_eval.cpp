@@ -82,7 +82,7 @@ TEST_CASE("triton gpu: the naive Triton candidates are correct at the tasks' CUD
     CHECK(verdict.candidate_time->median_us > 0.0);
     REQUIRE(verdict.kernel_coverage.has_value());
     CHECK(*verdict.kernel_coverage > 0.999);
-    MESSAGE(name, ": median ", verdict.candidate_time->median_us, " us, cv ", verdict.candidate_time->cv,
+    MESSAGE(std::string(name), ": median ", verdict.candidate_time->median_us, " us, cv ", verdict.candidate_time->cv,
             ", speedup ", verdict.speedup.value_or(0.0), ", compile ", verdict.compile.seconds, " s");
     // A second evaluation finds the build in the cache.
     auto again = t.evaluator.evaluate(task, triton_candidate(name), triton_options("cuda"));
