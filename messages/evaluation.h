@@ -46,6 +46,11 @@ typename Inspector::result_type inspect(Inspector& f, StageTimes& x) {
            x.total_s, x.kernel_s, x.overhead_s);
 }
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ShapeTime& x) {
+  return f(caf::meta::type_name("crucible.ShapeTime"), x.name, x.candidate_us, x.reference_us, x.cv);
+}
+
 // CAF 0.17 inspects its own optional, not std::optional: the verdict's optionals cross as caf::optional copies.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Verdict& x) {
@@ -67,7 +72,8 @@ typename Inspector::result_type inspect(Inspector& f, Verdict& x) {
     return caf::error{};
   };
   return f(caf::meta::type_name("crucible.Verdict"), x.status, x.task, x.device, x.mode, x.reasons, x.compile,
-           x.trials, candidate_time, reference_time, event_median, coverage, speedup, spread, gflops, gbps, x.threads,
+           x.trials, candidate_time, reference_time, event_median, coverage, speedup, spread, gflops, gbps, x.shapes,
+           x.threads,
            x.seed, x.stages, caf::meta::load_callback(in));
 }
 

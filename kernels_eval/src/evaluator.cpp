@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -252,6 +253,8 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   }
   if (gpu) v.device = "cuda:" + std::to_string(cuda_device);
   const std::string size_set = options.sizes.empty() ? backend : options.sizes;
+  if (const auto& cases = task.cases_for(size_set); !cases.empty())
+    return evaluate_cases(task, cases, size_set, source, options);
   ReferenceFn reference = reference_for(task, size_set, gpu ? torch::Device(torch::kCUDA, cuda_device) : torch::kCPU);
   const Sizes& sizes = task.sizes_for(size_set);
   std::vector<TensorShape> in_shapes, out_shapes;
@@ -482,6 +485,64 @@ bool Evaluator::build_triton(const TaskSpec& task, const std::string& source, co
   }
   pool = gpu->triton_workers.get();
   return true;
+}
+
+}  // namespace crucible::eval
+
+namespace crucible::eval {
+
+// Each shape is evaluated as a task of its own (its own inputs, pools and reference timing); the first shape that is
+// not correct decides the verdict, which names it.
+Verdict Evaluator::evaluate_cases(const TaskSpec& task, const std::vector<ShapeCase>& cases,
+                                  const std::string& size_set, const std::string& source, const EvalOptions& options) {
+  Verdict combined;
+  double log_candidate = 0.0, log_reference = 0.0;
+  auto add_stages = [](StageTimes& a, const StageTimes& b) {
+    a.compile_s += b.compile_s, a.gate_s += b.gate_s, a.load_s += b.load_s, a.correctness_s += b.correctness_s;
+    a.timing_s += b.timing_s, a.total_s += b.total_s, a.kernel_s += b.kernel_s, a.overhead_s += b.overhead_s;
+  };
+  EvalOptions o = options;
+  o.sizes = size_set;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    Verdict v = evaluate(task.at_case(cases[i], size_set), source, o);
+    if (i == 0) {
+      combined = v;
+      combined.trials.clear();
+      combined.stages = {};
+      combined.candidate_event_median_us.reset();
+      combined.gflops.reset();
+      combined.gbps.reset();
+      combined.speedup_spread.reset();
+    }
+    add_stages(combined.stages, v.stages);
+    for (auto t : v.trials) combined.trials.push_back(t);
+    if (v.status != Status::correct || !v.candidate_time || !v.reference_time) {
+      v.task = task.name;
+      for (auto& r : v.reasons) r.detail = "shape " + cases[i].name + ": " + r.detail;
+      v.stages = combined.stages;
+      return v;
+    }
+    combined.shapes.push_back({cases[i].name, v.candidate_time->median_us, v.reference_time->median_us,
+                               v.candidate_time->cv});
+    log_candidate += std::log(v.candidate_time->median_us);
+    log_reference += std::log(v.reference_time->median_us);
+    combined.candidate_time->cv = std::max(combined.candidate_time->cv, v.candidate_time->cv);
+    combined.reference_time->cv = std::max(combined.reference_time->cv, v.reference_time->cv);
+    if (v.kernel_coverage && combined.kernel_coverage)
+      combined.kernel_coverage = std::min(*combined.kernel_coverage, *v.kernel_coverage);
+  }
+  const double n = static_cast<double>(cases.size());
+  combined.task = task.name;
+  // Each shape's median enters once: min and max are over the shapes, mean and median their geometric mean.
+  auto over_shapes = [&](TimingStats& t, double log_sum, double ShapeTime::*field) {
+    t.median_us = t.mean_us = std::exp(log_sum / n);
+    t.min_us = t.max_us = combined.shapes.front().*field;
+    for (const auto& s : combined.shapes) t.min_us = std::min(t.min_us, s.*field), t.max_us = std::max(t.max_us, s.*field);
+  };
+  over_shapes(*combined.candidate_time, log_candidate, &ShapeTime::candidate_us);
+  over_shapes(*combined.reference_time, log_reference, &ShapeTime::reference_us);
+  combined.speedup = combined.reference_time->median_us / combined.candidate_time->median_us;
+  return combined;
 }
 
 }  // namespace crucible::eval

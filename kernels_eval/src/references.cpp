@@ -46,13 +46,28 @@ Tensors mse_loss(const Tensors& in, const Params&) { return {torch::mse_loss(in[
 Tensors cross_entropy(const Tensors& in, const Params&) { return {F::cross_entropy(in[0], in[1])}; }
 Tensors row_mean(const Tensors& in, const Params&) { return {in[0].mean(-1)}; }
 
+// GPU MODE's TriMul, the "outgoing" triangle multiplicative update of AlphaFold3, in its reference's order of
+// operations. Inputs: x [B, N, N, C], mask [B, N, N], the input norm's weight and bias [C], the left and right
+// projections and gates [H, C] (Linear weights: y = x W^T, no bias), the output gate [H, C], the output norm's weight
+// and bias [H], and the output projection [C, H].
+Tensors trimul(const Tensors& in, const Params&) {
+  const int64_t C = in[0].size(-1), H = in[4].size(0);
+  auto x = torch::layer_norm(in[0], {C}, in[2], in[3], 1e-5);
+  auto mask = in[1].unsqueeze(-1);
+  auto left = torch::matmul(x, in[4].t()) * mask * torch::sigmoid(torch::matmul(x, in[6].t()));
+  auto right = torch::matmul(x, in[5].t()) * mask * torch::sigmoid(torch::matmul(x, in[7].t()));
+  auto out = torch::einsum("bikd,bjkd->bijd", {left, right});
+  out = torch::layer_norm(out, {H}, in[9], in[10], 1e-5) * torch::sigmoid(torch::matmul(x, in[8].t()));
+  return {torch::matmul(out, in[11].t())};
+}
+
 const std::map<std::string, ReferenceFn>& registry() {
   static const std::map<std::string, ReferenceFn> r{
       {"relu", relu},         {"gelu", gelu},         {"softmax", softmax},       {"log_softmax", log_softmax},
       {"layernorm", layernorm}, {"rmsnorm", rmsnorm}, {"sum_dim", sum_dim},       {"argmax_dim", argmax_dim},
       {"matmul", matmul},     {"bmm", bmm},           {"matvec", matvec},         {"conv2d", conv2d},
       {"maxpool2d", maxpool2d}, {"cumsum", cumsum},   {"mse_loss", mse_loss},     {"cross_entropy", cross_entropy},
-      {"row_mean", row_mean}};
+      {"row_mean", row_mean},   {"trimul", trimul}};
   return r;
 }
 

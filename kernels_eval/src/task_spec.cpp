@@ -14,6 +14,22 @@ const Sizes& TaskSpec::sizes_for(const std::string& backend) const {
   return it->second;
 }
 
+const std::vector<ShapeCase>& TaskSpec::cases_for(const std::string& size_set) const {
+  static const std::vector<ShapeCase> none;
+  auto it = shape_cases.find(size_set);
+  return it == shape_cases.end() ? none : it->second;
+}
+
+TaskSpec TaskSpec::at_case(const ShapeCase& c, const std::string& size_set) const {
+  TaskSpec t = *this;
+  t.name = name + "@" + c.name;
+  t.sizes[size_set] = c.sizes;
+  t.shape_cases.clear();
+  for (auto& input : t.inputs)
+    if (auto it = c.inits.find(input.name); it != c.inits.end()) input.init = it->second;
+  return t;
+}
+
 Tolerance TaskSpec::tolerance_for(DType t) const {
   auto it = tolerance.find(t);
   return it == tolerance.end() ? Tolerance{} : it->second;

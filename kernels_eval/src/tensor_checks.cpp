@@ -60,6 +60,8 @@ torch::Tensor draw_flat(const InitSpec& init, int64_t n, const Sizes& sizes, at:
       return torch::full({n}, init.mean, f32.dtype(torch::kFloat64));
     case InitSpec::Kind::choice:
       return torch::randint(0, 2, {n}, gen, f32.dtype(torch::kFloat64)) * (init.high - init.low) + init.low;
+    case InitSpec::Kind::cauchy:
+      return torch::empty({n}, f32).cauchy_(init.mean, init.std, gen);
   }
   throw std::invalid_argument("unknown init kind");
 }
@@ -150,7 +152,8 @@ torch::Tensor InputPool::fresh(std::size_t input, uint64_t seed) const {
   const uint8_t* mask = nullptr;
   torch::Tensor window = pools_[input].narrow(0, offset, n);
   // Reflection about the distribution's centre keeps it: a constant reflects onto itself, a choice swaps its values.
-  const double twice_center = init.kind == InitSpec::Kind::normal || init.kind == InitSpec::Kind::constant
+  const double twice_center = init.kind == InitSpec::Kind::normal || init.kind == InitSpec::Kind::constant ||
+                                      init.kind == InitSpec::Kind::cauchy
                                   ? 2 * init.mean
                                   : init.low + init.high;
   const double scale = init.scale_low != 1.0 || init.scale_high != 1.0
@@ -210,7 +213,8 @@ std::optional<double> InputPool::reflection_center2(std::size_t input) const {
     return std::nullopt;
   const bool floating = pools_[input].is_floating_point();
   switch (init.kind) {
-    case InitSpec::Kind::normal: return floating ? std::optional<double>(2 * init.mean) : std::nullopt;
+    case InitSpec::Kind::normal:
+    case InitSpec::Kind::cauchy: return floating ? std::optional<double>(2 * init.mean) : std::nullopt;
     case InitSpec::Kind::uniform:
     case InitSpec::Kind::choice: return floating ? std::optional<double>(init.low + init.high) : std::nullopt;
     case InitSpec::Kind::randint:

@@ -42,6 +42,13 @@ std::string to_json(const Verdict& v, int indent) {
   j["candidate_event_median_us"] = v.candidate_event_median_us ? json(*v.candidate_event_median_us) : json(nullptr);
   j["speedup"] = v.speedup ? json(*v.speedup) : json(nullptr);
   j["speedup_spread"] = v.speedup_spread ? json(*v.speedup_spread) : json(nullptr);
+  if (!v.shapes.empty()) {
+    json shapes = json::array();
+    for (const auto& s : v.shapes)
+      shapes.push_back({{"name", s.name}, {"candidate_us", s.candidate_us}, {"reference_us", s.reference_us},
+                        {"cv", s.cv}});
+    j["shapes"] = shapes;
+  }
   j["gflops"] = v.gflops ? json(*v.gflops) : json(nullptr);
   j["gbps"] = v.gbps ? json(*v.gbps) : json(nullptr);
   const auto& s = v.stages;

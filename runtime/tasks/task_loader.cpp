@@ -44,6 +44,11 @@ eval::InitSpec read_init(TableReader& r) {
   } else if (dist == "constant") {  // a parameter PyTorch initialises to one value (a norm's weight, a bias)
     init.kind = eval::InitSpec::Kind::constant;
     init.mean = r.require_number("value");
+  } else if (dist == "cauchy") {  // heavy tails (GPU MODE's TriMul draws Cauchy(0, 2) inputs)
+    init.kind = eval::InitSpec::Kind::cauchy;
+    init.mean = r.get_number("median", 0.0);
+    init.std = r.get_number("gamma", 1.0);  // the scale parameter ("scale" is every distribution's trial range)
+    if (init.std <= 0) r.fail("gamma", "must be positive");
   } else if (dist == "choice") {  // two values, equally likely (labels of +-1)
     init.kind = eval::InitSpec::Kind::choice;
     auto values = r.get_number_array("values");
@@ -52,7 +57,7 @@ eval::InitSpec read_init(TableReader& r) {
     init.low = values[0];
     init.high = values[1];
   } else {
-    r.fail("dist", "unknown distribution '" + dist + "' (normal, uniform, randint, constant, choice)");
+    r.fail("dist", "unknown distribution '" + dist + "' (normal, uniform, randint, constant, choice, cauchy)");
   }
   const std::string transform = r.get_string("transform", "none");
   if (transform == "triu") init.transform = eval::InitSpec::Transform::triu;
@@ -175,6 +180,44 @@ TaskSpec read_task(const toml::table& root, const std::string& source) {
   for (auto& t : outputs) {
     task.outputs.push_back(read_tensor(t, false));
     check_symbols(t, "shape", task.outputs.back(), task);
+  }
+
+  if (r.node("shapes")) {
+    auto shapes = r.require_table("shapes");
+    for (const auto& size_set : shapes.keys()) {
+      if (!task.sizes.count(size_set)) shapes.fail(size_set, "no [sizes." + size_set + "] for these shapes");
+      for (auto& c : shapes.require_table_array(size_set)) {
+        eval::ShapeCase sc;
+        sc.name = c.require_string("name");
+        auto table = c.require_table("sizes");
+        for (const auto& symbol : table.keys()) {
+          sc.sizes[symbol] = table.require_int(symbol);
+          if (sc.sizes[symbol] <= 0) table.fail(symbol, "sizes must be positive");
+        }
+        table.finish();
+        if (auto inits = c.get_table("init")) {
+          for (const auto& input : inits->keys()) {
+            const bool known_input = std::any_of(task.inputs.begin(), task.inputs.end(),
+                                                 [&](const eval::TensorSpec& t) { return t.name == input; });
+            if (!known_input) inits->fail(input, "no input of this name");
+            auto init = inits->require_table(input);
+            sc.inits[input] = read_init(init);
+          }
+          inits->finish();
+        }
+        c.finish();
+        const eval::TaskSpec at = task.at_case(sc, size_set);
+        for (const auto& t : at.inputs) {
+          try {
+            eval::resolve_shape(t, sc.sizes);
+          } catch (const std::invalid_argument& e) {
+            shapes.fail(size_set, "shape '" + sc.name + "': " + e.what());
+          }
+        }
+        task.shape_cases[size_set].push_back(std::move(sc));
+      }
+    }
+    shapes.finish();
   }
 
   if (auto params = r.get_table("params")) {

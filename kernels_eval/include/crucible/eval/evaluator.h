@@ -90,6 +90,8 @@ class Evaluator {
   std::mutex gpu_mutex_;  // compile() may ask for a GPU's architecture from other threads
   GpuResources& gpu_resources(int device);  // under gpu_mutex_
   CompileOptions compile_options(const std::string& source, const EvalOptions& options, const cuda::DeviceInfo* gpu);
+  Verdict evaluate_cases(const TaskSpec& task, const std::vector<ShapeCase>& cases, const std::string& size_set,
+                         const std::string& source, const EvalOptions& options);
   // A Triton candidate's gate and compile step, and the pool of Triton workers that will run it. False: the verdict
   // is decided (rejected, compile_error).
   bool build_triton(const TaskSpec& task, const std::string& source, const EvalOptions& options, GpuResources* gpu,

@@ -11,13 +11,13 @@ namespace crucible::eval {
 
 // How an input is drawn. Bounds may name a size symbol (e.g. randint high = "C").
 struct InitSpec {
-  enum class Kind { normal, uniform, randint, constant, choice };
+  enum class Kind { normal, uniform, randint, constant, choice, cauchy };
   // Applied to each drawn tensor after scaling, as a problem's input generator does: triangular parts and
   // symmetric matrices over the last two dimensions, probabilities by a softmax over the last dimension.
   enum class Transform { none, triu, tril, symmetric, softmax };
   Kind kind = Kind::normal;
   Transform transform = Transform::none;
-  double mean = 0.0, std = 1.0;  // normal; constant: every element is `mean`
+  double mean = 0.0, std = 1.0;  // normal; constant: every element is `mean`; cauchy: median and scale
   double low = 0.0, high = 1.0;  // uniform, randint (high exclusive); choice: the two values, equally likely
   std::string high_symbol;       // randint: a size symbol used as the exclusive upper bound
   // Each trial multiplies the draw by a factor drawn from [scale_low, scale_high], so outputs that
@@ -40,6 +40,14 @@ struct Tolerance {
 
 using Sizes = std::map<std::string, int64_t>;
 
+// One of the shapes a task is scored over (GPU MODE's TriMul has seven): its sizes and, where they differ from the
+// task's, its inputs' distributions.
+struct ShapeCase {
+  std::string name;
+  Sizes sizes;
+  std::map<std::string, InitSpec> inits;  // by input name
+};
+
 struct TaskSpec {
   std::string name;
   int level = 1;
@@ -56,6 +64,9 @@ struct TaskSpec {
   std::map<std::string, double> params;     // scalar parameters of the reference (eps, kernel size...)
   std::map<DType, Tolerance> tolerance;     // per output dtype
   std::map<std::string, Sizes> sizes;       // backend ("cpu", "cuda") -> symbol -> value
+  // Size sets scored over several shapes: a candidate is correct when it is correct on every one, and its time is
+  // the geometric mean of theirs (GPU MODE's ranking). Empty for a set: scored at sizes[set] alone.
+  std::map<std::string, std::vector<ShapeCase>> shape_cases;
   std::vector<std::string> allow_imports;   // extra symbols a candidate may import (e.g. a BLAS call)
   // The reference's outputs do not depend on its inputs (a few KernelBench problems are written so): the
   // constant-output checks cannot apply, since writing the constant is the right answer.
@@ -67,6 +78,9 @@ struct TaskSpec {
   std::string source_path;                  // where the spec came from, for messages
 
   const Sizes& sizes_for(const std::string& backend) const;  // throws std::invalid_argument
+  const std::vector<ShapeCase>& cases_for(const std::string& size_set) const;  // empty when not multi-shape
+  // The task at one of its shapes: its own name "task@case", that case's sizes as `size_set`, no cases of its own.
+  TaskSpec at_case(const ShapeCase& c, const std::string& size_set) const;
   Tolerance tolerance_for(DType t) const;
 };
 

@@ -59,6 +59,14 @@ struct StageTimes {
   double overhead_s = 0.0;  // total - compile - kernel
 };
 
+// A task scored over several shapes: one shape's medians (the verdict's own times are their geometric means).
+struct ShapeTime {
+  std::string name;
+  double candidate_us = 0.0;
+  double reference_us = 0.0;
+  double cv = 0.0;  // the candidate's
+};
+
 struct Verdict {
   Status status = Status::runtime_error;
   std::string task;
@@ -81,6 +89,7 @@ struct Verdict {
   std::optional<double> speedup_spread;
   std::optional<double> gflops;  // candidate, when the task declares flops
   std::optional<double> gbps;    // candidate: the least traffic (inputs read, outputs written once) per second
+  std::vector<ShapeTime> shapes;  // multi-shape tasks only, in the task's order
   int threads = 1;
   uint64_t seed = 0;  // reproduces the inputs with EvalOptions::seed
   StageTimes stages;
