@@ -107,3 +107,17 @@ TEST_CASE("triton gpu: every Triton fixture gets its exact verdict, and the GPU 
     CHECK(after.status == eval::Status::correct);
   }
 }
+
+TEST_CASE("triton gpu: the naive Triton TriMul is correct on GPU MODE's seven shapes, scored by their geometric mean") {
+  if (!triton_here()) return;
+  test::TestEvaluator t("triton-trimul");
+  auto trimul = tasks::find_task("trimul", test::tasks_dir());
+  auto verdict = t.evaluator.evaluate(trimul, triton_candidate("trimul"), triton_options("cuda"));
+  INFO(test::detail_of(verdict), " | ", verdict.compile.log_excerpt);
+  REQUIRE(verdict.status == eval::Status::correct);
+  REQUIRE(verdict.shapes.size() == 7);
+  for (const auto& s : verdict.shapes)
+    MESSAGE(s.name, ": candidate ", s.candidate_us, " us (cv ", s.cv, "), reference ", s.reference_us, " us");
+  MESSAGE("geometric mean ", verdict.candidate_time->median_us, " us; reward at scale 1500: ",
+          1500.0 / verdict.candidate_time->median_us);
+}
