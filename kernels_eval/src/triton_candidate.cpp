@@ -176,32 +176,36 @@ TritonBuild build_triton_candidate(const TritonPython& python, const std::string
     b.log = "source is " + std::to_string(source.size()) + " bytes (limit " + std::to_string(options.max_source_bytes) + ")";
     return done();
   }
+  // One directory per source and GPU: its Triton cache grows with each set of shapes compiled (a multi-shape task
+  // compiles its shapes into one cache, and kernels whose specialisation does not change are compiled once).
   const std::string shapes = shapes_json(inputs, outputs);
-  b.hash = sha256_hex(source + "\n" + shapes + "\n" + options.device_name + "\n" + python.versions + "\n" +
-                      python.executable);
+  b.hash = sha256_hex(source + "\n" + options.device_name + "\n" + python.versions + "\n" + python.executable);
   const fs::path dir = cache_dir / "triton" / b.hash;
+  const fs::path marker = dir / ("built-" + sha256_hex(shapes).substr(0, 16));
   b.candidate_path = dir / "candidate.py";
   std::error_code ec;
-  if (fs::exists(dir / "built", ec)) {
+  if (fs::exists(marker, ec)) {
     b.cached = true;
     b.outcome = TritonBuild::Outcome::ok;
     return done();
   }
-  fs::remove_all(dir, ec);
   fs::create_directories(dir / "triton-cache", ec);
   if (ec) {
     b.outcome = TritonBuild::Outcome::environment_error;
     b.log = "cannot make " + dir.string() + ": " + ec.message();
     return done();
   }
-  {
-    std::ofstream out(b.candidate_path, std::ios::binary);
+  if (!fs::exists(b.candidate_path, ec)) {  // written once, through a temporary file: another build may read it
+    const fs::path tmp = dir / ("candidate.py." + std::to_string(getpid()) + ".tmp");
+    std::ofstream out(tmp, std::ios::binary);
     out << source;
     if (!out.flush()) {
       b.outcome = TritonBuild::Outcome::environment_error;
       b.log = "cannot write the candidate (is the disk full?)";
       return done();
     }
+    out.close();
+    fs::rename(tmp, b.candidate_path, ec);
   }
 
   // 1. The gate: the source's syntax tree, before any of it runs.
@@ -269,7 +273,7 @@ TritonBuild build_triton_candidate(const TritonPython& python, const std::string
   }
   // A candidate that fails when run (not when compiled) is judged by the worker, which sees the same failure.
   b.log = ok ? "" : valid_utf8(result->value("error", ""));
-  std::ofstream(dir / "built") << python.versions << "\n";
+  std::ofstream(marker) << python.versions << "\n";
   b.outcome = TritonBuild::Outcome::ok;
   return done();
 }

@@ -7,7 +7,7 @@
 
 namespace {
 
-__device__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
+__device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 
 // One thread per row: y = layer_norm(x) * w + b over d columns (in place allowed).
 __global__ void norm_rows(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t d) {
@@ -22,7 +22,7 @@ __global__ void norm_rows(const float* x, const float* w, const float* b, float*
   for (int64_t j = 0; j < d; ++j) y[r * d + j] = (row[j] - mean) * rstd * w[j] + b[j];
 }
 
-__device__ float dot(const float* a, const float* b, int64_t n) {
+__device__ __forceinline__ float dot(const float* a, const float* b, int64_t n) {
   float s = 0.0f;
   for (int64_t k = 0; k < n; ++k) s += a[k] * b[k];
   return s;
