@@ -70,20 +70,20 @@ std::unique_ptr<policy::Policy> make_policy(const experiment::Experiment& e, uin
   if (e.policy.kind == experiment::PolicyKind::libtorch) {
     policy::LmPolicySetup s;
     s.config = e.policy;
-    s.backend = std::string(eval::backend_name(e.eval.backend));
+    s.backend = e.eval.language();
     s.state_dir = seed_dir / "policy";
     s.per_task_adapters = e.mode == experiment::Mode::ttt;
     s.seed = seed;
     return std::make_unique<policy::LmPolicy>(std::move(s));
   }
   if (e.policy.kind == experiment::PolicyKind::openai)
-    return policy::make_openai_policy({e.policy, std::string(eval::backend_name(e.eval.backend)), seed});
+    return policy::make_openai_policy({e.policy, e.eval.language(), seed});
   if (e.policy.kind == experiment::PolicyKind::replay)
-    return std::make_unique<policy::ReplayPolicy>(e.policy.replay_dir, std::string(eval::source_extension(e.eval.backend)));
+    return std::make_unique<policy::ReplayPolicy>(e.policy.replay_dir, std::string(e.eval.source_extension()));
   policy::SearchPolicyOptions o;
   o.learning_rate = e.policy.learning_rate;
   o.temperature = e.policy.temperature;
-  o.backend = std::string(eval::backend_name(e.eval.backend));
+  o.backend = e.eval.language();
   return std::make_unique<policy::SearchPolicy>(seed, o);
 }
 
@@ -174,7 +174,7 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
   setup.committed = committed;
   setup.compile_device = e.eval.devices.empty() ? "" : e.eval.devices.front().name();
   setup.compile_locally = !e.eval.devices.empty();
-  setup.source_extension = std::string(eval::source_extension(e.eval.backend));
+  setup.source_extension = std::string(e.eval.source_extension());
   setup.generator = generator;
   setup.normalizer = normalizer;
   setup.optimizer = optimizer;
@@ -276,7 +276,7 @@ std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
   if (!e.policy.checkpoint.empty() && !fs::exists(e.policy.checkpoint))
     e.fail("policy.checkpoint", "no such file: " + e.policy.checkpoint);
   if (e.policy.kind == experiment::PolicyKind::replay) {
-    policy::ReplayPolicy replay(e.policy.replay_dir, std::string(eval::source_extension(backend)));
+    policy::ReplayPolicy replay(e.policy.replay_dir, std::string(e.eval.source_extension()));
     for (const auto& t : tasks)
       if (replay.files_for(t.name).empty())
         e.fail("policy.replay_dir", "no candidates for task '" + t.name + "' in " + e.policy.replay_dir + "/" + t.name);

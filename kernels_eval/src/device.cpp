@@ -13,7 +13,18 @@ Backend parse_backend(std::string_view text) {
   throw std::invalid_argument("unknown backend '" + std::string(text) + "' (cpu, cuda)");
 }
 
-std::string_view source_extension(Backend backend) { return backend == Backend::cuda ? "cu" : "cpp"; }
+std::string_view source_extension(Backend backend, CandidateKind kind) {
+  if (kind == CandidateKind::triton) return "py";
+  return backend == Backend::cuda ? "cu" : "cpp";
+}
+
+std::string_view candidate_kind_name(CandidateKind kind) { return kind == CandidateKind::triton ? "triton" : "native"; }
+
+CandidateKind parse_candidate_kind(std::string_view text) {
+  if (text == "native") return CandidateKind::native;
+  if (text == "triton") return CandidateKind::triton;
+  throw std::invalid_argument("unknown candidate kind '" + std::string(text) + "' (expected native or triton)");
+}
 
 std::string Device::name() const { return is_cuda() ? "cuda:" + std::to_string(index) : "cpu"; }
 

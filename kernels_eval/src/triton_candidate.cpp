@@ -20,14 +20,6 @@ namespace crucible::eval {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string_view candidate_kind_name(CandidateKind kind) { return kind == CandidateKind::triton ? "triton" : "native"; }
-
-CandidateKind parse_candidate_kind(std::string_view text) {
-  if (text == "native") return CandidateKind::native;
-  if (text == "triton") return CandidateKind::triton;
-  throw std::invalid_argument("unknown candidate kind '" + std::string(text) + "' (expected native or triton)");
-}
-
 fs::path default_python_dir() {
   if (const char* env = std::getenv("CRUCIBLE_PYTHON_DIR")) return env;
 #ifdef CRUCIBLE_PYTHON_DEFAULT_DIR

@@ -300,6 +300,9 @@ void read_eval(TableReader t, EvalConfig& c) {
     t.fail("backend", "with no local devices, say what candidates are written for (cpu, cuda)");
   c.backend = parse_choice(t, "backend", derived, [](const std::string& v) { return eval::parse_backend(v); });
   if (!derived.empty() && eval::backend_name(c.backend) != derived) t.fail("backend", "the devices are " + derived);
+  c.kind = parse_choice(t, "candidate", "native", [](const std::string& v) { return eval::parse_candidate_kind(v); });
+  if (c.kind == eval::CandidateKind::triton && c.backend != eval::Backend::cuda)
+    t.fail("candidate", "Triton candidates run on GPU devices (backend cuda)");
   c.mode = parse_choice(t, "mode", std::string(eval::mode_name(c.mode)), [](const std::string& v) { return eval::parse_mode(v); });
   c.sizes = t.get_string("sizes", "");
   c.compile_workers = positive(t, "compile_workers", 0, 0);

@@ -15,15 +15,27 @@ std::string shape_text(const eval::TensorSpec& t) {
 }
 
 bool code_language(const std::string& tag) {
-  return tag.empty() || tag == "cpp" || tag == "c++" || tag == "cuda" || tag == "cu" || tag == "c" || tag == "cxx";
+  return tag.empty() || tag == "cpp" || tag == "c++" || tag == "cuda" || tag == "cu" || tag == "c" || tag == "cxx" ||
+         tag == "python" || tag == "py";
+}
+
+// The Triton contract, as the README pins it.
+constexpr const char* kTritonContract =
+    "def crucible_forward(inputs, outputs):\n"
+    "    # inputs, outputs: lists of torch tensors on the GPU, in the task's order; outputs are written in place.\n"
+    "    # Launch your own @triton.jit kernels (they run on the current stream); return None.\n";
+
+std::string block_tag(const std::string& backend) {
+  return backend == "cuda" ? "cuda" : backend == "triton" ? "python" : "cpp";
 }
 
 }  // namespace
 
 std::string kernel_prompt(const eval::TaskSpec& task, const std::string& backend, const std::string& contract_header) {
-  const bool cuda = backend == "cuda";
+  const bool cuda = backend == "cuda", triton = backend == "triton";
+  const std::string sizes_set = triton ? "cuda" : backend;
   std::ostringstream p;
-  p << "Write a fast " << (cuda ? "CUDA C++" : "C++") << " kernel for this task.\n\n";
+  p << "Write a fast " << (triton ? "Triton" : cuda ? "CUDA C++" : "C++") << " kernel for this task.\n\n";
   p << "Task: " << task.name << "\n" << task.description << "\n";
   if (!task.reference_source.empty()) p << "\nReference (PyTorch):\n```python" << task.reference_source << "```\n";
   if (task.reference == "torchscript")  // an imported problem: its module's state is the candidate's input
@@ -34,14 +46,30 @@ std::string kernel_prompt(const eval::TaskSpec& task, const std::string& backend
   for (const auto& t : task.inputs) p << "- " << t.name << ": " << shape_text(t) << "\n";
   p << "Outputs, in order (allocated for you):\n";
   for (const auto& t : task.outputs) p << "- " << t.name << ": " << shape_text(t) << "\n";
-  if (task.sizes.count(backend)) {
+  if (const auto& cases = task.cases_for(sizes_set); !cases.empty()) {
+    p << "Scored by the geometric mean of its runtimes over these shapes:\n";
+    for (const auto& c : cases) {
+      p << "-";
+      for (const auto& [symbol, value] : c.sizes) p << " " << symbol << "=" << value;
+      p << " (" << c.name << ")\n";
+    }
+  } else if (task.sizes.count(sizes_set)) {
     p << "Sizes:";
-    for (const auto& [symbol, value] : task.sizes.at(backend)) p << " " << symbol << "=" << value;
+    for (const auto& [symbol, value] : task.sizes.at(sizes_set)) p << " " << symbol << "=" << value;
     p << "\n";
   }
   for (const auto& [name, value] : task.params) p << "Parameter " << name << " = " << value << "\n";
+  if (triton) {
+    p << "\nThe candidate contract:\n```python\n" << kTritonContract << "```\n";
+    p << "\nReply with one complete Python file in a single ```python code block. It may import only torch, triton, "
+         "triton.language and math; it must define crucible_forward and compute the outputs with its own @triton.jit "
+         "kernels (torch may allocate scratch tensors with torch.empty, never compute); no streams, threads, classes, "
+         "try/except, module-level state or attribute assignments; float32 tasks stay in float32 (tl.dot with "
+         "input_precision=\"ieee\").\n";
+    return p.str();
+  }
   p << "\nThe candidate contract (crucible/kernel.h):\n```c\n" << contract_header << "\n```\n";
-  p << "\nReply with one complete source file in a single ```" << (cuda ? "cuda" : "cpp")
+  p << "\nReply with one complete source file in a single ```" << block_tag(backend)
     << " code block. It must #include \"crucible/kernel.h\", define crucible_forward"
     << (cuda ? " and launch its kernels on the given stream" : "")
     << ", compute the outputs itself (no library calls that do the work), and export nothing else.\n";
@@ -77,7 +105,7 @@ std::string refinement_prompt(const eval::TaskSpec& task, const std::string& bac
 std::string fenced_code(const std::string& code, const std::string& backend) {
   constexpr std::size_t kCodeBytes = 16 * 1024;
   const std::string shown = code.size() > kCodeBytes ? eval::valid_utf8_prefix(code, kCodeBytes) + "\n// [cut]" : code;
-  return "```" + std::string(backend == "cuda" ? "cuda" : "cpp") + "\n" + eval::valid_utf8(shown) + "\n```";
+  return "```" + block_tag(backend) + "\n" + eval::valid_utf8(shown) + "\n```";
 }
 
 }  // namespace crucible::policy

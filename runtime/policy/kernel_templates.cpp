@@ -21,8 +21,15 @@ const std::vector<const KernelTemplate*>& family_list(const std::string& backend
       for (const KernelTemplate* t : family()) all.push_back(t);
     return all;
   }();
+  static const auto triton = [] {
+    std::vector<const KernelTemplate*> all;
+    for (auto family : {templates::elementwise_triton, templates::row_reduction_triton})
+      for (const KernelTemplate* t : family()) all.push_back(t);
+    return all;
+  }();
   if (backend == "cpu") return cpu;
   if (backend == "cuda") return cuda;
+  if (backend == "triton") return triton;
   return none;
 }
 

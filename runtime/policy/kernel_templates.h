@@ -5,7 +5,8 @@
 //
 // Families (runtime/policy/templates/): elementwise (relu, gelu), row reductions (softmax, log_softmax, layernorm,
 // rmsnorm, sum_dim, mse_loss on CPU; softmax, rmsnorm on CUDA) and matmul, each for the "cpu" backend (C++) and the
-// "cuda" backend (a .cu for nvcc).
+// "cuda" backend (a .cu for nvcc); and for the "triton" backend (Python), elementwise (relu, gelu) and row reductions
+// (softmax, log_softmax).
 #include <string>
 #include <vector>
 
@@ -25,7 +26,8 @@ struct KernelTemplate {
   std::string (*render)(const eval::TaskSpec& task, const std::vector<int>& values);
 };
 
-// The template for a task (matched by its reference) on a backend ("cpu" or "cuda"), or null when none covers it.
+// The template for a task (matched by its reference) on a backend ("cpu", "cuda" or "triton"), or null when none
+// covers it.
 const KernelTemplate* template_for(const eval::TaskSpec& task, const std::string& backend);
 
 // The references (the shipped tasks' names) a backend has templates for, sorted.

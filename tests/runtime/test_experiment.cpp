@@ -44,11 +44,27 @@ TEST_CASE("the built-in quickstart is a valid GRPO experiment over CPU tasks") {
 
 TEST_CASE("shipped experiments parse") {
   for (const char* name : {"quickstart", "grpo_l1", "best_of_n_k64", "ttt_15", "grpo_lm", "multi_turn_trloo", "ttt_puct",
-                           "judge_bootstrap", "ttt_sdpo"}) {
+                           "judge_bootstrap", "ttt_sdpo", "ttt_trimul"}) {
     CAPTURE(name);
     auto e = experiment::load_experiment(test::source_dir() / "configs" / (std::string(name) + ".toml"));
     CHECK_FALSE(experiment::resolve_tasks(e).empty());
   }
+}
+
+TEST_CASE("Triton candidates are an [eval] choice for CUDA devices, refused on the CPU") {
+  auto e = experiment::load_experiment(test::source_dir() / "configs" / "ttt_trimul.toml");
+  CHECK(e.eval.kind == eval::CandidateKind::triton);
+  CHECK(e.eval.language() == "triton");
+  CHECK(e.eval.source_extension() == "py");
+  CHECK(e.grpo.batch_size == 4);
+  CHECK(e.grpo.group_size == 16);
+  CHECK(e.reward.scale == 1500.0);
+  auto cpu = failure(kMinimal + "[eval]\ncandidate = \"triton\"\n");
+  CHECK(cpu.key() == "eval.candidate");
+  CHECK(std::string(cpu.what()).find("GPU") != std::string::npos);
+  auto typo = failure(kMinimal + "[eval]\ncandidate = \"python\"\n");
+  CHECK(typo.key() == "eval.candidate");
+  CHECK(experiment::parse_experiment(kMinimal, "min.toml").eval.kind == eval::CandidateKind::native);
 }
 
 TEST_CASE("defaults fill what an experiment leaves out") {
@@ -250,7 +266,7 @@ TEST_CASE("tasks are selected by level and by KernelBench problem id, then split
   CHECK(imported[0].name == "bias_relu");
   CHECK(select("dir = \"" + fixtures + "\"\nlevels = [2]\n").size() == 1);
   CHECK_THROWS_AS(select("dir = \"" + fixtures + "\"\nproblems = [2]\n"), config::ConfigError);
-  CHECK_THROWS_AS(select("levels = [3]\n"), config::ConfigError);  // the selection leaves no task
+  CHECK_THROWS_AS(select("levels = [2]\n"), config::ConfigError);  // the selection leaves no task
   CHECK(failure("[experiment]\nname = \"t\"\n[tasks]\nlevels = [1.5]\n").key() == "tasks.levels");
   auto e = experiment::parse_experiment("[experiment]\nname = \"t\"\n[tasks]\nlevels = [1]\nsplit = \"train\"\n", "s");
   CHECK(e.tasks.eval_fraction == 0.2);

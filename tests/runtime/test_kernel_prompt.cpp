@@ -50,3 +50,18 @@ TEST_CASE("completion parsing: the last complete code block, none when cut off o
   CHECK_FALSE(policy::extract_code("```cpp\nint main() {\n  // the token budget ran out here"));
   CHECK(*policy::extract_code("```cpp\nint e;\n```\n```cpp\nint f; // cut") == "int e;\n");
 }
+
+TEST_CASE("kernel prompt: Triton asks for Python in a python block, and a multi-shape task lists its shapes") {
+  auto trimul = tasks::find_task("trimul", test::tasks_dir());
+  const auto p = policy::kernel_prompt(trimul, "triton", "");
+  CHECK(p.find("Write a fast Triton kernel") != std::string::npos);
+  CHECK(p.find("def crucible_forward(inputs, outputs)") != std::string::npos);
+  CHECK(p.find("```python") != std::string::npos);
+  CHECK(p.find("geometric mean") != std::string::npos);
+  CHECK(p.find("n1024_b1_c384_nomask_normal") != std::string::npos);
+  CHECK(p.find("crucible/kernel.h") == std::string::npos);
+  const auto code = policy::extract_code("Here:\n```python\nimport triton\n```\n");
+  REQUIRE(code.has_value());
+  CHECK(*code == "import triton\n");
+  CHECK(policy::fenced_code("x = 1", "triton").rfind("```python\n", 0) == 0);
+}

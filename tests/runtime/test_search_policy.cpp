@@ -221,3 +221,26 @@ TEST_CASE("refinement by local search: one knob moves after a correct attempt, t
   foreign.previous.tokens = {99};
   CHECK(search.refine(matmul, {foreign}).size() == 1);
 }
+
+TEST_CASE("search policy: every Triton template, at every knob's every choice, passes the Triton gate") {
+  int sources = 0;
+  for (const std::string& name : policy::covered_tasks("triton")) {
+    auto task = tasks::find_task(name, test::tasks_dir());
+    const policy::KernelTemplate* t = policy::template_for(task, "triton");
+    REQUIRE(t != nullptr);
+    for (std::size_t k = 0; k < t->knobs.size(); ++k)
+      for (int choice : t->knobs[k].choices) {
+        std::vector<int> values;
+        for (const auto& knob : t->knobs) values.push_back(knob.choices.front());
+        values[k] = choice;
+        std::string error;
+        const auto refusals = eval::triton_gate("/usr/bin/python3", t->render(task, values), {eval::DType::float32}, error);
+        INFO(name, " knob ", t->knobs[k].name, " = ", choice, ": ", error);
+        CHECK(error.empty());
+        CHECK(refusals.empty());
+        ++sources;
+      }
+  }
+  CHECK(sources >= 14);
+  CHECK(policy::covered_tasks("triton") == std::vector<std::string>{"gelu", "log_softmax", "relu", "softmax"});
+}

@@ -14,5 +14,7 @@ std::vector<const KernelTemplate*> matmul_cpu();
 std::vector<const KernelTemplate*> elementwise_cuda();
 std::vector<const KernelTemplate*> row_reduction_cuda();
 std::vector<const KernelTemplate*> matmul_cuda();
+std::vector<const KernelTemplate*> elementwise_triton();
+std::vector<const KernelTemplate*> row_reduction_triton();
 
 }  // namespace crucible::policy::templates

@@ -12,8 +12,16 @@ enum class Backend { cpu, cuda };
 std::string_view backend_name(Backend backend);
 // "cpu" or "cuda"; throws std::invalid_argument otherwise.
 Backend parse_backend(std::string_view text);
-// The file extension of a candidate's source: "cpp" or "cu".
-std::string_view source_extension(Backend backend);
+// What a candidate is written in. Native: C++ (CPU) or CUDA C++, by the backend; triton: Python with Triton kernels,
+// on a GPU only.
+enum class CandidateKind { native, triton };
+
+std::string_view candidate_kind_name(CandidateKind kind);
+// "native" or "triton"; throws std::invalid_argument otherwise.
+CandidateKind parse_candidate_kind(std::string_view text);
+
+// The file extension of a candidate's source: "cpp", "cu", or "py" for Triton.
+std::string_view source_extension(Backend backend, CandidateKind kind = CandidateKind::native);
 
 struct Device {
   Backend backend = Backend::cpu;

@@ -16,6 +16,7 @@ Mode parse_mode(std::string_view text);
 
 struct EvalSettings {
   Backend backend = Backend::cpu;  // what candidates are written for
+  CandidateKind kind = CandidateKind::native;  // triton: Python with Triton kernels (backend cuda)
   Mode mode = Mode::fast;
   std::string sizes;               // the tasks' size set; empty: the backend's own
   int correctness_trials = -1, timing_trials = -1;  // -1: the mode's defaults
@@ -24,6 +25,9 @@ struct EvalSettings {
 
   // The size set candidates are judged at.
   std::string size_set() const { return sizes.empty() ? std::string(backend_name(backend)) : sizes; }
+  std::string_view source_extension() const { return eval::source_extension(backend, kind); }
+  // What policies write candidates in: "cpu" (C++), "cuda" (CUDA C++) or "triton" (Python).
+  std::string language() const { return kind == CandidateKind::triton ? "triton" : std::string(backend_name(backend)); }
 };
 
 }  // namespace crucible::eval

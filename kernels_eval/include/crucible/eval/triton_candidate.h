@@ -7,19 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "crucible/eval/device.h"
 #include "crucible/eval/dtype.h"
 #include "crucible/eval/verdict.h"
 #include "crucible/eval/worker_process.h"
 
 namespace crucible::eval {
-
-// What a candidate is written in. Native: C++ (CPU) or CUDA C++, by the device; triton: Python with Triton kernels,
-// on a GPU only.
-enum class CandidateKind { native, triton };
-
-std::string_view candidate_kind_name(CandidateKind kind);
-// "native" or "triton"; throws std::invalid_argument otherwise.
-CandidateKind parse_candidate_kind(std::string_view text);
 
 // A Python interpreter with PyTorch (with CUDA) and Triton: $CRUCIBLE_TRITON_PYTHON, else python3 on PATH. Probed
 // once per process; `why` says what is missing when none is found.
