@@ -84,11 +84,12 @@ lm::TextRequest text_request(std::string prompt, const experiment::PolicyConfig&
 }
 
 // A reply as a sample: its code (or why there is none), tokens and the model's log-probabilities.
-Sample sample_of(lm::TextCompletion& c, const std::string& task, uint64_t version, int max_new_tokens) {
+Sample sample_of(lm::TextCompletion& c, const std::string& task, uint64_t version, int max_new_tokens,
+                 const std::string& backend) {
   Sample smp;
   smp.task = task;
   smp.policy_version = version;
-  if (auto code = extract_code(c.text)) smp.source = std::move(*code);
+  if (auto code = extract_code(c.text, backend)) smp.source = std::move(*code);
   else smp.parse_error = parse_failure(c, max_new_tokens);
   smp.output = std::move(c.text);
   smp.tokens = std::move(c.tokens);
@@ -252,7 +253,7 @@ std::vector<Sample> LmPolicy::refine(const eval::TaskSpec& task, const std::vect
   auto completions = im.model.generate(requests);
   std::vector<Sample> out;
   for (std::size_t k = 0; k < completions.size(); ++k) {
-    out.push_back(sample_of(completions[k], task.name, version_, m.max_new_tokens));
+    out.push_back(sample_of(completions[k], task.name, version_, m.max_new_tokens, im.setup.backend));
     out.back().prompt = requests[k].prompt;
   }
   return out;
@@ -325,7 +326,8 @@ std::vector<std::vector<Sample>> LmPolicy::sample_groups(const std::vector<Group
     im.model.transformer().use_adapter(s.adapter.get());
     auto completions = im.model.generate(requests);
     for (std::size_t k = 0; k < completions.size(); ++k)
-      out[owner[k]].push_back(sample_of(completions[k], asks[owner[k]].task->name, version_, m.max_new_tokens));
+      out[owner[k]].push_back(sample_of(completions[k], asks[owner[k]].task->name, version_, m.max_new_tokens,
+                                           im.setup.backend));
   }
   return out;
 }

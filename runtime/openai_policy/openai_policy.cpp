@@ -80,7 +80,7 @@ Sample OpenAiPolicy::complete_one(const eval::TaskSpec& task, const std::string&
     s.parse_error = reply.error;
     return s;
   }
-  if (auto code = extract_code(reply.text)) s.source = std::move(*code);
+  if (auto code = extract_code(reply.text, setup_.backend)) s.source = std::move(*code);
   else
     s.parse_error = reply.finish_reason == "length" ? "the reply was cut off at max_tokens = " +
                                                           std::to_string(client_.config().max_tokens) +

@@ -14,9 +14,12 @@ std::string shape_text(const eval::TensorSpec& t) {
   return s + "]";
 }
 
-bool code_language(const std::string& tag) {
-  return tag.empty() || tag == "cpp" || tag == "c++" || tag == "cuda" || tag == "cu" || tag == "c" || tag == "cxx" ||
-         tag == "python" || tag == "py";
+// A block in the language asked for: Python for Triton, C++ or CUDA otherwise (a model that answers a C++ task in
+// Python has no candidate); unlabelled blocks count for either.
+bool code_language(const std::string& tag, bool python) {
+  if (tag.empty()) return true;
+  if (python) return tag == "python" || tag == "py";
+  return tag == "cpp" || tag == "c++" || tag == "cuda" || tag == "cu" || tag == "c" || tag == "cxx";
 }
 
 // The Triton contract, as the README pins it.
@@ -76,7 +79,8 @@ std::string kernel_prompt(const eval::TaskSpec& task, const std::string& backend
   return p.str();
 }
 
-std::optional<std::string> extract_code(const std::string& reply) {
+std::optional<std::string> extract_code(const std::string& reply, const std::string& backend) {
+  const bool python = backend == "triton";
   std::optional<std::string> last;
   std::size_t pos = 0;
   while (true) {
@@ -89,7 +93,7 @@ std::optional<std::string> extract_code(const std::string& reply) {
     for (auto& c : tag) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     const auto close = reply.find("\n```", line_end);
     if (close == std::string::npos) break;  // unterminated: the reply was cut off
-    if (code_language(tag)) last = reply.substr(line_end + 1, close + 1 - (line_end + 1));
+    if (code_language(tag, python)) last = reply.substr(line_end + 1, close + 1 - (line_end + 1));
     pos = close + 4;
   }
   return last;

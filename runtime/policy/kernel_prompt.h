@@ -23,8 +23,8 @@ std::string refinement_prompt(const eval::TaskSpec& task, const std::string& bac
 std::string fenced_code(const std::string& code, const std::string& backend);
 
 // The candidate source in a reply: the last complete fenced code block (```cpp, ```c++, ```cuda, ```cu, ```c or
-// unlabelled). None when the reply has no complete block: an unterminated block (a reply cut by its token
-// budget) does not count.
-std::optional<std::string> extract_code(const std::string& reply);
+// unlabelled; for the "triton" backend ```python, ```py or unlabelled). None when the reply has no complete block:
+// an unterminated block (a reply cut by its token budget) does not count.
+std::optional<std::string> extract_code(const std::string& reply, const std::string& backend = "cpu");
 
 }  // namespace crucible::policy

@@ -240,6 +240,7 @@ TEST_CASE("a split is fixed by its seed and partitions the tasks") {
   const std::string base = R"([experiment]
 name = "t"
 [tasks]
+levels = [1]
 split_seed = 7
 eval_fraction = 0.25
 )";

@@ -60,7 +60,7 @@ TEST_CASE("kernel prompt: Triton asks for Python in a python block, and a multi-
   CHECK(p.find("geometric mean") != std::string::npos);
   CHECK(p.find("n1024_b1_c384_nomask_normal") != std::string::npos);
   CHECK(p.find("crucible/kernel.h") == std::string::npos);
-  const auto code = policy::extract_code("Here:\n```python\nimport triton\n```\n");
+  const auto code = policy::extract_code("Here:\n```python\nimport triton\n```\n```cpp\nint a;\n```\n", "triton");
   REQUIRE(code.has_value());
   CHECK(*code == "import triton\n");
   CHECK(policy::fenced_code("x = 1", "triton").rfind("```python\n", 0) == 0);

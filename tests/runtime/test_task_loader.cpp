@@ -64,6 +64,7 @@ TEST_CASE("at least 14 shipped level-1 tasks load and cover KernelBench level 1'
   int count = 0;
   for (const auto& file : tasks::task_files(test::tasks_dir())) {
     auto t = tasks::load_task_file(file);
+    if (t.name == "trimul") continue;  // GPU MODE's problem, not KernelBench's: level 3 by its size
     families.insert(t.family);
     CHECK(t.level == 1);
     CHECK(t.sizes.count("cpu") == 1);
