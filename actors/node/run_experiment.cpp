@@ -296,9 +296,8 @@ std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
     return tasks;  // the server is asked when sampling: one that is down gives recorded policy errors
   }
   for (const auto& t : tasks)
-    if (!policy::template_for(t, std::string(eval::backend_name(backend))))
-      e.fail("tasks.names", "the search policy has no " + std::string(eval::backend_name(backend)) +
-                                " template for task '" + t.name + "'");
+    if (!policy::template_for(t, e.eval.language()))
+      e.fail("tasks.names", "the search policy has no " + e.eval.language() + " template for task '" + t.name + "'");
   return tasks;
 }
 

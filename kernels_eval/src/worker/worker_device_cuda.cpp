@@ -68,6 +68,12 @@ bool start_device(int argc, char** argv, std::string& error) {
     return fail(error, "cudaStreamCreate", e);
   if (auto e = cudaEventCreate(&g_start); e != cudaSuccess) return fail(error, "cudaEventCreate", e);
   if (auto e = cudaEventCreate(&g_end); e != cudaSuccess) return fail(error, "cudaEventCreate", e);
+  // Stream-ordered allocation sets up the device's memory pool on first use, opening files: done here, before the
+  // sandbox, so that a candidate's cudaMallocAsync works in the sealed worker.
+  void* warm = nullptr;
+  if (auto e = g_real_malloc_async(&warm, 256, g_stream); e != cudaSuccess) return fail(error, "cudaMallocAsync", e);
+  if (auto e = cudaFreeAsync(warm, g_stream); e != cudaSuccess) return fail(error, "cudaFreeAsync", e);
+  if (auto e = cudaStreamSynchronize(g_stream); e != cudaSuccess) return fail(error, "cudaStreamSynchronize", e);
 #ifdef CRUCIBLE_WITH_CUPTI
   coverage::start();  // without it, coverage is reported as unknown
 #endif
