@@ -32,8 +32,8 @@ const KernelTemplate& require_template(const eval::TaskSpec& task, const std::st
 
 SearchPolicy::SearchPolicy(uint64_t seed, SearchPolicyOptions options) : rng_(seed), options_(options) {
   if (!(options_.temperature > 0.0)) throw std::invalid_argument("search policy: temperature must be > 0");
-  if (options_.backend != "cpu" && options_.backend != "cuda")
-    throw std::invalid_argument("search policy: backend must be cpu or cuda, not '" + options_.backend + "'");
+  if (options_.backend != "cpu" && options_.backend != "cuda" && options_.backend != "triton")
+    throw std::invalid_argument("search policy: backend must be cpu, cuda or triton, not '" + options_.backend + "'");
 }
 
 std::vector<std::vector<double>>& SearchPolicy::logits_for(const eval::TaskSpec& task) {

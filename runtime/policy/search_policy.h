@@ -19,7 +19,7 @@ struct KernelTemplate;
 struct SearchPolicyOptions {
   double learning_rate = 0.5;
   double temperature = 1.0;  // sampling divides the logits by it
-  std::string backend = "cpu";  // whose kernel templates to sample: "cpu" or "cuda"
+  std::string backend = "cpu";  // whose kernel templates to sample: "cpu", "cuda" or "triton"
 };
 
 // A sample's tokens are its choice indices, one per knob; its output reads "knob=value ...".

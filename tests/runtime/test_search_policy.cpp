@@ -243,4 +243,11 @@ TEST_CASE("search policy: every Triton template, at every knob's every choice, p
   }
   CHECK(sources >= 14);
   CHECK(policy::covered_tasks("triton") == std::vector<std::string>{"gelu", "log_softmax", "relu", "softmax"});
+  // The policy itself samples them.
+  policy::SearchPolicyOptions o;
+  o.backend = "triton";
+  policy::SearchPolicy search(3, o);
+  auto samples = search.sample(tasks::find_task("softmax", test::tasks_dir()), 2);
+  REQUIRE(samples.size() == 2);
+  CHECK(samples[0].source.find("@triton.jit") != std::string::npos);
 }
