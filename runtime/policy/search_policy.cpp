@@ -163,7 +163,7 @@ void SearchPolicy::restore(const std::string& text) {
     auto j = nlohmann::json::parse(text);
     auto logits = j.at("logits").get<std::map<std::string, std::vector<std::vector<double>>>>();
     const std::string backend = j.value("backend", options_.backend);
-    if (backend != "cpu" && backend != "cuda")
+    if (backend != "cpu" && backend != "cuda" && backend != "triton")
       throw std::invalid_argument("malformed search-policy snapshot: unknown backend '" + backend + "'");
     version_ = j.at("version").get<uint64_t>();
     options_.learning_rate = j.at("learning_rate").get<double>();
