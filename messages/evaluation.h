@@ -48,7 +48,8 @@ typename Inspector::result_type inspect(Inspector& f, StageTimes& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShapeTime& x) {
-  return f(caf::meta::type_name("crucible.ShapeTime"), x.name, x.candidate_us, x.reference_us, x.cv);
+  return f(caf::meta::type_name("crucible.ShapeTime"), x.name, x.candidate_us, x.reference_us, x.cv,
+           x.reference_cv);
 }
 
 // CAF 0.17 inspects its own optional, not std::optional: the verdict's optionals cross as caf::optional copies.

@@ -523,7 +523,7 @@ Verdict Evaluator::evaluate_cases(const TaskSpec& task, const std::vector<ShapeC
       return v;
     }
     combined.shapes.push_back({cases[i].name, v.candidate_time->median_us, v.reference_time->median_us,
-                               v.candidate_time->cv});
+                               v.candidate_time->cv, v.reference_time->cv});
     log_candidate += std::log(v.candidate_time->median_us);
     log_reference += std::log(v.reference_time->median_us);
     combined.candidate_time->cv = std::max(combined.candidate_time->cv, v.candidate_time->cv);

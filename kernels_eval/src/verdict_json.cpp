@@ -46,7 +46,7 @@ std::string to_json(const Verdict& v, int indent) {
     json shapes = json::array();
     for (const auto& s : v.shapes)
       shapes.push_back({{"name", s.name}, {"candidate_us", s.candidate_us}, {"reference_us", s.reference_us},
-                        {"cv", s.cv}});
+                        {"cv", s.cv}, {"reference_cv", s.reference_cv}});
     j["shapes"] = shapes;
   }
   j["gflops"] = v.gflops ? json(*v.gflops) : json(nullptr);

@@ -119,6 +119,7 @@ TEST_CASE("evaluation messages round-trip, and a verdict crosses field for field
   v.trials = {{0, true, 1e-7, 2e-7, 0, 4096}, {1, false, 0.5, 1.0, 12, 4096}};
   v.stages.total_s = 0.25;
   v.device = "cuda:1";
+  v.shapes = {{"n256_b2", 4600.5, 2033.0, 0.006, 0.002}, {"n1024_b1", 103217.8, 34207.9, 0.001, 0.003}};
   auto report = round_trip(msg::report(42, v));
   CHECK(report.candidate_id == 42);
   const auto& back = report.verdict;
@@ -134,6 +135,9 @@ TEST_CASE("evaluation messages round-trip, and a verdict crosses field for field
   REQUIRE(back.trials.size() == 2);
   CHECK(back.trials[1].mismatched == 12);
   CHECK(back.stages.total_s == 0.25);
+  REQUIRE(back.shapes.size() == 2);
+  CHECK(back.shapes[1].name == "n1024_b1");
+  CHECK(back.shapes[1].reference_cv == 0.003);
   // The verdict's JSON is written from the typed value on arrival, so it is the evaluator's own, field for field.
   CHECK(eval::to_json(back, -1) == eval::to_json(v, -1));
 

@@ -65,6 +65,7 @@ struct ShapeTime {
   double candidate_us = 0.0;
   double reference_us = 0.0;
   double cv = 0.0;  // the candidate's
+  double reference_cv = 0.0;
 };
 
 struct Verdict {
