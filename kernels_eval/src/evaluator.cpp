@@ -196,6 +196,13 @@ CompileOptions Evaluator::compile_options(const std::string& source, const EvalO
 }
 
 CompileResult Evaluator::compile(const std::string& source, const EvalOptions& options) {
+  // A Triton candidate is compiled at its task's shapes, which only its evaluation knows: nothing to build ahead.
+  if (options.kind == CandidateKind::triton) {
+    CompileResult nothing;
+    nothing.outcome = CompileResult::Outcome::ok;
+    nothing.log = "a Triton candidate is compiled when it is evaluated, at its task's shapes";
+    return nothing;
+  }
   return compiler_.compile(source, compile_options(source, options, nullptr));
 }
 

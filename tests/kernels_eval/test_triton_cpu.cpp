@@ -21,6 +21,17 @@ TEST_CASE("triton: a Triton candidate on the CPU is rejected, saying it needs a 
   CHECK(test::detail_of(v).find("GPU") != std::string::npos);
 }
 
+TEST_CASE("triton: a compile pool builds nothing ahead for a Triton candidate (its shapes come with its task)") {
+  test::TestEvaluator t("triton-compile-ahead");
+  eval::EvalOptions options;
+  options.kind = eval::CandidateKind::triton;
+  auto r = t.evaluator.compile("import triton\n", options);
+  CHECK(r.ok());
+  CHECK(r.so_path.empty());
+  CHECK(r.seconds == 0.0);
+  CHECK(r.log.find("Triton") != std::string::npos);
+}
+
 TEST_CASE("triton: candidate kinds parse, and unknown ones are refused by name") {
   CHECK(eval::parse_candidate_kind("triton") == eval::CandidateKind::triton);
   CHECK(eval::parse_candidate_kind("native") == eval::CandidateKind::native);

@@ -73,7 +73,8 @@ class Evaluator {
 
   Verdict evaluate(const TaskSpec& task, const std::string& source, const EvalOptions& options = {});
   // Stage 1 alone, with exactly the options evaluate() would use (the device's architecture included), so a
-  // compile pool can build candidates ahead of their evaluation into the shared cache. Thread-safe.
+  // compile pool can build candidates ahead of their evaluation into the shared cache. Thread-safe. A Triton
+  // candidate needs its task's shapes, so it is built by evaluate() and this builds nothing.
   CompileResult compile(const std::string& source, const EvalOptions& options = {});
 
   Compiler& compiler() { return compiler_; }
