@@ -520,6 +520,7 @@ Verdict Evaluator::evaluate_cases(const TaskSpec& task, const std::vector<ShapeC
       combined.gflops.reset();
       combined.gbps.reset();
       combined.speedup_spread.reset();
+      combined.reasons.clear();
     }
     add_stages(combined.stages, v.stages);
     for (auto t : v.trials) combined.trials.push_back(t);
@@ -529,6 +530,7 @@ Verdict Evaluator::evaluate_cases(const TaskSpec& task, const std::vector<ShapeC
       v.stages = combined.stages;
       return v;
     }
+    for (const auto& r : v.reasons) combined.reasons.push_back({r.code, "shape " + cases[i].name + ": " + r.detail});
     combined.shapes.push_back({cases[i].name, v.candidate_time->median_us, v.reference_time->median_us,
                                v.candidate_time->cv, v.reference_time->cv});
     log_candidate += std::log(v.candidate_time->median_us);
