@@ -273,7 +273,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   std::filesystem::path candidate_path;
   WorkerPool* triton_pool = nullptr;
   if (options.kind == CandidateKind::triton) {
-    if (!build_triton(task, source, options, gpu, in_shapes, out_shapes, v, candidate_path, triton_pool))
+    if (!build_triton(source, options, gpu, in_shapes, out_shapes, v, candidate_path, triton_pool))
       return finish();
   } else {
     CompileOptions copts = compile_options(source, options, gpu ? &gpu->info : nullptr);
@@ -426,11 +426,10 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
 
 namespace crucible::eval {
 
-bool Evaluator::build_triton(const TaskSpec& task, const std::string& source, const EvalOptions& options,
-                             GpuResources* gpu, const std::vector<TensorShape>& in_shapes,
+bool Evaluator::build_triton(const std::string& source, const EvalOptions& options, GpuResources* gpu,
+                             const std::vector<TensorShape>& in_shapes,
                              const std::vector<TensorShape>& out_shapes, Verdict& v, fs::path& candidate_path,
                              WorkerPool*& pool) {
-  (void)task;
   auto refuse = [&](const std::string& why) {
     v.status = Status::rejected;
     v.reasons.push_back({"triton_unavailable", why});

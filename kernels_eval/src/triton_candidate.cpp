@@ -72,6 +72,29 @@ ProcessLimits gate_limits() {
   return limits;
 }
 
+// Runs the gate on a candidate file: its JSON verdict, or none (and `error`) when the gate itself did not run.
+std::optional<json> run_gate(const std::string& python, const fs::path& candidate, const std::vector<DType>& dtypes,
+                             std::string& error) {
+  std::string names;
+  for (DType d : dtypes) names += (names.empty() ? "" : ",") + std::string(dtype_name(d));
+  ProcessResult r = run_process({python, "-I", (default_python_dir() / "crucible_triton" / "gate.py").string(),
+                                 candidate.string(), "--dtypes", names},
+                                gate_limits());
+  auto verdict = last_json(r.output);
+  if (!r.ok() || !verdict) {
+    error = "the Triton gate did not run: " + valid_utf8(r.output.substr(0, 500));
+    return std::nullopt;
+  }
+  return verdict;
+}
+
+std::vector<Reason> refusals_of(const json& verdict) {
+  std::vector<Reason> refusals;
+  for (const auto& x : verdict["refusals"])
+    refusals.push_back({x["code"].get<std::string>(), valid_utf8(x["detail"].get<std::string>())});
+  return refusals;
+}
+
 }  // namespace
 
 std::optional<TritonPython> find_triton_python(std::string& why) {
@@ -120,25 +143,11 @@ std::optional<TritonPython> find_triton_python(std::string& why) {
 std::vector<Reason> triton_gate(const std::string& python, const std::string& source, const std::vector<DType>& dtypes,
                                 std::string& error) {
   const fs::path dir = make_scratch_dir("gate");
-  std::vector<Reason> refusals;
-  {
-    std::ofstream(dir / "candidate.py", std::ios::binary) << source;
-  }
-  std::string names;
-  for (DType d : dtypes) names += (names.empty() ? "" : ",") + std::string(dtype_name(d));
-  ProcessResult r = run_process({python, "-I", (default_python_dir() / "crucible_triton" / "gate.py").string(),
-                                 (dir / "candidate.py").string(), "--dtypes", names},
-                                gate_limits());
+  std::ofstream(dir / "candidate.py", std::ios::binary) << source;
+  auto verdict = run_gate(python, dir / "candidate.py", dtypes, error);
   std::error_code ignored;
   fs::remove_all(dir, ignored);
-  auto j = last_json(r.output);
-  if (!r.ok() || !j) {
-    error = "the Triton gate did not run: " + valid_utf8(r.output.substr(0, 300));
-    return refusals;
-  }
-  for (const auto& x : (*j)["refusals"])
-    refusals.push_back({x["code"].get<std::string>(), valid_utf8(x["detail"].get<std::string>())});
-  return refusals;
+  return verdict ? refusals_of(*verdict) : std::vector<Reason>{};
 }
 
 namespace {
@@ -204,20 +213,13 @@ TritonBuild build_triton_candidate(const TritonPython& python, const std::string
   std::vector<DType> dtypes;
   for (const auto* group : {&inputs, &outputs})
     for (const auto& t : *group) dtypes.push_back(t.dtype);
-  std::string names;
-  for (DType d : dtypes) names += (names.empty() ? "" : ",") + std::string(dtype_name(d));
-  ProcessResult gate = run_process({python.executable, "-I", (default_python_dir() / "crucible_triton" / "gate.py").string(),
-                                    b.candidate_path.string(), "--dtypes", names},
-                                   gate_limits());
-  auto verdict = last_json(gate.output);
-  if (!gate.ok() || !verdict) {
+  auto verdict = run_gate(python.executable, b.candidate_path, dtypes, b.log);
+  if (!verdict) {
     b.outcome = TritonBuild::Outcome::environment_error;
-    b.log = "the Triton gate did not run: " + valid_utf8(gate.output.substr(0, 500));
     return done();
   }
   std::ofstream(dir / "gate.json") << verdict->dump();
-  for (const auto& x : (*verdict)["refusals"])
-    b.refusals.push_back({x["code"].get<std::string>(), valid_utf8(x["detail"].get<std::string>())});
+  b.refusals = refusals_of(*verdict);
   if (!b.refusals.empty()) {
     b.outcome = TritonBuild::Outcome::rejected;
     return done();

@@ -95,7 +95,7 @@ class Evaluator {
                          const std::string& source, const EvalOptions& options);
   // A Triton candidate's gate and compile step, and the pool of Triton workers that will run it. False: the verdict
   // is decided (rejected, compile_error).
-  bool build_triton(const TaskSpec& task, const std::string& source, const EvalOptions& options, GpuResources* gpu,
+  bool build_triton(const std::string& source, const EvalOptions& options, GpuResources* gpu,
                     const std::vector<TensorShape>& in_shapes, const std::vector<TensorShape>& out_shapes, Verdict& v,
                     std::filesystem::path& candidate_path, WorkerPool*& pool);
 };
