@@ -1,6 +1,8 @@
 // bench_compile: cold compile time per candidate through Crucible's compiler (content-addressed cache
-// bypassed by a fresh cache directory), for N distinct variants of an elementwise kernel, serially and with
-// J compiles in flight. Usage: bench_compile [--backend cpu|cuda] [--count N] [--jobs J] [--arch sm_90]
+// bypassed by a fresh cache directory), for N distinct variants of an elementwise kernel (or the shipped naive
+// CUDA candidates), serially and with J compiles in flight. CUDA builds are measured both ways in one run: whole
+// (nvcc's full chain) and split (device and host halves side by side, crucible/eval/cuda_split.h).
+// Usage: bench_compile [--backend cpu|cuda] [--count N] [--jobs J] [--arch sm_90] [--source variants|shipped]
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +10,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,43 +43,101 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+std::vector<std::string> shipped_cuda_candidates() {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(fs::path(CRUCIBLE_SOURCE_DIR) / "configs" / "candidates" / "cuda"))
+    if (e.path().extension() == ".cu") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  std::vector<std::string> sources;
+  for (const auto& f : files) {
+    std::ifstream in(f);
+    std::ostringstream text;
+    text << in.rdbuf();
+    sources.push_back(text.str());
+  }
+  return sources;
+}
+
+struct Row {
+  std::string name;
+  std::vector<double> seconds;
+  int built = 0;
+  std::map<std::string, int> paths;
+  double wall = 0.0;
+};
+
+Row measure(const std::string& name, eval::Compiler& compiler, const eval::CompileOptions& options,
+            const std::vector<std::string>& sources, int jobs) {
+  Row row{name, std::vector<double>(sources.size(), 0.0)};
+  std::mutex mutex;
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < jobs; ++t)
+    threads.emplace_back([&, t] {
+      for (std::size_t i = t; i < sources.size(); i += jobs) {
+        auto r = compiler.compile(sources[i], options);
+        std::lock_guard lock(mutex);
+        row.seconds[i] = r.seconds;
+        row.built += r.ok() && !r.cached;
+        ++row.paths[eval::to_string(r.path)];
+        if (!r.ok()) std::fprintf(stderr, "%s: candidate %zu failed:\n%s\n", name.c_str(), i, r.log.c_str());
+      }
+    });
+  for (auto& th : threads) th.join();
+  row.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return row;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bench::exit_on_help(argc, argv, "usage: bench_compile [--backend cpu|cuda] [--count N] [--jobs J] [--arch sm_90]");
-  std::string backend = "cuda", arch = "sm_90";
+  bench::exit_on_help(argc, argv,
+                      "usage: bench_compile [--backend cpu|cuda] [--count N] [--jobs J] [--arch sm_90] "
+                      "[--source variants|shipped]");
+  std::string backend = "cuda", arch = "sm_90", source = "variants";
   int count = 16, jobs = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--backend")) backend = argv[i + 1];
     else if (!std::strcmp(argv[i], "--count")) count = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--jobs")) jobs = std::max(1, std::atoi(argv[i + 1]));
     else if (!std::strcmp(argv[i], "--arch")) arch = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--source")) source = argv[i + 1];
   }
   fs::path cache = fs::temp_directory_path() / ("crucible-bench-compile-" + std::to_string(getpid()));
   eval::Compiler compiler(cache, eval::default_include_dir());
   eval::CompileOptions options;
   options.backend = backend;
   options.cuda_arch = arch;
-  std::vector<double> seconds(count, 0.0);
-  std::vector<int> ok(count, 0);
-  auto start = std::chrono::steady_clock::now();
-  std::vector<std::thread> threads;
-  for (int t = 0; t < jobs; ++t)
-    threads.emplace_back([&, t] {
-      for (int i = t; i < count; i += jobs) {
-        auto r = compiler.compile(backend == "cuda" ? bench::relu_variant(i) : cpu_variant(i), options);
-        seconds[i] = r.seconds;
-        ok[i] = r.ok() && !r.cached;
-        if (!r.ok()) std::fprintf(stderr, "variant %d failed:\n%s\n", i, r.log.c_str());
-      }
-    });
-  for (auto& th : threads) th.join();
-  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("backend=%s arch=%s count=%d jobs=%d built=%d\n", backend.c_str(), arch.c_str(), count, jobs,
-              static_cast<int>(std::count(ok.begin(), ok.end(), 1)));
-  std::printf("per candidate: median %.3f s, min %.3f s, max %.3f s; wall %.2f s (%.3f s per candidate)\n",
-              median(seconds), *std::min_element(seconds.begin(), seconds.end()),
-              *std::max_element(seconds.begin(), seconds.end()), wall, wall / count);
+  std::vector<std::string> sources;
+  if (source == "shipped" && backend == "cuda") {
+    sources = shipped_cuda_candidates();
+  } else {
+    for (int i = 0; i < count; ++i) sources.push_back(backend == "cuda" ? bench::relu_variant(i) : cpu_variant(i));
+  }
+  std::vector<Row> rows;
+  if (backend == "cuda") {
+    // Split first: the whole builds then run on page caches the split builds warmed no more than they need.
+    options.split_cuda = true;
+    rows.push_back(measure("split", compiler, options, sources, jobs));
+    options.split_cuda = false;
+    rows.push_back(measure("whole", compiler, options, sources, jobs));
+  } else {
+    rows.push_back(measure("g++", compiler, options, sources, jobs));
+  }
+  std::printf("backend=%s arch=%s source=%s candidates=%zu jobs=%d\n\n", backend.c_str(), arch.c_str(),
+              source.c_str(), sources.size(), jobs);
+  std::printf("| build | built | median s | min s | max s | wall s (per candidate) | paths taken |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+  for (const Row& r : rows) {
+    std::string paths;
+    for (const auto& [path, n] : r.paths) paths += (paths.empty() ? "" : ", ") + path + " " + std::to_string(n);
+    std::printf("| %s | %d/%zu | %.3f | %.3f | %.3f | %.2f (%.3f) | %s |\n", r.name.c_str(), r.built,
+                r.seconds.size(), median(r.seconds), *std::min_element(r.seconds.begin(), r.seconds.end()),
+                *std::max_element(r.seconds.begin(), r.seconds.end()), r.wall, r.wall / r.seconds.size(),
+                paths.c_str());
+  }
+  if (rows.size() == 2 && median(rows[0].seconds) > 0)
+    std::printf("\nsplit is %.2fx faster than whole (medians)\n", median(rows[1].seconds) / median(rows[0].seconds));
   std::error_code ec;
   fs::remove_all(cache, ec);
   return 0;

@@ -14,6 +14,7 @@
 
 #include "crucible/eval/compile_cache.h"
 #include "crucible/eval/scratch_dirs.h"
+#include "cuda_split_build.h"
 #include "crucible/eval/subprocess.h"
 #include "crucible/eval/utf8_text.h"
 
@@ -54,6 +55,15 @@ std::string cxx_path() {
   return "g++";
 }
 
+// The NVRTC helper for split CUDA builds; empty where it was not built (nvcc -cubin takes the device half).
+std::string nvrtc_path() {
+  if (const char* env = std::getenv("CRUCIBLE_NVRTC")) return env;
+#ifdef CRUCIBLE_NVRTC_DEFAULT_PATH
+  if (fs::exists(CRUCIBLE_NVRTC_DEFAULT_PATH)) return CRUCIBLE_NVRTC_DEFAULT_PATH;
+#endif
+  return {};
+}
+
 // A compile runs in a private directory holding the candidate, the contract header and the linker's version script,
 // named relative to it: compiler messages name the candidate's file as its author would, and nothing else of the
 // machine needs to be reachable beyond the toolchain.
@@ -85,13 +95,19 @@ bool reachable_by_others(const fs::path& path) {
 // anything else fails as a missing or unreadable file, and its contents never reach the log.
 FileRules toolchain_files(const std::string& tool, const fs::path& work) {
   FileRules rules;
-  rules.read_only = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache",
-                     "/etc/alternatives", "/dev/urandom"};
   std::error_code ec;
+  // Our own NVRTC helper may live in a build tree: that one file, not its directory.
+  if (const fs::path helper = fs::canonical(tool, ec); !ec && helper.filename() == "crucible-nvrtc")
+    rules.read_only.push_back(helper.string());
+  rules.read_only.insert(rules.read_only.end(), {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
+                                                 "/etc/ld.so.cache", "/etc/alternatives", "/dev/urandom"});
   const fs::path driver = fs::canonical(tool, ec);
   const fs::path toolkit = driver.parent_path().parent_path();
   if (!ec && driver.filename() == "nvcc" && toolkit != driver.root_path() && fs::is_directory(toolkit / "nvvm", ec))
     rules.read_only.push_back(toolkit.string());
+  const fs::path nvcc_toolkit = fs::canonical(nvcc_path(), ec).parent_path().parent_path();
+  if (!ec && fs::path(tool).filename() == "crucible-nvrtc" && fs::is_directory(nvcc_toolkit / "nvvm", ec))
+    rules.read_only.push_back(nvcc_toolkit.string());  // NVRTC's builtins library and the toolkit's headers
   rules.read_write = {work.string(), "/dev/null"};
   return rules;
 }
@@ -128,7 +144,30 @@ std::string excerpt(const std::string& log, std::size_t max = 4000) {
   return valid_utf8_prefix(log, max) + "\n[... " + std::to_string(log.size() - max) + " more bytes]";
 }
 
+// Where the toolkit that nvcc belongs to keeps its headers and libraries.
+fs::path toolkit_dir() {
+  std::error_code ec;
+  fs::path nvcc = fs::canonical(resolve_in_path(nvcc_path()), ec);
+  return ec ? fs::path("/usr/local/cuda") : nvcc.parent_path().parent_path();
+}
+
+fs::path toolkit_lib_dir() {
+  const fs::path root = toolkit_dir();
+  for (const char* sub : {"lib64", "lib", "targets/x86_64-linux/lib"})
+    if (fs::exists(root / sub / "libcudart.so")) return root / sub;
+  return root / "lib64";
+}
+
 }  // namespace
+
+const char* to_string(CompilePath path) {
+  switch (path) {
+    case CompilePath::whole: return "whole";
+    case CompilePath::split_nvrtc: return "split_nvrtc";
+    case CompilePath::split_nvcc: return "split_nvcc";
+  }
+  return "whole";
+}
 
 std::string sha256_hex(const std::string& data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
@@ -154,6 +193,7 @@ fs::path default_cache_dir() {
 Compiler::Compiler(fs::path cache_dir, fs::path include_dir)
     : cache_dir_(std::move(cache_dir)), include_dir_(std::move(include_dir)) {
   header_text_ = read_file(include_dir_ / "crucible" / "kernel.h");
+  fast_launch_text_ = read_file(include_dir_ / "crucible" / "fast_launch.h");
 }
 
 std::vector<std::string> Compiler::flags(const CompileOptions& o) const {
@@ -182,7 +222,7 @@ const std::string& Compiler::compiler_version(const std::string& backend) {
   std::lock_guard lock(mutex_);
   auto it = versions_.find(backend);
   if (it != versions_.end()) return it->second;
-  std::string tool = backend == "cuda" ? nvcc_path() : cxx_path();
+  std::string tool = backend == "cuda" ? nvcc_path() : cxx_path();  // "cxx": the host half's g++
   ProcessLimits limits;
   limits.wall_seconds = 20;
   ProcessResult r = run_process({tool, "--version"}, limits);
@@ -194,6 +234,9 @@ std::string Compiler::cache_key(const std::string& source, const CompileOptions&
   material += '\0';
   for (const auto& flag : flags(o)) material += flag + '\n';
   material += '\0' + compiler_version(o.backend) + '\0' + header_text_;
+  // A split build is another build of the same source: its own entry (benchmarks compare the two).
+  if (o.backend == "cuda" && o.split_cuda)
+    material += std::string("\0split\0", 7) + fast_launch_text_ + '\0' + compiler_version("cxx") + nvrtc_path();
   return sha256_hex(material);
 }
 
@@ -247,6 +290,7 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
   try {
     fs::create_directories(work / kIncludeDir / "crucible");
     write_file_atomically(work / kIncludeDir / "crucible" / "kernel.h", header_text_);
+    if (o.backend == "cuda") write_file_atomically(work / kIncludeDir / "crucible" / "fast_launch.h", fast_launch_text_);
     write_file_atomically(work / kExportsFile, kExportsScript);
     write_file_atomically(work / (o.backend == "cuda" ? "candidate.cu" : "candidate.cpp"), source);
     if (unprivileged && chown(work.c_str(), kUnprivilegedId, kUnprivilegedId) != 0)
@@ -257,23 +301,46 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
     result.log = std::string("cannot prepare the build directory: ") + e.what();
     return finish();
   }
-  std::vector<std::string> argv = flags(o);
-  argv.front() = tool;
-  argv.insert(argv.end(), {o.backend == "cuda" ? "candidate.cu" : "candidate.cpp", "-o", "candidate.so"});
 
-  ProcessLimits limits;
-  limits.wall_seconds = o.time_limit_s;
-  limits.address_space_bytes = o.backend == "cuda" ? 0 : o.memory_limit_bytes;  // nvcc reserves huge VM
-  limits.file_size_bytes = o.max_binary_bytes;
-  // Compiles are throughput work; timing runs on the same cores and must not wait for them.
-  limits.nice = 10;
-  limits.unprivileged = unprivileged;
-  // Nothing of the evaluator's environment (tokens, proxies, paths to private files) reaches the compiler.
-  limits.environment = {"PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + work.string(),
-                        "TMPDIR=" + work.string(), "LC_ALL=C"};
-  limits.files = toolchain_files(tool, work);
-  ProcessResult r = run_process(argv, limits, work.string());
+  // Every compiler step runs the same way: limits, an unprivileged identity, a scrubbed environment, Landlock.
+  auto run_step = [&](const std::vector<std::string>& step) {
+    std::vector<std::string> argv = step;
+    argv.front() = resolve_in_path(argv.front());
+    ProcessLimits limits;
+    limits.wall_seconds = o.time_limit_s;
+    limits.address_space_bytes = o.backend == "cuda" ? 0 : o.memory_limit_bytes;  // nvcc reserves huge VM
+    limits.file_size_bytes = o.max_binary_bytes;
+    // Compiles are throughput work; timing runs on the same cores and must not wait for them.
+    limits.nice = 10;
+    limits.unprivileged = unprivileged && reachable_by_others(argv.front());
+    // Nothing of the evaluator's environment (tokens, proxies, paths to private files) reaches the compiler.
+    limits.environment = {"PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + work.string(),
+                          "TMPDIR=" + work.string(), "LC_ALL=C"};
+    limits.files = toolchain_files(argv.front(), work);
+    return run_process(argv, limits, work.string());
+  };
+  std::vector<std::string> whole = flags(o);
+  whole.insert(whole.end(), {o.backend == "cuda" ? "candidate.cu" : "candidate.cpp", "-o", "candidate.so"});
 
+  ProcessResult r;
+  std::string split_log;
+  bool built = false;
+  if (o.backend == "cuda" && o.split_cuda) {
+    const fs::path toolkit = toolkit_dir();
+    SplitToolchain tools{nvcc_path(), cxx_path(), nvrtc_path(), o.cuda_arch, toolkit / "include", toolkit_lib_dir(),
+                         o.extra_flags};
+    SplitBuild split = build_split(source, tools, work, run_step);
+    result.path = split.path;
+    if (split.kind == SplitBuild::Kind::device_failed) {
+      r = split.failure;
+      built = true;
+    } else if (split.kind == SplitBuild::Kind::built) {
+      r.exit_code = 0;
+      r.output = split.log;
+      built = true;
+    }
+  }
+  if (!built) r = run_step(whole);
   const std::string environment = r.timed_out ? std::string() : environment_failure(r);
   if (!environment.empty()) {
     result.outcome = CompileResult::Outcome::environment_error;

@@ -1,4 +1,4 @@
-// Reads the dynamic symbol table of an ELF64 little-endian shared object, bounds-checking every access.
+// Reads ELF64 little-endian symbol tables, bounds-checking every access.
 #include <elf.h>
 
 #include <cstring>
@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "crucible/eval/elf_symbols.h"
 #include "crucible/eval/static_gate.h"
 
 namespace crucible::eval {
@@ -29,44 +30,69 @@ std::string string_at(const std::string& image, std::size_t table_offset, std::s
   return image.substr(start, end - start);
 }
 
-}  // namespace
-
-DynamicSymbols read_dynamic_symbols(const std::filesystem::path& so_path) {
-  std::ifstream in(so_path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + so_path.string());
+std::string read_image(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path.string());
   std::ostringstream buffer;
   buffer << in.rdbuf();
-  const std::string image = buffer.str();
+  return buffer.str();
+}
 
+Elf64_Ehdr read_header(const std::string& image) {
   auto header = read_at<Elf64_Ehdr>(image, 0);
   if (std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0) throw std::runtime_error("not an ELF file");
   if (header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_ident[EI_DATA] != ELFDATA2LSB)
     throw std::runtime_error("not a 64-bit little-endian ELF file");
-  if (header.e_type != ET_DYN) throw std::runtime_error("not a shared object");
   if (header.e_shentsize != sizeof(Elf64_Shdr)) throw std::runtime_error("malformed ELF: section header size");
+  return header;
+}
 
-  DynamicSymbols symbols;
+// Calls visit(symbol, name) for every named symbol in the sections of the given type; false if there is none.
+template <typename Visit>
+bool for_each_symbol(const std::string& image, const Elf64_Ehdr& header, unsigned section_type, Visit visit) {
   bool found = false;
   for (std::size_t i = 0; i < header.e_shnum; ++i) {
     auto section = read_at<Elf64_Shdr>(image, header.e_shoff + i * sizeof(Elf64_Shdr));
-    if (section.sh_type != SHT_DYNSYM) continue;
+    if (section.sh_type != section_type) continue;
     found = true;
-    if (section.sh_link >= header.e_shnum) throw std::runtime_error("malformed ELF: dynsym string table index");
+    if (section.sh_link >= header.e_shnum) throw std::runtime_error("malformed ELF: symbol string table index");
     auto strtab = read_at<Elf64_Shdr>(image, header.e_shoff + section.sh_link * sizeof(Elf64_Shdr));
-    if (section.sh_entsize != sizeof(Elf64_Sym)) throw std::runtime_error("malformed ELF: dynsym entry size");
+    if (section.sh_entsize != sizeof(Elf64_Sym)) throw std::runtime_error("malformed ELF: symbol entry size");
     std::size_t count = section.sh_size / sizeof(Elf64_Sym);
     for (std::size_t s = 1; s < count; ++s) {  // entry 0 is the null symbol
       auto sym = read_at<Elf64_Sym>(image, section.sh_offset + s * sizeof(Elf64_Sym));
       std::string name = string_at(image, strtab.sh_offset, strtab.sh_size, sym.st_name);
-      if (name.empty()) continue;
-      unsigned bind = ELF64_ST_BIND(sym.st_info);
-      if (bind == STB_LOCAL) continue;
-      if (sym.st_shndx == SHN_UNDEF)
-        symbols.imports.push_back(name);
-      else if (ELF64_ST_VISIBILITY(sym.st_other) == STV_DEFAULT || ELF64_ST_VISIBILITY(sym.st_other) == STV_PROTECTED)
-        symbols.exports.push_back(name);
+      if (!name.empty()) visit(sym, std::move(name));
     }
   }
+  return found;
+}
+
+}  // namespace
+
+std::vector<ElfSymbol> read_symbol_table(const std::filesystem::path& path) {
+  const std::string image = read_image(path);
+  std::vector<ElfSymbol> symbols;
+  for_each_symbol(image, read_header(image), SHT_SYMTAB, [&](const Elf64_Sym& sym, std::string name) {
+    const unsigned bind = ELF64_ST_BIND(sym.st_info);
+    symbols.push_back({std::move(name), sym.st_shndx != SHN_UNDEF, bind == STB_GLOBAL || bind == STB_WEAK,
+                       sym.st_other});
+  });
+  return symbols;
+}
+
+DynamicSymbols read_dynamic_symbols(const std::filesystem::path& so_path) {
+  const std::string image = read_image(so_path);
+  const Elf64_Ehdr header = read_header(image);
+  if (header.e_type != ET_DYN) throw std::runtime_error("not a shared object");
+  DynamicSymbols symbols;
+  const bool found = for_each_symbol(image, header, SHT_DYNSYM, [&](const Elf64_Sym& sym, std::string name) {
+    if (ELF64_ST_BIND(sym.st_info) == STB_LOCAL) return;
+    if (sym.st_shndx == SHN_UNDEF)
+      symbols.imports.push_back(std::move(name));
+    else if (ELF64_ST_VISIBILITY(sym.st_other) == STV_DEFAULT || ELF64_ST_VISIBILITY(sym.st_other) == STV_PROTECTED)
+      symbols.exports.push_back(std::move(name));
+  });
   if (!found) throw std::runtime_error("malformed shared object: no dynamic symbol table");
   return symbols;
 }

@@ -54,7 +54,9 @@ constexpr std::array kCudaAllowed{"cudaLaunchKernel", "__cudaLaunchKernel", "__c
                                   "__cudaRegisterFatBinaryEnd", "__cudaUnregisterFatBinary",
                                   "__cudaRegisterFunction", "__cudaRegisterVar", "__cudaRegisterManagedVar",
                                   "__cudaInitModule", "__cudaPushCallConfiguration", "__cudaPopCallConfiguration",
-                                  "cudaGetDevice", "cudaDeviceGetAttribute"};
+                                  "cudaGetDevice", "cudaDeviceGetAttribute",
+                                  // split builds load their embedded device code (crucible/fast_launch.h)
+                                  "cudaLibraryLoadData", "cudaLibraryGetKernel"};
 
 struct Category {
   std::string_view name;

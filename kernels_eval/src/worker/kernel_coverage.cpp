@@ -107,3 +107,19 @@ extern "C" __attribute__((visibility("default"))) void __cudaRegisterFunction(vo
   }
   if (real) real(handle, host_fun, device_fun, device_name, thread_limit, tid, bid, block_dim, grid_dim, warp_size);
 }
+
+#ifdef CRUCIBLE_LEARNS_LIBRARY_KERNELS
+// A split-built candidate (crucible/fast_launch.h) resolves its kernels through this call as its library loads:
+// the names it gets handles for are its own. Recorded only when the kernel exists in a library it loaded.
+using LibraryGetKernelFn = cudaError_t (*)(cudaKernel_t*, cudaLibrary_t, const char*);
+
+extern "C" __attribute__((visibility("default"))) cudaError_t cudaLibraryGetKernel(cudaKernel_t* kernel,
+                                                                                   cudaLibrary_t library,
+                                                                                   const char* name) {
+  static auto real = reinterpret_cast<LibraryGetKernelFn>(dlsym(RTLD_NEXT, "cudaLibraryGetKernel"));
+  if (!real) return cudaErrorNotSupported;
+  const cudaError_t result = real(kernel, library, name);
+  if (result == cudaSuccess && name) crucible::eval::worker::coverage::add_own_kernel(name);
+  return result;
+}
+#endif

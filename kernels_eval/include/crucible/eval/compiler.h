@@ -13,9 +13,16 @@
 
 namespace crucible::eval {
 
+// How a shared object was built: one compiler run over the whole file (g++, or nvcc's full chain), or a CUDA
+// candidate in two halves side by side (device code by NVRTC or nvcc -cubin, host code by g++; cuda_split.h).
+enum class CompilePath { whole, split_nvrtc, split_nvcc };
+const char* to_string(CompilePath path);
+
 struct CompileOptions {
   std::string backend = "cpu";  // "cpu" (g++) or "cuda" (nvcc)
   std::string cuda_arch = "sm_90";
+  // CUDA: build in two halves where the source allows it (about 3x faster); the whole-file nvcc build otherwise.
+  bool split_cuda = true;
   std::vector<std::string> extra_flags;
   double time_limit_s = 60.0;
   std::size_t memory_limit_bytes = std::size_t{4} << 30;
@@ -29,6 +36,7 @@ struct CompileResult {
   enum class Outcome { ok, failed, timed_out, source_too_large, environment_error };
   Outcome outcome = Outcome::failed;
   bool cached = false;
+  CompilePath path = CompilePath::whole;  // how this call built it (not recorded for a cached result)
   double seconds = 0.0;
   std::string hash;
   std::filesystem::path so_path;
@@ -56,6 +64,7 @@ class Compiler {
   std::filesystem::path cache_dir_;
   std::filesystem::path include_dir_;
   std::string header_text_;
+  std::string fast_launch_text_;  // crucible/fast_launch.h, the host half's prelude
   std::mutex mutex_;
   std::map<std::string, std::string> versions_;
   std::atomic<int> compiles_since_prune_{0};

@@ -1,0 +1,126 @@
+#include "cuda_split_build.h"
+
+#include <cctype>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "crucible/eval/cuda_split.h"
+#include "crucible/eval/elf_symbols.h"
+
+namespace crucible::eval {
+namespace fs = std::filesystem;
+namespace {
+
+bool write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  return static_cast<bool>(out);
+}
+
+// Mangled names go into assembly as they are: only the characters a mangled name is made of.
+bool plain_symbol(const std::string& name) {
+  if (name.empty()) return false;
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '.')) return false;
+  return true;
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// The assembly that embeds the cubin and gives every kernel the host code launches an entry under its host name
+// (crucible/fast_launch.h reads the entries). Empty when a kernel the host code names is not in the device code.
+std::string blob_assembly(const std::vector<ElfSymbol>& device, const std::vector<ElfSymbol>& host, std::string& error) {
+  std::map<std::string, std::string> kernels;  // match key -> the device code's name
+  for (const ElfSymbol& s : device)
+    if (s.defined && (s.other & kCubinEntryFlag) && plain_symbol(s.name)) kernels.emplace(kernel_match_key(s.name), s.name);
+  std::vector<std::pair<std::string, std::string>> entries;  // host name, device name
+  for (const ElfSymbol& s : host) {
+    if (s.defined || !s.global) continue;
+    auto it = kernels.find(kernel_match_key(s.name));
+    if (it == kernels.end()) continue;  // a library function: the link resolves it
+    if (!plain_symbol(s.name)) return error = "an unusual symbol name", std::string();
+    entries.emplace_back(s.name, it->second);
+  }
+  std::ostringstream a;
+  a << "  .section .rodata\n  .balign 64\n  .globl crucible_fast_cubin\n  .hidden crucible_fast_cubin\n"
+       "crucible_fast_cubin:\n  .incbin \"device.cubin\"\n  .balign 4\n"
+       "  .globl crucible_fast_kernel_count\n  .hidden crucible_fast_kernel_count\n"
+       "crucible_fast_kernel_count:\n  .long "
+    << entries.size() << "\n";
+  for (std::size_t i = 0; i < entries.size(); ++i) a << ".Lcrucible_name" << i << ":\n  .asciz \"" << entries[i].second << "\"\n";
+  a << "  .data\n  .balign 8\n  .globl crucible_fast_kernels\n  .hidden crucible_fast_kernels\ncrucible_fast_kernels:\n";
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    a << "  .globl " << entries[i].first << "\n  .hidden " << entries[i].first << "\n" << entries[i].first
+      << ":\n  .quad .Lcrucible_name" << i << "\n  .quad 0\n";
+  a << "  .section .note.GNU-stack,\"\",@progbits\n";
+  return a.str();
+}
+
+}  // namespace
+
+SplitBuild build_split(const std::string& source, const SplitToolchain& tools, const fs::path& work,
+                       const RunStep& run) {
+  SplitBuild b;
+  auto not_split = [&](std::string why) {
+    b.kind = SplitBuild::Kind::not_split;
+    b.path = CompilePath::whole;
+    b.why_not = std::move(why);
+    return b;
+  };
+  if (tools.cuda_arch.rfind("sm_", 0) != 0) return not_split("a virtual architecture (" + tools.cuda_arch + ")");
+  const CudaSplit split = split_cuda_source(source);
+  if (!split.host_ok()) return not_split(split.host_refusal);
+  const bool use_nvrtc = split.device_ok() && !tools.nvrtc.empty() && tools.extra_flags.empty();
+  if (!write_text(work / "host.cpp", split.host) || (use_nvrtc && !write_text(work / "device.cu", split.device)))
+    return not_split("cannot write the halves");
+
+  // The host half beside the device half: together they take about as long as the device half alone.
+  ProcessResult host;
+  std::thread host_compile([&] {
+    host = run({tools.cxx, "-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden",
+                "-fno-gnu-unique", "-Wno-attributes", "-Iinclude", "-I" + tools.toolkit_include.string(), "-c",
+                "host.cpp", "-o", "host.o"});
+  });
+  ProcessResult device;
+  b.path = CompilePath::split_nvcc;
+  if (use_nvrtc) {
+    device = run({tools.nvrtc, tools.cuda_arch, "device.cu", "device.cubin", "-I" + tools.toolkit_include.string()});
+    if (device.ok()) b.path = CompilePath::split_nvrtc;
+  }
+  if (use_nvrtc && device.timed_out) b.path = CompilePath::split_nvrtc;  // the time limit is spent: no second try
+  if (b.path != CompilePath::split_nvrtc) {  // nvcc takes the candidate's file as written
+    std::vector<std::string> argv = {tools.nvcc, "-std=c++17", "-O3", "-arch=" + tools.cuda_arch, "-cubin", "-Iinclude"};
+    argv.insert(argv.end(), tools.extra_flags.begin(), tools.extra_flags.end());
+    argv.insert(argv.end(), {"candidate.cu", "-o", "device.cubin"});
+    device = run(argv);
+  }
+  host_compile.join();
+  b.log = device.output;
+  if (!device.ok()) {
+    b.kind = SplitBuild::Kind::device_failed;
+    b.failure = device;
+    return b;
+  }
+  if (!host.ok()) return not_split("the host half did not compile: " + first_line(host.output));
+
+  std::string error, blob;
+  try {
+    blob = blob_assembly(read_symbol_table(work / "device.cubin"), read_symbol_table(work / "host.o"), error);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (blob.empty()) return not_split("cannot bind the kernels: " + error);
+  if (!write_text(work / "blob.s", blob)) return not_split("cannot write the kernel table");
+  // -z defs: a kernel the host code launches but the device code lacks fails here, not at load.
+  ProcessResult link = run({tools.cxx, "-shared", "-o", "candidate.so", "host.o", "blob.s",
+                            "-L" + tools.toolkit_lib.string(), "-lcudart", "-Wl,--version-script=exports.map",
+                            "-Wl,-z,defs"});
+  if (!link.ok()) return not_split("the halves did not link: " + first_line(link.output));
+  b.kind = SplitBuild::Kind::built;
+  return b;
+}
+
+}  // namespace crucible::eval
