@@ -331,6 +331,7 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
                          o.extra_flags};
     SplitBuild split = build_split(source, tools, work, run_step);
     result.path = split.path;
+    result.whole_because = split.why_not;
     if (split.kind == SplitBuild::Kind::device_failed) {
       r = split.failure;
       built = true;

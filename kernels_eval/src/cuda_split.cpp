@@ -195,6 +195,7 @@ class Splitter {
     for (const Token& tok : t_)
       if (tok.kind == Kind::identifier && untranslated_kernel_api(text(tok)))
         refuse_host(std::string(text(tok)) + " takes a kernel or device symbol from host code");
+    out.template_kernels = template_kernels_;
     out.host_refusal = host_refusal_;
     out.device_refusal = device_refusal_;
     if (out.host_ok())
@@ -233,6 +234,17 @@ class Splitter {
         open.pop_back();
         if (open.empty()) return j;
       }
+    }
+    return npos;
+  }
+
+  // The index of the bracket opening the `)` or `]` at i, or npos.
+  std::size_t match_back(std::size_t i) const {
+    int depth = 0;
+    for (std::size_t j = i + 1; j-- > 0;) {
+      if (is(j, ")") || is(j, "]")) ++depth;
+      if (is(j, "(") || is(j, "[")) --depth;
+      if (depth == 0) return j;
     }
     return npos;
   }
@@ -355,7 +367,16 @@ class Splitter {
     const bool device_only = d.global || (d.device && !d.host);
     if (device_only) {
       host_edits_.push_back({t_[body].begin, t_[close].end, keeping_lines(s_, t_[body].begin, t_[close].end, ";")});
-      if (d.global && d.templated) refuse_device("a template kernel (its instances come from host launches)");
+      if (d.global && d.templated) {
+        std::size_t name = body;  // the identifier before the parameter list
+        for (std::size_t k = first; k < body; ++k)
+          if (is(k, "(") && k > first && t_[k - 1].kind == Kind::identifier && text(t_[k - 1]) != "__launch_bounds__") {
+            name = k - 1;
+            break;
+          }
+        if (name == body) refuse_device("a template kernel whose name it cannot read");
+        else template_kernels_.emplace_back(text(t_[name]));
+      }
       return;
     }
     bool launches = false;
@@ -388,6 +409,8 @@ class Splitter {
     if (is(p, ">")) {  // template arguments: back to their `<`
       int depth = 0;
       for (;; --p) {
+        if (is(p, ")") || is(p, "]")) p = match_back(p);  // a `>` inside parentheses is a comparison
+        if (p == npos) return refuse_host("a launch it cannot read"), k;
         if (is(p, ">")) ++depth;
         if (is(p, "<")) --depth;
         if (depth == 0 || p == 0) break;
@@ -412,6 +435,7 @@ class Splitter {
   std::vector<Token> t_;
   std::vector<Edit> host_edits_, device_edits_;
   std::string host_refusal_, device_refusal_;
+  std::vector<std::string> template_kernels_;
 };
 
 }  // namespace

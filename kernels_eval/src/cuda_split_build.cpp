@@ -1,6 +1,10 @@
 #include "cuda_split_build.h"
 
 #include <cctype>
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -29,6 +33,35 @@ bool plain_symbol(const std::string& name) {
 }
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// Explicit instantiations, for NVRTC, of the template kernels the host half refers to: from g++'s undefined
+// references, demangled ("void (anonymous namespace)::k<4>(float const*, float*, long)"). A name it cannot write
+// back as C++ is left out; NVRTC then lacks that instance, the link finds it missing, and nvcc's build decides.
+std::string template_instances(const std::vector<ElfSymbol>& host, const std::vector<std::string>& templates) {
+  std::string out = "\n";
+  for (const ElfSymbol& s : host) {
+    if (s.defined || !s.global || s.name.rfind("_Z", 0) != 0) continue;
+    int status = 0;
+    char* raw = abi::__cxa_demangle(s.name.c_str(), nullptr, nullptr, &status);
+    if (status != 0 || raw == nullptr) continue;
+    std::string name(raw);
+    std::free(raw);
+    if (name.rfind("void ", 0) != 0) continue;
+    name.erase(0, 5);
+    const std::string anonymous = "(anonymous namespace)::";
+    const bool in_anonymous = name.rfind(anonymous, 0) == 0;
+    if (in_anonymous) name.erase(0, anonymous.size());
+    if (name.find("(anonymous namespace)") != std::string::npos || name.find('{') != std::string::npos) continue;
+    const std::size_t angle = name.find('<');
+    if (angle == std::string::npos) continue;
+    const std::size_t colon = name.rfind("::", angle);
+    const std::string base = name.substr(colon == std::string::npos ? 0 : colon + 2, angle - (colon == std::string::npos ? 0 : colon + 2));
+    if (std::find(templates.begin(), templates.end(), base) == templates.end()) continue;
+    const std::string line = "template __global__ void " + name + ";";
+    out += in_anonymous ? "namespace { " + line + " }\n" : line + "\n";
+  }
+  return out;
+}
 
 // The assembly that embeds the cubin and gives every kernel the host code launches an entry under its host name
 // (crucible/fast_launch.h reads the entries). Empty when a kernel the host code names is not in the device code.
@@ -77,7 +110,8 @@ SplitBuild build_split(const std::string& source, const SplitToolchain& tools, c
   if (!write_text(work / "host.cpp", split.host) || (use_nvrtc && !write_text(work / "device.cu", split.device)))
     return not_split("cannot write the halves");
 
-  // The host half beside the device half: together they take about as long as the device half alone.
+  // The host half beside the device half: together they take about as long as the device half alone. With
+  // template kernels NVRTC needs the instances the host half names, so it waits for the host half.
   ProcessResult host;
   std::thread host_compile([&] {
     host = run({tools.cxx, "-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden",
@@ -86,18 +120,29 @@ SplitBuild build_split(const std::string& source, const SplitToolchain& tools, c
   });
   ProcessResult device;
   b.path = CompilePath::split_nvcc;
-  if (use_nvrtc) {
+  bool nvrtc_ready = use_nvrtc;
+  if (use_nvrtc && !split.template_kernels.empty()) {
+    host_compile.join();
+    nvrtc_ready = false;
+    try {
+      if (host.ok())
+        nvrtc_ready = write_text(work / "device.cu", split.device + template_instances(read_symbol_table(work / "host.o"),
+                                                                                       split.template_kernels));
+    } catch (const std::exception&) {
+    }
+  }
+  if (nvrtc_ready) {
     device = run({tools.nvrtc, tools.cuda_arch, "device.cu", "device.cubin", "-I" + tools.toolkit_include.string()});
     if (device.ok()) b.path = CompilePath::split_nvrtc;
   }
-  if (use_nvrtc && device.timed_out) b.path = CompilePath::split_nvrtc;  // the time limit is spent: no second try
+  if (nvrtc_ready && device.timed_out) b.path = CompilePath::split_nvrtc;  // the time limit is spent: no second try
   if (b.path != CompilePath::split_nvrtc) {  // nvcc takes the candidate's file as written
     std::vector<std::string> argv = {tools.nvcc, "-std=c++17", "-O3", "-arch=" + tools.cuda_arch, "-cubin", "-Iinclude"};
     argv.insert(argv.end(), tools.extra_flags.begin(), tools.extra_flags.end());
     argv.insert(argv.end(), {"candidate.cu", "-o", "device.cubin"});
     device = run(argv);
   }
-  host_compile.join();
+  if (host_compile.joinable()) host_compile.join();
   b.log = device.output;
   if (!device.ok()) {
     b.kind = SplitBuild::Kind::device_failed;

@@ -8,6 +8,8 @@
 #include <stdexcept>
 
 #include "crucible/eval/compiler.h"
+#include "crucible/eval/cuda_split.h"
+#include "crucible/eval/static_gate.h"
 #include "crucible/eval/evaluator.h"
 #include "policy/kernel_templates.h"
 #include "policy/search_policy.h"
@@ -250,4 +252,35 @@ TEST_CASE("search policy: every Triton template, at every knob's every choice, p
   auto samples = search.sample(tasks::find_task("softmax", test::tasks_dir()), 2);
   REQUIRE(samples.size() == 2);
   CHECK(samples[0].source.find("@triton.jit") != std::string::npos);
+}
+
+TEST_CASE("every CUDA template renders a candidate that builds in two halves (NVRTC and g++)") {
+  const bool toolkit = std::filesystem::exists("/usr/local/cuda/bin/nvcc");
+  if (!toolkit) MESSAGE("SKIPPED (builds only): no CUDA toolkit at /usr/local/cuda");
+  test::ScratchDir cache("policy-split");
+  eval::Compiler compiler(cache.path(), eval::default_include_dir());
+  eval::CompileOptions options;
+  options.backend = "cuda";
+  eval::GatePolicy gate;
+  gate.backend = "cuda";
+  for (const auto& name : policy::covered_tasks("cuda")) {
+    const auto task = tasks::find_task(name, test::tasks_dir());
+    const auto* t = policy::template_for(task, "cuda");
+    REQUIRE(t != nullptr);
+    const auto combos = spanning_combinations(*t);
+    for (const auto& combo : combos) {
+      const std::string source = t->render(task, combo);
+      const auto split = eval::split_cuda_source(source);
+      INFO(describe(*t, combo), "\nhost: ", split.host_refusal, "\ndevice: ", split.device_refusal);
+      CHECK(split.host_ok());
+      CHECK(split.device_ok());
+    }
+    if (!toolkit) continue;
+    const auto built = compiler.compile(t->render(task, combos.front()), options);  // one build per template
+    INFO(describe(*t, combos.front()), "\n", built.whole_because, "\n", built.log);
+    REQUIRE(built.ok());
+    CHECK(built.path != eval::CompilePath::whole);
+    MESSAGE(describe(*t, combos.front()), ": ", std::string(eval::to_string(built.path)), " in ", built.seconds, " s");
+    CHECK(eval::check_shared_object(built.so_path, gate).empty());
+  }
 }

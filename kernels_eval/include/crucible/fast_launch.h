@@ -14,6 +14,20 @@
 
 #include <utility>
 
+/* Kernel qualifiers cuda_runtime.h leaves undefined outside nvcc: the host half never sees a kernel's body. */
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
+#ifndef __maxnreg__
+#define __maxnreg__(...)
+#endif
+#ifndef __cluster_dims__
+#define __cluster_dims__(...)
+#endif
+#ifndef __grid_constant__
+#define __grid_constant__
+#endif
+
 namespace crucible_fast {
 
 struct Kernel {

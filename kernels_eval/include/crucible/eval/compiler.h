@@ -37,6 +37,7 @@ struct CompileResult {
   Outcome outcome = Outcome::failed;
   bool cached = false;
   CompilePath path = CompilePath::whole;  // how this call built it (not recorded for a cached result)
+  std::string whole_because;              // a CUDA build not split: why (a refusal of the split, never a verdict)
   double seconds = 0.0;
   std::string hash;
   std::filesystem::path so_path;

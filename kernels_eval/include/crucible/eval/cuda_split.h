@@ -9,6 +9,7 @@
 // launches inside macros, kernel-pointer APIs it does not translate) is refused with a reason, and the compiler then
 // takes a path that needs no split. A refusal is never a verdict on the candidate.
 #include <string>
+#include <vector>
 
 namespace crucible::eval {
 
@@ -17,6 +18,9 @@ struct CudaSplit {
   std::string host_refusal;    // why not, when refused
   std::string device;          // NVRTC's translation unit; empty when refused
   std::string device_refusal;  // why not, when refused
+  // Template kernels: NVRTC builds only the instances named to it, so the host half's references name them
+  // (cuda_split_build.cpp adds explicit instantiations to `device`).
+  std::vector<std::string> template_kernels;
   bool host_ok() const { return host_refusal.empty(); }
   bool device_ok() const { return device_refusal.empty(); }
 };
