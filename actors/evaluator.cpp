@@ -17,6 +17,8 @@ eval::Verdict judge(eval::Evaluator& evaluator, const EvaluatorSetup& setup, con
   auto task = setup.tasks.find(request.candidate.task);
   try {
     if (task == setup.tasks.end()) throw std::invalid_argument("unknown task " + request.candidate.task);
+    // Into the shared cache, where the evaluation finds it (a failure too, as a compile verdict).
+    if (setup.build_beside_evaluation) evaluator.compile(request.candidate.source, setup.options);
     auto lease = setup.leases->acquire(setup.device);
     return evaluator.evaluate(task->second, request.candidate.source, setup.options);
   } catch (const std::exception& e) {
@@ -28,7 +30,8 @@ eval::Verdict judge(eval::Evaluator& evaluator, const EvaluatorSetup& setup, con
 
 void evaluator(caf::blocking_actor* self, coordinator_actor coordinator, std::shared_ptr<EvaluatorSetup> setup) {
   log::Logger log{"evaluator." + setup->device};
-  eval::Evaluator evaluator(setup->config);
+  const auto owned = setup->shared ? setup->shared : std::make_shared<eval::Evaluator>(setup->config);
+  eval::Evaluator& evaluator = *owned;
   log.info("ready");
   const caf::duration timeout = setup->pull_timeout ? caf::duration{*setup->pull_timeout} : caf::duration{caf::infinite};
   bool running = true;

@@ -1,6 +1,7 @@
 #pragma once
-// Evaluator, one per device: pulls the next compiled candidate from the coordinator whenever it is free, judges it
-// with kernels_eval's sandboxed workers while holding its device's lease, and sends the verdict back.
+// Evaluator, one per device (or a few per GPU on a node, to build ahead): pulls the next candidate from the
+// coordinator whenever it is free, judges it with kernels_eval's sandboxed workers while holding its device's lease,
+// and sends the verdict back.
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -19,6 +20,11 @@ struct EvaluatorSetup {
   std::string device;
   eval::EvalOptions options;
   eval::EvaluatorConfig config;
+  // Evaluators of one device on a node may share one kernels_eval evaluator (its workers, pools and reference
+  // timings); the device's lease keeps their evaluations apart. Unset: the actor makes its own from `config`.
+  std::shared_ptr<eval::Evaluator> shared;
+  // Build the candidate before taking the device's lease, so it builds while another candidate is evaluated.
+  bool build_beside_evaluation = false;
   std::map<std::string, eval::TaskSpec> tasks;
   std::shared_ptr<devices::DeviceLeases> leases;
   // An evaluator node's: its session, and pulls that time out (so a coordinator gone silent is noticed) until

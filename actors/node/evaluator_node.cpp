@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "actors/evaluator.h"
+#include "cluster/compile_ahead.h"
 #include "cluster/join_proof.h"
 #include "actors/node/transport.h"
 #include "logging/log.h"
@@ -83,18 +84,25 @@ SessionEnd serve(caf::scoped_actor& self, const gateway_actor& gateway, const ms
   std::vector<std::shared_ptr<actors::EvaluatorSetup>> setups;
   std::set<caf::actor_addr> running;
   for (const auto& device : r.devices) {
-    auto s = std::make_shared<actors::EvaluatorSetup>();
-    s->device = device.name();
-    s->options = eval_options(joined.eval, device);
-    s->tasks = tasks;
-    s->leases = leases;
-    s->session = joined.session;
-    s->pull_timeout = ms(std::max(0.5, joined.heartbeat_s * 2));
-    s->stop = stop;
-    auto evaluator = self->system().spawn<caf::detached>(actors::evaluator, coordinator, s);
-    self->monitor(evaluator);
-    running.insert(evaluator.address());
-    setups.push_back(s);
+    const auto plan = cluster::pullers_for(device, r.compile_ahead);
+    // One kernels_eval evaluator per device, whatever the number of pullers: one set of workers and input pools.
+    auto shared = std::make_shared<eval::Evaluator>(eval::EvaluatorConfig{});
+    for (int p = 0; p < plan.pullers; ++p) {
+      auto s = std::make_shared<actors::EvaluatorSetup>();
+      s->device = device.name();
+      s->options = eval_options(joined.eval, device);
+      s->tasks = tasks;
+      s->leases = leases;
+      s->shared = shared;
+      s->build_beside_evaluation = plan.build_beside_evaluation;
+      s->session = joined.session;
+      s->pull_timeout = ms(std::max(0.5, joined.heartbeat_s * 2));
+      s->stop = stop;
+      auto evaluator = self->system().spawn<caf::detached>(actors::evaluator, coordinator, s);
+      self->monitor(evaluator);
+      running.insert(evaluator.address());
+      setups.push_back(s);
+    }
   }
   self->monitor(gateway);
   SessionEnd end;

@@ -6,6 +6,7 @@
 // `give_up_after_s` pass without one.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ struct NodeRequest {
   cluster::TlsFiles tls;
   double give_up_after_s = 120;  // without a coordinator (at start, or after losing one)
   bool exit_when_done = false;   // exit once the coordinator's last run is over
+  std::optional<int> compile_ahead;  // candidates built ahead per device (cluster/compile_ahead.h); unset: default
   std::shared_ptr<LogOutbox> outbox;  // the node's log lines, fed by the logging facade
 };
 

@@ -98,6 +98,18 @@ TEST_CASE("crucible node says what it waits for before it gives up") {
   CHECK(r.output.find("no coordinator at 127.0.0.1:9 yet") != std::string::npos);
 }
 
+TEST_CASE("crucible node refuses to build ahead on a CPU device, before it joins anything") {
+  test::ScratchDir dir("cli-node-ahead");
+  test::write_file(dir.path() / "secret", "0123456789abcdef0123456789abcdef\n");
+  std::filesystem::permissions(dir.path() / "secret", std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  auto r = crucible_cli({"node", "--join", "127.0.0.1:9", "--devices", "cpu", "--secret-file",
+                         (dir.path() / "secret").string(), "--compile-ahead", "1", "--give-up-after", "1"},
+                        dir.path().string());
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("--compile-ahead on cpu") != std::string::npos);
+}
+
 TEST_CASE("crucible --version names the version and the commit") {
   test::ScratchDir dir("cli-version");
   auto v = crucible_cli({"--version"}, dir.path().string());

@@ -5,9 +5,11 @@
 #include <cctype>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include "cli/commands.h"
+#include "cluster/compile_ahead.h"
 #include "cluster/join_proof.h"
 #include "experiment/experiment.h"
 #include "logging/log.h"
@@ -24,6 +26,7 @@ struct NodeArgs {
   std::string tls_certificate, tls_key, tls_ca;
   double give_up_after_s = 120;
   bool exit_when_done = false;
+  std::optional<int> compile_ahead;
 };
 
 std::string host_name() {
@@ -45,6 +48,8 @@ int node(const NodeArgs& a, CLI::App& app) {
     if (tls != 0 && tls != 3) throw std::invalid_argument("TLS needs --tls-certificate, --tls-key and --tls-ca together");
     for (const auto& d : a.devices) r.devices.push_back(eval::parse_device(d));
     if (r.devices.empty()) throw std::invalid_argument("give at least one device (--devices cpu, or cuda:0,...)");
+    r.compile_ahead = a.compile_ahead;
+    for (const auto& d : r.devices) cluster::pullers_for(d, r.compile_ahead);  // refused here, not once joined
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;
@@ -84,6 +89,9 @@ Run add_node_command(CLI::App& app) {
                   "Exit after this many seconds without a coordinator (at start, or after losing one)")
       ->capture_default_str();
   cmd->add_flag("--exit-when-done", args->exit_when_done, "Exit when the coordinator's last run is over");
+  cmd->add_option("--compile-ahead", args->compile_ahead,
+                  "Candidates each device builds while it evaluates another (default: 1 on a GPU; 0 on a CPU, where "
+                  "a build would share the cores that time)");
   cmd->add_option("--log-dir", args->log_dir, "Also keep this node's per-actor logs here");
   cmd->add_option("--tls-certificate", args->tls_certificate, "TLS: this node's certificate (PEM)");
   cmd->add_option("--tls-key", args->tls_key, "TLS: its private key (PEM)");

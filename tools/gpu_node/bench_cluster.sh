@@ -6,6 +6,7 @@
 #   e.g. bash tools/gpu_node/bench_cluster.sh build-gpu /tmp/bench-cluster "1 2 4" 64 '"relu", "softmax", "gelu"'
 # Without a GPU (or with BACKEND=cpu) it runs CPU nodes: the same distribution path, each node timing on its own cores.
 # SIZES=cpu uses the tasks' small size set (lets two node processes share one GPU's memory).
+# NODE_ARGS are added to every `crucible node` (e.g. "--compile-ahead 0"); LABEL is added to each row's name.
 set -euo pipefail
 build=${1:-build-gpu}
 out=$(realpath -m "${2:-/tmp/bench-cluster}")
@@ -45,7 +46,8 @@ TOML
     device=cpu
     [ "$backend" = cuda ] && device="cuda:$((i % gpus))"
     CRUCIBLE_CACHE_DIR="$out/cache-$n-$i" "$crucible" node --join "127.0.0.1:$port" --devices "$device" \
-      --secret-file "$out/secret" --name "gpu$i" --exit-when-done --give-up-after 60 > "$out/node-$n-$i.out" 2>&1 &
+      --secret-file "$out/secret" --name "gpu$i" --exit-when-done --give-up-after 60 ${NODE_ARGS:-} \
+      > "$out/node-$n-$i.out" 2>&1 &
     pids+=($!)
   done
   # The coordinator's user + system CPU seconds, measured by its parent.
@@ -59,6 +61,6 @@ PY
   for p in "${pids[@]}"; do wait "$p" || echo "node $p exited with $?"; done
   per_gpu=""
   [ "$backend" = cuda ] && [ "$n" -gt "$gpus" ] && per_gpu=" on $gpus GPUs"
-  labels+=("$n nodes$per_gpu=$dir")
+  labels+=("$n nodes$per_gpu${LABEL:+ $LABEL}=$dir")
   "$build/tools/bench_cluster" "${labels[@]}"  # the table so far
 done
