@@ -223,6 +223,8 @@ int main(int argc, char** argv) {
   app.add_option("--group-size", group_size, "Samples per task");
   app.add_option("--max-new", max_new, "New tokens per completion");
   app.add_option("--micro-batch", micro_batch, "Sequences per forward/backward in the update");
+  bool checkpointing = false;
+  app.add_flag("--activation-checkpointing", checkpointing, "Recompute blocks in the backward pass (larger micro-batches fit)");
   app.add_option("--ttt-steps", ttt_steps, "TTT steps on the first task (0: skip)");
   app.add_option("--ttt-rollouts", ttt_rollouts, "Samples per TTT step");
   app.add_option("--jobs", jobs, "Parallel compiles");
@@ -243,6 +245,7 @@ int main(int argc, char** argv) {
   setup.config.lm.device = eval::parse_device(device);
   setup.config.lm.max_new_tokens = max_new;
   setup.config.lm.micro_batch = micro_batch;
+  setup.config.lm.activation_checkpointing = checkpointing;
   setup.backend = "cuda";
   setup.state_dir = fs::path(state) / "grpo";
 

@@ -143,6 +143,7 @@ void read_train(TableReader t, LmPolicyConfig& m) {
   m.weight_decay = number_in(t, "weight_decay", m.weight_decay, 0.0, 1.0);
   m.max_grad_norm = number_in(t, "max_grad_norm", m.max_grad_norm, 0.0, 1e6);
   m.micro_batch = positive(t, "micro_batch", m.micro_batch);
+  m.activation_checkpointing = t.get_bool("activation_checkpointing", m.activation_checkpointing);
   m.loss = parse_choice(t, "loss", loss_name(m.loss), parse_loss);
   m.normalization = parse_choice(t, "normalization", normalization_name(m.normalization), parse_normalization);
   m.clip_low = number_in(t, "clip_low", m.clip_low, 0.0, 1.0);
@@ -231,6 +232,8 @@ void read_policy(TableReader t, PolicyConfig& p) {
   if (!p.checkpoint.empty()) t.fail("checkpoint", "a libtorch policy starts from `adapter` (a PEFT directory)");
   if (auto lora = t.get_table("lora")) read_lora(*lora, m);
   if (auto train = t.get_table("train")) read_train(*train, m);
+  if (m.activation_checkpointing && m.lora_dropout > 0)
+    t.fail("train", "activation_checkpointing recomputes each block, so [policy.lora] dropout must be 0");
   t.finish();
 }
 

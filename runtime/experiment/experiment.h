@@ -57,6 +57,7 @@ struct LmPolicyConfig {
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;  // 0: no clipping
   int micro_batch = 1;         // sequences per forward/backward: a 1.5B model with 2k-token sequences needs 1
+  bool activation_checkpointing = false;  // recompute blocks in the backward pass: larger micro-batches fit
   Loss loss = Loss::grpo_clip;
   Normalization normalization = Normalization::sequence_mean;  // token_sum: Dr. GRPO
   double clip_low = 0.2, clip_high = 0.2;

@@ -21,6 +21,9 @@ struct LoraTrainer::Optimizer {
 
 LoraTrainer::LoraTrainer(const Transformer& model, LoraAdapter& adapter, TrainerOptions options)
     : model_(model), adapter_(adapter), options_(options) {
+  if (options.activation_checkpointing && adapter.config().dropout > 0)
+    throw std::invalid_argument("activation checkpointing recomputes each block, so LoRA dropout must be 0 (it is " +
+                                std::to_string(adapter.config().dropout) + ")");
   auto parameters = adapter.parameters();
   torch::optim::AdamWOptions o(options.learning_rate);
   o.betas({options.beta1, options.beta2}).eps(options.eps).weight_decay(options.weight_decay);
@@ -36,6 +39,13 @@ TrainMetrics LoraTrainer::step(const SequenceBatch& batch, MicroLoss&& micro_los
     throw std::invalid_argument("a training batch needs one prompt length per sequence");
   model_.use_adapter(&adapter_);
   adapter_.set_training(true);
+  // For this step only: the same model also samples and scores, where nothing is recorded for a backward pass.
+  struct Checkpointing {
+    const Transformer& model;
+    bool before;
+    ~Checkpointing() { model.set_activation_checkpointing(before); }
+  } restore{model_, model_.activation_checkpointing()};
+  model_.set_activation_checkpointing(options_.activation_checkpointing);
   optimizer_->adamw.zero_grad();
   const int64_t batch_tokens = completion_tokens(batch);
   LossMetrics sums;

@@ -15,6 +15,9 @@ struct TrainerOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double max_grad_norm = 1.0;  // <= 0: no clipping
   int64_t micro_batch = 8;     // sequences per forward/backward
+  // Recompute each block in the backward pass instead of keeping its activations (block_checkpoint.h): larger
+  // micro-batches fit for about one more forward pass of compute. Needs LoRA dropout 0 (a second run must match).
+  bool activation_checkpointing = false;
   LossOptions loss;
 };
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "lm/block_checkpoint.h"
 #include "lm/lora.h"
 #include "lm_format/model_files.h"
 #include "lm/torch_tensors.h"
@@ -238,17 +239,31 @@ void Transformer::merge_adapter(const LoraAdapter& adapter, int sign) {
   }
 }
 
+at::Tensor Transformer::block(int64_t layer, const at::Tensor& x, const AttentionInputs& attention, const at::Tensor& cos,
+                              const at::Tensor& sin, at::Tensor& k_cache, at::Tensor& v_cache) const {
+  const auto& w = weights_.blocks[layer];
+  const auto h = x + attention_block(layer, rms_norm(x, w.input_norm), attention, cos, sin, k_cache, v_cache);
+  return h + mlp_block(layer, rms_norm(h, w.post_attention_norm));
+}
+
 at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionInputs& attention, KvCache& cache) const {
   auto x = at::embedding(weights_.embed, tokens);
   const auto [cos, sin] = rotary_.lookup(attention.positions);
   const int64_t G = config_.num_heads / config_.num_kv_heads;
   AttentionInputs grouped = attention;
   if (G > 1) grouped.mask = attention.mask.repeat({1, 1, G, 1});
+  const bool recompute = checkpoint_blocks_ && at::GradMode::is_enabled();
+  // A recomputed block gets gradients only through its input: the first block's must ask for them.
+  if (recompute && !x.requires_grad()) x = x.detach().requires_grad_(true);
   for (std::size_t i = 0; i < weights_.blocks.size(); ++i) {
-    const auto& w = weights_.blocks[i];
     const auto layer = static_cast<int64_t>(i);
-    x = x + attention_block(layer, rms_norm(x, w.input_norm), grouped, cos, sin, cache.keys[i], cache.values[i]);
-    x = x + mlp_block(layer, rms_norm(x, w.post_attention_norm));
+    if (!recompute) {
+      x = block(layer, x, grouped, cos, sin, cache.keys[i], cache.values[i]);
+      continue;
+    }
+    // The recomputation holds its own handles: the backward pass runs after this call (and `cache`) are gone.
+    x = checkpointed(x, [this, layer, grouped, c = cos, s = sin, k = cache.keys[i],
+                         v = cache.values[i]](const at::Tensor& in) mutable { return block(layer, in, grouped, c, s, k, v); });
   }
   return rms_norm(x, weights_.final_norm);
 }

@@ -79,6 +79,11 @@ class Transformer {
   // Forward passes add this adapter's deltas while it is enabled (nullptr: the base model). Not owned.
   void use_adapter(const LoraAdapter* adapter) const { adapter_ = adapter; }
   const LoraAdapter* adapter() const { return adapter_; }
+  // While on, forward passes that record gradients keep only each block's input and recompute the block in the
+  // backward pass (block_checkpoint.h): a training micro-batch needs one block's activations, not all of them.
+  void set_activation_checkpointing(bool on) const { checkpoint_blocks_ = on; }
+  bool activation_checkpointing() const { return checkpoint_blocks_; }
+
   // Adds (sign +1) or removes (sign -1) scale * B A to the base weights, for sampling without the extra matmuls.
   // Removing restores the weights up to rounding in the model dtype.
   void merge_adapter(const LoraAdapter& adapter, int sign = +1);
@@ -88,6 +93,9 @@ class Transformer {
                              const at::Tensor& cos, const at::Tensor& sin, at::Tensor& k_cache,
                              at::Tensor& v_cache) const;
   at::Tensor mlp_block(int64_t layer, const at::Tensor& x) const;
+  // One whole block: attention and MLP, each with its norm and residual.
+  at::Tensor block(int64_t layer, const at::Tensor& x, const AttentionInputs& attention, const at::Tensor& cos,
+                   const at::Tensor& sin, at::Tensor& k_cache, at::Tensor& v_cache) const;
   const LoraAdapter* active_adapter() const;
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
 
@@ -96,6 +104,7 @@ class Transformer {
   ModelWeights weights_;
   mutable RotaryTable rotary_;
   mutable const LoraAdapter* adapter_ = nullptr;
+  mutable bool checkpoint_blocks_ = false;
 };
 
 }  // namespace crucible::lm

@@ -41,6 +41,7 @@ lm::TrainerOptions trainer_options(const experiment::LmPolicyConfig& m) {
   o.weight_decay = m.weight_decay;
   o.max_grad_norm = m.max_grad_norm;
   o.micro_batch = m.micro_batch;
+  o.activation_checkpointing = m.activation_checkpointing;
   switch (m.loss) {  // every loss the experiment parses has its trainer form: no default to fall back on
     case experiment::Loss::grpo_clip: o.loss.kind = lm::LossKind::grpo_clip; break;
     case experiment::Loss::importance_sampling: o.loss.kind = lm::LossKind::importance_sampling; break;

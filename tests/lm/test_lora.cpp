@@ -8,6 +8,7 @@
 
 #include <random>
 
+#include "lm/block_checkpoint.h"
 #include "lm/generator.h"
 #include "lm/golden_outputs.h"
 #include "lm/lora.h"
@@ -322,4 +323,67 @@ TEST_CASE("lora trainer: a checkpoint restored into a new trainer continues exac
   float worst = 0;
   for (std::size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, (pa[i] - pb[i]).abs().max().item<float>());
   CHECK(worst < 1e-6f);
+}
+
+TEST_CASE("lora trainer: activation checkpointing gives the same step as keeping the activations") {
+  auto model = tiny();
+  const auto g = test::golden("qwen2_tiny");
+  SequenceBatch batch;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int64_t> seq = g.prompts[i % 2];
+    seq.insert(seq.end(), g.greedy[i % 2].begin(), g.greedy[i % 2].begin() + 3 + i);
+    batch.sequences.push_back(seq);
+    batch.prompt_lengths.push_back(g.prompts[i % 2].size());
+    batch.advantages.push_back(i % 2 ? 1.0f : -0.7f);
+  }
+  TrainerOptions options;
+  options.learning_rate = 1e-2;
+  options.micro_batch = 2;
+  options.loss.kl_coef = 0.1;  // the base model's forward pass too, which records nothing
+  auto kept = adapter_for(model, 5), recomputed = adapter_for(model, 5);
+  perturb(kept);
+  perturb(recomputed);
+  LoraTrainer plain(model, kept, options);
+  options.activation_checkpointing = true;
+  LoraTrainer checkpointing(model, recomputed, options);
+  for (int step = 0; step < 2; ++step) {
+    const auto a = plain.policy_step(batch);
+    const auto b = checkpointing.policy_step(batch);
+    CHECK(b.loss == doctest::Approx(a.loss).epsilon(1e-5));
+    CHECK(b.grad_norm == doctest::Approx(a.grad_norm).epsilon(1e-4));
+    CHECK(b.grad_norm > 0);
+  }
+  const auto pa = kept.parameters(), pb = recomputed.parameters();
+  float worst = 0;
+  for (std::size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, (pa[i] - pb[i]).abs().max().item<float>());
+  CHECK(worst < 1e-5f);
+  CHECK_FALSE(model.activation_checkpointing());  // only for the step
+
+  LoraConfig noisy;
+  noisy.dropout = 0.1;
+  auto with_dropout = adapter_for(model, 5, noisy);
+  CHECK_THROWS_AS(LoraTrainer(model, with_dropout, options), std::invalid_argument);
+}
+
+TEST_CASE("checkpointed: the block runs once forward and once more in the backward pass, with the same gradients") {
+  const auto w = at::randn({4, 4}).requires_grad_(true);
+  const auto x = at::randn({3, 4}).requires_grad_(true);
+  int runs = 0;
+  auto block = [&](const at::Tensor& in) {
+    ++runs;
+    return at::tanh(at::matmul(in, w)).sum(1);
+  };
+  const auto plain = block(x);
+  plain.sum().backward();
+  const auto wg = w.grad().clone(), xg = x.grad().clone();
+  w.grad().zero_();
+  x.grad().zero_();
+  runs = 0;
+  const auto y = checkpointed(x, block);
+  CHECK(runs == 1);
+  CHECK(at::allclose(y, plain));
+  y.sum().backward();
+  CHECK(runs == 2);
+  CHECK(at::allclose(w.grad(), wg));
+  CHECK(at::allclose(x.grad(), xg));
 }

@@ -190,6 +190,12 @@ max_logprob_mismatch = 0.5
   CHECK(err.key() == "policy.checkpoint");
   err = failure(kMinimal + "[policy]\nkind = \"search\"\nmodel = \"m\"\n");  // a model key on the search policy
   CHECK(err.key() == "policy.model");
+
+  const std::string lm = kMinimal + "[policy]\nkind = \"libtorch\"\nmodel = \"m\"\n";
+  CHECK(experiment::parse_experiment(lm + "[policy.train]\nactivation_checkpointing = true\nmicro_batch = 8\n", "c")
+            .policy.lm.activation_checkpointing);
+  err = failure(lm + "[policy.lora]\ndropout = 0.1\n[policy.train]\nactivation_checkpointing = true\n");
+  CHECK(std::string(err.what()).find("dropout must be 0") != std::string::npos);
 }
 
 TEST_CASE("loss = sdpo: the teacher's feedback and the distillation's share, only with that loss") {
