@@ -35,6 +35,18 @@ void check_request(const GenerationRequest& r, const ModelConfig& c, std::size_t
   if (r.sampling.top_p <= 0.0 || r.sampling.top_p > 1.0) throw std::invalid_argument(where + "top_p must be in (0, 1]");
 }
 
+// Rows [r0, r0 + n) of a cache, as views: writes through them land in the cache.
+KvCache rows_of(const KvCache& cache, int64_t r0, int64_t n) {
+  KvCache view;
+  view.batch = n;
+  view.capacity = cache.capacity;
+  for (std::size_t l = 0; l < cache.keys.size(); ++l) {
+    view.keys.push_back(cache.keys[l].narrow(0, r0, n));
+    view.values.push_back(cache.values[l].narrow(0, r0, n));
+  }
+  return view;
+}
+
 }  // namespace
 
 const char* finish_reason_name(FinishReason r) {
@@ -80,46 +92,74 @@ at::Tensor Generator::graph_step() {
 std::vector<Completion> Generator::generate(const std::vector<GenerationRequest>& requests) {
   if (requests.empty()) return {};
   c10::InferenceMode inference;
-  const auto& config = model_.config();
-  const int64_t B = static_cast<int64_t>(requests.size());
-  int64_t P = 0, N = 0;
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    check_request(requests[i], config, i);
-    P = std::max<int64_t>(P, requests[i].prompt.size());
-    N = std::max(N, requests[i].max_new_tokens);
-  }
-  std::vector<Completion> out(B);
-  if (N == 0) return out;
+  for (std::size_t i = 0; i < requests.size(); ++i) check_request(requests[i], model_.config(), i);
   const auto started = std::chrono::steady_clock::now();
+  std::vector<Completion> out(requests.size());
+  std::vector<std::size_t> queue;  // requests with tokens to make, in order
+  for (std::size_t i = 0; i < requests.size(); ++i)
+    if (requests[i].max_new_tokens > 0) queue.push_back(i);
+  GenerationStats total;
+  while (!queue.empty()) {
+    const auto rows = options_.max_batch > 0 ? std::min<int64_t>(options_.max_batch, queue.size())
+                                             : static_cast<int64_t>(queue.size());
+    auto left = run_batch(requests, std::move(queue), rows, out);
+    if (total.waves == 0) total = stats_;
+    else total.joined += stats_.joined, total.steps += stats_.steps;
+    ++total.waves;
+    queue = std::move(left);
+  }
+  stats_ = total;
+  stats_.total_s = seconds_since(started);
+  return out;
+}
+
+std::vector<std::size_t> Generator::run_batch(const std::vector<GenerationRequest>& requests,
+                                              std::vector<std::size_t> queue, int64_t B,
+                                              std::vector<Completion>& out) {
+  const auto& config = model_.config();
+  const auto started = std::chrono::steady_clock::now();
+  // Rows start with the first B requests. Prompts are padded to the longest of all, so a waiting prompt fits before
+  // any slot; the cache also holds the waiting requests' tokens: each joins at a later slot, so slots run to the
+  // longest completion once per wave of rows.
+  int64_t P = 0, N = 0, longest_new = 0;
+  for (std::size_t q = 0; q < queue.size(); ++q) {
+    const auto& r = requests[queue[q]];
+    if (q < static_cast<std::size_t>(B)) N = std::max(N, r.max_new_tokens);
+    P = std::max<int64_t>(P, r.prompt.size());
+    longest_new = std::max(longest_new, r.max_new_tokens);
+  }
+  const int64_t waves = (static_cast<int64_t>(queue.size()) + B - 1) / B;
+  std::vector<std::size_t> waiting(queue.begin() + B, queue.end());
+  queue.resize(B);
   stats_ = GenerationStats{};
   stats_.batch = B;
   stats_.padded_prompt = P;
 
   const auto device = model_.options().device;
   const bool use_graph = options_.cuda_graphs && device.is_cuda() && DecodeGraph::available();
-  const int64_t capacity = round_up(P + N, 256);
+  const int64_t capacity = round_up(P + (waves > 1 ? longest_new * waves : N), 256);
   auto& buffers = buffers_for(B, capacity);
 
   // Left-pad the prompts so every row's last prompt token sits in slot P - 1.
   auto tokens = at::zeros({B, P}, at::kLong);
   auto positions = at::zeros({B, P}, at::kLong);
   auto key_valid = at::zeros({B, capacity}, at::kBool);
-  auto prompt_lengths = at::zeros({B, 1}, at::kLong);
+  std::vector<int64_t> base(B);  // a row's rotary position at step 0 (its prompt's length, less its start step)
   auto tok = tokens.accessor<int64_t, 2>();
   auto pos = positions.accessor<int64_t, 2>();
   auto valid = key_valid.accessor<bool, 2>();
   for (int64_t b = 0; b < B; ++b) {
-    const auto& prompt = requests[b].prompt;
+    const auto& prompt = requests[queue[b]].prompt;
     const int64_t pad = P - static_cast<int64_t>(prompt.size());
     for (int64_t s = pad; s < P; ++s) {
       tok[b][s] = prompt[s - pad];
       pos[b][s] = s - pad;
       valid[b][s] = true;
     }
-    prompt_lengths.accessor<int64_t, 2>()[b][0] = static_cast<int64_t>(prompt.size());
+    base[b] = static_cast<int64_t>(prompt.size());
   }
   buffers.key_valid.copy_(key_valid);
-  const auto base_positions = prompt_lengths.to(device);
+  auto base_positions = at::tensor(base).view({B, 1}).to(device);
 
   AttentionInputs prefill;
   prefill.positions = positions.to(device);
@@ -134,28 +174,26 @@ std::vector<Completion> Generator::generate(const std::vector<GenerationRequest>
     AttentionInputs part = prefill;
     part.positions = prefill.positions.narrow(0, r0, n);
     part.mask = prefill.mask.narrow(0, r0, n);
-    KvCache view;  // these rows of the static cache: the forward pass writes through the views
-    view.batch = n;
-    view.capacity = buffers.cache.capacity;
-    for (std::size_t l = 0; l < buffers.cache.keys.size(); ++l) {
-      view.keys.push_back(buffers.cache.keys[l].narrow(0, r0, n));
-      view.values.push_back(buffers.cache.values[l].narrow(0, r0, n));
-    }
+    KvCache view = rows_of(buffers.cache, r0, n);  // these rows of the static cache: writes go through the views
     last_logits.push_back(model_.logits(model_.hidden_states(tokens_dev.narrow(0, r0, n), part, view).select(1, P - 1)));
   }
   at::Tensor logits = last_logits.size() == 1 ? last_logits.front() : at::cat(last_logits, 0);
 
-  std::vector<SamplingParams> rows;
+  std::vector<SamplingParams> params;
   std::vector<CompletionText> texts;
-  for (const auto& r : requests) {
-    rows.push_back(r.sampling);
-    texts.emplace_back(r.stop_strings);
+  for (int64_t b = 0; b < B; ++b) {
+    params.push_back(requests[queue[b]].sampling);
+    texts.emplace_back(requests[queue[b]].stop_strings);
   }
-  const BatchSampler sampler(rows, config.vocab_size, device);
+  auto sampler = std::make_unique<BatchSampler>(params, config.vocab_size, device);
+  std::vector<int64_t> first_step(B, 0);  // the batch step at which a row's request started sampling
   std::vector<bool> done(B, false);
   int64_t remaining = B;
-  for (int64_t step = 0; step < N && remaining > 0; ++step) {
-    const auto sampled = sampler.sample(logits, step);
+
+  for (int64_t step = 0; remaining > 0; ++step) {
+    std::vector<int64_t> row_steps(B);
+    for (int64_t b = 0; b < B; ++b) row_steps[b] = step - first_step[b];
+    const auto sampled = sampler->sample(logits, row_steps);
     // One device-to-host copy (one synchronisation) per step: token ids are exact in float64.
     const auto host = at::stack({sampled.tokens.to(at::kDouble), sampled.sampling_logprobs.to(at::kDouble),
                                  sampled.model_logprobs.to(at::kDouble)})
@@ -166,10 +204,11 @@ std::vector<Completion> Generator::generate(const std::vector<GenerationRequest>
     const double* model_lp = ids + 2 * B;
     if (step == 0) stats_.time_to_first_token_s = seconds_since(started);
     stats_.steps = step + 1;
+    std::vector<int64_t> freed;
     for (int64_t b = 0; b < B; ++b) {
       if (done[b]) continue;
-      const auto& request = requests[b];
-      auto& c = out[b];
+      const auto& request = requests[queue[b]];
+      auto& c = out[queue[b]];
       const auto id = static_cast<int64_t>(ids[b]);
       c.tokens.push_back(id);
       c.sampling_logprobs.push_back(static_cast<float>(sampling_lp[b]));
@@ -182,18 +221,70 @@ std::vector<Completion> Generator::generate(const std::vector<GenerationRequest>
       } else if (static_cast<int64_t>(c.tokens.size()) < request.max_new_tokens) {
         continue;
       }
+      c.text = texts[b].text();
       done[b] = true;
       --remaining;
+      freed.push_back(b);
     }
-    if (remaining == 0 || step + 1 == N) break;
+    // The slot this step's decode writes: a joining request's prompt ends there.
+    const int64_t slot = P + step;
+    std::vector<int64_t> joined;
+    for (int64_t b : freed) {
+      // The first waiting request whose tokens still fit the cache's slots; the others wait for a later row or wave.
+      const auto fits = std::find_if(waiting.begin(), waiting.end(), [&](std::size_t i) {
+        return slot + requests[i].max_new_tokens <= capacity;
+      });
+      if (fits == waiting.end()) break;
+      const auto& r = requests[*fits];
+      const int64_t L = static_cast<int64_t>(r.prompt.size());
+      join_row(b, r.prompt, slot, buffers);
+      queue[b] = *fits;
+      waiting.erase(fits);
+      params[b] = r.sampling;
+      texts[b] = CompletionText(r.stop_strings);
+      base[b] = L - 1 - step;
+      first_step[b] = step + 1;
+      done[b] = false;
+      ++remaining;
+      joined.push_back(b);
+    }
+    if (remaining == 0 || slot >= capacity) break;
     buffers.token.copy_(sampled.tokens.view({B, 1}));
+    if (!joined.empty()) {
+      stats_.joined += static_cast<int64_t>(joined.size());
+      sampler = std::make_unique<BatchSampler>(params, config.vocab_size, device);
+      base_positions = at::tensor(base).view({B, 1}).to(device);
+      for (int64_t b : joined)  // a joining row feeds its prompt's last token at this slot
+        buffers.token.narrow(0, b, 1).fill_(requests[queue[b]].prompt.back());
+    }
     buffers.position.copy_(base_positions + step);
-    buffers.slot.fill_(P + step);
-    logits = use_graph ? graph_step() : decode_step(model_, buffers, P + step + 1);
+    buffers.slot.fill_(slot);
+    logits = use_graph ? graph_step() : decode_step(model_, buffers, slot + 1);
   }
-  for (int64_t b = 0; b < B; ++b) out[b].text = texts[b].text();
+  for (int64_t b = 0; b < B; ++b)
+    if (!done[b]) out[queue[b]].text = texts[b].text();
   stats_.total_s = seconds_since(started);
-  return out;
+  return waiting;
+}
+
+// Writes all but the last token of `prompt` into row b's cache so that it ends just before `slot`, and makes only
+// those slots visible to the row: its earlier request's keys stay in the cache, masked.
+void Generator::join_row(int64_t b, const std::vector<int64_t>& prompt, int64_t slot, DecodeBuffers& buffers) {
+  const auto device = model_.options().device;
+  const int64_t n = static_cast<int64_t>(prompt.size()) - 1;
+  auto row_valid = buffers.key_valid.narrow(0, b, 1);
+  row_valid.fill_(false);
+  if (n == 0) return;
+  const auto index = at::TensorOptions().dtype(at::kLong).device(device);
+  row_valid.narrow(1, slot - n, n).fill_(true);
+  AttentionInputs part;
+  part.positions = at::arange(n, index).view({1, n});
+  part.slots = at::arange(slot - n, slot, index);
+  part.visible = slot;
+  part.mask = causal_mask(part.slots, row_valid, slot);
+  KvCache view = rows_of(buffers.cache, b, 1);
+  const std::vector<int64_t> head(prompt.begin(), prompt.end() - 1);
+  model_.hidden_states(at::tensor(head, at::kLong).view({1, n}).to(device), part, view);
 }
 
 std::vector<std::vector<float>> Generator::score(const std::vector<std::vector<int64_t>>& sequences,

@@ -1,6 +1,8 @@
 #pragma once
 // Batched generation with a static KV cache: left-padded prompts share one prefill, then one token per row per
-// step until every row has met a stop token, a stop string or its token budget. Returns tokens, text and the
+// step until every row has met a stop token, a stop string or its token budget. With more requests than rows
+// (GeneratorOptions::max_batch), a row that finishes is given to the next waiting request at once (continuous
+// batching): its prompt is written into that row's cache so that it ends at the slot the batch decodes next. Returns tokens, text and the
 // log-probabilities of each sampled token. Also teacher-forced log-probabilities of given sequences.
 #include <functional>
 #include <map>
@@ -43,6 +45,8 @@ struct GenerationStats {
   int64_t steps = 0;  // sampling steps (the first follows the prefill; each later one a decode step)
   int64_t batch = 0;
   int64_t padded_prompt = 0;
+  int64_t joined = 0;  // requests that took a finished row's place mid-batch
+  int64_t waves = 0;   // batches run (more than one when waiting requests did not fit the cache)
 };
 
 struct GeneratorOptions {
@@ -50,6 +54,8 @@ struct GeneratorOptions {
   // The prefill runs over groups of rows holding at most this many prompt positions: its activations are the
   // largest tensors of a generate call, and a batch of 64 long prompts in one forward would need tens of GiB.
   int64_t prefill_tokens = 16384;
+  // Rows decoded together. Requests beyond them wait and take the row of one that finishes. 0: one row per request.
+  int64_t max_batch = 0;
 };
 
 class DecodeGraph;
@@ -72,6 +78,11 @@ class Generator {
   const GenerationStats& last_stats() const { return stats_; }
 
  private:
+  // One batch: `rows` requests start at once, the rest of `queue` join as rows finish. Fills `out` (indexed like
+  // `requests`) and returns the requests that never got a row (they did not fit the cache's slots).
+  std::vector<std::size_t> run_batch(const std::vector<GenerationRequest>& requests, std::vector<std::size_t> queue,
+                                     int64_t rows, std::vector<Completion>& out);
+  void join_row(int64_t row, const std::vector<int64_t>& prompt, int64_t slot, DecodeBuffers& buffers);
   DecodeBuffers& buffers_for(int64_t batch, int64_t capacity);
   at::Tensor graph_step();
 

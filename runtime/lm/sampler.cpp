@@ -14,6 +14,8 @@ at::Tensor xorshift(const at::Tensor& x, int s) {
   return at::bitwise_xor(x, at::bitwise_and(x.__rshift__(s), as_int32((1u << (32 - s)) - 1)));
 }
 
+int32_t mix_of_step(int64_t step) { return as_int32(static_cast<uint32_t>(step + 1) * 0x85EBCA77u); }
+
 }  // namespace
 
 BatchSampler::BatchSampler(const std::vector<SamplingParams>& rows, int64_t vocab_size, c10::Device device) {
@@ -42,8 +44,7 @@ BatchSampler::BatchSampler(const std::vector<SamplingParams>& rows, int64_t voca
 }
 
 // A 32-bit integer hash (xorshift-multiply rounds) of row key, step and token, mapped into (0, 1).
-at::Tensor BatchSampler::uniform_noise(const at::Tensor& token_mix, int64_t step) const {
-  const int32_t step_mix = as_int32(static_cast<uint32_t>(step + 1) * 0x85EBCA77u);
+at::Tensor BatchSampler::uniform_noise(const at::Tensor& token_mix, const at::Tensor& step_mix) const {
   auto x = at::bitwise_xor(token_mix + row_keys_, step_mix);
   x = xorshift(x, 16).mul(as_int32(0x7FEB352Du));
   x = xorshift(x, 15).mul(as_int32(0x846CA68Bu));
@@ -53,6 +54,16 @@ at::Tensor BatchSampler::uniform_noise(const at::Tensor& token_mix, int64_t step
 }
 
 SampledTokens BatchSampler::sample(const at::Tensor& logits, int64_t step) const {
+  return sample_with(logits, at::full({1, 1}, mix_of_step(step), row_keys_.options()));
+}
+
+SampledTokens BatchSampler::sample(const at::Tensor& logits, const std::vector<int64_t>& steps) const {
+  std::vector<int32_t> mix;
+  for (auto s : steps) mix.push_back(mix_of_step(s));
+  return sample_with(logits, at::tensor(mix).view({-1, 1}).to(row_keys_.device()));
+}
+
+SampledTokens BatchSampler::sample_with(const at::Tensor& logits, const at::Tensor& step_mix) const {
   const auto model_lp = at::log_softmax(logits, -1);
   const auto greedy_tokens = logits.argmax(-1);
   if (!any_sampled_) {
@@ -71,12 +82,12 @@ SampledTokens BatchSampler::sample(const at::Tensor& logits, int64_t step) const
     keep.select(1, 0).fill_(true);
     const auto filtered = sorted.masked_fill(at::logical_not(keep), -std::numeric_limits<float>::infinity());
     const auto token_mix = token_mix_.expand({logits.size(0), -1}).gather(1, order);
-    const auto gumbel = -at::log(-at::log(uniform_noise(token_mix, step)));
+    const auto gumbel = -at::log(-at::log(uniform_noise(token_mix, step_mix)));
     const auto pick = (filtered + gumbel).argmax(-1, /*keepdim=*/true);
     tokens = order.gather(1, pick).squeeze(1);
     sampling_lp = at::log_softmax(filtered, -1).gather(1, pick).squeeze(1);
   } else {
-    const auto gumbel = -at::log(-at::log(uniform_noise(token_mix_, step)));
+    const auto gumbel = -at::log(-at::log(uniform_noise(token_mix_, step_mix)));
     tokens = (scaled + gumbel).argmax(-1);
     sampling_lp = at::log_softmax(scaled, -1).gather(1, tokens.unsqueeze(1)).squeeze(1);
   }

@@ -22,9 +22,12 @@ class BatchSampler {
   BatchSampler(const std::vector<SamplingParams>& rows, int64_t vocab_size, c10::Device device);
   // logits [B, V] float32 -> one token per row; `step` is the row's position in its completion.
   SampledTokens sample(const at::Tensor& logits, int64_t step) const;
+  // The same with each row at its own position in its completion (rows that joined a running batch later).
+  SampledTokens sample(const at::Tensor& logits, const std::vector<int64_t>& steps) const;
 
  private:
-  at::Tensor uniform_noise(const at::Tensor& token_ids, int64_t step) const;
+  SampledTokens sample_with(const at::Tensor& logits, const at::Tensor& step_mix) const;
+  at::Tensor uniform_noise(const at::Tensor& token_ids, const at::Tensor& step_mix) const;
 
   at::Tensor inv_temperature_;  // [B, 1]
   at::Tensor top_p_;            // [B, 1]

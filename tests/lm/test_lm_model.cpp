@@ -169,6 +169,37 @@ TEST_CASE("generation: a request's seed alone decides its samples, whatever batc
   CHECK(distinct.size() >= 6);
 }
 
+TEST_CASE("generation: with more requests than rows, a finished row goes to the next request at once") {
+  const auto lm = load("qwen2_tiny");
+  const auto g = golden("qwen2_tiny");
+  Generator alone(lm.model, lm.bytes());
+  GeneratorOptions options;
+  options.max_batch = 3;
+  Generator rows(lm.model, lm.bytes(), options);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 9; ++i) {
+    auto r = i % 3 == 2 ? greedy_request(g.prompts[i % 4], 4 + 2 * i) : sampled_request(g.prompts[i % 4], 100 + i);
+    r.max_new_tokens = 3 + (7 * i) % 11;  // uneven: rows finish at different steps
+    requests.push_back(r);
+  }
+  requests[4].max_new_tokens = 0;  // nothing to make: never takes a row
+  const auto batched = rows.generate(requests);
+  const auto stats = rows.last_stats();
+  CHECK(stats.batch == 3);
+  CHECK(stats.joined >= 4);  // most waiting requests took a freed row mid-batch
+  REQUIRE(batched.size() == requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const auto own = alone.generate({requests[i]})[0];
+    INFO("request ", i);
+    CHECK(batched[i].tokens == own.tokens);
+    CHECK(batched[i].text == own.text);
+    CHECK(batched[i].finish == own.finish);
+    CHECK(batched[i].tokens.size() == static_cast<std::size_t>(requests[i].max_new_tokens));
+    for (std::size_t t = 0; t < own.model_logprobs.size(); ++t)
+      CHECK(batched[i].model_logprobs[t] == doctest::Approx(own.model_logprobs[t]).epsilon(1e-4));
+  }
+}
+
 TEST_CASE("generation: stop tokens and stop strings end a row, text excludes them") {
   const auto lm = load("qwen2_tiny");
   const auto g = golden("qwen2_tiny");
