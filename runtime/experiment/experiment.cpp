@@ -225,6 +225,7 @@ void read_policy(TableReader t, PolicyConfig& p) {
   m.dtype = one_of(t, "dtype", m.dtype, {"auto", "f32", "bf16", "f16"});
   m.adapter = t.get_string("adapter", "");
   m.cuda_graphs = t.get_bool("cuda_graphs", m.cuda_graphs);
+  m.max_batch = positive(t, "max_batch", m.max_batch, 0);
   m.max_new_tokens = positive(t, "max_new_tokens", m.max_new_tokens);
   m.top_p = number_in(t, "top_p", m.top_p, 1e-6, 1.0);
   m.top_k = positive(t, "top_k", m.top_k, 0);

@@ -42,6 +42,7 @@ struct LmPolicyConfig {
   std::string dtype = "auto";  // auto (f32 on the CPU, bf16 on CUDA), f32, bf16, f16
   std::string adapter;        // a PEFT adapter directory to start from (ttt forks it per task); empty: fresh
   bool cuda_graphs = true;
+  int max_batch = 0;  // rows decoded at once; more samples join as rows finish (0: all samples at once)
   int max_new_tokens = 1024;
   double top_p = 1.0;
   int top_k = 0;               // 0: off

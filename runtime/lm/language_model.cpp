@@ -62,6 +62,7 @@ LanguageModel LanguageModel::load(const std::filesystem::path& model_dir, const 
   auto& impl = *lm.impl_;
   GeneratorOptions generator_options;
   generator_options.cuda_graphs = options.cuda_graphs;
+  generator_options.max_batch = options.max_batch;
   impl.generator = std::make_unique<Generator>(
       impl.model, [&tok = impl.tokenizer](int64_t id) { return tok.decode_bytes({static_cast<TokenId>(id)}); },
       generator_options);

@@ -19,6 +19,7 @@ struct LanguageModelOptions {
   std::string device = "cpu";  // "cpu" or "cuda:N"
   std::string dtype = "auto";   // auto (float32 on the CPU, bfloat16 on CUDA), f32, bf16, f16
   bool cuda_graphs = true;
+  int64_t max_batch = 0;  // rows decoded at once; more requests join as rows finish (0: one row per request)
 };
 
 // Unset sampling values fall back to the directory's generation_config.json, then to temperature 1, no top-p/k.

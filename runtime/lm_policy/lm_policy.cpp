@@ -196,6 +196,7 @@ lm::LanguageModel load_model(const LmPolicySetup& setup) {
   mo.device = setup.config.lm.device.name();
   mo.dtype = setup.config.lm.dtype;
   mo.cuda_graphs = setup.config.lm.cuda_graphs;
+  mo.max_batch = setup.config.lm.max_batch;
   return lm::LanguageModel::load(setup.config.lm.model, mo);
 }
 
