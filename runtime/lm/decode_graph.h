@@ -12,8 +12,9 @@ namespace crucible::lm {
 class DecodeGraph {
  public:
   static bool available();
-  // Captures decode_step over the whole cache. The buffers must outlive the graph and keep their storage.
-  DecodeGraph(const Transformer& model, DecodeBuffers& buffers);
+  // Captures decode_step over cache slots [0, visible). The buffers must outlive the graph and keep their storage.
+  // Graphs of one generator share `pool_of`'s memory pool (they never replay at once); nullptr: a pool of its own.
+  DecodeGraph(const Transformer& model, DecodeBuffers& buffers, int64_t visible, const DecodeGraph* pool_of = nullptr);
   ~DecodeGraph();
   DecodeGraph(const DecodeGraph&) = delete;
   DecodeGraph& operator=(const DecodeGraph&) = delete;

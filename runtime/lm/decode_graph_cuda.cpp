@@ -14,7 +14,8 @@ struct DecodeGraph::Impl {
 
 bool DecodeGraph::available() { return true; }
 
-DecodeGraph::DecodeGraph(const Transformer& model, DecodeBuffers& buffers) : impl_(std::make_unique<Impl>()) {
+DecodeGraph::DecodeGraph(const Transformer& model, DecodeBuffers& buffers, int64_t visible, const DecodeGraph* pool_of)
+    : impl_(std::make_unique<Impl>()) {
   const auto device = buffers.token.device();
   c10::cuda::CUDAGuard device_guard(device);
   c10::cuda::getCurrentCUDAStream().synchronize();
@@ -22,10 +23,12 @@ DecodeGraph::DecodeGraph(const Transformer& model, DecodeBuffers& buffers) : imp
   {
     c10::cuda::CUDAStreamGuard stream_guard(side);
     // Warm-up on the capture stream first: cuBLAS handles and workspaces must exist before capture.
-    for (int i = 0; i < 2; ++i) decode_step(model, buffers, buffers.cache.capacity);
+    for (int i = 0; i < 2; ++i) decode_step(model, buffers, visible);
     side.synchronize();
-    impl_->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
-    impl_->logits = decode_step(model, buffers, buffers.cache.capacity);
+    using Pool = decltype(impl_->graph.pool());
+    const Pool pool = pool_of ? pool_of->impl_->graph.pool() : Pool{0, 0};
+    impl_->graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+    impl_->logits = decode_step(model, buffers, visible);
     impl_->graph.capture_end();
   }
   side.synchronize();

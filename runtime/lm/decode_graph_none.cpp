@@ -8,7 +8,7 @@ struct DecodeGraph::Impl {};
 
 bool DecodeGraph::available() { return false; }
 
-DecodeGraph::DecodeGraph(const Transformer&, DecodeBuffers&) {
+DecodeGraph::DecodeGraph(const Transformer&, DecodeBuffers&, int64_t, const DecodeGraph*) {
   throw std::runtime_error("CUDA graphs need a CUDA build of LibTorch");
 }
 

@@ -18,6 +18,9 @@ namespace {
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+// Cache slots a decode graph reads, in steps of this: a step reads at most this many slots more than it needs.
+constexpr int64_t kGraphSpan = 256;
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -69,24 +72,29 @@ DecodeBuffers& Generator::buffers_for(int64_t batch, int64_t capacity) {
   // adds its deltas: a new shape, grown tables or another adapter state end it. In-place updates of the
   // adapter's or the model's tensors (optimizer steps, merging) are seen by the graph.
   const LoraAdapter* adapter = model_.adapter() && model_.adapter()->enabled() ? model_.adapter() : nullptr;
-  if (graph_ && (graph_rotary_size_ != model_.rotary().size() || graph_adapter_ != adapter)) graph_.reset();
+  if (!graphs_.empty() && (graph_rotary_size_ != model_.rotary().size() || graph_adapter_ != adapter)) graphs_.clear();
   if (!buffers_ || buffers_->cache.batch != batch || buffers_->cache.capacity != capacity) {
-    graph_.reset();
+    graphs_.clear();
     buffers_.reset();
     buffers_ = std::make_unique<DecodeBuffers>(make_decode_buffers(model_, batch, capacity));
   }
   return *buffers_;
 }
 
-// Captured at the first decode step of a shape, from buffers that already hold that step's inputs: capture
-// warms up by running the step, which only rewrites what the step itself writes.
-at::Tensor Generator::graph_step() {
-  if (!graph_) {
-    graph_ = std::make_unique<DecodeGraph>(model_, *buffers_);
+// Captured at the first decode step that reads this span of a shape, from buffers that already hold that step's
+// inputs: capture warms up by running the step, which only rewrites what the step itself writes.
+at::Tensor Generator::graph_step(int64_t visible) {
+  const int64_t span = std::min(round_up(visible, kGraphSpan), buffers_->cache.capacity);
+  auto& graph = graphs_[span];
+  if (!graph) {
+    const DecodeGraph* pool = nullptr;  // another span's graph, if any: they never replay at once
+    for (const auto& [other, g] : graphs_)
+      if (g) pool = g.get();
+    graph = std::make_unique<DecodeGraph>(model_, *buffers_, span, pool);
     graph_rotary_size_ = model_.rotary().size();
     graph_adapter_ = model_.adapter() && model_.adapter()->enabled() ? model_.adapter() : nullptr;
   }
-  return graph_->replay();
+  return graph->replay();
 }
 
 std::vector<Completion> Generator::generate(const std::vector<GenerationRequest>& requests) {
@@ -259,7 +267,7 @@ std::vector<std::size_t> Generator::run_batch(const std::vector<GenerationReques
     }
     buffers.position.copy_(base_positions + step);
     buffers.slot.fill_(slot);
-    logits = use_graph ? graph_step() : decode_step(model_, buffers, slot + 1);
+    logits = use_graph ? graph_step(slot + 1) : decode_step(model_, buffers, slot + 1);
   }
   for (int64_t b = 0; b < B; ++b)
     if (!done[b]) out[queue[b]].text = texts[b].text();

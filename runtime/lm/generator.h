@@ -84,14 +84,15 @@ class Generator {
                                      int64_t rows, std::vector<Completion>& out);
   void join_row(int64_t row, const std::vector<int64_t>& prompt, int64_t slot, DecodeBuffers& buffers);
   DecodeBuffers& buffers_for(int64_t batch, int64_t capacity);
-  at::Tensor graph_step();
+  at::Tensor graph_step(int64_t visible);
 
   const Transformer& model_;
   TokenBytes token_bytes_;
   GeneratorOptions options_;
   // Buffers (and a captured graph) for the last (batch, capacity), reused by the next call of that shape.
   std::unique_ptr<DecodeBuffers> buffers_;
-  std::unique_ptr<DecodeGraph> graph_;
+  // One graph per attention span (cache slots read, in steps of kGraphSpan): early steps read less of the cache.
+  std::map<int64_t, std::unique_ptr<DecodeGraph>> graphs_;
   int64_t graph_rotary_size_ = 0;
   const LoraAdapter* graph_adapter_ = nullptr;  // the adapter the graph computes with (nullptr: none)
   GenerationStats stats_;
