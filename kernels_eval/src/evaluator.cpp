@@ -257,6 +257,9 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   if (cuda_device >= 0) {
     std::lock_guard<std::mutex> lock(gpu_mutex_);
     gpu = &gpu_resources(cuda_device);
+    // The calling thread's current device: an evaluator may serve several threads (a node's pullers of one GPU),
+    // and the one that set up this GPU's resources may not be the one evaluating now.
+    cuda::use_device(cuda_device);
   }
   if (gpu) v.device = "cuda:" + std::to_string(cuda_device);
   const std::string size_set = options.sizes.empty() ? backend : options.sizes;
