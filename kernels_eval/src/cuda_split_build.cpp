@@ -107,11 +107,14 @@ SplitBuild build_split(const std::string& source, const SplitToolchain& tools, c
   const CudaSplit split = split_cuda_source(source);
   if (!split.host_ok()) return not_split(split.host_refusal);
   const bool use_nvrtc = split.device_ok() && !tools.nvrtc.empty() && tools.extra_flags.empty();
-  if (!write_text(work / "host.cpp", split.host) || (use_nvrtc && !write_text(work / "device.cu", split.device)))
+  // With template kernels NVRTC needs the instances the host half names: its file is written once they are known.
+  const bool needs_instances = use_nvrtc && !split.template_kernels.empty();
+  if (!write_text(work / "host.cpp", split.host) ||
+      (use_nvrtc && !needs_instances && !write_text(work / "device.cu", split.device)))
     return not_split("cannot write the halves");
 
-  // The host half beside the device half: together they take about as long as the device half alone. With
-  // template kernels NVRTC needs the instances the host half names, so it waits for the host half.
+  // The host half beside the device half: together they take about as long as the device half alone (with template
+  // kernels for NVRTC, one after the other).
   ProcessResult host;
   std::thread host_compile([&] {
     host = run({tools.cxx, "-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden",
@@ -120,16 +123,19 @@ SplitBuild build_split(const std::string& source, const SplitToolchain& tools, c
   });
   ProcessResult device;
   b.path = CompilePath::split_nvcc;
-  bool nvrtc_ready = use_nvrtc;
-  if (use_nvrtc && !split.template_kernels.empty()) {
-    host_compile.join();
-    nvrtc_ready = false;
+  std::vector<ElfSymbol> host_symbols;  // read once, for the instances and for the kernel table
+  auto read_host_symbols = [&] {
     try {
-      if (host.ok())
-        nvrtc_ready = write_text(work / "device.cu", split.device + template_instances(read_symbol_table(work / "host.o"),
-                                                                                       split.template_kernels));
-    } catch (const std::exception&) {
+      if (host.ok() && host_symbols.empty()) host_symbols = read_symbol_table(work / "host.o");
+    } catch (const std::exception&) {  // a malformed object: the kernel table below says so
     }
+  };
+  bool nvrtc_ready = use_nvrtc && !needs_instances;
+  if (needs_instances) {
+    host_compile.join();
+    read_host_symbols();
+    nvrtc_ready = !host_symbols.empty() &&
+                  write_text(work / "device.cu", split.device + template_instances(host_symbols, split.template_kernels));
   }
   if (nvrtc_ready) {
     device = run({tools.nvrtc, tools.cuda_arch, "device.cu", "device.cubin", "-I" + tools.toolkit_include.string()});
@@ -151,9 +157,11 @@ SplitBuild build_split(const std::string& source, const SplitToolchain& tools, c
   }
   if (!host.ok()) return not_split("the host half did not compile: " + first_line(host.output));
 
+  read_host_symbols();
   std::string error, blob;
   try {
-    blob = blob_assembly(read_symbol_table(work / "device.cubin"), read_symbol_table(work / "host.o"), error);
+    if (host_symbols.empty()) throw std::runtime_error("no symbols in the host half");
+    blob = blob_assembly(read_symbol_table(work / "device.cubin"), host_symbols, error);
   } catch (const std::exception& e) {
     error = e.what();
   }

@@ -199,9 +199,11 @@ std::vector<std::size_t> Generator::run_batch(const std::vector<GenerationReques
   int64_t remaining = B;
 
   for (int64_t step = 0; remaining > 0; ++step) {
-    std::vector<int64_t> row_steps(B);
-    for (int64_t b = 0; b < B; ++b) row_steps[b] = step - first_step[b];
-    const auto sampled = sampler->sample(logits, row_steps);
+    // Until a request joins, every row is at the batch's step: no per-row steps to copy to the device.
+    std::vector<int64_t> row_steps;
+    if (stats_.joined > 0)
+      for (int64_t b = 0; b < B; ++b) row_steps.push_back(step - first_step[b]);
+    const auto sampled = row_steps.empty() ? sampler->sample(logits, step) : sampler->sample(logits, row_steps);
     // One device-to-host copy (one synchronisation) per step: token ids are exact in float64.
     const auto host = at::stack({sampled.tokens.to(at::kDouble), sampled.sampling_logprobs.to(at::kDouble),
                                  sampled.model_logprobs.to(at::kDouble)})

@@ -20,6 +20,19 @@ namespace {
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 long lines(const std::string& text) { return static_cast<long>(std::count(text.begin(), text.end(), '\n')); }
 
+// Builds need the toolkit (not a GPU); without one the build tests say so and stop.
+bool toolkit_present() {
+  if (std::filesystem::exists("/usr/local/cuda/bin/nvcc")) return true;
+  MESSAGE("SKIPPED: no CUDA toolkit at /usr/local/cuda");
+  return false;
+}
+
+eval::CompileOptions cuda_options() {
+  eval::CompileOptions options;
+  options.backend = "cuda";
+  return options;
+}
+
 constexpr const char* kRelu = R"(#include <crucible/kernel.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -149,14 +162,10 @@ TEST_CASE("kernel names match across g++ and nvcc whatever each calls an anonymo
 }
 
 TEST_CASE("split builds of the shipped CUDA candidates pass the static gate and export only the contract") {
-  if (!std::filesystem::exists("/usr/local/cuda/bin/nvcc")) {
-    MESSAGE("SKIPPED: no CUDA toolkit at /usr/local/cuda");
-    return;
-  }
+  if (!toolkit_present()) return;
   test::ScratchDir cache("compile-split");
   eval::Compiler compiler(cache.path(), eval::default_include_dir());
-  eval::CompileOptions options;
-  options.backend = "cuda";
+  const auto options = cuda_options();
   eval::GatePolicy gate;
   gate.backend = "cuda";
   int built = 0;
@@ -179,14 +188,10 @@ TEST_CASE("split builds of the shipped CUDA candidates pass the static gate and 
 }
 
 TEST_CASE("split builds: template kernels, refusals through the whole build, errors as before") {
-  if (!std::filesystem::exists("/usr/local/cuda/bin/nvcc")) {
-    MESSAGE("SKIPPED: no CUDA toolkit at /usr/local/cuda");
-    return;
-  }
+  if (!toolkit_present()) return;
   test::ScratchDir cache("compile-split-paths");
   eval::Compiler compiler(cache.path(), eval::default_include_dir());
-  eval::CompileOptions options;
-  options.backend = "cuda";
+  const auto options = cuda_options();
   const std::string head = "#include <crucible/kernel.h>\n#include <cuda_runtime.h>\n";
   const std::string forward =
       "CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_tensor* out, int32_t, void* s) {\n"
