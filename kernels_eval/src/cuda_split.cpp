@@ -191,7 +191,8 @@ class Splitter {
       out.host_refusal = out.device_refusal = error;
       return out;
     }
-    scan_scope(0, t_.size());
+    pair_brackets();
+    scan_scope(0, t_.size(), 0);
     for (const Token& tok : t_)
       if (tok.kind == Kind::identifier && untranslated_kernel_api(text(tok)))
         refuse_host(std::string(text(tok)) + " takes a kernel or device symbol from host code");
@@ -221,32 +222,32 @@ class Splitter {
   }
 
   // The index of the bracket closing the one at i, or npos.
-  std::size_t match(std::size_t i) const {
-    std::vector<char> open;
-    for (std::size_t j = i; j < t_.size(); ++j) {
-      if (t_[j].kind != Kind::punct) continue;
+  std::size_t match(std::size_t i) const { return i < partner_.size() ? partner_[i] : npos; }
+  // The index of the bracket opening the `)` or `]` at i, or npos.
+  std::size_t match_back(std::size_t i) const { return match(i); }
+
+  // Every bracket's partner, in one pass: a hostile source of deeply nested scopes would otherwise cost a scan to
+  // the end per level. A bracket whose group holds a mismatch has none.
+  void pair_brackets() {
+    partner_.assign(t_.size(), npos);
+    std::vector<std::size_t> open;
+    for (std::size_t j = 0; j < t_.size(); ++j) {
+      if (t_[j].kind != Kind::punct || t_[j].end - t_[j].begin != 1) continue;
       const char c = s_[t_[j].begin];
-      if (t_[j].end - t_[j].begin != 1) continue;
       if (c == '(' || c == '[' || c == '{') {
-        open.push_back(c == '(' ? ')' : c == '[' ? ']' : '}');
+        open.push_back(j);
       } else if (c == ')' || c == ']' || c == '}') {
-        if (open.empty() || open.back() != c) return npos;
+        if (open.empty()) continue;
+        const char want = s_[t_[open.back()].begin] == '(' ? ')' : s_[t_[open.back()].begin] == '[' ? ']' : '}';
+        if (want != c) {  // a mismatch: every group still open around it is unbalanced
+          open.clear();
+          continue;
+        }
+        partner_[j] = open.back();
+        partner_[open.back()] = j;
         open.pop_back();
-        if (open.empty()) return j;
       }
     }
-    return npos;
-  }
-
-  // The index of the bracket opening the `)` or `]` at i, or npos.
-  std::size_t match_back(std::size_t i) const {
-    int depth = 0;
-    for (std::size_t j = i + 1; j-- > 0;) {
-      if (is(j, ")") || is(j, "]")) ++depth;
-      if (is(j, "(") || is(j, "[")) --depth;
-      if (depth == 0) return j;
-    }
-    return npos;
   }
 
   // Past the `>` closing a template parameter or argument list that opens at i.
@@ -283,7 +284,8 @@ class Splitter {
   };
 
   // Declarations of a namespace, class or the file, tokens [i, end).
-  void scan_scope(std::size_t i, std::size_t end) {
+  void scan_scope(std::size_t i, std::size_t end, int depth) {
+    if (depth > kMaxScopeDepth) return refuse_both("namespaces or classes nested more than 64 deep");
     while (i < end) {
       if (t_[i].kind == Kind::directive) {
         directive(t_[i++]);
@@ -353,7 +355,7 @@ class Splitter {
       const std::size_t close = match(j);
       if (close == npos || close > end) return refuse_both("unbalanced braces");
       if (!d.params || d.initialiser || d.name_space || d.linkage) {  // a namespace, class or linkage block
-        scan_scope(j + 1, close);
+        scan_scope(j + 1, close, depth + 1);
         i = close + 1;
         continue;
       }
@@ -431,8 +433,11 @@ class Splitter {
     return q;
   }
 
+  static constexpr int kMaxScopeDepth = 64;
+
   const std::string& s_;
   std::vector<Token> t_;
+  std::vector<std::size_t> partner_;
   std::vector<Edit> host_edits_, device_edits_;
   std::string host_refusal_, device_refusal_;
   std::vector<std::string> template_kernels_;

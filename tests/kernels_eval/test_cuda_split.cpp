@@ -133,6 +133,30 @@ TEST_CASE("what the split is not sure of is refused with a reason, never guessed
   }
 }
 
+TEST_CASE("hostile sources: deep nesting, stray bytes and mismatched brackets are refused or split, never trusted") {
+  std::string deep;
+  for (int i = 0; i < 20000; ++i) deep += "struct{";
+  for (int i = 0; i < 20000; ++i) deep += "};";
+  const auto nested = eval::split_cuda_source(deep);
+  CHECK_FALSE(nested.host_ok());
+  CHECK(contains(nested.host_refusal, "nested more than 64 deep"));
+
+  std::string shallow;
+  for (int i = 0; i < 64; ++i) shallow += "namespace n" + std::to_string(i) + " {\n";
+  shallow += "__global__ void k(float* x) { x[0] = 1; }\n";
+  for (int i = 0; i < 64; ++i) shallow += "}\n";
+  CHECK(eval::split_cuda_source(shallow).host_ok());
+
+  const auto bytes = eval::split_cuda_source(
+      "\xff\xfe__global__ void k(float* x) { x[0] = 1; }\nvoid h(float* x) { k<<<1, 1>>>(x); }\n\x80");
+  CHECK(bytes.host_ok());  // bytes that are no identifier or token are the compilers' to refuse
+  CHECK(contains(bytes.host, "::crucible_fast::launch(k, 1, 1)(x);"));
+
+  const auto mismatched = eval::split_cuda_source("__global__ void k(float* x) { x[0] = (1]; }\n");
+  CHECK_FALSE(mismatched.host_ok());
+  CHECK(contains(mismatched.host_refusal, "unbalanced"));
+}
+
 TEST_CASE("template kernels are named for the instances NVRTC must build") {
   const auto split = eval::split_cuda_source(
       "namespace { template <int V> __global__ void __launch_bounds__(256) pack_kernel(float* x) { x[0] = V; } }\n"
