@@ -1,7 +1,7 @@
 // bench_eval: per-stage evaluation cost for every task's shipped candidate on a device.
 // Each candidate is evaluated cold (compile cache miss) and then warm (cache hit, warm worker, reference
 // time already known), and the table shows both.
-// Usage: bench_eval [--mode fast|full] [--repeats N] [--device cpu|cuda:N] [--sizes cpu|cuda]
+// Usage: bench_eval [--mode fast|full] [--repeats N] [--device cpu|cuda:N] [--sizes cpu|cuda] [--task NAME]
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,14 +31,16 @@ double ms(double s) { return 1e3 * s; }
 }  // namespace
 
 int main(int argc, char** argv) {
-  bench::exit_on_help(argc, argv, "usage: bench_eval [--mode fast|full] [--repeats N] [--device cpu|cuda:N] [--sizes cpu|cuda]");
+  bench::exit_on_help(argc, argv, "usage: bench_eval [--mode fast|full] [--repeats N] [--device cpu|cuda:N] [--sizes cpu|cuda] [--task NAME]");
   eval::EvalOptions options;
   int repeats = 3;
+  std::string only_task;  // empty: every task
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--mode") && i + 1 < argc) options.mode = !std::strcmp(argv[++i], "full") ? eval::Mode::full : eval::Mode::fast;
     else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--device") && i + 1 < argc) options.device = argv[++i];
     else if (!std::strcmp(argv[i], "--sizes") && i + 1 < argc) options.sizes = argv[++i];
+    else if (!std::strcmp(argv[i], "--task") && i + 1 < argc) only_task = argv[++i];
   }
   bench::exit_unless_device_usable(options.device);
   const bool gpu = options.device != "cpu";
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
   std::vector<double> compiles, overheads;
   for (const auto& file : tasks::task_files(tasks_dir)) {
     auto task = tasks::load_task_file(file);
+    if (!only_task.empty() && task.name != only_task) continue;
     fs::path source_file = candidates / (task.name + (gpu ? ".cu" : ".cpp"));
     if (!fs::exists(source_file)) continue;
     std::string source = read(source_file);

@@ -99,8 +99,7 @@ FileRules toolchain_files(const std::string& tool, const fs::path& work) {
   // Our own NVRTC helper may live in a build tree: that one file, not its directory.
   if (const fs::path helper = fs::canonical(tool, ec); !ec && helper.filename() == "crucible-nvrtc")
     rules.read_only.push_back(helper.string());
-  rules.read_only.insert(rules.read_only.end(), {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
-                                                 "/etc/ld.so.cache", "/etc/alternatives", "/dev/urandom"});
+  for (auto& path : system_files()) rules.read_only.push_back(std::move(path));
   const fs::path driver = fs::canonical(tool, ec);
   const fs::path toolkit = driver.parent_path().parent_path();
   if (!ec && driver.filename() == "nvcc" && toolkit != driver.root_path() && fs::is_directory(toolkit / "nvvm", ec))

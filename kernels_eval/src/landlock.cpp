@@ -62,6 +62,11 @@ bool add_path(int ruleset, const std::string& path, uint64_t wanted, uint64_t ha
 
 }  // namespace
 
+std::vector<std::string> system_files() {
+  return {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache", "/etc/alternatives",
+          "/dev/urandom"};
+}
+
 int landlock_abi() {
   static const int abi = [] {
     const long v = syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
@@ -93,6 +98,22 @@ int build_file_rules(const FileRules& rules, std::string& error) {
     return -1;
   }
   return ruleset;
+}
+
+bool allow_own_proc(int ruleset_fd) {
+  const uint64_t handled = handled_rights(landlock_abi());
+  auto allow = [&](const char* path, uint64_t rights) {
+    const int fd = open(path, O_PATH | O_CLOEXEC);
+    if (fd < 0) return false;
+    landlock_path_beneath_attr rule{};
+    rule.allowed_access = rights & handled;
+    rule.parent_fd = fd;
+    const long added = syscall(SYS_landlock_add_rule, ruleset_fd, LANDLOCK_RULE_PATH_BENEATH, &rule, 0);
+    close(fd);
+    return added == 0;
+  };
+  return allow("/proc/self", kReadFile | kReadDir) &&
+         allow("/proc/self/task", kReadFile | kWriteFile | kReadDir | LANDLOCK_ACCESS_FS_TRUNCATE);
 }
 
 bool enter_file_rules(int ruleset_fd) {

@@ -78,6 +78,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessLim
         _exit(ProcessResult::kCannotSetIdentity);
     }
     if (!working_dir.empty() && chdir(working_dir.c_str()) != 0) _exit(ProcessResult::kCannotEnterDirectory);
+    if (ruleset >= 0 && limits.files->own_proc && !allow_own_proc(ruleset)) _exit(ProcessResult::kCannotConfine);
     if (ruleset >= 0 && !enter_file_rules(ruleset)) _exit(ProcessResult::kCannotConfine);
     // Descriptors the caller left open without close-on-exec would stay readable whatever Landlock says.
     syscall(SYS_close_range, 3U, ~0U, 0U);

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "crucible/eval/compiler.h"
+#include "crucible/eval/landlock.h"
 #include "crucible/eval/scratch_dirs.h"
 #include "crucible/eval/subprocess.h"
 #include "crucible/eval/utf8_text.h"
@@ -161,6 +162,29 @@ std::string shapes_json(const std::vector<TensorShape>& inputs, const std::vecto
   return json{{"inputs", list(inputs)}, {"outputs", list(outputs)}}.dump();
 }
 
+// What Triton's compile step may reach (Landlock): the system's programs and libraries; the Python's own trees (its
+// prefixes and site-packages: PyTorch, Triton and Triton's ptxas) and our package; a CUDA toolkit; what the GPU
+// driver reads about the machine (/sys, /proc/driver/nvidia and a few /proc files that are not any process's); the
+// GPU's device files; its own directory (the candidate, Triton's cache, HOME and TMPDIR) to write; and its own
+// /proc/self, where cuInit names its threads. Not /etc beyond the linker's cache, /home, /root, /tmp or other
+// processes' /proc. What it runs is also only what the gate let through.
+FileRules compile_step_files(const TritonPython& python, const fs::path& dir) {
+  FileRules rules;
+  rules.read_only = system_files();
+  for (const auto& d : python.dirs) rules.read_only.push_back(d);
+  rules.read_only.push_back(default_python_dir().string());
+  std::error_code ec;
+  if (const fs::path toolkit = fs::canonical("/usr/local/cuda", ec); !ec) rules.read_only.push_back(toolkit.string());
+  for (const char* info : {"/sys", "/proc/driver/nvidia", "/proc/devices", "/proc/cpuinfo", "/proc/meminfo",
+                           "/proc/stat", "/proc/sys/vm", "/proc/modules"})
+    rules.read_only.push_back(info);
+  rules.read_write = {dir.string(), "/dev/null"};
+  for (const auto& entry : fs::directory_iterator("/dev", ec))
+    if (entry.path().filename().string().rfind("nvidia", 0) == 0) rules.read_write.push_back(entry.path().string());
+  rules.own_proc = true;
+  return rules;
+}
+
 }  // namespace
 
 TritonBuild build_triton_candidate(const TritonPython& python, const std::string& source,
@@ -234,9 +258,7 @@ TritonBuild build_triton_candidate(const TritonPython& python, const std::string
                         "TMPDIR=" + (dir / "triton-cache").string(), "PYTHONDONTWRITEBYTECODE=1"};
   for (const char* name : {"CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"})
     if (const char* value = std::getenv(name)) limits.environment.push_back(std::string(name) + "=" + value);
-  // Not confined by Landlock: CUDA's initialisation fails under it (error 304, "OS call failed", on the H200 node
-  // with kernel 6.18), even with every path readable and the device files writable. What this step runs is what the
-  // gate let through: no open, os, io or subprocess, no imports beyond torch and triton, no private attributes.
+  limits.files = compile_step_files(python, dir);
   ProcessResult r = run_process({python.executable, "-I", (default_python_dir() / "crucible_triton" / "compile.py").string(),
                                  "--candidate", b.candidate_path.string(), "--cache", (dir / "triton-cache").string(),
                                  "--device", std::to_string(options.device), "--shapes", shapes},

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "crucible/eval/evaluator.h"
+#include "crucible/eval/landlock.h"
 #include "eval_support.h"
 #include "tasks/task_loader.h"
 
@@ -91,6 +92,19 @@ TEST_CASE("gpu: every CUDA hack and fault fixture gets its exact verdict, and th
   auto illegal = evaluator.evaluate(relu, cuda_fixture("illegal_address"), options);
   REQUIRE_FALSE(illegal.reasons.empty());
   CHECK(illegal.reasons[0].detail.find("cudaErrorIllegalAddress") != std::string::npos);
+}
+
+TEST_CASE("gpu: a CUDA candidate's static constructor can open no file beyond what loading needs (Landlock)") {
+  test::TestEvaluator t("gpu-landlock");
+  auto relu = tasks::find_task("relu", test::tasks_dir());
+  auto verdict = t.evaluator.evaluate(relu, cuda_fixture("reads_files_at_load"), test::gpu_options("cpu"));
+  INFO(test::detail_of(verdict));
+  if (eval::landlock_abi() == 0) {
+    MESSAGE("skipped: this kernel has no Landlock; the constructor's opens succeed (docs/evaluation.md)");
+    CHECK(verdict.has_reason("nonzero_return"));
+    return;
+  }
+  CHECK(verdict.status == eval::Status::correct);
 }
 
 TEST_CASE("gpu: every shipped naive CUDA candidate is correct at the tasks' CUDA sizes") {

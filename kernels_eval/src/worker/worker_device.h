@@ -27,10 +27,10 @@ double spin_window_seconds();
 // memory are set up for the evaluator's user.
 bool drops_identity();
 
-// Whether the worker confines its files with Landlock before loading (docs/evaluation.md): the CPU worker may then
-// reach only the candidate's library and the files it has mapped already. The CUDA driver opens device and
-// procfs files of its own while it runs, so the CUDA worker does not.
-bool confines_files();
+// Files beyond the candidate's library and those already mapped that the confined worker may still open, read
+// and write (Landlock, docs/evaluation.md): the GPU driver's device files, which it may reopen after the context is
+// up. None for the CPU worker.
+std::vector<std::string> device_files();
 
 // CUDA reserves terabytes of virtual addresses: an address-space limit cannot apply there.
 bool limits_address_space();

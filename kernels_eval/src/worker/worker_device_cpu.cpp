@@ -7,7 +7,7 @@ bool start_device(int, char**, std::string&) { return true; }
 
 char* attach_tensors(const protocol::LoadRequest&, char* host_arena, std::string&) { return host_arena; }
 
-bool confines_files() { return true; }
+std::vector<std::string> device_files() { return {}; }
 
 bool limits_address_space() { return true; }
 

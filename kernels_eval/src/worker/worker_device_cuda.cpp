@@ -9,9 +9,12 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "kernel_coverage.h"
 #include "worker_device.h"
@@ -46,6 +49,28 @@ void note_error(protocol::Control* c, cudaError_t e, const std::string& text) {
   c->cuda_error = static_cast<int32_t>(e);
   std::snprintf(c->cuda_error_text, sizeof c->cuda_error_text, "%s", text.c_str());
   c->rc = protocol::kDeviceErrorRc;
+}
+
+// The GPU driver's device files this process holds open (/dev/nvidia*): the descriptors it issues ioctls on, and
+// the paths it may open again.
+struct OpenFile {
+  int fd;
+  std::string path;
+};
+std::vector<OpenFile> driver_files() {
+  std::vector<OpenFile> files;
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return files;
+  while (dirent* entry = readdir(dir)) {
+    char link[64], target[256];
+    std::snprintf(link, sizeof link, "/proc/self/fd/%s", entry->d_name);
+    const ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    if (std::strncmp(target, "/dev/nvidia", 11) == 0) files.push_back({std::atoi(entry->d_name), target});
+  }
+  closedir(dir);
+  return files;
 }
 
 }  // namespace
@@ -98,7 +123,12 @@ char* attach_tensors(const protocol::LoadRequest& request, char*, std::string& e
 
 bool drops_identity() { return false; }
 
-bool confines_files() { return false; }
+std::vector<std::string> device_files() {
+  std::vector<std::string> paths;
+  for (const auto& open_file : driver_files())
+    if (std::find(paths.begin(), paths.end(), open_file.path) == paths.end()) paths.push_back(open_file.path);
+  return paths;
+}
 
 bool limits_address_space() { return false; }
 
@@ -109,17 +139,7 @@ SyscallNeeds syscall_needs() {
   // The driver's own threads wait on its descriptors; the runtime yields while spinning.
   needs.syscalls = {SYS_sched_yield, SYS_poll, SYS_ppoll, SYS_read, SYS_write, SYS_epoll_wait, SYS_epoll_pwait,
                     SYS_clock_gettime, SYS_clock_nanosleep, SYS_nanosleep, SYS_sched_getaffinity, SYS_getrusage};
-  if (DIR* dir = opendir("/proc/self/fd")) {
-    while (dirent* entry = readdir(dir)) {
-      char link[64], target[256];
-      std::snprintf(link, sizeof link, "/proc/self/fd/%s", entry->d_name);
-      ssize_t n = readlink(link, target, sizeof target - 1);
-      if (n <= 0) continue;
-      target[n] = '\0';
-      if (std::strncmp(target, "/dev/nvidia", 11) == 0) needs.ioctl_fds.push_back(std::atoi(entry->d_name));
-    }
-    closedir(dir);
-  }
+  for (const auto& open_file : driver_files()) needs.ioctl_fds.push_back(open_file.fd);
   return needs;
 }
 

@@ -179,10 +179,18 @@ int main(int argc, char** argv) {
 
   // Built while the worker may still open every path (as root, the cache directory may be closed to nobody);
   // entered just before loading.
+  // Read from /proc/self/fd, which the file rules close.
+  const device::SyscallNeeds needs = device::syscall_needs();
+  // The C and C++ runtime an honest candidate's library may name, mapped before the file rules close the library
+  // directories: the dynamic linker then finds them loaded, by soname. (A worker linked with --as-needed may not
+  // have all of them already.)
+  for (const char* runtime : {"libstdc++.so.6", "libgcc_s.so.1", "libm.so.6"}) dlopen(runtime, RTLD_NOW | RTLD_LOCAL);
   int file_rules = -1;
-  if (device::confines_files() && landlock_abi() > 0) {
+  if (landlock_abi() > 0) {
     std::string error;
-    file_rules = build_file_rules(loadable_files(request->so_path), error);
+    FileRules rules = loadable_files(request->so_path);
+    rules.read_write = device::device_files();
+    file_rules = build_file_rules(rules, error);
     if (file_rules < 0) return fail(15, "cannot confine the worker's files: " + error);
   }
 
@@ -208,7 +216,6 @@ int main(int argc, char** argv) {
     if (!enter_file_rules(file_rules)) return fail(15, "cannot confine the worker's files (Landlock)");
     close(file_rules);
   }
-  const device::SyscallNeeds needs = device::syscall_needs();
   if (!install_load_stage_filter(proto::kSocketFd, needs.syscalls, needs.ioctl_fds))
     return fail(5, "cannot install the load-stage seccomp filter");
 
