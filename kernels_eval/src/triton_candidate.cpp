@@ -210,6 +210,7 @@ TritonBuild build_triton_candidate(const TritonPython& python, const std::string
   b.candidate_path = dir / "candidate.py";
   std::error_code ec;
   if (fs::exists(marker, ec)) {
+    touch_cache_entry(dir);
     b.cached = true;
     b.outcome = TritonBuild::Outcome::ok;
     return done();
@@ -291,6 +292,7 @@ TritonBuild build_triton_candidate(const TritonPython& python, const std::string
   b.log = ok ? "" : valid_utf8(result->value("error", ""));
   std::ofstream(marker) << python.versions << "\n";
   b.outcome = TritonBuild::Outcome::ok;
+  prune_cache(cache_dir, options.max_cache_bytes);  // this build is the newest entry: never the one taken
   return done();
 }
 

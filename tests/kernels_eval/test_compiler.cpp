@@ -160,6 +160,41 @@ TEST_CASE("the compiler reaches its toolchain and build directory only: a world-
   for (const auto& [path, mode] : restore) fsp::permissions(path, mode, fsp::perm_options::replace);
 }
 
+TEST_CASE("Triton build directories count in the cache's bound: oldest pruned first, one in use kept, all cleared") {
+  namespace fsp = std::filesystem;
+  test::ScratchDir cache("compile-lru-triton");
+  eval::Compiler compiler(cache.path(), eval::default_include_dir());
+  auto object = compiler.compile(kRelu, {});
+  REQUIRE(object.ok());
+  auto make_build = [&](char digit, std::chrono::minutes age) {
+    const auto dir = cache.path() / "triton" / std::string(64, digit);
+    fsp::create_directories(dir / "triton-cache");
+    std::ofstream(dir / "triton-cache" / "kernel.cubin", std::ios::binary) << std::string(100000, 'x');
+    fsp::last_write_time(dir, fsp::file_time_type::clock::now() - age);
+    return dir;
+  };
+  const auto old_build = make_build('a', std::chrono::minutes(120));
+  const auto recent_build = make_build('b', std::chrono::minutes(1));  // may be in use: never pruned
+  const auto warm = cache.path() / "triton" / "worker-warm";            // the worker's own cache: not an entry
+  fsp::create_directories(warm);
+  std::ofstream(warm / "launcher.so") << "warm";
+  fsp::last_write_time(object.so_path, fsp::file_time_type::clock::now() - std::chrono::minutes(60));
+
+  auto stats = eval::cache_stats(cache.path());
+  CHECK(stats.objects == 1);
+  CHECK(stats.triton_builds == 2);
+  CHECK(stats.bytes >= 200000);
+  CHECK(eval::prune_cache(cache.path(), stats.bytes - 50000) == 1);  // the oldest entry, the old build
+  CHECK_FALSE(fsp::exists(old_build));
+  CHECK(fsp::exists(object.so_path));
+  CHECK(eval::prune_cache(cache.path(), 0) == 1);  // the object goes; the recent build stays
+  CHECK_FALSE(fsp::exists(object.so_path));
+  CHECK(fsp::exists(recent_build));
+  CHECK(eval::clear_cache(cache.path()) == 1);
+  CHECK_FALSE(fsp::exists(recent_build));
+  CHECK(fsp::exists(warm / "launcher.so"));
+}
+
 TEST_CASE("a compiler that cannot run is the machine's failure, not the candidate's, and is not cached") {
   test::ScratchDir cache("compile-env");
   eval::Compiler compiler(cache.path(), eval::default_include_dir());

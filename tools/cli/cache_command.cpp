@@ -18,8 +18,8 @@ std::filesystem::path cache_dir(const CacheArgs& a) { return a.dir.empty() ? eva
 
 void print_stats(const std::filesystem::path& dir) {
   const eval::CacheStats s = eval::cache_stats(dir);
-  std::printf("cache %s: %d compiled objects, %d recorded failures, %.1f MiB (bound %.0f MiB)\n", dir.c_str(),
-              s.objects, s.failures, static_cast<double>(s.bytes) / (1 << 20),
+  std::printf("cache %s: %d compiled objects, %d recorded failures, %d Triton builds, %.1f MiB (bound %.0f MiB)\n",
+              dir.c_str(), s.objects, s.failures, s.triton_builds, static_cast<double>(s.bytes) / (1 << 20),
               static_cast<double>(eval::default_cache_max_bytes()) / (1 << 20));
 }
 

@@ -1,7 +1,8 @@
 #pragma once
-// The compile cache on disk: one shared object (or one recorded failure) per content hash, in two-level directories.
+// The compile cache on disk: one shared object (or one recorded failure) per content hash, in two-level directories,
+// and one directory per Triton candidate and GPU (triton/<hash>/: its source, gate verdict and Triton's own cache).
 // Bounded in size: entries are used in least-recently-used order (a hit refreshes its entry's time), and pruning
-// removes the oldest until the cache fits.
+// removes the oldest until the cache fits; a Triton build used in the last ten minutes is left (it may be in use).
 #include <cstdint>
 #include <filesystem>
 
@@ -13,6 +14,7 @@ std::uintmax_t default_cache_max_bytes();
 struct CacheStats {
   int objects = 0;   // compiled shared objects
   int failures = 0;  // recorded compile failures
+  int triton_builds = 0;  // Triton build directories
   std::uintmax_t bytes = 0;
 };
 

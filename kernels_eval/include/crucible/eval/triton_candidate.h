@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "crucible/eval/compile_cache.h"
 #include "crucible/eval/device.h"
 #include "crucible/eval/dtype.h"
 #include "crucible/eval/verdict.h"
@@ -44,6 +45,7 @@ struct TritonBuildOptions {
   std::string device_name;  // part of the cache key: compiled code is for one GPU model
   double time_limit_s = 120.0;
   std::size_t max_source_bytes = 256 * 1024;
+  std::uintmax_t max_cache_bytes = default_cache_max_bytes();  // the cache is pruned to it after each new build
 };
 
 // Gate, then compile (cached by source, shapes and device). Shapes are the task's at the size set evaluated.
