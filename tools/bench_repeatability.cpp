@@ -2,8 +2,9 @@
 // each evaluation's median and speedup, the coefficient of variation of those medians and the speedups' max/min
 // (on the CPU the speedup is what must hold: candidate and reference are timed in pairs). Also prints the candidate's
 // compiled shared object, for an outside timer (tools/gpu_node/do_bench_candidate.py) to time the same kernel.
-// Usage: bench_repeatability [--device cuda:0] [--task relu] [--candidate FILE] [--sizes cuda] [--times 10]
-//                            [--verified N]  (timed calls compared in full per evaluation; default: all, as full mode)
+// Usage: bench_repeatability [--device cuda:0] [--task relu] [--candidate FILE] [--kind native|triton] [--sizes cuda]
+//                            [--times 10] [--verified N]  (timed calls compared in full per evaluation; default: all)
+//                            [--fresh]  (a new evaluator per evaluation: the reference is timed again each time)
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <vector>
 
@@ -23,22 +25,32 @@ namespace fs = std::filesystem;
 using namespace crucible;
 
 int main(int argc, char** argv) {
-  bench::exit_on_help(argc, argv, "usage: bench_repeatability [--device cuda:0] [--task relu] [--candidate FILE] [--sizes cuda] [--times 10] [--verified N]");
+  bench::exit_on_help(argc, argv, "usage: bench_repeatability [--device cuda:0] [--task relu] [--candidate FILE] [--kind native|triton] [--sizes cuda] [--times 10] [--verified N] [--fresh]");
   std::string device = "cuda:0", task_name = "relu", candidate, sizes;
   int times = 10, verified = -1;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool fresh = false;
+  eval::CandidateKind kind = eval::CandidateKind::native;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--fresh")) {
+      fresh = true;
+      continue;
+    }
+    if (i + 1 >= argc) break;
     if (!std::strcmp(argv[i], "--device")) device = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--kind")) kind = eval::parse_candidate_kind(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--task")) task_name = argv[i + 1];
     else if (!std::strcmp(argv[i], "--candidate")) candidate = argv[i + 1];
     else if (!std::strcmp(argv[i], "--sizes")) sizes = argv[i + 1];
     else if (!std::strcmp(argv[i], "--times")) times = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--verified")) verified = std::atoi(argv[i + 1]);
+    ++i;
   }
   bench::exit_unless_device_usable(device);
   const fs::path tasks_dir = tasks::default_tasks_dir();
+  const bool triton = kind == eval::CandidateKind::triton;
   if (candidate.empty())
-    candidate = (tasks_dir.parent_path() / "candidates" / (device == "cpu" ? "cpu" : "cuda") /
-                 (task_name + (device == "cpu" ? ".cpp" : ".cu"))).string();
+    candidate = (tasks_dir.parent_path() / "candidates" / (triton ? "triton" : device == "cpu" ? "cpu" : "cuda") /
+                 (task_name + (triton ? ".py" : device == "cpu" ? ".cpp" : ".cu"))).string();
   std::ifstream in(candidate);
   std::ostringstream text;
   text << in.rdbuf();
@@ -47,8 +59,9 @@ int main(int argc, char** argv) {
 
   eval::EvaluatorConfig config;
   config.cache_dir = fs::temp_directory_path() / ("crucible-bench-repeat-" + std::to_string(getpid()));
-  eval::Evaluator evaluator(config);
+  auto evaluator = std::make_unique<eval::Evaluator>(config);
   eval::EvalOptions options;
+  options.kind = kind;
   options.mode = eval::Mode::full;
   options.device = device;
   options.sizes = sizes;
@@ -56,15 +69,17 @@ int main(int argc, char** argv) {
 
   std::printf("%-4s %-8s %12s %8s %12s %12s %8s %8s %s\n", "run", "status", "median_us", "cv", "event_us",
               "reference_us", "speedup", "spread", "reasons");
-  std::vector<double> medians, speedups;
+  std::vector<double> medians, references, speedups;
   for (int r = 0; r < times; ++r) {
-    auto v = evaluator.evaluate(task, source, options);
+    if (fresh && r > 0) evaluator = std::make_unique<eval::Evaluator>(config);  // same cache: builds are reused
+    auto v = evaluator->evaluate(task, source, options);
     if (!v.candidate_time) {
       std::printf("%-4d %-8s\n", r, std::string(eval::status_name(v.status)).c_str());
       continue;
     }
     medians.push_back(v.candidate_time->median_us);
     if (v.speedup) speedups.push_back(*v.speedup);
+    if (v.reference_time) references.push_back(v.reference_time->median_us);
     std::string reasons;
     for (const auto& reason : v.reasons) reasons += reason.code + " ";
     std::printf("%-4d %-8s %12.2f %7.2f%% %12.2f %12.2f %8.3f %7.1f%% %s\n", r,
@@ -77,16 +92,23 @@ int main(int argc, char** argv) {
   auto stats = eval::summarize_times(medians);
   std::printf("\n%s on %s: median of medians %.2f us, CV of the %d medians %.3f%% (target <= 0.5%%)\n",
               task_name.c_str(), device.c_str(), stats.median_us, stats.trials, 100 * stats.cv);
+  if (fresh && references.size() > 1) {
+    auto ref = eval::summarize_times(references);
+    std::printf("reference, timed by each new evaluator: median %.2f us, CV of the %d medians %.3f%%\n", ref.median_us,
+                ref.trials, 100 * ref.cv);
+  }
   if (!speedups.empty())
     std::printf("speedups %.3f-%.3f: max/min %.3f (targets on the CPU: <= 1.05 quiet, <= 1.15 beside two busy "
                 "processes)\n",
                 *std::min_element(speedups.begin(), speedups.end()), *std::max_element(speedups.begin(), speedups.end()),
                 *std::max_element(speedups.begin(), speedups.end()) / *std::min_element(speedups.begin(), speedups.end()));
-  auto compiled = evaluator.compile(source, options);
-  // Copied out of the cache, which goes away with this run.
-  const fs::path keep = fs::temp_directory_path() / ("crucible-repeat-" + task_name + ".so");
-  fs::copy_file(compiled.so_path, keep, fs::copy_options::overwrite_existing);
-  std::printf("shared object: %s\n", keep.c_str());
+  if (!triton) {
+    auto compiled = evaluator->compile(source, options);
+    // Copied out of the cache, which goes away with this run.
+    const fs::path keep = fs::temp_directory_path() / ("crucible-repeat-" + task_name + ".so");
+    fs::copy_file(compiled.so_path, keep, fs::copy_options::overwrite_existing);
+    std::printf("shared object: %s\n", keep.c_str());
+  }
   std::error_code ec;
   fs::remove_all(config.cache_dir, ec);
   return 0;
