@@ -177,14 +177,14 @@ int main(int argc, char** argv) {
     if (!usable) return fail(12, std::string("device: ") + c->cuda_error_text);
   }
 
-  // Built while the worker may still open every path (as root, the cache directory may be closed to nobody);
-  // entered just before loading.
   // Read from /proc/self/fd, which the file rules close.
   const device::SyscallNeeds needs = device::syscall_needs();
   // The C and C++ runtime an honest candidate's library may name, mapped before the file rules close the library
-  // directories: the dynamic linker then finds them loaded, by soname. (A worker linked with --as-needed may not
-  // have all of them already.)
+  // directories: the dynamic linker then finds them loaded, by soname. (Without this, the CUDA worker on the GPU
+  // nodes searched the library directories for a whole-file build's libstdc++.so.6, and Landlock refused them.)
   for (const char* runtime : {"libstdc++.so.6", "libgcc_s.so.1", "libm.so.6"}) dlopen(runtime, RTLD_NOW | RTLD_LOCAL);
+  // Built while the worker may still open every path (as root, the cache directory may be closed to nobody);
+  // entered just before loading.
   int file_rules = -1;
   if (landlock_abi() > 0) {
     std::string error;
