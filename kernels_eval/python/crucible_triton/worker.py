@@ -16,6 +16,7 @@ Usage: python3 -I worker.py --device N --support LIB --warm-cache DIR
 """
 import ctypes
 import errno
+import gc
 import json
 import linecache
 import mmap
@@ -189,6 +190,11 @@ class Worker:
             return 9
 
         # ---- 4. the run stage ------------------------------------------------------------------------------------
+        # No cyclic garbage collection from here on: a full collection scans every object PyTorch and Triton made,
+        # and one that began inside a call would be timed as the candidate's. What the candidate's calls leave in
+        # reference cycles stays until the worker ends; it serves one candidate.
+        gc.freeze()
+        gc.disable()
         sets = request.num_sets
         while True:
             self.wait_for_call(seq)
