@@ -25,19 +25,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void check_request(const GenerationRequest& r, const ModelConfig& c, std::size_t index) {
-  const auto where = "request " + std::to_string(index) + ": ";
-  if (r.prompt.empty()) throw std::invalid_argument(where + "empty prompt");
-  for (auto t : r.prompt)
-    if (t < 0 || t >= c.vocab_size) throw std::invalid_argument(where + "token " + std::to_string(t) + " outside the vocabulary");
-  if (r.max_new_tokens < 0) throw std::invalid_argument(where + "negative max_new_tokens");
-  const auto total = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
-  if (total > c.max_position_embeddings)
-    throw std::invalid_argument(where + "prompt + max_new_tokens = " + std::to_string(total) +
-                                " exceeds the model's " + std::to_string(c.max_position_embeddings) + " positions");
-  if (r.sampling.top_p <= 0.0 || r.sampling.top_p > 1.0) throw std::invalid_argument(where + "top_p must be in (0, 1]");
-}
-
 // Rows [r0, r0 + n) of a cache, as views: writes through them land in the cache.
 KvCache rows_of(const KvCache& cache, int64_t r0, int64_t n) {
   KvCache view;
@@ -51,6 +38,19 @@ KvCache rows_of(const KvCache& cache, int64_t r0, int64_t n) {
 }
 
 }  // namespace
+
+void check_request(const GenerationRequest& r, const ModelConfig& c, std::size_t index) {
+  const auto where = "request " + std::to_string(index) + ": ";
+  if (r.prompt.empty()) throw std::invalid_argument(where + "empty prompt");
+  for (auto t : r.prompt)
+    if (t < 0 || t >= c.vocab_size) throw std::invalid_argument(where + "token " + std::to_string(t) + " outside the vocabulary");
+  if (r.max_new_tokens < 0) throw std::invalid_argument(where + "negative max_new_tokens");
+  const auto total = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
+  if (total > c.max_position_embeddings)
+    throw std::invalid_argument(where + "prompt + max_new_tokens = " + std::to_string(total) +
+                                " exceeds the model's " + std::to_string(c.max_position_embeddings) + " positions");
+  if (r.sampling.top_p <= 0.0 || r.sampling.top_p > 1.0) throw std::invalid_argument(where + "top_p must be in (0, 1]");
+}
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
@@ -97,20 +97,52 @@ at::Tensor Generator::graph_step(int64_t visible) {
   return graph->replay();
 }
 
+namespace {
+// generate()'s own feed: nothing arrives later, and completions are kept by id.
+class Collect : public RequestFeed {
+ public:
+  explicit Collect(std::size_t n) : out(n) {}
+  std::vector<GenerationRequest> more() override { return {}; }
+  void finished(std::size_t id, Completion completion) override { out[id] = std::move(completion); }
+  std::vector<Completion> out;
+};
+}  // namespace
+
 std::vector<Completion> Generator::generate(const std::vector<GenerationRequest>& requests) {
   if (requests.empty()) return {};
+  Collect collect(requests.size());
+  generate(requests, collect);
+  return std::move(collect.out);
+}
+
+void Generator::take_more(RequestFeed& feed, std::vector<GenerationRequest>& requests, std::vector<Completion>& out,
+                          std::vector<std::size_t>& waiting) {
+  for (auto& r : feed.more()) {
+    const std::size_t id = requests.size();
+    requests.push_back(std::move(r));
+    out.emplace_back();
+    if (requests.back().max_new_tokens > 0) waiting.push_back(id);
+    else feed.finished(id, {});
+  }
+}
+
+void Generator::generate(std::vector<GenerationRequest> requests, RequestFeed& feed) {
   c10::InferenceMode inference;
   for (std::size_t i = 0; i < requests.size(); ++i) check_request(requests[i], model_.config(), i);
   const auto started = std::chrono::steady_clock::now();
   std::vector<Completion> out(requests.size());
   std::vector<std::size_t> queue;  // requests with tokens to make, in order
-  for (std::size_t i = 0; i < requests.size(); ++i)
+  for (std::size_t i = 0; i < requests.size(); ++i) {
     if (requests[i].max_new_tokens > 0) queue.push_back(i);
+    else feed.finished(i, {});  // nothing to make: never takes a row
+  }
   GenerationStats total;
-  while (!queue.empty()) {
+  for (;;) {
+    if (queue.empty()) take_more(feed, requests, out, queue);
+    if (queue.empty()) break;
     const auto rows = options_.max_batch > 0 ? std::min<int64_t>(options_.max_batch, queue.size())
                                              : static_cast<int64_t>(queue.size());
-    auto left = run_batch(requests, std::move(queue), rows, out);
+    auto left = run_batch(requests, std::move(queue), rows, out, feed);
     if (total.waves == 0) total = stats_;
     else total.joined += stats_.joined, total.steps += stats_.steps;
     ++total.waves;
@@ -118,12 +150,11 @@ std::vector<Completion> Generator::generate(const std::vector<GenerationRequest>
   }
   stats_ = total;
   stats_.total_s = seconds_since(started);
-  return out;
 }
 
-std::vector<std::size_t> Generator::run_batch(const std::vector<GenerationRequest>& requests,
+std::vector<std::size_t> Generator::run_batch(std::vector<GenerationRequest>& requests,
                                               std::vector<std::size_t> queue, int64_t B,
-                                              std::vector<Completion>& out) {
+                                              std::vector<Completion>& out, RequestFeed& feed) {
   const auto& config = model_.config();
   const auto started = std::chrono::steady_clock::now();
   // Rows start with the first B requests. Prompts are padded to the longest of all, so a waiting prompt fits before
@@ -214,7 +245,6 @@ std::vector<std::size_t> Generator::run_batch(const std::vector<GenerationReques
     const double* model_lp = ids + 2 * B;
     if (step == 0) stats_.time_to_first_token_s = seconds_since(started);
     stats_.steps = step + 1;
-    std::vector<int64_t> freed;
     for (int64_t b = 0; b < B; ++b) {
       if (done[b]) continue;
       const auto& request = requests[queue[b]];
@@ -232,18 +262,30 @@ std::vector<std::size_t> Generator::run_batch(const std::vector<GenerationReques
         continue;
       }
       c.text = texts[b].text();
+      feed.finished(queue[b], std::move(c));
       done[b] = true;
       --remaining;
-      freed.push_back(b);
     }
     // The slot this step's decode writes: a joining request's prompt ends there.
     const int64_t slot = P + step;
     std::vector<int64_t> joined;
-    for (int64_t b : freed) {
+    bool asked = false;  // the feed, at most once a step
+    for (int64_t b = 0; b < B; ++b) {
+      // An idle row (its request done) takes a waiting request: one that was waiting, or that the feed has now.
+      if (!done[b]) continue;
       // The first waiting request whose tokens still fit the cache's slots; the others wait for a later row or wave.
-      const auto fits = std::find_if(waiting.begin(), waiting.end(), [&](std::size_t i) {
-        return slot + requests[i].max_new_tokens <= capacity;
-      });
+      const auto fitting = [&] {
+        return std::find_if(waiting.begin(), waiting.end(), [&](std::size_t i) {
+          return static_cast<int64_t>(requests[i].prompt.size()) - 1 <= slot &&
+                 slot + requests[i].max_new_tokens <= capacity;
+        });
+      };
+      auto fits = fitting();
+      if (fits == waiting.end() && !asked) {
+        asked = true;
+        take_more(feed, requests, out, waiting);
+        fits = fitting();
+      }
       if (fits == waiting.end()) break;
       const auto& r = requests[*fits];
       const int64_t L = static_cast<int64_t>(r.prompt.size());
@@ -271,8 +313,11 @@ std::vector<std::size_t> Generator::run_batch(const std::vector<GenerationReques
     buffers.slot.fill_(slot);
     logits = use_graph ? graph_step(slot + 1) : decode_step(model_, buffers, slot + 1);
   }
-  for (int64_t b = 0; b < B; ++b)
-    if (!done[b]) out[queue[b]].text = texts[b].text();
+  for (int64_t b = 0; b < B; ++b) {
+    if (done[b]) continue;
+    out[queue[b]].text = texts[b].text();
+    feed.finished(queue[b], std::move(out[queue[b]]));
+  }
   stats_.total_s = seconds_since(started);
   return waiting;
 }

@@ -58,6 +58,21 @@ struct GeneratorOptions {
   int64_t max_batch = 0;
 };
 
+// Requests for a batch that is already decoding, and completions as soon as each row finishes: continuous batching
+// across callers (a server's clients), where generate()'s requests are all known at its start.
+class RequestFeed {
+ public:
+  virtual ~RequestFeed() = default;
+  // Requests waiting now, possibly none; asked whenever a row is free. Each must pass check_request.
+  virtual std::vector<GenerationRequest> more() = 0;
+  // Request `id` is complete: ids number the first requests from 0, then more()'s in the order it gave them.
+  virtual void finished(std::size_t id, Completion completion) = 0;
+};
+
+// Throws std::invalid_argument naming what is wrong with a request (`index` is named in the message): an empty prompt,
+// a token outside the vocabulary, more tokens than the model's positions, a top_p outside (0, 1].
+void check_request(const GenerationRequest& r, const ModelConfig& config, std::size_t index);
+
 class DecodeGraph;
 class LoraAdapter;
 struct DecodeBuffers;
@@ -70,6 +85,9 @@ class Generator {
   // Throws std::invalid_argument for an empty prompt, a token outside the vocabulary, or a request longer than
   // the model's positions.
   std::vector<Completion> generate(const std::vector<GenerationRequest>& requests);
+  // Decodes `requests` and what `feed` adds while rows are busy or requests wait; each completion goes to `feed` as
+  // its row finishes. Returns once the feed has nothing more.
+  void generate(std::vector<GenerationRequest> requests, RequestFeed& feed);
 
   // log p(seq[t] | seq[0..t)) for t = 1..len-1 of each sequence, in micro-batches of at most `max_batch_tokens`
   // padded tokens.
@@ -80,8 +98,12 @@ class Generator {
  private:
   // One batch: `rows` requests start at once, the rest of `queue` join as rows finish. Fills `out` (indexed like
   // `requests`) and returns the requests that never got a row (they did not fit the cache's slots).
-  std::vector<std::size_t> run_batch(const std::vector<GenerationRequest>& requests, std::vector<std::size_t> queue,
-                                     int64_t rows, std::vector<Completion>& out);
+  // Requests that arrive from `feed` while it runs are appended to `requests` and `out`; each completion goes to `feed`.
+  std::vector<std::size_t> run_batch(std::vector<GenerationRequest>& requests, std::vector<std::size_t> queue,
+                                     int64_t rows, std::vector<Completion>& out, RequestFeed& feed);
+  // Takes what `feed` has now into `requests` and `out`; ids with tokens to make go to `waiting`, the rest finish.
+  void take_more(RequestFeed& feed, std::vector<GenerationRequest>& requests, std::vector<Completion>& out,
+                 std::vector<std::size_t>& waiting);
   void join_row(int64_t row, const std::vector<int64_t>& prompt, int64_t slot, DecodeBuffers& buffers);
   DecodeBuffers& buffers_for(int64_t batch, int64_t capacity);
   at::Tensor graph_step(int64_t visible);

@@ -101,36 +101,92 @@ std::vector<int32_t> LanguageModel::encode_prompt(const std::string& text) const
   return ids;
 }
 
-std::vector<TextCompletion> LanguageModel::generate(const std::vector<TextRequest>& requests) {
-  const auto& d = impl_->defaults;
-  const auto stops = stop_token_ids();
-  std::vector<GenerationRequest> work;
-  std::vector<TextCompletion> out(requests.size());
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    const auto& r = requests[i];
+namespace {
+
+// A text request as the generator takes it, its prompt already encoded.
+GenerationRequest generation_request(const TextRequest& r, const std::vector<int32_t>& prompt_tokens,
+                                     const GenerationDefaults& d, const std::vector<int64_t>& stops) {
+  GenerationRequest g;
+  g.prompt.assign(prompt_tokens.begin(), prompt_tokens.end());
+  g.sampling.temperature = r.temperature.value_or(d.temperature.value_or(1.0));
+  if (d.do_sample && !*d.do_sample && !r.temperature) g.sampling.temperature = 0;
+  g.sampling.top_p = r.top_p.value_or(d.top_p.value_or(1.0));
+  g.sampling.top_k = r.top_k.value_or(d.top_k.value_or(0));
+  g.sampling.seed = r.seed;
+  g.max_new_tokens = r.max_new_tokens;
+  g.stop_strings = r.stop_strings;
+  if (r.stop_at_eos) g.stop_token_ids = stops;
+  return g;
+}
+
+void fill_completion(TextCompletion& out, Completion done) {
+  out.text = std::move(done.text);
+  out.tokens.assign(done.tokens.begin(), done.tokens.end());
+  out.sampling_logprobs = std::move(done.sampling_logprobs);
+  out.model_logprobs = std::move(done.model_logprobs);
+  out.finish_reason = finish_reason_name(done.finish);
+}
+
+// The text layer of a feed: encodes what arrives, and turns completions back into text with their prompt's tokens.
+class EncodingFeed : public RequestFeed {
+ public:
+  EncodingFeed(const LanguageModel& lm, TextFeed& text, const GenerationDefaults& defaults)
+      : lm_(lm), text_(text), defaults_(defaults), stops_(lm.stop_token_ids()) {}
+
+  GenerationRequest add(const TextRequest& r) {
     // A group repeats its prompt: encode it once.
-    out[i].prompt_tokens = i > 0 && r.prompt == requests[i - 1].prompt ? out[i - 1].prompt_tokens : encode_prompt(r.prompt);
-    GenerationRequest g;
-    g.prompt.assign(out[i].prompt_tokens.begin(), out[i].prompt_tokens.end());
-    g.sampling.temperature = r.temperature.value_or(d.temperature.value_or(1.0));
-    if (d.do_sample && !*d.do_sample && !r.temperature) g.sampling.temperature = 0;
-    g.sampling.top_p = r.top_p.value_or(d.top_p.value_or(1.0));
-    g.sampling.top_k = r.top_k.value_or(d.top_k.value_or(0));
-    g.sampling.seed = r.seed;
-    g.max_new_tokens = r.max_new_tokens;
-    g.stop_strings = r.stop_strings;
-    if (r.stop_at_eos) g.stop_token_ids = stops;
-    work.push_back(std::move(g));
+    prompts_.push_back(!prompts_.empty() && r.prompt == last_prompt_ ? prompts_.back() : lm_.encode_prompt(r.prompt));
+    last_prompt_ = r.prompt;
+    return generation_request(r, prompts_.back(), defaults_, stops_);
   }
-  const auto done = impl_->generator->generate(work);
-  for (std::size_t i = 0; i < done.size(); ++i) {
-    out[i].text = done[i].text;
-    out[i].tokens.assign(done[i].tokens.begin(), done[i].tokens.end());
-    out[i].sampling_logprobs = done[i].sampling_logprobs;
-    out[i].model_logprobs = done[i].model_logprobs;
-    out[i].finish_reason = finish_reason_name(done[i].finish);
+  std::vector<GenerationRequest> more() override {
+    std::vector<GenerationRequest> out;
+    for (const auto& r : text_.more()) out.push_back(add(r));
+    return out;
   }
-  return out;
+  void finished(std::size_t id, Completion done) override {
+    TextCompletion c;
+    c.prompt_tokens = std::move(prompts_[id]);
+    fill_completion(c, std::move(done));
+    text_.finished(id, std::move(c));
+  }
+
+ private:
+  const LanguageModel& lm_;
+  TextFeed& text_;
+  const GenerationDefaults& defaults_;
+  std::vector<int64_t> stops_;
+  std::vector<std::vector<int32_t>> prompts_;  // by id
+  std::string last_prompt_;
+};
+
+// generate()'s own text feed: nothing arrives later, and completions are kept by id.
+class CollectText : public TextFeed {
+ public:
+  explicit CollectText(std::size_t n) : out(n) {}
+  std::vector<TextRequest> more() override { return {}; }
+  void finished(std::size_t id, TextCompletion completion) override { out[id] = std::move(completion); }
+  std::vector<TextCompletion> out;
+};
+
+}  // namespace
+
+std::vector<TextCompletion> LanguageModel::generate(const std::vector<TextRequest>& requests) {
+  CollectText collect(requests.size());
+  generate(requests, collect);
+  return std::move(collect.out);
+}
+
+void LanguageModel::generate(const std::vector<TextRequest>& requests, TextFeed& feed) {
+  EncodingFeed encoding(*this, feed, impl_->defaults);
+  std::vector<GenerationRequest> work;
+  for (const auto& r : requests) work.push_back(encoding.add(r));
+  impl_->generator->generate(std::move(work), encoding);
+}
+
+void LanguageModel::check(const TextRequest& request) const {
+  check_request(generation_request(request, encode_prompt(request.prompt), impl_->defaults, stop_token_ids()),
+                impl_->model.config(), 0);
 }
 
 std::vector<std::vector<float>> LanguageModel::score(const std::vector<std::vector<int32_t>>& sequences) const {

@@ -40,6 +40,16 @@ struct TextCompletion {
   std::string finish_reason;  // stop_token, stop_string, length
 };
 
+// Text requests for a batch that is already decoding, and text completions as each row finishes (the generator's
+// RequestFeed in text; ids number the first requests from 0, then more()'s in order).
+class TextFeed {
+ public:
+  virtual ~TextFeed() = default;
+  // Requests waiting now, possibly none; each must pass LanguageModel::check.
+  virtual std::vector<TextRequest> more() = 0;
+  virtual void finished(std::size_t id, TextCompletion completion) = 0;
+};
+
 class Transformer;
 class LoraAdapter;
 struct LoraConfig;
@@ -57,6 +67,12 @@ class LanguageModel {
   // One user turn with a system prompt (empty: the chat format's default), as chat_prompt renders it.
   std::string user_prompt(const std::string& text, const std::string& system_prompt = "") const;
   std::vector<TextCompletion> generate(const std::vector<TextRequest>& requests);
+  // Continuous batching across callers: decodes `requests` and what `feed` adds while rows are busy, handing each
+  // completion to `feed` as its row finishes.
+  void generate(const std::vector<TextRequest>& requests, TextFeed& feed);
+  // Throws std::invalid_argument for a request generate() would refuse (a prompt and budget past the model's
+  // positions, a token outside the vocabulary, a bad top_p), without decoding anything.
+  void check(const TextRequest& request) const;
   // A prompt's tokens with the post-processor's prefix (Llama-3's <|begin_of_text|>) exactly once, also when
   // the text is a rendered chat prompt that already starts with it.
   std::vector<int32_t> encode_prompt(const std::string& text) const;

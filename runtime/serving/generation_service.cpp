@@ -57,36 +57,92 @@ std::vector<lm::TextCompletion> GenerationService::generate(const std::string& n
   return done.get();
 }
 
-// One batch decoded together. When it fails, each job is decoded alone, so one client's bad request (a prompt past
-// the model's context) fails only that client.
-void GenerationService::decode(const std::string& name, std::vector<std::unique_ptr<Job>>& batch) {
-  auto adapter = adapters_.find(name);
-  std::vector<std::vector<lm::TextCompletion>> results;
-  try {
-    std::vector<lm::TextRequest> all;
-    for (const auto& job : batch) all.insert(all.end(), job->requests.begin(), job->requests.end());
-    model_.transformer().use_adapter(adapter == adapters_.end() ? nullptr : adapter->second.get());
-    auto completions = model_.generate(all);
-    std::size_t at = 0;
-    for (const auto& job : batch) {
-      const auto begin = completions.begin() + static_cast<std::ptrdiff_t>(at);
-      results.emplace_back(std::make_move_iterator(begin),
-                           std::make_move_iterator(begin + static_cast<std::ptrdiff_t>(job->requests.size())));
-      at += job->requests.size();
-    }
-  } catch (...) {
-    if (batch.size() > 1) {
-      for (auto& job : batch) {
-        std::vector<std::unique_ptr<Job>> alone;
-        alone.push_back(std::move(job));
-        decode(name, alone);
+// The jobs in one decoding batch: those it started with, then those for the same model that arrive while it runs.
+// Each job's requests are checked as they come (a bad one fails that client only, never the batch), and a job is
+// answered as soon as its last completion is in.
+class GenerationService::Feed : public lm::TextFeed {
+ public:
+  Feed(GenerationService& service, std::string name) : service_(service), name_(std::move(name)) {}
+
+  // The requests of jobs that passed the check, in order; the others are answered with their error.
+  std::vector<lm::TextRequest> admit(std::vector<std::unique_ptr<Job>> jobs) {
+    std::vector<lm::TextRequest> requests;
+    for (auto& job : jobs) {
+      try {
+        for (const auto& r : job->requests) service_.model_.check(r);
+      } catch (...) {
+        job->done.set_exception(std::current_exception());
+        continue;
       }
-      return;
+      auto& open = open_.emplace_back(Open{std::move(job), {}, 0});
+      open.results.resize(open.job->requests.size());
+      open.left = open.results.size();
+      for (std::size_t i = 0; i < open.job->requests.size(); ++i) {
+        owner_.push_back({open_.size() - 1, i});
+        requests.push_back(open.job->requests[i]);
+      }
     }
-    batch.front()->done.set_exception(std::current_exception());
-    return;
+    return requests;
   }
-  for (std::size_t i = 0; i < batch.size(); ++i) batch[i]->done.set_value(std::move(results[i]));
+
+  std::vector<lm::TextRequest> more() override {
+    std::vector<std::unique_ptr<Job>> jobs;
+    {
+      std::lock_guard lock(service_.mutex_);
+      jobs = service_.take_jobs(name_, service_.options_.max_batch, /*first=*/false);
+      service_.stats_.joined += jobs.size();
+    }
+    return admit(std::move(jobs));
+  }
+
+  void finished(std::size_t id, lm::TextCompletion completion) override {
+    auto& open = open_[owner_[id].job];
+    open.results[owner_[id].index] = std::move(completion);
+    if (--open.left == 0) open.job->done.set_value(std::move(open.results));
+  }
+
+  // A failure of the decoding itself (not of a request): every client still waiting gets it.
+  void fail_open(std::exception_ptr error) {
+    for (auto& open : open_)
+      if (open.left > 0) {
+        open.left = 0;
+        open.job->done.set_exception(error);
+      }
+  }
+
+ private:
+  struct Open {
+    std::unique_ptr<Job> job;
+    std::vector<lm::TextCompletion> results;
+    std::size_t left;
+  };
+  struct Owner {
+    std::size_t job, index;
+  };
+  GenerationService& service_;
+  std::string name_;
+  std::deque<Open> open_;     // stable addresses as jobs are added
+  std::vector<Owner> owner_;  // by request id
+};
+
+std::vector<std::unique_ptr<GenerationService::Job>> GenerationService::take_jobs(const std::string& name,
+                                                                                   std::size_t room, bool first) {
+  std::vector<std::unique_ptr<Job>> jobs;
+  std::size_t sequences = 0;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    // A job larger than the limit goes alone, as the first of a batch.
+    const bool fits = sequences + (*it)->requests.size() <= room || (first && jobs.empty());
+    if ((*it)->name == name && fits) {
+      sequences += (*it)->requests.size();
+      jobs.push_back(std::move(*it));
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  stats_.requests += jobs.size();
+  stats_.sequences += sequences;
+  return jobs;
 }
 
 void GenerationService::decode_loop() {
@@ -100,26 +156,24 @@ void GenerationService::decode_loop() {
       for (const auto& job : queue_) queued += job->requests.size();
       return stopping_ || queued >= options_.max_batch;
     });
-    // One batch: the oldest job's model, and every queued job for it while the batch has room (a job larger than
-    // the limit goes alone).
+    // One batch: the oldest job's model, and every queued job for it while the batch has room; later jobs for it
+    // join while it decodes.
     const std::string name = queue_.front()->name;
-    std::vector<std::unique_ptr<Job>> batch;
+    auto jobs = take_jobs(name, options_.max_batch, /*first=*/true);
     std::size_t sequences = 0;
-    for (auto it = queue_.begin(); it != queue_.end();) {
-      if ((*it)->name == name && (batch.empty() || sequences + (*it)->requests.size() <= options_.max_batch)) {
-        sequences += (*it)->requests.size();
-        batch.push_back(std::move(*it));
-        it = queue_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    for (const auto& job : jobs) sequences += job->requests.size();
     ++stats_.batches;
-    stats_.requests += batch.size();
-    stats_.sequences += sequences;
     stats_.largest_batch = std::max(stats_.largest_batch, sequences);
     lock.unlock();
-    decode(name, batch);
+    Feed feed(*this, name);
+    try {
+      const auto requests = feed.admit(std::move(jobs));
+      auto adapter = adapters_.find(name);
+      model_.transformer().use_adapter(adapter == adapters_.end() ? nullptr : adapter->second.get());
+      model_.generate(requests, feed);
+    } catch (...) {
+      feed.fail_open(std::current_exception());
+    }
     lock.lock();
   }
 }

@@ -1,7 +1,9 @@
 #pragma once
 // One model shared by many clients: requests from any thread are batched (those that arrive within a short window,
 // for the same model or adapter, up to a batch limit) and decoded together by one thread that owns the model.
-// PEFT adapters are loaded once and chosen per request by name, as vLLM serves LoRA.
+// Requests that arrive while a batch decodes join it as its rows finish (continuous batching), and each client's
+// answer is sent as soon as its own rows are done. PEFT adapters are loaded once and chosen per request by name,
+// as vLLM serves LoRA.
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -27,6 +29,7 @@ struct ServiceOptions {
 
 struct ServiceStats {
   std::size_t requests = 0, sequences = 0, batches = 0, largest_batch = 0;
+  std::size_t joined = 0;  // requests that joined a batch already decoding
 };
 
 class GenerationService {
@@ -54,8 +57,10 @@ class GenerationService {
     std::vector<lm::TextRequest> requests;
     std::promise<std::vector<lm::TextCompletion>> done;
   };
+  class Feed;
   void decode_loop();
-  void decode(const std::string& name, std::vector<std::unique_ptr<Job>>& batch);
+  // Takes the queued jobs for `name` while their sequences fit `room` (one job at least, when `first`). Under mutex_.
+  std::vector<std::unique_ptr<Job>> take_jobs(const std::string& name, std::size_t room, bool first);
 
   lm::LanguageModel model_;
   ServiceOptions options_;

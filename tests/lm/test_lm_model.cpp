@@ -3,7 +3,9 @@
 #include <c10/core/InferenceMode.h>
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
+#include <set>
 
 #include "lm/decode_step.h"
 #include "lm/generator.h"
@@ -167,6 +169,61 @@ TEST_CASE("generation: a request's seed alone decides its samples, whatever batc
   for (uint64_t seed = 0; seed < 8; ++seed)
     distinct.insert(generator.generate({sampled_request(g.prompts[0], seed, 1.0, 1.0, 0)})[0].tokens);
   CHECK(distinct.size() >= 6);
+}
+
+TEST_CASE("generation: requests fed while a batch decodes take freed rows, and each completion comes as its row ends") {
+  const auto lm = load("qwen2_tiny");
+  const auto g = golden("qwen2_tiny");
+  Generator alone(lm.model, lm.bytes());
+  GeneratorOptions options;
+  options.max_batch = 2;
+  Generator rows(lm.model, lm.bytes(), options);
+  // Two requests start, on the two longest prompts; three more arrive once a row is free: one on the shortest prompt
+  // (it fits below the batch's slot and joins), one that makes no tokens, and one longer than any prompt so far
+  // (it cannot fit below the slot yet and waits for the next wave). Nothing after that.
+  struct Feed : RequestFeed {
+    std::vector<GenerationRequest> later;
+    int asked = 0;
+    std::vector<std::pair<std::size_t, Completion>> finished_in_order;
+    std::vector<GenerationRequest> more() override { return asked++ == 0 ? later : std::vector<GenerationRequest>{}; }
+    void finished(std::size_t id, Completion c) override { finished_in_order.emplace_back(id, std::move(c)); }
+  } feed;
+  std::vector<std::vector<int64_t>> by_length(g.prompts.begin(), g.prompts.end());
+  std::sort(by_length.begin(), by_length.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  std::vector<GenerationRequest> first{greedy_request(by_length[0], 3), sampled_request(by_length[1], 7)};
+  first[1].max_new_tokens = 12;
+  auto longer = by_length[0];
+  longer.insert(longer.end(), by_length[0].begin(), by_length[0].end());
+  feed.later = {sampled_request(by_length.back(), 11), greedy_request(by_length[1], 0), greedy_request(longer, 5)};
+  feed.later[0].max_new_tokens = 4;
+  std::vector<GenerationRequest> all = first;
+  all.insert(all.end(), feed.later.begin(), feed.later.end());
+
+  rows.generate(first, feed);
+  CHECK(feed.asked >= 2);             // asked again after taking the three: nothing more
+  CHECK(rows.last_stats().joined == 1);  // the short one took a freed row mid-batch
+  CHECK(rows.last_stats().waves == 2);   // the long one waited for a wave of its own
+  REQUIRE(feed.finished_in_order.size() == all.size());
+  std::set<std::size_t> ids;
+  for (const auto& [id, c] : feed.finished_in_order) {
+    INFO("request ", id);
+    REQUIRE(id < all.size());
+    CHECK(ids.insert(id).second);  // each once
+    if (all[id].max_new_tokens == 0) {
+      CHECK(c.tokens.empty());
+      continue;
+    }
+    const auto own = alone.generate({all[id]})[0];
+    CHECK(c.tokens == own.tokens);
+    CHECK(c.text == own.text);
+  }
+  // The short first request is answered before the long second one ends.
+  const auto position = [&](std::size_t id) {
+    for (std::size_t i = 0; i < feed.finished_in_order.size(); ++i)
+      if (feed.finished_in_order[i].first == id) return i;
+    return feed.finished_in_order.size();
+  };
+  CHECK(position(0) < position(1));
 }
 
 TEST_CASE("generation: with more requests than rows, a finished row goes to the next request at once") {

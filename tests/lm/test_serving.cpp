@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <map>
 #include <regex>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "openai_policy/openai_policy.h"
 #include "process_support.h"
 #include "run/jsonl.h"
+#include "serving/generation_service.h"
 #include "serving/openai_api.h"
 #include "support.h"
 #include "tasks/task_loader.h"
@@ -126,6 +128,43 @@ TEST_CASE("openai api: requests parse into typed values, malformed ones are 400s
   // A client reads back an error body as the server's error.
   CHECK_THROWS_AS(serving::parse_response(serving::Endpoint::chat, serving::error_json({404, "not_found_error", "no"})),
                   serving::ApiError);
+}
+
+TEST_CASE("generation service: a request that arrives while a batch decodes joins it, and is answered first") {
+  serving::ServiceOptions options;
+  options.model_name = "tiny";
+  options.max_batch = 4;
+  options.batch_window_s = 0.0;
+  serving::GenerationService service(lm::LanguageModel::load(test::lm_fixture("qwen2_tiny")), options);
+  auto reference = lm::LanguageModel::load(test::lm_fixture("qwen2_tiny"));
+  auto request = [](int64_t tokens, uint64_t seed) {
+    lm::TextRequest r;
+    r.prompt = "def relu(x):";
+    r.max_new_tokens = tokens;
+    r.seed = seed;
+    r.stop_at_eos = false;  // exactly `tokens` tokens: the long one decodes for all its steps
+    return r;
+  };
+  // A batch of two rows: one ends after two tokens, the other decodes 2000, so a row stays idle for long.
+  auto first = std::async(std::launch::async, [&] { return service.generate("tiny", {request(2, 1), request(2000, 2)}); });
+  REQUIRE(test::eventually([&] { return service.stats().batches == 1; }, std::chrono::seconds(60)));
+  const auto late = service.generate("tiny", {request(6, 3)});  // blocks until its own completion is in
+  CHECK(first.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);  // the long row still decodes
+  const auto stats = service.stats();
+  CHECK(stats.batches == 1);
+  CHECK(stats.joined == 1);
+  REQUIRE(late.size() == 1);
+  CHECK(late[0].tokens.size() == 6);
+  CHECK(late[0].tokens == reference.generate({request(6, 3)})[0].tokens);  // as if decoded alone
+  const auto early = first.get();
+  REQUIRE(early.size() == 2);
+  CHECK(early[0].tokens == reference.generate({request(2, 1)})[0].tokens);
+  CHECK(early[1].tokens.size() == 2000);
+  // A bad request fails its own client only, also when it arrives mid-batch.
+  auto again = std::async(std::launch::async, [&] { return service.generate("tiny", {request(2, 4), request(800, 5)}); });
+  REQUIRE(test::eventually([&] { return service.stats().batches == 2; }, std::chrono::seconds(60)));
+  CHECK_THROWS_AS(service.generate("tiny", {request(4000, 6)}), std::invalid_argument);  // past 2048 positions
+  CHECK(again.get().size() == 2);
 }
 
 TEST_CASE("crucible serve and the client policy: samples, adapters by name, streaming, batched concurrent requests") {
