@@ -43,7 +43,8 @@ class GenerationService {
   // The base model's name first, then the adapters'.
   std::vector<std::string> model_names() const;
   bool serves(const std::string& name) const;
-  // Blocks until the requests are decoded (in one batch with whatever else came in its window). Thread-safe.
+  // Blocks until the requests are decoded: in a batch with whatever else came in its window, or in a batch already
+  // decoding, as its rows free. Thread-safe.
   // Throws std::invalid_argument for a name it does not serve; rethrows a decoding failure.
   std::vector<lm::TextCompletion> generate(const std::string& name, std::vector<lm::TextRequest> requests);
 
