@@ -38,7 +38,9 @@ bool GenerationService::serves(const std::string& name) const { return name == o
 
 ServiceStats GenerationService::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  ServiceStats now = stats_;
+  now.waiting = queue_.size();
+  return now;
 }
 
 std::vector<lm::TextCompletion> GenerationService::generate(const std::string& name, std::vector<lm::TextRequest> requests) {
@@ -89,7 +91,18 @@ class GenerationService::Feed : public lm::TextFeed {
     std::vector<std::unique_ptr<Job>> jobs;
     {
       std::lock_guard lock(service_.mutex_);
-      jobs = service_.take_jobs(name_, service_.options_.max_batch, /*first=*/false);
+      // Oldest first: the batch takes jobs from the front of the queue while they are for its model and fit. Once
+      // another model's job (or one too large) is the oldest, it takes no more and ends, so that job is next.
+      auto& queue = service_.queue_;
+      std::size_t sequences = 0;
+      while (!queue.empty() && queue.front()->name == name_ &&
+             sequences + queue.front()->requests.size() <= service_.options_.max_batch) {
+        sequences += queue.front()->requests.size();
+        jobs.push_back(std::move(queue.front()));
+        queue.pop_front();
+      }
+      service_.stats_.requests += jobs.size();
+      service_.stats_.sequences += sequences;
       service_.stats_.joined += jobs.size();
     }
     return admit(std::move(jobs));
@@ -125,13 +138,12 @@ class GenerationService::Feed : public lm::TextFeed {
   std::vector<Owner> owner_;  // by request id
 };
 
-std::vector<std::unique_ptr<GenerationService::Job>> GenerationService::take_jobs(const std::string& name,
-                                                                                   std::size_t room, bool first) {
+std::vector<std::unique_ptr<GenerationService::Job>> GenerationService::take_jobs(const std::string& name) {
   std::vector<std::unique_ptr<Job>> jobs;
   std::size_t sequences = 0;
   for (auto it = queue_.begin(); it != queue_.end();) {
     // A job larger than the limit goes alone, as the first of a batch.
-    const bool fits = sequences + (*it)->requests.size() <= room || (first && jobs.empty());
+    const bool fits = sequences + (*it)->requests.size() <= options_.max_batch || jobs.empty();
     if ((*it)->name == name && fits) {
       sequences += (*it)->requests.size();
       jobs.push_back(std::move(*it));
@@ -159,7 +171,7 @@ void GenerationService::decode_loop() {
     // One batch: the oldest job's model, and every queued job for it while the batch has room; later jobs for it
     // join while it decodes.
     const std::string name = queue_.front()->name;
-    auto jobs = take_jobs(name, options_.max_batch, /*first=*/true);
+    auto jobs = take_jobs(name);
     std::size_t sequences = 0;
     for (const auto& job : jobs) sequences += job->requests.size();
     ++stats_.batches;

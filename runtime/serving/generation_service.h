@@ -29,7 +29,8 @@ struct ServiceOptions {
 
 struct ServiceStats {
   std::size_t requests = 0, sequences = 0, batches = 0, largest_batch = 0;
-  std::size_t joined = 0;  // requests that joined a batch already decoding
+  std::size_t joined = 0;   // requests that joined a batch already decoding
+  std::size_t waiting = 0;  // requests queued now
 };
 
 class GenerationService {
@@ -60,8 +61,9 @@ class GenerationService {
   };
   class Feed;
   void decode_loop();
-  // Takes the queued jobs for `name` while their sequences fit `room` (one job at least, when `first`). Under mutex_.
-  std::vector<std::unique_ptr<Job>> take_jobs(const std::string& name, std::size_t room, bool first);
+  // A new batch: the queued jobs for `name` while their sequences fit max_batch (the first one whatever its size).
+  // Under mutex_.
+  std::vector<std::unique_ptr<Job>> take_jobs(const std::string& name);
 
   lm::LanguageModel model_;
   ServiceOptions options_;

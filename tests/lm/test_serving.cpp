@@ -167,6 +167,34 @@ TEST_CASE("generation service: a request that arrives while a batch decodes join
   CHECK(again.get().size() == 2);
 }
 
+TEST_CASE("generation service: a batch takes no more requests once another model's request is the oldest waiting") {
+  serving::ServiceOptions options;
+  options.model_name = "tiny";
+  options.adapters["tuned"] = test::lm_fixture("qwen2_tiny_peft");
+  options.max_batch = 4;
+  options.batch_window_s = 0.0;
+  serving::GenerationService service(lm::LanguageModel::load(test::lm_fixture("qwen2_tiny")), options);
+  auto request = [](int64_t tokens) {
+    lm::TextRequest r;
+    r.prompt = "def relu(x):";
+    r.max_new_tokens = tokens;
+    r.stop_at_eos = false;
+    return r;
+  };
+  auto base = std::async(std::launch::async, [&] { return service.generate("tiny", {request(2), request(2000)}); });
+  REQUIRE(test::eventually([&] { return service.stats().batches == 1; }, std::chrono::seconds(60)));
+  // The adapter's request waits (another model: another batch); the base model's later one must not pass it.
+  auto tuned = std::async(std::launch::async, [&] { return service.generate("tuned", {request(3)}); });
+  REQUIRE(test::eventually([&] { return service.stats().waiting == 1; }, std::chrono::seconds(60)));
+  const auto later = service.generate("tiny", {request(3)});
+  // It did not join the base batch, though that batch had an idle row for all its 2000 steps.
+  CHECK(service.stats().joined == 0);
+  CHECK(service.stats().batches == 3);  // base, then tuned, then the later base request
+  CHECK(tuned.get().size() == 1);
+  CHECK(later.size() == 1);
+  CHECK(base.get().size() == 2);
+}
+
 TEST_CASE("crucible serve and the client policy: samples, adapters by name, streaming, batched concurrent requests") {
   test::ScratchDir scratch("serve");
   Server server(scratch);
