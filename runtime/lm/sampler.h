@@ -1,7 +1,9 @@
 #pragma once
 // Token sampling for a batch whose rows each carry their own temperature, top-k, top-p and seed.
-// Randomness is a counter-based hash of (row seed, step, token id) turned into Gumbel noise, so a request's
-// samples depend only on its seed and its logits: not on the batch it shares, the device, or other requests.
+// Each row draws one uniform number per step from a counter-based hash of (row seed, step) and takes the token where
+// it falls in the cumulative distribution, so a request's samples depend only on its seed and its logits: not on the
+// batch it shares, the device, or other requests. One draw per row, not one per vocabulary entry: at batch 64 the
+// per-token noise over 152k ids cost a fifth of a decode step.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -17,6 +19,9 @@ struct SampledTokens {
   at::Tensor model_logprobs;     // [B] float32: under the model's raw distribution (temperature 1, no filtering)
 };
 
+// The uniform number in (0, 1) a row with this seed draws at this step of its completion.
+float row_uniform(uint64_t seed, int64_t step);
+
 class BatchSampler {
  public:
   BatchSampler(const std::vector<SamplingParams>& rows, int64_t vocab_size, c10::Device device);
@@ -26,15 +31,14 @@ class BatchSampler {
   SampledTokens sample(const at::Tensor& logits, const std::vector<int64_t>& steps) const;
 
  private:
-  SampledTokens sample_with(const at::Tensor& logits, const at::Tensor& step_mix) const;
-  at::Tensor uniform_noise(const at::Tensor& token_ids, const at::Tensor& step_mix) const;
+  SampledTokens sample_with(const at::Tensor& logits, const std::vector<int64_t>& steps) const;
 
+  std::vector<uint64_t> seeds_;
+  c10::Device device_;
   at::Tensor inv_temperature_;  // [B, 1]
   at::Tensor top_p_;            // [B, 1]
   at::Tensor top_k_;            // [B, 1] int64, V where off
   at::Tensor greedy_;           // [B] bool
-  at::Tensor row_keys_;         // [B, 1] int32
-  at::Tensor token_mix_;        // [1, V] int32: per-token hash input
   bool any_filter_ = false;
   bool any_sampled_ = false;
 };

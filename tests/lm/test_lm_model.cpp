@@ -4,11 +4,14 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
 #include "lm/decode_step.h"
 #include "lm/generator.h"
+#include "lm/sampler.h"
 #include "lm/golden_outputs.h"
 #include "lm/tokenizer/bpe_tokenizer.h"
 #include "lm/transformer.h"
@@ -150,6 +153,54 @@ TEST_CASE("generation: log-probabilities under the model and under the sampling 
   const auto filtered = generator.generate({sampled_request(g.prompts[2], 3, 1.0, 0.5, 0)})[0];
   for (std::size_t t = 0; t < filtered.tokens.size(); ++t)
     CHECK(filtered.sampling_logprobs[t] >= filtered.model_logprobs[t] - 1e-5f);
+}
+
+// Rows of the same logits with distinct seeds: the tokens' frequencies must follow the distribution sampled from.
+TEST_CASE("sampling: frequencies follow temperature, top-k and top-p, and no zero-probability token is drawn") {
+  const std::vector<double> p = {0.5, 0.25, 0.15, 0.1, 0.0};
+  const int64_t V = static_cast<int64_t>(p.size()), B = 4000;
+  std::vector<float> row;
+  for (double x : p) row.push_back(x > 0 ? static_cast<float>(std::log(x)) : -std::numeric_limits<float>::infinity());
+  const auto logits = at::tensor(row).view({1, V}).expand({B, V}).contiguous();
+  struct Case {
+    double temperature, top_p;
+    int64_t top_k;
+    std::vector<double> expected;
+  };
+  const double z2 = 0.25 + 0.0625 + 0.0225 + 0.01;  // temperature 0.5 squares the probabilities
+  const std::vector<Case> cases = {
+      {1.0, 1.0, 0, {0.5, 0.25, 0.15, 0.1, 0.0}},
+      {0.5, 1.0, 0, {0.25 / z2, 0.0625 / z2, 0.0225 / z2, 0.01 / z2, 0.0}},
+      {1.0, 1.0, 2, {2.0 / 3, 1.0 / 3, 0.0, 0.0, 0.0}},
+      {1.0, 0.7, 0, {0.5 / 0.75, 0.25 / 0.75, 0.0, 0.0, 0.0}},  // the smallest prefix reaching 0.7: two tokens
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.temperature);
+    CAPTURE(c.top_k);
+    CAPTURE(c.top_p);
+    std::vector<SamplingParams> rows;
+    for (int64_t b = 0; b < B; ++b) rows.push_back({c.temperature, c.top_p, c.top_k, static_cast<uint64_t>(1000 + b)});
+    BatchSampler sampler(rows, V, at::kCPU);
+    const auto out = sampler.sample(logits, 3);
+    const auto counts = at::bincount(out.tokens, {}, V);
+    for (int64_t v = 0; v < V; ++v) {
+      CAPTURE(v);
+      CHECK(std::abs(counts[v].item<double>() / B - c.expected[v]) < 0.03);
+      if (c.expected[v] == 0.0) CHECK(counts[v].item<int64_t>() == 0);
+    }
+    // Each token's sampling log-probability is the log of its probability under the distribution sampled from.
+    const auto lp = out.sampling_logprobs;
+    for (int64_t b = 0; b < 50; ++b) {
+      const auto t = out.tokens[b].item<int64_t>();
+      CHECK(lp[b].item<double>() == doctest::Approx(std::log(c.expected[t])).epsilon(1e-4));
+    }
+  }
+  // Another step draws anew: the same rows do not repeat their tokens.
+  std::vector<SamplingParams> rows;
+  for (int64_t b = 0; b < B; ++b) rows.push_back({1.0, 1.0, 0, static_cast<uint64_t>(1000 + b)});
+  BatchSampler sampler(rows, V, at::kCPU);
+  CHECK(!at::equal(sampler.sample(logits, 3).tokens, sampler.sample(logits, 4).tokens));
+  CHECK(at::equal(sampler.sample(logits, 3).tokens, sampler.sample(logits, 3).tokens));
 }
 
 TEST_CASE("generation: a request's seed alone decides its samples, whatever batch it shares") {
