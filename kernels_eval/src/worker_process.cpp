@@ -127,7 +127,8 @@ fs::path default_cuda_worker_binary() {
 #endif
 }
 
-std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary, const std::vector<std::string>& args) {
+std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary, const std::vector<std::string>& args,
+                                                    const std::string& visible_devices) {
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0)
     throw std::runtime_error(std::string("socketpair: ") + std::strerror(errno));
@@ -150,8 +151,9 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary, cons
   // The worker inherits nothing but the dynamic loader's search path, which GPUs it may see, and its private
   // TMPDIR.
   std::vector<std::string> env_strings{"TMPDIR=" + scratch};
-  for (const char* name : {"LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES"})
-    if (const char* value = std::getenv(name)) env_strings.push_back(std::string(name) + "=" + value);
+  if (const char* value = std::getenv("LD_LIBRARY_PATH")) env_strings.push_back(std::string("LD_LIBRARY_PATH=") + value);
+  if (!visible_devices.empty()) env_strings.push_back("CUDA_VISIBLE_DEVICES=" + visible_devices);
+  else if (const char* value = std::getenv("CUDA_VISIBLE_DEVICES")) env_strings.push_back(std::string("CUDA_VISIBLE_DEVICES=") + value);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -539,8 +541,13 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync, bool 
   return out;
 }
 
-WorkerPool::WorkerPool(fs::path binary, int warm, std::vector<std::string> args, double start_timeout_s)
-    : binary_(std::move(binary)), args_(std::move(args)), warm_(std::max(warm, 0)), start_timeout_s_(start_timeout_s) {
+WorkerPool::WorkerPool(fs::path binary, int warm, std::vector<std::string> args, double start_timeout_s,
+                       std::string visible_devices)
+    : binary_(std::move(binary)),
+      args_(std::move(args)),
+      visible_devices_(std::move(visible_devices)),
+      warm_(std::max(warm, 0)),
+      start_timeout_s_(start_timeout_s) {
   if (!fs::exists(binary_)) throw std::runtime_error("worker binary not found: " + binary_.string());
   // What evaluators killed outright left behind (their workers end by themselves, see the worker's main).
   remove_orphaned_scratch_dirs("worker");
@@ -550,7 +557,7 @@ WorkerPool::WorkerPool(fs::path binary, int warm, std::vector<std::string> args,
 
 void WorkerPool::top_up() {
   while (static_cast<int>(idle_.size()) < warm_) {
-    idle_.push_back(WorkerProcess::spawn(binary_, args_));
+    idle_.push_back(WorkerProcess::spawn(binary_, args_, visible_devices_));
     ++started_;
   }
 }
@@ -563,7 +570,7 @@ std::unique_ptr<WorkerProcess> WorkerPool::acquire() {
     if (!w->wait_hello(start_timeout_s_)) w.reset();  // died while idle: drop it
   }
   if (!w) {
-    w = WorkerProcess::spawn(binary_, args_);
+    w = WorkerProcess::spawn(binary_, args_, visible_devices_);
     ++started_;
     if (start_timeout_s_ > 10.0) w->wait_hello(start_timeout_s_);  // else the load's own wait covers it
   }

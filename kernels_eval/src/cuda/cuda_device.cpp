@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -35,6 +36,11 @@ DeviceInfo device_info(int device) {
   info.minor = prop.minor;
   info.multiprocessors = prop.multiProcessorCount;
   info.l2_bytes = static_cast<std::size_t>(prop.l2CacheSize);
+  char uuid[64];
+  const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  info.uuid = uuid;
   int previous = 0;
   check(cudaGetDevice(&previous), "cudaGetDevice");
   check(cudaSetDevice(device), "cudaSetDevice");

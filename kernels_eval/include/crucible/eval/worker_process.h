@@ -96,8 +96,10 @@ struct DeviceShare {
 
 class WorkerProcess {
  public:
+  // `visible_devices`, when given, replaces the evaluator's CUDA_VISIBLE_DEVICES for this worker.
   static std::unique_ptr<WorkerProcess> spawn(const std::filesystem::path& binary,
-                                              const std::vector<std::string>& args = {});
+                                              const std::vector<std::string>& args = {},
+                                              const std::string& visible_devices = {});
   ~WorkerProcess();
   WorkerProcess(const WorkerProcess&) = delete;
   WorkerProcess& operator=(const WorkerProcess&) = delete;
@@ -172,8 +174,9 @@ class WorkerPool {
  public:
   // `args` go to every worker (a CUDA worker's --device N).
   // A worker that needs long to start (an interpreter importing its libraries) gets `start_timeout_s` to say hello.
+  // `visible_devices`: the GPUs its workers see, when not the evaluator's own (see WorkerProcess::spawn).
   explicit WorkerPool(std::filesystem::path binary, int warm = 1, std::vector<std::string> args = {},
-                      double start_timeout_s = 10.0);
+                      double start_timeout_s = 10.0, std::string visible_devices = {});
   std::unique_ptr<WorkerProcess> acquire();  // a started worker; a replacement starts at once
   int started() const { return started_; }
   const std::filesystem::path& binary() const { return binary_; }
@@ -182,6 +185,7 @@ class WorkerPool {
   void top_up();
   std::filesystem::path binary_;
   std::vector<std::string> args_;
+  std::string visible_devices_;
   int warm_;
   double start_timeout_s_;
   int started_ = 0;
