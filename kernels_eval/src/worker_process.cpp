@@ -214,6 +214,9 @@ bool WorkerProcess::wait_hello(double timeout_s) {
   proto::Hello hello{};
   if (recv(socket_, &hello, sizeof hello, 0) != sizeof hello || hello.magic != proto::kMagic) return false;
   hello_seen_ = true;
+  if (trace_calls())
+    std::fprintf(stderr, "worker %d started in %.1f ms (device context %.1f ms, profiler %.1f ms)\n",
+                 static_cast<int>(pid_), hello.start_us / 1e3, hello.context_us / 1e3, hello.profiler_us / 1e3);
   return true;
 }
 

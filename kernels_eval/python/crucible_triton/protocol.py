@@ -32,7 +32,8 @@ class LoadReply(ctypes.Structure):
 
 
 class Hello(ctypes.Structure):
-    _fields_ = [("magic", ctypes.c_uint32), ("pid", ctypes.c_int32)]
+    _fields_ = [("magic", ctypes.c_uint32), ("pid", ctypes.c_int32), ("start_us", ctypes.c_uint32),
+                ("context_us", ctypes.c_uint32), ("profiler_us", ctypes.c_uint32)]
 
 
 def _pad(n):

@@ -13,6 +13,11 @@ using ForwardFn = decltype(&crucible_forward);
 
 // Before the hello, so that a prestarted worker has its device context ready when a job arrives.
 bool start_device(int argc, char** argv, std::string& error);
+// How long start_device spent creating the device's context and starting the profiler, in microseconds.
+struct StartTimes {
+  uint32_t context_us = 0, profiler_us = 0;
+};
+StartTimes start_times();
 
 // The base that the request's tensor offsets are relative to: the host arena, or device memory the evaluator
 // shares with this worker.

@@ -4,6 +4,7 @@
 namespace crucible::eval::worker {
 
 bool start_device(int, char**, std::string&) { return true; }
+StartTimes start_times() { return {}; }
 
 char* attach_tensors(const protocol::LoadRequest&, char* host_arena, std::string&) { return host_arena; }
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -75,6 +76,8 @@ std::vector<OpenFile> driver_files() {
 
 }  // namespace
 
+StartTimes g_start_times;
+
 bool start_device(int argc, char** argv, std::string& error) {
   int device = 0;
   for (int i = 1; i + 1 < argc; ++i)
@@ -85,10 +88,16 @@ bool start_device(int argc, char** argv, std::string& error) {
     error = "cannot find the CUDA runtime's allocation functions";
     return false;
   }
+  const auto began = std::chrono::steady_clock::now();
+  auto us_since = [](std::chrono::steady_clock::time_point t) {
+    return static_cast<uint32_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t).count());
+  };
   if (auto e = cudaSetDevice(device); e != cudaSuccess) return fail(error, "cudaSetDevice", e);
   // Spinning while the device works: the end of a call is seen at once, and no blocking system calls are needed.
   if (auto e = cudaSetDeviceFlags(cudaDeviceScheduleSpin); e != cudaSuccess) return fail(error, "cudaSetDeviceFlags", e);
   if (auto e = cudaFree(nullptr); e != cudaSuccess) return fail(error, "creating the CUDA context", e);
+  g_start_times.context_us = us_since(began);
   if (auto e = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking); e != cudaSuccess)
     return fail(error, "cudaStreamCreate", e);
   if (auto e = cudaEventCreate(&g_start); e != cudaSuccess) return fail(error, "cudaEventCreate", e);
@@ -100,10 +109,14 @@ bool start_device(int argc, char** argv, std::string& error) {
   if (auto e = cudaFreeAsync(warm, g_stream); e != cudaSuccess) return fail(error, "cudaFreeAsync", e);
   if (auto e = cudaStreamSynchronize(g_stream); e != cudaSuccess) return fail(error, "cudaStreamSynchronize", e);
 #ifdef CRUCIBLE_WITH_CUPTI
+  const auto profiler_began = std::chrono::steady_clock::now();
   coverage::start();  // without it, coverage is reported as unknown
+  g_start_times.profiler_us = us_since(profiler_began);
 #endif
   return true;
 }
+
+StartTimes start_times() { return g_start_times; }
 
 char* attach_tensors(const protocol::LoadRequest& request, char*, std::string& error) {
   if (request.cuda_device < 0) {

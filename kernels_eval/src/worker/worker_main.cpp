@@ -20,6 +20,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -131,6 +134,25 @@ FileRules loadable_files(const std::string& so_path) {
   return rules;
 }
 
+// From the kernel's record of when this process started (clock ticks since boot) to now: 0 if unreadable.
+uint32_t microseconds_since_exec() {
+  std::ifstream stat("/proc/self/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');  // the command name may hold anything but a last ')'
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  for (int i = 3; i < 22 && fields >> field; ++i) {
+  }
+  unsigned long long start_ticks = 0;
+  if (!(fields >> start_ticks)) return 0;
+  timespec now{};
+  clock_gettime(CLOCK_BOOTTIME, &now);
+  const double started_s = static_cast<double>(start_ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double elapsed_s = static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec) - started_s;
+  return elapsed_s > 0 ? static_cast<uint32_t>(elapsed_s * 1e6) : 0;
+}
+
 // Gives up root for nobody; the candidate's library is opened first, and loaded through its descriptor.
 bool become_nobody() {
   const uid_t id = 65534;
@@ -149,7 +171,9 @@ int main(int argc, char** argv) {
   if (g_parent == 1) return 2;
   std::string device_error;
   const bool device_ready = device::start_device(argc, argv, device_error);  // reported in the load reply
-  proto::Hello hello{proto::kMagic, static_cast<int32_t>(getpid())};
+  const auto times = device::start_times();
+  proto::Hello hello{proto::kMagic, static_cast<int32_t>(getpid()), microseconds_since_exec(), times.context_us,
+                     times.profiler_us};
   if (!send_all(&hello, sizeof hello)) return 2;
 
   auto request = std::make_unique<proto::LoadRequest>();

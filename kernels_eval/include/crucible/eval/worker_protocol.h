@@ -52,9 +52,12 @@ struct LoadReply {
   char error[1024];
 };
 
+// Sent once the worker is ready to load, with how long getting ready took (microseconds; 0 where not measured):
+// its whole start (from exec), and of that its device's context and its profiler.
 struct Hello {
   uint32_t magic;
   int32_t pid;
+  uint32_t start_us, context_us, profiler_us;
 };
 
 // Lives at arena offset 0. Sequence numbers only grow; the worker sleeps on `go` via futex when idle.
