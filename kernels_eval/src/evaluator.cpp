@@ -223,9 +223,8 @@ GpuResources& Evaluator::gpu_resources(int device) {
   at::globalContext().setAllowTF32CuDNN(false);
   int warm = config_.gpu_warm_workers;
   if (const char* env = std::getenv("CRUCIBLE_GPU_WARM_WORKERS")) warm = std::atoi(env);
-  // A worker sees only its own GPU: starting a CUDA context otherwise initialises every GPU of the host, and with
-  // one node per GPU each node's worker starts waited on all the others' GPUs (loads of 1-5 s on a 4-GPU host).
-  // MIG instances keep the evaluator's view (their names are not a plain device UUID).
+  // A worker sees only its own GPU (as device 0): the driver sets up no other GPU for it, and it holds no other GPU's
+  // device files. MIG instances keep the evaluator's view (their names are not a plain device UUID).
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   const bool mig = visible && std::string(visible).find("MIG-") != std::string::npos;
   g->workers = std::make_unique<WorkerPool>(
