@@ -55,10 +55,15 @@ TEST_CASE("bad input on any command exits 2 with a plain message, never a CLI11 
     CHECK(r.output.find(c.says) != std::string::npos);
     CHECK(r.output.find("internal error") == std::string::npos);
   }
-  // --out naming a run that exists: bad input too, with the way to continue it.
-  auto first = crucible_cli({"run", "--out", (dir.path() / "run").string(), "--quiet"}, cache);
+  // --out naming a run that exists: bad input too, with the way to continue it. A run of two candidates: the
+  // quickstart's 16 steps took over two minutes beside other tests on a 2-core machine.
+  const auto tiny = dir.path() / "tiny.toml";
+  test::write_file(tiny, "[experiment]\nname = \"tiny\"\nmode = \"best_of_n\"\n[tasks]\nnames = [\"relu\"]\n"
+                         "[policy]\nkind = \"search\"\n[best_of_n]\nk = 2\ngroup_size = 2\n"
+                         "[eval]\ndevices = [\"cpu\"]\nmode = \"fast\"\n");
+  auto first = crucible_cli({"run", tiny.string(), "--out", (dir.path() / "run").string(), "--quiet"}, cache);
   REQUIRE(first.exit_code == 0);
-  auto again = crucible_cli({"run", "--out", (dir.path() / "run").string(), "--quiet"}, cache);
+  auto again = crucible_cli({"run", tiny.string(), "--out", (dir.path() / "run").string(), "--quiet"}, cache);
   CHECK(again.exit_code == 2);
   CHECK(again.output.find("--resume") != std::string::npos);
 }
