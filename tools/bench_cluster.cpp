@@ -38,7 +38,7 @@ struct Row {
   // Where each node's share of the run went, on the coordinator's clock from the first hand-out.
   struct NodeTime {
     int candidates = 0;
-    double first_out = 1e300, last_back = 0, evaluate_s = 0, compile_s = 0, compiled = 0;
+    double first_out = 1e300, last_back = 0, evaluate_s = 0;
     std::vector<double> evaluate_ms;
   };
   std::map<std::string, NodeTime> node_time;
@@ -71,10 +71,6 @@ Row measure(const std::string& label, const fs::path& dir) {
       nt.last_back = std::max(nt.last_back, back);
       nt.evaluate_s += end - start;
       nt.evaluate_ms.push_back(1000 * (end - start));
-      if (t.contains("compile") && t["compile"].is_array()) {
-        nt.compile_s += t["compile"][1].get<double>() - t["compile"][0].get<double>();
-        ++nt.compiled;
-      }
       if (t.contains("generate") && t["generate"].is_array() && out - t["generate"][1].get<double>() < 0.05)
         ++r.waited_on_policy;
     }
@@ -136,15 +132,15 @@ int main(int argc, char** argv) {
   // Busy share: evaluation time over the node's span from the run's first hand-out to its own last verdict. A low
   // share with a late first hand-out is start-up; a low share throughout is waiting for work.
   std::printf("\n| run | node | candidates | first hand-out s | last verdict s | evaluating s | busy share | evaluation p50 ms | "
-              "builds | building s |\n|---|---|---|---|---|---|---|---|---|---|\n");
+              "\n|---|---|---|---|---|---|---|---|\n");
   for (const auto& r : rows) {
     double start = 1e300;
     for (const auto& [node, nt] : r.node_time) start = std::min(start, nt.first_out);
     for (const auto& [node, nt] : r.node_time) {
       const double span = nt.last_back - start;
-      std::printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.0f%% | %.0f | %.0f | %.2f |\n", r.label.c_str(), node.c_str(),
+      std::printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.0f%% | %.0f |\n", r.label.c_str(), node.c_str(),
                   nt.candidates, nt.first_out - start, span, nt.evaluate_s, span > 0 ? 100 * nt.evaluate_s / span : 0,
-                  percentile(nt.evaluate_ms, 0.5), nt.compiled, nt.compile_s);
+                  percentile(nt.evaluate_ms, 0.5));
     }
   }
   return 0;

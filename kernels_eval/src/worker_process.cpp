@@ -153,7 +153,8 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary, cons
   std::vector<std::string> env_strings{"TMPDIR=" + scratch};
   if (const char* value = std::getenv("LD_LIBRARY_PATH")) env_strings.push_back(std::string("LD_LIBRARY_PATH=") + value);
   if (!visible_devices.empty()) env_strings.push_back("CUDA_VISIBLE_DEVICES=" + visible_devices);
-  else if (const char* value = std::getenv("CUDA_VISIBLE_DEVICES")) env_strings.push_back(std::string("CUDA_VISIBLE_DEVICES=") + value);
+  else if (const char* value = std::getenv("CUDA_VISIBLE_DEVICES"))
+    env_strings.push_back(std::string("CUDA_VISIBLE_DEVICES=") + value);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
