@@ -133,6 +133,24 @@ std::string cuda_arch_for(const cuda::DeviceInfo& info, const std::string& sourc
   return arch;
 }
 
+// A task's inputs and outputs at a size set, resolved to concrete shapes.
+TritonShapeSet shapes_at(const TaskSpec& task, const std::string& size_set) {
+  const Sizes& sizes = task.sizes_for(size_set);
+  TritonShapeSet set;
+  for (const auto& t : task.inputs) set.inputs.push_back({t.dtype, resolve_shape(t, sizes)});
+  for (const auto& t : task.outputs) set.outputs.push_back({t.dtype, resolve_shape(t, sizes)});
+  return set;
+}
+
+TritonBuildOptions triton_build_options(const EvalOptions& options, const GpuResources& gpu) {
+  TritonBuildOptions b;
+  b.device = gpu.device;
+  b.device_name = gpu.info.name + " sm_" + std::to_string(gpu.info.major) + std::to_string(gpu.info.minor);
+  b.time_limit_s = std::max(options.compile.time_limit_s, 120.0);
+  b.max_source_bytes = options.compile.max_source_bytes;
+  return b;
+}
+
 std::size_t bytes_of(const std::vector<TensorShape>& shapes) {
   std::size_t total = 0;
   for (const auto& t : shapes) total += static_cast<std::size_t>(numel(t.shape)) * dtype_size(t.dtype);
@@ -272,9 +290,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     return evaluate_cases(task, cases, size_set, source, options);
   ReferenceFn reference = reference_for(task, size_set, gpu ? torch::Device(torch::kCUDA, cuda_device) : torch::kCPU);
   const Sizes& sizes = task.sizes_for(size_set);
-  std::vector<TensorShape> in_shapes, out_shapes;
-  for (const auto& t : task.inputs) in_shapes.push_back({t.dtype, resolve_shape(t, sizes)});
-  for (const auto& t : task.outputs) out_shapes.push_back({t.dtype, resolve_shape(t, sizes)});
+  auto [in_shapes, out_shapes] = shapes_at(task, size_set);
 
   // 1-2. Compile and gate. A Triton candidate is gated on its source, then compiled by Triton (see
   // triton_candidate.h); a native one is compiled, then gated on its shared object.
@@ -451,12 +467,8 @@ bool Evaluator::build_triton(const std::string& source, const EvalOptions& optio
   const fs::path support = default_python_worker_support();
   if (support.empty() || !fs::exists(support)) return refuse("the Triton worker's support library is missing (" + support.string() + ")");
 
-  TritonBuildOptions bopts;
-  bopts.device = gpu->device;
-  bopts.device_name = gpu->info.name + " sm_" + std::to_string(gpu->info.major) + std::to_string(gpu->info.minor);
-  bopts.time_limit_s = std::max(options.compile.time_limit_s, 120.0);
-  bopts.max_source_bytes = options.compile.max_source_bytes;
-  TritonBuild built = build_triton_candidate(*python, source, in_shapes, out_shapes, config_.cache_dir, bopts);
+  TritonBuild built = build_triton_candidate(*python, source, {{in_shapes, out_shapes}}, config_.cache_dir,
+                                             triton_build_options(options, *gpu));
   v.compile = {built.cached, built.seconds, built.hash, built.log};
   v.stages.compile_s = built.seconds;
   switch (built.outcome) {
@@ -505,6 +517,27 @@ bool Evaluator::build_triton(const std::string& source, const EvalOptions& optio
 
 namespace crucible::eval {
 
+// A Triton candidate's shapes compiled by one step before the first is evaluated: PyTorch, Triton and a CUDA context
+// start once rather than once per shape, and kernels whose specialisation does not change are compiled once. Each
+// shape's evaluation then finds its build cached. A failure here is left for the shape that has it to report.
+std::optional<TritonBuild> Evaluator::prebuild_triton(const TaskSpec& task, const std::vector<ShapeCase>& cases,
+                                                      const std::string& size_set, const std::string& source,
+                                                      const EvalOptions& options) {
+  const int cuda_device = parse_cuda_device(options.device);
+  if (options.kind != CandidateKind::triton || cuda_device < 0 || cases.size() < 2) return std::nullopt;
+  std::string why;
+  const auto python = find_triton_python(why);
+  if (!python) return std::nullopt;
+  GpuResources* gpu = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(gpu_mutex_);
+    gpu = &gpu_resources(cuda_device);
+  }
+  std::vector<TritonShapeSet> sets;
+  for (const auto& c : cases) sets.push_back(shapes_at(task.at_case(c, size_set), size_set));
+  return build_triton_candidate(*python, source, sets, config_.cache_dir, triton_build_options(options, *gpu));
+}
+
 // Each shape is evaluated as a task of its own (its own inputs, pools and reference timing); the first shape that is
 // not correct decides the verdict, which names it.
 Verdict Evaluator::evaluate_cases(const TaskSpec& task, const std::vector<ShapeCase>& cases,
@@ -517,12 +550,19 @@ Verdict Evaluator::evaluate_cases(const TaskSpec& task, const std::vector<ShapeC
   };
   EvalOptions o = options;
   o.sizes = size_set;
+  const std::optional<TritonBuild> prebuilt = prebuild_triton(task, cases, size_set, source, o);
   for (std::size_t i = 0; i < cases.size(); ++i) {
     Verdict v = evaluate(task.at_case(cases[i], size_set), source, o);
     if (i == 0) {
       combined = v;
       combined.trials.clear();
       combined.stages = {};
+      if (prebuilt) {  // the shapes' compile step, which each shape's evaluation then found cached
+        combined.stages.compile_s = combined.stages.total_s = prebuilt->seconds;
+        v.compile.cached = prebuilt->cached;
+        v.compile.seconds += prebuilt->seconds;
+        combined.compile = v.compile;
+      }
       combined.candidate_event_median_us.reset();
       combined.gflops.reset();
       combined.gbps.reset();

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 
 // Rights newer than the build machine's kernel headers (Debian 12 ships ABI 3's).
 #ifndef LANDLOCK_ACCESS_FS_REFER
@@ -65,6 +66,16 @@ bool add_path(int ruleset, const std::string& path, uint64_t wanted, uint64_t ha
 std::vector<std::string> system_files() {
   return {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache", "/etc/alternatives",
           "/dev/urandom"};
+}
+
+void allow_gpu_driver(FileRules& rules) {
+  for (const char* info : {"/sys", "/proc/driver/nvidia", "/proc/devices", "/proc/cpuinfo", "/proc/meminfo",
+                           "/proc/stat", "/proc/sys/vm", "/proc/modules"})
+    rules.read_only.push_back(info);
+  rules.read_write.push_back("/dev/null");
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev", ec))
+    if (entry.path().filename().string().rfind("nvidia", 0) == 0) rules.read_write.push_back(entry.path().string());
 }
 
 int landlock_abi() {

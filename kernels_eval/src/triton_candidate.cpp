@@ -153,13 +153,13 @@ std::vector<Reason> triton_gate(const std::string& python, const std::string& so
 
 namespace {
 
-std::string shapes_json(const std::vector<TensorShape>& inputs, const std::vector<TensorShape>& outputs) {
+json shapes_json(const TritonShapeSet& set) {
   auto list = [](const std::vector<TensorShape>& ts) {
     json a = json::array();
     for (const auto& t : ts) a.push_back({static_cast<int>(t.dtype), t.shape});
     return a;
   };
-  return json{{"inputs", list(inputs)}, {"outputs", list(outputs)}}.dump();
+  return json{{"inputs", list(set.inputs)}, {"outputs", list(set.outputs)}};
 }
 
 // What Triton's compile step may reach (Landlock): the system's programs and libraries; the Python's own trees (its
@@ -175,12 +175,8 @@ FileRules compile_step_files(const TritonPython& python, const fs::path& dir) {
   rules.read_only.push_back(default_python_dir().string());
   std::error_code ec;
   if (const fs::path toolkit = fs::canonical("/usr/local/cuda", ec); !ec) rules.read_only.push_back(toolkit.string());
-  for (const char* info : {"/sys", "/proc/driver/nvidia", "/proc/devices", "/proc/cpuinfo", "/proc/meminfo",
-                           "/proc/stat", "/proc/sys/vm", "/proc/modules"})
-    rules.read_only.push_back(info);
-  rules.read_write = {dir.string(), "/dev/null"};
-  for (const auto& entry : fs::directory_iterator("/dev", ec))
-    if (entry.path().filename().string().rfind("nvidia", 0) == 0) rules.read_write.push_back(entry.path().string());
+  rules.read_write = {dir.string()};
+  allow_gpu_driver(rules);
   rules.own_proc = true;
   return rules;
 }
@@ -188,8 +184,8 @@ FileRules compile_step_files(const TritonPython& python, const fs::path& dir) {
 }  // namespace
 
 TritonBuild build_triton_candidate(const TritonPython& python, const std::string& source,
-                                   const std::vector<TensorShape>& inputs, const std::vector<TensorShape>& outputs,
-                                   const fs::path& cache_dir, const TritonBuildOptions& options) {
+                                   const std::vector<TritonShapeSet>& shape_sets, const fs::path& cache_dir,
+                                   const TritonBuildOptions& options) {
   TritonBuild b;
   const auto start = std::chrono::steady_clock::now();
   auto done = [&]() -> TritonBuild {
@@ -201,15 +197,28 @@ TritonBuild build_triton_candidate(const TritonPython& python, const std::string
     b.log = "source is " + std::to_string(source.size()) + " bytes (limit " + std::to_string(options.max_source_bytes) + ")";
     return done();
   }
+  if (shape_sets.empty()) {
+    b.outcome = TritonBuild::Outcome::environment_error;
+    b.log = "no shapes to compile the candidate for";
+    return done();
+  }
   // One directory per source and GPU: its Triton cache grows with each set of shapes compiled (a multi-shape task
   // compiles its shapes into one cache, and kernels whose specialisation does not change are compiled once).
-  const std::string shapes = shapes_json(inputs, outputs);
   b.hash = sha256_hex(source + "\n" + options.device_name + "\n" + python.versions + "\n" + python.executable);
   const fs::path dir = cache_dir / "triton" / b.hash;
-  const fs::path marker = dir / ("built-" + sha256_hex(shapes).substr(0, 16));
   b.candidate_path = dir / "candidate.py";
   std::error_code ec;
-  if (fs::exists(marker, ec)) {
+  // A marker per shape set built; only the sets without one are compiled.
+  json missing = json::array();
+  std::vector<fs::path> missing_markers;
+  for (const auto& set : shape_sets) {
+    const json shapes = shapes_json(set);
+    const fs::path marker = dir / ("built-" + sha256_hex(shapes.dump()).substr(0, 16));
+    if (fs::exists(marker, ec)) continue;
+    missing.push_back(shapes);
+    missing_markers.push_back(marker);
+  }
+  if (missing.empty()) {
     touch_cache_entry(dir);
     b.cached = true;
     b.outcome = TritonBuild::Outcome::ok;
@@ -235,8 +244,8 @@ TritonBuild build_triton_candidate(const TritonPython& python, const std::string
   }
 
   // 1. The gate: the source's syntax tree, before any of it runs.
-  std::vector<DType> dtypes;
-  for (const auto* group : {&inputs, &outputs})
+  std::vector<DType> dtypes;  // the same in every shape set
+  for (const auto* group : {&shape_sets.front().inputs, &shape_sets.front().outputs})
     for (const auto& t : *group) dtypes.push_back(t.dtype);
   auto verdict = run_gate(python.executable, b.candidate_path, dtypes, b.log);
   if (!verdict) {
@@ -262,7 +271,7 @@ TritonBuild build_triton_candidate(const TritonPython& python, const std::string
   limits.files = compile_step_files(python, dir);
   ProcessResult r = run_process({python.executable, "-I", (default_python_dir() / "crucible_triton" / "compile.py").string(),
                                  "--candidate", b.candidate_path.string(), "--cache", (dir / "triton-cache").string(),
-                                 "--device", std::to_string(options.device), "--shapes", shapes},
+                                 "--device", std::to_string(options.device), "--shapes", missing.dump()},
                                 limits, dir.string());
   if (r.timed_out) {
     b.outcome = TritonBuild::Outcome::timed_out;
@@ -276,21 +285,20 @@ TritonBuild build_triton_candidate(const TritonPython& python, const std::string
             std::to_string(r.signal) + "): " + valid_utf8(r.output.substr(r.output.size() > 1500 ? r.output.size() - 1500 : 0));
     return done();
   }
-  const bool ok = (*result)["ok"].get<bool>();
-  const std::string kind = ok ? "" : result->value("kind", "");
+  const std::string kind = result->value("kind", "environment");
+  const std::size_t compiled = std::min(result->value("compiled", std::size_t{0}), missing_markers.size());
+  for (std::size_t i = 0; i < compiled; ++i) std::ofstream(missing_markers[i]) << python.versions << "\n";
+  b.log = valid_utf8(result->value("error", ""));
   if (kind == "environment") {
     b.outcome = TritonBuild::Outcome::environment_error;
-    b.log = valid_utf8(result->value("error", ""));
     return done();
   }
   if (kind == "compile") {
     b.outcome = TritonBuild::Outcome::failed;
-    b.log = valid_utf8(result->value("error", ""));
     return done();
   }
-  // A candidate that fails when run (not when compiled) is judged by the worker, which sees the same failure.
-  b.log = ok ? "" : valid_utf8(result->value("error", ""));
-  std::ofstream(marker) << python.versions << "\n";
+  // A candidate that fails when run (not when compiled) is judged by the worker, which sees the same failure; the
+  // sets after the failing one are compiled when they are evaluated.
   b.outcome = TritonBuild::Outcome::ok;
   prune_cache(cache_dir, options.max_cache_bytes);  // this build is the newest entry: never the one taken
   return done();

@@ -1,13 +1,19 @@
 // Triton candidates on a machine without a GPU: a clear refusal, the gate run from C++, and the worker protocol's
-// Python mirror checked against the native layout (the parts of the Triton path that need no GPU).
+// Python mirror checked against the native layout, the worker's file confinement (the parts of the Triton path that
+// need no GPU).
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "crucible/eval/evaluator.h"
+#include "crucible/eval/landlock.h"
 #include "crucible/eval/subprocess.h"
 #include "eval_support.h"
 #include "tasks/task_loader.h"
 
 using namespace crucible;
+namespace fs = std::filesystem;
 
 TEST_CASE("triton: a Triton candidate on the CPU is rejected, saying it needs a GPU node") {
   test::TestEvaluator t("triton-cpu");
@@ -64,4 +70,49 @@ TEST_CASE("triton: the worker's Python mirror of the protocol matches the native
                              limits);
   INFO(r.output);
   CHECK(r.ok());
+}
+
+TEST_CASE("triton: the worker's file confinement keeps the Python's trees and the candidate's build readable, and "
+          "closes the rest") {
+  if (eval::landlock_abi() == 0) {
+    MESSAGE("skipped: this kernel has no Landlock (the Triton worker then runs on its seccomp filters alone)");
+    return;
+  }
+  test::ScratchDir scratch("triton-confine");
+  const fs::path candidate = scratch.path() / "triton" / "abc";
+  fs::create_directories(candidate);
+  fs::create_directories(scratch.path() / "triton" / "other");
+  std::ofstream(candidate / "candidate.py") << "x = 1\n";
+  std::ofstream(scratch.path() / "triton" / "other" / "candidate.py") << "y = 2\n";
+  // Each probe prints "<name> yes" or "<name> no": what the candidate's module code could do after confinement.
+  const std::string script =
+      "import ctypes, os, sys\nsys.path.insert(0, sys.argv[1])\nfrom crucible_triton import confine\n"
+      "why = confine.confine(ctypes.CDLL(sys.argv[2]), confine.worker_paths(sys.argv[1], sys.argv[3], ''))\n"
+      "print('confined', 'no' if why else 'yes', why)\n"
+      "def probe(name, act):\n"
+      "    try:\n        act()\n        print(name, 'yes')\n"
+      "    except Exception as e:\n        print(name, 'no', type(e).__name__)\n"
+      "probe('own_source', lambda: open(os.path.join(sys.argv[3], 'candidate.py')).read())\n"
+      "probe('lazy_import', lambda: __import__('fractions'))\n"
+      "probe('own_proc', lambda: open('/proc/self/status').read())\n"
+      "probe('another_build', lambda: open(sys.argv[4]).read())\n"
+      "probe('etc', lambda: open('/etc/passwd').read())\n"
+      "probe('other_proc', lambda: open('/proc/1/environ', 'rb').read())\n"
+      "probe('write_own_build', lambda: open(os.path.join(sys.argv[3], 'new.py'), 'w').write('z'))\n";
+  eval::ProcessLimits limits;
+  limits.wall_seconds = 30.0;
+  auto r = eval::run_process({"/usr/bin/python3", "-I", "-c", script, eval::default_python_dir().string(),
+                              eval::default_python_worker_support().string(), candidate.string(),
+                              (scratch.path() / "triton" / "other" / "candidate.py").string()},
+                             limits);
+  INFO(r.output);
+  REQUIRE(r.ok());
+  const std::pair<const char*, bool> expected[] = {
+      {"confined", true},      {"own_source", true}, {"lazy_import", true},     {"own_proc", true},
+      {"another_build", false}, {"etc", false},       {"other_proc", false},     {"write_own_build", false}};
+  for (const auto& [name, allowed] : expected) {
+    INFO(name);
+    CHECK(r.output.find(std::string(name) + (allowed ? " yes" : " no")) != std::string::npos);
+  }
+  CHECK_FALSE(fs::exists(candidate / "new.py"));
 }

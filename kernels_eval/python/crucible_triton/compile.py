@@ -2,9 +2,14 @@
 compiles every kernel it launches (ptxas included) into the candidate's own cache. The evaluator runs this as an
 unprivileged, file-confined process with a time limit; the sandboxed worker then only loads from that cache.
 
+A multi-shape task's shapes are compiled in one step: PyTorch, Triton and the CUDA context are set up once, and a
+kernel whose specialisation does not change between shapes is compiled once.
+
 Usage: python3 -I compile.py --candidate PATH --cache DIR --device N --shapes JSON
-  JSON: {"inputs": [[dtype, [dims]], ...], "outputs": [...]}, dtype a crucible_dtype number.
-Prints one JSON object: {"ok": true} or {"ok": false, "error": TEXT, "kind": "compile" | "run"}.
+  JSON: a list of shape sets, each {"inputs": [[dtype, [dims]], ...], "outputs": [...]}, dtype a crucible_dtype number.
+Prints one JSON object: {"compiled": N, "kind": KIND, "error": TEXT}: the first N shape sets were compiled; KIND is ""
+(all were), "run" (the candidate failed when run on set N-1, after Triton compiled what it launched: the worker judges
+it, as it sees the same failure), "compile" (Triton refused it on set N) or "environment" (the machine failed).
 """
 import json
 import os
@@ -23,13 +28,13 @@ def main():
     os.environ["TRITON_CACHE_DIR"] = arg("--cache")
     os.environ["TRITON_F32_DEFAULT"] = "ieee"
     import torch
-    import triton
+    import triton  # noqa: F401  (no Triton here is the environment's failure, before any candidate runs)
     device = torch.device("cuda", int(arg("--device")))
     torch.cuda.set_device(device)
     torch.backends.cuda.matmul.allow_tf32 = False
     dtypes = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16, 3: torch.float64, 4: torch.int32,
               5: torch.int64, 6: torch.bool}
-    shapes = json.loads(arg("--shapes"))
+    shape_sets = json.loads(arg("--shapes"))
 
     def scratch(dtype, shape, fill):
         t = dtypes[dtype]
@@ -37,8 +42,6 @@ def main():
             return torch.randn(shape, device=device, dtype=t) if fill else torch.empty(shape, device=device, dtype=t)
         return torch.zeros(shape, device=device, dtype=t)
 
-    inputs = [scratch(d, s, True) for d, s in shapes["inputs"]]
-    outputs = [scratch(d, s, False) for d, s in shapes["outputs"]]
     path = arg("--candidate")
     with open(path, "rb") as f:
         source = f.read().decode("utf-8", errors="replace")
@@ -46,14 +49,29 @@ def main():
     torch.cuda.set_stream(stream)
     try:
         module = load_module("candidate.py", source)  # the worker uses the same name: the same cache keys
-        module["crucible_forward"](inputs, outputs)
-        torch.cuda.synchronize()
-    except triton.compiler.errors.CompilationError as e:
-        return {"ok": False, "kind": "compile", "error": compile_message(e, path)}
     except Exception as e:
-        kind = "compile" if type(e).__module__.startswith("triton") else "run"
-        return {"ok": False, "kind": kind, "error": one_line(e)}
-    return {"ok": True}
+        return failure(e, path, 0)
+    for index, shapes in enumerate(shape_sets):
+        inputs = [scratch(d, s, True) for d, s in shapes["inputs"]]
+        outputs = [scratch(d, s, False) for d, s in shapes["outputs"]]
+        try:
+            module["crucible_forward"](inputs, outputs)
+            torch.cuda.synchronize()
+        except Exception as e:
+            return failure(e, path, index)  # after a failed run the context may be lost: later sets wait
+        del inputs, outputs
+        torch.cuda.empty_cache()  # one set's scratch at a time: the largest are GBs
+    return {"compiled": len(shape_sets), "kind": "", "error": ""}
+
+
+def failure(e, path, index):
+    """Triton's own errors are the candidate's compile errors; anything else happened when it ran."""
+    import triton
+    if isinstance(e, triton.compiler.errors.CompilationError):
+        return {"compiled": index, "kind": "compile", "error": compile_message(e, path)}
+    if type(e).__module__.startswith("triton"):
+        return {"compiled": index, "kind": "compile", "error": one_line(e)}
+    return {"compiled": index + 1, "kind": "run", "error": one_line(e)}
 
 
 def compile_message(e, path):
@@ -66,6 +84,6 @@ if __name__ == "__main__":
     try:
         result = main()
     except Exception as e:  # the environment, not the candidate: no GPU, no Triton, a full disk
-        result = {"ok": False, "kind": "environment", "error": one_line(e)}
+        result = {"compiled": 0, "kind": "environment", "error": one_line(e)}
     print(json.dumps(result))
 

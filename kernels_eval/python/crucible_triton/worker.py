@@ -5,7 +5,8 @@ run time), its socket on fd 3, stdio on /dev/null. The process model is the CUDA
   1. trusted start, before the job: PyTorch, Triton and a CUDA context; one trusted Triton kernel compiled and run,
      so everything Triton does once per process (ptxas and driver probes, its launcher library) is done;
   2. the load request: device memory lent by the evaluator (CUDA IPC), null calls served by trusted code;
-  3. the load stage, sealed by seccomp (read-only files, no processes, no network): the candidate's module runs and
+  3. the load stage, confined by Landlock (the Python's trees and the candidate's build, read-only) and sealed by
+     seccomp (read-only files, no processes, no network): the candidate's module runs and
      one warm-up call loads its kernels from the per-candidate cache that the compile step filled (this process
      never compiles: ptxas could not run here);
   4. the run stage, sealed tighter: each doorbell runs one call on the candidate's stream, bracketed by events and
@@ -28,7 +29,7 @@ import time
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from crucible_triton import protocol  # noqa: E402
+from crucible_triton import confine, protocol  # noqa: E402
 
 SYS = {"read": 0, "write": 1, "open": 2, "openat": 257, "rt_sigaction": 13, "close": 3, "fstat": 5, "newfstatat": 262, "poll": 7, "lseek": 8, "sched_yield": 24, "nanosleep": 35, "getpid": 39,
        "fcntl": 72, "getcwd": 79, "mkdir": 83, "readlink": 89, "getrusage": 98, "sysinfo": 99,
@@ -160,6 +161,10 @@ class Worker:
 
         # ---- 3. the load stage -----------------------------------------------------------------------------------
         needs, ioctl_fds = self.device_needs()
+        why = confine.confine(self.support, confine.worker_paths(os.path.dirname(HERE), candidate_dir,
+                                                                 arg("--warm-cache")))
+        if why:
+            return self.fail(15, "cannot confine the worker's files (Landlock): " + why)
         # Filters stack and the strictest answer wins: a soft refusal must be in every stage's filter.
         soft = [SYS["mkdir"], errno.EROFS, SYS["mkdirat"], errno.EROFS, SYS["rt_sigaction"], errno.EPERM]
         load_extra = needs + [SYS["getcwd"], SYS["getdents64"], SYS["readlink"], SYS["readlinkat"], SYS["fcntl"],

@@ -1,9 +1,16 @@
 // What the Triton worker (Python) needs from native code, as a C interface it loads with ctypes: the same seccomp
-// stages, crash notes and CUPTI kernel accounting as the CUDA worker, so both sandboxes are one implementation.
+// stages, file confinement, crash notes and CUPTI kernel accounting as the CUDA worker, so both sandboxes are one
+// implementation.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <vector>
 
+#include "crucible/eval/landlock.h"
 #include "crash_notes.h"
 #include "seccomp_filter.h"
 #ifdef CRUCIBLE_WITH_CUPTI
@@ -43,6 +50,34 @@ CRUCIBLE_SUPPORT int crucible_seal_run_stage(int pid, const long* syscalls, int 
                                                   soft_of(soft, k))
              ? 0
              : -1;
+}
+
+// Confines the calling thread, the interpreter's main thread where the candidate's code runs, and whatever it starts
+// later, to the system's files, the GPU driver's, its own /proc/self and `read_only` (the Python's trees, Crucible's
+// package, the candidate's build directory): read-only except the device files and /dev/null. The driver's threads,
+// started before, stay as they were; they run no candidate code. Returns 0 when confined, 1 where this kernel has
+// no Landlock (the worker then runs as it did without it), -1 with `error` set when a rule fails.
+CRUCIBLE_SUPPORT int crucible_confine_files(const char* const* read_only, int n, char* error, int error_bytes) {
+  auto report = [&](const std::string& text) {
+    if (error && error_bytes > 0) {
+      const std::size_t size = std::min(text.size(), static_cast<std::size_t>(error_bytes - 1));
+      std::memcpy(error, text.data(), size);
+      error[size] = '\0';
+    }
+    return -1;
+  };
+  if (crucible::eval::landlock_abi() == 0) return 1;
+  crucible::eval::FileRules rules;
+  rules.read_only = crucible::eval::system_files();
+  for (int i = 0; i < n; ++i)
+    if (read_only[i]) rules.read_only.emplace_back(read_only[i]);
+  crucible::eval::allow_gpu_driver(rules);
+  std::string text;
+  const int ruleset = crucible::eval::build_file_rules(rules, text);
+  if (ruleset < 0) return report(text);
+  const bool entered = crucible::eval::allow_own_proc(ruleset) && crucible::eval::enter_file_rules(ruleset);
+  close(ruleset);
+  return entered ? 0 : report("landlock_restrict_self failed");
 }
 
 CRUCIBLE_SUPPORT void crucible_note_crashes(void* control) {

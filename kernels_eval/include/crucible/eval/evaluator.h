@@ -93,6 +93,9 @@ class Evaluator {
   CompileOptions compile_options(const std::string& source, const EvalOptions& options, const cuda::DeviceInfo* gpu);
   Verdict evaluate_cases(const TaskSpec& task, const std::vector<ShapeCase>& cases, const std::string& size_set,
                          const std::string& source, const EvalOptions& options);
+  std::optional<TritonBuild> prebuild_triton(const TaskSpec& task, const std::vector<ShapeCase>& cases,
+                                             const std::string& size_set, const std::string& source,
+                                             const EvalOptions& options);
   // A Triton candidate's gate and compile step, and the pool of Triton workers that will run it. False: the verdict
   // is decided (rejected, compile_error).
   bool build_triton(const std::string& source, const EvalOptions& options, GpuResources* gpu,

@@ -24,6 +24,11 @@ struct FileRules {
 // linker's cache, /etc/alternatives and /dev/urandom.
 std::vector<std::string> system_files();
 
+// What a process that talks to the GPU driver reaches beyond the system's files: what the driver reads about the
+// machine (/sys, /proc/driver/nvidia and a few /proc files that are not any process's), read-only; the GPU's device
+// files and /dev/null, read and write. (Its own /proc/self is `own_proc`.)
+void allow_gpu_driver(FileRules& rules);
+
 // A rule set as a descriptor (close-on-exec), ready for landlock_restrict_self. Paths that do not exist are left
 // out. Returns -1 with `error` set where Landlock is missing or a rule cannot be added. Builds everything that
 // allocates, so a child between fork and exec only needs enter_file_rules.

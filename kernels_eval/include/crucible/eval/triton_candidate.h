@@ -48,9 +48,15 @@ struct TritonBuildOptions {
   std::uintmax_t max_cache_bytes = default_cache_max_bytes();  // the cache is pruned to it after each new build
 };
 
-// Gate, then compile (cached by source, shapes and device). Shapes are the task's at the size set evaluated.
+// One set of a task's shapes: its inputs and outputs at one size set (or one case of a multi-shape task).
+struct TritonShapeSet {
+  std::vector<TensorShape> inputs, outputs;
+};
+
+// Gate, then compile (cached by source, shapes and device). The shape sets are the task's at the size set evaluated:
+// one, or every case of a multi-shape task, compiled by one step (the outcome is then the first failure's).
 TritonBuild build_triton_candidate(const TritonPython& python, const std::string& source,
-                                   const std::vector<TensorShape>& inputs, const std::vector<TensorShape>& outputs,
+                                   const std::vector<TritonShapeSet>& shape_sets,
                                    const std::filesystem::path& cache_dir, const TritonBuildOptions& options);
 
 // The gate alone, for machines without a GPU (tests, and a `crucible eval` that explains a refusal).
