@@ -500,10 +500,11 @@ bool Evaluator::build_triton(const std::string& source, const EvalOptions& optio
     const fs::path warm_cache = config_.cache_dir / "triton" / "worker-warm";
     std::error_code ec;
     fs::create_directories(warm_cache, ec);
-    // Each worker imports PyTorch and Triton and makes its own CUDA context (seconds, and a few hundred MB of GPU
-    // memory): one waits ready.
+    // Each worker imports PyTorch and Triton and makes its own CUDA context: about 2.5 s, and a few hundred MB of
+    // GPU memory. A multi-shape task takes a fresh worker for each shape every ~1.5 s, so three start ahead (with
+    // one, a cached TriMul evaluation waited 1.6-2.4 s for each of its seven workers).
     gpu->triton_workers = std::make_unique<WorkerPool>(
-        python->executable, 1,
+        python->executable, 3,
         std::vector<std::string>{"-I", (default_python_dir() / "crucible_triton" / "worker.py").string(), "--device",
                                  std::to_string(gpu->device), "--support", support.string(), "--warm-cache",
                                  warm_cache.string()},
