@@ -35,9 +35,10 @@ void RotaryTable::reserve(int64_t positions) {
   const int64_t n = (positions + 1023) / 1024 * 1024;
   auto pos = at::arange(n, inv_freq_.options().dtype(at::kLong)).to(at::kFloat);
   auto freqs = pos.unsqueeze(1) * inv_freq_.unsqueeze(0);
-  auto angles = at::cat({freqs, freqs}, -1);
-  cos_ = angles.cos().to(dtype_);
-  sin_ = angles.sin().to(dtype_);
+  const auto sin = freqs.sin();
+  cos_ = at::cat({freqs, freqs}, -1).cos().to(dtype_);
+  // rotate_half's negation folded into the table's first half: one kernel less per layer, the same values.
+  signed_sin_ = at::cat({-sin, sin}, -1).to(dtype_);
 }
 
 int64_t RotaryTable::size() const { return cos_.defined() ? cos_.size(0) : 0; }
@@ -45,13 +46,13 @@ int64_t RotaryTable::size() const { return cos_.defined() ? cos_.size(0) : 0; }
 std::pair<at::Tensor, at::Tensor> RotaryTable::lookup(const at::Tensor& positions) const {
   const auto flat = positions.reshape({-1});
   const auto shape = std::vector<int64_t>{positions.size(0), positions.size(1), 1, cos_.size(1)};
-  return {cos_.index_select(0, flat).view(shape), sin_.index_select(0, flat).view(shape)};
+  return {cos_.index_select(0, flat).view(shape), signed_sin_.index_select(0, flat).view(shape)};
 }
 
-at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& signed_sin) {
   const int64_t half = x.size(-1) / 2;
-  auto rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-  return x * cos + rotated * sin;
+  auto swapped = at::cat({x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + swapped * signed_sin;  // x * cos + rotate_half(x) * sin, rounded as transformers rounds it
 }
 
 }  // namespace crucible::lm

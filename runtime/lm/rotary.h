@@ -18,17 +18,18 @@ class RotaryTable {
   RotaryTable() = default;
   RotaryTable(const ModelConfig& config, c10::Device device, c10::ScalarType dtype);
   void reserve(int64_t positions);  // grows the tables to cover positions [0, n)
-  // positions [B, T] -> cos and sin [B, T, 1, D], ready to broadcast over heads.
+  // positions [B, T] -> cos and signed sin [B, T, 1, D], ready to broadcast over heads. The sin table's first half is
+  // negated (the sign rotate_half gives those elements), so apply_rotary needs no negation.
   std::pair<at::Tensor, at::Tensor> lookup(const at::Tensor& positions) const;
   int64_t size() const;
 
  private:
   at::Tensor inv_freq_;  // [D/2] float32 on the device
-  at::Tensor cos_, sin_;  // [n, D] in the model dtype
+  at::Tensor cos_, signed_sin_;  // [n, D] in the model dtype
   c10::ScalarType dtype_ = c10::kFloat;
 };
 
-// x [B, T, H, D] rotated by cos/sin [B, T, 1, D].
-at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+// x [B, T, H, D] rotated by cos and signed sin [B, T, 1, D] (RotaryTable::lookup).
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& signed_sin);
 
 }  // namespace crucible::lm

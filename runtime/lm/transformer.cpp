@@ -178,7 +178,7 @@ at::Tensor adapter_deltas(const LoraAdapter* adapter, int64_t layer, const at::T
 }  // namespace
 
 at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& x, const AttentionInputs& attention,
-                                        const at::Tensor& cos, const at::Tensor& sin, at::Tensor& k_cache,
+                                        const at::Tensor& cos, const at::Tensor& signed_sin, at::Tensor& k_cache,
                                         at::Tensor& v_cache) const {
   const auto& w = weights_.blocks[layer];
   const auto* lora = active_adapter();
@@ -189,7 +189,7 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& x, cons
       d.defined())
     qkv = qkv + d;
   // Queries and keys rotate together: one set of kernels for both.
-  const auto qk = apply_rotary(qkv.narrow(-1, 0, (H + Hkv) * D).view({B, T, H + Hkv, D}), cos, sin);
+  const auto qk = apply_rotary(qkv.narrow(-1, 0, (H + Hkv) * D).view({B, T, H + Hkv, D}), cos, signed_sin);
   const auto v = qkv.narrow(-1, (H + Hkv) * D, Hkv * D).view({B, T, Hkv, D});
   k_cache.index_copy_(2, attention.slots, qk.narrow(2, H, Hkv).transpose(1, 2));
   v_cache.index_copy_(2, attention.slots, v.transpose(1, 2));
@@ -240,15 +240,15 @@ void Transformer::merge_adapter(const LoraAdapter& adapter, int sign) {
 }
 
 at::Tensor Transformer::block(int64_t layer, const at::Tensor& x, const AttentionInputs& attention, const at::Tensor& cos,
-                              const at::Tensor& sin, at::Tensor& k_cache, at::Tensor& v_cache) const {
+                              const at::Tensor& signed_sin, at::Tensor& k_cache, at::Tensor& v_cache) const {
   const auto& w = weights_.blocks[layer];
-  const auto h = x + attention_block(layer, rms_norm(x, w.input_norm), attention, cos, sin, k_cache, v_cache);
+  const auto h = x + attention_block(layer, rms_norm(x, w.input_norm), attention, cos, signed_sin, k_cache, v_cache);
   return h + mlp_block(layer, rms_norm(h, w.post_attention_norm));
 }
 
 at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionInputs& attention, KvCache& cache) const {
   auto x = at::embedding(weights_.embed, tokens);
-  const auto [cos, sin] = rotary_.lookup(attention.positions);
+  const auto [cos, signed_sin] = rotary_.lookup(attention.positions);
   const int64_t G = config_.num_heads / config_.num_kv_heads;
   AttentionInputs grouped = attention;
   if (G > 1) grouped.mask = attention.mask.repeat({1, 1, G, 1});
@@ -258,11 +258,11 @@ at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionI
   for (std::size_t i = 0; i < weights_.blocks.size(); ++i) {
     const auto layer = static_cast<int64_t>(i);
     if (!recompute) {
-      x = block(layer, x, grouped, cos, sin, cache.keys[i], cache.values[i]);
+      x = block(layer, x, grouped, cos, signed_sin, cache.keys[i], cache.values[i]);
       continue;
     }
     // The recomputation holds its own handles: the backward pass runs after this call (and `cache`) are gone.
-    x = checkpointed(x, [this, layer, grouped, c = cos, s = sin, k = cache.keys[i],
+    x = checkpointed(x, [this, layer, grouped, c = cos, s = signed_sin, k = cache.keys[i],
                          v = cache.values[i]](const at::Tensor& in) mutable { return block(layer, in, grouped, c, s, k, v); });
   }
   return rms_norm(x, weights_.final_norm);

@@ -90,12 +90,12 @@ class Transformer {
 
  private:
   at::Tensor attention_block(int64_t layer, const at::Tensor& x, const AttentionInputs& attention,
-                             const at::Tensor& cos, const at::Tensor& sin, at::Tensor& k_cache,
+                             const at::Tensor& cos, const at::Tensor& signed_sin, at::Tensor& k_cache,
                              at::Tensor& v_cache) const;
   at::Tensor mlp_block(int64_t layer, const at::Tensor& x) const;
   // One whole block: attention and MLP, each with its norm and residual.
   at::Tensor block(int64_t layer, const at::Tensor& x, const AttentionInputs& attention, const at::Tensor& cos,
-                   const at::Tensor& sin, at::Tensor& k_cache, at::Tensor& v_cache) const;
+                   const at::Tensor& signed_sin, at::Tensor& k_cache, at::Tensor& v_cache) const;
   const LoraAdapter* active_adapter() const;
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
 
