@@ -89,10 +89,11 @@ class Transformer {
   void merge_adapter(const LoraAdapter& adapter, int sign = +1);
 
  private:
-  at::Tensor attention_block(int64_t layer, const at::Tensor& x, const AttentionInputs& attention,
-                             const at::Tensor& cos, const at::Tensor& signed_sin, at::Tensor& k_cache,
-                             at::Tensor& v_cache) const;
-  at::Tensor mlp_block(int64_t layer, const at::Tensor& x) const;
+  // Each returns `residual` plus its output: the output projection's GEMM adds the residual itself.
+  at::Tensor attention_block(int64_t layer, const at::Tensor& x, const at::Tensor& residual,
+                             const AttentionInputs& attention, const at::Tensor& cos, const at::Tensor& signed_sin,
+                             at::Tensor& k_cache, at::Tensor& v_cache) const;
+  at::Tensor mlp_block(int64_t layer, const at::Tensor& x, const at::Tensor& residual) const;
   // One whole block: attention and MLP, each with its norm and residual.
   at::Tensor block(int64_t layer, const at::Tensor& x, const AttentionInputs& attention, const at::Tensor& cos,
                    const at::Tensor& signed_sin, at::Tensor& k_cache, at::Tensor& v_cache) const;
