@@ -285,16 +285,26 @@ TritonBuild build_triton_candidate(const TritonPython& python, const std::string
             std::to_string(r.signal) + "): " + valid_utf8(r.output.substr(r.output.size() > 1500 ? r.output.size() - 1500 : 0));
     return done();
   }
-  const std::string kind = result->value("kind", "environment");
-  const std::size_t compiled = std::min(result->value("compiled", std::size_t{0}), missing_markers.size());
+  // The step's output passed through the candidate's process: fields of the wrong type read as an environment
+  // failure, never as an exception here.
+  auto text_field = [&](const char* key, const char* fallback) {
+    const auto it = result->find(key);
+    return it != result->end() && it->is_string() ? it->get<std::string>() : std::string(fallback);
+  };
+  const auto compiled_field = result->find("compiled");
+  const std::size_t compiled =
+      compiled_field != result->end() && compiled_field->is_number_unsigned()
+          ? std::min(compiled_field->get<std::size_t>(), missing_markers.size())
+          : 0;
+  const std::string kind = text_field("kind", "environment");
   for (std::size_t i = 0; i < compiled; ++i) std::ofstream(missing_markers[i]) << python.versions << "\n";
-  b.log = valid_utf8(result->value("error", ""));
-  if (kind == "environment") {
-    b.outcome = TritonBuild::Outcome::environment_error;
-    return done();
-  }
+  b.log = valid_utf8(text_field("error", ""));
   if (kind == "compile") {
     b.outcome = TritonBuild::Outcome::failed;
+    return done();
+  }
+  if (kind != "" && kind != "run") {  // "environment", or nothing the step would print
+    b.outcome = TritonBuild::Outcome::environment_error;
     return done();
   }
   // A candidate that fails when run (not when compiled) is judged by the worker, which sees the same failure; the
