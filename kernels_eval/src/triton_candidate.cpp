@@ -265,8 +265,7 @@ TritonBuild build_triton_candidate(const TritonPython& python, const std::string
   limits.file_size_bytes = std::size_t{256} << 20;
   limits.max_output_bytes = 16 * 1024;
   limits.environment = {"PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + dir.string(),
-                        "TMPDIR=" + (dir / "triton-cache").string(), "PYTHONDONTWRITEBYTECODE=1",
-                        "CUDA_DEVICE_MAX_CONNECTIONS=1"};  // one stream: a context that starts faster (worker_process.cpp)
+                        "TMPDIR=" + (dir / "triton-cache").string(), "PYTHONDONTWRITEBYTECODE=1", kOneQueueContextEnv};
   for (const char* name : {"CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"})
     if (const char* value = std::getenv(name)) limits.environment.push_back(std::string(name) + "=" + value);
   limits.files = compile_step_files(python, dir);

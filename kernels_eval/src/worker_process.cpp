@@ -149,10 +149,8 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary, cons
   w->scratch_dir_ = scratch;
   posix_spawn_file_actions_addchdir_np(&actions, scratch.c_str());
   // The worker inherits nothing but the dynamic loader's search path, which GPUs it may see, and its private
-  // TMPDIR. It runs one stream, so its context needs one hardware queue: the driver creates contexts one at a time
-  // per host, and one with a single queue takes its turn in about half the time (6 started at once: 0.52 s, against
-  // 1.1 s with the default 8 queues, on an H100).
-  std::vector<std::string> env_strings{"TMPDIR=" + scratch, "CUDA_DEVICE_MAX_CONNECTIONS=1"};
+  // TMPDIR; its one stream needs one hardware queue.
+  std::vector<std::string> env_strings{"TMPDIR=" + scratch, kOneQueueContextEnv};
   if (const char* value = std::getenv("LD_LIBRARY_PATH")) env_strings.push_back(std::string("LD_LIBRARY_PATH=") + value);
   if (!visible_devices.empty()) env_strings.push_back("CUDA_VISIBLE_DEVICES=" + visible_devices);
   else if (const char* value = std::getenv("CUDA_VISIBLE_DEVICES"))
