@@ -1,5 +1,5 @@
 // Stage 4: correctness. Fresh inputs per trial in the same buffers (an output cache keyed on pointers
-// replays a stale answer), outputs poisoned before every call, inputs compared byte for byte after it,
+// replays a stale answer), outputs poisoned before every call, inputs checked unchanged after it,
 // and the first trial called twice on the same inputs (state left between calls shows as disagreement).
 #include "stages.h"
 
@@ -38,28 +38,34 @@ struct TrialOutcome {
 
 // Runs one trial's calls on set 0; false when a call itself failed (verdict filled).
 bool run_trial(StageContext& ctx, Verdict& v, int trial, const std::vector<torch::Tensor>& inputs,
-               const std::vector<torch::Tensor>& refs, TrialOutcome& t) {
+               const std::vector<torch::Tensor>& refs, TrialOutcome& t, StepTrace& steps) {
   const ArenaRef arena = ctx.arena();
   const auto& in_slots = ctx.layout.inputs[0];
   const auto& out_slots = ctx.layout.outputs[0];
-  for (std::size_t i = 0; i < inputs.size(); ++i) write_tensor(arena, in_slots[i], inputs[i]);
+  std::vector<WrittenInput> written;
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    written.push_back(write_input(arena, in_slots[i], inputs[i], ctx.input_key));
+  steps.mark("write_inputs");
   t.report.trial = trial;
   const int runs = trial == 0 ? 2 : 1;
   bool run_passed[2] = {true, true};
   std::vector<torch::Tensor> first_run;  // kept, when the first call failed, to compare the two calls
   for (int run = 0; run < runs; ++run) {
     for (const auto& slot : out_slots) poison(arena, slot, run);
+    steps.mark("poison");
     if (!ctx.call(0, v)) return false;
+    steps.mark("call");
     for (const auto& slot : out_slots)
       if (!guard_intact(arena, slot)) {
         t.out_of_bounds = true;
         fill_guard(arena, slot);
       }
     for (std::size_t i = 0; i < inputs.size(); ++i) {
-      if (same_bytes(arena, in_slots[i], inputs[i])) continue;
+      if (input_intact(arena, in_slots[i], inputs[i], written[i], ctx.input_key)) continue;
       t.mutated = true;  // put the inputs back so the second call sees what the reference saw
-      write_tensor(arena, in_slots[i], inputs[i]);
+      written[i] = write_input(arena, in_slots[i], inputs[i], ctx.input_key);
     }
+    steps.mark("input_check");
     int64_t unwritten = 0;
     for (std::size_t i = 0; i < refs.size(); ++i) {
       Comparison c = compare(view_tensor(arena, out_slots[i]), refs[i], ctx.tolerance(i));
@@ -72,6 +78,7 @@ bool run_trial(StageContext& ctx, Verdict& v, int trial, const std::vector<torch
       t.nan_mismatched = std::max(t.nan_mismatched, c.nan_mismatched);
     }
     t.unwritten = std::max(t.unwritten, unwritten);
+    steps.mark("compare");
     if (run == 0 && !run_passed[0])
       for (const auto& slot : out_slots) first_run.push_back(view_tensor(arena, slot).clone());
   }
@@ -125,10 +132,13 @@ bool check_correctness(StageContext& ctx, Verdict& v) {
   const bool check_task = !ctx.task_sound && !ctx.task.constant_output;
   std::vector<torch::Tensor> first_refs;
   bool fixed_answer_passes = check_task && ctx.trials >= 2;
+  StepTrace steps("correctness", ctx.gpu != nullptr);
   for (int trial = 0; trial < ctx.trials; ++trial) {
     ctx.profiling = trial == 0;  // coverage from the first trial's calls: profiling costs ~1-2 ms a call
     auto inputs = ctx.draw(static_cast<uint64_t>(trial));
+    steps.mark("draw");
     auto refs = ctx.run_reference(inputs);
+    steps.mark("reference");
     check_task_outputs(ctx, refs);
     if (trial == 0 && check_task) {
       check_not_degenerate(ctx, refs);  // later trials are covered by the fixed-answer check
@@ -139,8 +149,9 @@ bool check_correctness(StageContext& ctx, Verdict& v) {
         fixed_answer_passes = compare(first_refs[i], refs[i], ctx.tolerance(i)).passed;
       if (!fixed_answer_passes) first_refs.clear();
     }
+    steps.mark("task_checks");
     TrialOutcome t;
-    if (!run_trial(ctx, v, trial, inputs, refs, t)) return false;
+    if (!run_trial(ctx, v, trial, inputs, refs, t, steps)) return false;
     v.trials.push_back(t.report);
     if (!t.report.passed) {  // one failing trial decides the verdict
       v.status = Status::incorrect;

@@ -397,6 +397,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   StageContext ctx{task, reference, cache_->pool(task, pool_device, size_set, sizes), layout, *worker, out_shapes};
   ctx.gpu = gpu ? &gpu_stage : nullptr;
   ctx.seed = v.seed;
+  ctx.input_key = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   ctx.full = full;
   if (!gpu && !worker->null_call_cpu_seconds().empty())
     ctx.harness_cpu_s = summarize_times(worker->null_call_cpu_seconds()).median_us;  // in seconds here

@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <ctime>
 
 #include "stages.h"
@@ -67,6 +69,39 @@ bool StageContext::call(int set, Verdict& v, double* seconds, bool settle, bool 
   if (seconds) *seconds = gpu ? std::max(out.device_seconds, out.seconds - gpu->null_call_s) : out.seconds;
   if (gpu && seconds && flush && out.ok()) gpu->event_samples_us.push_back(out.device_seconds * 1e6);
   return !classify_failure(out, v);
+}
+
+StepTrace::StepTrace(const char* stage, bool gpu) : stage_(stage), on_(trace_calls()), gpu_(gpu) {
+  if (!on_) return;
+  if (gpu_) cuda::synchronize();
+  last_ = Clock::now();
+}
+
+void StepTrace::mark(const char* step) {
+  if (!on_) return;
+  if (gpu_) cuda::synchronize();
+  const auto now = Clock::now();
+  const double seconds = std::chrono::duration<double>(now - last_).count();
+  last_ = now;
+  std::size_t i = 0;
+  while (i < totals_.size() && std::strcmp(totals_[i].first, step) != 0) ++i;
+  if (i == totals_.size()) {
+    totals_.emplace_back(step, 0.0);
+    counts_.push_back(0);
+  }
+  totals_[i].second += seconds;
+  ++counts_[i];
+}
+
+StepTrace::~StepTrace() {
+  if (!on_ || totals_.empty()) return;
+  std::string line = std::string(stage_) + " steps:";
+  char item[128];
+  for (std::size_t i = 0; i < totals_.size(); ++i) {
+    std::snprintf(item, sizeof item, " %s %.1f ms (%d)", totals_[i].first, totals_[i].second * 1e3, counts_[i]);
+    line += item;
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
 }
 
 std::string StageContext::budget_detail() const {

@@ -38,6 +38,7 @@ struct StageContext {
   GpuStage* gpu = nullptr;  // null on the CPU
   bool profiling = false;   // GPU calls measure kernel coverage (the correctness stage's calls)
   uint64_t seed = 0;
+  uint64_t input_key = 0;  // the secret of input fingerprints (write_input): drawn per evaluation, never reported
   bool full = false;
   int trials = 0, timed = 0, warmup = 0, verified = 0;
   double timeout_s = 10.0;
@@ -67,6 +68,25 @@ struct StageContext {
   // worker synchronising the whole device. `flush`: empty the L2 first (GPU timing).
   bool call(int set, Verdict& v, double* seconds = nullptr, bool settle = false, bool flush = false);
   std::string budget_detail() const;
+};
+
+// With CRUCIBLE_TRACE_CALLS set, where a stage's wall time went, step by step: each mark ends a step (after a device
+// sync on a GPU, so the step's own work is counted in it) and the totals are printed on stderr when the stage ends.
+// Without it, marks cost nothing.
+class StepTrace {
+ public:
+  StepTrace(const char* stage, bool gpu);
+  ~StepTrace();
+  StepTrace(const StepTrace&) = delete;
+  StepTrace& operator=(const StepTrace&) = delete;
+  void mark(const char* step);
+
+ private:
+  const char* stage_;
+  bool on_ = false, gpu_ = false;
+  std::chrono::steady_clock::time_point last_;
+  std::vector<std::pair<const char*, double>> totals_;  // first-seen order
+  std::vector<int> counts_;
 };
 
 // Maps how a worker load or call ended onto the verdict; false when it succeeded.

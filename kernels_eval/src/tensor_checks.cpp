@@ -257,6 +257,26 @@ bool same_bytes(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& ex
   return std::memcmp(arena.base + slot.offset, expected.data_ptr(), slot.bytes) == 0;
 }
 
+WrittenInput write_input(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& value, uint64_t key) {
+  WrittenInput written;
+  auto v = value.contiguous();
+  if (!arena.on_gpu() || !v.is_cuda() || static_cast<std::size_t>(v.nbytes()) != slot.bytes) {
+    write_tensor(arena, slot, value);
+    return written;
+  }
+  const cuda::Fingerprint f = cuda::copy_with_fingerprint(arena.base + slot.offset, v.data_ptr(), slot.bytes, key);
+  written.lanes[0] = f.lanes[0];
+  written.lanes[1] = f.lanes[1];
+  return written;
+}
+
+bool input_intact(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& value, const WrittenInput& written,
+                  uint64_t key) {
+  if (!arena.on_gpu() || !value.is_cuda()) return same_bytes(arena, slot, value);
+  const cuda::Fingerprint f = cuda::fingerprint(arena.base + slot.offset, slot.bytes, key);
+  return f.lanes[0] == written.lanes[0] && f.lanes[1] == written.lanes[1];
+}
+
 namespace {
 template <typename T>
 T pattern_value(int pattern);

@@ -63,13 +63,23 @@ void write_tensor(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& 
 torch::Tensor view_tensor(ArenaRef arena, const ArenaTensor& slot);  // no copy
 bool same_bytes(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& expected);
 
+// An input written into the arena to be checked unchanged after calls. On a GPU the copy also takes the bytes' keyed
+// fingerprint (cuda::fingerprint; `key` is the evaluation's secret), and the check reads the arena once instead of
+// the arena and the value; on the CPU the check compares bytes with the value.
+struct WrittenInput {
+  uint64_t lanes[2] = {0, 0};
+};
+WrittenInput write_input(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& value, uint64_t key);
+bool input_intact(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& value, const WrittenInput& written,
+                  uint64_t key);
+
 // Two distinct NaN-payload (or sentinel) patterns, so unwritten elements fail and differ between runs.
 void poison(ArenaRef arena, const ArenaTensor& slot, int pattern);
 int64_t count_poisoned(ArenaRef arena, const ArenaTensor& slot, int pattern);
 
-// The sampled checks of timed calls on large device tensors (see cuda/device_checks.h): one element per `block`
-// elements, chosen by `seed`, is poisoned and then counted; or, for an input, reflected about its distribution's
-// centre in the arena and in the evaluator's copy alike.
+// The sampled checks of timed calls on large device tensors (see cuda/device_checks.h): one element in `block`, as
+// one 32-byte run per span of `block` runs chosen by `seed`, is poisoned and then counted; or, for an input,
+// reflected about its distribution's centre in the arena and in the evaluator's copy alike.
 void poison_sampled(ArenaRef arena, const ArenaTensor& slot, int pattern, uint64_t seed, int64_t block);
 int64_t count_poisoned_sampled(ArenaRef arena, const ArenaTensor& slot, int pattern, uint64_t seed, int64_t block);
 void reflect_sampled(ArenaRef arena, const ArenaTensor& slot, torch::Tensor& copy, double twice_center, uint64_t seed,

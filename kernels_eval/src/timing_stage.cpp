@@ -43,9 +43,9 @@ std::vector<bool> pick_verified(int timed, int sets, int wanted, uint64_t seed) 
 }
 
 // On a GPU whose task's inputs are large against its reference's time, a whole new input and whole poison before
-// every timed call would cost more than the call: one element in every kSampledBlock of the largest input is changed
-// instead (reflected about the distribution's centre, in the arena and in the evaluator's copy alike), and one in
-// every kSampledBlock of each output is poisoned and counted after the call. A candidate learns which only by reading
+// every timed call would cost more than the call: one element in kSampledBlock of the largest input is changed
+// instead (reflected about the distribution's centre, in the arena and in the evaluator's copy alike; one 32-byte
+// run per span of kSampledBlock runs), and as many of each output are poisoned and counted after the call. A candidate learns which only by reading
 // everything, which is as much as an honest memory-bound kernel does; a cached or stale answer is wrong at the changed
 // elements and fails every compared call.
 constexpr int64_t kSampledBlock = 1024;
@@ -98,7 +98,7 @@ void verify_in_place(StageContext& ctx, Verdict& v, int call, const std::vector<
 // With `sampled_center` (GPU), inputs and outputs are changed and checked at sampled elements (see kSampledBlock).
 bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::Tensor>>& current, uint64_t& stream,
                  const PairedTimingRule* pairing, PairedSamples& pairs, std::vector<double>& samples,
-                 std::optional<double> sampled_center) {
+                 std::optional<double> sampled_center, StepTrace& steps) {
   const ArenaRef arena = ctx.arena();
   const auto& layout = ctx.layout;
   const int sets = ctx.sets();
@@ -124,8 +124,10 @@ bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::T
       write_tensor(arena, layout.inputs[s][largest], current[s][largest]);
       for (const auto& slot : layout.outputs[s]) poison(arena, slot, pattern);
     }
+    steps.mark("refresh_and_poison");
     double seconds = 0.0;
     if (!ctx.call(s, v, &seconds, /*settle=*/true, /*flush=*/true)) return false;
+    steps.mark("call");
     const double seconds_wall = seconds;
     if (cpu_clock) {
       const double now = ctx.worker.cpu_seconds_when_idle();
@@ -141,6 +143,7 @@ bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::T
       flag(v, "skipped_work", "timed call " + std::to_string(i) + ": " + std::to_string(unwritten) +
                                   (sampled ? " of the sampled output elements never written"
                                            : " output elements never written"));
+    steps.mark("count_poisoned");
     // Calls past the count are checked at random too, one in four when all are checked, so none can be known safe.
     const bool checked = i < ctx.timed ? verify[i] : ctx.verified > 0 && (ctx.seed + stream + i) % 4 == 0;
     if (checked && sampled) {
@@ -152,6 +155,7 @@ bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::T
       // Checked at once, not kept: outputs of several GB are better not held.
       verify_snapshots(ctx, v, snapshots);
     }
+    if (checked) steps.mark("verify");
     if (pairing) {
       // The reference reads the very memory the candidate just read: the arena's views of this set's inputs. A
       // memory-bound kernel's time on this kind of machine depends on which pages its buffers landed on (by up to 50%
@@ -170,12 +174,14 @@ bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::T
         if (!same_bytes(arena, layout.inputs[s][k], current[s][k]))
           flag(v, "input_mutated", "an input was modified while the reference was timed on it");
       pairs.add(seconds * 1e6, reference_us);
+      steps.mark("paired_reference");
       if (trace_calls())
         std::fprintf(stderr, "timed pair %d: candidate %.1f us (wall %.1f us), reference %.1f us\n", i,
                      seconds * 1e6, seconds_wall * 1e6, reference_us);
     }
   }
   verify_snapshots(ctx, v, snapshots);
+  steps.mark("verify");
   return true;
 }
 
@@ -258,15 +264,19 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
     for (std::size_t i = 0; i < current[s].size(); ++i) write_tensor(arena, layout.inputs[s][i], current[s][i]);
   }
   uint64_t stream = 2000;
+  StepTrace steps("timing", ctx.gpu != nullptr);
+  steps.mark("write_inputs");
 
   // A GPU times its reference once per task, before the candidate: how it compares with the cost of refreshing
   // inputs decides how timed calls are checked.
   std::optional<double> sampled_center;
   if (ctx.gpu && ctx.timed > 0) sampled_center = choose_refresh(ctx, current, stream, known, key);
+  steps.mark("choose_refresh");
 
   // Warm-up: every set in turn; with sampled checks (calls of milliseconds on GB tensors) one call is enough.
   for (int w = 0; w < (sampled_center ? 1 : ctx.warmup * sets); ++w)
     if (!ctx.call(w % sets, v)) return false;
+  steps.mark("warmup");
 
   // The CPU pairs every candidate sample with a reference sample; a GPU times its reference once per task.
   const bool paired = !ctx.gpu && ctx.timed > 0;
@@ -276,7 +286,8 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
   const PairedTimingRule pairing = cpu_pairing(ctx);
   PairedSamples pairs;
   std::vector<double> samples;
-  if (!timed_calls(ctx, v, current, stream, paired ? &pairing : nullptr, pairs, samples, sampled_center)) return false;
+  if (!timed_calls(ctx, v, current, stream, paired ? &pairing : nullptr, pairs, samples, sampled_center, steps))
+    return false;
   if (paired) {
     v.speedup_spread = pairs.spread();
     if (judge(pairs, pairing) == PairedVerdict::noisy)
@@ -296,6 +307,7 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
     for (const auto& slot : layout.outputs[s])
       if (!guard_intact(arena, slot)) flag(v, "out_of_bounds_write", "a write past the end of an output during timing");
   }
+  steps.mark("final_checks");
 
   if (paired) {
     v.reference_time = summarize_times(pairs.reference_us());

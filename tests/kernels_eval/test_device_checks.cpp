@@ -1,10 +1,12 @@
 // The evaluator's one-pass device checks against the rules they implement, on real device memory: comparisons
-// (tolerance edges, NaN, infinities, integers), byte equality on both of its paths, poison counts, and the sampled
-// passes of timed calls (one element per block, the same element for poison and its count, copies kept equal).
+// (tolerance edges, NaN, infinities, integers, 16 bytes at a time and element by element), byte equality on both of its
+// paths, keyed fingerprints, poison counts, and the sampled passes of timed calls (one run of a sector per span, the
+// same runs for poison and its count, copies kept equal).
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -134,26 +136,85 @@ TEST_CASE("device checks: byte equality sees one changed byte on the word path a
   }
 }
 
-TEST_CASE("device checks: sampled poison touches one element per block, and its count finds exactly those") {
-  const int64_t n = 1000003, block = 1024, blocks = (n + block - 1) / block;
+TEST_CASE("device checks: a comparison gives the same answer 16 bytes at a time and element by element") {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  const std::size_t n = (1u << 20) + 7;
+  std::vector<float> ref(n), out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    ref[i] = normal(rng);
+    out[i] = i % 501 == 0 ? ref[i] + 1.0f : i % 90001 == 0 ? std::nanf("") : ref[i];
+  }
+  DeviceVector<float> o(out), r(ref);
+  const auto whole = compare_elements(o.data, r.data, n, ElementKind::float32, 1e-4, 1e-4);
+  CHECK(whole.mismatched == expected(out, ref, 1e-4, 1e-4).mismatched);
+  // One element in: neither buffer is 16-byte aligned, so every element is read alone.
+  const std::vector<float> out1(out.begin() + 1, out.end()), ref1(ref.begin() + 1, ref.end());
+  const auto shifted = compare_elements(o.data + 1, r.data + 1, n - 1, ElementKind::float32, 1e-4, 1e-4);
+  const auto e1 = expected(out1, ref1, 1e-4, 1e-4);
+  CHECK(shifted.mismatched == e1.mismatched);
+  CHECK(shifted.nan_mismatched == e1.nan_mismatched);
+  CHECK(shifted.max_abs == doctest::Approx(e1.max_abs).epsilon(1e-5));
+  CHECK(e1.mismatched > 2000);
+}
+
+TEST_CASE("device checks: the copy takes the input's fingerprint; a changed byte, swapped chunks or another key "
+          "give another") {
+  for (std::size_t bytes : {std::size_t{1} << 20, (std::size_t{1} << 20) + 3}) {
+    for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {  // 16-byte chunks, and byte by byte
+      CAPTURE(bytes);
+      CAPTURE(offset);
+      std::vector<uint8_t> host(bytes + offset);
+      for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+      DeviceVector<uint8_t> src(host), dst(std::vector<uint8_t>(bytes + offset, 0));
+      const uint64_t key = 0x1234567887654321ull;
+      const Fingerprint taken = copy_with_fingerprint(dst.data + offset, src.data + offset, bytes, key);
+      const auto copied = dst.read();
+      CHECK(std::equal(copied.begin() + offset, copied.end(), host.begin() + offset));
+      CHECK(std::all_of(copied.begin(), copied.begin() + offset, [](uint8_t b) { return b == 0; }));
+      CHECK(fingerprint(dst.data + offset, bytes, key) == taken);
+      CHECK_FALSE(fingerprint(dst.data + offset, bytes, key + 1) == taken);
+      for (std::size_t at : {std::size_t{0}, bytes / 2, bytes - 1}) {
+        std::vector<uint8_t> changed = host;
+        changed[offset + at] ^= 0x10;
+        DeviceVector<uint8_t> c(changed);
+        CHECK_FALSE(fingerprint(c.data + offset, bytes, key) == taken);
+      }
+      std::vector<uint8_t> swapped = host;  // two 16-byte chunks trade places: the same words, other places
+      std::swap_ranges(swapped.begin() + offset, swapped.begin() + offset + 16, swapped.begin() + offset + 4096);
+      DeviceVector<uint8_t> w(swapped);
+      CHECK_FALSE(fingerprint(w.data + offset, bytes, key) == taken);
+    }
+  }
+}
+
+TEST_CASE("device checks: sampled poison touches one run of a 32-byte sector per span, and its count finds exactly "
+          "those") {
+  const int64_t n = 1000003, block = 1024, run = 8, span = block * run, spans = (n + span - 1) / span;
   const uint32_t pattern = 0x7fc0dead;
   DeviceVector<uint32_t> data(std::vector<uint32_t>(n, 1));
   CHECK(count_pattern_sampled(data.data, n, 4, pattern, 99, block) == 0);
   poison_sampled(data.data, n, 4, pattern, 99, block);
-  CHECK(count_pattern(data.data, n, 4, pattern) == blocks);
-  CHECK(count_pattern_sampled(data.data, n, 4, pattern, 99, block) == blocks);
-  // Another seed picks other elements: almost none of the first ones.
-  CHECK(count_pattern_sampled(data.data, n, 4, pattern, 100, block) < blocks / 100);
+  const int64_t poisoned = count_pattern(data.data, n, 4, pattern);
+  CHECK(poisoned > (spans - 1) * run);  // one element in `block`; the tensor's last run may be short
+  CHECK(poisoned <= spans * run);
+  CHECK(count_pattern_sampled(data.data, n, 4, pattern, 99, block) == poisoned);
+  // Another seed picks other runs: almost none of the first ones.
+  CHECK(count_pattern_sampled(data.data, n, 4, pattern, 100, block) < poisoned / 10);
   auto host = data.read();
-  for (int64_t b = 0; b < blocks; ++b) {
-    int64_t in_block = 0;
-    for (int64_t i = b * block; i < std::min(n, (b + 1) * block); ++i) in_block += host[i] == pattern;
-    REQUIRE(in_block == 1);
+  for (int64_t b = 0; b < spans; ++b) {
+    std::vector<int64_t> at;
+    for (int64_t i = b * span; i < std::min(n, (b + 1) * span); ++i)
+      if (host[i] == pattern) at.push_back(i);
+    REQUIRE(!at.empty());
+    CHECK((at.front() - b * span) % run == 0);  // a whole sector, consecutive
+    CHECK(at.back() - at.front() == static_cast<int64_t>(at.size()) - 1);
+    CHECK((static_cast<int64_t>(at.size()) == run || at.back() == n - 1));
   }
 }
 
-TEST_CASE("device checks: a sampled reflection changes both copies alike, one element per block") {
-  const int64_t n = (1 << 20) + 5, block = 1024, blocks = (n + block - 1) / block;
+TEST_CASE("device checks: a sampled reflection changes both copies alike, one element in a block") {
+  const int64_t n = (1 << 20) + 5, block = 1024, run = 8, spans = (n + block * run - 1) / (block * run);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
   std::vector<float> host(n);
@@ -168,8 +229,8 @@ TEST_CASE("device checks: a sampled reflection changes both copies alike, one el
       ++changed;
       CHECK(a[i] == 1.0f - host[i]);
     }
-  CHECK(changed > blocks - 5);  // x == 0.5 reflects onto itself
-  CHECK(changed <= blocks);
+  CHECK(changed > (spans - 1) * run - 5);  // x == 0.5 reflects onto itself; the last span holds 5 elements
+  CHECK(changed <= spans * run);
 
   std::vector<int64_t> labels(n);
   for (int64_t i = 0; i < n; ++i) labels[i] = i % 10;  // randint(0, 10): x -> 9 - x

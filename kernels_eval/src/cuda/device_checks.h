@@ -1,7 +1,7 @@
 #pragma once
 // The evaluator's passes over device tensors, each one kernel reading each byte once: comparing an output with the
 // reference, comparing bytes, counting poison, and the sampled checks of timed calls on tensors of several GB
-// (poison and input changes at one random element per block of elements). LibTorch's element-wise operators take
+// (poison and input changes at one random 32-byte run per span of runs). LibTorch's element-wise operators take
 // ten or more passes for a comparison; at KernelBench's sizes those passes, not the candidate, set an evaluation's
 // time. Everything runs on the default stream, where LibTorch works, and returns once its result is on the host.
 // Built from device_checks.cu with the CUDA toolkit, or from device_checks_absent.cpp without it.
@@ -26,11 +26,23 @@ ElementComparison compare_elements(const void* out, const void* ref, int64_t n, 
                                    double rtol);
 // Whether two device buffers hold the same bytes.
 bool same_device_bytes(const void* a, const void* b, std::size_t bytes);
+// A keyed fingerprint of a buffer's bytes: two 64-bit sums of products of its 32-bit words with values derived from
+// the key and each word's place. Without the key, a change that keeps both sums has a chance of about 2^-64; the
+// key is the evaluator's secret and never leaves it. Checking an input against its fingerprint reads it once,
+// where comparing it with a copy reads twice as many bytes.
+struct Fingerprint {
+  uint64_t lanes[2] = {0, 0};
+  bool operator==(const Fingerprint& o) const { return lanes[0] == o.lanes[0] && lanes[1] == o.lanes[1]; }
+};
+Fingerprint fingerprint(const void* data, std::size_t bytes, uint64_t key);
+// Copies `bytes` from src to dst and returns the fingerprint of what was copied, in the one pass the copy makes.
+Fingerprint copy_with_fingerprint(void* dst, const void* src, std::size_t bytes, uint64_t key);
 // Elements of `width` bytes (1, 2, 4 or 8) equal to `pattern`, over the whole buffer.
 int64_t count_pattern(const void* data, int64_t n, int width, uint64_t pattern);
 
-// The sampled checks. A buffer of n elements is cut into blocks of `block` elements; in each block one element,
-// chosen by a hash of (seed, block), is touched. The candidate cannot tell which until it reads the whole buffer.
+// The sampled checks. A buffer of n elements is cut into spans of `block` runs, a run being the elements of one
+// 32-byte sector (8 floats, 16 halves); in each span one run, chosen by a hash of (seed, span), is touched: one
+// element in `block` overall. The candidate cannot tell which until it reads the whole buffer.
 void poison_sampled(void* data, int64_t n, int width, uint64_t pattern, uint64_t seed, int64_t block);
 int64_t count_pattern_sampled(const void* data, int64_t n, int width, uint64_t pattern, uint64_t seed, int64_t block);
 // Reflects the chosen element of every block about the distribution's centre (x -> twice_center - x; integers

@@ -11,6 +11,8 @@ namespace {
 
 ElementComparison compare_elements(const void*, const void*, int64_t, ElementKind, double, double) { absent(); }
 bool same_device_bytes(const void*, const void*, std::size_t) { absent(); }
+Fingerprint fingerprint(const void*, std::size_t, uint64_t) { absent(); }
+Fingerprint copy_with_fingerprint(void*, const void*, std::size_t, uint64_t) { absent(); }
 int64_t count_pattern(const void*, int64_t, int, uint64_t) { absent(); }
 void poison_sampled(void*, int64_t, int, uint64_t, uint64_t, int64_t) { absent(); }
 int64_t count_pattern_sampled(const void*, int64_t, int, uint64_t, uint64_t, int64_t) { absent(); }
