@@ -78,7 +78,7 @@ void poison(ArenaRef arena, const ArenaTensor& slot, int pattern);
 int64_t count_poisoned(ArenaRef arena, const ArenaTensor& slot, int pattern);
 
 // The sampled checks of timed calls on large device tensors (see cuda/device_checks.h): one element in `block`, as
-// one 32-byte run per span of `block` runs chosen by `seed`, is poisoned and then counted; or, for an input,
+// one 128-byte run per span of `block` runs chosen by `seed`, is poisoned and then counted; or, for an input,
 // reflected about its distribution's centre in the arena and in the evaluator's copy alike.
 void poison_sampled(ArenaRef arena, const ArenaTensor& slot, int pattern, uint64_t seed, int64_t block);
 int64_t count_poisoned_sampled(ArenaRef arena, const ArenaTensor& slot, int pattern, uint64_t seed, int64_t block);

@@ -44,7 +44,7 @@ std::vector<bool> pick_verified(int timed, int sets, int wanted, uint64_t seed) 
 
 // On a GPU whose task's inputs are large against its reference's time, a whole new input and whole poison before
 // every timed call would cost more than the call: one element in kSampledBlock of the largest input is changed
-// instead (reflected about the distribution's centre, in the arena and in the evaluator's copy alike; one 32-byte
+// instead (reflected about the distribution's centre, in the arena and in the evaluator's copy alike; one 128-byte
 // run per span of kSampledBlock runs), and as many of each output are poisoned and counted after the call. A candidate learns which only by reading
 // everything, which is as much as an honest memory-bound kernel does; a cached or stale answer is wrong at the changed
 // elements and fails every compared call.

@@ -1,6 +1,6 @@
 // The evaluator's one-pass device checks against the rules they implement, on real device memory: comparisons
 // (tolerance edges, NaN, infinities, integers, 16 bytes at a time and element by element), byte equality on both of its
-// paths, keyed fingerprints, poison counts, and the sampled passes of timed calls (one run of a sector per span, the
+// paths, keyed fingerprints, poison counts, and the sampled passes of timed calls (one run of a cache line per span, the
 // same runs for poison and its count, copies kept equal).
 #include <doctest/doctest.h>
 
@@ -188,9 +188,9 @@ TEST_CASE("device checks: the copy takes the input's fingerprint; a changed byte
   }
 }
 
-TEST_CASE("device checks: sampled poison touches one run of a 32-byte sector per span, and its count finds exactly "
+TEST_CASE("device checks: sampled poison touches one run of a 128-byte line per span, and its count finds exactly "
           "those") {
-  const int64_t n = 1000003, block = 1024, run = 8, span = block * run, spans = (n + span - 1) / span;
+  const int64_t n = 1000003, block = 1024, run = 32, span = block * run, spans = (n + span - 1) / span;
   const uint32_t pattern = 0x7fc0dead;
   DeviceVector<uint32_t> data(std::vector<uint32_t>(n, 1));
   CHECK(count_pattern_sampled(data.data, n, 4, pattern, 99, block) == 0);
@@ -207,14 +207,14 @@ TEST_CASE("device checks: sampled poison touches one run of a 32-byte sector per
     for (int64_t i = b * span; i < std::min(n, (b + 1) * span); ++i)
       if (host[i] == pattern) at.push_back(i);
     REQUIRE(!at.empty());
-    CHECK((at.front() - b * span) % run == 0);  // a whole sector, consecutive
+    CHECK((at.front() - b * span) % run == 0);  // a whole line, consecutive
     CHECK(at.back() - at.front() == static_cast<int64_t>(at.size()) - 1);
     CHECK((static_cast<int64_t>(at.size()) == run || at.back() == n - 1));
   }
 }
 
 TEST_CASE("device checks: a sampled reflection changes both copies alike, one element in a block") {
-  const int64_t n = (1 << 20) + 5, block = 1024, run = 8, spans = (n + block * run - 1) / (block * run);
+  const int64_t n = (1 << 20) + 5, block = 1024, run = 32, spans = (n + block * run - 1) / (block * run);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
   std::vector<float> host(n);

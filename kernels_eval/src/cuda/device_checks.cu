@@ -292,10 +292,12 @@ __device__ uint64_t mix(uint64_t x) {  // splitmix64's finaliser
   return x ^ (x >> 31);
 }
 
-// A sampled pass touches, in each span of `block` runs, one run of consecutive elements making one 32-byte sector
-// (8 floats): as many elements as one per `block`, in a run-aligned place chosen by a hash of (seed, span). Scattered
-// single elements cost the memory one transaction each, which set the cost of a timed call's sampled passes on
-// tensors of GB; runs of a sector take 8 times fewer for floats.
+// A sampled pass touches, in each span of `block` runs, one run of consecutive elements filling one 128-byte cache
+// line (32 floats): as many elements as one per `block`, in a run-aligned place chosen by a hash of (seed, span).
+// Scattered accesses cost the memory about one row activation each (on an H100 about 3 G per second, which made a
+// reflection of single elements in a 6.4 GB tensor and its copy take 270 us per timed call); a run of a line costs
+// one, so a line per span takes 32 times fewer for floats.
+constexpr int kRunBytes = 128;
 // The first element of the run chosen in span `b`; the run ends at `run` elements or at n.
 __device__ int64_t chosen(int64_t b, int64_t n, int64_t block, int run, uint64_t seed) {
   const int64_t span = block * run, start = b * span, len = n - start < span ? n - start : span;
@@ -305,7 +307,7 @@ __device__ int64_t chosen(int64_t b, int64_t n, int64_t block, int run, uint64_t
 
 template <typename W>
 __global__ void poison_chosen(W* data, int64_t n, W pattern, uint64_t seed, int64_t block, int64_t spans) {
-  constexpr int kRun = 32 / sizeof(W);
+  constexpr int kRun = kRunBytes / sizeof(W);
   walk(spans, [&](int64_t b) {
     const int64_t i = chosen(b, n, block, kRun, seed);
 #pragma unroll
@@ -317,7 +319,7 @@ __global__ void poison_chosen(W* data, int64_t n, W pattern, uint64_t seed, int6
 template <typename W>
 __global__ void count_chosen(const W* data, int64_t n, W pattern, uint64_t seed, int64_t block, int64_t spans,
                              Totals* totals) {
-  constexpr int kRun = 32 / sizeof(W);
+  constexpr int kRun = kRunBytes / sizeof(W);
   unsigned long long equal = 0;
   walk(spans, [&](int64_t b) {
     const int64_t i = chosen(b, n, block, kRun, seed);
@@ -346,7 +348,7 @@ __device__ __nv_bfloat16 reflected(__nv_bfloat16 x, double twice_center) {
 template <typename T>
 __global__ void reflect_chosen(T* a, T* b, int64_t n, double twice_center, uint64_t seed, int64_t block,
                                int64_t spans) {
-  constexpr int kRun = 32 / sizeof(T);
+  constexpr int kRun = kRunBytes / sizeof(T);
   walk(spans, [&](int64_t s) {
     const int64_t i = chosen(s, n, block, kRun, seed);
 #pragma unroll
@@ -369,10 +371,10 @@ void by_width(int width, F f) {
   throw std::invalid_argument("device checks: element width must be 1, 2, 4 or 8 bytes");
 }
 
-// Spans of `block` runs of 32 bytes over n elements of `width` bytes.
+// Spans of `block` runs of kRunBytes over n elements of `width` bytes.
 int64_t spans_of(int64_t n, int64_t block, int width) {
   if (block < 1) throw std::invalid_argument("device checks: a sampled pass needs a block of at least one element");
-  const int64_t span = block * (32 / width);
+  const int64_t span = block * (kRunBytes / width);
   return (n + span - 1) / span;
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // The evaluator's passes over device tensors, each one kernel reading each byte once: comparing an output with the
 // reference, comparing bytes, counting poison, and the sampled checks of timed calls on tensors of several GB
-// (poison and input changes at one random 32-byte run per span of runs). LibTorch's element-wise operators take
+// (poison and input changes at one random 128-byte run per span of runs). LibTorch's element-wise operators take
 // ten or more passes for a comparison; at KernelBench's sizes those passes, not the candidate, set an evaluation's
 // time. Everything runs on the default stream, where LibTorch works, and returns once its result is on the host.
 // Built from device_checks.cu with the CUDA toolkit, or from device_checks_absent.cpp without it.
@@ -41,7 +41,7 @@ Fingerprint copy_with_fingerprint(void* dst, const void* src, std::size_t bytes,
 int64_t count_pattern(const void* data, int64_t n, int width, uint64_t pattern);
 
 // The sampled checks. A buffer of n elements is cut into spans of `block` runs, a run being the elements of one
-// 32-byte sector (8 floats, 16 halves); in each span one run, chosen by a hash of (seed, span), is touched: one
+// 128-byte cache line (32 floats, 64 halves); in each span one run, chosen by a hash of (seed, span), is touched: one
 // element in `block` overall. The candidate cannot tell which until it reads the whole buffer.
 void poison_sampled(void* data, int64_t n, int width, uint64_t pattern, uint64_t seed, int64_t block);
 int64_t count_pattern_sampled(const void* data, int64_t n, int width, uint64_t pattern, uint64_t seed, int64_t block);
