@@ -450,30 +450,14 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
 }  // namespace crucible::eval
 
 namespace crucible::eval {
+namespace {
 
-bool Evaluator::build_triton(const std::string& source, const EvalOptions& options, GpuResources* gpu,
-                             const std::vector<TensorShape>& in_shapes,
-                             const std::vector<TensorShape>& out_shapes, Verdict& v, fs::path& candidate_path,
-                             WorkerPool*& pool) {
-  auto refuse = [&](const std::string& why) {
-    v.status = Status::rejected;
-    v.reasons.push_back({"triton_unavailable", why});
-    return false;
-  };
-  if (!gpu)
-    return refuse("Triton candidates run on a GPU node; this evaluation is on the CPU (evaluate with --device cuda)");
-  std::string why;
-  const auto python = find_triton_python(why);
-  if (!python) return refuse(why);
-  const fs::path support = default_python_worker_support();
-  if (support.empty() || !fs::exists(support)) return refuse("the Triton worker's support library is missing (" + support.string() + ")");
-
-  TritonBuild built = build_triton_candidate(*python, source, {{in_shapes, out_shapes}}, config_.cache_dir,
-                                             triton_build_options(options, *gpu));
+// What a Triton build's outcome makes of the verdict: true when the candidate can be loaded.
+bool accept_triton_build(const TritonBuild& built, Verdict& v) {
   v.compile = {built.cached, built.seconds, built.hash, built.log};
   v.stages.compile_s = built.seconds;
   switch (built.outcome) {
-    case TritonBuild::Outcome::ok: break;
+    case TritonBuild::Outcome::ok: return true;
     case TritonBuild::Outcome::rejected:
       v.status = Status::rejected;
       v.reasons = built.refusals;
@@ -495,6 +479,31 @@ bool Evaluator::build_triton(const std::string& source, const EvalOptions& optio
       v.reasons.push_back({"compile_environment", "not the candidate's fault, and not cached: " + built.log});
       return false;
   }
+  return false;
+}
+
+}  // namespace
+
+bool Evaluator::build_triton(const std::string& source, const EvalOptions& options, GpuResources* gpu,
+                             const std::vector<TensorShape>& in_shapes,
+                             const std::vector<TensorShape>& out_shapes, Verdict& v, fs::path& candidate_path,
+                             WorkerPool*& pool) {
+  auto refuse = [&](const std::string& why) {
+    v.status = Status::rejected;
+    v.reasons.push_back({"triton_unavailable", why});
+    return false;
+  };
+  if (!gpu)
+    return refuse("Triton candidates run on a GPU node; this evaluation is on the CPU (evaluate with --device cuda)");
+  std::string why;
+  const auto python = find_triton_python(why);
+  if (!python) return refuse(why);
+  const fs::path support = default_python_worker_support();
+  if (support.empty() || !fs::exists(support)) return refuse("the Triton worker's support library is missing (" + support.string() + ")");
+
+  TritonBuild built = build_triton_candidate(*python, source, {{in_shapes, out_shapes}}, config_.cache_dir,
+                                             triton_build_options(options, *gpu));
+  if (!accept_triton_build(built, v)) return false;
   candidate_path = built.candidate_path;
   std::lock_guard<std::mutex> lock(gpu_mutex_);
   if (!gpu->triton_workers) {
@@ -553,6 +562,19 @@ Verdict Evaluator::evaluate_cases(const TaskSpec& task, const std::vector<ShapeC
   EvalOptions o = options;
   o.sizes = size_set;
   const std::optional<TritonBuild> prebuilt = prebuild_triton(task, cases, size_set, source, o);
+  if (prebuilt && prebuilt->outcome != TritonBuild::Outcome::ok) {
+    // A refusal or a failed compile holds for the whole candidate: reported now, not gated and compiled again by
+    // each shape's evaluation after the shapes before the failing one were evaluated in full.
+    Verdict v;
+    v.task = task.name;
+    v.device = "cuda:" + std::to_string(parse_cuda_device(options.device));
+    v.mode = std::string(mode_name(options.mode));
+    v.threads = config_.threads;
+    accept_triton_build(*prebuilt, v);
+    v.stages.total_s = prebuilt->seconds;
+    for (auto& r : v.reasons) r.detail = valid_utf8(r.detail);
+    return v;
+  }
   for (std::size_t i = 0; i < cases.size(); ++i) {
     Verdict v = evaluate(task.at_case(cases[i], size_set), source, o);
     if (i == 0) {

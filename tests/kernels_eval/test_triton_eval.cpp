@@ -122,3 +122,19 @@ TEST_CASE("triton gpu: the naive Triton TriMul is correct on GPU MODE's seven sh
           1500.0 / verdict.candidate_time->median_us, "; compile step for the seven shapes ",
           verdict.stages.compile_s, " s");
 }
+
+TEST_CASE("triton gpu: a TriMul candidate the gate refuses is refused once, before any of its shapes is evaluated") {
+  if (!triton_here()) return;
+  test::TestEvaluator t("triton-trimul-refused");
+  auto trimul = tasks::find_task("trimul", test::tasks_dir());
+  const std::string source = triton_candidate("trimul") + "\nimport threading\n";
+  auto verdict = t.evaluator.evaluate(trimul, source, triton_options("cuda"));
+  INFO(test::detail_of(verdict));
+  CHECK(verdict.status == eval::Status::rejected);
+  REQUIRE(!verdict.reasons.empty());
+  CHECK(verdict.reasons.front().code == "forbidden_import");
+  CHECK(verdict.trials.empty());
+  CHECK(verdict.shapes.empty());
+  CHECK(verdict.stages.correctness_s == 0.0);
+  CHECK(verdict.device == "cuda:0");
+}
