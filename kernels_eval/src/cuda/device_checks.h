@@ -26,9 +26,9 @@ ElementComparison compare_elements(const void* out, const void* ref, int64_t n, 
                                    double rtol);
 // Whether two device buffers hold the same bytes.
 bool same_device_bytes(const void* a, const void* b, std::size_t bytes);
-// A keyed fingerprint of a buffer's bytes: two 64-bit sums of products of its 32-bit words with values derived from
-// the key and each word's place. Without the key, a change that keeps both sums has a chance of about 2^-64; the
-// key is the evaluator's secret and never leaves it. Checking an input against its fingerprint reads it once,
+// A keyed fingerprint of a buffer's bytes: two 64-bit sums of products of its 32-bit words offset by values derived
+// from the key and each word's place (NH-style multilinear hashing, the lanes pairing words differently). The key is
+// the evaluator's secret and never leaves it, so a change cannot be aimed at an unchanged fingerprint. Checking an input against its fingerprint reads it once,
 // where comparing it with a copy reads twice as many bytes.
 struct Fingerprint {
   uint64_t lanes[2] = {0, 0};
