@@ -45,9 +45,9 @@ std::vector<bool> pick_verified(int timed, int sets, int wanted, uint64_t seed) 
 // On a GPU whose task's inputs are large against its reference's time, a whole new input and whole poison before
 // every timed call would cost more than the call: one element in kSampledBlock of the largest input is changed
 // instead (reflected about the distribution's centre, in the arena and in the evaluator's copy alike; one 128-byte
-// run per span of kSampledBlock runs), and as many of each output are poisoned and counted after the call. A candidate learns which only by reading
-// everything, which is as much as an honest memory-bound kernel does; a cached or stale answer is wrong at the changed
-// elements and fails every compared call.
+// run per span of kSampledBlock runs), and as many of each output are poisoned and counted after the call. A
+// candidate learns which only by reading everything, which is as much as an honest memory-bound kernel does; a cached
+// or stale answer is wrong at the changed elements and fails every compared call.
 constexpr int64_t kSampledBlock = 1024;
 // Sampled when a whole refresh of one set (new input, poisoned outputs) costs more than this share of a reference call.
 constexpr double kWholeRefreshShare = 0.1;

@@ -1,7 +1,7 @@
 // The evaluator's one-pass device checks against the rules they implement, on real device memory: comparisons
-// (tolerance edges, NaN, infinities, integers, 16 bytes at a time and element by element), byte equality on both of its
-// paths, keyed fingerprints, poison counts, and the sampled passes of timed calls (one run of a cache line per span, the
-// same runs for poison and its count, copies kept equal).
+// (tolerance edges, NaN, infinities, integers, 16 bytes at a time and element by element), byte equality on both of
+// its paths, keyed fingerprints, poison counts, and the sampled passes of timed calls (one run of a cache line per
+// span, the same runs for poison and its count, copies kept equal).
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>

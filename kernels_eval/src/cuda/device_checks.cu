@@ -233,7 +233,8 @@ __device__ void store_chunk(unsigned char* p, int64_t c, int64_t bytes, bool ali
     return;
   }
   const uint32_t w[4] = {x.x, x.y, x.z, x.w};
-  for (int k = 0; k < 16 && c * 16 + k < bytes; ++k) p[c * 16 + k] = static_cast<unsigned char>(w[k / 4] >> (8 * (k % 4)));
+  for (int k = 0; k < 16 && c * 16 + k < bytes; ++k)
+    p[c * 16 + k] = static_cast<unsigned char>(w[k / 4] >> (8 * (k % 4)));
 }
 
 // One pass over the chunks of `src`, kUnroll loads in flight per thread; copied to `dst` when it is given.
@@ -395,8 +396,8 @@ ElementComparison compare_elements(const void* out, const void* ref, int64_t n, 
       break;
     case ElementKind::bfloat16:
       compare_floats<__nv_bfloat16, float><<<grid, kThreads>>>(static_cast<const __nv_bfloat16*>(out),
-                                                               static_cast<const __nv_bfloat16*>(ref), n, aligned, fa, fr,
-                                                               totals.get());
+                                                               static_cast<const __nv_bfloat16*>(ref), n, aligned, fa,
+                                                               fr, totals.get());
       break;
     case ElementKind::float32:
       compare_floats<float, float><<<grid, kThreads>>>(static_cast<const float*>(out), static_cast<const float*>(ref),
@@ -404,7 +405,8 @@ ElementComparison compare_elements(const void* out, const void* ref, int64_t n, 
       break;
     case ElementKind::float64:
       compare_floats<double, double><<<grid, kThreads>>>(static_cast<const double*>(out),
-                                                         static_cast<const double*>(ref), n, aligned, atol, rtol, totals.get());
+                                                         static_cast<const double*>(ref), n, aligned, atol, rtol,
+                                                         totals.get());
       break;
     case ElementKind::int8:
       compare_integers<int8_t><<<grid, kThreads>>>(static_cast<const int8_t*>(out), static_cast<const int8_t*>(ref), n,
