@@ -259,11 +259,13 @@ bool same_bytes(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& ex
 
 WrittenInput write_input(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& value, uint64_t key) {
   WrittenInput written;
-  auto v = value.contiguous();
-  if (!arena.on_gpu() || !v.is_cuda() || static_cast<std::size_t>(v.nbytes()) != slot.bytes) {
+  if (!arena.on_gpu()) {
     write_tensor(arena, slot, value);
     return written;
   }
+  if (static_cast<std::size_t>(value.nbytes()) != slot.bytes) throw std::logic_error("write_input: size mismatch");
+  auto v = value.contiguous();
+  if (!v.is_cuda()) v = v.to(arena.device());
   const cuda::Fingerprint f = cuda::copy_with_fingerprint(arena.base + slot.offset, v.data_ptr(), slot.bytes, key);
   written.lanes[0] = f.lanes[0];
   written.lanes[1] = f.lanes[1];
@@ -273,6 +275,11 @@ WrittenInput write_input(ArenaRef arena, const ArenaTensor& slot, const torch::T
 bool input_intact(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& value, const WrittenInput& written,
                   uint64_t key) {
   if (!arena.on_gpu() || !value.is_cuda()) return same_bytes(arena, slot, value);
+  return input_intact(arena, slot, written, key);
+}
+
+bool input_intact(ArenaRef arena, const ArenaTensor& slot, const WrittenInput& written, uint64_t key) {
+  if (!arena.on_gpu()) throw std::logic_error("input_intact: a fingerprint is taken of device tensors only");
   const cuda::Fingerprint f = cuda::fingerprint(arena.base + slot.offset, slot.bytes, key);
   return f.lanes[0] == written.lanes[0] && f.lanes[1] == written.lanes[1];
 }
@@ -371,12 +378,14 @@ int64_t count_poisoned_sampled(ArenaRef arena, const ArenaTensor& slot, int patt
                                      block);
 }
 
-void reflect_sampled(ArenaRef arena, const ArenaTensor& slot, torch::Tensor& copy, double twice_center, uint64_t seed,
-                     int64_t block) {
-  if (!arena.on_gpu() || !copy.is_cuda() || !copy.is_contiguous() || static_cast<std::size_t>(copy.nbytes()) != slot.bytes)
-    throw std::logic_error("reflect_sampled: the copy must be a contiguous device tensor of the slot's size");
-  cuda::reflect_sampled(arena.base + slot.offset, copy.data_ptr(), copy.numel(), element_kind(copy.scalar_type()),
-                        twice_center, seed, block);
+void reflect_sampled(ArenaRef arena, const ArenaTensor& slot, double twice_center, uint64_t seed, int64_t block,
+                     uint64_t key, WrittenInput& written) {
+  if (!arena.on_gpu()) throw std::logic_error("reflect_sampled: sampled checks are for device tensors");
+  const cuda::Fingerprint change =
+      cuda::reflect_sampled(arena.base + slot.offset, static_cast<int64_t>(slot.bytes / dtype_size(slot.dtype)),
+                            element_kind(to_torch(slot.dtype)), twice_center, seed, block, key);
+  written.lanes[0] += change.lanes[0];
+  written.lanes[1] += change.lanes[1];
 }
 
 namespace {

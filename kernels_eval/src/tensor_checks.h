@@ -72,6 +72,8 @@ struct WrittenInput {
 WrittenInput write_input(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& value, uint64_t key);
 bool input_intact(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& value, const WrittenInput& written,
                   uint64_t key);
+// On a GPU, against the fingerprint alone (an input changed since by reflect_sampled, which kept it up to date).
+bool input_intact(ArenaRef arena, const ArenaTensor& slot, const WrittenInput& written, uint64_t key);
 
 // Two distinct NaN-payload (or sentinel) patterns, so unwritten elements fail and differ between runs.
 void poison(ArenaRef arena, const ArenaTensor& slot, int pattern);
@@ -79,11 +81,12 @@ int64_t count_poisoned(ArenaRef arena, const ArenaTensor& slot, int pattern);
 
 // The sampled checks of timed calls on large device tensors (see cuda/device_checks.h): one element in `block`, as
 // one 128-byte run per span of `block` runs chosen by `seed`, is poisoned and then counted; or, for an input,
-// reflected about its distribution's centre in the arena and in the evaluator's copy alike.
+// reflected about its distribution's centre in the arena, its fingerprint in `written` following the change (the
+// evaluator keeps no copy of inputs of GB).
 void poison_sampled(ArenaRef arena, const ArenaTensor& slot, int pattern, uint64_t seed, int64_t block);
 int64_t count_poisoned_sampled(ArenaRef arena, const ArenaTensor& slot, int pattern, uint64_t seed, int64_t block);
-void reflect_sampled(ArenaRef arena, const ArenaTensor& slot, torch::Tensor& copy, double twice_center, uint64_t seed,
-                     int64_t block);
+void reflect_sampled(ArenaRef arena, const ArenaTensor& slot, double twice_center, uint64_t seed, int64_t block,
+                     uint64_t key, WrittenInput& written);
 
 // The guard band after an output: filled with a canary, and checked intact after calls.
 void fill_guard(ArenaRef arena, const ArenaTensor& slot);

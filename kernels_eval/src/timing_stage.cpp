@@ -44,7 +44,7 @@ std::vector<bool> pick_verified(int timed, int sets, int wanted, uint64_t seed) 
 
 // On a GPU whose task's inputs are large against its reference's time, a whole new input and whole poison before
 // every timed call would cost more than the call: one element in kSampledBlock of the largest input is changed
-// instead (reflected about the distribution's centre, in the arena and in the evaluator's copy alike; one 128-byte
+// instead (reflected about the distribution's centre in the arena, its fingerprint following; one 128-byte
 // run per span of kSampledBlock runs), and as many of each output are poisoned and counted after the call. A
 // candidate learns which only by reading everything, which is as much as an honest memory-bound kernel does; a cached
 // or stale answer is wrong at the changed elements and fails every compared call.
@@ -96,9 +96,10 @@ void verify_in_place(StageContext& ctx, Verdict& v, int call, const std::vector<
 // calls) is taken off. Each is paired with a reference sample on the same kind of freshly written inputs, timed by
 // the evaluator thread's CPU clock on the same core, and pairs are added until their median speedup is tight.
 // With `sampled_center` (GPU), inputs and outputs are changed and checked at sampled elements (see kSampledBlock).
-bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::Tensor>>& current, uint64_t& stream,
-                 const PairedTimingRule* pairing, PairedSamples& pairs, std::vector<double>& samples,
-                 std::optional<double> sampled_center, StepTrace& steps) {
+bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::Tensor>>& current,
+                 std::vector<std::vector<WrittenInput>>& written, uint64_t& stream, const PairedTimingRule* pairing,
+                 PairedSamples& pairs, std::vector<double>& samples, std::optional<double> sampled_center,
+                 StepTrace& steps) {
   const ArenaRef arena = ctx.arena();
   const auto& layout = ctx.layout;
   const int sets = ctx.sets();
@@ -112,9 +113,10 @@ bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::T
     const int s = i % sets, pattern = i % 2;
     const uint64_t poison_seed = ctx.seed * 0x100000001b3ULL + stream++;
     if (sampled) {
-      // A change that an earlier call made to the input stays a difference from the copy: checked after the calls.
-      reflect_sampled(arena, layout.inputs[s][largest], current[s][largest], *sampled_center,
-                      ctx.seed * 0x100000001b3ULL + stream++, kSampledBlock);
+      // A change that an earlier call made to the input stays a difference from the fingerprint, which the reflection
+      // moves by exactly its own change: checked after the calls.
+      reflect_sampled(arena, layout.inputs[s][largest], *sampled_center, ctx.seed * 0x100000001b3ULL + stream++,
+                      kSampledBlock, ctx.input_key, written[s][largest]);
       for (const auto& slot : layout.outputs[s]) poison_sampled(arena, slot, pattern, poison_seed, kSampledBlock);
     } else {
       // The largest input is about to be replaced: whatever an earlier call did to it is checked first.
@@ -147,7 +149,10 @@ bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::T
     // Calls past the count are checked at random too, one in four when all are checked, so none can be known safe.
     const bool checked = i < ctx.timed ? verify[i] : ctx.verified > 0 && (ctx.seed + stream + i) % 4 == 0;
     if (checked && sampled) {
-      verify_in_place(ctx, v, i, current[s], layout.outputs[s]);
+      // The reference reads the arena's input, which the sampled changes made; the worker is idle until the next call.
+      std::vector<torch::Tensor> inputs = current[s];
+      inputs[largest] = view_tensor(arena, layout.inputs[s][largest]);
+      verify_in_place(ctx, v, i, inputs, layout.outputs[s]);
     } else if (checked) {
       Snapshot snap{i, current[s], {}};
       for (const auto& slot : layout.outputs[s]) snap.outputs.push_back(view_tensor(arena, slot).clone());
@@ -220,10 +225,11 @@ const TimingStats& reference_timing(StageContext& ctx, std::vector<std::vector<t
 // GPU: whether timed calls change their inputs at sampled elements (returning twice the centre to reflect about) or
 // get a whole new input and whole poison each. Sampled where the input's distribution allows it and a whole refresh,
 // timed on set 0 (which it refreshes) at the task's first evaluation, costs more than kWholeRefreshShare of a
-// reference call: memory-bound work on inputs of hundreds of MB or more. Each set's input then gets its own copy,
-// which the sampled changes keep equal to the arena's.
+// reference call: memory-bound work on inputs of hundreds of MB or more. The evaluator then keeps no copy of the
+// largest input: its fingerprint in `written` follows the sampled changes, and `current` no longer says what it holds.
 std::optional<double> choose_refresh(StageContext& ctx, std::vector<std::vector<torch::Tensor>>& current,
-                                     uint64_t& stream, TaskTimings& known, const std::string& key) {
+                                     std::vector<std::vector<WrittenInput>>& written, uint64_t& stream,
+                                     TaskTimings& known, const std::string& key) {
   const auto& layout = ctx.layout;
   const std::size_t largest = largest_input(layout.inputs[0]);
   const auto center = ctx.pool.reflection_center2(largest);
@@ -236,7 +242,7 @@ std::optional<double> choose_refresh(StageContext& ctx, std::vector<std::vector<
     cuda::EventTimer timer;
     timer.start();
     current[0][largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++);
-    write_tensor(arena, layout.inputs[0][largest], current[0][largest]);
+    written[0][largest] = write_input(arena, layout.inputs[0][largest], current[0][largest], ctx.input_key);
     for (const auto& slot : layout.outputs[0]) poison(arena, slot, 0);
     timer.stop();
     const double whole_us = timer.seconds() * 1e6;
@@ -246,9 +252,6 @@ std::optional<double> choose_refresh(StageContext& ctx, std::vector<std::vector<
     decided = known.sampled.emplace(key, whole_us > kWholeRefreshShare * reference.median_us).first;
   }
   if (!decided->second) return std::nullopt;
-  // Windows of the pool (draw) are shared with it; a refreshed input (fresh) is already the evaluator's own.
-  for (std::size_t s = 0; s < current.size(); ++s)
-    if (ctx.pool.shares_memory(largest, current[s][largest])) current[s][largest] = current[s][largest].clone();
   return center;
 }
 
@@ -258,10 +261,12 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
   const ArenaRef arena = ctx.arena();
   const auto& layout = ctx.layout;
   const int sets = ctx.sets();
-  std::vector<std::vector<torch::Tensor>> current(sets);  // what each arena set holds now
+  std::vector<std::vector<torch::Tensor>> current(sets);  // what each arena set holds now (see choose_refresh)
+  std::vector<std::vector<WrittenInput>> written(sets);
   for (int s = 0; s < sets; ++s) {
     current[s] = ctx.draw(1000 + static_cast<uint64_t>(s));
-    for (std::size_t i = 0; i < current[s].size(); ++i) write_tensor(arena, layout.inputs[s][i], current[s][i]);
+    for (std::size_t i = 0; i < current[s].size(); ++i)
+      written[s].push_back(write_input(arena, layout.inputs[s][i], current[s][i], ctx.input_key));
   }
   uint64_t stream = 2000;
   StepTrace steps("timing", ctx.gpu != nullptr);
@@ -270,7 +275,7 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
   // A GPU times its reference once per task, before the candidate: how it compares with the cost of refreshing
   // inputs decides how timed calls are checked.
   std::optional<double> sampled_center;
-  if (ctx.gpu && ctx.timed > 0) sampled_center = choose_refresh(ctx, current, stream, known, key);
+  if (ctx.gpu && ctx.timed > 0) sampled_center = choose_refresh(ctx, current, written, stream, known, key);
   steps.mark("choose_refresh");
 
   // Warm-up: every set in turn; with sampled checks (calls of milliseconds on GB tensors) one call is enough.
@@ -286,7 +291,8 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
   const PairedTimingRule pairing = cpu_pairing(ctx);
   PairedSamples pairs;
   std::vector<double> samples;
-  if (!timed_calls(ctx, v, current, stream, paired ? &pairing : nullptr, pairs, samples, sampled_center, steps))
+  if (!timed_calls(ctx, v, current, written, stream, paired ? &pairing : nullptr, pairs, samples, sampled_center,
+                   steps))
     return false;
   if (paired) {
     v.speedup_spread = pairs.spread();
@@ -300,9 +306,11 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
   v.candidate_time = summarize_times(samples);
   if (ctx.gpu && !ctx.gpu->event_samples_us.empty())
     v.candidate_event_median_us = summarize_times(ctx.gpu->event_samples_us).median_us;
+  const std::size_t largest = largest_input(layout.inputs[0]);
   for (int s = 0; s < sets; ++s) {
     for (std::size_t i = 0; i < current[s].size(); ++i)
-      if (!same_bytes(arena, layout.inputs[s][i], current[s][i]))
+      if (!(sampled_center && i == largest ? input_intact(arena, layout.inputs[s][i], written[s][i], ctx.input_key)
+                                           : same_bytes(arena, layout.inputs[s][i], current[s][i])))
         flag(v, "input_mutated", "an input was modified during timing");
     for (const auto& slot : layout.outputs[s])
       if (!guard_intact(arena, slot)) flag(v, "out_of_bounds_write", "a write past the end of an output during timing");

@@ -1,7 +1,7 @@
 // The evaluator's one-pass device checks against the rules they implement, on real device memory: comparisons
 // (tolerance edges, NaN, infinities, integers, 16 bytes at a time and element by element), byte equality on both of
 // its paths, keyed fingerprints, poison counts, and the sampled passes of timed calls (one run of a cache line per
-// span, the same runs for poison and its count, copies kept equal).
+// span, the same runs for poison and its count, a reflection's change to the fingerprint).
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
@@ -213,16 +213,20 @@ TEST_CASE("device checks: sampled poison touches one run of a 128-byte line per 
   }
 }
 
-TEST_CASE("device checks: a sampled reflection changes both copies alike, one element in a block") {
+TEST_CASE("device checks: a sampled reflection changes one run per span in place, and its fingerprint follows") {
   const int64_t n = (1 << 20) + 5, block = 1024, run = 32, spans = (n + block * run - 1) / (block * run);
+  const uint64_t key = 0xfeedfacecafebeefull;
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
   std::vector<float> host(n);
   for (auto& x : host) x = uniform(rng);
-  DeviceVector<float> arena(host), copy(host);
-  reflect_sampled(arena.data, copy.data, n, ElementKind::float32, 1.0, 11, block);  // about 0.5: x -> 1 - x
-  auto a = arena.read(), c = copy.read();
-  CHECK(a == c);
+  DeviceVector<float> arena(host);
+  Fingerprint print = fingerprint(arena.data, n * sizeof(float), key);
+  const Fingerprint change = reflect_sampled(arena.data, n, ElementKind::float32, 1.0, 11, block, key);  // x -> 1 - x
+  print.lanes[0] += change.lanes[0];
+  print.lanes[1] += change.lanes[1];
+  CHECK(fingerprint(arena.data, n * sizeof(float), key) == print);
+  auto a = arena.read();
   int64_t changed = 0;
   for (int64_t i = 0; i < n; ++i)
     if (a[i] != host[i]) {
@@ -231,12 +235,26 @@ TEST_CASE("device checks: a sampled reflection changes both copies alike, one el
     }
   CHECK(changed > (spans - 1) * run - 5);  // x == 0.5 reflects onto itself; the last span holds 5 elements
   CHECK(changed <= spans * run);
+  // A change the reflection did not make still shows, also inside a reflected run.
+  std::vector<float> tampered = a;
+  for (int64_t i = 0; i < n; ++i)
+    if (a[i] != host[i]) {
+      tampered[i] += 0.25f;
+      break;
+    }
+  DeviceVector<float> t(tampered);
+  CHECK_FALSE(fingerprint(t.data, n * sizeof(float), key) == print);
 
-  std::vector<int64_t> labels(n);
-  for (int64_t i = 0; i < n; ++i) labels[i] = i % 10;  // randint(0, 10): x -> 9 - x
-  DeviceVector<int64_t> la(labels), lc(labels);
-  reflect_sampled(la.data, lc.data, n, ElementKind::int64, 9.0, 11, block);
+  // int64 labels, from one element in: the buffer is not 16-byte aligned, so chunks are read byte by byte.
+  std::vector<int64_t> labels(n + 1);
+  for (int64_t i = 0; i <= n; ++i) labels[i] = i % 10;  // randint(0, 10): x -> 9 - x
+  DeviceVector<int64_t> la(labels);
+  Fingerprint lprint = fingerprint(la.data + 1, n * sizeof(int64_t), key);
+  const Fingerprint lchange = reflect_sampled(la.data + 1, n, ElementKind::int64, 9.0, 11, block, key);
+  lprint.lanes[0] += lchange.lanes[0];
+  lprint.lanes[1] += lchange.lanes[1];
+  CHECK(fingerprint(la.data + 1, n * sizeof(int64_t), key) == lprint);
   auto ra = la.read();
-  CHECK(ra == lc.read());
-  for (int64_t i = 0; i < n; ++i) REQUIRE((ra[i] == labels[i] || ra[i] == 9 - labels[i]));
+  CHECK(ra[0] == 0);
+  for (int64_t i = 1; i <= n; ++i) REQUIRE((ra[i] == labels[i] || ra[i] == 9 - labels[i]));
 }

@@ -346,19 +346,32 @@ __device__ __nv_bfloat16 reflected(__nv_bfloat16 x, double twice_center) {
   return __float2bfloat16(static_cast<float>(twice_center) - __bfloat162float(x));
 }
 
+// Reflects the chosen run of every span in place and adds to `totals` how the buffer's fingerprint under `key`
+// changed: the 16-byte chunks a run covers are fingerprinted before and after (one thread per run, and runs of
+// different spans share no chunk), so an expected fingerprint can follow the change without a copy of the buffer.
 template <typename T>
-__global__ void reflect_chosen(T* a, T* b, int64_t n, double twice_center, uint64_t seed, int64_t block,
-                               int64_t spans) {
+__global__ void reflect_chosen(T* data, int64_t n, bool aligned, double twice_center, uint64_t seed, int64_t block,
+                               int64_t spans, uint64_t key, Totals* totals) {
   constexpr int kRun = kRunBytes / sizeof(T);
+  const auto* raw = reinterpret_cast<const unsigned char*>(data);
+  const int64_t bytes = n * static_cast<int64_t>(sizeof(T)), chunks = (bytes + 15) / 16;
+  unsigned long long before0 = 0, before1 = 0, after0 = 0, after1 = 0;
   walk(spans, [&](int64_t s) {
     const int64_t i = chosen(s, n, block, kRun, seed);
+    const int64_t first = i * static_cast<int64_t>(sizeof(T)) / 16;
+    const int64_t end = min(((i + kRun) * static_cast<int64_t>(sizeof(T)) + 15) / 16, chunks);
+    for (int64_t c = first; c < end; ++c) add_chunk(load_chunk(raw, c, bytes, aligned), c, key, before0, before1);
 #pragma unroll
     for (int k = 0; k < kRun; ++k) {
       if (i + k >= n) break;
-      a[i + k] = reflected(a[i + k], twice_center);
-      b[i + k] = reflected(b[i + k], twice_center);
+      data[i + k] = reflected(data[i + k], twice_center);
     }
+    for (int64_t c = first; c < end; ++c) add_chunk(load_chunk(raw, c, bytes, aligned), c, key, after0, after1);
   });
+  const unsigned long long d0 = warp_sum(after0 - before0), d1 = warp_sum(after1 - before1);  // modulo 2^64
+  if ((threadIdx.x & 31) != 0) return;
+  atomicAdd(&totals->count, d0);
+  atomicAdd(&totals->nan_count, d1);
 }
 
 template <typename F>
@@ -490,13 +503,17 @@ int64_t count_pattern_sampled(const void* data, int64_t n, int width, uint64_t p
   return static_cast<int64_t>(totals.read("sampled poison count on device").count);
 }
 
-void reflect_sampled(void* a, void* b, int64_t n, ElementKind kind, double twice_center, uint64_t seed, int64_t block) {
-  if (n <= 0) return;
+Fingerprint reflect_sampled(void* data, int64_t n, ElementKind kind, double twice_center, uint64_t seed,
+                            int64_t block, uint64_t key) {
+  Fingerprint change;
+  if (n <= 0) return change;
+  DeviceTotals totals;
+  const bool aligned = aligned16(data, data);
   auto launch = [&](auto zero) {
     using T = decltype(zero);
     const int64_t spans = spans_of(n, block, sizeof(T));
-    reflect_chosen<T><<<grid_for(spans), kThreads>>>(static_cast<T*>(a), static_cast<T*>(b), n, twice_center, seed,
-                                                     block, spans);
+    reflect_chosen<T><<<grid_for(spans), kThreads>>>(static_cast<T*>(data), n, aligned, twice_center, seed, block,
+                                                     spans, key, totals.get());
   };
   switch (kind) {
     case ElementKind::float16: launch(__half{}); break;
@@ -508,7 +525,10 @@ void reflect_sampled(void* a, void* b, int64_t n, ElementKind kind, double twice
     case ElementKind::int32: launch(int32_t{}); break;
     case ElementKind::int64: launch(int64_t{}); break;
   }
-  check(cudaGetLastError(), "sampled input change on device");
+  const Totals t = totals.read("sampled input change on device");
+  change.lanes[0] = t.count;
+  change.lanes[1] = t.nan_count;
+  return change;
 }
 
 }  // namespace crucible::eval::cuda

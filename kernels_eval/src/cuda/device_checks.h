@@ -45,9 +45,10 @@ int64_t count_pattern(const void* data, int64_t n, int width, uint64_t pattern);
 // element in `block` overall. The candidate cannot tell which until it reads the whole buffer.
 void poison_sampled(void* data, int64_t n, int width, uint64_t pattern, uint64_t seed, int64_t block);
 int64_t count_pattern_sampled(const void* data, int64_t n, int width, uint64_t pattern, uint64_t seed, int64_t block);
-// Reflects the chosen element of every block about the distribution's centre (x -> twice_center - x; integers
-// x -> twice_center - x as well), in two buffers at once: the arena's input and the evaluator's own copy of it,
-// which stay identical unless something else wrote to one of them.
-void reflect_sampled(void* a, void* b, int64_t n, ElementKind kind, double twice_center, uint64_t seed, int64_t block);
+// Reflects the chosen run of every span about the distribution's centre (x -> twice_center - x; integers
+// x -> twice_center - x as well), in place, and returns how the buffer's fingerprint under `key` changed: lanes to
+// add, modulo 2^64, to the fingerprint it had, which then matches the buffer again unless something else wrote to it.
+Fingerprint reflect_sampled(void* data, int64_t n, ElementKind kind, double twice_center, uint64_t seed,
+                            int64_t block, uint64_t key);
 
 }  // namespace crucible::eval::cuda

@@ -16,5 +16,5 @@ Fingerprint copy_with_fingerprint(void*, const void*, std::size_t, uint64_t) { a
 int64_t count_pattern(const void*, int64_t, int, uint64_t) { absent(); }
 void poison_sampled(void*, int64_t, int, uint64_t, uint64_t, int64_t) { absent(); }
 int64_t count_pattern_sampled(const void*, int64_t, int, uint64_t, uint64_t, int64_t) { absent(); }
-void reflect_sampled(void*, void*, int64_t, ElementKind, double, uint64_t, int64_t) { absent(); }
+Fingerprint reflect_sampled(void*, int64_t, ElementKind, double, uint64_t, int64_t, uint64_t) { absent(); }
 }  // namespace crucible::eval::cuda
