@@ -254,17 +254,25 @@ GpuResources& Evaluator::gpu_resources(int device) {
   return *slot;
 }
 
+namespace {
+// What every verdict says of the evaluation before any stage runs.
+Verdict verdict_header(const TaskSpec& task, const EvalOptions& options, int threads) {
+  Verdict v;
+  v.task = task.name;
+  const int cuda_device = parse_cuda_device(options.device);
+  v.device = cuda_device >= 0 ? "cuda:" + std::to_string(cuda_device) : options.device;
+  v.mode = std::string(mode_name(options.mode));
+  v.threads = threads;
+  return v;
+}
+}  // namespace
 
 Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, const EvalOptions& options) {
   const auto start = Clock::now();
   const bool full = options.mode == Mode::full;
   const int sets = std::max(1, std::min(options.input_sets, 8));
 
-  Verdict v;
-  v.task = task.name;
-  v.device = options.device;
-  v.mode = std::string(mode_name(options.mode));
-  v.threads = config_.threads;
+  Verdict v = verdict_header(task, options, config_.threads);
   auto finish = [&]() -> Verdict {
     v.stages.total_s = since(start);
     v.stages.overhead_s = std::max(0.0, v.stages.total_s - v.stages.compile_s - v.stages.kernel_s);
@@ -284,7 +292,6 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     // and the one that set up this GPU's resources may not be the one evaluating now.
     cuda::use_device(cuda_device);
   }
-  if (gpu) v.device = "cuda:" + std::to_string(cuda_device);
   const std::string size_set = options.sizes.empty() ? backend : options.sizes;
   if (const auto& cases = task.cases_for(size_set); !cases.empty())
     return evaluate_cases(task, cases, size_set, source, options);
@@ -565,11 +572,7 @@ Verdict Evaluator::evaluate_cases(const TaskSpec& task, const std::vector<ShapeC
   if (prebuilt && prebuilt->outcome != TritonBuild::Outcome::ok) {
     // A refusal or a failed compile holds for the whole candidate: reported now, not gated and compiled again by
     // each shape's evaluation after the shapes before the failing one were evaluated in full.
-    Verdict v;
-    v.task = task.name;
-    v.device = "cuda:" + std::to_string(parse_cuda_device(options.device));
-    v.mode = std::string(mode_name(options.mode));
-    v.threads = config_.threads;
+    Verdict v = verdict_header(task, options, config_.threads);
     accept_triton_build(*prebuilt, v);
     v.stages.total_s = prebuilt->seconds;
     for (auto& r : v.reasons) r.detail = valid_utf8(r.detail);

@@ -83,22 +83,18 @@ void StepTrace::mark(const char* step) {
   const auto now = Clock::now();
   const double seconds = std::chrono::duration<double>(now - last_).count();
   last_ = now;
-  std::size_t i = 0;
-  while (i < totals_.size() && std::strcmp(totals_[i].first, step) != 0) ++i;
-  if (i == totals_.size()) {
-    totals_.emplace_back(step, 0.0);
-    counts_.push_back(0);
-  }
-  totals_[i].second += seconds;
-  ++counts_[i];
+  auto it = std::find_if(steps_.begin(), steps_.end(), [&](const Step& s) { return std::strcmp(s.name, step) == 0; });
+  if (it == steps_.end()) it = steps_.insert(steps_.end(), Step{step, 0.0, 0});
+  it->seconds += seconds;
+  ++it->count;
 }
 
 StepTrace::~StepTrace() {
-  if (!on_ || totals_.empty()) return;
+  if (!on_ || steps_.empty()) return;
   std::string line = std::string(stage_) + " steps:";
   char item[128];
-  for (std::size_t i = 0; i < totals_.size(); ++i) {
-    std::snprintf(item, sizeof item, " %s %.1f ms (%d)", totals_[i].first, totals_[i].second * 1e3, counts_[i]);
+  for (const Step& s : steps_) {
+    std::snprintf(item, sizeof item, " %s %.1f ms (%d)", s.name, s.seconds * 1e3, s.count);
     line += item;
   }
   std::fprintf(stderr, "%s\n", line.c_str());

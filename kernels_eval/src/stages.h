@@ -85,8 +85,12 @@ class StepTrace {
   const char* stage_;
   bool on_ = false, gpu_ = false;
   std::chrono::steady_clock::time_point last_;
-  std::vector<std::pair<const char*, double>> totals_;  // first-seen order
-  std::vector<int> counts_;
+  struct Step {
+    const char* name;
+    double seconds;
+    int count;
+  };
+  std::vector<Step> steps_;  // first-seen order
 };
 
 // Maps how a worker load or call ended onto the verdict; false when it succeeded.

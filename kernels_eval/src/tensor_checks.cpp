@@ -7,8 +7,6 @@
 #include <type_traits>
 #include <stdexcept>
 
-#include "cuda/device_checks.h"
-
 namespace crucible::eval {
 namespace {
 // Device passes over tensors of several GB work in chunks of this many elements, bounding their scratch memory.
@@ -258,18 +256,14 @@ bool same_bytes(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& ex
 }
 
 WrittenInput write_input(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& value, uint64_t key) {
-  WrittenInput written;
   if (!arena.on_gpu()) {
     write_tensor(arena, slot, value);
-    return written;
+    return {};
   }
   if (static_cast<std::size_t>(value.nbytes()) != slot.bytes) throw std::logic_error("write_input: size mismatch");
   auto v = value.contiguous();
   if (!v.is_cuda()) v = v.to(arena.device());
-  const cuda::Fingerprint f = cuda::copy_with_fingerprint(arena.base + slot.offset, v.data_ptr(), slot.bytes, key);
-  written.lanes[0] = f.lanes[0];
-  written.lanes[1] = f.lanes[1];
-  return written;
+  return cuda::copy_with_fingerprint(arena.base + slot.offset, v.data_ptr(), slot.bytes, key);
 }
 
 bool input_intact(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& value, const WrittenInput& written,
@@ -280,8 +274,7 @@ bool input_intact(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& 
 
 bool input_intact(ArenaRef arena, const ArenaTensor& slot, const WrittenInput& written, uint64_t key) {
   if (!arena.on_gpu()) throw std::logic_error("input_intact: a fingerprint is taken of device tensors only");
-  const cuda::Fingerprint f = cuda::fingerprint(arena.base + slot.offset, slot.bytes, key);
-  return f.lanes[0] == written.lanes[0] && f.lanes[1] == written.lanes[1];
+  return cuda::fingerprint(arena.base + slot.offset, slot.bytes, key) == written;
 }
 
 namespace {
@@ -381,11 +374,8 @@ int64_t count_poisoned_sampled(ArenaRef arena, const ArenaTensor& slot, int patt
 void reflect_sampled(ArenaRef arena, const ArenaTensor& slot, double twice_center, uint64_t seed, int64_t block,
                      uint64_t key, WrittenInput& written) {
   if (!arena.on_gpu()) throw std::logic_error("reflect_sampled: sampled checks are for device tensors");
-  const cuda::Fingerprint change =
-      cuda::reflect_sampled(arena.base + slot.offset, static_cast<int64_t>(slot.bytes / dtype_size(slot.dtype)),
-                            element_kind(to_torch(slot.dtype)), twice_center, seed, block, key);
-  written.lanes[0] += change.lanes[0];
-  written.lanes[1] += change.lanes[1];
+  written += cuda::reflect_sampled(arena.base + slot.offset, static_cast<int64_t>(slot.bytes / dtype_size(slot.dtype)),
+                                   element_kind(to_torch(slot.dtype)), twice_center, seed, block, key);
 }
 
 namespace {

@@ -10,6 +10,7 @@
 
 #include "crucible/eval/task_spec.h"
 #include "crucible/eval/worker_process.h"
+#include "cuda/device_checks.h"
 
 namespace crucible::eval {
 
@@ -66,9 +67,7 @@ bool same_bytes(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& ex
 // An input written into the arena to be checked unchanged after calls. On a GPU the copy also takes the bytes' keyed
 // fingerprint (cuda::fingerprint; `key` is the evaluation's secret), and the check reads the arena once instead of
 // the arena and the value; on the CPU the check compares bytes with the value.
-struct WrittenInput {
-  uint64_t lanes[2] = {0, 0};
-};
+using WrittenInput = cuda::Fingerprint;  // empty on the CPU
 WrittenInput write_input(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& value, uint64_t key);
 bool input_intact(ArenaRef arena, const ArenaTensor& slot, const torch::Tensor& value, const WrittenInput& written,
                   uint64_t key);

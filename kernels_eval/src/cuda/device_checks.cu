@@ -237,6 +237,21 @@ __device__ void store_chunk(unsigned char* p, int64_t c, int64_t bytes, bool ali
     p[c * 16 + k] = static_cast<unsigned char>(w[k / 4] >> (8 * (k % 4)));
 }
 
+// A fingerprint's two lanes travel in a pass's totals (count and nan_count), added modulo 2^64.
+__device__ void add_lanes(Totals* t, unsigned long long s0, unsigned long long s1) {
+  s0 = warp_sum(s0);
+  s1 = warp_sum(s1);
+  if ((threadIdx.x & 31) != 0) return;
+  atomicAdd(&t->count, s0);
+  atomicAdd(&t->nan_count, s1);
+}
+Fingerprint lanes_of(const Totals& t) {
+  Fingerprint f;
+  f.lanes[0] = t.count;
+  f.lanes[1] = t.nan_count;
+  return f;
+}
+
 // One pass over the chunks of `src`, kUnroll loads in flight per thread; copied to `dst` when it is given.
 __global__ void fingerprint_chunks(const unsigned char* src, unsigned char* dst, int64_t bytes, bool aligned,
                                    uint64_t key, Totals* totals) {
@@ -257,26 +272,18 @@ __global__ void fingerprint_chunks(const unsigned char* src, unsigned char* dst,
       add_chunk(x[u], static_cast<uint64_t>(c), key, s0, s1);
     }
   }
-  s0 = warp_sum(s0);
-  s1 = warp_sum(s1);
-  if ((threadIdx.x & 31) != 0) return;
-  atomicAdd(&totals->count, s0);  // sums modulo 2^64
-  atomicAdd(&totals->nan_count, s1);
+  add_lanes(totals, s0, s1);
 }
 
 Fingerprint run_fingerprint(const void* src, void* dst, std::size_t bytes, uint64_t key, const char* pass) {
-  Fingerprint f;
-  if (bytes == 0) return f;
+  if (bytes == 0) return {};
   DeviceTotals totals;
   const bool aligned = aligned16(src, dst ? dst : src);
   const auto chunks = static_cast<int64_t>((bytes + 15) / 16);
   fingerprint_chunks<<<grid_for(chunks), kThreads>>>(static_cast<const unsigned char*>(src),
                                                      static_cast<unsigned char*>(dst), static_cast<int64_t>(bytes),
                                                      aligned, key, totals.get());
-  const Totals t = totals.read(pass);
-  f.lanes[0] = t.count;
-  f.lanes[1] = t.nan_count;
-  return f;
+  return lanes_of(totals.read(pass));
 }
 
 template <typename W>
@@ -368,10 +375,7 @@ __global__ void reflect_chosen(T* data, int64_t n, bool aligned, double twice_ce
     }
     for (int64_t c = first; c < end; ++c) add_chunk(load_chunk(raw, c, bytes, aligned), c, key, after0, after1);
   });
-  const unsigned long long d0 = warp_sum(after0 - before0), d1 = warp_sum(after1 - before1);  // modulo 2^64
-  if ((threadIdx.x & 31) != 0) return;
-  atomicAdd(&totals->count, d0);
-  atomicAdd(&totals->nan_count, d1);
+  add_lanes(totals, after0 - before0, after1 - before1);
 }
 
 template <typename F>
@@ -505,8 +509,7 @@ int64_t count_pattern_sampled(const void* data, int64_t n, int width, uint64_t p
 
 Fingerprint reflect_sampled(void* data, int64_t n, ElementKind kind, double twice_center, uint64_t seed,
                             int64_t block, uint64_t key) {
-  Fingerprint change;
-  if (n <= 0) return change;
+  if (n <= 0) return {};
   DeviceTotals totals;
   const bool aligned = aligned16(data, data);
   auto launch = [&](auto zero) {
@@ -525,10 +528,7 @@ Fingerprint reflect_sampled(void* data, int64_t n, ElementKind kind, double twic
     case ElementKind::int32: launch(int32_t{}); break;
     case ElementKind::int64: launch(int64_t{}); break;
   }
-  const Totals t = totals.read("sampled input change on device");
-  change.lanes[0] = t.count;
-  change.lanes[1] = t.nan_count;
-  return change;
+  return lanes_of(totals.read("sampled input change on device"));
 }
 
 }  // namespace crucible::eval::cuda

@@ -33,6 +33,11 @@ bool same_device_bytes(const void* a, const void* b, std::size_t bytes);
 struct Fingerprint {
   uint64_t lanes[2] = {0, 0};
   bool operator==(const Fingerprint& o) const { return lanes[0] == o.lanes[0] && lanes[1] == o.lanes[1]; }
+  Fingerprint& operator+=(const Fingerprint& change) {  // a change returned by reflect_sampled, modulo 2^64
+    lanes[0] += change.lanes[0];
+    lanes[1] += change.lanes[1];
+    return *this;
+  }
 };
 Fingerprint fingerprint(const void* data, std::size_t bytes, uint64_t key);
 // Copies `bytes` from src to dst and returns the fingerprint of what was copied, in the one pass the copy makes.
