@@ -5,6 +5,8 @@
 // the evaluation's stages (load_ms: worker and arena; check_ms: correctness; time_ms: timing).
 // Usage: bench_sweep [--device cuda:0] [--sizes cpu|cuda] [--count 64] [--jobs N] [--emit DIR]
 //                    [--task relu] [--tasks-dir DIR]   (any task whose inputs and output are one relu: kb_l1_19)
+//                    [--trials N] [--verified N]   (correctness trials; timed calls compared in full: what the
+//                    evaluator's checks cost, side by side with full mode's 5 and 4)
 // --emit writes the variants' sources to DIR (for the KernelBench-style comparison script) and exits.
 #include <algorithm>
 #include <chrono>
@@ -29,9 +31,10 @@ using namespace crucible;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
-  bench::exit_on_help(argc, argv, "usage: bench_sweep [--device cuda:0] [--sizes cpu|cuda] [--count 64] [--jobs N] [--emit DIR] [--task relu] [--tasks-dir DIR]");
+  bench::exit_on_help(argc, argv, "usage: bench_sweep [--device cuda:0] [--sizes cpu|cuda] [--count 64] [--jobs N] [--emit DIR] [--task relu] [--tasks-dir DIR] [--trials N] [--verified N]");
   std::string device = "cuda:0", sizes = "cpu", emit, task_name = "relu", tasks_dir;
   // Two cores stay free for the evaluator and its worker (compiles also run at lower priority).
+  int trials = -1, verified = -1;  // negative: full mode's own
   int count = 64, jobs = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 2);
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--device")) device = argv[i + 1];
@@ -41,6 +44,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--emit")) emit = argv[i + 1];
     else if (!std::strcmp(argv[i], "--task")) task_name = argv[i + 1];
     else if (!std::strcmp(argv[i], "--tasks-dir")) tasks_dir = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--trials")) trials = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--verified")) verified = std::atoi(argv[i + 1]);
   }
   bench::exit_unless_device_usable(device);
   if (!emit.empty()) {
@@ -58,6 +63,8 @@ int main(int argc, char** argv) {
   options.mode = eval::Mode::full;  // 5 correctness trials, 50 timed
   options.device = device;
   options.sizes = sizes;
+  options.correctness_trials = trials;
+  options.verified_timed_calls = verified;
 
   // The GPU's resources are made by the first evaluation; warm them with a candidate outside the sweep so the
   // sweep's wall time is what a running evaluator would see.

@@ -137,6 +137,9 @@ bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::T
       worker_cpu = now;
     }
     samples.push_back(seconds * 1e6);
+    if (!pairing && trace_calls())
+      std::fprintf(stderr, "timed call %d: %.1f us (events %.1f us)\n", i, seconds * 1e6,
+                   ctx.gpu && !ctx.gpu->event_samples_us.empty() ? ctx.gpu->event_samples_us.back() : 0.0);
     int64_t unwritten = 0;
     for (const auto& slot : layout.outputs[s])
       unwritten += sampled ? count_poisoned_sampled(arena, slot, pattern, poison_seed, kSampledBlock)
@@ -218,6 +221,7 @@ const TimingStats& reference_timing(StageContext& ctx, std::vector<std::vector<t
     auto inputs = current[i % sets];  // a new tensor, just written, as for the candidate
     inputs[largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++);
     ref_samples.push_back(ctx.timed_reference(inputs) * 1e6);
+    if (trace_calls()) std::fprintf(stderr, "reference call %d: %.1f us\n", i, ref_samples.back());
   }
   return reference_times[key] = summarize_times(ref_samples);
 }
