@@ -438,7 +438,12 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     const std::string key = task.name + "|" + task.source_path + "|" + pool_device + "|" + size_set + "|" +
                             std::to_string(ctx.timed) + "|" + std::to_string(arena_sets) + "|" +
                             std::to_string(config_.threads);
-    measure_timing(ctx, v, cache_->timings, key);
+    {
+      // No spare worker makes its CUDA context while calls are timed (see WorkerPool::pause_starts).
+      StartsPaused paused(gpu ? std::vector<WorkerPool*>{gpu->workers.get(), gpu->triton_workers.get()}
+                              : std::vector<WorkerPool*>{});
+      measure_timing(ctx, v, cache_->timings, key);
+    }
     v.stages.timing_s = since(timing_start);
     if (v.status == Status::correct && !v.speedup && v.candidate_time && v.reference_time &&
         v.candidate_time->median_us > 0)
@@ -520,8 +525,10 @@ bool Evaluator::build_triton(const std::string& source, const EvalOptions& optio
     // Each worker imports PyTorch and Triton and makes its own CUDA context: about 2.5 s, and a few hundred MB of
     // GPU memory. A multi-shape task takes a fresh worker for each shape every ~1.5 s, so three start ahead (with
     // one, a cached TriMul evaluation waited 1.6-2.4 s for each of its seven workers).
+    int warm = 3;
+    if (const char* env = std::getenv("CRUCIBLE_GPU_WARM_WORKERS")) warm = std::atoi(env);
     gpu->triton_workers = std::make_unique<WorkerPool>(
-        python->executable, 3,
+        python->executable, warm,
         std::vector<std::string>{"-I", (default_python_dir() / "crucible_triton" / "worker.py").string(), "--device",
                                  std::to_string(gpu->device), "--support", support.string(), "--warm-cache",
                                  warm_cache.string()},

@@ -164,7 +164,14 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary, cons
   std::vector<char*> argv;
   for (auto& a : arg_strings) argv.push_back(a.data());
   argv.push_back(nullptr);
-  int err = posix_spawn(&w->pid_, path.c_str(), &actions, nullptr, argv.data(), envp.data());
+  // A process group of its own: should the evaluator die while this worker is stopped (WorkerPool::pause_starts),
+  // the group is orphaned with a stopped member, and the kernel sends it SIGHUP and SIGCONT, which end it.
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attributes, 0);
+  int err = posix_spawn(&w->pid_, path.c_str(), &actions, &attributes, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   close(child_socket);
   if (err != 0) {
@@ -563,7 +570,34 @@ void WorkerPool::top_up() {
   while (static_cast<int>(idle_.size()) < warm_) {
     idle_.push_back(WorkerProcess::spawn(binary_, args_, visible_devices_));
     ++started_;
+    if (paused_ > 0) stop_if_starting(*idle_.back());
   }
+}
+
+void WorkerPool::stop_if_starting(WorkerProcess& w) {
+  if (w.wait_hello(0) || kill(w.pid(), SIGSTOP) != 0) return;
+  stopped_.push_back(w.pid());
+}
+
+void WorkerPool::pause_starts() {
+  if (paused_++ > 0) return;
+  for (auto& w : idle_) stop_if_starting(*w);
+}
+
+void WorkerPool::resume_starts() {
+  if (paused_ == 0 || --paused_ > 0) return;
+  for (pid_t pid : stopped_) kill(pid, SIGCONT);
+  stopped_.clear();
+}
+
+StartsPaused::StartsPaused(std::vector<WorkerPool*> pools) : pools_(std::move(pools)) {
+  for (auto* p : pools_)
+    if (p) p->pause_starts();
+}
+
+StartsPaused::~StartsPaused() {
+  for (auto* p : pools_)
+    if (p) p->resume_starts();
 }
 
 std::unique_ptr<WorkerProcess> WorkerPool::acquire() {
@@ -571,6 +605,10 @@ std::unique_ptr<WorkerProcess> WorkerPool::acquire() {
   while (!idle_.empty() && !w) {
     w = std::move(idle_.front());
     idle_.pop_front();
+    if (auto it = std::find(stopped_.begin(), stopped_.end(), w->pid()); it != stopped_.end()) {
+      kill(w->pid(), SIGCONT);
+      stopped_.erase(it);
+    }
     if (!w->wait_hello(start_timeout_s_)) w.reset();  // died while idle: drop it
   }
   if (!w) {

@@ -3,8 +3,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <sstream>
+#include <vector>
 
 #include "crucible/eval/compiler.h"
 #include "crucible/eval/evaluator.h"
@@ -135,4 +138,107 @@ TEST_CASE("an evaluator killed outright leaves no worker and no directory behind
   // The next evaluator removes what the killed one left.
   CHECK(eval::remove_orphaned_scratch_dirs("worker") >= 1);
   CHECK(count_dirs() == 0);
+}
+
+namespace {
+char process_state(pid_t pid) {  // 'T' stopped, 'S' asleep...; 0 when gone
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() ? 0 : text[paren + 2];
+}
+
+// A signal is delivered when the process next runs: its state is looked at for up to a second.
+bool comes_to(pid_t pid, char state) {
+  for (int i = 0; i < 100; ++i) {
+    if (process_state(pid) == state) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> found;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto paren = text.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream fields(text.substr(paren + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    if (fields >> state >> ppid && ppid == parent) found.push_back(std::stoi(name));
+  }
+  return found;
+}
+}  // namespace
+
+// `sleep` plays a spare that is still starting: it never says hello.
+TEST_CASE("spares still starting are stopped while starts are paused; a worker acquire hands out never is") {
+  const auto before = children_of(getpid());
+  auto started_since = [&] {
+    std::vector<pid_t> fresh;
+    for (pid_t pid : children_of(getpid()))
+      if (std::find(before.begin(), before.end(), pid) == before.end() && process_state(pid) != 'Z')
+        fresh.push_back(pid);
+    return fresh;
+  };
+  eval::WorkerPool pool("/bin/sleep", 2, {"60"}, 0.1);
+  const auto spares = started_since();
+  REQUIRE(spares.size() == 2);
+  {
+    eval::StartsPaused paused({&pool, nullptr});
+    for (pid_t pid : spares) CHECK(comes_to(pid, 'T'));
+    pool.pause_starts();  // nested: one resume is not enough to let them go
+    pool.resume_starts();
+    for (pid_t pid : spares) CHECK(comes_to(pid, 'T'));
+    // Both spares are let go, wait 0.1 s for a hello that never comes and are dropped; acquire starts one itself,
+    // and the two replacements start stopped.
+    auto taken = pool.acquire();
+    CHECK(process_state(taken->pid()) != 'T');
+    int stopped = 0, others = 0;
+    for (pid_t pid : started_since()) {
+      CHECK(std::find(spares.begin(), spares.end(), pid) == spares.end());
+      if (pid == taken->pid()) continue;
+      ++others;
+      stopped += comes_to(pid, 'T');
+    }
+    CHECK(others == 2);
+    CHECK(stopped == 2);
+  }
+  for (pid_t pid : started_since()) CHECK(comes_to(pid, 'S'));
+}
+
+TEST_CASE("an evaluator killed while a spare is stopped leaves no process behind") {
+  int pipe_fds[2];
+  REQUIRE(pipe(pipe_fds) == 0);
+  const pid_t evaluator = fork();
+  REQUIRE(evaluator >= 0);
+  if (evaluator == 0) {
+    close(pipe_fds[0]);
+    eval::WorkerPool pool("/bin/sleep", 1, {"60"});
+    pool.pause_starts();
+    auto spares = children_of(getpid());
+    const int pid = spares.empty() ? 0 : spares[0];
+    if (write(pipe_fds[1], &pid, sizeof pid) != sizeof pid) _exit(1);
+    pause();
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  int spare = 0;
+  REQUIRE(read(pipe_fds[0], &spare, sizeof spare) == sizeof spare);
+  close(pipe_fds[0]);
+  REQUIRE(spare > 0);
+  CHECK(comes_to(spare, 'T'));
+  kill(evaluator, SIGKILL);
+  waitpid(evaluator, nullptr, 0);
+  // Its process group is orphaned with a stopped member: the kernel sends SIGHUP and SIGCONT.
+  char state = 'T';
+  for (int i = 0; i < 100 && state != 0 && state != 'Z'; ++i) {
+    usleep(20000);
+    state = process_state(spare);
+  }
+  CHECK((state == 0 || state == 'Z'));
 }

@@ -178,11 +178,17 @@ class WorkerPool {
   explicit WorkerPool(std::filesystem::path binary, int warm = 1, std::vector<std::string> args = {},
                       double start_timeout_s = 10.0, std::string visible_devices = {});
   std::unique_ptr<WorkerProcess> acquire();  // a started worker; a replacement starts at once
+  // While paused, spares that have not said hello yet are stopped (SIGSTOP), as are those started meanwhile: a worker
+  // making its CUDA context slows the device's other work for a while (GPU timed calls by 1-5%), so timing pauses
+  // them. A worker taken by acquire() is let go at once. Pauses nest; each needs its resume.
+  void pause_starts();
+  void resume_starts();
   int started() const { return started_; }
   const std::filesystem::path& binary() const { return binary_; }
 
  private:
   void top_up();
+  void stop_if_starting(WorkerProcess& w);
   std::filesystem::path binary_;
   std::vector<std::string> args_;
   std::string visible_devices_;
@@ -190,6 +196,20 @@ class WorkerPool {
   double start_timeout_s_;
   int started_ = 0;
   std::deque<std::unique_ptr<WorkerProcess>> idle_;
+  int paused_ = 0;
+  std::vector<pid_t> stopped_;
+};
+
+// Spares of `pools` (null entries skipped) paused for a scope: see WorkerPool::pause_starts.
+class StartsPaused {
+ public:
+  explicit StartsPaused(std::vector<WorkerPool*> pools);
+  ~StartsPaused();
+  StartsPaused(const StartsPaused&) = delete;
+  StartsPaused& operator=(const StartsPaused&) = delete;
+
+ private:
+  std::vector<WorkerPool*> pools_;
 };
 
 // The environment entry for a process that makes one CUDA context and runs one stream in it: a context with one
