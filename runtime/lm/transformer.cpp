@@ -44,6 +44,14 @@ class WeightReader {
   const LoadOptions& options_;
 };
 
+// LibTorch 2.5 and later: scaled_dot_product_attention takes grouped key heads (enable_gqa) and picks a fused causal
+// kernel (flash attention) when given no mask.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#define CRUCIBLE_SDPA_GQA 1
+#else
+#define CRUCIBLE_SDPA_GQA 0
+#endif
+
 at::Tensor scaled_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                             double scale) {
 #if TORCH_VERSION_MAJOR >= 2 && (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 1)
@@ -74,6 +82,9 @@ AttentionInputs whole_sequences(const at::Tensor& valid) {
   attention.positions = attention.slots.unsqueeze(0).expand({B, T});
   attention.visible = T;
   attention.mask = causal_mask(attention.slots, valid, T);
+  // No row has a valid token after an invalid one.
+  attention.causal_prefix =
+      T < 2 || !(valid.narrow(1, 1, T - 1) & at::logical_not(valid.narrow(1, 0, T - 1))).any().item<bool>();
   return attention;
 }
 
@@ -206,12 +217,25 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& x, cons
   k_cache.index_copy_(2, attention.slots, qk.narrow(2, H, Hkv).transpose(1, 2));
   v_cache.index_copy_(2, attention.slots, v.transpose(1, 2));
 
-  // Grouped-query attention without copying keys: the G query heads that share a key head become G x T
-  // query rows of that head (the mask's rows were repeated G times to match, once per forward pass).
-  const auto queries = qk.narrow(2, 0, H).transpose(1, 2).reshape({B, Hkv, G * T, D});
-  auto out = scaled_attention(queries, k_cache.narrow(2, 0, vis), v_cache.narrow(2, 0, vis), attention.mask,
-                              1.0 / std::sqrt(static_cast<double>(D)));
-  out = out.reshape({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  at::Tensor out;
+#if CRUCIBLE_SDPA_GQA
+  if (attention.causal_prefix)
+    out = at::scaled_dot_product_attention(qk.narrow(2, 0, H).transpose(1, 2), k_cache.narrow(2, 0, vis),
+                                           v_cache.narrow(2, 0, vis), {}, 0.0, /*is_causal=*/true, scale,
+                                           /*enable_gqa=*/true)
+              .transpose(1, 2)
+              .reshape({B, T, H * D});
+#endif
+  if (!out.defined()) {
+    // Grouped-query attention without copying keys: the G query heads that share a key head become G x T
+    // query rows of that head (the mask's rows were repeated G times to match, once per forward pass).
+    const auto queries = qk.narrow(2, 0, H).transpose(1, 2).reshape({B, Hkv, G * T, D});
+    out = scaled_attention(queries, k_cache.narrow(2, 0, vis), v_cache.narrow(2, 0, vis), attention.mask, scale)
+              .reshape({B, H, T, D})
+              .transpose(1, 2)
+              .reshape({B, T, H * D});
+  }
   auto projected = linear_onto(residual, out, w.o, w.o_bias);
   if (lora)
     if (auto d = lora->delta(layer, LoraTarget::o, out); d.defined()) projected = projected + d;
@@ -263,7 +287,7 @@ at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionI
   const auto [cos, signed_sin] = rotary_.lookup(attention.positions);
   const int64_t G = config_.num_heads / config_.num_kv_heads;
   AttentionInputs grouped = attention;
-  if (G > 1) grouped.mask = attention.mask.repeat({1, 1, G, 1});
+  if (G > 1 && !(CRUCIBLE_SDPA_GQA && attention.causal_prefix)) grouped.mask = attention.mask.repeat({1, 1, G, 1});
   const bool recompute = checkpoint_blocks_ && at::GradMode::is_enabled();
   // A recomputed block gets gradients only through its input: the first block's must ask for them.
   if (recompute && !x.requires_grad()) x = x.detach().requires_grad_(true);

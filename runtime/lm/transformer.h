@@ -46,6 +46,10 @@ struct AttentionInputs {
   at::Tensor slots;      // [T] int64: the cache slots the new keys and values are written to
   at::Tensor mask;       // [B, 1, T, visible] bool: true where a query may attend to a cache slot
   int64_t visible = 0;   // attention reads cache slots [0, visible)
+  // Whole sequences from slot 0 whose valid tokens are a prefix of each row (right padding): causal attention alone
+  // is then exact at every valid token, and a fused causal kernel can replace the mask (padding queries differ, and
+  // nothing reads them).
+  bool causal_prefix = false;
 };
 
 // A causal mask over cache slots: query t (at slot query_slots[t]) sees slot s when s <= its slot and

@@ -59,6 +59,38 @@ TEST_CASE("lm gpu: float32 logits on CUDA match transformers' within 1e-3, greed
   }
 }
 
+TEST_CASE("lm gpu: right-padded whole sequences through the fused causal kernel agree with the mask at valid tokens") {
+  c10::InferenceMode guard;
+  const auto* fixture = test::kLmFixtures[0];
+  const auto g = golden(fixture);
+  int64_t T = 0;
+  for (const auto& p : g.prompts) T = std::max<int64_t>(T, static_cast<int64_t>(p.size()));
+  const int64_t B = static_cast<int64_t>(g.prompts.size()) + 1;
+  auto tokens = at::zeros({B, T}, at::kLong);
+  auto valid = at::zeros({B, T}, at::kBool);
+  for (int64_t b = 0; b < B; ++b) {  // the last row repeats the first, cut short: right padding
+    const auto& p = g.prompts[b < B - 1 ? b : 0];
+    const int64_t n = b < B - 1 ? static_cast<int64_t>(p.size()) : std::max<int64_t>(1, T / 2);
+    for (int64_t t = 0; t < n; ++t) tokens[b][t] = p[t], valid[b][t] = true;
+  }
+  for (auto dtype : {at::kFloat, at::kBFloat16}) {
+    CAPTURE(dtype);
+    const auto model = on_gpu(fixture, dtype);
+    const auto on = valid.to(model.options().device);
+    auto fused = whole_sequences(on);
+    REQUIRE(fused.causal_prefix);
+    auto masked = fused;
+    masked.causal_prefix = false;
+    auto fused_cache = model.make_cache(B, T), masked_cache = model.make_cache(B, T);
+    const auto a = model.hidden_states(tokens.to(on.device()), fused, fused_cache).to(at::kFloat);
+    const auto b = model.hidden_states(tokens.to(on.device()), masked, masked_cache).to(at::kFloat);
+    const auto keep = on.unsqueeze(-1);
+    const float scale = (b * keep).abs().max().item<float>();
+    const float tolerance = dtype == at::kFloat ? 1e-4f : 0.02f;
+    CHECK(((a - b) * keep).abs().max().item<float>() <= tolerance * scale);
+  }
+}
+
 TEST_CASE("lm gpu: bfloat16 stays close to the float32 reference") {
   c10::InferenceMode guard;
   for (const auto* fixture : test::kLmFixtures) {

@@ -75,6 +75,30 @@ TEST_CASE("model: logits match transformers within 1e-4 for prompts of several l
   }
 }
 
+TEST_CASE("whole sequences: a fused causal kernel may stand in for the mask only when every row is a prefix") {
+  struct Row {
+    std::vector<int> valid;
+    bool prefix;
+  };
+  const std::vector<std::vector<Row>> batches{
+      {{{1, 1, 1, 1}, true}, {{1, 1, 0, 0}, true}},  // right padding
+      {{{1, 0, 0, 0}, true}, {{0, 0, 0, 0}, true}},
+      {{{1, 1, 1, 1}, true}, {{0, 0, 1, 1}, false}},  // left padding
+      {{{1, 0, 1, 1}, false}},                        // a hole
+      {{{1}, true}},
+  };
+  for (const auto& batch : batches) {
+    auto valid = at::zeros({static_cast<int64_t>(batch.size()), static_cast<int64_t>(batch[0].valid.size())}, at::kBool);
+    bool all_prefix = true;
+    for (std::size_t b = 0; b < batch.size(); ++b) {
+      for (std::size_t t = 0; t < batch[b].valid.size(); ++t) valid[b][t] = batch[b].valid[t] != 0;
+      all_prefix &= batch[b].prefix;
+    }
+    CAPTURE(valid);
+    CHECK(whole_sequences(valid).causal_prefix == all_prefix);
+  }
+}
+
 TEST_CASE("model: logits match transformers through the KV cache (prefill half, then one token at a time)") {
   c10::InferenceMode guard;
   for (const auto* fixture : test::kLmFixtures) {
