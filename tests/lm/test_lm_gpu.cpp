@@ -76,6 +76,7 @@ TEST_CASE("lm gpu: right-padded whole sequences through the fused causal kernel 
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
     CAPTURE(dtype);
     const auto model = on_gpu(fixture, dtype);
+    model.reserve_positions(T);
     const auto on = valid.to(model.options().device);
     auto fused = whole_sequences(on);
     REQUIRE(fused.causal_prefix);
