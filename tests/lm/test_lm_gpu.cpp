@@ -70,7 +70,7 @@ TEST_CASE("lm gpu: right-padded whole sequences through the fused causal kernel 
   auto valid = at::zeros({B, T}, at::kBool);
   for (int64_t b = 0; b < B; ++b) {  // the last row repeats the first, cut short: right padding
     const auto& p = g.prompts[b < B - 1 ? b : 0];
-    const int64_t n = b < B - 1 ? static_cast<int64_t>(p.size()) : std::max<int64_t>(1, T / 2);
+    const int64_t n = b < B - 1 ? static_cast<int64_t>(p.size()) : std::max<int64_t>(1, static_cast<int64_t>(p.size()) / 2);
     for (int64_t t = 0; t < n; ++t) tokens[b][t] = p[t], valid[b][t] = true;
   }
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
