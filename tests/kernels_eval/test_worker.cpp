@@ -176,7 +176,7 @@ std::vector<pid_t> children_of(pid_t parent) {
 }  // namespace
 
 // `sleep` plays a spare that is still starting: it never says hello.
-TEST_CASE("spares still starting are stopped while starts are paused; a worker acquire hands out never is") {
+TEST_CASE("spares still starting are stopped while starts are paused, and a worker acquire hands out never is") {
   const auto before = children_of(getpid());
   auto started_since = [&] {
     std::vector<pid_t> fresh;
