@@ -54,7 +54,7 @@ CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_t
 
 }  // namespace
 
-TEST_CASE("the host half drops kernel bodies and rewrites launches; the device half drops host code") {
+TEST_CASE("the host half drops kernel bodies and rewrites launches, and the device half drops host code") {
   const eval::CudaSplit split = eval::split_cuda_source(kRelu);
   REQUIRE(split.host_ok());
   REQUIRE(split.device_ok());

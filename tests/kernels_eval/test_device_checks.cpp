@@ -158,7 +158,7 @@ TEST_CASE("device checks: a comparison gives the same answer 16 bytes at a time 
   CHECK(e1.mismatched > 2000);
 }
 
-TEST_CASE("device checks: the copy takes the input's fingerprint; a changed byte, swapped chunks or another key "
+TEST_CASE("device checks: the copy takes the input's fingerprint, and a changed byte, swapped chunks or another key "
           "give another") {
   for (std::size_t bytes : {std::size_t{1} << 20, (std::size_t{1} << 20) + 3}) {
     for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {  // 16-byte chunks, and byte by byte
