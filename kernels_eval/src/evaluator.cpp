@@ -71,6 +71,14 @@ EvaluatorConfig resolved(EvaluatorConfig c) {
 }
 }  // namespace
 
+namespace {
+// Spare workers started ahead per GPU pool: `fallback`, or CRUCIBLE_GPU_WARM_WORKERS (0: each started when needed).
+int gpu_warm_workers(int fallback) {
+  const char* env = std::getenv("CRUCIBLE_GPU_WARM_WORKERS");
+  return env ? std::max(0, std::atoi(env)) : fallback;
+}
+}  // namespace
+
 // One GPU's resources, made on its first evaluation: prestarted CUDA workers (each with its context), the device
 // memory lent to them, their control page, and the L2 flush buffer.
 struct GpuResources {
@@ -239,8 +247,7 @@ GpuResources& Evaluator::gpu_resources(int device) {
   // References in full float32, as the task's tolerances assume: no TF32 in cuBLAS or cuDNN.
   at::globalContext().setAllowTF32CuBLAS(false);
   at::globalContext().setAllowTF32CuDNN(false);
-  int warm = config_.gpu_warm_workers;
-  if (const char* env = std::getenv("CRUCIBLE_GPU_WARM_WORKERS")) warm = std::atoi(env);
+  const int warm = gpu_warm_workers(config_.gpu_warm_workers);
   // A worker sees only its own GPU (as device 0): the driver sets up no other GPU for it, and it holds no other GPU's
   // device files. MIG instances keep the evaluator's view (their names are not a plain device UUID).
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
@@ -525,10 +532,8 @@ bool Evaluator::build_triton(const std::string& source, const EvalOptions& optio
     // Each worker imports PyTorch and Triton and makes its own CUDA context: about 2.5 s, and a few hundred MB of
     // GPU memory. A multi-shape task takes a fresh worker for each shape every ~1.5 s, so three start ahead (with
     // one, a cached TriMul evaluation waited 1.6-2.4 s for each of its seven workers).
-    int warm = 3;
-    if (const char* env = std::getenv("CRUCIBLE_GPU_WARM_WORKERS")) warm = std::atoi(env);
     gpu->triton_workers = std::make_unique<WorkerPool>(
-        python->executable, warm,
+        python->executable, gpu_warm_workers(3),
         std::vector<std::string>{"-I", (default_python_dir() / "crucible_triton" / "worker.py").string(), "--device",
                                  std::to_string(gpu->device), "--support", support.string(), "--warm-cache",
                                  warm_cache.string()},

@@ -93,53 +93,6 @@ CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_t
   CHECK(after.kind == eval::CallOutcome::Kind::worker_lost);
 }
 
-TEST_CASE("an evaluator killed outright leaves no worker and no directory behind for long") {
-  // A child process plays the evaluator: it starts a pool (one warm worker) and is killed with SIGKILL.
-  int pipe_fds[2];
-  REQUIRE(pipe(pipe_fds) == 0);
-  const pid_t evaluator = fork();
-  REQUIRE(evaluator >= 0);
-  if (evaluator == 0) {
-    close(pipe_fds[0]);
-    eval::WorkerPool pool(eval::default_worker_binary(), 1);
-    auto worker = pool.acquire();  // started; its replacement starts too
-    const int pid = worker->pid();
-    if (write(pipe_fds[1], &pid, sizeof pid) != sizeof pid) _exit(1);
-    pause();
-    _exit(0);
-  }
-  close(pipe_fds[1]);
-  int worker_pid = 0;
-  REQUIRE(read(pipe_fds[0], &worker_pid, sizeof worker_pid) == sizeof worker_pid);
-  close(pipe_fds[0]);
-  const std::string own_dirs = "crucible-worker-" + std::to_string(evaluator) + "-";
-  auto count_dirs = [&] {
-    int n = 0;
-    for (const auto& e : std::filesystem::directory_iterator(std::filesystem::temp_directory_path()))
-      n += e.path().filename().string().rfind(own_dirs, 0) == 0;
-    return n;
-  };
-  CHECK(count_dirs() >= 1);
-  kill(evaluator, SIGKILL);
-  waitpid(evaluator, nullptr, 0);
-  // The worker sees its socket close (not loaded yet) and exits; it is init's child now, so poll for it.
-  bool gone = false;
-  auto exited = [](int pid) {  // gone, or a zombie that init has not reaped yet
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const auto paren = text.rfind(')');
-    return text.empty() || (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z');
-  };
-  for (int i = 0; i < 100 && !gone; ++i) {
-    gone = exited(worker_pid);
-    if (!gone) usleep(50000);
-  }
-  CHECK(gone);
-  // The next evaluator removes what the killed one left.
-  CHECK(eval::remove_orphaned_scratch_dirs("worker") >= 1);
-  CHECK(count_dirs() == 0);
-}
-
 namespace {
 char process_state(pid_t pid) {  // 'T' stopped, 'S' asleep...; 0 when gone
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
@@ -173,7 +126,68 @@ std::vector<pid_t> children_of(pid_t parent) {
   }
   return found;
 }
+
+// A child process plays an evaluator: `start` runs in it and returns a pid it reports; then it waits to be killed.
+struct ForkedEvaluator {
+  pid_t pid = -1;
+  int reported = 0;
+};
+
+template <typename Start>
+ForkedEvaluator fork_evaluator(Start start) {
+  int pipe_fds[2];
+  REQUIRE(pipe(pipe_fds) == 0);
+  ForkedEvaluator e;
+  e.pid = fork();
+  REQUIRE(e.pid >= 0);
+  if (e.pid == 0) {
+    close(pipe_fds[0]);
+    const int pid = start();
+    if (write(pipe_fds[1], &pid, sizeof pid) != sizeof pid) _exit(1);
+    pause();
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  REQUIRE(read(pipe_fds[0], &e.reported, sizeof e.reported) == sizeof e.reported);
+  close(pipe_fds[0]);
+  return e;
+}
+
+// Gone, or a zombie that init has not reaped yet, within five seconds (it is init's child once its parent died).
+bool ends_soon(pid_t pid) {
+  for (int i = 0; i < 100; ++i) {
+    const char state = process_state(pid);
+    if (state == 0 || state == 'Z') return true;
+    usleep(50000);
+  }
+  return false;
+}
 }  // namespace
+
+TEST_CASE("an evaluator killed outright leaves no worker and no directory behind for long") {
+  // Its pool has one warm worker; the worker it took is reported, its replacement starts too.
+  const auto evaluator = fork_evaluator([] {
+    // Both kept (the child never returns from pause()), as a running evaluator keeps them.
+    auto* pool = new eval::WorkerPool(eval::default_worker_binary(), 1);
+    return static_cast<int>(pool->acquire().release()->pid());
+  });
+  const int worker_pid = evaluator.reported;
+  const std::string own_dirs = "crucible-worker-" + std::to_string(evaluator.pid) + "-";
+  auto count_dirs = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(std::filesystem::temp_directory_path()))
+      n += e.path().filename().string().rfind(own_dirs, 0) == 0;
+    return n;
+  };
+  CHECK(count_dirs() >= 1);
+  kill(evaluator.pid, SIGKILL);
+  waitpid(evaluator.pid, nullptr, 0);
+  // The worker sees its socket close (not loaded yet) and exits.
+  CHECK(ends_soon(worker_pid));
+  // The next evaluator removes what the killed one left.
+  CHECK(eval::remove_orphaned_scratch_dirs("worker") >= 1);
+  CHECK(count_dirs() == 0);
+}
 
 // `sleep` plays a spare that is still starting: it never says hello.
 TEST_CASE("spares still starting are stopped while starts are paused, and a worker acquire hands out never is") {
@@ -212,33 +226,17 @@ TEST_CASE("spares still starting are stopped while starts are paused, and a work
 }
 
 TEST_CASE("an evaluator killed while a spare is stopped leaves no process behind") {
-  int pipe_fds[2];
-  REQUIRE(pipe(pipe_fds) == 0);
-  const pid_t evaluator = fork();
-  REQUIRE(evaluator >= 0);
-  if (evaluator == 0) {
-    close(pipe_fds[0]);
-    eval::WorkerPool pool("/bin/sleep", 1, {"60"});
-    pool.pause_starts();
+  const auto evaluator = fork_evaluator([] {
+    auto* pool = new eval::WorkerPool("/bin/sleep", 1, {"60"});  // kept: the child never returns from pause()
+    pool->pause_starts();
     auto spares = children_of(getpid());
-    const int pid = spares.empty() ? 0 : spares[0];
-    if (write(pipe_fds[1], &pid, sizeof pid) != sizeof pid) _exit(1);
-    pause();
-    _exit(0);
-  }
-  close(pipe_fds[1]);
-  int spare = 0;
-  REQUIRE(read(pipe_fds[0], &spare, sizeof spare) == sizeof spare);
-  close(pipe_fds[0]);
+    return spares.empty() ? 0 : static_cast<int>(spares[0]);
+  });
+  const int spare = evaluator.reported;
   REQUIRE(spare > 0);
   CHECK(comes_to(spare, 'T'));
-  kill(evaluator, SIGKILL);
-  waitpid(evaluator, nullptr, 0);
+  kill(evaluator.pid, SIGKILL);
+  waitpid(evaluator.pid, nullptr, 0);
   // Its process group is orphaned with a stopped member: the kernel sends SIGHUP and SIGCONT.
-  char state = 'T';
-  for (int i = 0; i < 100 && state != 0 && state != 'Z'; ++i) {
-    usleep(20000);
-    state = process_state(spare);
-  }
-  CHECK((state == 0 || state == 'Z'));
+  CHECK(ends_soon(spare));
 }
