@@ -119,6 +119,9 @@ void Generator::take_more(RequestFeed& feed, std::vector<GenerationRequest>& req
                           std::vector<std::size_t>& waiting) {
   for (auto& r : feed.more()) {
     const std::size_t id = requests.size();
+    // A feed's requests join rows of a batch in flight: one that breaks the contract must fail here, by name, not as
+    // a shape error deep in the cache.
+    check_request(r, model_.config(), id);
     requests.push_back(std::move(r));
     out.emplace_back();
     if (requests.back().max_new_tokens > 0) waiting.push_back(id);

@@ -134,10 +134,14 @@ class EncodingFeed : public RequestFeed {
       : lm_(lm), text_(text), defaults_(defaults), stops_(lm.stop_token_ids()) {}
 
   GenerationRequest add(const TextRequest& r) {
-    // A group repeats its prompt: encode it once.
-    prompts_.push_back(!prompts_.empty() && r.prompt == last_prompt_ ? prompts_.back() : lm_.encode_prompt(r.prompt));
-    last_prompt_ = r.prompt;
-    return generation_request(r, prompts_.back(), defaults_, stops_);
+    // A group repeats its prompt: encode it once. The encoding is kept apart from prompts_, whose entries are handed
+    // over as their requests finish, possibly before the next request with the same prompt arrives.
+    if (prompts_.empty() || r.prompt != last_prompt_) {
+      last_tokens_ = lm_.encode_prompt(r.prompt);
+      last_prompt_ = r.prompt;
+    }
+    prompts_.push_back(last_tokens_);
+    return generation_request(r, last_tokens_, defaults_, stops_);
   }
   std::vector<GenerationRequest> more() override {
     std::vector<GenerationRequest> out;
@@ -158,6 +162,7 @@ class EncodingFeed : public RequestFeed {
   std::vector<int64_t> stops_;
   std::vector<std::vector<int32_t>> prompts_;  // by id
   std::string last_prompt_;
+  std::vector<int32_t> last_tokens_;  // last_prompt_, encoded
 };
 
 // generate()'s own text feed: nothing arrives later, and completions are kept by id.

@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <optional>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
@@ -30,6 +32,41 @@ TEST_CASE("language model: a text prompt's greedy continuation is transformers'"
     CHECK(out.finish_reason == "length");
     CHECK(out.model_logprobs.size() == 24);
   }
+}
+
+TEST_CASE("language model: a fed request repeating a finished request's prompt gets that prompt's tokens") {
+  // A feed's request joins the batch in flight after an earlier request with the same prompt was answered: the
+  // encoding reused for repeated prompts must not be the one already handed over with that answer.
+  auto lm = LanguageModel::load(test::lm_fixture("qwen2_tiny"));
+  const auto request = [](int64_t tokens, uint64_t seed) {
+    TextRequest r;
+    r.prompt = "def relu(x):";
+    r.max_new_tokens = tokens;
+    r.seed = seed;
+    r.stop_at_eos = false;
+    return r;
+  };
+  struct Feed : TextFeed {
+    std::vector<std::optional<TextCompletion>> done;
+    std::vector<TextRequest> later;
+    std::vector<TextRequest> more() override {
+      // Only once the short request, the last one added, is answered, so its prompt's tokens have been handed over.
+      if (done.size() < 2 || !done[1] || later.empty()) return {};
+      return std::exchange(later, {});
+    }
+    void finished(std::size_t id, TextCompletion c) override {
+      if (done.size() <= id) done.resize(id + 1);
+      done[id] = std::move(c);
+    }
+  } feed;
+  feed.later = {request(5, 3)};
+  lm.generate({request(40, 1), request(2, 2)}, feed);
+  REQUIRE(feed.done.size() == 3);
+  REQUIRE(feed.done[2]);
+  const auto alone = lm.generate({request(5, 3)})[0];
+  CHECK(feed.done[2]->prompt_tokens == alone.prompt_tokens);
+  CHECK(feed.done[2]->tokens == alone.tokens);
+  CHECK(feed.done[1]->prompt_tokens == alone.prompt_tokens);
 }
 
 TEST_CASE("language model: chat prompts, end-of-turn stops, generation_config defaults") {

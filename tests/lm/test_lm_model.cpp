@@ -301,6 +301,40 @@ TEST_CASE("generation: requests fed while a batch decodes take freed rows, and e
   CHECK(position(0) < position(1));
 }
 
+TEST_CASE("generation: a fed request that breaks the request contract fails by name, not deep in the cache") {
+  const auto lm = load("qwen2_tiny");
+  const auto g = golden("qwen2_tiny");
+  GeneratorOptions options;
+  options.max_batch = 2;
+  Generator rows(lm.model, lm.bytes(), options);
+  struct Feed : RequestFeed {
+    GenerationRequest bad;
+    bool given = false;
+    std::vector<GenerationRequest> more() override {
+      if (given) return {};
+      given = true;
+      return {bad};
+    }
+    void finished(std::size_t, Completion) override {}
+  };
+  std::vector<GenerationRequest> first{greedy_request(g.prompts[0], 2), greedy_request(g.prompts[1], 20)};
+  for (const auto& [what, bad] : std::vector<std::pair<std::string, GenerationRequest>>{
+           {"empty prompt", greedy_request({}, 3)},
+           {"outside the vocabulary", greedy_request({lm.model.config().vocab_size}, 3)},
+           {"exceeds the model", greedy_request(g.prompts[0], lm.model.config().max_position_embeddings)}}) {
+    CAPTURE(what);
+    Feed feed;
+    feed.bad = bad;
+    try {
+      rows.generate(first, feed);
+      FAIL("a bad fed request was taken");
+    } catch (const std::invalid_argument& e) {
+      CHECK(std::string(e.what()).find(what) != std::string::npos);
+      CHECK(std::string(e.what()).find("request 2") != std::string::npos);  // ids count on from the first requests
+    }
+  }
+}
+
 TEST_CASE("generation: with more requests than rows, a finished row goes to the next request at once") {
   const auto lm = load("qwen2_tiny");
   const auto g = golden("qwen2_tiny");
