@@ -14,6 +14,7 @@
 #include <random>
 
 #include "crucible/eval/paired_timing.h"
+#include "crucible/eval/warmup_rule.h"
 #include "stages.h"
 
 namespace crucible::eval {
@@ -205,6 +206,28 @@ PairedTimingRule cpu_pairing(const StageContext& ctx) {
   return rule;
 }
 
+// Warm-up's length: its mode's count of calls (every set in turn) and, on a GPU, a stretch of time as well (see
+// WarmupRule); a fast-mode evaluation warms for less, as Triton's benchmark helper does (25 ms).
+WarmupRule warmup_rule(const StageContext& ctx, int min_calls) {
+  WarmupRule rule;
+  rule.min_calls = min_calls;
+  if (ctx.gpu) rule.min_s = ctx.full ? 0.1 : 0.025;
+  return rule;
+}
+
+// The reference's warm-up: whole rounds over the sets, at least three, until the rule is met.
+void warm_up_reference(StageContext& ctx, std::vector<std::vector<torch::Tensor>>& current) {
+  const int sets = ctx.sets();
+  const WarmupRule rule = warmup_rule(ctx, std::max(ctx.warmup, 3) * sets);
+  const auto started = std::chrono::steady_clock::now();
+  for (int calls = 0;;) {
+    for (int s = 0; s < sets; ++s, ++calls) ctx.run_reference(current[s]);
+    if (ctx.gpu) cuda::synchronize();  // the reference's launches return before its work is done
+    if (warmed_up(rule, calls, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()))
+      return;
+  }
+}
+
 // The reference's time on this task and settings, measured once and kept: on fresh inputs as a candidate's timed
 // calls get them. Timed once per task, so it can afford more samples than a fast-mode candidate gets: a short run of
 // eager ops is dominated by first-touch effects and would skew every speedup after it.
@@ -214,8 +237,7 @@ const TimingStats& reference_timing(StageContext& ctx, std::vector<std::vector<t
   const std::size_t largest = largest_input(ctx.layout.inputs[0]);
   const int sets = ctx.sets();
   const int ref_trials = std::max(ctx.timed, 30);
-  for (int w = 0; w < std::max(ctx.warmup, 3); ++w)
-    for (int s = 0; s < sets; ++s) ctx.run_reference(current[s]);
+  warm_up_reference(ctx, current);
   std::vector<double> ref_samples;
   for (int i = 0; i < ref_trials; ++i) {
     auto inputs = current[i % sets];  // a new tensor, just written, as for the candidate
@@ -282,9 +304,14 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
   if (ctx.gpu && ctx.timed > 0) sampled_center = choose_refresh(ctx, current, written, stream, known, key);
   steps.mark("choose_refresh");
 
-  // Warm-up: every set in turn; with sampled checks (calls of milliseconds on GB tensors) one call is enough.
-  for (int w = 0; w < (sampled_center ? 1 : ctx.warmup * sets); ++w)
-    if (!ctx.call(w % sets, v)) return false;
+  // Warm-up: every set in turn; with sampled checks (calls of milliseconds on GB tensors) the count is one call, and
+  // the time the rule adds on a GPU.
+  {
+    const WarmupRule rule = warmup_rule(ctx, sampled_center ? 1 : ctx.warmup * sets);
+    const auto started = std::chrono::steady_clock::now();
+    for (int w = 0; !warmed_up(rule, w, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()); ++w)
+      if (!ctx.call(w % sets, v)) return false;
+  }
   steps.mark("warmup");
 
   // The CPU pairs every candidate sample with a reference sample; a GPU times its reference once per task.
