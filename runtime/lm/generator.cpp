@@ -72,7 +72,9 @@ DecodeBuffers& Generator::buffers_for(int64_t batch, int64_t capacity) {
   // adds its deltas: a new shape, grown tables or another adapter state end it. In-place updates of the
   // adapter's or the model's tensors (optimizer steps, merging) are seen by the graph.
   const LoraAdapter* adapter = model_.adapter() && model_.adapter()->enabled() ? model_.adapter() : nullptr;
-  if (!graphs_.empty() && (graph_rotary_size_ != model_.rotary().size() || graph_adapter_ != adapter)) graphs_.clear();
+  if (!graphs_.empty() && (graph_rotary_size_ != model_.rotary().size() || graph_adapter_ != adapter ||
+                           graph_folded_ != model_.adapter_folded()))
+    graphs_.clear();
   if (!buffers_ || buffers_->cache.batch != batch || buffers_->cache.capacity != capacity) {
     graphs_.clear();
     buffers_.reset();
@@ -93,6 +95,7 @@ at::Tensor Generator::graph_step(int64_t visible) {
     graph = std::make_unique<DecodeGraph>(model_, *buffers_, span, pool);
     graph_rotary_size_ = model_.rotary().size();
     graph_adapter_ = model_.adapter() && model_.adapter()->enabled() ? model_.adapter() : nullptr;
+    graph_folded_ = model_.adapter_folded();
   }
   return graph->replay();
 }
@@ -105,6 +108,21 @@ class Collect : public RequestFeed {
   std::vector<GenerationRequest> more() override { return {}; }
   void finished(std::size_t id, Completion completion) override { out[id] = std::move(completion); }
   std::vector<Completion> out;
+};
+
+// The model's adapter, folded for one generate call with the values it has now; unfolded after, even on a throw, so
+// that later forward passes (training among them) add the adapter's deltas again.
+class FoldedAdapter {
+ public:
+  FoldedAdapter(const Transformer& model, bool on) : model_(model) {
+    if (on && model.adapter() && model.adapter()->enabled()) model.fold_adapter(model.adapter());
+  }
+  ~FoldedAdapter() { model_.fold_adapter(nullptr); }
+  FoldedAdapter(const FoldedAdapter&) = delete;
+  FoldedAdapter& operator=(const FoldedAdapter&) = delete;
+
+ private:
+  const Transformer& model_;
 };
 }  // namespace
 
@@ -132,6 +150,7 @@ void Generator::take_more(RequestFeed& feed, std::vector<GenerationRequest>& req
 void Generator::generate(std::vector<GenerationRequest> requests, RequestFeed& feed) {
   c10::InferenceMode inference;
   for (std::size_t i = 0; i < requests.size(); ++i) check_request(requests[i], model_.config(), i);
+  const FoldedAdapter folded(model_, options_.fold_adapter);
   const auto started = std::chrono::steady_clock::now();
   std::vector<Completion> out(requests.size());
   std::vector<std::size_t> queue;  // requests with tokens to make, in order

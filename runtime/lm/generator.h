@@ -56,6 +56,10 @@ struct GeneratorOptions {
   int64_t prefill_tokens = 16384;
   // Rows decoded together. Requests beyond them wait and take the row of one that finishes. 0: one row per request.
   int64_t max_batch = 0;
+  // Decode with the model's adapter folded into a copy of the weights it adapts (Transformer::fold_adapter): the
+  // base model's kernels, none of the adapter's per step, for the memory of that copy. Samples and log-probs are the
+  // folded weights' (each rounded once to the model dtype), not bit for bit the unfolded sum's.
+  bool fold_adapter = true;
 };
 
 // Requests for a batch that is already decoding, and completions as soon as each row finishes: continuous batching
@@ -117,6 +121,7 @@ class Generator {
   std::map<int64_t, std::unique_ptr<DecodeGraph>> graphs_;
   int64_t graph_rotary_size_ = 0;
   const LoraAdapter* graph_adapter_ = nullptr;  // the adapter the graph computes with (nullptr: none)
+  bool graph_folded_ = false;                    // ... folded into the weights, or added as deltas
   GenerationStats stats_;
 };
 

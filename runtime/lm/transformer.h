@@ -92,6 +92,13 @@ class Transformer {
   // Removing restores the weights up to rounding in the model dtype.
   void merge_adapter(const LoraAdapter& adapter, int sign = +1);
 
+  // Folds `adapter`'s current values into a copy of the weights it adapts (W + scale * B A, rounded once to the model
+  // dtype): while it is the enabled adapter in use, forward passes read that copy and add no deltas, so a decode step
+  // runs the base model's kernels. The copy keeps its addresses from one fold to the next (CUDA graphs read it); fold
+  // again after the adapter changes. nullptr ends it. For inference only: no gradient reaches a folded adapter.
+  void fold_adapter(const LoraAdapter* adapter) const;
+  bool adapter_folded() const;
+
  private:
   // Each returns `residual` plus its output: the output projection's GEMM adds the residual itself.
   at::Tensor attention_block(int64_t layer, const at::Tensor& x, const at::Tensor& residual,
@@ -101,7 +108,8 @@ class Transformer {
   // One whole block: attention and MLP, each with its norm and residual.
   at::Tensor block(int64_t layer, const at::Tensor& x, const AttentionInputs& attention, const at::Tensor& cos,
                    const at::Tensor& signed_sin, at::Tensor& k_cache, at::Tensor& v_cache) const;
-  const LoraAdapter* active_adapter() const;
+  const LoraAdapter* active_adapter() const;  // the adapter whose deltas forward passes add (none while folded)
+  const BlockWeights& block_weights(int64_t layer) const;
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
 
   ModelConfig config_;
@@ -109,6 +117,8 @@ class Transformer {
   ModelWeights weights_;
   mutable RotaryTable rotary_;
   mutable const LoraAdapter* adapter_ = nullptr;
+  mutable const LoraAdapter* folded_ = nullptr;
+  mutable std::vector<BlockWeights> folded_blocks_;  // the base's tensors, but adapted matrices folded
   mutable bool checkpoint_blocks_ = false;
 };
 

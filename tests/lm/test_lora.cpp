@@ -121,6 +121,54 @@ TEST_CASE("lora: merged weights give the adapter's outputs, unmerging restores t
   CHECK((logits_of(model, g.prompts[3]) - g.logits[3]).abs().max().item<float>() < 1e-4f);
 }
 
+TEST_CASE("lora: generation folds the adapter's current values into the weights, and unfolds them after") {
+  auto model = tiny();
+  const auto g = test::golden("qwen2_tiny");
+  auto adapter = adapter_for(model);
+  perturb(adapter);
+  model.use_adapter(&adapter);
+  const auto bytes = [](int64_t) { return std::string(); };
+  GeneratorOptions off;
+  off.fold_adapter = false;
+  Generator folding(model, bytes), adding(model, bytes, off);
+  GenerationRequest r;
+  r.prompt = g.prompts[1];
+  r.max_new_tokens = 12;
+  r.sampling.temperature = 0;
+  const auto compare = [&] {
+    const auto folded = folding.generate({r})[0], added = adding.generate({r})[0];
+    CHECK(folded.tokens == added.tokens);
+    REQUIRE(folded.model_logprobs.size() == added.model_logprobs.size());
+    for (std::size_t i = 0; i < folded.model_logprobs.size(); ++i)
+      CHECK(folded.model_logprobs[i] == doctest::Approx(added.model_logprobs[i]).epsilon(1e-4).scale(1.0));
+    return folded.tokens;
+  };
+  const auto first = compare();
+  CHECK_FALSE(model.adapter_folded());  // a forward pass after generate adds the deltas again
+  CHECK((logits_of(model, g.prompts[3]) - g.logits[3]).abs().max().item<float>() > 1e-2f);
+
+  // An optimizer-like update in place: the next generate folds the new values, not the first call's.
+  {
+    at::NoGradGuard no_grad;
+    for (auto& p : adapter.parameters()) p.mul_(-3.0);
+  }
+  CHECK(compare() != first);
+
+  // Gradients still reach the adapter after generation (a folded adapter would get none).
+  for (const auto& p : adapter.parameters()) p.mutable_grad() = at::Tensor();
+  auto t = at::tensor(g.prompts[2], at::kLong).view({1, -1});
+  token_logprobs(model, t, at::ones_like(t).to(at::kBool)).logprobs.sum().backward();
+  double grad = 0;
+  for (const auto& p : adapter.parameters())
+    if (p.grad().defined()) grad += p.grad().abs().sum().item<double>();
+  CHECK(grad > 0);
+
+  // Switched off, an adapter is neither folded nor added.
+  adapter.set_enabled(false);
+  r.max_new_tokens = 24;
+  CHECK(folding.generate({r})[0].tokens == g.greedy[1]);
+}
+
 TEST_CASE("lora: PEFT files round-trip exactly and mismatches are refused") {
   test::ScratchDir dir("peft");
   auto model = tiny();
