@@ -31,7 +31,8 @@ optimizer_actor::behavior_type optimizer(optimizer_actor::pointer, std::shared_p
         }
         msg::PolicyPublished out{setup->policy->version(), batch.step, wall_now() - start, setup->policy->snapshot(), {}};
         for (const auto& m : setup->policy->update_metrics())
-          out.metrics.push_back({m.adapter, m.loss, m.kl, m.entropy, m.clip_fraction, m.grad_norm, m.sequences, m.tokens,
+          out.metrics.push_back({m.adapter, m.loss, m.kl ? caf::optional<double>(*m.kl) : caf::none, m.entropy,
+                                 m.clip_fraction, m.grad_norm, m.sequences, m.tokens,
                                  m.dropped_sequences, m.distill_kl, m.taught_sequences});
         log->info(batch.unit, ": ", samples.size(), " samples -> policy version ", out.version, " in ",
                   out.update_seconds, " s");

@@ -168,7 +168,8 @@ std::string unit_metrics_json(const msg::UnitRecord& unit, const std::vector<con
     // One object for the shared adapter; per adapter (ttt's tasks) under "adapters".
     json all = json::array();
     for (const auto& m : unit.train_metrics) {
-      json one{{"loss", m.loss}, {"kl", m.kl}, {"entropy", m.entropy}, {"clip_fraction", m.clip_fraction},
+      json one{{"loss", m.loss}, {"kl", m.kl ? json(*m.kl) : json(nullptr)}, {"entropy", m.entropy},
+               {"clip_fraction", m.clip_fraction},
                {"grad_norm", m.grad_norm}, {"sequences", m.sequences}, {"tokens", m.tokens},
                {"dropped_sequences", m.dropped_sequences}, {"taught_sequences", m.taught_sequences},
                {"distill_kl", m.taught_sequences > 0 ? json(m.distill_kl) : json(nullptr)}};

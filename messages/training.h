@@ -1,6 +1,7 @@
 #pragma once
 // Messages from the reward normalizer to the optimizer, and the optimizer's announcement of a new policy.
 #include <caf/meta/type_name.hpp>
+#include <caf/optional.hpp>
 
 #include <cstdint>
 #include <string>
@@ -39,7 +40,9 @@ typename Inspector::result_type inspect(Inspector& f, TrainBatch& x) {
 // What an update measured, per adapter ("" for the one shared adapter).
 struct TrainMetrics {
   std::string adapter;
-  double loss = 0, kl = 0, entropy = 0, clip_fraction = 0, grad_norm = 0;
+  double loss = 0;
+  caf::optional<double> kl;  // policy vs base, per completion token; unset where it was not measured
+  double entropy = 0, clip_fraction = 0, grad_norm = 0;
   int64_t sequences = 0, tokens = 0, dropped_sequences = 0;
   double distill_kl = 0;
   int64_t taught_sequences = 0;

@@ -146,8 +146,9 @@ void grpo_step(Bench& b, policy::LmPolicy& policy, const std::vector<eval::TaskS
               logprob_gib, max_diff,
               compared ? sum_diff / static_cast<double>(compared) : 0.0);
   const auto m = policy.update_metrics();
-  std::printf("| optimizer step (+ checkpoint) | %.2f | %.2f | loss %.4g, kl %.3g, grad norm %.3g, %lld tokens |\n",
-              update_s, update_gib, m.empty() ? 0.0 : m[0].loss, m.empty() ? 0.0 : m[0].kl,
+  std::printf("| optimizer step (+ checkpoint) | %.2f | %.2f | loss %.4g, kl %s, grad norm %.3g, %lld tokens |\n",
+              update_s, update_gib, m.empty() ? 0.0 : m[0].loss,
+              m.empty() || !m[0].kl ? "not measured" : std::to_string(*m[0].kl).c_str(),
               m.empty() ? 0.0 : m[0].grad_norm, static_cast<long long>(m.empty() ? 0 : m[0].tokens));
   std::printf("| sampling + log-probs + optimizer | **%.2f** | %.2f | target <= 30 s |\n\n", sample_s + logprob_s + update_s,
               std::max({sample_gib, logprob_gib, update_gib}));

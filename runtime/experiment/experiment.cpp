@@ -149,6 +149,7 @@ void read_train(TableReader t, LmPolicyConfig& m) {
   m.clip_low = number_in(t, "clip_low", m.clip_low, 0.0, 1.0);
   m.clip_high = number_in(t, "clip_high", m.clip_high, 0.0, 10.0);
   m.kl_coef = number_in(t, "kl_coef", m.kl_coef, 0.0, 1e3);
+  m.measure_kl = t.get_bool("measure_kl", m.measure_kl);
   m.max_logprob_mismatch = number_in(t, "max_logprob_mismatch", m.max_logprob_mismatch, 0.0, 1e3);
   if (m.loss == Loss::sdpo) {
     m.sdpo_feedback = parse_choice(t, "sdpo_feedback", std::string(policy::teacher_feedback_name(m.sdpo_feedback)),

@@ -63,6 +63,7 @@ struct LmPolicyConfig {
   Normalization normalization = Normalization::sequence_mean;  // token_sum: Dr. GRPO
   double clip_low = 0.2, clip_high = 0.2;
   double kl_coef = 0.0;
+  bool measure_kl = false;  // the KL to the base as a metric without a penalty (one more forward pass per micro-batch)
   double max_logprob_mismatch = 0.0;  // > 0: drop sequences whose sampler and trainer log-probs disagree by more
   // loss = "sdpo": what the teacher reads, and the distillation's share of each token's loss (the rest: grpo_clip)
   policy::TeacherFeedback sdpo_feedback = policy::TeacherFeedback::execution;

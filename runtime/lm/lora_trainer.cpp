@@ -63,7 +63,7 @@ TrainMetrics LoraTrainer::step(const SequenceBatch& batch, MicroLoss&& micro_los
   ++steps_;
   const double tokens = std::max<int64_t>(1, sums.tokens);
   m.loss = sums.loss;
-  m.kl = sums.kl / tokens;
+  if (sums.kl_measured) m.kl = sums.kl / tokens;
   m.entropy = sums.entropy / tokens;
   m.clip_fraction = sums.clip_fraction / tokens;
   m.tokens = sums.tokens;

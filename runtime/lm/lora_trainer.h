@@ -1,4 +1,5 @@
 #pragma once
+#include <optional>
 // Trains a LoRA adapter: AdamW over the adapter's parameters only, micro-batches with gradient accumulation,
 // gradient-norm clipping. One call = one optimizer step over a whole batch.
 #include <memory>
@@ -23,7 +24,7 @@ struct TrainerOptions {
 
 struct TrainMetrics {
   double loss = 0;
-  double kl = 0;             // mean per completion token, policy vs base (k3 estimator)
+  std::optional<double> kl;  // mean per completion token, policy vs base (k3 estimator); unset: not measured
   double entropy = 0;        // mean per completion token
   double clip_fraction = 0;  // share of completion tokens where the clip was binding
   double grad_norm = 0;      // before clipping

@@ -78,8 +78,10 @@ at::Tensor policy_loss(const Transformer& model, LoraAdapter& adapter, const Seq
   const int64_t n = static_cast<int64_t>(end - begin);
   model.use_adapter(&adapter);
   const auto current = token_logprobs(model, rows.tokens, rows.valid);
+  // The base model's log-probs, only where the KL is used or asked for.
+  const bool kl_needed = o.kl_coef > 0 || o.measure_kl;
   at::Tensor reference;
-  {
+  if (kl_needed) {
     at::NoGradGuard no_grad;
     AdapterOff off(adapter);
     reference = token_logprobs(model, rows.tokens, rows.valid).logprobs;
@@ -119,8 +121,11 @@ at::Tensor policy_loss(const Transformer& model, LoraAdapter& adapter, const Seq
   } else {
     per_token = -ratio * advantages;
   }
-  const auto log_ratio = reference - current.logprobs;
-  const auto kl = at::exp(log_ratio) - log_ratio - 1;
+  at::Tensor kl;
+  if (kl_needed) {
+    const auto log_ratio = reference - current.logprobs;
+    kl = at::exp(log_ratio) - log_ratio - 1;
+  }
   if (o.distill_weight > 0) {
     // The teacher reads without LoRA dropout: its distributions are the target, not a noisy sample of it.
     const bool training = adapter.training();
@@ -158,7 +163,10 @@ at::Tensor policy_loss(const Transformer& model, LoraAdapter& adapter, const Seq
       break;
   }
   metrics.loss += loss.item<double>();
-  metrics.kl += (kl.detach() * mask).sum().item<double>();
+  if (kl_needed) {
+    metrics.kl += (kl.detach() * mask).sum().item<double>();
+    metrics.kl_measured = true;
+  }
   metrics.entropy += (current.entropy.detach() * mask).sum().item<double>();
   metrics.tokens += mask.sum().item<int64_t>();
   return loss;

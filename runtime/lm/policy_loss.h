@@ -35,6 +35,9 @@ struct LossOptions {
   TokenNormalization normalization = TokenNormalization::sequence_mean;
   double clip_low = 0.2, clip_high = 0.2;
   double kl_coef = 0.0;               // > 0 adds beta * KL(policy || base), the k3 estimator per token
+  // The KL to the base as a metric where no penalty needs it: a forward pass of the base model per micro-batch (no
+  // gradient), about a fifth of an update's time. Without a penalty and without this, the KL is not measured.
+  bool measure_kl = false;
   int64_t normalization_length = 0;   // token_sum's fixed length (0: the longest completion in the batch)
   std::optional<double> max_logprob_mismatch;  // drop sequences whose mean |sampler - trainer| log-prob exceeds it
   // SDPO: each completion token's term is (1 - w) x the policy-gradient term + w x KL(student || teacher) where
@@ -44,6 +47,7 @@ struct LossOptions {
 
 struct LossMetrics {
   double loss = 0, kl = 0, entropy = 0, clip_fraction = 0;
+  bool kl_measured = false;
   double distill = 0;  // KL(student || teacher) summed over taught completion tokens
   int64_t tokens = 0, dropped_sequences = 0, taught_sequences = 0, taught_tokens = 0;
 };

@@ -58,6 +58,7 @@ lm::TrainerOptions trainer_options(const experiment::LmPolicyConfig& m) {
   o.loss.clip_low = m.clip_low;
   o.loss.clip_high = m.clip_high;
   o.loss.kl_coef = m.kl_coef;
+  o.loss.measure_kl = m.measure_kl;
   if (m.max_logprob_mismatch > 0) o.loss.max_logprob_mismatch = m.max_logprob_mismatch;
   return o;
 }

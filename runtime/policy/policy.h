@@ -3,6 +3,7 @@
 // learn from advantages, and save or restore itself. A policy is owned by one actor at a time; none is thread-safe.
 #include <cstdint>
 #include <stdexcept>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,9 @@ struct Attempt {
 // What an update measured, per adapter (a language model's task under ttt; "" for the one shared adapter).
 struct UpdateMetrics {
   std::string adapter;
-  double loss = 0, kl = 0, entropy = 0, clip_fraction = 0, grad_norm = 0;
+  double loss = 0;
+  std::optional<double> kl;  // policy vs base, per completion token; unset where it was not measured
+  double entropy = 0, clip_fraction = 0, grad_norm = 0;
   int64_t sequences = 0, tokens = 0, dropped_sequences = 0;
   double distill_kl = 0;         // SDPO: mean KL(student || teacher) per taught completion token
   int64_t taught_sequences = 0;  // SDPO: sequences that had a teacher

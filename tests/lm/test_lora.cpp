@@ -237,12 +237,14 @@ TEST_CASE("grpo: KL is zero before the first update, clipped loss, metrics, and 
     batch.advantages.push_back(i % 2 ? 1.0f : -1.0f);
   }
   const auto first = trainer.policy_step(batch);
-  CHECK(first.kl == doctest::Approx(0.0).epsilon(1e-9).scale(1e-7));
+  REQUIRE(first.kl);
+  CHECK(*first.kl == doctest::Approx(0.0).epsilon(1e-9).scale(1e-7));
   CHECK(first.clip_fraction == 0.0);
   CHECK(first.tokens == 4 + 5 + 6 + 7);
   CHECK(first.grad_norm > 0);
   const auto second = trainer.policy_step(batch);
-  CHECK(second.kl > 0);
+  REQUIRE(second.kl);
+  CHECK(*second.kl > 0);
 
   // Sampler log-probs far from the trainer's: rejected rows contribute nothing.
   options.loss.max_logprob_mismatch = 0.5;
@@ -251,6 +253,37 @@ TEST_CASE("grpo: KL is zero before the first update, clipped loss, metrics, and 
   batch.old_logprobs[0].assign(batch.old_logprobs[0].size(), 0.0f);
   const auto m = strict.policy_step(batch);
   CHECK(m.dropped_sequences >= 3);
+}
+
+TEST_CASE("grpo: without a KL penalty the base model is not run, unless the KL is asked for as a metric") {
+  // The same two steps from the same adapter, with and without the metric: the metric changes nothing else.
+  const auto g = test::golden("qwen2_tiny");
+  SequenceBatch batch;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int64_t> seq = g.prompts[2];
+    seq.insert(seq.end(), g.greedy[2].begin(), g.greedy[2].begin() + 3 + i);
+    batch.sequences.push_back(seq);
+    batch.prompt_lengths.push_back(g.prompts[2].size());
+    batch.advantages.push_back(i % 2 ? 1.0f : -1.0f);
+  }
+  std::vector<TrainMetrics> runs[2];
+  for (const bool measure : {false, true}) {
+    auto model = tiny();
+    auto adapter = adapter_for(model, 3);
+    TrainerOptions options;
+    options.learning_rate = 1e-2;
+    options.loss.measure_kl = measure;
+    LoraTrainer trainer(model, adapter, options);
+    for (int step = 0; step < 2; ++step) runs[measure].push_back(trainer.policy_step(batch));
+  }
+  for (int step = 0; step < 2; ++step) {
+    CAPTURE(step);
+    CHECK_FALSE(runs[0][step].kl);
+    REQUIRE(runs[1][step].kl);
+    CHECK(runs[0][step].loss == runs[1][step].loss);
+    CHECK(runs[0][step].grad_norm == runs[1][step].grad_norm);
+  }
+  CHECK(*runs[1][1].kl > 0);  // measured after the first update moved the policy
 }
 
 TEST_CASE("grpo: a verifiable synthetic reward rises within a few dozen steps") {

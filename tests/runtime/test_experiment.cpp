@@ -157,6 +157,7 @@ learning_rate = 2e-6
 loss = "importance_sampling"
 normalization = "token_sum"
 kl_coef = 0.01
+measure_kl = true
 max_logprob_mismatch = 0.5
 )", "lm.toml");
   CHECK(e.policy.kind == experiment::PolicyKind::libtorch);
@@ -175,6 +176,7 @@ max_logprob_mismatch = 0.5
   CHECK(m.loss == experiment::Loss::importance_sampling);
   CHECK(m.normalization == experiment::Normalization::token_sum);
   CHECK(m.kl_coef == 0.01);
+  CHECK(m.measure_kl);
   CHECK(m.max_logprob_mismatch == 0.5);
 
   auto err = failure(kMinimal + "[policy]\nkind = \"libtorch\"\n");
