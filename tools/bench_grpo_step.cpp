@@ -226,6 +226,8 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batch", micro_batch, "Sequences per forward/backward in the update");
   bool checkpointing = false;
   app.add_flag("--activation-checkpointing", checkpointing, "Recompute blocks in the backward pass (larger micro-batches fit)");
+  bool measure_kl = false;
+  app.add_flag("--measure-kl", measure_kl, "Measure the KL to the base model (a forward pass of it per micro-batch)");
   app.add_option("--ttt-steps", ttt_steps, "TTT steps on the first task (0: skip)");
   app.add_option("--ttt-rollouts", ttt_rollouts, "Samples per TTT step");
   app.add_option("--jobs", jobs, "Parallel compiles");
@@ -247,6 +249,7 @@ int main(int argc, char** argv) {
   setup.config.lm.max_new_tokens = max_new;
   setup.config.lm.micro_batch = micro_batch;
   setup.config.lm.activation_checkpointing = checkpointing;
+  setup.config.lm.measure_kl = measure_kl;
   setup.backend = "cuda";
   setup.state_dir = fs::path(state) / "grpo";
 

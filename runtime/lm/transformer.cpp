@@ -282,47 +282,53 @@ void Transformer::merge_adapter(const LoraAdapter& adapter, int sign) {
   }
 }
 
-void Transformer::fold_adapter(const LoraAdapter* adapter) const {
+bool Transformer::fold_adapter(const LoraAdapter* adapter) const {
   folded_ = nullptr;
-  if (!adapter || !adapter->enabled()) return;
+  if (!adapter || !adapter->enabled()) return false;
   c10::InferenceMode inference;
   const int64_t q = config_.num_heads * config_.head_dim, kv = config_.num_kv_heads * config_.head_dim,
                 I = config_.intermediate_size;
   const double scale = adapter->config().scale();
   folded_blocks_.resize(weights_.blocks.size());
-  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    const auto& base = weights_.blocks[layer];
-    auto& out = folded_blocks_[layer];
-    // A matrix with an adapted slice gets a buffer of its own, kept from one fold to the next; the others (and the
-    // norms and biases) are the base's own tensors. Each slice is summed in float32 and rounded once.
-    const auto matrix = [&](const at::Tensor& w, at::Tensor& folded,
-                            std::initializer_list<std::tuple<LoraTarget, int64_t, int64_t>> slices) {
-      bool adapted = false;
-      for (const auto& [target, start, rows] : slices) adapted |= adapter->find(layer, target) != nullptr;
-      if (!adapted) {
-        folded = w;
-        return;
-      }
-      if (!folded.defined() || folded.is_same(w)) folded = at::empty_like(w);
-      folded.copy_(w);
-      for (const auto& [target, start, rows] : slices)
-        if (const auto* p = adapter->find(layer, target))
-          folded.narrow(0, start, rows)
-              .copy_(at::addmm(w.narrow(0, start, rows).to(at::kFloat), p->b.to(at::kFloat), p->a.to(at::kFloat),
-                               1.0, scale));
-    };
-    out.input_norm = base.input_norm;
-    out.post_attention_norm = base.post_attention_norm;
-    out.qkv_bias = base.qkv_bias;
-    out.o_bias = base.o_bias;
-    out.gate_up_bias = base.gate_up_bias;
-    out.down_bias = base.down_bias;
-    matrix(base.qkv, out.qkv, {{LoraTarget::q, 0, q}, {LoraTarget::k, q, kv}, {LoraTarget::v, q + kv, kv}});
-    matrix(base.o, out.o, {{LoraTarget::o, 0, base.o.size(0)}});
-    matrix(base.gate_up, out.gate_up, {{LoraTarget::gate, 0, I}, {LoraTarget::up, I, I}});
-    matrix(base.down, out.down, {{LoraTarget::down, 0, base.down.size(0)}});
+  try {
+    for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+      const auto& base = weights_.blocks[layer];
+      auto& out = folded_blocks_[layer];
+      // A matrix with an adapted slice gets a buffer of its own, kept from one fold to the next; the others (and the
+      // norms and biases) are the base's own tensors. Each slice is summed in float32 and rounded once.
+      const auto matrix = [&](const at::Tensor& w, at::Tensor& folded,
+                              std::initializer_list<std::tuple<LoraTarget, int64_t, int64_t>> slices) {
+        bool adapted = false;
+        for (const auto& [target, start, rows] : slices) adapted |= adapter->find(layer, target) != nullptr;
+        if (!adapted) {
+          folded = w;
+          return;
+        }
+        if (!folded.defined() || folded.is_same(w)) folded = at::empty_like(w);
+        folded.copy_(w);
+        for (const auto& [target, start, rows] : slices)
+          if (const auto* p = adapter->find(layer, target))
+            folded.narrow(0, start, rows)
+                .copy_(at::addmm(w.narrow(0, start, rows).to(at::kFloat), p->b.to(at::kFloat), p->a.to(at::kFloat),
+                                 1.0, scale));
+      };
+      out.input_norm = base.input_norm;
+      out.post_attention_norm = base.post_attention_norm;
+      out.qkv_bias = base.qkv_bias;
+      out.o_bias = base.o_bias;
+      out.gate_up_bias = base.gate_up_bias;
+      out.down_bias = base.down_bias;
+      matrix(base.qkv, out.qkv, {{LoraTarget::q, 0, q}, {LoraTarget::k, q, kv}, {LoraTarget::v, q + kv, kv}});
+      matrix(base.o, out.o, {{LoraTarget::o, 0, base.o.size(0)}});
+      matrix(base.gate_up, out.gate_up, {{LoraTarget::gate, 0, I}, {LoraTarget::up, I, I}});
+      matrix(base.down, out.down, {{LoraTarget::down, 0, base.down.size(0)}});
+    }
+  } catch (const c10::OutOfMemoryError&) {
+    folded_blocks_.clear();
+    return false;
   }
   folded_ = adapter;
+  return true;
 }
 
 at::Tensor Transformer::block(int64_t layer, const at::Tensor& x, const AttentionInputs& attention, const at::Tensor& cos,

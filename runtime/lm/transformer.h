@@ -96,7 +96,9 @@ class Transformer {
   // dtype): while it is the enabled adapter in use, forward passes read that copy and add no deltas, so a decode step
   // runs the base model's kernels. The copy keeps its addresses from one fold to the next (CUDA graphs read it); fold
   // again after the adapter changes. nullptr ends it. For inference only: no gradient reaches a folded adapter.
-  void fold_adapter(const LoraAdapter* adapter) const;
+  // Returns false, with nothing folded and the copy freed, where the device has no memory for the copy: forward
+  // passes then add the deltas as before.
+  bool fold_adapter(const LoraAdapter* adapter) const;
   bool adapter_folded() const;
 
  private:
