@@ -41,6 +41,7 @@ class BatchSampler {
   at::Tensor greedy_;           // [B] bool
   bool any_filter_ = false;
   bool any_sampled_ = false;
+  bool unit_temperature_ = true;  // every row samples at temperature 1 (or is greedy): the scaled logits are the logits
 };
 
 }  // namespace crucible::lm

@@ -227,6 +227,46 @@ TEST_CASE("sampling: frequencies follow temperature, top-k and top-p, and no zer
   CHECK(at::equal(sampler.sample(logits, 3).tokens, sampler.sample(logits, 3).tokens));
 }
 
+TEST_CASE("sampling: over a large vocabulary the two-level draw keeps the distribution and never draws a zero") {
+  // 20000 splits into blocks of 1250; 10007 (a prime) is padded to blocks of 1024.
+  for (const int64_t V : {int64_t{20000}, int64_t{10007}}) {
+    CAPTURE(V);
+    const int64_t B = 4000;
+    const std::vector<std::pair<int64_t, double>> mass = {{3, 0.4}, {5000, 0.3}, {V - 1, 0.2}, {7777, 0.1}};
+    auto row = at::full({V}, -std::numeric_limits<float>::infinity());
+    for (const auto& [t, q] : mass) row[t] = std::log(q);
+    const auto logits = row.view({1, V}).expand({B, V}).contiguous();
+    for (const double top_p : {1.0, 0.95}) {  // unfiltered, and through the sorted (filtered) path
+      CAPTURE(top_p);
+      std::vector<SamplingParams> rows;
+      for (int64_t b = 0; b < B; ++b) rows.push_back({1.0, top_p, 0, static_cast<uint64_t>(77 + b)});
+      const auto out = BatchSampler(rows, V, at::kCPU).sample(logits, 5);
+      const auto counts = at::bincount(out.tokens, {}, V);
+      double drawn = 0;
+      for (const auto& [t, q] : mass) {
+        CAPTURE(t);
+        CHECK(std::abs(counts[t].item<double>() / B - q) < 0.03);
+        drawn += counts[t].item<double>();
+      }
+      CHECK(drawn == B);  // nothing outside the four tokens
+    }
+    // All the mass on the last token, which sits in the padded block for 10007.
+    auto last = at::full({1, V}, -std::numeric_limits<float>::infinity());
+    last[0][V - 1] = 0.0f;
+    std::vector<SamplingParams> rows(64, SamplingParams{1.0, 1.0, 0, 5});
+    for (std::size_t b = 0; b < rows.size(); ++b) rows[b].seed = b;
+    const auto out = BatchSampler(rows, V, at::kCPU).sample(last.expand({64, V}).contiguous(), 0);
+    CHECK(at::all(out.tokens == V - 1).item<bool>());
+    // Uniform over the vocabulary: every block is reached, halves are drawn about equally.
+    std::vector<SamplingParams> flat_rows;
+    for (int64_t b = 0; b < B; ++b) flat_rows.push_back({1.0, 1.0, 0, static_cast<uint64_t>(9000 + b)});
+    const auto flat = BatchSampler(flat_rows, V, at::kCPU).sample(at::zeros({B, V}), 1);
+    CHECK(std::abs((flat.tokens < V / 2).sum().item<double>() / B - 0.5) < 0.03);
+    CHECK(flat.tokens.max().item<int64_t>() < V);
+    CHECK(flat.tokens.max().item<int64_t>() > V - V / 20);
+  }
+}
+
 TEST_CASE("generation: a request's seed alone decides its samples, whatever batch it shares") {
   const auto lm = load("llama_tiny");
   const auto g = golden("llama_tiny");
