@@ -45,45 +45,15 @@ SampledTokens BatchSampler::sample(const at::Tensor& logits, const std::vector<i
 
 namespace {
 
-constexpr double kBelowOne = 1.0 - 1.0 / 16777216.0;
-constexpr int64_t kTwoLevelFrom = 8192;  // vocabularies from this size draw in two levels (see pick_by_cdf)
-
-// Row by row ([B, n] weights, [B, 1] draws in [0, 1)), the first index whose cumulative weight exceeds the draw times
-// the row's total (which rounding leaves a little off 1). A draw that rounding puts at the total goes to the last
-// positive entry: zero-weight entries are never picked.
-at::Tensor first_above(const at::Tensor& weights, const at::Tensor& uniform) {
-  const int64_t n = weights.size(1);
-  const auto cdf = weights.cumsum(-1);
-  const auto found = at::searchsorted(cdf, uniform * cdf.narrow(1, n - 1, 1), /*out_int32=*/false, /*right=*/true);
-  const auto last_positive = ((weights > 0).to(at::kLong) * at::arange(n, found.options())).amax(1, /*keepdim=*/true);
-  return at::where(found < n, found, last_positive);
-}
-
-// A block length for the two-level draw: a divisor of V near 1024 where there is one (no padded copy), else 1024.
-int64_t block_length(int64_t V) {
-  for (int64_t d = 1024; d <= 4096; ++d)
-    if (V % d == 0) return d;
-  for (int64_t d = 1023; d >= 256; --d)
-    if (V % d == 0) return d;
-  return 1024;
-}
-
-// The token where the draw falls in the cumulative distribution. Over a large vocabulary a cumulative sum of every
-// row is the sampler's slowest kernel (a quarter of a millisecond per step at 64 x 152k on an H100), so the draw
-// picks a block of tokens by the blocks' masses, then a token inside that block by its share of the block's mass: the
-// same distribution, with one reduction over the vocabulary and short cumulative sums.
+// Row by row, the index whose cumulative probability first exceeds the row's draw (scaled by the row's total, which
+// rounding leaves a little off 1); zero-probability entries are never picked. The target stays below the total:
+// rounding could otherwise put the highest draw at the total itself, past every entry, and the last entry (of no
+// probability, perhaps) would be taken.
 at::Tensor pick_by_cdf(const at::Tensor& probs, const at::Tensor& uniform) {
-  const int64_t B = probs.size(0), V = probs.size(1);
-  if (V < kTwoLevelFrom) return first_above(probs, uniform);
-  const int64_t L = block_length(V), N = (V + L - 1) / L;
-  const auto blocks = (N * L == V ? probs : at::constant_pad_nd(probs, {0, N * L - V})).view({B, N, L});
-  const auto mass = blocks.sum(-1);  // [B, N]
-  const auto chosen = first_above(mass, uniform);
-  const auto cdf = mass.cumsum(-1);
-  const auto before = at::where(chosen > 0, cdf.gather(1, (chosen - 1).clamp_min(0)), at::zeros_like(uniform));
-  const auto inner = ((uniform * cdf.narrow(1, N - 1, 1) - before) / mass.gather(1, chosen)).clamp(0.0, kBelowOne);
-  const auto members = blocks.gather(1, chosen.unsqueeze(2).expand({B, 1, L})).squeeze(1);  // [B, L]
-  return chosen * L + first_above(members, inner);
+  const auto cdf = probs.cumsum(-1);
+  const auto total = cdf.narrow(1, cdf.size(1) - 1, 1);
+  const auto target = at::minimum(uniform * total, at::nextafter(total, at::zeros_like(total)));
+  return at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(probs.size(1) - 1);
 }
 
 }  // namespace

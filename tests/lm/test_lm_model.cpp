@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "lm/decode_step.h"
@@ -227,8 +228,21 @@ TEST_CASE("sampling: frequencies follow temperature, top-k and top-p, and no zer
   CHECK(at::equal(sampler.sample(logits, 3).tokens, sampler.sample(logits, 3).tokens));
 }
 
-TEST_CASE("sampling: over a large vocabulary the two-level draw keeps the distribution and never draws a zero") {
-  // 20000 splits into blocks of 1250; 10007 (a prime) is padded to blocks of 1024.
+TEST_CASE("sampling: the highest draw, which rounds to the whole mass, still takes no zero-probability token") {
+  // A seed whose draw at step 0 is the highest the sampler makes (about one in 16.8 million): its 24 random bits all
+  // set, which float arithmetic rounds up to exactly 1.
+  std::optional<uint64_t> seed;
+  for (uint64_t s = 0; s < (uint64_t{1} << 28) && !seed; ++s)
+    if (row_uniform(s, 0) == 1.0f) seed = s;
+  REQUIRE(seed);
+  // Two tokens share the mass; the last has none. The draw lands on the total, past every cumulative sum.
+  const auto logits = at::tensor(std::vector<float>{0.0f, 0.0f, -std::numeric_limits<float>::infinity()}).view({1, 3});
+  const auto out = BatchSampler({SamplingParams{1.0, 1.0, 0, *seed}}, 3, at::kCPU).sample(logits, 0);
+  CHECK(out.tokens[0].item<int64_t>() == 1);
+  CHECK(std::isfinite(out.sampling_logprobs[0].item<float>()));
+}
+
+TEST_CASE("sampling: over a large vocabulary the draw keeps the distribution, reaches the last token, draws no zero") {
   for (const int64_t V : {int64_t{20000}, int64_t{10007}}) {
     CAPTURE(V);
     const int64_t B = 4000;
@@ -250,14 +264,14 @@ TEST_CASE("sampling: over a large vocabulary the two-level draw keeps the distri
       }
       CHECK(drawn == B);  // nothing outside the four tokens
     }
-    // All the mass on the last token, which sits in the padded block for 10007.
+    // All the mass on the last token.
     auto last = at::full({1, V}, -std::numeric_limits<float>::infinity());
     last[0][V - 1] = 0.0f;
     std::vector<SamplingParams> rows(64, SamplingParams{1.0, 1.0, 0, 5});
     for (std::size_t b = 0; b < rows.size(); ++b) rows[b].seed = b;
     const auto out = BatchSampler(rows, V, at::kCPU).sample(last.expand({64, V}).contiguous(), 0);
     CHECK(at::all(out.tokens == V - 1).item<bool>());
-    // Uniform over the vocabulary: every block is reached, halves are drawn about equally.
+    // Uniform over the vocabulary: halves are drawn about equally, and the far end is reached.
     std::vector<SamplingParams> flat_rows;
     for (int64_t b = 0; b < B; ++b) flat_rows.push_back({1.0, 1.0, 0, static_cast<uint64_t>(9000 + b)});
     const auto flat = BatchSampler(flat_rows, V, at::kCPU).sample(at::zeros({B, V}), 1);
