@@ -309,7 +309,8 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
   {
     const WarmupRule rule = warmup_rule(ctx, sampled_center ? 1 : ctx.warmup * sets);
     const auto started = std::chrono::steady_clock::now();
-    for (int w = 0; !warmed_up(rule, w, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()); ++w)
+    const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
+    for (int w = 0; !warmed_up(rule, w, elapsed()); ++w)
       if (!ctx.call(w % sets, v)) return false;
   }
   steps.mark("warmup");

@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <sstream>
-#include <tuple>
 
 #include "lm/block_checkpoint.h"
 #include "lm/lora.h"
@@ -263,65 +262,76 @@ at::Tensor Transformer::mlp_block(int64_t layer, const at::Tensor& x, const at::
   return out;
 }
 
+namespace {
+
+// Where each adapted target's rows sit in a block's fused matrices (q, k and v share one; gate and up another).
+struct TargetRows {
+  LoraTarget target;
+  at::Tensor BlockWeights::*matrix;
+  int64_t start, rows;
+};
+
+std::vector<TargetRows> target_rows(const ModelConfig& c) {
+  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, I = c.intermediate_size;
+  return {{LoraTarget::q, &BlockWeights::qkv, 0, q},         {LoraTarget::k, &BlockWeights::qkv, q, kv},
+          {LoraTarget::v, &BlockWeights::qkv, q + kv, kv},   {LoraTarget::o, &BlockWeights::o, 0, c.hidden_size},
+          {LoraTarget::gate, &BlockWeights::gate_up, 0, I},  {LoraTarget::up, &BlockWeights::gate_up, I, I},
+          {LoraTarget::down, &BlockWeights::down, 0, c.hidden_size}};
+}
+
+// W + scale * B A for one target's rows, summed in float32 and rounded once to W's dtype.
+at::Tensor plus_delta(const at::Tensor& w, const LoraPair& p, double scale) {
+  return at::addmm(w.to(at::kFloat), p.b.to(at::kFloat), p.a.to(at::kFloat), 1.0, scale).to(w.scalar_type());
+}
+
+}  // namespace
+
 void Transformer::merge_adapter(const LoraAdapter& adapter, int sign) {
   at::NoGradGuard no_grad;
-  const int64_t q = config_.num_heads * config_.head_dim, kv = config_.num_kv_heads * config_.head_dim,
-                I = config_.intermediate_size;
   const double scale = sign * adapter.config().scale();
-  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    auto& w = weights_.blocks[layer];
-    const std::pair<LoraTarget, at::Tensor> slices[] = {
-        {LoraTarget::q, w.qkv.narrow(0, 0, q)},     {LoraTarget::k, w.qkv.narrow(0, q, kv)},
-        {LoraTarget::v, w.qkv.narrow(0, q + kv, kv)}, {LoraTarget::o, w.o},
-        {LoraTarget::gate, w.gate_up.narrow(0, 0, I)}, {LoraTarget::up, w.gate_up.narrow(0, I, I)},
-        {LoraTarget::down, w.down}};
-    for (const auto& [target, weight] : slices)
-      if (const auto* p = adapter.find(layer, target))
-        weight.add_(at::matmul(p->b.to(at::kFloat), p->a.to(at::kFloat)).to(weight.scalar_type()),
-                                             scale);
-  }
+  const auto targets = target_rows(config_);
+  for (int64_t layer = 0; layer < config_.num_layers; ++layer)
+    for (const auto& t : targets)
+      if (const auto* p = adapter.find(layer, t.target)) {
+        auto rows = (weights_.blocks[layer].*t.matrix).narrow(0, t.start, t.rows);
+        rows.copy_(plus_delta(rows, *p, scale));
+      }
 }
 
 bool Transformer::fold_adapter(const LoraAdapter* adapter) const {
   folded_ = nullptr;
   if (!adapter || !adapter->enabled()) return false;
   c10::InferenceMode inference;
-  const int64_t q = config_.num_heads * config_.head_dim, kv = config_.num_kv_heads * config_.head_dim,
-                I = config_.intermediate_size;
   const double scale = adapter->config().scale();
+  const auto targets = target_rows(config_);
   folded_blocks_.resize(weights_.blocks.size());
   try {
     for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
       const auto& base = weights_.blocks[layer];
       auto& out = folded_blocks_[layer];
-      // A matrix with an adapted slice gets a buffer of its own, kept from one fold to the next; the others (and the
-      // norms and biases) are the base's own tensors. Each slice is summed in float32 and rounded once.
-      const auto matrix = [&](const at::Tensor& w, at::Tensor& folded,
-                              std::initializer_list<std::tuple<LoraTarget, int64_t, int64_t>> slices) {
-        bool adapted = false;
-        for (const auto& [target, start, rows] : slices) adapted |= adapter->find(layer, target) != nullptr;
-        if (!adapted) {
-          folded = w;
-          return;
-        }
-        if (!folded.defined() || folded.is_same(w)) folded = at::empty_like(w);
-        folded.copy_(w);
-        for (const auto& [target, start, rows] : slices)
-          if (const auto* p = adapter->find(layer, target))
-            folded.narrow(0, start, rows)
-                .copy_(at::addmm(w.narrow(0, start, rows).to(at::kFloat), p->b.to(at::kFloat), p->a.to(at::kFloat),
-                                 1.0, scale));
-      };
+      // The norms and biases, and matrices with nothing adapted, are the base's own tensors. A matrix with an adapted
+      // slice gets a buffer of its own, kept from one fold to the next (CUDA graphs hold its address).
       out.input_norm = base.input_norm;
       out.post_attention_norm = base.post_attention_norm;
       out.qkv_bias = base.qkv_bias;
       out.o_bias = base.o_bias;
       out.gate_up_bias = base.gate_up_bias;
       out.down_bias = base.down_bias;
-      matrix(base.qkv, out.qkv, {{LoraTarget::q, 0, q}, {LoraTarget::k, q, kv}, {LoraTarget::v, q + kv, kv}});
-      matrix(base.o, out.o, {{LoraTarget::o, 0, base.o.size(0)}});
-      matrix(base.gate_up, out.gate_up, {{LoraTarget::gate, 0, I}, {LoraTarget::up, I, I}});
-      matrix(base.down, out.down, {{LoraTarget::down, 0, base.down.size(0)}});
+      for (const auto matrix : {&BlockWeights::qkv, &BlockWeights::o, &BlockWeights::gate_up, &BlockWeights::down}) {
+        const auto& w = base.*matrix;
+        auto& folded = out.*matrix;
+        bool adapted = false;
+        for (const auto& t : targets) adapted |= t.matrix == matrix && adapter->find(layer, t.target);
+        if (!adapted) {
+          folded = w;
+          continue;
+        }
+        if (!folded.defined() || folded.is_same(w)) folded = at::empty_like(w);
+        folded.copy_(w);
+        for (const auto& t : targets)
+          if (const auto* p = t.matrix == matrix ? adapter->find(layer, t.target) : nullptr)
+            folded.narrow(0, t.start, t.rows).copy_(plus_delta(w.narrow(0, t.start, t.rows), *p, scale));
+      }
     }
   } catch (const c10::OutOfMemoryError&) {
     folded_blocks_.clear();
