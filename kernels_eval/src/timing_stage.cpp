@@ -14,7 +14,7 @@
 #include <random>
 
 #include "crucible/eval/paired_timing.h"
-#include "crucible/eval/warmup_rule.h"
+#include "crucible/eval/timing_rules.h"
 #include "stages.h"
 
 namespace crucible::eval {
@@ -52,13 +52,13 @@ std::vector<bool> pick_verified(int timed, int sets, int wanted, uint64_t seed) 
 constexpr int64_t kSampledBlock = 1024;
 // Sampled when a whole refresh of one set (new input, poisoned outputs) costs more than this share of a reference call.
 constexpr double kWholeRefreshShare = 0.1;
-// A GPU's samples (the candidate's timed calls, or the reference's) that spread by more than this CV are taken once
-// more, and the steadier set is kept. On an otherwise idle H100 a shape's calls spread by 0.1-0.9%; now and then a
-// stretch of calls runs 5-99% slow in the GPU's own events, with nothing of Crucible's beside them. Both sets are
-// honest measurements; the steadier one says more about the kernel.
-constexpr double kRetakeCv = 0.01;
+// Whether a GPU's set of samples, `taken_s` long, is taken again (see RetakeRule).
+bool retake(const StageContext& ctx, const std::vector<double>& samples, double taken_s) {
+  const double left = ctx.budget_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx.started).count();
+  return ctx.gpu && retake_samples(RetakeRule{}, summarize_times(samples).cv, taken_s, ctx.budget_s > 0, left);
+}
 
-// The steadier of two sets of samples (by CV), and whether it is the second.
+// Whether the second of two sets of samples is the steadier (by CV).
 bool second_is_steadier(const std::vector<double>& first, const std::vector<double>& second) {
   return summarize_times(second).cv < summarize_times(first).cv;
 }
@@ -258,8 +258,9 @@ const TimingStats& reference_timing(StageContext& ctx, std::vector<std::vector<t
     }
     return samples;
   };
+  const auto ref_start = std::chrono::steady_clock::now();
   auto ref_samples = take();
-  if (ctx.gpu && summarize_times(ref_samples).cv > kRetakeCv) {
+  if (retake(ctx, ref_samples, std::chrono::duration<double>(std::chrono::steady_clock::now() - ref_start).count())) {
     auto again = take();
     const bool kept = second_is_steadier(ref_samples, again);
     if (trace_calls())
@@ -349,11 +350,7 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
   if (!timed_calls(ctx, v, current, written, stream, paired ? &pairing : nullptr, pairs, samples, sampled_center,
                    steps))
     return false;
-  const double timed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - timed_start).count();
-  const double budget_left_s =
-      ctx.budget_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx.started).count();
-  // Only where the evaluation's budget has room for twice as long again: a retake must never cost a verdict.
-  if (ctx.gpu && summarize_times(samples).cv > kRetakeCv && (ctx.budget_s <= 0 || budget_left_s > 2 * timed_s)) {
+  if (retake(ctx, samples, std::chrono::duration<double>(std::chrono::steady_clock::now() - timed_start).count())) {
     // Taken again with all of the timing's checks; the events of the set that is kept go with it.
     auto first_events = std::move(ctx.gpu->event_samples_us);
     ctx.gpu->event_samples_us.clear();
