@@ -308,25 +308,18 @@ bool Transformer::fold_adapter(const LoraAdapter* adapter) const {
   try {
     for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
       const auto& base = weights_.blocks[layer];
-      auto& out = folded_blocks_[layer];
       // The norms and biases, and matrices with nothing adapted, are the base's own tensors. A matrix with an adapted
       // slice gets a buffer of its own, kept from one fold to the next (CUDA graphs hold its address).
-      out.input_norm = base.input_norm;
-      out.post_attention_norm = base.post_attention_norm;
-      out.qkv_bias = base.qkv_bias;
-      out.o_bias = base.o_bias;
-      out.gate_up_bias = base.gate_up_bias;
-      out.down_bias = base.down_bias;
+      const BlockWeights previous = std::move(folded_blocks_[layer]);
+      auto& out = folded_blocks_[layer] = base;
       for (const auto matrix : {&BlockWeights::qkv, &BlockWeights::o, &BlockWeights::gate_up, &BlockWeights::down}) {
         const auto& w = base.*matrix;
-        auto& folded = out.*matrix;
         bool adapted = false;
         for (const auto& t : targets) adapted |= t.matrix == matrix && adapter->find(layer, t.target);
-        if (!adapted) {
-          folded = w;
-          continue;
-        }
-        if (!folded.defined() || folded.is_same(w)) folded = at::empty_like(w);
+        if (!adapted) continue;
+        const auto& kept = previous.*matrix;
+        auto& folded = out.*matrix;
+        folded = kept.defined() && !kept.is_same(w) ? kept : at::empty_like(w);
         folded.copy_(w);
         for (const auto& t : targets)
           if (const auto* p = t.matrix == matrix ? adapter->find(layer, t.target) : nullptr)

@@ -51,6 +51,19 @@ SequenceBatch one_sequence(const std::vector<int64_t>& ids, int64_t prompt) {
   return b;
 }
 
+// Four completions of one golden prompt, each a token longer than the last, with alternating advantages.
+SequenceBatch greedy_batch(const test::GoldenOutputs& g, std::size_t prompt, int64_t shortest) {
+  SequenceBatch batch;
+  for (int64_t i = 0; i < 4; ++i) {
+    std::vector<int64_t> seq = g.prompts[prompt];
+    seq.insert(seq.end(), g.greedy[prompt].begin(), g.greedy[prompt].begin() + shortest + i);
+    batch.sequences.push_back(seq);
+    batch.prompt_lengths.push_back(g.prompts[prompt].size());
+    batch.advantages.push_back(i % 2 ? 1.0f : -1.0f);
+  }
+  return batch;
+}
+
 double sequence_logprob(const Transformer& model, const std::vector<int64_t>& ids) {
   const auto t = at::tensor(ids, at::kLong).view({1, -1});
   const auto lp = token_logprobs(model, t, at::ones_like(t).to(at::kBool)).logprobs;
@@ -228,14 +241,7 @@ TEST_CASE("grpo: KL is zero before the first update, clipped loss, metrics, and 
   options.loss.kl_coef = 0.1;
   LoraTrainer trainer(model, adapter, options);
   const auto g = test::golden("qwen2_tiny");
-  SequenceBatch batch;
-  for (int i = 0; i < 4; ++i) {
-    std::vector<int64_t> seq = g.prompts[1];
-    seq.insert(seq.end(), g.greedy[1].begin(), g.greedy[1].begin() + 4 + i);
-    batch.sequences.push_back(seq);
-    batch.prompt_lengths.push_back(g.prompts[1].size());
-    batch.advantages.push_back(i % 2 ? 1.0f : -1.0f);
-  }
+  auto batch = greedy_batch(g, 1, 4);
   const auto first = trainer.policy_step(batch);
   REQUIRE(first.kl);
   CHECK(*first.kl == doctest::Approx(0.0).epsilon(1e-9).scale(1e-7));
@@ -257,15 +263,7 @@ TEST_CASE("grpo: KL is zero before the first update, clipped loss, metrics, and 
 
 TEST_CASE("grpo: without a KL penalty the base model is not run, unless the KL is asked for as a metric") {
   // The same two steps from the same adapter, with and without the metric: the metric changes nothing else.
-  const auto g = test::golden("qwen2_tiny");
-  SequenceBatch batch;
-  for (int i = 0; i < 4; ++i) {
-    std::vector<int64_t> seq = g.prompts[2];
-    seq.insert(seq.end(), g.greedy[2].begin(), g.greedy[2].begin() + 3 + i);
-    batch.sequences.push_back(seq);
-    batch.prompt_lengths.push_back(g.prompts[2].size());
-    batch.advantages.push_back(i % 2 ? 1.0f : -1.0f);
-  }
+  const auto batch = greedy_batch(test::golden("qwen2_tiny"), 2, 3);
   std::vector<TrainMetrics> runs[2];
   for (const bool measure : {false, true}) {
     auto model = tiny();
