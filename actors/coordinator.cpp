@@ -9,6 +9,7 @@
 #include <set>
 #include <variant>
 
+#include "coordinator/reference_timings.h"
 #include "coordinator/unit_pipeline.h"
 #include "coordinator/work_queue.h"
 #include "logging/log.h"
@@ -28,6 +29,7 @@ struct CoordinatorState {
   std::unique_ptr<core::UnitPipeline> pipeline;
   core::WorkQueue work;
   core::CompileQueue compiles;
+  core::ReferenceTimingTable reference_timings;
   std::vector<msg::UnitRecord> units;
   std::vector<std::string> snapshots;
   std::map<uint64_t, msg::CandidateRecord> candidates;
@@ -95,7 +97,7 @@ void deliver(Self self, const core::Decisions& d) {
   deliver_to(st.eval_waiters, d, [&](uint64_t id) {
     auto& trace = st.candidates.at(id);
     trace.dispatched_at = wall_now();
-    return msg::EvalRequest{trace.candidate};
+    return msg::EvalRequest{trace.candidate, st.reference_timings.for_task(trace.candidate.task)};
   });
 }
 
@@ -607,8 +609,14 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
             return;
           }
           verdict.node = s.work.node_name(check.session);
-          if (auto t = s.candidates.find(verdict.candidate_id); t != s.candidates.end())
+          if (auto t = s.candidates.find(verdict.candidate_id); t != s.candidates.end()) {
             t->second.received_at = wall_now();
+            const auto added = s.reference_timings.learn(t->second.candidate.task, verdict.reference_timings);
+            if (added > 0)
+              s.log.info(verdict.node, " timed the reference of ", t->second.candidate.task, " (", added,
+                         " setting(s)); evaluators of the same GPU model will use it");
+          }
+          verdict.reference_timings.clear();
           record_verdict(self, std::move(verdict));
         },
         [=](msg::NodeJoined& joined) {

@@ -2,6 +2,8 @@
 
 #include <caf/blocking_actor.hpp>
 
+#include <algorithm>
+
 #include "logging/log.h"
 
 namespace crucible::actors {
@@ -13,14 +15,24 @@ eval::Verdict evaluator_error(const msg::EvalRequest& request, const std::string
                                           "evaluator_error", what);
 }
 
-eval::Verdict judge(eval::Evaluator& evaluator, const EvaluatorSetup& setup, const msg::EvalRequest& request) {
+// The verdict, and in `learned` the reference timings for the task that the request did not bring (for the
+// coordinator to hand on).
+eval::Verdict judge(eval::Evaluator& evaluator, const EvaluatorSetup& setup, const msg::EvalRequest& request,
+                    std::vector<eval::SharedTiming>& learned) {
   auto task = setup.tasks.find(request.candidate.task);
   try {
     if (task == setup.tasks.end()) throw std::invalid_argument("unknown task " + request.candidate.task);
     // Into the shared cache, where the evaluation finds it (a failure too, as a compile verdict).
     if (setup.build_beside_evaluation) evaluator.compile(request.candidate.source, setup.options);
     auto lease = setup.leases->acquire(setup.device);
-    return evaluator.evaluate(task->second, request.candidate.source, setup.options);
+    evaluator.adopt_timings(request.reference_timings);
+    auto verdict = evaluator.evaluate(task->second, request.candidate.source, setup.options);
+    for (auto& t : evaluator.shared_timings(request.candidate.task)) {
+      const auto& brought = request.reference_timings;
+      if (std::none_of(brought.begin(), brought.end(), [&](const eval::SharedTiming& b) { return b.key == t.key; }))
+        learned.push_back(std::move(t));
+    }
+    return verdict;
   } catch (const std::exception& e) {
     return evaluator_error(request, setup.device, e.what());
   }
@@ -41,8 +53,10 @@ void evaluator(caf::blocking_actor* self, coordinator_actor coordinator, std::sh
             [&](msg::EvalRequest& request) {
               const double start = wall_now();
               msg::VerdictReport report;
+              std::vector<eval::SharedTiming> learned;
               try {
-                report = msg::report(request.candidate.id, judge(evaluator, *setup, request));
+                report = msg::report(request.candidate.id, judge(evaluator, *setup, request, learned));
+                report.reference_timings = std::move(learned);
               } catch (const std::exception& e) {
                 log.error("candidate ", request.candidate.id, ": ", e.what(), "; recorded as evaluator_error");
                 report = msg::report(request.candidate.id, evaluator_error(request, setup->device, e.what()));

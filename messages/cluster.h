@@ -45,7 +45,7 @@ typename Inspector::result_type inspect(Inspector& f, NodeDevice& x) {
            x.multiprocessors);
 }
 
-constexpr uint32_t kClusterProtocol = 2;  // 2: typed devices and settings, error codes
+constexpr uint32_t kClusterProtocol = 3;  // 2: typed devices and settings, error codes; 3: shared reference timings
 
 
 // Node -> gateway, first: who it is and its nonce.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "candidate.h"
+#include "crucible/eval/shared_timing.h"
 #include "crucible/eval/verdict.h"
 
 namespace crucible::eval {
@@ -37,7 +38,8 @@ typename Inspector::result_type inspect(Inspector& f, TrialReport& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TimingStats& x) {
-  return f(caf::meta::type_name("crucible.TimingStats"), x.trials, x.median_us, x.mean_us, x.min_us, x.max_us, x.cv);
+  return f(caf::meta::type_name("crucible.TimingStats"), x.trials, x.median_us, x.mean_us, x.min_us, x.max_us, x.cv,
+           x.retaken);
 }
 
 template <class Inspector>
@@ -78,18 +80,26 @@ typename Inspector::result_type inspect(Inspector& f, Verdict& x) {
            x.seed, x.stages, caf::meta::load_callback(in));
 }
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SharedTiming& x) {
+  return f(caf::meta::type_name("crucible.SharedTiming"), x.task, x.key, x.reference, x.refresh);
+}
+
 }  // namespace crucible::eval
 
 namespace crucible::messages {
 
-// The evaluator judges it on its own device under the run's settings, which it was set up with.
+// The evaluator judges it on its own device under the run's settings, which it was set up with. With it come the
+// reference timings other evaluators measured for its task (shared_timing.h), which an evaluator of the same GPU
+// model and settings uses instead of timing the reference itself.
 struct EvalRequest {
   Candidate candidate;
+  std::vector<eval::SharedTiming> reference_timings;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EvalRequest& x) {
-  return f(caf::meta::type_name("crucible.EvalRequest"), x.candidate);
+  return f(caf::meta::type_name("crucible.EvalRequest"), x.candidate, x.reference_timings);
 }
 
 // One candidate's verdict, where and when it was reached.
@@ -98,12 +108,14 @@ struct VerdictReport {
   eval::Verdict verdict;                       // verdict.device: the evaluator that judged it ("policy": unparsed)
   std::string node;                            // its node ("local": the coordinator's); set by the coordinator
   double started_at = 0.0, finished_at = 0.0;  // wall clock of the evaluator's node, seconds since the epoch
+  // The GPU reference timings its evaluator knows for the task, for the coordinator to hand on; not recorded.
+  std::vector<eval::SharedTiming> reference_timings;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, VerdictReport& x) {
   return f(caf::meta::type_name("crucible.VerdictReport"), x.candidate_id, x.verdict, x.node, x.started_at,
-           x.finished_at);
+           x.finished_at, x.reference_timings);
 }
 
 // A verdict as a report: its reason details (which may quote a candidate or an exception) made valid UTF-8.

@@ -10,8 +10,10 @@
 #include <cstdlib>
 #include <random>
 #include <set>
+#include <torch/version.h>
 
 #include "crucible/eval/device.h"
+#include "crucible/eval/shared_timing.h"
 #include "crucible/eval/static_gate.h"
 #include "crucible/eval/utf8_text.h"
 #include "crucible/eval/worker_protocol.h"
@@ -94,6 +96,9 @@ struct GpuResources {
 struct Evaluator::Cache {
   std::map<std::string, std::unique_ptr<InputPool>> pools;
   TaskTimings timings;
+  // GPU timing keys by task (see shared_timing.h): what this evaluator can hand on, and what it may take.
+  std::map<std::string, std::set<std::string>> shareable;
+  std::map<std::string, std::string> fingerprints;  // by pool key: a TorchScript reference is read once
   std::set<std::string> sound_tasks;  // pool keys of tasks that passed their own checks (see StageContext::task_sound)
   std::map<int, std::unique_ptr<GpuResources>> gpus;
 
@@ -204,6 +209,56 @@ Evaluator::Evaluator(EvaluatorConfig config)
 }
 
 Evaluator::~Evaluator() = default;
+
+// A GPU's key names what its reference timing depends on and nothing local (no path, no ordinal), so evaluators of
+// the same GPU model can share it (shared_timing.h); on the CPU, timing pairs each candidate sample with a reference
+// sample and nothing is shared.
+std::string Evaluator::timing_key(const TaskSpec& task, const cuda::DeviceInfo* gpu, const std::string& pool_device,
+                                  const std::string& size_set, const StageContext& ctx, int arena_sets) {
+  const std::string settings = size_set + "|" + std::to_string(ctx.timed) + "|" + std::to_string(ctx.warmup) + "|" +
+                               (ctx.full ? "full" : "fast") + "|" + std::to_string(arena_sets) + "|" +
+                               std::to_string(config_.threads);
+  if (!gpu) return task.name + "|" + task.source_path + "|" + pool_device + "|" + settings;
+  auto& fingerprint = cache_->fingerprints[Cache::pool_key(task, pool_device, size_set)];
+  if (fingerprint.empty()) fingerprint = task_fingerprint(task);
+  const std::string key = task.name + "|" + fingerprint + "|" + gpu->name + "|sm_" + std::to_string(gpu->major) +
+                          std::to_string(gpu->minor) + "|" + std::to_string(gpu->multiprocessors) + " SMs|driver " +
+                          std::to_string(gpu->driver_version) + "|torch " + TORCH_VERSION + "|" + settings;
+  cache_->shareable[shared_task_name(task.name)].insert(key);
+  return key;
+}
+
+std::vector<SharedTiming> Evaluator::shared_timings(const std::string& task) const {
+  std::vector<SharedTiming> out;
+  auto keys = cache_->shareable.find(task);
+  if (keys == cache_->shareable.end()) return out;
+  const auto& known = cache_->timings;
+  for (const auto& key : keys->second) {
+    auto reference = known.reference.find(key);
+    if (reference == known.reference.end()) continue;
+    auto sampled = known.sampled.find(key);
+    out.push_back({task, key, reference->second,
+                   sampled == known.sampled.end() ? RefreshChoice::unknown
+                   : sampled->second              ? RefreshChoice::sampled
+                                                  : RefreshChoice::whole});
+  }
+  return out;
+}
+
+int Evaluator::adopt_timings(const std::vector<SharedTiming>& timings) {
+  int adopted = 0;
+  auto& known = cache_->timings;
+  for (const auto& t : timings) {
+    if (!plausible(t)) continue;
+    // What this evaluator measured itself stays; an entry is taken whole or not at all.
+    if (known.reference.count(t.key) || known.sampled.count(t.key)) continue;
+    known.reference[t.key] = t.reference;
+    if (t.refresh != RefreshChoice::unknown) known.sampled[t.key] = t.refresh == RefreshChoice::sampled;
+    cache_->shareable[t.task].insert(t.key);
+    ++adopted;
+  }
+  return adopted;
+}
 
 CompileOptions Evaluator::compile_options(const std::string& source, const EvalOptions& options,
                                           const cuda::DeviceInfo* gpu) {
@@ -442,9 +497,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   // 5. Timing.
   if (go_on) {
     auto timing_start = Clock::now();
-    const std::string key = task.name + "|" + task.source_path + "|" + pool_device + "|" + size_set + "|" +
-                            std::to_string(ctx.timed) + "|" + std::to_string(arena_sets) + "|" +
-                            std::to_string(config_.threads);
+    const std::string key = timing_key(task, gpu ? &gpu->info : nullptr, pool_device, size_set, ctx, arena_sets);
     {
       // No spare worker makes its CUDA context while calls are timed (see WorkerPool::pause_starts).
       StartsPaused paused(gpu ? std::vector<WorkerPool*>{gpu->workers.get(), gpu->triton_workers.get()}
@@ -623,6 +676,8 @@ Verdict Evaluator::evaluate_cases(const TaskSpec& task, const std::vector<ShapeC
     log_reference += std::log(v.reference_time->median_us);
     combined.candidate_time->cv = std::max(combined.candidate_time->cv, v.candidate_time->cv);
     combined.reference_time->cv = std::max(combined.reference_time->cv, v.reference_time->cv);
+    combined.candidate_time->retaken = combined.candidate_time->retaken || v.candidate_time->retaken;
+    combined.reference_time->retaken = combined.reference_time->retaken || v.reference_time->retaken;
     if (v.kernel_coverage && combined.kernel_coverage)
       combined.kernel_coverage = std::min(*combined.kernel_coverage, *v.kernel_coverage);
   }

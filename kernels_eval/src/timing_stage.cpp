@@ -267,6 +267,9 @@ const TimingStats& reference_timing(StageContext& ctx, std::vector<std::vector<t
       std::fprintf(stderr, "reference samples spread by %.2f%%, taken again: %.2f%%, kept the %s\n",
                    summarize_times(ref_samples).cv * 100, summarize_times(again).cv * 100, kept ? "second" : "first");
     if (kept) ref_samples = std::move(again);
+    TimingStats stats = summarize_times(ref_samples);
+    stats.retaken = true;
+    return reference_times[key] = stats;
   }
   return reference_times[key] = summarize_times(ref_samples);
 }
@@ -350,7 +353,9 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
   if (!timed_calls(ctx, v, current, written, stream, paired ? &pairing : nullptr, pairs, samples, sampled_center,
                    steps))
     return false;
-  if (retake(ctx, samples, std::chrono::duration<double>(std::chrono::steady_clock::now() - timed_start).count())) {
+  const bool retaken =
+      retake(ctx, samples, std::chrono::duration<double>(std::chrono::steady_clock::now() - timed_start).count());
+  if (retaken) {
     // Taken again with all of the timing's checks; the events of the set that is kept go with it.
     auto first_events = std::move(ctx.gpu->event_samples_us);
     ctx.gpu->event_samples_us.clear();
@@ -373,6 +378,7 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
                                                std::to_string(static_cast<int>(pairs.spread() * 100 + 0.5)) + "%)"});
   }
   v.candidate_time = summarize_times(samples);
+  v.candidate_time->retaken = retaken;
   if (ctx.gpu && !ctx.gpu->event_samples_us.empty())
     v.candidate_event_median_us = summarize_times(ctx.gpu->event_samples_us).median_us;
   const std::size_t largest = largest_input(layout.inputs[0]);

@@ -8,7 +8,8 @@ using json = nlohmann::ordered_json;
 
 json timing(const TimingStats& t) {
   return {{"trials", t.trials}, {"median_us", t.median_us}, {"mean_us", t.mean_us},
-          {"min_us", t.min_us}, {"max_us", t.max_us},       {"cv", t.cv}};
+          {"min_us", t.min_us}, {"max_us", t.max_us},       {"cv", t.cv},
+          {"retaken", t.retaken}};
 }
 }  // namespace
 

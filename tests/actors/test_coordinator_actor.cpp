@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include "actors/coordinator.h"
@@ -120,14 +121,21 @@ struct Fixture : test_coordinator_fixture<Config> {
     expect((msg::Generated), from(generator).to(coordinator));
   }
 
-  // A pull from `evaluator` under `session`, answered with the candidate's id (kRefused: refused).
+  // A pull from `evaluator` under `session`, answered with a request (none: refused).
   template <class Handle>
-  int64_t pull(Handle& evaluator, uint64_t session) {
+  std::optional<msg::EvalRequest> pull_request(Handle& evaluator, uint64_t session) {
     auto handle = evaluator->request(coordinator, caf::infinite, pull_eval_atom_v, std::string("cpu"), session);
     run();
-    int64_t id = kRefused;
-    handle.receive([&](msg::EvalRequest& r) { id = static_cast<int64_t>(r.candidate.id); }, [](caf::error&) {});
-    return id;
+    std::optional<msg::EvalRequest> request;
+    handle.receive([&](msg::EvalRequest& r) { request = std::move(r); }, [](caf::error&) {});
+    return request;
+  }
+
+  // The same, answered with the candidate's id (kRefused: refused).
+  template <class Handle>
+  int64_t pull(Handle& evaluator, uint64_t session) {
+    auto request = pull_request(evaluator, session);
+    return request ? static_cast<int64_t>(request->candidate.id) : kRefused;
   }
 };
 
@@ -173,6 +181,44 @@ CAF_TEST(a verdict counts only from the evaluator that holds the candidate and a
   CAF_CHECK_EQUAL(status.size(), 2u);
   CAF_CHECK_EQUAL(status[first], "incorrect");
   CAF_CHECK_EQUAL(status[second], "correct");
+}
+
+CAF_TEST(reference timings an evaluator reports go with the next candidate of the task and the first report of a key stays) {
+  const auto timing = [](std::string task, std::string key, double median_us) {
+    return eval::SharedTiming{std::move(task), std::move(key), eval::TimingStats{5, median_us, median_us, median_us,
+                                                                                 median_us, 0.001},
+                              eval::RefreshChoice::whole};
+  };
+  start_and_generate();
+  auto first = pull_request(self, 0);
+  CAF_REQUIRE(first);
+  CAF_CHECK(first->reference_timings.empty());  // nobody has timed relu yet
+  // The report brings one usable entry, one for another task and one that is no measurement (median 0).
+  auto report = verdict(static_cast<int64_t>(first->candidate.id), eval::Status::correct);
+  report.reference_timings = {timing("relu", "relu|H100", 20.0), timing("gelu", "gelu|H100", 30.0),
+                              timing("relu", "relu|H200", 0.0)};
+  self->send(coordinator, report);
+  expect((msg::VerdictReport), from(self).to(coordinator));
+  auto second = pull_request(other, 0);
+  CAF_REQUIRE(second);
+  CAF_REQUIRE_EQUAL(second->reference_timings.size(), 1u);
+  CAF_CHECK_EQUAL(second->reference_timings[0].key, "relu|H100");
+  CAF_CHECK_EQUAL(second->reference_timings[0].reference.median_us, 20.0);
+  CAF_CHECK(second->reference_timings[0].refresh == eval::RefreshChoice::whole);
+  // A second report of the same key changes nothing (every evaluator that takes it uses the same numbers); the
+  // group completes and the run ends as usual.
+  auto last = verdict(static_cast<int64_t>(second->candidate.id), eval::Status::correct);
+  last.reference_timings = {timing("relu", "relu|H100", 25.0)};
+  other->send(coordinator, last);
+  expect((msg::VerdictReport), from(other).to(coordinator));
+  expect((msg::ScoreRequest), from(coordinator).to(normalizer));
+  expect((msg::ScoredGroup), from(normalizer).to(coordinator));
+  expect((msg::CandidateRecord), from(coordinator).to(telemetry));
+  expect((msg::CandidateRecord), from(coordinator).to(telemetry));
+  expect((msg::CommitUnit), from(coordinator).to(telemetry));
+  expect((committed_atom), from(telemetry).to(coordinator));
+  expect((msg::RunOutcome), from(coordinator).to(self));
+  CAF_CHECK_EQUAL(run::read_jsonl(dir / "seed-1" / "candidates.jsonl").size(), 2u);
 }
 
 CAF_TEST(a lost node gives its candidate back and its waiting evaluators are refused and its late verdict discarded) {

@@ -6,6 +6,7 @@
 
 #include "crucible/eval/evaluator.h"
 #include "crucible/eval/landlock.h"
+#include "crucible/eval/verdict_json.h"
 #include "eval_support.h"
 #include "tasks/task_loader.h"
 
@@ -173,5 +174,54 @@ TEST_CASE("gpu: at KernelBench's relu size (6.4 GB) timed calls checked at sampl
     INFO(row.fixture, ": ", test::detail_of(verdict));
     CHECK(verdict.status == eval::Status::incorrect);
     CHECK(verdict.has_reason(row.reason));
+  }
+}
+
+TEST_CASE("gpu: a reference timing one evaluator measured is used by another of the same GPU model and settings only") {
+  test::TestEvaluator first_node("gpu-shared-a"), second_node("gpu-shared-b"), third_node("gpu-shared-c");
+  auto relu = tasks::find_task("relu", test::tasks_dir());
+  auto options = test::gpu_options("cpu");
+  auto measured = first_node.evaluator.evaluate(relu, cuda_candidate("relu"), options);
+  INFO(test::detail_of(measured));
+  REQUIRE(measured.status == eval::Status::correct);
+  auto shared = first_node.evaluator.shared_timings("relu");
+  REQUIRE(shared.size() == 1);
+  CHECK(shared[0].reference.median_us == measured.reference_time->median_us);
+  CHECK(shared[0].refresh != eval::RefreshChoice::unknown);  // decided on the GPU before the candidate was timed
+  CHECK(first_node.evaluator.shared_timings("gelu").empty());
+
+  // Handed a timing under the same key, another evaluator times its candidate against it and not its own: a made-up
+  // reference time shows which was used.
+  auto handed = shared;
+  handed[0].reference = eval::TimingStats{5, 12345.0, 12345.0, 12345.0, 12345.0, 0.0};
+  CHECK(second_node.evaluator.adopt_timings(handed) == 1);
+  auto judged = second_node.evaluator.evaluate(relu, cuda_candidate("relu"), options);
+  REQUIRE(judged.status == eval::Status::correct);
+  CHECK(judged.reference_time->median_us == 12345.0);
+  CHECK(second_node.evaluator.adopt_timings(shared) == 0);  // it keeps what it holds
+  // Under another key (other settings, another GPU model) the entry is never used.
+  handed[0].key += "|other";
+  CHECK(third_node.evaluator.adopt_timings(handed) == 1);
+  auto own = third_node.evaluator.evaluate(relu, cuda_candidate("relu"), options);
+  REQUIRE(own.status == eval::Status::correct);
+  CHECK(own.reference_time->median_us != 12345.0);
+  CHECK(own.reference_time->median_us < 1000.0);
+}
+
+TEST_CASE("gpu: timed calls that spread past the bound are taken once more, and the verdict says so") {
+  test::TestEvaluator t("gpu-retake");
+  auto relu = tasks::find_task("relu", test::tasks_dir());
+  for (auto mode : {eval::Mode::fast, eval::Mode::full}) {
+    auto options = test::gpu_options("cpu");
+    options.mode = mode;
+    auto steady = t.evaluator.evaluate(relu, cuda_candidate("relu"), options);
+    auto uneven = t.evaluator.evaluate(relu, cuda_fixture("uneven_calls"), options);
+    INFO(eval::mode_name(mode), ": ", test::detail_of(steady), " / ", test::detail_of(uneven));
+    REQUIRE(uneven.status == eval::Status::correct);
+    REQUIRE(uneven.candidate_time.has_value());
+    CHECK(uneven.candidate_time->retaken);
+    CHECK(uneven.candidate_time->cv > 0.01);  // every set spreads: the steadier one is kept, as it is
+    CHECK(eval::to_json(uneven, -1).find("\"retaken\":true") != std::string::npos);
+    REQUIRE(steady.status == eval::Status::correct);
   }
 }

@@ -100,9 +100,15 @@ TEST_CASE("candidate and compile messages round-trip") {
 }
 
 TEST_CASE("evaluation messages round-trip, and a verdict crosses field for field") {
-  msg::EvalRequest request{candidate()};
+  const eval::SharedTiming timing{"relu", "relu|abc|NVIDIA H100|sm_90", eval::TimingStats{5, 41.5, 41.7, 41.0, 42.5, 0.012},
+                                   eval::RefreshChoice::sampled};
+  msg::EvalRequest request{candidate(), {timing}};
   auto r = round_trip(request);
   CHECK(r.candidate.source == candidate().source);
+  REQUIRE(r.reference_timings.size() == 1);
+  CHECK(r.reference_timings[0].key == timing.key);
+  CHECK(r.reference_timings[0].reference.max_us == 42.5);
+  CHECK(r.reference_timings[0].refresh == eval::RefreshChoice::sampled);
 
   eval::Verdict v;
   v.status = eval::Status::incorrect;
@@ -120,8 +126,12 @@ TEST_CASE("evaluation messages round-trip, and a verdict crosses field for field
   v.stages.total_s = 0.25;
   v.device = "cuda:1";
   v.shapes = {{"n256_b2", 4600.5, 2033.0, 0.006, 0.002}, {"n1024_b1", 103217.8, 34207.9, 0.001, 0.003}};
-  auto report = round_trip(msg::report(42, v));
+  auto sent = msg::report(42, v);
+  sent.reference_timings = {timing};
+  auto report = round_trip(sent);
   CHECK(report.candidate_id == 42);
+  REQUIRE(report.reference_timings.size() == 1);
+  CHECK(report.reference_timings[0].reference.median_us == 41.5);
   const auto& back = report.verdict;
   CHECK(back.status == eval::Status::incorrect);
   CHECK(back.has_reason("skipped_work"));

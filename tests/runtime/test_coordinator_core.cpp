@@ -6,6 +6,7 @@
 #include <variant>
 #include <vector>
 
+#include "coordinator/reference_timings.h"
 #include "coordinator/unit_pipeline.h"
 #include "coordinator/work_queue.h"
 
@@ -357,4 +358,43 @@ TEST_CASE("pipeline: sequential groups (PUCT) are generated one at a time, each 
       {"all scored: commit", [](UnitPipeline& x) { return x.scored(0, 2); }, "commit 0"},
       {"committed", [](UnitPipeline& x) { return x.committed(0); }, "finish"},
   });
+}
+
+TEST_CASE("the reference-timing table keeps the first report of a key, for its own task, within its bound") {
+  using crucible::eval::RefreshChoice;
+  using crucible::eval::SharedTiming;
+  using crucible::eval::TimingStats;
+  const auto timing = [](std::string task, std::string key, double median_us) {
+    return SharedTiming{std::move(task), std::move(key), TimingStats{5, median_us, median_us, median_us, median_us, 0.0},
+                        RefreshChoice::whole};
+  };
+  struct Row {
+    const char* event;
+    std::string task;  // the task of the candidate whose verdict brought them
+    std::vector<SharedTiming> reported;
+    std::size_t added;
+    std::size_t relu_known;
+  };
+  const std::vector<Row> rows = {
+      {"nothing yet", "relu", {}, 0, 0},
+      {"a first entry", "relu", {timing("relu", "relu|H100", 20.0)}, 1, 1},
+      {"the same key again, other numbers", "relu", {timing("relu", "relu|H100", 99.0)}, 0, 1},
+      {"another GPU model", "relu", {timing("relu", "relu|H200", 15.0)}, 1, 2},
+      {"an entry for another task than the candidate's", "relu", {timing("gelu", "gelu|H100", 30.0)}, 0, 2},
+      {"no measurement", "relu", {timing("relu", "relu|A100", 0.0)}, 0, 2},
+      {"a repeat inside one report", "relu", {timing("relu", "relu|L4", 40.0), timing("relu", "relu|L4", 41.0)}, 1, 3},
+  };
+  ReferenceTimingTable table;
+  for (const auto& row : rows) {
+    CAPTURE(row.event);
+    CHECK(table.learn(row.task, row.reported) == row.added);
+    CHECK(table.for_task("relu").size() == row.relu_known);
+  }
+  CHECK(table.for_task("relu")[0].reference.median_us == 20.0);
+  CHECK(table.for_task("gelu").empty());
+  // A node cannot grow the table without bound.
+  std::vector<SharedTiming> many;
+  for (int i = 0; i < 1000; ++i) many.push_back(timing("softmax", "softmax|" + std::to_string(i), 10.0));
+  CHECK(table.learn("softmax", many) == ReferenceTimingTable::kPerTask);
+  CHECK(table.for_task("softmax").size() == ReferenceTimingTable::kPerTask);
 }

@@ -41,6 +41,7 @@ DeviceInfo device_info(int device) {
   std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
                 b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
   info.uuid = uuid;
+  check(cudaDriverGetVersion(&info.driver_version), "cudaDriverGetVersion");
   int previous = 0;
   check(cudaGetDevice(&previous), "cudaGetDevice");
   check(cudaSetDevice(device), "cudaSetDevice");

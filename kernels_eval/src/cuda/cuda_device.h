@@ -19,6 +19,7 @@ struct DeviceInfo {
   std::size_t l2_bytes = 0;
   std::size_t total_bytes = 0, free_bytes = 0;
   std::string uuid;  // "GPU-8-4-4-4-12 hex digits", as CUDA_VISIBLE_DEVICES names a device
+  int driver_version = 0;  // the CUDA version the driver supports, as 1000 * major + 10 * minor
 };
 DeviceInfo device_info(int device);  // throws std::runtime_error with the CUDA error
 void use_device(int device);         // for this thread's later CUDA calls

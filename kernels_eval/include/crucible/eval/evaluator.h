@@ -13,6 +13,7 @@
 
 #include "crucible/eval/compiler.h"
 #include "crucible/eval/eval_settings.h"
+#include "crucible/eval/shared_timing.h"
 #include "crucible/eval/task_spec.h"
 #include "crucible/eval/triton_candidate.h"
 #include "crucible/eval/verdict.h"
@@ -62,6 +63,7 @@ struct EvaluatorConfig {
 };
 
 struct GpuResources;
+struct StageContext;
 namespace cuda {
 struct DeviceInfo;
 }
@@ -77,6 +79,12 @@ class Evaluator {
   // candidate needs its task's shapes, so it is built by evaluate() and this builds nothing.
   CompileResult compile(const std::string& source, const EvalOptions& options = {});
 
+  // GPU reference timings this evaluator knows for a task (measured or adopted), to hand to evaluators of the same
+  // GPU model; and such timings taken in, keeping any it measured itself. Returns how many it took. Neither may run
+  // beside evaluate(): a node calls them under the device's lease.
+  std::vector<SharedTiming> shared_timings(const std::string& task) const;
+  int adopt_timings(const std::vector<SharedTiming>& timings);
+
   Compiler& compiler() { return compiler_; }
   WorkerPool& pool() { return pool_; }
   const EvaluatorConfig& config() const { return config_; }
@@ -90,6 +98,8 @@ class Evaluator {
   std::unique_ptr<Cache> cache_;
   std::mutex gpu_mutex_;  // compile() may ask for a GPU's architecture from other threads
   GpuResources& gpu_resources(int device);  // under gpu_mutex_
+  std::string timing_key(const TaskSpec& task, const cuda::DeviceInfo* gpu, const std::string& pool_device,
+                         const std::string& size_set, const StageContext& ctx, int arena_sets);
   CompileOptions compile_options(const std::string& source, const EvalOptions& options, const cuda::DeviceInfo* gpu);
   Verdict evaluate_cases(const TaskSpec& task, const std::vector<ShapeCase>& cases, const std::string& size_set,
                          const std::string& source, const EvalOptions& options);

@@ -43,6 +43,9 @@ struct TimingStats {
   double min_us = 0.0;
   double max_us = 0.0;
   double cv = 0.0;  // standard deviation / mean
+  // GPU: the first set of samples spread past the retake bound (timing_rules.h) and was taken once more; these are
+  // the steadier of the two sets.
+  bool retaken = false;
 };
 
 TimingStats summarize_times(std::vector<double> samples_us);
