@@ -55,7 +55,7 @@ constexpr double kWholeRefreshShare = 0.1;
 // Whether a GPU's set of samples, `taken_s` long, is taken again (see RetakeRule).
 bool retake(const StageContext& ctx, const std::vector<double>& samples, double taken_s) {
   const double left = ctx.budget_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx.started).count();
-  return ctx.gpu && retake_samples(RetakeRule{}, summarize_times(samples).cv, taken_s, ctx.budget_s > 0, left);
+  return ctx.gpu && retake_samples(retake_rule(ctx.full), summarize_times(samples).cv, taken_s, ctx.budget_s > 0, left);
 }
 
 // Whether the second of two sets of samples is the steadier (by CV).

@@ -58,5 +58,10 @@ TEST_CASE("a spread set of samples is taken again only where the budget has room
     CHECK(retake_samples(RetakeRule{}, r.cv, r.taken_s, r.budgeted, r.budget_left_s) == r.again);
   }
   CHECK_FALSE(retake_samples(RetakeRule{}, std::nan(""), 1.0, false, 0.0));  // no samples to judge
+  // Full mode holds a set to 0.5%, fast mode to 1%.
+  CHECK(retake_samples(retake_rule(true), 0.0051, 1.0, false, 0.0));
+  CHECK_FALSE(retake_samples(retake_rule(true), 0.005, 1.0, false, 0.0));
+  CHECK_FALSE(retake_samples(retake_rule(false), 0.0051, 1.0, false, 0.0));
+  CHECK(retake_samples(retake_rule(false), 0.011, 1.0, false, 0.0));
 }
 

@@ -5,7 +5,8 @@
 # Usage: bash tools/gpu_node/bench_cluster.sh [BUILD_DIR] [OUT_DIR] [NODE_COUNTS] [K] [TASKS]
 #   e.g. bash tools/gpu_node/bench_cluster.sh build-gpu /tmp/bench-cluster "1 2 4" 64 '"relu", "softmax", "gelu"'
 # Without a GPU (or with BACKEND=cpu) it runs CPU nodes: the same distribution path, each node timing on its own cores.
-# SIZES=cpu uses the tasks' small size set (lets two node processes share one GPU's memory).
+# SIZES=cpu uses the tasks' small size set (lets two node processes share one GPU's memory). MODE=full evaluates as
+# configs/best_of_n_k64.toml does (5 correctness trials, 50 timed calls); the default is fast.
 # NODE_ARGS are added to every `crucible node` (e.g. "--compile-ahead 0"); LABEL is added to each row's name.
 set -euo pipefail
 build=${1:-build-gpu}
@@ -35,7 +36,7 @@ group_size = 8
 [eval]
 devices = []
 backend = "$backend"
-mode = "fast"
+mode = "${MODE:-fast}"
 sizes = "${SIZES:-}"
 [cluster]
 listen = "127.0.0.1:$port"
