@@ -61,16 +61,15 @@ TrainMetrics LoraTrainer::step(const SequenceBatch& batch, MicroLoss&& micro_los
                     : torch::nn::utils::clip_grad_norm_(optimizer_->parameters, 1e30);
   optimizer_->adamw.step();
   ++steps_;
-  const auto s = sums.read();
-  const double tokens = std::max(1.0, s[LossMetrics::tokens]);
-  m.loss = s[LossMetrics::loss];
-  if (sums.kl_measured) m.kl = s[LossMetrics::kl] / tokens;
-  m.entropy = s[LossMetrics::entropy] / tokens;
-  m.clip_fraction = s[LossMetrics::clip_fraction] / tokens;
-  m.tokens = static_cast<int64_t>(s[LossMetrics::tokens]);
-  m.dropped_sequences = static_cast<int64_t>(s[LossMetrics::dropped_sequences]);
-  m.distill_kl = s[LossMetrics::distill] / std::max(1.0, s[LossMetrics::taught_tokens]);
-  m.taught_sequences = static_cast<int64_t>(s[LossMetrics::taught_sequences]);
+  const double tokens = std::max<int64_t>(1, sums.tokens);
+  m.loss = sums.loss;
+  if (sums.kl_measured) m.kl = sums.kl / tokens;
+  m.entropy = sums.entropy / tokens;
+  m.clip_fraction = sums.clip_fraction / tokens;
+  m.tokens = sums.tokens;
+  m.dropped_sequences = sums.dropped_sequences;
+  m.distill_kl = sums.distill / static_cast<double>(std::max<int64_t>(1, sums.taught_tokens));
+  m.taught_sequences = sums.taught_sequences;
   return m;
 }
 

@@ -4,7 +4,6 @@
 // model with the adapter switched off), and the metrics that watch training.
 #include <ATen/core/Tensor.h>
 
-#include <array>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -46,29 +45,11 @@ struct LossOptions {
   double distill_weight = 0.0;
 };
 
-// Sums over a step's micro-batches. They stay on the device until the step ends and read() takes them all at once:
-// reading one per micro-batch would make the host wait for the GPU each time, so the next micro-batch's kernels
-// could not be queued while the last ones run (an update is bound by launching kernels as much as by running them).
-class LossMetrics {
- public:
-  enum Sum {
-    loss,
-    kl,
-    entropy,
-    clip_fraction,
-    distill,  // KL(student || teacher) summed over taught completion tokens
-    tokens,
-    dropped_sequences,
-    taught_sequences,
-    taught_tokens,
-    count
-  };
-  void add(Sum which, const at::Tensor& value);  // a scalar tensor, detached
-  std::array<double, count> read() const;         // 0 for a sum never added to
+struct LossMetrics {
+  double loss = 0, kl = 0, entropy = 0, clip_fraction = 0;
   bool kl_measured = false;
-
- private:
-  std::array<at::Tensor, count> sums_;
+  double distill = 0;  // KL(student || teacher) summed over taught completion tokens
+  int64_t tokens = 0, dropped_sequences = 0, taught_sequences = 0, taught_tokens = 0;
 };
 
 // Per-token log-probabilities of tokens[:, 1:] and the entropy of each predicting distribution, with autograd.
@@ -76,9 +57,7 @@ struct TokenLogprobs {
   at::Tensor logprobs, entropy;  // [B, T - 1] float32
   at::Tensor distribution;       // [B, T - 1, vocab]: every position's log-softmax (kept alive by autograd anyway)
 };
-// `causal_prefix`: as whole_sequences takes it (right-padded rows, known on the host, spare a wait for the device).
-TokenLogprobs token_logprobs(const Transformer& model, const at::Tensor& tokens, const at::Tensor& valid,
-                             std::optional<bool> causal_prefix = std::nullopt);
+TokenLogprobs token_logprobs(const Transformer& model, const at::Tensor& tokens, const at::Tensor& valid);
 
 // The loss of one micro-batch (rows [begin, end) of the batch), scaled so that micro-batch losses add up to the
 // whole batch's; backward() on it accumulates gradients into the adapter.
@@ -89,15 +68,10 @@ at::Tensor policy_loss(const Transformer& model, LoraAdapter& adapter, const Seq
 at::Tensor sft_loss(const Transformer& model, const SequenceBatch& batch, std::size_t begin, std::size_t end,
                     int64_t batch_tokens, LossMetrics& metrics);
 
-// Tensors of rows [begin, end): tokens [n, T] right-padded, valid [n, T], completion mask [n, T - 1]. Copied to a GPU
-// from pinned memory without waiting for it.
+// Tensors of rows [begin, end): tokens [n, T] right-padded, valid [n, T], completion mask [n, T - 1].
 struct PackedRows {
   at::Tensor tokens, valid, completion;
 };
-
-// A host tensor on `device`; to a GPU through pinned memory, queued behind the work already there rather than
-// waiting for it.
-at::Tensor queued_copy(const at::Tensor& host, c10::Device device);
 PackedRows pack_rows(const SequenceBatch& batch, std::size_t begin, std::size_t end, c10::Device device);
 int64_t completion_tokens(const SequenceBatch& batch);
 

@@ -75,7 +75,7 @@ at::Tensor causal_mask(const at::Tensor& query_slots, const at::Tensor& key_vali
   return (causal & valid) | own;
 }
 
-AttentionInputs whole_sequences(const at::Tensor& valid, std::optional<bool> causal_prefix) {
+AttentionInputs whole_sequences(const at::Tensor& valid) {
   const int64_t B = valid.size(0), T = valid.size(1);
   AttentionInputs attention;
   attention.slots = at::arange(T, valid.options().dtype(at::kLong));
@@ -84,8 +84,7 @@ AttentionInputs whole_sequences(const at::Tensor& valid, std::optional<bool> cau
   attention.mask = causal_mask(attention.slots, valid, T);
   // No row has a valid token after an invalid one.
   attention.causal_prefix =
-      causal_prefix ? *causal_prefix
-                    : T < 2 || !(valid.narrow(1, 1, T - 1) & at::logical_not(valid.narrow(1, 0, T - 1))).any().item<bool>();
+      T < 2 || !(valid.narrow(1, 1, T - 1) & at::logical_not(valid.narrow(1, 0, T - 1))).any().item<bool>();
   return attention;
 }
 

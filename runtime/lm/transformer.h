@@ -8,7 +8,6 @@
 #include <c10/core/ScalarType.h>
 
 #include <filesystem>
-#include <optional>
 #include <vector>
 
 #include "lm/kv_cache.h"
@@ -59,9 +58,7 @@ at::Tensor causal_mask(const at::Tensor& query_slots, const at::Tensor& key_vali
 
 // Whole right-padded sequences in a fresh cache of their length: slot t holds position t; valid [B, T] bool marks
 // the real tokens.
-// `causal_prefix`: whether every row's valid tokens come first, where the caller knows it; otherwise it is read from
-// `valid`, which waits for the device.
-AttentionInputs whole_sequences(const at::Tensor& valid, std::optional<bool> causal_prefix = std::nullopt);
+AttentionInputs whole_sequences(const at::Tensor& valid);
 
 class Transformer {
  public:
