@@ -109,6 +109,39 @@ at::Tensor LoraAdapter::delta(int64_t layer, LoraTarget target, const at::Tensor
   return at::linear(at::linear(input, p->a.to(dtype)), (p->b * config_.scale()).to(dtype));
 }
 
+at::Tensor LoraAdapter::plus_deltas(int64_t layer, const at::Tensor& x, const at::Tensor& out,
+                                    std::initializer_list<std::pair<LoraTarget, int64_t>> targets) const {
+  const auto dtype = x.scalar_type();
+  if (training_ && config_.dropout > 0) {
+    // Each target draws its own dropout mask, as PEFT's modules do: one delta per target.
+    std::vector<at::Tensor> parts;
+    bool any = false;
+    for (const auto& [target, width] : targets) {
+      auto d = delta(layer, target, x);
+      any |= d.defined();
+      auto shape = x.sizes().vec();
+      shape.back() = width;
+      parts.push_back(d.defined() ? d : at::zeros(shape, x.options()));
+    }
+    return any ? out + at::cat(parts, -1) : out;
+  }
+  std::vector<at::Tensor> a, b;
+  bool any = false;
+  const int64_t rank = config_.rank, in = x.size(-1);
+  for (const auto& [target, width] : targets) {
+    const auto* p = find(layer, target);
+    any |= p != nullptr;
+    // A target left out adds nothing: zero rows of A and a zero block of B.
+    a.push_back(p ? p->a.to(dtype) : at::zeros({rank, in}, x.options()));
+    b.push_back(p ? (p->b * config_.scale()).to(dtype) : at::zeros({width, rank}, x.options()));
+  }
+  if (!any) return out;
+  const auto x2 = x.reshape({-1, in});
+  const auto xa = a.size() == 1 ? at::mm(x2, a[0].t()) : at::mm(x2, at::cat(a, 0).t());
+  const auto bb = b.size() == 1 ? b[0] : at::block_diag(b);
+  return at::addmm(out.reshape({-1, out.size(-1)}), xa, bb.t()).view(out.sizes());
+}
+
 std::vector<at::Tensor> LoraAdapter::parameters() const {
   std::vector<at::Tensor> out;
   for (const auto& p : pairs_)

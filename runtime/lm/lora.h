@@ -8,6 +8,7 @@
 
 #include <array>
 #include <filesystem>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,6 +35,12 @@ class LoraAdapter {
 
   // scale * B (A dropout(x)) for one layer and target, or an undefined tensor when it is not adapted.
   at::Tensor delta(int64_t layer, LoraTarget target, const at::Tensor& x) const;
+  // out + the deltas of `targets`, which sit side by side (of the given widths) in out's last dimension, as a
+  // fused projection (q, k, v; gate, up) lays them out. Without dropout every target reads the same x: their A
+  // matrices are stacked into one product, and their scaled B matrices into one block-diagonal matrix whose product
+  // is added into `out` by the GEMM itself, instead of a delta per target, a concatenation and an addition.
+  at::Tensor plus_deltas(int64_t layer, const at::Tensor& x, const at::Tensor& out,
+                         std::initializer_list<std::pair<LoraTarget, int64_t>> targets) const;
   const LoraPair* find(int64_t layer, LoraTarget target) const;
   std::vector<at::Tensor> parameters() const;  // every A and B, in a fixed order
   LoraAdapter clone() const;                   // a deep copy (for a per-task fork)

@@ -176,26 +176,6 @@ const BlockWeights& Transformer::block_weights(int64_t layer) const {
 
 namespace {
 
-// The deltas of adapted targets side by side, zeros where a target is not adapted; undefined when none is.
-at::Tensor adapter_deltas(const LoraAdapter* adapter, int64_t layer, const at::Tensor& x,
-                          std::initializer_list<std::pair<LoraTarget, int64_t>> targets) {
-  if (!adapter) return {};
-  std::vector<at::Tensor> parts;
-  bool any = false;
-  for (const auto& [target, width] : targets) {
-    auto d = adapter->delta(layer, target, x);
-    any |= d.defined();
-    auto shape = x.sizes().vec();
-    shape.back() = width;
-    parts.push_back(d.defined() ? d : at::zeros(shape, x.options()));
-  }
-  return any ? at::cat(parts, -1) : at::Tensor();
-}
-
-}  // namespace
-
-namespace {
-
 // residual + x W^T (+ bias). Without a bias the GEMM adds the residual in its epilogue: one kernel instead of two,
 // twice a layer, in a decode step that is mostly small kernels.
 at::Tensor linear_onto(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
@@ -214,12 +194,12 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& x, cons
   const int64_t B = x.size(0), T = x.size(1), H = config_.num_heads, Hkv = config_.num_kv_heads,
                 D = config_.head_dim, G = H / Hkv, vis = attention.visible;
   auto qkv = at::linear(x, w.qkv, w.qkv_bias);
-  if (auto d = adapter_deltas(lora, layer, x, {{LoraTarget::q, H * D}, {LoraTarget::k, Hkv * D}, {LoraTarget::v, Hkv * D}});
-      d.defined())
-    qkv = qkv + d;
-  // Queries and keys rotate together: one set of kernels for both.
-  const auto qk = apply_rotary(qkv.narrow(-1, 0, (H + Hkv) * D).view({B, T, H + Hkv, D}), cos, signed_sin);
-  const auto v = qkv.narrow(-1, (H + Hkv) * D, Hkv * D).view({B, T, Hkv, D});
+  if (lora) qkv = lora->plus_deltas(layer, x, qkv, {{LoraTarget::q, H * D}, {LoraTarget::k, Hkv * D}, {LoraTarget::v, Hkv * D}});
+  // Queries and keys rotate together: one set of kernels for both. Split rather than narrowed: a narrow's backward
+  // fills a whole-width zero gradient for each part, a split's joins the parts' gradients once.
+  const auto parts = qkv.split_with_sizes({(H + Hkv) * D, Hkv * D}, -1);
+  const auto qk = apply_rotary(parts[0].view({B, T, H + Hkv, D}), cos, signed_sin);
+  const auto v = parts[1].view({B, T, Hkv, D});
   k_cache.index_copy_(2, attention.slots, qk.narrow(2, H, Hkv).transpose(1, 2));
   v_cache.index_copy_(2, attention.slots, v.transpose(1, 2));
 
@@ -243,9 +223,7 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& x, cons
               .reshape({B, T, H * D});
   }
   auto projected = linear_onto(residual, out, w.o, w.o_bias);
-  if (lora)
-    if (auto d = lora->delta(layer, LoraTarget::o, out); d.defined()) projected = projected + d;
-  return projected;
+  return lora ? lora->plus_deltas(layer, out, projected, {{LoraTarget::o, projected.size(-1)}}) : projected;
 }
 
 at::Tensor Transformer::mlp_block(int64_t layer, const at::Tensor& x, const at::Tensor& residual) const {
@@ -253,13 +231,11 @@ at::Tensor Transformer::mlp_block(int64_t layer, const at::Tensor& x, const at::
   const auto* lora = active_adapter();
   const int64_t I = config_.intermediate_size;
   auto gate_up = at::linear(x, w.gate_up, w.gate_up_bias);
-  if (auto d = adapter_deltas(lora, layer, x, {{LoraTarget::gate, I}, {LoraTarget::up, I}}); d.defined())
-    gate_up = gate_up + d;
-  const auto hidden = at::silu(gate_up.narrow(-1, 0, I)) * gate_up.narrow(-1, I, I);
+  if (lora) gate_up = lora->plus_deltas(layer, x, gate_up, {{LoraTarget::gate, I}, {LoraTarget::up, I}});
+  const auto halves = gate_up.split(I, -1);
+  const auto hidden = at::silu(halves[0]) * halves[1];
   auto out = linear_onto(residual, hidden, w.down, w.down_bias);
-  if (lora)
-    if (auto d = lora->delta(layer, LoraTarget::down, hidden); d.defined()) out = out + d;
-  return out;
+  return lora ? lora->plus_deltas(layer, hidden, out, {{LoraTarget::down, out.size(-1)}}) : out;
 }
 
 namespace {

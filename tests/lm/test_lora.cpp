@@ -120,6 +120,49 @@ TEST_CASE("lora: gradients of A and B match finite differences") {
   CHECK(checked >= 3);  // the probes are not all trivially zero
 }
 
+TEST_CASE("lora: a fused projection's deltas in one product equal each target's delta side by side") {
+  auto model = tiny();
+  struct Row {
+    const char* what;
+    std::vector<LoraTarget> adapted;
+  };
+  const Row rows[] = {
+      {"q, k and v all adapted", {LoraTarget::q, LoraTarget::k, LoraTarget::v}},
+      {"k left out", {LoraTarget::q, LoraTarget::v}},
+      {"only up", {LoraTarget::up}},
+  };
+  const auto& c = model.config();
+  for (const auto& row : rows) {
+    CAPTURE(row.what);
+    LoraConfig config;
+    config.targets = row.adapted;
+    auto adapter = adapter_for(model, 3, config);
+    perturb(adapter, 0.2);
+    const auto x = at::randn({2, 5, c.hidden_size});
+    for (const auto& targets : {std::vector<std::pair<LoraTarget, int64_t>>{{LoraTarget::q, c.num_heads * c.head_dim},
+                                                                            {LoraTarget::k, c.num_kv_heads * c.head_dim},
+                                                                            {LoraTarget::v, c.num_kv_heads * c.head_dim}},
+                                std::vector<std::pair<LoraTarget, int64_t>>{{LoraTarget::gate, c.intermediate_size},
+                                                                            {LoraTarget::up, c.intermediate_size}}}) {
+      int64_t width = 0;
+      std::vector<at::Tensor> parts;
+      for (const auto& [target, w] : targets) {
+        width += w;
+        auto d = adapter.delta(1, target, x);
+        parts.push_back(d.defined() ? d : at::zeros({2, 5, w}));
+      }
+      const auto out = at::randn({2, 5, width});
+      const auto expected = out + at::cat(parts, -1);
+      at::Tensor fused;
+      if (targets.size() == 3)
+        fused = adapter.plus_deltas(1, x, out, {targets[0], targets[1], targets[2]});
+      else
+        fused = adapter.plus_deltas(1, x, out, {targets[0], targets[1]});
+      CHECK(at::allclose(fused, expected, 1e-5, 1e-5));
+    }
+  }
+}
+
 TEST_CASE("lora: merged weights give the adapter's outputs, unmerging restores the base") {
   auto model = tiny();
   const auto g = test::golden("qwen2_tiny");
