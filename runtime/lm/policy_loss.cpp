@@ -1,5 +1,6 @@
 #include "lm/policy_loss.h"
 
+#include "lm/chosen_logprobs.h"
 #include "lm/self_distillation.h"
 
 #include <ATen/ATen.h>
@@ -56,11 +57,17 @@ PackedRows pack_rows(const SequenceBatch& batch, std::size_t begin, std::size_t 
   return {tokens.to(device), valid.to(device), completion.to(device)};
 }
 
-TokenLogprobs token_logprobs(const Transformer& model, const at::Tensor& tokens, const at::Tensor& valid) {
+TokenLogprobs token_logprobs(const Transformer& model, const at::Tensor& tokens, const at::Tensor& valid,
+                             bool with_distribution) {
   const int64_t B = tokens.size(0), T = tokens.size(1);
   model.reserve_positions(T);
   auto cache = model.make_cache(B, T);
   const auto hidden = model.hidden_states(tokens, whole_sequences(valid), cache);
+  if (!with_distribution) {
+    const auto predicting = hidden.narrow(1, 0, T - 1).reshape({B * (T - 1), hidden.size(-1)});
+    const auto chosen = chosen_logprobs(predicting, model.weights().lm_head, tokens.narrow(1, 1, T - 1).reshape({-1}));
+    return {chosen.logprobs.view({B, T - 1}), chosen.entropy.view({B, T - 1}), at::Tensor()};
+  }
   const auto all = at::log_softmax(model.logits(hidden.narrow(1, 0, T - 1)), -1);
   // Entropy is a metric: computed outside autograd, so no [B, T, vocab] tensor is kept for a backward pass.
   at::Tensor entropy;
@@ -77,7 +84,7 @@ at::Tensor policy_loss(const Transformer& model, LoraAdapter& adapter, const Seq
   const auto rows = pack_rows(batch, begin, end, device);
   const int64_t n = static_cast<int64_t>(end - begin);
   model.use_adapter(&adapter);
-  const auto current = token_logprobs(model, rows.tokens, rows.valid);
+  const auto current = token_logprobs(model, rows.tokens, rows.valid, /*with_distribution=*/o.distill_weight > 0);
   // The base model's log-probs, only where the KL is used or asked for.
   const bool kl_needed = o.kl_coef > 0 || o.measure_kl;
   at::Tensor reference;

@@ -55,9 +55,12 @@ struct LossMetrics {
 // Per-token log-probabilities of tokens[:, 1:] and the entropy of each predicting distribution, with autograd.
 struct TokenLogprobs {
   at::Tensor logprobs, entropy;  // [B, T - 1] float32
-  at::Tensor distribution;       // [B, T - 1, vocab]: every position's log-softmax (kept alive by autograd anyway)
+  at::Tensor distribution;       // [B, T - 1, vocab]: every position's log-softmax, where asked for
 };
-TokenLogprobs token_logprobs(const Transformer& model, const at::Tensor& tokens, const at::Tensor& valid);
+// Without `with_distribution` no [B, T - 1, vocab] tensor is kept (see chosen_logprobs.h); a teacher's distillation
+// needs the whole distributions.
+TokenLogprobs token_logprobs(const Transformer& model, const at::Tensor& tokens, const at::Tensor& valid,
+                             bool with_distribution = false);
 
 // The loss of one micro-batch (rows [begin, end) of the batch), scaled so that micro-batch losses add up to the
 // whole batch's; backward() on it accumulates gradients into the adapter.

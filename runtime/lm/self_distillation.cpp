@@ -31,7 +31,7 @@ DistillationTerms self_distillation_terms(const Transformer& model, const Sequen
   if (!teacher.sequences.empty()) {
     at::NoGradGuard no_grad;
     const auto rows = pack_rows(teacher, 0, teacher.sequences.size(), device);
-    const auto teacher_all = token_logprobs(model, rows.tokens, rows.valid).distribution;
+    const auto teacher_all = token_logprobs(model, rows.tokens, rows.valid, /*with_distribution=*/true).distribution;
     for (std::size_t k = 0; k < row_of.size(); ++k) {
       const auto i = begin + static_cast<std::size_t>(row_of[k]);
       const int64_t completion = static_cast<int64_t>(batch.sequences[i].size()) - batch.prompt_lengths[i];

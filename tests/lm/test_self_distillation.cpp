@@ -22,7 +22,7 @@ namespace {
 double completion_kl(const Transformer& model, const SequenceBatch& batch) {
   at::NoGradGuard no_grad;
   const auto rows = pack_rows(batch, 0, 1, c10::Device(c10::kCPU));
-  const auto student = token_logprobs(model, rows.tokens, rows.valid).distribution;
+  const auto student = token_logprobs(model, rows.tokens, rows.valid, true).distribution;
   const auto terms = self_distillation_terms(model, batch, 0, 1, student);
   return ((terms.per_token * rows.completion).sum() / rows.completion.sum()).item<double>();
 }
@@ -34,7 +34,7 @@ at::Tensor completion_distributions(const Transformer& model, const std::vector<
   std::vector<int64_t> ids = prompt;
   ids.insert(ids.end(), completion.begin(), completion.end());
   const auto t = at::tensor(ids, at::kLong).view({1, -1});
-  const auto all = token_logprobs(model, t, at::ones_like(t).to(at::kBool)).distribution[0];
+  const auto all = token_logprobs(model, t, at::ones_like(t).to(at::kBool), true).distribution[0];
   return all.narrow(0, static_cast<int64_t>(prompt.size()) - 1, static_cast<int64_t>(completion.size())).exp();
 }
 
