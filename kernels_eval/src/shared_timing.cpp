@@ -73,7 +73,7 @@ std::string shared_task_name(const std::string& task) { return task.substr(0, ta
 bool plausible(const SharedTiming& t) {
   const auto& r = t.reference;
   const auto positive = [](double x) { return std::isfinite(x) && x > 0.0; };
-  return !t.key.empty() && !t.task.empty() && r.trials > 0 && positive(r.median_us) && positive(r.mean_us) &&
+  return !t.key.empty() && t.key.size() <= kMaxSharedKeyBytes && !t.task.empty() && r.trials > 0 && positive(r.median_us) && positive(r.mean_us) &&
          positive(r.min_us) && positive(r.max_us) && r.min_us <= r.median_us && r.median_us <= r.max_us &&
          std::isfinite(r.cv) && r.cv >= 0.0;
 }

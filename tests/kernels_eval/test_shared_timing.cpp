@@ -82,6 +82,8 @@ TEST_CASE("timings from another evaluator are used only if they could be a measu
       {"as measured", [](SharedTiming&) {}, true},
       {"refresh unknown", [](SharedTiming& t) { t.refresh = RefreshChoice::unknown; }, true},
       {"no key", [](SharedTiming& t) { t.key.clear(); }, false},
+      {"a key as long as allowed", [](SharedTiming& t) { t.key.assign(kMaxSharedKeyBytes, 'k'); }, true},
+      {"a key longer than any evaluator makes", [](SharedTiming& t) { t.key.assign(kMaxSharedKeyBytes + 1, 'k'); }, false},
       {"no task", [](SharedTiming& t) { t.task.clear(); }, false},
       {"no trials", [](SharedTiming& t) { t.reference.trials = 0; }, false},
       {"zero median", [](SharedTiming& t) { t.reference.median_us = 0.0; }, false},

@@ -3,6 +3,7 @@
 // long the trusted reference takes, and how timed calls are checked. Never an input or an output. The key names
 // everything such a measurement depends on (the task's content, the GPU model, driver and LibTorch, the timing
 // settings), so an evaluator only ever uses an entry it would have measured itself.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -29,8 +30,11 @@ std::string task_fingerprint(const TaskSpec& task);
 // The task a shape of a multi-shape task belongs to ("trimul@s1" -> "trimul").
 std::string shared_task_name(const std::string& task);
 
-// An entry another evaluator sent is used only if it could be a measurement: a key, at least one trial, and finite
-// positive times with min <= median <= max.
+// Keys are a few hundred bytes; a longer one did not come from an evaluator's own key.
+constexpr std::size_t kMaxSharedKeyBytes = 1024;
+
+// An entry another evaluator sent is used only if it could be a measurement: a key of at most kMaxSharedKeyBytes, at
+// least one trial, and finite positive times with min <= median <= max.
 bool plausible(const SharedTiming& t);
 
 }  // namespace crucible::eval
