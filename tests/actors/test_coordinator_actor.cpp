@@ -121,6 +121,18 @@ struct Fixture : test_coordinator_fixture<Config> {
     expect((msg::Generated), from(generator).to(coordinator));
   }
 
+  // The group's last verdict has arrived: it is scored once, its two records written, the unit committed, and the
+  // run over.
+  void expect_group_committed() {
+  expect((msg::ScoreRequest), from(coordinator).to(normalizer));
+  expect((msg::ScoredGroup), from(normalizer).to(coordinator));
+  expect((msg::CandidateRecord), from(coordinator).to(telemetry));
+  expect((msg::CandidateRecord), from(coordinator).to(telemetry));
+  expect((msg::CommitUnit), from(coordinator).to(telemetry));
+  expect((committed_atom), from(telemetry).to(coordinator));
+  expect((msg::RunOutcome), from(coordinator).to(self));
+  }
+
   // A pull from `evaluator` under `session`, answered with a request (none: refused).
   template <class Handle>
   std::optional<msg::EvalRequest> pull_request(Handle& evaluator, uint64_t session) {
@@ -167,13 +179,7 @@ CAF_TEST(a verdict counts only from the evaluator that holds the candidate and a
   // The last verdict completes the group: scored once, then the unit is committed and the run is over.
   other->send(coordinator, verdict(second, eval::Status::correct));
   expect((msg::VerdictReport), from(other).to(coordinator));
-  expect((msg::ScoreRequest), from(coordinator).to(normalizer));
-  expect((msg::ScoredGroup), from(normalizer).to(coordinator));
-  expect((msg::CandidateRecord), from(coordinator).to(telemetry));
-  expect((msg::CandidateRecord), from(coordinator).to(telemetry));
-  expect((msg::CommitUnit), from(coordinator).to(telemetry));
-  expect((committed_atom), from(telemetry).to(coordinator));
-  expect((msg::RunOutcome), from(coordinator).to(self));
+  expect_group_committed();
   // Its records: the first candidate as its holder judged it (incorrect), not as the stranger or the repeat said.
   std::map<int64_t, std::string> status;
   for (const auto& r : run::read_jsonl(dir / "seed-1" / "candidates.jsonl"))
@@ -211,13 +217,7 @@ CAF_TEST(reference timings an evaluator reports go with the next candidate of th
   last.reference_timings = {timing("relu", "relu|H100", 25.0)};
   other->send(coordinator, last);
   expect((msg::VerdictReport), from(other).to(coordinator));
-  expect((msg::ScoreRequest), from(coordinator).to(normalizer));
-  expect((msg::ScoredGroup), from(normalizer).to(coordinator));
-  expect((msg::CandidateRecord), from(coordinator).to(telemetry));
-  expect((msg::CandidateRecord), from(coordinator).to(telemetry));
-  expect((msg::CommitUnit), from(coordinator).to(telemetry));
-  expect((committed_atom), from(telemetry).to(coordinator));
-  expect((msg::RunOutcome), from(coordinator).to(self));
+  expect_group_committed();
   CAF_CHECK_EQUAL(run::read_jsonl(dir / "seed-1" / "candidates.jsonl").size(), 2u);
 }
 
