@@ -1,7 +1,9 @@
 // bench_repeatability: one candidate evaluated N times (full mode: 50 timed trials each) by one evaluator; prints
 // each evaluation's median and speedup, the coefficient of variation of those medians and the speedups' max/min
 // (on the CPU the speedup is what must hold: candidate and reference are timed in pairs). Also prints the candidate's
-// compiled shared object, for an outside timer (tools/gpu_node/do_bench_candidate.py) to time the same kernel.
+// compiled shared object, for an outside timer (tools/gpu_node/do_bench_candidate.py) to time the same kernel. A task
+// scored over several shapes also gets a table per shape: the CV of its medians over the evaluations (how far the
+// reported time moves), beside the CV of single calls within one evaluation.
 // Usage: bench_repeatability [--device cuda:0] [--task relu] [--candidate FILE] [--kind native|triton] [--sizes cuda]
 //                            [--times 10] [--verified N]  (timed calls compared in full per evaluation; default: all)
 //                            [--fresh]  (a new evaluator per evaluation: the reference is timed again each time)
@@ -23,6 +25,39 @@
 
 namespace fs = std::filesystem;
 using namespace crucible;
+
+namespace {
+
+// Per shape: the medians' CV over the evaluations, and the range of the single calls' CV within them.
+void print_shapes(const std::vector<std::vector<eval::ShapeTime>>& runs, bool fresh) {
+  std::printf("\nper shape over %zu evaluations (CV of medians: how far the reported time moves; CV of calls: within "
+              "one evaluation)\n",
+              runs.size());
+  std::printf("%-28s %14s %14s %16s %14s %14s %16s\n", "shape", "candidate_us", "cv_medians", "cv_calls",
+              "reference_us", "cv_medians", "cv_calls");
+  for (std::size_t k = 0; k < runs.front().size(); ++k) {
+    std::vector<double> cand, ref, cand_cv, ref_cv;
+    for (const auto& run : runs) {
+      if (k >= run.size() || run[k].name != runs.front()[k].name) continue;
+      cand.push_back(run[k].candidate_us);
+      ref.push_back(run[k].reference_us);
+      cand_cv.push_back(100 * run[k].cv);
+      ref_cv.push_back(100 * run[k].reference_cv);
+    }
+    const auto c = eval::summarize_times(cand), r = eval::summarize_times(ref);
+    auto range = [](const std::vector<double>& x) {
+      char text[48];
+      std::snprintf(text, sizeof text, "%.2f-%.2f%%", *std::min_element(x.begin(), x.end()),
+                    *std::max_element(x.begin(), x.end()));
+      return std::string(text);
+    };
+    std::printf("%-28s %14.1f %13.3f%% %16s %14.1f %13.3f%% %16s\n", runs.front()[k].name.c_str(), c.median_us,
+                100 * c.cv, range(cand_cv).c_str(), r.median_us, 100 * r.cv, range(ref_cv).c_str());
+  }
+  if (!fresh) std::printf("(one evaluator: its reference was timed once, so the reference's medians cannot move)\n");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   bench::exit_on_help(argc, argv, "usage: bench_repeatability [--device cuda:0] [--task relu] [--candidate FILE] [--kind native|triton] [--sizes cuda] [--times 10] [--verified N] [--fresh]");
@@ -70,6 +105,7 @@ int main(int argc, char** argv) {
   std::printf("%-4s %-8s %12s %8s %12s %12s %8s %8s %s\n", "run", "status", "median_us", "cv", "event_us",
               "reference_us", "speedup", "spread", "reasons");
   std::vector<double> medians, references, speedups;
+  std::vector<std::vector<eval::ShapeTime>> shape_runs;  // per evaluation, multi-shape tasks only
   for (int r = 0; r < times; ++r) {
     if (fresh && r > 0) evaluator = std::make_unique<eval::Evaluator>(config);  // same cache: builds are reused
     auto v = evaluator->evaluate(task, source, options);
@@ -78,6 +114,7 @@ int main(int argc, char** argv) {
       continue;
     }
     medians.push_back(v.candidate_time->median_us);
+    if (!v.shapes.empty()) shape_runs.push_back(v.shapes);
     if (v.speedup) speedups.push_back(*v.speedup);
     if (v.reference_time) references.push_back(v.reference_time->median_us);
     std::string reasons;
@@ -97,6 +134,7 @@ int main(int argc, char** argv) {
     std::printf("reference, timed by each new evaluator: median %.2f us, CV of the %d medians %.3f%%\n", ref.median_us,
                 ref.trials, 100 * ref.cv);
   }
+  if (shape_runs.size() > 1) print_shapes(shape_runs, fresh);
   if (!speedups.empty())
     std::printf("speedups %.3f-%.3f: max/min %.3f (targets on the CPU: <= 1.05 quiet, <= 1.15 beside two busy "
                 "processes)\n",
