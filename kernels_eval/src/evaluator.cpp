@@ -423,8 +423,6 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     const bool trace = trace_calls();
     worker = (triton_pool ? triton_pool : gpu->workers.get())->acquire();
     if (trace) std::fprintf(stderr, "load: worker acquired after %.1f ms\n", since(load_start) * 1e3);
-    // Before its null calls, so they are measured where the candidate's calls will be.
-    if (pin_gpu_workers()) worker->run_apart();
     gpu->tensors.reserve(layout.bytes);
     gpu_stage = {cuda_device, gpu->tensors.data(), gpu->flush.get(), 0.0};
     gpu_stage.own_kernels_only = triton_pool != nullptr;
@@ -447,7 +445,6 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     loaded = worker->load(candidate_path, layout, gpu->control, options.limits, options.call_timeout_s, &share);
     const auto& null_calls = worker->null_call_seconds();
     if (!null_calls.empty()) gpu_stage.null_call_s = summarize_times(null_calls).median_us;  // in seconds here
-    if (trace) std::fprintf(stderr, "load: null call %.1f us\n", gpu_stage.null_call_s * 1e6);
   } else {
     worker = pool_.acquire();
     // Candidate and reference are timed in turns on one core (see share_cpu); a reference on several threads

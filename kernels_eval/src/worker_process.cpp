@@ -21,7 +21,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "crucible/eval/cpu_placement.h"
 #include "crucible/eval/scratch_dirs.h"
 #include "crucible/eval/task_spec.h"
 #include "crucible/eval/worker_protocol.h"
@@ -99,14 +98,6 @@ ArenaLayout plan_arena(const std::vector<TensorShape>& inputs, const std::vector
 bool trace_calls() {
   static const bool trace = std::getenv("CRUCIBLE_TRACE_CALLS") != nullptr;
   return trace;
-}
-
-bool pin_gpu_workers() {
-  static const bool pin = [] {
-    const char* value = std::getenv("CRUCIBLE_GPU_PIN");
-    return !value || std::string(value) != "0";
-  }();
-  return pin;
 }
 
 namespace {
@@ -350,35 +341,10 @@ bool WorkerProcess::share_cpu() {
   return true;
 }
 
-bool WorkerProcess::run_apart() {
-  if (sharing_cpu_ || pinned_apart_ || reaped_) return pinned_apart_;
-  const int cpu = sched_getcpu();
-  cpu_set_t before, one;
-  if (cpu < 0 || sched_getaffinity(0, sizeof before, &before) != 0) return false;
-  std::vector<int> allowed;
-  for (int i = 0; i < CPU_SETSIZE; ++i)
-    if (CPU_ISSET(i, &before)) allowed.push_back(i);
-  const auto apart = cpu_apart_from(cpu, allowed, machine_siblings);
-  if (!apart) return false;
-  CPU_ZERO(&one);
-  CPU_SET(*apart, &one);
-  if (sched_setaffinity(pid_, sizeof one, &one) != 0) return false;  // the worker's main thread: the one that calls
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  if (sched_setaffinity(0, sizeof one, &one) != 0) return false;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(&before);
-  caller_affinity_.assign(bytes, bytes + sizeof before);
-  pinned_apart_ = true;
-  if (trace_calls())
-    std::fprintf(stderr, "worker %d runs on cpu %d, the evaluator on cpu %d\n", static_cast<int>(pid_), *apart, cpu);
-  return true;
-}
-
 void WorkerProcess::release_cpu() {
-  if (!sharing_cpu_ && !pinned_apart_) return;
+  if (!sharing_cpu_) return;
   sched_setaffinity(0, caller_affinity_.size(), reinterpret_cast<const cpu_set_t*>(caller_affinity_.data()));
   sharing_cpu_ = false;
-  pinned_apart_ = false;
 }
 
 CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layout, SharedArena& arena,

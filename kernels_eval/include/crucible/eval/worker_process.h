@@ -126,9 +126,6 @@ class WorkerProcess {
   // same core's caches and speed. Across cores of a shared machine pairs drift by 10-20% from one run to the next;
   // on one core they agree within a few percent. False when affinity cannot be set (nothing is changed then).
   bool share_cpu();
-  // GPU: runs this thread on the CPU it is on now and the worker's main thread on another physical core (see
-  // cpu_placement.h), until release_cpu(). False when affinity cannot be set or no such core is allowed.
-  bool run_apart();
   void release_cpu();
   // Runs crucible_forward on one set. `seconds` is measured here, from ringing the doorbell to seeing
   // the worker's completion, so the candidate cannot touch it.
@@ -168,8 +165,7 @@ class WorkerProcess {
   int stat_fd_ = -1;  // /proc/<pid>/stat, kept open to see the worker's scheduler state cheaply
   bool on_device_ = false;
   bool sharing_cpu_ = false;
-  std::vector<unsigned char> caller_affinity_;  // the caller thread's cpu_set_t before share_cpu() or run_apart()
-  bool pinned_apart_ = false;
+  std::vector<unsigned char> caller_affinity_;  // the caller thread's cpu_set_t before share_cpu()
 
   friend class WorkerPool;
 };
@@ -228,7 +224,5 @@ std::filesystem::path default_cuda_worker_binary();
 
 // CRUCIBLE_TRACE_CALLS set: GPU loads and calls print where their time went, on stderr.
 bool trace_calls();
-// GPU workers run apart from the evaluator's thread (WorkerProcess::run_apart) unless CRUCIBLE_GPU_PIN=0.
-bool pin_gpu_workers();
 
 }  // namespace crucible::eval
