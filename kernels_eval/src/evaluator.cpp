@@ -445,6 +445,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     loaded = worker->load(candidate_path, layout, gpu->control, options.limits, options.call_timeout_s, &share);
     const auto& null_calls = worker->null_call_seconds();
     if (!null_calls.empty()) gpu_stage.null_call_s = summarize_times(null_calls).median_us;  // in seconds here
+    if (trace) std::fprintf(stderr, "load: null call %.1f us\n", gpu_stage.null_call_s * 1e6);
   } else {
     worker = pool_.acquire();
     // Candidate and reference are timed in turns on one core (see share_cpu); a reference on several threads
