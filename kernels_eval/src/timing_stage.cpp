@@ -52,15 +52,12 @@ std::vector<bool> pick_verified(int timed, int sets, int wanted, uint64_t seed) 
 constexpr int64_t kSampledBlock = 1024;
 // Sampled when a whole refresh of one set (new input, poisoned outputs) costs more than this share of a reference call.
 constexpr double kWholeRefreshShare = 0.1;
-// Whether a GPU's set of samples, `taken_s` long, is taken again (see RetakeRule).
-bool retake(const StageContext& ctx, const std::vector<double>& samples, double taken_s) {
+// How many more samples a GPU's set of samples, `taken_s` long, gets (see RetakeRule); 0 on the CPU.
+int extra_samples(const StageContext& ctx, const std::vector<double>& samples, double taken_s) {
   const double left = ctx.budget_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx.started).count();
-  return ctx.gpu && retake_samples(retake_rule(ctx.full), summarize_times(samples).cv, taken_s, ctx.budget_s > 0, left);
-}
-
-// Whether the second of two sets of samples is the steadier (by CV).
-bool second_is_steadier(const std::vector<double>& first, const std::vector<double>& second) {
-  return summarize_times(second).cv < summarize_times(first).cv;
+  if (!ctx.gpu) return 0;
+  return extra_samples(retake_rule(ctx.full), summarize_times(samples).cv, static_cast<int>(samples.size()), taken_s,
+                       ctx.budget_s > 0, left);
 }
 
 struct Snapshot {
@@ -248,30 +245,27 @@ const TimingStats& reference_timing(StageContext& ctx, std::vector<std::vector<t
   const int sets = ctx.sets();
   const int ref_trials = std::max(ctx.timed, 30);
   warm_up_reference(ctx, current);
-  const auto take = [&] {
-    std::vector<double> samples;
-    for (int i = 0; i < ref_trials; ++i) {
-      auto inputs = current[i % sets];  // a new tensor, just written, as for the candidate
+  std::vector<double> ref_samples;
+  const auto take = [&](int count) {
+    for (int i = 0; i < count; ++i) {
+      auto inputs = current[ref_samples.size() % sets];  // a new tensor, just written, as for the candidate
       inputs[largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++);
-      samples.push_back(ctx.timed_reference(inputs) * 1e6);
-      if (trace_calls()) std::fprintf(stderr, "reference call %d: %.1f us\n", i, samples.back());
+      ref_samples.push_back(ctx.timed_reference(inputs) * 1e6);
+      if (trace_calls()) std::fprintf(stderr, "reference call %zu: %.1f us\n", ref_samples.size() - 1, ref_samples.back());
     }
-    return samples;
   };
   const auto ref_start = std::chrono::steady_clock::now();
-  auto ref_samples = take();
-  if (retake(ctx, ref_samples, std::chrono::duration<double>(std::chrono::steady_clock::now() - ref_start).count())) {
-    auto again = take();
-    const bool kept = second_is_steadier(ref_samples, again);
-    if (trace_calls())
-      std::fprintf(stderr, "reference samples spread by %.2f%%, taken again: %.2f%%, kept the %s\n",
-                   summarize_times(ref_samples).cv * 100, summarize_times(again).cv * 100, kept ? "second" : "first");
-    if (kept) ref_samples = std::move(again);
-    TimingStats stats = summarize_times(ref_samples);
-    stats.retaken = true;
-    return reference_times[key] = stats;
-  }
-  return reference_times[key] = summarize_times(ref_samples);
+  take(ref_trials);
+  const double first_cv = summarize_times(ref_samples).cv;
+  const int extra =
+      extra_samples(ctx, ref_samples, std::chrono::duration<double>(std::chrono::steady_clock::now() - ref_start).count());
+  take(extra);
+  TimingStats stats = summarize_times(ref_samples);
+  stats.retaken = extra > 0;
+  if (extra > 0 && trace_calls())
+    std::fprintf(stderr, "reference samples spread by %.2f%%, %d more taken: %.2f%% over all\n", first_cv * 100, extra,
+                 stats.cv * 100);
+  return reference_times[key] = stats;
 }
 
 // GPU: whether timed calls change their inputs at sampled elements (returning twice the centre to reflect about) or
@@ -353,20 +347,19 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
   if (!timed_calls(ctx, v, current, written, stream, paired ? &pairing : nullptr, pairs, samples, sampled_center,
                    steps))
     return false;
-  const bool retaken =
-      retake(ctx, samples, std::chrono::duration<double>(std::chrono::steady_clock::now() - timed_start).count());
-  if (retaken) {
-    // Taken again with all of the timing's checks; the events of the set that is kept go with it.
-    auto first_events = std::move(ctx.gpu->event_samples_us);
-    ctx.gpu->event_samples_us.clear();
-    std::vector<double> again;
-    if (!timed_calls(ctx, v, current, written, stream, nullptr, pairs, again, sampled_center, steps)) return false;
-    const bool kept = second_is_steadier(samples, again);
+  const int extra =
+      extra_samples(ctx, samples, std::chrono::duration<double>(std::chrono::steady_clock::now() - timed_start).count());
+  if (extra > 0) {
+    // More calls with all of the timing's checks, summarised with the first (their events too).
+    const double first_cv = summarize_times(samples).cv;
+    const int planned = ctx.timed;
+    ctx.timed = extra;
+    const bool ran = timed_calls(ctx, v, current, written, stream, nullptr, pairs, samples, sampled_center, steps);
+    ctx.timed = planned;
+    if (!ran) return false;
     if (trace_calls())
-      std::fprintf(stderr, "timed calls spread by %.2f%%, taken again: %.2f%%, kept the %s\n",
-                   summarize_times(samples).cv * 100, summarize_times(again).cv * 100, kept ? "second" : "first");
-    if (kept) samples = std::move(again);
-    else ctx.gpu->event_samples_us = std::move(first_events);
+      std::fprintf(stderr, "timed calls spread by %.2f%%, %d more taken: %.2f%% over all\n", first_cv * 100, extra,
+                   summarize_times(samples).cv * 100);
   }
   if (paired) {
     v.speedup_spread = pairs.spread();
@@ -378,7 +371,7 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
                                                std::to_string(static_cast<int>(pairs.spread() * 100 + 0.5)) + "%)"});
   }
   v.candidate_time = summarize_times(samples);
-  v.candidate_time->retaken = retaken;
+  v.candidate_time->retaken = extra > 0;
   if (ctx.gpu && !ctx.gpu->event_samples_us.empty())
     v.candidate_event_median_us = summarize_times(ctx.gpu->event_samples_us).median_us;
   const std::size_t largest = largest_input(layout.inputs[0]);

@@ -1,4 +1,4 @@
-// GPU timing's small decisions from tables: when warm-up is over, and when a spread set of samples is taken again.
+// GPU timing's small decisions from tables: when warm-up is over, and how far a spread set of samples is extended.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -35,33 +35,45 @@ TEST_CASE("warm-up lasts its calls and its time, whichever ends later, and never
   }
 }
 
-TEST_CASE("a spread set of samples is taken again only where the budget has room for it twice over") {
+TEST_CASE("a spread set of samples grows by at least one set, to its mode's span, within half the budget left") {
   struct Row {
-    double cv, taken_s;
+    RetakeRule rule;
+    double cv;
+    int taken;
+    double taken_s;
     bool budgeted;
     double budget_left_s;
-    bool again;
+    int extra;
   };
+  const RetakeRule full{0.005, 1.0, 4}, fast{0.01, 0.0, 2};
   const Row rows[] = {
-      {0.005, 1.0, false, 0.0, false},  // steady: kept
-      {0.010, 1.0, false, 0.0, false},  // at the limit: kept
-      {0.011, 1.0, false, 0.0, true},   // spread, no budget: taken again
-      {0.139, 1.0, true, 10.0, true},   // spread, room for twice as long
-      {0.139, 1.0, true, 2.0, false},   // room for exactly twice: not more, so kept
-      {0.139, 5.0, true, 9.0, false},   // a slow candidate near its budget: never at the cost of its verdict
-      {0.139, 1.0, true, -1.0, false},  // budget already spent
+      {full, 0.005, 50, 0.25, false, 0.0, 0},     // steady: kept
+      {full, 0.0051, 50, 0.25, false, 0.0, 150},  // 5 ms calls: to a second, three more sets
+      {full, 0.0051, 50, 0.5, false, 0.0, 50},    // 10 ms calls: one more set reaches the second
+      {full, 0.0051, 50, 0.9, false, 0.0, 50},    // at least one more set
+      {full, 0.0051, 50, 5.0, false, 0.0, 50},    // 100 ms calls: one more set, past the second
+      {full, 0.0051, 50, 0.01, false, 0.0, 150},  // microsecond calls: four sets at most
+      {full, 0.0051, 50, 0.25, true, 10.0, 150},  // room in the budget
+      {full, 0.0051, 50, 0.25, true, 0.6, 60},    // half of what is left holds 60 more calls
+      {full, 0.0051, 50, 0.25, true, 0.4, 0},     // not even one more set: kept
+      {full, 0.0051, 50, 0.25, true, -1.0, 0},    // budget already spent
+      {fast, 0.010, 5, 0.02, false, 0.0, 0},      // at fast mode's limit: kept
+      {fast, 0.011, 5, 0.02, false, 0.0, 5},      // one more set
+      {fast, 0.139, 5, 1.0, true, 10.0, 5},
+      {fast, 0.139, 5, 1.0, true, 2.0, 5},        // half of what is left is exactly one more set
+      {fast, 0.139, 5, 5.0, true, 9.0, 0},        // a slow candidate near its budget: never at the cost of its verdict
+      {full, 0.5, 0, 0.0, false, 0.0, 0},         // no samples to judge
   };
   for (const auto& r : rows) {
     CAPTURE(r.cv);
     CAPTURE(r.taken_s);
     CAPTURE(r.budget_left_s);
-    CHECK(retake_samples(RetakeRule{}, r.cv, r.taken_s, r.budgeted, r.budget_left_s) == r.again);
+    CHECK(extra_samples(r.rule, r.cv, r.taken, r.taken_s, r.budgeted, r.budget_left_s) == r.extra);
   }
-  CHECK_FALSE(retake_samples(RetakeRule{}, std::nan(""), 1.0, false, 0.0));  // no samples to judge
-  // Full mode holds a set to 0.5%, fast mode to 1%.
-  CHECK(retake_samples(retake_rule(true), 0.0051, 1.0, false, 0.0));
-  CHECK_FALSE(retake_samples(retake_rule(true), 0.005, 1.0, false, 0.0));
-  CHECK_FALSE(retake_samples(retake_rule(false), 0.0051, 1.0, false, 0.0));
-  CHECK(retake_samples(retake_rule(false), 0.011, 1.0, false, 0.0));
+  CHECK(extra_samples(full, std::nan(""), 50, 1.0, false, 0.0) == 0);  // no spread to judge
+  // Full mode holds a set to 0.5% and fast mode to 1%.
+  CHECK(extra_samples(retake_rule(true), 0.0051, 50, 0.25, false, 0.0) == 150);
+  CHECK(extra_samples(retake_rule(true), 0.005, 50, 0.25, false, 0.0) == 0);
+  CHECK(extra_samples(retake_rule(false), 0.0051, 5, 0.02, false, 0.0) == 0);
+  CHECK(extra_samples(retake_rule(false), 0.011, 5, 0.02, false, 0.0) == 5);
 }
-

@@ -1,6 +1,7 @@
 #pragma once
 // Small decisions of GPU timing: how long it warms up, and when a spread set of samples is taken again.
 #include <algorithm>
+#include <cmath>
 
 namespace crucible::eval {
 
@@ -19,22 +20,36 @@ inline bool warmed_up(const WarmupRule& rule, int calls, double elapsed_s) {
   return calls >= rule.min_calls && elapsed_s >= rule.min_s;
 }
 
-// A set of samples (timed calls, or the reference's samples) whose CV is over `max_cv` is taken once more, and the
-// steadier set kept: on an otherwise idle H100 a shape's calls spread by 0.1-0.5%, but now and then a stretch of
-// calls runs 5-99% slow in the GPU's own events with nothing of Crucible's beside it. Both sets are honest
-// measurements; the steadier one says more about the kernel. Only where the evaluation's budget (`budget_left_s`,
-// negative or zero: no budget) has room for twice what the first set took: a retake must never cost a verdict.
+// A set of samples (timed calls, or the reference's samples) whose CV is over `max_cv` is extended with more of the
+// same, and all of them are summarised together. On an otherwise idle H100 a shape's calls spread by 0.1-0.5%, but
+// now and then stretches of calls run slow: 5-99% in the GPU's own events, or, for a Triton candidate, its Python
+// launches running 3-4x slower for a few hundred milliseconds (which idles the GPU between its kernels). Fifty calls
+// of a 5 ms shape last a quarter second and catch one such stretch or none, so that shape's median moved by 0.6-1.6%
+// from one evaluation to the next; calls spanning a second or more sample the stretches instead of one draw of them.
+// So a spread set grows to `min_pool_s` of samples in all, by at least one more set and to at most `max_sets` sets.
+// The budget (`budget_left_s`; negative or zero: no budget) must keep half of what is left: an extension must never
+// cost a verdict.
 struct RetakeRule {
   double max_cv = 0.01;
+  double min_pool_s = 0.0;
+  int max_sets = 2;
 };
 
-// Full mode's times are the ones reported and ranked: a set past 0.5% (the spread a GPU timing is held to) is taken
-// again. Fast mode's five samples guide a search: past 1%.
-inline RetakeRule retake_rule(bool full) { return RetakeRule{full ? 0.005 : 0.01}; }
+// Full mode's times are the ones reported and ranked: a set past 0.5% (the spread a GPU timing is held to) grows to a
+// second of samples, at most four sets. Fast mode's five samples guide a search: past 1%, one more set.
+inline RetakeRule retake_rule(bool full) { return full ? RetakeRule{0.005, 1.0, 4} : RetakeRule{0.01, 0.0, 2}; }
 
-inline bool retake_samples(const RetakeRule& rule, double cv, double taken_s, bool budgeted, double budget_left_s) {
-  if (!(cv > rule.max_cv)) return false;
-  return !budgeted || budget_left_s > 2 * taken_s;
+// How many more samples a set of `taken` samples that took `taken_s` gets: 0 when it is kept as it is.
+inline int extra_samples(const RetakeRule& rule, double cv, int taken, double taken_s, bool budgeted,
+                         double budget_left_s) {
+  if (!(cv > rule.max_cv) || taken <= 0 || !(taken_s > 0.0)) return 0;
+  const double each_s = taken_s / taken;
+  const double wanted = std::ceil(rule.min_pool_s / each_s) - taken;
+  int extra = static_cast<int>(std::clamp(wanted, static_cast<double>(taken),
+                                          static_cast<double>(std::max(rule.max_sets - 1, 1)) * taken));
+  if (budgeted) extra = std::min(extra, static_cast<int>(std::floor(0.5 * budget_left_s / each_s)));
+  // Less than one more set is not worth the time: a set's own spread says little about fewer.
+  return extra >= taken ? extra : 0;
 }
 
 }  // namespace crucible::eval
