@@ -1,8 +1,7 @@
-// Split attention for one query token per row. Kernel 1: block (b * Hkv + key head, split) takes its chunk of cache
-// slots for the query heads that share the key head: each thread scores a (head, slot) pair, each warp turns a head's
-// scores into weights (float32), and each thread sums one (head, dimension) of the weighted values; the block's
-// maximum, sum and weighted values go to the workspace. Kernel 2 merges the splits of each (b, h). Chunks past the
-// step's slot end at once.
+// Split attention for one query token per row. Kernel 1: block (b * H + h, split) walks its chunk of cache slots,
+// one warp per slot at a time, each lane holding head_dim / 32 of the query, and keeps a running maximum, sum and
+// weighted value (float32); its four warps are merged through shared memory and written to the workspace. Kernel 2
+// merges the splits of each (b, h). Chunks past the step's slot end at once.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -13,10 +12,8 @@
 namespace crucible::lm::kernels {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kMaxChunk = 64;
-constexpr int kMaxHeadsTimesDim = 2048;  // as decode_attention_fits() allows
-constexpr int kMaxGroup = 16;
+constexpr int kWarps = 4;
+constexpr int kMaxPerLane = 8;  // head_dim <= 256
 
 template <typename T>
 __device__ inline float to_float(T x);
@@ -38,65 +35,70 @@ __device__ inline __half from_float<__half>(float x) { return __float2half(x); }
 
 template <typename T>
 __global__ void split_kernel(DecodeAttentionArgs a) {
-  const int group = a.heads / a.kv_heads;
-  const int bk = blockIdx.x, split = blockIdx.y;
-  const int b = bk / a.kv_heads, kvh = bk % a.kv_heads;
-  const int D = a.head_dim;
+  const int bh = blockIdx.x, split = blockIdx.y;
+  const int b = bh / a.heads, h = bh % a.heads;
+  const int kvh = h / (a.heads / a.kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int D = a.head_dim, per_lane = (D + 31) / 32;
   const int64_t slot = *a.slot;
   const int begin = split * a.chunk;
-  if (begin > slot) return;  // the combine reads only splits up to the slot's
-  const int n = static_cast<int>(min(static_cast<int64_t>(a.chunk), min(slot + 1, static_cast<int64_t>(a.capacity)) - begin));
+  const int end = min(static_cast<int64_t>(begin + a.chunk), min(slot + 1, static_cast<int64_t>(a.capacity)));
 
-  __shared__ float q[kMaxHeadsTimesDim];
-  __shared__ float score[kMaxGroup][kMaxChunk];
-  __shared__ float row_max[kMaxGroup], row_sum[kMaxGroup];
-  const T* query = static_cast<const T*>(a.q) + b * a.q_row_stride + static_cast<int64_t>(kvh) * group * a.q_head_stride;
-  for (int i = threadIdx.x; i < group * D; i += blockDim.x)
-    q[i] = to_float(query[(i / D) * a.q_head_stride + i % D]) * a.scale;
-  __syncthreads();
-
-  const int64_t base = (static_cast<int64_t>(b) * a.kv_heads + kvh) * a.capacity + begin;
-  const T* k = static_cast<const T*>(a.k) + base * D;
-  const T* v = static_cast<const T*>(a.v) + base * D;
-  const bool* valid = a.key_valid + static_cast<int64_t>(b) * a.capacity + begin;
-  for (int i = threadIdx.x; i < group * a.chunk; i += blockDim.x) {
-    const int g = i / a.chunk, j = i % a.chunk;
-    float dot = -INFINITY;
-    if (j < n && (begin + j == slot || valid[j])) {
-      dot = 0.0f;
-      const T* kj = k + static_cast<int64_t>(j) * D;
-      const float* qg = q + g * D;
-      for (int d = 0; d < D; ++d) dot += qg[d] * to_float(kj[d]);
-    }
-    score[g][j] = dot;
+  const T* q = static_cast<const T*>(a.q) + b * a.q_row_stride + h * a.q_head_stride;
+  float qv[kMaxPerLane], acc[kMaxPerLane];
+  for (int i = 0; i < per_lane; ++i) {
+    const int d = lane + 32 * i;
+    qv[i] = d < D ? to_float(q[d]) * a.scale : 0.0f;
+    acc[i] = 0.0f;
   }
-  __syncthreads();
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int g = warp; g < group; g += kThreads / 32) {
-    float m = -INFINITY;
-    for (int j = lane; j < a.chunk; j += 32) m = fmaxf(m, score[g][j]);
-    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float l = 0.0f;
-    for (int j = lane; j < a.chunk; j += 32) {
-      const float p = m == -INFINITY ? 0.0f : expf(score[g][j] - m);
-      score[g][j] = p;
-      l += p;
+  float m = -INFINITY, l = 0.0f;
+  const int64_t base = (static_cast<int64_t>(b) * a.kv_heads + kvh) * a.capacity;
+  const T* k = static_cast<const T*>(a.k);
+  const T* v = static_cast<const T*>(a.v);
+  for (int s = begin + warp; s < end; s += kWarps) {
+    if (s != slot && !a.key_valid[static_cast<int64_t>(b) * a.capacity + s]) continue;
+    const T* ks = k + (base + s) * D;
+    float dot = 0.0f;
+    for (int i = 0; i < per_lane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < D) dot += qv[i] * to_float(ks[d]);
     }
-    for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
-    if (lane == 0) row_max[g] = m, row_sum[g] = l;
+    for (int o = 16; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    const float m_new = fmaxf(m, dot);
+    const float old = expf(m - m_new), p = expf(dot - m_new);
+    const T* vs = v + (base + s) * D;
+    for (int i = 0; i < per_lane; ++i) {
+      const int d = lane + 32 * i;
+      acc[i] = acc[i] * old + (d < D ? p * to_float(vs[d]) : 0.0f);
+    }
+    l = l * old + p;
+    m = m_new;
   }
-  __syncthreads();
 
+  // Merge the warps: each writes its state, warp 0 combines.
+  __shared__ float sm[kWarps], sl[kWarps];
+  __shared__ float sacc[kWarps][kMaxPerLane * 32];
+  if (lane == 0) sm[warp] = m, sl[warp] = l;
+  for (int i = 0; i < per_lane; ++i) sacc[warp][lane + 32 * i] = acc[i];
+  __syncthreads();
+  if (warp != 0) return;
+  float M = -INFINITY;
+  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm[w]);
+  float L = 0.0f;
+  float out[kMaxPerLane];
+  for (int i = 0; i < per_lane; ++i) out[i] = 0.0f;
+  for (int w = 0; w < kWarps; ++w) {
+    const float f = sm[w] == -INFINITY ? 0.0f : expf(sm[w] - M);
+    L += sl[w] * f;
+    for (int i = 0; i < per_lane; ++i) out[i] += sacc[w][lane + 32 * i] * f;
+  }
   const int splits = gridDim.y;
-  for (int i = threadIdx.x; i < group * D; i += blockDim.x) {
-    const int g = i / D, d = i % D;
-    float acc = 0.0f;
-    for (int j = 0; j < n; ++j) acc += score[g][j] * to_float(v[static_cast<int64_t>(j) * D + d]);
-    float* p = a.partial + ((static_cast<int64_t>(b) * a.heads + kvh * group + g) * splits + split) * (D + 2);
-    p[d] = acc;
-    if (d == 0) p[D] = row_max[g], p[D + 1] = row_sum[g];
+  float* p = a.partial + (static_cast<int64_t>(bh) * splits + split) * (D + 2);
+  for (int i = 0; i < per_lane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < D) p[d] = out[i];
   }
+  if (lane == 0) p[D] = M, p[D + 1] = L;
 }
 
 template <typename T>
@@ -121,8 +123,8 @@ __global__ void combine_kernel(DecodeAttentionArgs a, int splits) {
 
 template <typename T>
 bool launch(const DecodeAttentionArgs& a, cudaStream_t stream) {
-  const dim3 grid(a.batch * a.kv_heads, decode_attention_splits(a));
-  split_kernel<T><<<grid, kThreads, 0, stream>>>(a);
+  const dim3 grid(a.batch * a.heads, decode_attention_splits(a));
+  split_kernel<T><<<grid, kWarps * 32, 0, stream>>>(a);
   combine_kernel<T><<<a.batch * a.heads, a.head_dim < 128 ? 64 : 128, 0, stream>>>(a, decode_attention_splits(a));
   return cudaPeekAtLastError() == cudaSuccess;
 }
@@ -130,7 +132,7 @@ bool launch(const DecodeAttentionArgs& a, cudaStream_t stream) {
 }  // namespace
 
 bool launch_decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
-  if (!decode_attention_fits(a.heads, a.kv_heads, a.head_dim) || a.chunk <= 0 || a.chunk > kMaxChunk) return false;
+  if (a.head_dim <= 0 || a.head_dim > 32 * kMaxPerLane || a.heads % a.kv_heads != 0 || a.chunk <= 0) return false;
   switch (a.element) {
     case Element::f32: return launch<float>(a, stream);
     case Element::bf16: return launch<__nv_bfloat16>(a, stream);

@@ -7,8 +7,8 @@
 
 namespace crucible::lm {
 
-// Whether this build has the kernels (a CUDA LibTorch) and they serve tensors of `options` with these heads.
-bool decode_attention_serves(const at::TensorOptions& options, int64_t heads, int64_t kv_heads, int64_t head_dim);
+// Whether this build has the kernels (a CUDA LibTorch) and they serve tensors of `options` with heads of `head_dim`.
+bool decode_attention_serves(const at::TensorOptions& options, int64_t head_dim);
 
 // q [B, 1, H, D] (any strides, D contiguous); k_cache, v_cache [B, Hkv, capacity, D] contiguous; key_valid
 // [B, capacity] bool; slot [1] int64, the step's cache slot. Row b's query attends to cache slot s when s == slot, or

@@ -25,15 +25,8 @@ struct DecodeAttentionArgs {
 
 inline int decode_attention_splits(const DecodeAttentionArgs& a) { return (a.capacity + a.chunk - 1) / a.chunk; }
 
-// The shapes the kernels take: the query heads that share a key head (at most 16) and their queries (at most 2,048
-// floats) fit in a block's shared memory.
-inline bool decode_attention_fits(int64_t heads, int64_t kv_heads, int64_t head_dim) {
-  if (head_dim <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return false;
-  const int64_t group = heads / kv_heads;
-  return group <= 16 && group * head_dim <= 2048;
-}
-
-// False when the shape does not fit (decode_attention_fits) or the chunk is over 64 slots, or on a launch error.
+// False when the shape is outside what the kernels handle (head_dim over 256, query heads not a multiple of key
+// heads), or on a launch error.
 bool launch_decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream);
 
 }  // namespace crucible::lm::kernels

@@ -5,7 +5,7 @@
 namespace crucible::lm {
 
 // A CPU LibTorch: decode steps keep LibTorch's attention.
-bool decode_attention_serves(const at::TensorOptions&, int64_t, int64_t, int64_t) { return false; }
+bool decode_attention_serves(const at::TensorOptions&, int64_t) { return false; }
 
 at::Tensor decode_attention(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                             double) {

@@ -23,8 +23,7 @@ at::Tensor decode_step(const Transformer& model, DecodeBuffers& b, int64_t visib
   attention.positions = b.position;
   attention.slots = b.slot;
   attention.visible = visible;
-  const auto& c = model.config();
-  if (decode_attention_serves(b.cache.keys.front().options(), c.num_heads, c.num_kv_heads, c.head_dim))
+  if (decode_attention_serves(b.cache.keys.front().options(), model.config().head_dim))
     attention.key_valid = b.key_valid;  // the decode kernels read slots up to the step's own
   else
     attention.mask = causal_mask(b.slot, b.key_valid, visible);
