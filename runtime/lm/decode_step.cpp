@@ -1,7 +1,5 @@
 #include "lm/decode_step.h"
 
-#include "lm/decode_attention.h"
-
 #include <ATen/ATen.h>
 
 namespace crucible::lm {
@@ -23,10 +21,7 @@ at::Tensor decode_step(const Transformer& model, DecodeBuffers& b, int64_t visib
   attention.positions = b.position;
   attention.slots = b.slot;
   attention.visible = visible;
-  if (decode_attention_serves(b.cache.keys.front().options(), model.config().head_dim))
-    attention.key_valid = b.key_valid;  // the decode kernels read slots up to the step's own
-  else
-    attention.mask = causal_mask(b.slot, b.key_valid, visible);
+  attention.mask = causal_mask(b.slot, b.key_valid, visible);
   const auto hidden = model.hidden_states(b.token, attention, b.cache);
   return model.logits(hidden.select(1, 0));
 }

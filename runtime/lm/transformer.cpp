@@ -8,7 +8,6 @@
 #include <sstream>
 
 #include "lm/block_checkpoint.h"
-#include "lm/decode_attention.h"
 #include "lm/lora.h"
 #include "lm_format/model_files.h"
 #include "lm/torch_tensors.h"
@@ -206,10 +205,8 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& x, cons
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   at::Tensor out;
-  if (T == 1 && attention.key_valid.defined() && !attention.mask.defined())
-    out = decode_attention(qk.narrow(2, 0, H), k_cache, v_cache, attention.key_valid, attention.slots, scale);
 #if CRUCIBLE_SDPA_GQA
-  if (!out.defined() && attention.causal_prefix)
+  if (attention.causal_prefix)
     out = at::scaled_dot_product_attention(qk.narrow(2, 0, H).transpose(1, 2), k_cache.narrow(2, 0, vis),
                                            v_cache.narrow(2, 0, vis), {}, 0.0, /*is_causal=*/true, scale,
                                            /*enable_gqa=*/true)
@@ -325,8 +322,7 @@ at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionI
   const auto [cos, signed_sin] = rotary_.lookup(attention.positions);
   const int64_t G = config_.num_heads / config_.num_kv_heads;
   AttentionInputs grouped = attention;
-  if (G > 1 && attention.mask.defined() && !(CRUCIBLE_SDPA_GQA && attention.causal_prefix))
-    grouped.mask = attention.mask.repeat({1, 1, G, 1});
+  if (G > 1 && !(CRUCIBLE_SDPA_GQA && attention.causal_prefix)) grouped.mask = attention.mask.repeat({1, 1, G, 1});
   const bool recompute = checkpoint_blocks_ && at::GradMode::is_enabled();
   // A recomputed block gets gradients only through its input: the first block's must ask for them.
   if (recompute && !x.requires_grad()) x = x.detach().requires_grad_(true);

@@ -50,9 +50,6 @@ struct AttentionInputs {
   // is then exact at every valid token, and a fused causal kernel can replace the mask (padding queries differ, and
   // nothing reads them).
   bool causal_prefix = false;
-  // A decode step (one token per row) without a mask: attention by the decode kernels (decode_attention.h), from
-  // these [B, capacity] bool valid slots and `slots`' one slot.
-  at::Tensor key_valid;
 };
 
 // A causal mask over cache slots: query t (at slot query_slots[t]) sees slot s when s <= its slot and
