@@ -74,8 +74,10 @@ struct SessionEnd {
 };
 
 // One session: evaluators pull until the run ends or the coordinator is lost; heartbeats carry the log lines.
+using Evaluators = std::map<std::string, std::shared_ptr<eval::Evaluator>>;  // by device name
+
 SessionEnd serve(caf::scoped_actor& self, const gateway_actor& gateway, const msg::JoinAccepted& joined,
-                 const NodeRequest& r, const log::Logger& log) {
+                 const NodeRequest& r, const Evaluators& evaluators, const log::Logger& log) {
   auto coordinator = caf::actor_cast<actors::coordinator_actor>(joined.coordinator);
   std::map<std::string, eval::TaskSpec> tasks;
   for (const auto& t : joined.tasks) tasks[t.name] = tasks::parse_task_text(t.toml, "task " + t.name);
@@ -85,8 +87,8 @@ SessionEnd serve(caf::scoped_actor& self, const gateway_actor& gateway, const ms
   std::set<caf::actor_addr> running;
   for (const auto& device : r.devices) {
     const auto plan = cluster::pullers_for(device, r.compile_ahead);
-    // One kernels_eval evaluator per device, whatever the number of pullers: one set of workers and input pools.
-    auto shared = std::make_shared<eval::Evaluator>(eval::EvaluatorConfig{});
+    // One evaluator per device, whatever the number of pullers: one set of workers and input pools.
+    const auto& shared = evaluators.at(device.name());
     for (int p = 0; p < plan.pullers; ++p) {
       auto s = std::make_shared<actors::EvaluatorSetup>();
       s->device = device.name();
@@ -171,6 +173,21 @@ NodeResult run_evaluator_node(const NodeRequest& r) {
   } catch (const std::exception& e) {
     return {2, e.what()};
   }
+  // One kernels_eval evaluator per device for the node's life: its workers, input pools and reference timings serve
+  // every session (each seed of a run is one), and a GPU is set up before the first candidate arrives.
+  Evaluators evaluators;
+  for (const auto& device : r.devices) {
+    const auto started = Clock::now();
+    auto evaluator = std::make_shared<eval::Evaluator>(eval::EvaluatorConfig{});
+    try {
+      evaluator->prepare(device.name());
+    } catch (const std::exception& e) {
+      return {2, e.what()};
+    }
+    if (device.is_cuda())
+      log.info("device ", device.name(), " ready in ", std::chrono::duration<double>(Clock::now() - started).count(), " s");
+    evaluators[device.name()] = std::move(evaluator);
+  }
   caf::actor_system_config config;
   configure_actor_system(config, 2);
   try {
@@ -221,7 +238,7 @@ NodeResult run_evaluator_node(const NodeRequest& r) {
     backoff = std::chrono::milliseconds(250);
     SessionEnd end;
     try {
-      end = serve(self, *gateway, accepted, r, log);
+      end = serve(self, *gateway, accepted, r, evaluators, log);
     } catch (const std::exception& e) {
       return {2, "cannot serve " + accepted.run + ": " + e.what()};
     }

@@ -287,6 +287,13 @@ CompileResult Evaluator::compile(const std::string& source, const EvalOptions& o
   return compiler_.compile(source, compile_options(source, options, nullptr));
 }
 
+void Evaluator::prepare(const std::string& device) {
+  const int cuda_device = parse_cuda_device(device);
+  if (cuda_device < 0) return;
+  std::lock_guard<std::mutex> lock(gpu_mutex_);
+  gpu_resources(cuda_device);
+}
+
 GpuResources& Evaluator::gpu_resources(int device) {
   auto& slot = cache_->gpus[device];
   if (slot) return *slot;

@@ -78,6 +78,10 @@ class Evaluator {
   // compile pool can build candidates ahead of their evaluation into the shared cache. Thread-safe. A Triton
   // candidate needs its task's shapes, so it is built by evaluate() and this builds nothing.
   CompileResult compile(const std::string& source, const EvalOptions& options = {});
+  // Sets up, before any candidate arrives, what every evaluation on `device` needs first: on a GPU its context and
+  // LibTorch's, its spare workers and its L2 flush buffer (otherwise the first compile waits for them, to learn the
+  // architecture). Nothing on the CPU. Throws what an evaluation on the device would: no such device, no CUDA worker.
+  void prepare(const std::string& device);
 
   // GPU reference timings this evaluator knows for a task (measured or adopted), to hand to evaluators of the same
   // GPU model; and such timings taken in, keeping any it measured itself. Returns how many it took. Neither may run
