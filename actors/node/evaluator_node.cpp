@@ -73,9 +73,9 @@ struct SessionEnd {
   std::string reason;
 };
 
-// One session: evaluators pull until the run ends or the coordinator is lost; heartbeats carry the log lines.
 using Evaluators = std::map<std::string, std::shared_ptr<eval::Evaluator>>;  // by device name
 
+// One session: evaluators pull until the run ends or the coordinator is lost; heartbeats carry the log lines.
 SessionEnd serve(caf::scoped_actor& self, const gateway_actor& gateway, const msg::JoinAccepted& joined,
                  const NodeRequest& r, const Evaluators& evaluators, const log::Logger& log) {
   auto coordinator = caf::actor_cast<actors::coordinator_actor>(joined.coordinator);

@@ -52,11 +52,11 @@ std::vector<bool> pick_verified(int timed, int sets, int wanted, uint64_t seed) 
 constexpr int64_t kSampledBlock = 1024;
 // Sampled when a whole refresh of one set (new input, poisoned outputs) costs more than this share of a reference call.
 constexpr double kWholeRefreshShare = 0.1;
-// How many more samples a GPU's set of samples, `taken_s` long, gets (see RetakeRule); 0 on the CPU.
+// How many more samples a GPU's set of samples, `taken_s` long, gets (see ExtendRule); 0 on the CPU.
 int extra_samples(const StageContext& ctx, const std::vector<double>& samples, double taken_s) {
   const double left = ctx.budget_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx.started).count();
   if (!ctx.gpu) return 0;
-  return extra_samples(retake_rule(ctx.full), summarize_times(samples).cv, static_cast<int>(samples.size()), taken_s,
+  return extra_samples(extend_rule(ctx.full), summarize_times(samples).cv, static_cast<int>(samples.size()), taken_s,
                        ctx.budget_s > 0, left);
 }
 

@@ -37,7 +37,7 @@ TEST_CASE("warm-up lasts its calls and its time, whichever ends later, and never
 
 TEST_CASE("a spread set of samples grows by at least one set, to its mode's span, within half the budget left") {
   struct Row {
-    RetakeRule rule;
+    ExtendRule rule;
     double cv;
     int taken;
     double taken_s;
@@ -45,7 +45,7 @@ TEST_CASE("a spread set of samples grows by at least one set, to its mode's span
     double budget_left_s;
     int extra;
   };
-  const RetakeRule full{0.005, 1.0, 4}, fast{0.01, 0.0, 2};
+  const ExtendRule full{0.005, 1.0, 4}, fast{0.01, 0.0, 2};
   const Row rows[] = {
       {full, 0.005, 50, 0.25, false, 0.0, 0},     // steady: kept
       {full, 0.0051, 50, 0.25, false, 0.0, 150},  // 5 ms calls: to a second, three more sets
@@ -72,8 +72,8 @@ TEST_CASE("a spread set of samples grows by at least one set, to its mode's span
   }
   CHECK(extra_samples(full, std::nan(""), 50, 1.0, false, 0.0) == 0);  // no spread to judge
   // Full mode holds a set to 0.5% and fast mode to 1%.
-  CHECK(extra_samples(retake_rule(true), 0.0051, 50, 0.25, false, 0.0) == 150);
-  CHECK(extra_samples(retake_rule(true), 0.005, 50, 0.25, false, 0.0) == 0);
-  CHECK(extra_samples(retake_rule(false), 0.0051, 5, 0.02, false, 0.0) == 0);
-  CHECK(extra_samples(retake_rule(false), 0.011, 5, 0.02, false, 0.0) == 5);
+  CHECK(extra_samples(extend_rule(true), 0.0051, 50, 0.25, false, 0.0) == 150);
+  CHECK(extra_samples(extend_rule(true), 0.005, 50, 0.25, false, 0.0) == 0);
+  CHECK(extra_samples(extend_rule(false), 0.0051, 5, 0.02, false, 0.0) == 0);
+  CHECK(extra_samples(extend_rule(false), 0.011, 5, 0.02, false, 0.0) == 5);
 }

@@ -1,5 +1,5 @@
 #pragma once
-// Small decisions of GPU timing: how long it warms up, and when a spread set of samples is taken again.
+// Small decisions of GPU timing: how long it warms up, and how far a spread set of samples is extended.
 #include <algorithm>
 #include <cmath>
 
@@ -23,13 +23,12 @@ inline bool warmed_up(const WarmupRule& rule, int calls, double elapsed_s) {
 // A set of samples (timed calls, or the reference's samples) whose CV is over `max_cv` is extended with more of the
 // same, and all of them are summarised together. On an otherwise idle H100 a shape's calls spread by 0.1-0.5%, but
 // now and then stretches of calls run slow: 5-99% in the GPU's own events, or, for a Triton candidate, its Python
-// launches running 3-4x slower for a few hundred milliseconds (which idles the GPU between its kernels). Fifty calls
-// of a 5 ms shape last a quarter second and catch one such stretch or none, so that shape's median moved by 0.6-1.6%
-// from one evaluation to the next; calls spanning a second or more sample the stretches instead of one draw of them.
-// So a spread set grows to `min_pool_s` of samples in all, by at least one more set and to at most `max_sets` sets.
-// The budget (`budget_left_s`; negative or zero: no budget) must keep half of what is left: an extension must never
-// cost a verdict.
-struct RetakeRule {
+// launches 3-4x slower for a few hundred milliseconds (which idles the GPU between its kernels). Fifty calls of a 5 ms
+// shape last a quarter second and catch one such stretch or none; calls spanning a second sample them. So a spread set
+// grows to `min_pool_s` of samples in all, by at least one more set and to at most `max_sets` sets. The budget
+// (`budget_left_s`; negative or zero: no budget) must keep half of what is left: an extension must never cost a
+// verdict.
+struct ExtendRule {
   double max_cv = 0.01;
   double min_pool_s = 0.0;
   int max_sets = 2;
@@ -37,10 +36,10 @@ struct RetakeRule {
 
 // Full mode's times are the ones reported and ranked: a set past 0.5% (the spread a GPU timing is held to) grows to a
 // second of samples, at most four sets. Fast mode's five samples guide a search: past 1%, one more set.
-inline RetakeRule retake_rule(bool full) { return full ? RetakeRule{0.005, 1.0, 4} : RetakeRule{0.01, 0.0, 2}; }
+inline ExtendRule extend_rule(bool full) { return full ? ExtendRule{0.005, 1.0, 4} : ExtendRule{0.01, 0.0, 2}; }
 
 // How many more samples a set of `taken` samples that took `taken_s` gets: 0 when it is kept as it is.
-inline int extra_samples(const RetakeRule& rule, double cv, int taken, double taken_s, bool budgeted,
+inline int extra_samples(const ExtendRule& rule, double cv, int taken, double taken_s, bool budgeted,
                          double budget_left_s) {
   if (!(cv > rule.max_cv) || taken <= 0 || !(taken_s > 0.0)) return 0;
   const double each_s = taken_s / taken;

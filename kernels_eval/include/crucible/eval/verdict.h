@@ -43,7 +43,7 @@ struct TimingStats {
   double min_us = 0.0;
   double max_us = 0.0;
   double cv = 0.0;  // standard deviation / mean
-  // GPU: the first set of samples spread past the retake bound (timing_rules.h) and more were taken; these stats
+  // GPU: the first set of samples spread past the extension bound (timing_rules.h) and more were taken; these stats
   // are over all of them.
   bool retaken = false;
 };
