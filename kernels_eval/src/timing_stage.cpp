@@ -54,8 +54,8 @@ constexpr int64_t kSampledBlock = 1024;
 constexpr double kWholeRefreshShare = 0.1;
 // How many more samples a GPU's set of samples, `taken_s` long, gets (see ExtendRule); 0 on the CPU.
 int extra_samples(const StageContext& ctx, const std::vector<double>& samples, double taken_s) {
-  const double left = ctx.budget_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx.started).count();
   if (!ctx.gpu) return 0;
+  const double left = ctx.budget_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx.started).count();
   return extra_samples(extend_rule(ctx.full), summarize_times(samples).cv, static_cast<int>(samples.size()), taken_s,
                        ctx.budget_s > 0, left);
 }
@@ -104,9 +104,10 @@ void verify_in_place(StageContext& ctx, Verdict& v, int call, const std::vector<
 // calls) is taken off. Each is paired with a reference sample on the same kind of freshly written inputs, timed by
 // the evaluator thread's CPU clock on the same core, and pairs are added until their median speedup is tight.
 // With `sampled_center` (GPU), inputs and outputs are changed and checked at sampled elements (see kSampledBlock).
+// Without `pairing`, `calls` calls are made and their samples appended to `samples`.
 bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::Tensor>>& current,
                  std::vector<std::vector<WrittenInput>>& written, uint64_t& stream, const PairedTimingRule* pairing,
-                 PairedSamples& pairs, std::vector<double>& samples, std::optional<double> sampled_center,
+                 int calls, PairedSamples& pairs, std::vector<double>& samples, std::optional<double> sampled_center,
                  StepTrace& steps) {
   const ArenaRef arena = ctx.arena();
   const auto& layout = ctx.layout;
@@ -114,10 +115,10 @@ bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::T
   const std::size_t largest = largest_input(layout.inputs[0]);
   const bool cpu_clock = !ctx.gpu;
   const bool sampled = sampled_center.has_value();
-  auto verify = pick_verified(ctx.timed, sets, ctx.verified, ctx.seed);
+  auto verify = pick_verified(calls, sets, ctx.verified, ctx.seed);
   std::vector<Snapshot> snapshots;
   double worker_cpu = cpu_clock ? ctx.worker.cpu_seconds_when_idle() : 0.0;
-  for (int i = 0; pairing ? judge(pairs, *pairing) == PairedVerdict::more : i < ctx.timed; ++i) {
+  for (int i = 0; pairing ? judge(pairs, *pairing) == PairedVerdict::more : i < calls; ++i) {
     const int s = i % sets, pattern = i % 2;
     const uint64_t poison_seed = ctx.seed * 0x100000001b3ULL + stream++;
     if (sampled) {
@@ -158,7 +159,7 @@ bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::T
                                            : " output elements never written"));
     steps.mark("count_poisoned");
     // Calls past the count are checked at random too, one in four when all are checked, so none can be known safe.
-    const bool checked = i < ctx.timed ? verify[i] : ctx.verified > 0 && (ctx.seed + stream + i) % 4 == 0;
+    const bool checked = i < calls ? verify[i] : ctx.verified > 0 && (ctx.seed + stream + i) % 4 == 0;
     if (checked && sampled) {
       // The reference reads the arena's input, which the sampled changes made; the worker is idle until the next call.
       std::vector<torch::Tensor> inputs = current[s];
@@ -344,19 +345,16 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
   PairedSamples pairs;
   std::vector<double> samples;
   const auto timed_start = std::chrono::steady_clock::now();
-  if (!timed_calls(ctx, v, current, written, stream, paired ? &pairing : nullptr, pairs, samples, sampled_center,
-                   steps))
+  if (!timed_calls(ctx, v, current, written, stream, paired ? &pairing : nullptr, ctx.timed, pairs, samples,
+                   sampled_center, steps))
     return false;
   const int extra =
       extra_samples(ctx, samples, std::chrono::duration<double>(std::chrono::steady_clock::now() - timed_start).count());
   if (extra > 0) {
     // More calls with all of the timing's checks, summarised with the first (their events too).
     const double first_cv = summarize_times(samples).cv;
-    const int planned = ctx.timed;
-    ctx.timed = extra;
-    const bool ran = timed_calls(ctx, v, current, written, stream, nullptr, pairs, samples, sampled_center, steps);
-    ctx.timed = planned;
-    if (!ran) return false;
+    if (!timed_calls(ctx, v, current, written, stream, nullptr, extra, pairs, samples, sampled_center, steps))
+      return false;
     if (trace_calls())
       std::fprintf(stderr, "timed calls spread by %.2f%%, %d more taken: %.2f%% over all\n", first_cv * 100, extra,
                    summarize_times(samples).cv * 100);
