@@ -22,7 +22,7 @@ typename Inspector::result_type inspect(Inspector& f, Device& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EvalSettings& x) {
-  return f(caf::meta::type_name("crucible.EvalSettings"), x.backend, x.kind, x.mode, x.sizes, x.correctness_trials,
+  return f(caf::meta::type_name("crucible.EvalSettings"), x.backend, x.kind, x.mode, x.launches, x.sizes, x.correctness_trials,
            x.timing_trials, x.call_timeout_s, x.evaluation_budget_s);
 }
 

@@ -74,7 +74,7 @@ typename Inspector::result_type inspect(Inspector& f, Verdict& x) {
     back(x.speedup, speedup), back(x.gflops, gflops), back(x.gbps, gbps), back(x.speedup_spread, spread);
     return caf::error{};
   };
-  return f(caf::meta::type_name("crucible.Verdict"), x.status, x.task, x.device, x.mode, x.reasons, x.compile,
+  return f(caf::meta::type_name("crucible.Verdict"), x.status, x.task, x.device, x.mode, x.launches, x.reasons, x.compile,
            x.trials, candidate_time, reference_time, event_median, coverage, speedup, spread, gflops, gbps, x.shapes,
            x.threads,
            x.seed, x.stages, caf::meta::load_callback(in));

@@ -60,11 +60,12 @@ void print_shapes(const std::vector<std::vector<eval::ShapeTime>>& runs, bool fr
 }  // namespace
 
 int main(int argc, char** argv) {
-  bench::exit_on_help(argc, argv, "usage: bench_repeatability [--device cuda:0] [--task relu] [--candidate FILE] [--kind native|triton] [--sizes cuda] [--times 10] [--verified N] [--fresh]");
+  bench::exit_on_help(argc, argv, "usage: bench_repeatability [--device cuda:0] [--task relu] [--candidate FILE] [--kind native|triton] [--sizes cuda] [--times 10] [--verified N] [--launches eager|queued] [--fresh]");
   std::string device = "cuda:0", task_name = "relu", candidate, sizes;
   int times = 10, verified = -1;
   bool fresh = false;
   eval::CandidateKind kind = eval::CandidateKind::native;
+  eval::Launches launches = eval::Launches::eager;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fresh")) {
       fresh = true;
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--sizes")) sizes = argv[i + 1];
     else if (!std::strcmp(argv[i], "--times")) times = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--verified")) verified = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--launches")) launches = eval::parse_launches(argv[i + 1]);
     ++i;
   }
   bench::exit_unless_device_usable(device);
@@ -101,6 +103,7 @@ int main(int argc, char** argv) {
   options.device = device;
   options.sizes = sizes;
   options.verified_timed_calls = verified;
+  options.launches = launches;
 
   std::printf("%-4s %-8s %12s %8s %12s %12s %8s %8s %s\n", "run", "status", "median_us", "cv", "event_us",
               "reference_us", "speedup", "spread", "reasons");

@@ -10,6 +10,7 @@ namespace crucible::node {
 eval::EvalOptions eval_options(const eval::EvalSettings& s, const eval::Device& device) {
   eval::EvalOptions o;
   o.mode = s.mode;
+  o.launches = s.launches;
   o.kind = s.kind;
   o.device = device.name();
   o.sizes = s.sizes;

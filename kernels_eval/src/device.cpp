@@ -51,4 +51,12 @@ Mode parse_mode(std::string_view text) {
   throw std::invalid_argument("unknown mode '" + std::string(text) + "' (fast, full)");
 }
 
+std::string_view launches_name(Launches launches) { return launches == Launches::queued ? "queued" : "eager"; }
+
+Launches parse_launches(std::string_view text) {
+  if (text == "eager") return Launches::eager;
+  if (text == "queued") return Launches::queued;
+  throw std::invalid_argument("unknown launches '" + std::string(text) + "' (eager, queued)");
+}
+
 }  // namespace crucible::eval

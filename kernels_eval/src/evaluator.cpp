@@ -91,6 +91,7 @@ struct GpuResources {
   cuda::SharedDeviceMemory tensors;
   SharedArena control;
   std::unique_ptr<cuda::L2Flush> flush;
+  std::unique_ptr<cuda::HeldTimer> held;  // references' timer under queued launches
 };
 
 struct Evaluator::Cache {
@@ -217,7 +218,7 @@ std::string Evaluator::timing_key(const TaskSpec& task, const cuda::DeviceInfo* 
                                   const std::string& size_set, const StageContext& ctx, int arena_sets) {
   const std::string settings = size_set + "|" + std::to_string(ctx.timed) + "|" + std::to_string(ctx.warmup) + "|" +
                                (ctx.full ? "full" : "fast") + "|" + std::to_string(arena_sets) + "|" +
-                               std::to_string(config_.threads);
+                               std::to_string(config_.threads) + (ctx.gpu && ctx.gpu->queued ? "|queued" : "");
   if (!gpu) return task.name + "|" + task.source_path + "|" + pool_device + "|" + settings;
   auto& fingerprint = cache_->fingerprints[Cache::pool_key(task, pool_device, size_set)];
   if (fingerprint.empty()) fingerprint = task_fingerprint(task);
@@ -319,6 +320,7 @@ GpuResources& Evaluator::gpu_resources(int device) {
       mig ? std::string() : g->info.uuid);
   g->control.reserve(protocol::kControlBytes);
   g->flush = std::make_unique<cuda::L2Flush>(g->info.l2_bytes);
+  g->held = std::make_unique<cuda::HeldTimer>();
   slot = std::move(g);
   return *slot;
 }
@@ -331,6 +333,7 @@ Verdict verdict_header(const TaskSpec& task, const EvalOptions& options, int thr
   const int cuda_device = parse_cuda_device(options.device);
   v.device = cuda_device >= 0 ? "cuda:" + std::to_string(cuda_device) : options.device;
   v.mode = std::string(mode_name(options.mode));
+  v.launches = options.launches;
   v.threads = threads;
   return v;
 }
@@ -433,6 +436,10 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     gpu->tensors.reserve(layout.bytes);
     gpu_stage = {cuda_device, gpu->tensors.data(), gpu->flush.get(), 0.0};
     gpu_stage.own_kernels_only = triton_pool != nullptr;
+    if (options.launches == Launches::queued) {
+      gpu_stage.queued = true;
+      if (gpu->held->available()) gpu_stage.held = gpu->held.get();
+    }
     for (const auto& set : layout.outputs)
       for (const auto& slot : set) {
         poison(ArenaRef{gpu_stage.tensors, cuda_device}, slot, 0);
@@ -445,6 +452,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     if (trace) std::fprintf(stderr, "load: arena ready after %.1f ms\n", since(load_start) * 1e3);
     share.bytes = gpu->tensors.size();
     share.null_calls = 20;
+    share.queued_launches = gpu_stage.queued;
     share.before_call = [flush = gpu->flush.get()] {
       flush->run();
       cuda::synchronize();
@@ -452,7 +460,11 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     loaded = worker->load(candidate_path, layout, gpu->control, options.limits, options.call_timeout_s, &share);
     const auto& null_calls = worker->null_call_seconds();
     if (!null_calls.empty()) gpu_stage.null_call_s = summarize_times(null_calls).median_us;  // in seconds here
-    if (trace) std::fprintf(stderr, "load: null call %.1f us\n", gpu_stage.null_call_s * 1e6);
+    const auto& null_launches = worker->null_launch_seconds();
+    if (!null_launches.empty()) gpu_stage.null_launch_s = summarize_times(null_launches).median_us;
+    if (trace)
+      std::fprintf(stderr, "load: null call %.1f us, null launch %.1f us\n", gpu_stage.null_call_s * 1e6,
+                   gpu_stage.null_launch_s * 1e6);
   } else {
     worker = pool_.acquire();
     // Candidate and reference are timed in turns on one core (see share_cpu); a reference on several threads

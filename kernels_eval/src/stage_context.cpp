@@ -42,6 +42,14 @@ double StageContext::timed_reference(const std::vector<torch::Tensor>& inputs) {
   }
   gpu->flush->run();
   cuda::synchronize();
+  if (cuda::HeldTimer* held = gpu->held) {
+    held->start();
+    run_reference(inputs);
+    held->stop();
+    // Released by the watchdog: the reference waited for the GPU while launching. Timed as launched from now on.
+    if (held->missed()) gpu->held = nullptr;
+    return std::max(held->seconds(), held->launch_seconds());
+  }
   cuda::EventTimer timer;
   timer.start();
   run_reference(inputs);
@@ -66,7 +74,12 @@ bool StageContext::call(int set, Verdict& v, double* seconds, bool settle, bool 
   if (budget_binds && out.kind == CallOutcome::Kind::timed_out) out = {CallOutcome::Kind::budget, 0, out.seconds, budget_detail()};
   if (profile && out.ok() && out.own_kernel_share >= 0.0) gpu->kernel_coverage.push_back(out.own_kernel_share);
   kernel_s += out.seconds;
-  if (seconds) *seconds = gpu ? std::max(out.device_seconds, out.seconds - gpu->null_call_s) : out.seconds;
+  // On a GPU no sample is below the evaluator's own clock less the fixed cost of a call; held, nor below the
+  // candidate's launching less the fixed cost of launching.
+  if (seconds)
+    *seconds = gpu ? std::max({out.device_seconds, out.seconds - gpu->null_call_s,
+                               out.launch_seconds - gpu->null_launch_s})
+                   : out.seconds;
   if (gpu && seconds && flush && out.ok()) gpu->event_samples_us.push_back(out.device_seconds * 1e6);
   return !classify_failure(out, v);
 }

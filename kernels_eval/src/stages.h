@@ -21,6 +21,12 @@ struct GpuStage {
   std::byte* tensors = nullptr;  // device memory the worker maps
   cuda::L2Flush* flush = nullptr;
   double null_call_s = 0.0;
+  // Queued launches (eval_settings.h): the candidate's calls are held while it launches (when its worker could map
+  // the release page), and the reference's by `held` (null when the driver cannot; then it is timed as launched).
+  // A reference that waits for the GPU while launching is timed as launched from then on.
+  bool queued = false;
+  cuda::HeldTimer* held = nullptr;
+  double null_launch_s = 0.0;  // the fixed cost of launching a held call (null calls)
   std::vector<double> event_samples_us;  // what the worker's events said of each timed call
   std::vector<double> kernel_coverage;   // of each profiled (correctness) call
   // Every kernel must be the candidate's own (a Triton candidate's, by name): PyTorch or a library doing the work

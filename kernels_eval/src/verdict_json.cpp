@@ -19,6 +19,7 @@ std::string to_json(const Verdict& v, int indent) {
   j["task"] = v.task;
   j["device"] = v.device;
   j["mode"] = v.mode;
+  j["launches"] = std::string(launches_name(v.launches));
   j["threads"] = v.threads;
   j["seed"] = v.seed;
   json reasons = json::array();

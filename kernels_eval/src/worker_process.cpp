@@ -54,6 +54,8 @@ ArenaTensor place(const TensorShape& t, std::size_t& cursor, std::size_t guard) 
 
 proto::Control* control(std::byte* arena) { return reinterpret_cast<proto::Control*>(arena); }
 constexpr int kNullCallSet = proto::kNullCall;
+// How long a held call may take to launch before its GPU work is released anyway (see WorkerProcess::call).
+constexpr double kHoldLimitSeconds = 0.25;
 
 // The worker may have gone to sleep on `go` (after spinning a while): wake it, or it never sees the ring.
 void ring(proto::Control* c, uint32_t seq) {
@@ -198,6 +200,9 @@ bool WorkerProcess::reap(bool block) {
 
 void WorkerProcess::terminate() {
   release_cpu();
+  if (release_) munmap(release_, proto::kReleaseBytes);
+  release_ = nullptr;
+  holding_ = false;
   if (pid_ > 0 && !reaped_) {
     kill(pid_, SIGKILL);
     reap(true);
@@ -347,6 +352,23 @@ void WorkerProcess::release_cpu() {
   sharing_cpu_ = false;
 }
 
+bool WorkerProcess::open_release_page(int& read_only_fd) {
+  const int fd = memfd_create("crucible-release", MFD_CLOEXEC);
+  if (fd < 0) return false;
+  void* page = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(proto::kReleaseBytes)) == 0)
+    page = mmap(nullptr, proto::kReleaseBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // The worker gets a descriptor opened for reading only: no mapping of it can ever be made writable.
+  read_only_fd = page == MAP_FAILED ? -1 : open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC);
+  close(fd);
+  if (read_only_fd < 0) {
+    if (page != MAP_FAILED) munmap(page, proto::kReleaseBytes);
+    return false;
+  }
+  release_ = static_cast<proto::ReleasePage*>(page);
+  return true;
+}
+
 CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layout, SharedArena& arena,
                                 const WorkerLimits& limits, double timeout_s, const DeviceShare* device,
                                 int host_null_calls) {
@@ -397,13 +419,18 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
         d.offset = a.offset;
       }
   }
-  // The arena's descriptor travels with the request.
-  if (!send_with_fd(socket_, request.get(), sizeof *request, arena.fd())) return lost(elapsed());
+  // The arena's descriptor travels with the request, and the release page's with it when calls are held.
+  int fds[2] = {arena.fd(), -1};
+  const bool hold = device && device->queued_launches && open_release_page(fds[1]);
+  const bool sent = send_with_fds(socket_, request.get(), sizeof *request, fds, hold ? 2 : 1);
+  if (hold) close(fds[1]);
+  if (!sent) return lost(elapsed());
 
   const bool trace = trace_calls();
   if (trace) std::fprintf(stderr, "load: request sent after %.1f ms\n", elapsed() * 1e3);
   null_calls_.clear();
   null_call_cpu_.clear();
+  null_launches_.clear();
   double cpu_before = cpu_seconds_when_idle();
   for (int i = 0; !device && i < host_null_calls; ++i) {
     CallOutcome out = call(kNullCallSet, timeout_s, /*then_sync=*/true);
@@ -415,15 +442,20 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
   }
   for (int i = 0; device && i < device->null_calls; ++i) {
     if (device->before_call) device->before_call();
+    // Whether the worker could map the release page is known once it has answered its first call, which is not held.
+    holding_ = hold && i > 0 && control(arena_)->hold_ready != 0;
     CallOutcome out = call(kNullCallSet, timeout_s);
     if (!out.ok()) {
       // A worker that could not set up its device says why in its load reply before it exits.
       CallOutcome reply = read_load_reply(1.0, elapsed());
       return reply.ok() ? out : reply;
     }
+    if (hold && i == 0) continue;  // not held: not a sample of a held call's fixed cost
     null_calls_.push_back(out.seconds);
+    if (out.launch_seconds >= 0.0) null_launches_.push_back(out.launch_seconds);
   }
-  if (trace) std::fprintf(stderr, "load: null calls done after %.1f ms\n", elapsed() * 1e3);
+  if (trace) std::fprintf(stderr, "load: null calls done after %.1f ms%s\n", elapsed() * 1e3,
+                          hold ? (holding_ ? ", calls held" : ", calls not held (the worker could not map the release page)") : "");
   CallOutcome reply = read_load_reply(timeout_s, elapsed());
   if (trace) std::fprintf(stderr, "load: reply after %.1f ms\n", elapsed() * 1e3);
   return reply;
@@ -483,9 +515,26 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync, bool 
   uint32_t seq = ++sequence_;
   c->set = set;
   c->profile = profile ? 1 : 0;
+  const bool hold = holding_ && set != sets_;
+  c->hold = hold ? 1 : 0;
   auto start = Clock::now();
   auto deadline = start + std::chrono::duration<double>(timeout_s);
   ring(c, seq);
+  double launch_seconds = -1.0;
+  if (hold) {
+    // Held: wait for the candidate to return from launching, then release its GPU work and time from there. A
+    // candidate that waits for its own GPU work never returns while held: released after a while, and no later
+    // call of this worker is held.
+    const auto give_up = start + std::chrono::duration<double>(kHoldLimitSeconds);
+    while (c->launched.load(std::memory_order_acquire) != seq && c->done.load(std::memory_order_acquire) != seq &&
+           Clock::now() < give_up)
+      wait_a_moment();
+    const auto released = Clock::now();
+    release_->release.store(seq, std::memory_order_seq_cst);
+    if (c->launched.load(std::memory_order_acquire) == seq) launch_seconds = std::chrono::duration<double>(released - start).count();
+    else holding_ = false;
+    start = released;
+  }
 
   // Spin for precise end times; after 50 ms, poll every 50 us (under 0.1% of such a call).
   for (uint64_t spin = 1;; ++spin) {
@@ -538,6 +587,7 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync, bool 
   if (rc != 0)
     return {CallOutcome::Kind::candidate_error, rc, seconds, "crucible_forward returned " + std::to_string(rc)};
   CallOutcome out{CallOutcome::Kind::ok, 0, seconds, {}};
+  out.launch_seconds = launch_seconds;
   if (on_device_ && set != sets_) out.device_seconds = c->device_ms * 1e-3;
   if (on_device_ && profile) out.own_kernel_share = c->own_kernel_share;
   if (trace_calls() && on_device_) {

@@ -46,7 +46,10 @@ TEST_CASE("backends and evaluation modes parse strictly") {
   CHECK(source_extension(Backend::cuda) == "cu");
   CHECK(parse_mode("full") == Mode::full);
   CHECK_THROWS_AS(parse_mode("Full"), std::invalid_argument);
+  for (Launches l : {Launches::eager, Launches::queued}) CHECK(parse_launches(launches_name(l)) == l);
+  CHECK_THROWS_AS(parse_launches("held"), std::invalid_argument);
   EvalSettings s;
+  CHECK(s.launches == Launches::eager);
   CHECK(s.size_set() == "cpu");
   s.backend = Backend::cuda;
   CHECK(s.size_set() == "cuda");

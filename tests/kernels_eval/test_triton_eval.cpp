@@ -108,6 +108,35 @@ TEST_CASE("triton gpu: every Triton fixture gets its exact verdict, and the GPU 
   }
 }
 
+TEST_CASE("triton gpu: queued launches hold a Triton worker's calls, with the same verdicts") {
+  if (!triton_here()) return;
+  test::TestEvaluator t("triton-queued");
+  auto relu = tasks::find_task("relu", test::tasks_dir());
+  auto queued = triton_options("cuda");
+  queued.launches = eval::Launches::queued;
+  auto eager = t.evaluator.evaluate(relu, triton_candidate("relu"), triton_options("cuda"));
+  auto held = t.evaluator.evaluate(relu, triton_candidate("relu"), queued);
+  INFO(test::detail_of(eager), " / ", test::detail_of(held));
+  REQUIRE(eager.status == eval::Status::correct);
+  REQUIRE(held.status == eval::Status::correct);
+  CHECK(held.launches == eval::Launches::queued);
+  // One kernel over 64 MiB: held, the time loses the Python launching only.
+  CHECK(held.candidate_time->median_us > 0.8 * eager.candidate_time->median_us);
+  CHECK(held.candidate_time->median_us < 1.1 * eager.candidate_time->median_us);
+  auto cpu_sizes = triton_options("cpu");
+  cpu_sizes.launches = eval::Launches::queued;
+  for (const auto& e : kExpectations) {
+    const std::string name = e.fixture;
+    if (name != "lazy_never_launches" && name != "input_mutated" && name != "illegal_address" && name != "raises")
+      continue;
+    auto verdict = t.evaluator.evaluate(tasks::find_task(e.task, test::tasks_dir()), triton_fixture(e.fixture), cpu_sizes);
+    INFO("fixture ", name, " held -> ", test::detail_of(verdict));
+    CHECK(verdict.status == e.status);
+    CHECK(verdict.has_reason(e.reason));
+  }
+  CHECK(t.evaluator.evaluate(relu, triton_candidate("relu"), cpu_sizes).status == eval::Status::correct);
+}
+
 TEST_CASE("triton gpu: the naive Triton TriMul is correct on GPU MODE's seven shapes, scored by their geometric mean") {
   if (!triton_here()) return;
   test::TestEvaluator t("triton-trimul");

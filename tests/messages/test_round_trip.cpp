@@ -280,7 +280,8 @@ TEST_CASE("cluster messages round-trip: a node's join, its heartbeat with log li
   msg::JoinAccepted accepted;
   accepted.session = 7;
   accepted.run = "sweep seed 1";
-  accepted.eval = {eval::Backend::cuda, eval::CandidateKind::triton, eval::Mode::full, "cpu", 3, 20, 5.0};
+  accepted.eval = {eval::Backend::cuda, eval::CandidateKind::triton, eval::Mode::full, eval::Launches::queued, "cpu", 3,
+                   20, 5.0};
   accepted.tasks = {{"relu", "name = \"relu\"\n"}};
   accepted.heartbeat_s = 0.5;
   accepted.last_run = false;
@@ -289,6 +290,7 @@ TEST_CASE("cluster messages round-trip: a node's join, its heartbeat with log li
   CHECK(a.eval.timing_trials == 20);
   CHECK(a.eval.backend == eval::Backend::cuda);
   CHECK(a.eval.mode == eval::Mode::full);
+  CHECK(a.eval.launches == eval::Launches::queued);
   CHECK(a.eval.kind == eval::CandidateKind::triton);
   CHECK(a.tasks.at(0).toml == "name = \"relu\"\n");
   CHECK_FALSE(a.last_run);

@@ -67,6 +67,13 @@ TEST_CASE("Triton candidates are an [eval] choice for CUDA devices, refused on t
   CHECK(experiment::parse_experiment(kMinimal, "min.toml").eval.kind == eval::CandidateKind::native);
 }
 
+TEST_CASE("how GPU calls are timed is an [eval] choice: eager by default, queued on request, nothing else") {
+  CHECK(experiment::parse_experiment(kMinimal, "min.toml").eval.launches == eval::Launches::eager);
+  auto queued = experiment::parse_experiment(kMinimal + "[eval]\nlaunches = \"queued\"\n", "q.toml");
+  CHECK(queued.eval.launches == eval::Launches::queued);
+  CHECK(failure(kMinimal + "[eval]\nlaunches = \"held\"\n").key() == "eval.launches");
+}
+
 TEST_CASE("defaults fill what an experiment leaves out") {
   auto e = experiment::parse_experiment(kMinimal, "min.toml");
   CHECK(e.grpo.group_size == 8);

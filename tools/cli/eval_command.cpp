@@ -20,6 +20,7 @@ struct EvalArgs {
   std::string candidate;
   std::string device = "cpu";
   std::string mode = "fast";
+  std::string launches = "eager";
   std::string sizes;
   std::string kind;  // empty: by the file's extension (.py: triton)
   std::string tasks_dir;
@@ -87,7 +88,8 @@ int run_eval(const EvalArgs& a) {
     if (!a.cache_dir.empty()) config.cache_dir = a.cache_dir;
     eval::Evaluator evaluator(config);
     eval::EvalOptions options;
-    options.mode = a.mode == "full" ? eval::Mode::full : eval::Mode::fast;
+    options.mode = eval::parse_mode(a.mode);
+    options.launches = eval::parse_launches(a.launches);
     options.device = a.device;
     options.sizes = a.sizes;
     options.kind = !a.kind.empty() ? eval::parse_candidate_kind(a.kind)
@@ -134,6 +136,11 @@ Run add_eval_command(CLI::App& app) {
       ->check(CLI::IsMember({"native", "triton"}));
   cmd->add_option("--mode", args->mode, "fast (2 checks, 5 timed) or full (5 checks, 50 timed)")
       ->check(CLI::IsMember({"fast", "full"}))
+      ->capture_default_str();
+  cmd->add_option("--launches", args->launches,
+                  "GPU calls: eager (timed from the call, launching included) or queued (GPU work held until the "
+                  "candidate has returned, timed from its release; docs/cuda.md)")
+      ->check(CLI::IsMember({"eager", "queued"}))
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->add_option("--seed", args->seed, "Seed for input windows (default: random, reported in the verdict)");

@@ -49,7 +49,11 @@ class Control(ctypes.Structure):
                 _pad(4), ("crash_address", ctypes.c_uint64), _pad(40),
                 ("device_ms", ctypes.c_float), _pad(4), ("seen_ns", ctypes.c_uint64), ("launched_ns", ctypes.c_uint64),
                 ("synced_ns", ctypes.c_uint64), ("own_kernel_share", ctypes.c_float), ("cuda_error", ctypes.c_int32),
-                ("cuda_error_text", ctypes.c_char * 256), _pad(24)]
+                ("cuda_error_text", ctypes.c_char * 256), _pad(24),
+                ("launched", ctypes.c_uint32), ("hold", ctypes.c_int32), ("hold_ready", ctypes.c_int32), _pad(52)]
+
+
+RELEASE_BYTES = 4096  # the release page: its first word is the sequence number of the call the GPU may start
 
 
 def layout():
@@ -58,7 +62,8 @@ def layout():
     return [ctypes.sizeof(c), c.go.offset, c.worker_sleeping.offset, c.set.offset, c.profile.offset, c.done.offset,
             c.rc.offset, c.crash_signal.offset, c.crash_code.offset, c.crash_origin.offset, c.crash_address.offset,
             c.device_ms.offset, c.seen_ns.offset, c.launched_ns.offset, c.synced_ns.offset,
-            c.own_kernel_share.offset, c.cuda_error.offset, c.cuda_error_text.offset, ctypes.sizeof(r),
+            c.own_kernel_share.offset, c.cuda_error.offset, c.cuda_error_text.offset, c.launched.offset,
+            c.hold.offset, c.hold_ready.offset, ctypes.sizeof(r),
             r.so_path.offset, r.cuda_device.offset, r.device_arena_handle.offset, r.tensors.offset,
             ctypes.sizeof(TensorDesc), ctypes.sizeof(LoadReply)]
 

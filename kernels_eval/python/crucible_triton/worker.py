@@ -36,6 +36,8 @@ SYS = {"read": 0, "write": 1, "open": 2, "openat": 257, "rt_sigaction": 13, "clo
        "sched_getaffinity": 204, "getdents64": 217, "clock_gettime": 228, "clock_nanosleep": 230,
        "epoll_wait": 232, "ppoll": 271, "epoll_pwait": 281, "mkdirat": 258, "readlinkat": 267,
        "futex": 202, "pread64": 17}
+CUDA_HOST_REGISTER_MAPPED, CUDA_HOST_REGISTER_READ_ONLY = 2, 8
+CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CU_STREAM_WAIT_VALUE_GEQ = 1, 2, 0
 DTYPES = {}  # crucible_dtype -> (torch dtype, typestr of the __cuda_array_interface__, element bytes)
 
 
@@ -50,6 +52,7 @@ class Worker:
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.parent = os.getppid()
         self.control = None
+        self.wait_value = None  # cuStreamWaitValue32, once the release page is mapped (queued launches)
         self.start_error = ""
         try:
             self.start_device()
@@ -112,10 +115,10 @@ class Worker:
         hello = protocol.Hello(protocol.MAGIC, os.getpid())
         sock.send(bytes(hello))
         try:
-            data, fds, _, _ = socket.recv_fds(sock, ctypes.sizeof(protocol.LoadRequest), 1)
+            data, fds, _, _ = socket.recv_fds(sock, ctypes.sizeof(protocol.LoadRequest), 2)
         except OSError:
             return 3
-        if len(data) != ctypes.sizeof(protocol.LoadRequest) or len(fds) != 1:
+        if len(data) != ctypes.sizeof(protocol.LoadRequest) or len(fds) not in (1, 2):
             return 3
         request = protocol.LoadRequest.from_buffer_copy(data)
         if (request.magic != protocol.MAGIC or request.num_sets > protocol.MAX_SETS or
@@ -131,6 +134,8 @@ class Worker:
             base = self.attach(request)
         except Exception as e:
             return self.fail(11, "cudaIpcOpenMemHandle: " + one_line(e))
+        if len(fds) == 2:
+            self.prepare_hold(fds[1])
 
         c = self.control
         seq = 1
@@ -221,8 +226,10 @@ class Worker:
         if profile:
             self.support.crucible_coverage_begin()
         c.seen_ns = time.monotonic_ns()
+        seq = c.go
         rc, error = 0, None
         try:
+            held = c.hold and self.wait_value is not None and self.hold_streams(seq)
             self.start_event.record(self.stream)
             try:
                 if forward is not None:
@@ -232,6 +239,8 @@ class Worker:
                 rc, error = 1, e
             self.end_event.record(self.stream)
             c.launched_ns = time.monotonic_ns()
+            if held:
+                c.launched = seq  # the evaluator releases the GPU from here
             torch.cuda.synchronize()
         except Exception as e:  # the context is lost with the error (events and syncs fail from then on)
             error = e
@@ -247,7 +256,45 @@ class Worker:
         c.rc = rc if -2**31 <= rc < 2**31 else 1
         return True
 
-    # ---- helpers -------------------------------------------------------------------------------------------------
+    # ---- queued launches (eval_settings.h) -----------------------------------------------------------------------
+    def prepare_hold(self, fd):
+        """Maps the release page for the GPU, read-only from a read-only descriptor (nothing here can release its own
+        GPU early), so that a held call's streams wait for the evaluator's release. Without it calls run as launched
+        (hold_ready stays 0)."""
+        mmap_fn = self.libc.mmap
+        mmap_fn.restype = ctypes.c_void_p
+        mmap_fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        page = mmap_fn(None, protocol.RELEASE_BYTES, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        os.close(fd)
+        if page in (None, ctypes.c_void_p(-1).value):
+            return
+        try:
+            cuda = ctypes.CDLL("libcuda.so.1")  # loaded by PyTorch already: found without opening a file
+            wait = cuda.cuStreamWaitValue32_v2
+        except (OSError, AttributeError):
+            return
+        wait.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+        wait.restype = ctypes.c_int
+        register, device_pointer = self.cudart.cudaHostRegister, self.cudart.cudaHostGetDevicePointer
+        register.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+        device_pointer.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_uint]
+        device = ctypes.c_void_p()
+        if (register(page, protocol.RELEASE_BYTES, CUDA_HOST_REGISTER_MAPPED | CUDA_HOST_REGISTER_READ_ONLY) != 0 or
+                device_pointer(ctypes.byref(device), page, 0) != 0):
+            self.cudart.cudaGetLastError()
+            return
+        self.release_address = device.value
+        self.wait_value = wait
+        self.control.hold_ready = 1
+
+    def hold_streams(self, seq):
+        """The candidate's stream, and the default streams it might name instead, wait for the release of call `seq`."""
+        for stream in (self.stream.cuda_stream, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD):
+            if self.wait_value(stream, self.release_address, seq, CU_STREAM_WAIT_VALUE_GEQ) != 0:
+                return False
+        return True
+
+
     def wait_for_call(self, expected):
         """Spins a quarter second after the last call, then sleeps on the futex; ends with a vanished evaluator."""
         c = self.control

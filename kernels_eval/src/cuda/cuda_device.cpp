@@ -1,10 +1,15 @@
 #include "cuda_device.h"
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 namespace crucible::eval::cuda {
 namespace {
@@ -112,6 +117,108 @@ void EventTimer::start() { check(cudaEventRecord(static_cast<cudaEvent_t>(start_
 void EventTimer::stop() { check(cudaEventRecord(static_cast<cudaEvent_t>(stop_), nullptr), "cudaEventRecord"); }
 
 double EventTimer::seconds() {
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)), "cudaEventSynchronize");
+  float ms = 0.0f;
+  check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_)),
+        "cudaEventElapsedTime");
+  return ms * 1e-3;
+}
+
+using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+// Releases a hold that has lasted past its limit. One thread for the timer's life, asleep unless a hold is on.
+struct HeldTimer::Watchdog {
+  std::mutex m;
+  std::condition_variable cv;
+  uint32_t armed = 0;  // the sequence number held now; 0: none
+  std::chrono::steady_clock::time_point deadline;
+  bool fired = false, quit = false;
+  std::thread thread;
+};
+
+HeldTimer::HeldTimer(double limit_s) : limit_s_(limit_s) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
+  start_ = a;
+  stop_ = b;
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  void* host = nullptr;
+  void* device = nullptr;
+  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || cudaHostAlloc(&host, 64, cudaHostAllocMapped) != cudaSuccess ||
+      cudaHostGetDevicePointer(&device, host, 0) != cudaSuccess) {
+    cudaGetLastError();
+    if (host) cudaFreeHost(host);
+    return;  // not available(): the caller times as launched
+  }
+  wait_ = fn;
+  word_ = static_cast<uint32_t*>(host);
+  *word_ = 0;
+  device_word_ = reinterpret_cast<unsigned long long>(device);
+  watchdog_ = new Watchdog;
+  watchdog_->thread = std::thread([this, w = watchdog_] {
+    std::unique_lock lock(w->m);
+    while (!w->quit) {
+      if (!w->armed) {
+        w->cv.wait(lock);
+        continue;
+      }
+      const uint32_t held = w->armed;
+      if (w->cv.wait_until(lock, w->deadline) == std::cv_status::timeout && w->armed == held) {
+        release(held);
+        w->fired = true;
+        w->armed = 0;
+      }
+    }
+  });
+}
+
+HeldTimer::~HeldTimer() {
+  if (watchdog_) {
+    {
+      std::lock_guard lock(watchdog_->m);
+      watchdog_->quit = true;
+    }
+    watchdog_->cv.notify_all();
+    watchdog_->thread.join();
+    delete watchdog_;
+  }
+  if (word_) cudaFreeHost(word_);
+  cudaEventDestroy(static_cast<cudaEvent_t>(start_));
+  cudaEventDestroy(static_cast<cudaEvent_t>(stop_));
+}
+
+void HeldTimer::release(uint32_t value) { __atomic_store_n(word_, value, __ATOMIC_SEQ_CST); }
+
+void HeldTimer::start() {
+  if (!wait_) throw std::logic_error("HeldTimer::start without a stream wait (check available())");
+  const uint32_t seq = ++sequence_;
+  {
+    std::lock_guard lock(watchdog_->m);
+    watchdog_->armed = seq;
+    watchdog_->fired = false;
+    watchdog_->deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                               std::chrono::duration<double>(limit_s_));
+  }
+  watchdog_->cv.notify_all();
+  const CUresult r = reinterpret_cast<WaitValueFn>(wait_)(nullptr, device_word_, seq, CU_STREAM_WAIT_VALUE_GEQ);
+  if (r != CUDA_SUCCESS) throw std::runtime_error("cuStreamWaitValue32 failed with CUresult " + std::to_string(r));
+  check(cudaEventRecord(static_cast<cudaEvent_t>(start_), nullptr), "cudaEventRecord");
+  launch_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void HeldTimer::stop() {
+  check(cudaEventRecord(static_cast<cudaEvent_t>(stop_), nullptr), "cudaEventRecord");
+  launch_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - launch_s_;
+  release(sequence_);
+  std::lock_guard lock(watchdog_->m);
+  missed_ = watchdog_->fired;
+  watchdog_->armed = 0;
+}
+
+double HeldTimer::seconds() {
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)), "cudaEventSynchronize");
   float ms = 0.0f;
   check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_)),

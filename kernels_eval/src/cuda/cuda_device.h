@@ -74,4 +74,37 @@ class EventTimer {
   void* stop_ = nullptr;
 };
 
+// Queued launches for the evaluator's own work (references): start() makes the default stream wait on a word in
+// mapped host memory, then records the start event; stop() records the stop event and writes the word, releasing
+// the work launched in between at once. So seconds() is the work's device time without the host's launching in it,
+// and launch_seconds() is the launching itself. Work that waits for the GPU while launching would wait for ever: a
+// watchdog releases a hold that lasts past `limit_s`, and missed() says so.
+class HeldTimer {
+ public:
+  explicit HeldTimer(double limit_s = 0.25);
+  ~HeldTimer();
+  HeldTimer(const HeldTimer&) = delete;
+  HeldTimer& operator=(const HeldTimer&) = delete;
+  bool available() const { return wait_ != nullptr; }  // the driver can make a stream wait on memory
+  void start();
+  void stop();
+  double seconds();  // waits for stop()'s event
+  double launch_seconds() const { return launch_s_; }
+  bool missed() const { return missed_; }
+
+ private:
+  void release(uint32_t value);
+  double limit_s_;
+  void* wait_ = nullptr;        // cuStreamWaitValue32
+  uint32_t* word_ = nullptr;    // mapped host memory
+  unsigned long long device_word_ = 0;
+  uint32_t sequence_ = 0;
+  double launch_s_ = 0.0;
+  bool missed_ = false;
+  void* start_ = nullptr;
+  void* stop_ = nullptr;
+  struct Watchdog;
+  Watchdog* watchdog_ = nullptr;
+};
+
 }  // namespace crucible::eval::cuda

@@ -124,7 +124,8 @@ CRUCIBLE_SUPPORT int crucible_protocol_layout(int64_t* out, int n) {
       offsetof(Control, crash_code), offsetof(Control, crash_origin), offsetof(Control, crash_address),
       offsetof(Control, device_ms), offsetof(Control, seen_ns), offsetof(Control, launched_ns),
       offsetof(Control, synced_ns), offsetof(Control, own_kernel_share), offsetof(Control, cuda_error),
-      offsetof(Control, cuda_error_text), sizeof(LoadRequest), offsetof(LoadRequest, so_path),
+      offsetof(Control, cuda_error_text), offsetof(Control, launched), offsetof(Control, hold),
+      offsetof(Control, hold_ready), sizeof(LoadRequest), offsetof(LoadRequest, so_path),
       offsetof(LoadRequest, cuda_device), offsetof(LoadRequest, device_arena_handle), offsetof(LoadRequest, tensors),
       sizeof(TensorDesc), sizeof(LoadReply)};
   const int count = static_cast<int>(sizeof values / sizeof values[0]);

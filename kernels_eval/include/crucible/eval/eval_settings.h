@@ -14,10 +14,21 @@ std::string_view mode_name(Mode mode);
 // "fast" or "full"; throws std::invalid_argument otherwise.
 Mode parse_mode(std::string_view text);
 
+// How a GPU call is timed (docs/cuda.md). eager: from the doorbell, the candidate's launching included, as
+// KernelBench and GPU MODE time it. queued: the call's GPU work waits until the candidate has returned from
+// launching and is timed from its release, so the host's speed (a Python candidate's launches) does not move the
+// time; the launching itself is timed too and bounds the call from below. References are timed the same way.
+enum class Launches { eager, queued };
+
+std::string_view launches_name(Launches launches);
+// "eager" or "queued"; throws std::invalid_argument otherwise.
+Launches parse_launches(std::string_view text);
+
 struct EvalSettings {
   Backend backend = Backend::cpu;  // what candidates are written for
   CandidateKind kind = CandidateKind::native;  // triton: Python with Triton kernels (backend cuda)
   Mode mode = Mode::fast;
+  Launches launches = Launches::eager;
   std::string sizes;               // the tasks' size set; empty: the backend's own
   int correctness_trials = -1, timing_trials = -1;  // -1: the mode's defaults
   double call_timeout_s = 10.0;

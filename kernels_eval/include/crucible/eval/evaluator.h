@@ -23,6 +23,7 @@ namespace crucible::eval {
 
 struct EvalOptions {
   Mode mode = Mode::fast;
+  Launches launches = Launches::eager;  // GPU calls: see eval_settings.h
   CandidateKind kind = CandidateKind::native;  // triton: Python with Triton kernels, GPU devices only
   std::string device = "cpu";  // or "cuda" / "cuda:N"
   std::string sizes;            // the task's size set to use ("cpu", "cuda"); empty: the device's own

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "crucible/eval/eval_settings.h"
+
 namespace crucible::eval {
 
 // parse_error: a policy's reply held no usable source (a language model's cut-off or missing code block); it is
@@ -76,6 +78,7 @@ struct Verdict {
   std::string task;
   std::string device;
   std::string mode;
+  Launches launches = Launches::eager;  // how GPU calls were timed (eval_settings.h)
   std::vector<Reason> reasons;
   CompileReport compile;
   std::vector<TrialReport> trials;

@@ -17,6 +17,10 @@
 
 namespace crucible::eval {
 
+namespace protocol {
+struct ReleasePage;
+}
+
 struct ArenaTensor {
   DType dtype = DType::float32;
   std::vector<int64_t> shape;
@@ -60,6 +64,9 @@ struct CallOutcome {
   std::string detail;
   double device_seconds = -1.0;  // CUDA workers: the call's time by events, as the worker reported it
   double own_kernel_share = -1.0;  // CUDA workers, profiled calls: see Control::own_kernel_share
+  // Queued launches: seconds from ringing to the candidate's return, while its GPU work waited (-1 otherwise).
+  // `seconds` then runs from the release of the GPU to the answer.
+  double launch_seconds = -1.0;
   bool ok() const { return kind == Kind::ok; }
 };
 
@@ -92,6 +99,9 @@ struct DeviceShare {
   std::size_t bytes = 0;
   int null_calls = 0;
   std::function<void()> before_call;
+  // Queued launches (docs/cuda.md): each call's GPU work waits until the candidate has returned, and is timed from
+  // the evaluator's release of the GPU; the candidate's launching is timed apart, as a floor.
+  bool queued_launches = false;
 };
 
 class WorkerProcess {
@@ -114,6 +124,8 @@ class WorkerProcess {
   const std::vector<double>& null_call_seconds() const { return null_calls_; }
   // CPU seconds the worker process used in each host null call with its sync (trusted code only).
   const std::vector<double>& null_call_cpu_seconds() const { return null_call_cpu_; }
+  // Queued launches: each null call's launching (see CallOutcome::launch_seconds); empty when calls are not held.
+  const std::vector<double>& null_launch_seconds() const { return null_launches_; }
   // CPU time the worker process has used so far, all its threads, user and system, read by this process through
   // the worker's CPU clock (clock_getcpuclockid), which nothing inside the worker can set; -1 once it is gone.
   double cpu_seconds() const;
@@ -157,7 +169,12 @@ class WorkerProcess {
   int wait_status_ = 0;
   bool hello_seen_ = false;
   std::filesystem::path scratch_dir_;  // private temporary directory: the worker's cwd and TMPDIR
-  std::vector<double> null_calls_, null_call_cpu_;
+  std::vector<double> null_calls_, null_call_cpu_, null_launches_;
+  // Queued launches: the release page (mapped here for writing; the worker has it read-only), and whether calls are
+  // held (false again after a candidate kept one from returning while held: it waits for its own GPU work).
+  protocol::ReleasePage* release_ = nullptr;
+  bool holding_ = false;
+  bool open_release_page(int& read_only_fd);
   unsigned cpu_limit_s_ = 0;  // the worker's RLIMIT_CPU, to tell the kernel's SIGXCPU from one the candidate sent
   double reaped_cpu_s_ = -1.0;  // its CPU time, from wait4, once reaped
   bool reap(bool block);

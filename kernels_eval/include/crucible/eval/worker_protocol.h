@@ -80,7 +80,22 @@ struct Control {
   float own_kernel_share;  // of a profiled call's GPU time, in the candidate's own kernels; -1 unknown (a hint)  // CLOCK_MONOTONIC in the worker: where a call's time went (diagnostics)
   int32_t cuda_error;
   char cuda_error_text[256];
+  // Queued launches (GPU workers, docs/cuda.md): when `hold` is set, the worker makes its streams wait for the
+  // release page before it calls the candidate, and writes the call's sequence number into `launched` once the
+  // candidate has returned; the evaluator then releases the GPU and starts its clock. `hold_ready`: the worker
+  // could map the release page for its GPU (otherwise every call runs as it is launched).
+  alignas(64) std::atomic<uint32_t> launched;
+  int32_t hold;
+  int32_t hold_ready;
 };
 static_assert(sizeof(Control) <= kControlBytes, "control block must fit its page");
+
+// The release page: one word the evaluator writes (the sequence number of the call the GPU may start) and the
+// worker's GPU reads. It travels as a second descriptor with the load request, opened read-only, so nothing in the
+// worker's process can release its own GPU early.
+constexpr uint64_t kReleaseBytes = 4096;
+struct ReleasePage {
+  alignas(64) std::atomic<uint32_t> release;
+};
 
 }  // namespace crucible::eval::protocol
