@@ -59,6 +59,7 @@ TEST_CASE("Triton candidates are an [eval] choice for CUDA devices, refused on t
   CHECK(e.grpo.batch_size == 4);
   CHECK(e.grpo.group_size == 16);
   CHECK(e.reward.scale == 1500.0);
+  CHECK(e.eval.launches == eval::Launches::queued);
   auto cpu = failure(kMinimal + "[eval]\ncandidate = \"triton\"\n");
   CHECK(cpu.key() == "eval.candidate");
   CHECK(std::string(cpu.what()).find("GPU") != std::string::npos);
