@@ -104,7 +104,7 @@ const std::vector<Category>& forbidden_categories() {
       {"cuda stream/event/graph",
        {},
        {"cudaStream", "cudaEvent", "cudaGraph", "cudaDeviceSynchronize", "cudaDeviceReset", "cudaSetDevice",
-        "cudaHostAlloc", "cudaMallocHost", "cudaMallocManaged", "cudaLaunchHostFunc", "cudaIpc"}}};
+        "cudaHostAlloc", "cudaMallocHost", "cudaHostRegister", "cudaMallocManaged", "cudaLaunchHostFunc", "cudaIpc"}}};
   return categories;
 }
 

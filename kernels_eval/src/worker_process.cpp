@@ -523,17 +523,21 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync, bool 
   double launch_seconds = -1.0;
   if (hold) {
     // Held: wait for the candidate to return from launching, then release its GPU work and time from there. A
-    // candidate that waits for its own GPU work never returns while held: released after a while, and no later
-    // call of this worker is held.
+    // candidate that waits for its own GPU work never returns while held: released after a while, timed from the
+    // doorbell (its work may not have been held at all: the worker says so only by returning), and no later call of
+    // this worker is held.
     const auto give_up = start + std::chrono::duration<double>(kHoldLimitSeconds);
     while (c->launched.load(std::memory_order_acquire) != seq && c->done.load(std::memory_order_acquire) != seq &&
            Clock::now() < give_up)
       wait_a_moment();
     const auto released = Clock::now();
     release_->release.store(seq, std::memory_order_seq_cst);
-    if (c->launched.load(std::memory_order_acquire) == seq) launch_seconds = std::chrono::duration<double>(released - start).count();
-    else holding_ = false;
-    start = released;
+    if (c->launched.load(std::memory_order_acquire) == seq) {
+      launch_seconds = std::chrono::duration<double>(released - start).count();
+      start = released;
+    } else {
+      holding_ = false;
+    }
   }
 
   // Spin for precise end times; after 50 ms, poll every 50 us (under 0.1% of such a call).

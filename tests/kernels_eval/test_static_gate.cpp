@@ -37,6 +37,8 @@ TEST_CASE("imports are classified by what they would let a candidate do") {
   cuda.backend = "cuda";
   CHECK(eval::classify_import("cudaLaunchKernel", cuda).empty());
   CHECK(eval::classify_import("cudaStreamCreate", cuda) == "cuda stream/event/graph");
+  // Pinning host memory for the device: the way a candidate could try to write a page its worker maps read-only.
+  CHECK(eval::classify_import("cudaHostRegister", cuda) == "cuda stream/event/graph");
   CHECK(eval::classify_import("cublasCreate_v2", cuda) == "library");
 
   eval::GatePolicy allowing;
