@@ -333,7 +333,7 @@ Verdict verdict_header(const TaskSpec& task, const EvalOptions& options, int thr
   const int cuda_device = parse_cuda_device(options.device);
   v.device = cuda_device >= 0 ? "cuda:" + std::to_string(cuda_device) : options.device;
   v.mode = std::string(mode_name(options.mode));
-  v.launches = options.launches;
+  v.launches = cuda_device >= 0 ? options.launches : Launches::eager;  // CPU calls hold nothing: said as they are
   v.threads = threads;
   return v;
 }

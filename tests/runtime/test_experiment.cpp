@@ -70,8 +70,12 @@ TEST_CASE("Triton candidates are an [eval] choice for CUDA devices, refused on t
 
 TEST_CASE("how GPU calls are timed is an [eval] choice: eager by default, queued on request, nothing else") {
   CHECK(experiment::parse_experiment(kMinimal, "min.toml").eval.launches == eval::Launches::eager);
-  auto queued = experiment::parse_experiment(kMinimal + "[eval]\nlaunches = \"queued\"\n", "q.toml");
+  auto queued = experiment::parse_experiment(
+      kMinimal + "[eval]\ndevices = [\"cuda:0\"]\nlaunches = \"queued\"\n", "q.toml");
   CHECK(queued.eval.launches == eval::Launches::queued);
+  auto on_cpu = failure(kMinimal + "[eval]\nlaunches = \"queued\"\n");
+  CHECK(on_cpu.key() == "eval.launches");
+  CHECK(std::string(on_cpu.what()).find("CUDA") != std::string::npos);
   CHECK(failure(kMinimal + "[eval]\nlaunches = \"held\"\n").key() == "eval.launches");
 }
 

@@ -134,6 +134,15 @@ TEST_CASE("crucible reports bad input as a classified error with a non-zero exit
 
   auto unknown = crucible_cli({"tasks", "show", "no_such_task"}, dir.path().string());
   CHECK(unknown.exit_code == 2);
+
+  // Queued launches hold GPU calls: asked for on the CPU, refused before anything is built.
+  auto queued = crucible_cli({"eval", "--task", "relu", "--candidate", test::source_dir().string() +
+                              "/configs/candidates/cpu/relu.cpp", "--launches", "queued"}, dir.path().string());
+  CHECK(queued.exit_code == 2);
+  CHECK(queued.output.find("--launches queued holds GPU calls") != std::string::npos);
+  auto bogus = crucible_cli({"eval", "--task", "relu", "--candidate", test::source_dir().string() +
+                             "/configs/candidates/cpu/relu.cpp", "--launches", "held"}, dir.path().string());
+  CHECK(bogus.exit_code != 0);
 }
 
 TEST_CASE("crucible tasks list and show, and --help everywhere") {

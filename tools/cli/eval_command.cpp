@@ -81,6 +81,10 @@ int run_eval(const EvalArgs& a) {
                 << "machine with a GPU, or write the CPU candidate in C++ (.cpp)\n";
       return 2;
     }
+    if (a.launches == "queued" && a.device == "cpu") {
+      std::cerr << "error: --launches queued holds GPU calls; evaluate with --device cuda (or cuda:N)\n";
+      return 2;
+    }
     std::ostringstream source;
     source << in.rdbuf();
 
