@@ -218,7 +218,7 @@ std::string Evaluator::timing_key(const TaskSpec& task, const cuda::DeviceInfo* 
                                   const std::string& size_set, const StageContext& ctx, int arena_sets) {
   const std::string settings = size_set + "|" + std::to_string(ctx.timed) + "|" + std::to_string(ctx.warmup) + "|" +
                                (ctx.full ? "full" : "fast") + "|" + std::to_string(arena_sets) + "|" +
-                               std::to_string(config_.threads) + (ctx.gpu && ctx.gpu->queued ? "|queued" : "");
+                               std::to_string(config_.threads) + (ctx.gpu && ctx.gpu->held ? "|queued" : "");
   if (!gpu) return task.name + "|" + task.source_path + "|" + pool_device + "|" + settings;
   auto& fingerprint = cache_->fingerprints[Cache::pool_key(task, pool_device, size_set)];
   if (fingerprint.empty()) fingerprint = task_fingerprint(task);
@@ -333,7 +333,9 @@ Verdict verdict_header(const TaskSpec& task, const EvalOptions& options, int thr
   const int cuda_device = parse_cuda_device(options.device);
   v.device = cuda_device >= 0 ? "cuda:" + std::to_string(cuda_device) : options.device;
   v.mode = std::string(mode_name(options.mode));
-  v.launches = cuda_device >= 0 ? options.launches : Launches::eager;  // CPU calls hold nothing: said as they are
+  // Only a Triton worker holds its calls (see docs/cuda.md): a CPU or CUDA C++ candidate is timed as launched.
+  const bool held = cuda_device >= 0 && options.kind == CandidateKind::triton;
+  v.launches = held ? options.launches : Launches::eager;
   v.threads = threads;
   return v;
 }
@@ -436,7 +438,9 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     gpu->tensors.reserve(layout.bytes);
     gpu_stage = {cuda_device, gpu->tensors.data(), gpu->flush.get(), 0.0};
     gpu_stage.own_kernels_only = triton_pool != nullptr;
-    if (options.launches == Launches::queued) {
+    // Held calls are trusted only where the candidate cannot reach its worker's control block: a CUDA C++ candidate
+    // shares the worker's memory and could say it returned from launching while its work had run unheld.
+    if (options.launches == Launches::queued && triton_pool) {
       gpu_stage.queued = true;
       if (gpu->held->available()) gpu_stage.held = gpu->held.get();
     }
@@ -525,6 +529,9 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
       measure_timing(ctx, v, cache_->timings, key);
     }
     v.stages.timing_s = since(timing_start);
+    // A worker that could not hold its calls, or stopped (its candidate waited for the GPU while launching), was
+    // timed as launched: the verdict says so.
+    if (gpu && !worker->holding()) v.launches = Launches::eager;
     if (v.status == Status::correct && !v.speedup && v.candidate_time && v.reference_time &&
         v.candidate_time->median_us > 0)
       v.speedup = v.reference_time->median_us / v.candidate_time->median_us;
@@ -698,6 +705,7 @@ Verdict Evaluator::evaluate_cases(const TaskSpec& task, const std::vector<ShapeC
     combined.reference_time->cv = std::max(combined.reference_time->cv, v.reference_time->cv);
     combined.candidate_time->retaken = combined.candidate_time->retaken || v.candidate_time->retaken;
     combined.reference_time->retaken = combined.reference_time->retaken || v.reference_time->retaken;
+    if (v.launches == Launches::eager) combined.launches = Launches::eager;  // one shape timed as launched
     if (v.kernel_coverage && combined.kernel_coverage)
       combined.kernel_coverage = std::min(*combined.kernel_coverage, *v.kernel_coverage);
   }

@@ -353,11 +353,17 @@ void WorkerProcess::release_cpu() {
 }
 
 bool WorkerProcess::open_release_page(int& read_only_fd) {
-  const int fd = memfd_create("crucible-release", MFD_CLOEXEC);
+  const int fd = memfd_create("crucible-release", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return false;
   void* page = MAP_FAILED;
   if (ftruncate(fd, static_cast<off_t>(proto::kReleaseBytes)) == 0)
     page = mmap(nullptr, proto::kReleaseBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // Sealed: this mapping stays writable, and no other can be made so, whatever descriptor reaches the file.
+  if (page != MAP_FAILED &&
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
+    munmap(page, proto::kReleaseBytes);
+    page = MAP_FAILED;
+  }
   // The worker gets a descriptor opened for reading only: no mapping of it can ever be made writable.
   read_only_fd = page == MAP_FAILED ? -1 : open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC);
   close(fd);

@@ -310,8 +310,9 @@ void read_eval(TableReader t, EvalConfig& c) {
     t.fail("candidate", "Triton candidates run on GPU devices (backend cuda)");
   c.mode = parse_choice(t, "mode", std::string(eval::mode_name(c.mode)), [](const std::string& v) { return eval::parse_mode(v); });
   c.launches = parse_choice(t, "launches", "eager", [](const std::string& v) { return eval::parse_launches(v); });
-  if (c.launches == eval::Launches::queued && c.backend != eval::Backend::cuda)
-    t.fail("launches", "queued launches hold GPU calls: they need CUDA devices (backend cuda)");
+  if (c.launches == eval::Launches::queued && c.kind != eval::CandidateKind::triton)
+    t.fail("launches", "queued launches hold Triton candidates' GPU calls (candidate = \"triton\", CUDA devices); "
+                       "CUDA C++ candidates are timed as launched");
   c.sizes = t.get_string("sizes", "");
   c.compile_workers = positive(t, "compile_workers", 0, 0);
   c.correctness_trials = static_cast<int>(t.get_int("correctness_trials", -1));

@@ -138,31 +138,17 @@ TEST_CASE("gpu: work moved off the candidate's stream is still timed") {
   CHECK(hidden.candidate_time->median_us > 0.7 * honest.candidate_time->median_us);
 }
 
-TEST_CASE("gpu: queued launches time the released GPU work, and still count hidden work and slow launching") {
+TEST_CASE("gpu: queued launches are not applied to a CUDA C++ candidate: timed as launched, and the verdict says so") {
+  // Its code shares the worker's memory, so it could say it returned from launching while its work ran unheld.
   test::TestEvaluator t("gpu-queued");
   auto relu = tasks::find_task("relu", test::tasks_dir());
-  auto eager = test::gpu_options("cuda");
-  auto queued = eager;
+  auto queued = test::gpu_options("cuda");
   queued.launches = eval::Launches::queued;
-  auto honest_eager = t.evaluator.evaluate(relu, cuda_candidate("relu"), eager);
-  auto honest = t.evaluator.evaluate(relu, cuda_candidate("relu"), queued);
-  auto hidden = t.evaluator.evaluate(relu, cuda_fixture("default_stream"), queued);
-  auto slow_eager = t.evaluator.evaluate(relu, cuda_fixture("slow_launch"), eager);
-  auto slow = t.evaluator.evaluate(relu, cuda_fixture("slow_launch"), queued);
-  INFO(test::detail_of(honest_eager), " / ", test::detail_of(honest), " / ", test::detail_of(hidden), " / ",
-       test::detail_of(slow_eager), " / ", test::detail_of(slow));
-  for (const auto* v : {&honest_eager, &honest, &hidden, &slow_eager, &slow})
-    REQUIRE(v->status == eval::Status::correct);
-  CHECK(honest.launches == eval::Launches::queued);
-  CHECK(eval::to_json(honest, -1).find("\"launches\":\"queued\"") != std::string::npos);
-  CHECK(eval::to_json(honest_eager, -1).find("\"launches\":\"eager\"") != std::string::npos);
-  // The same kernel either way: held, its time loses the launching only (microseconds against milliseconds).
-  CHECK(honest.candidate_time->median_us > 0.8 * honest_eager.candidate_time->median_us);
-  CHECK(honest.candidate_time->median_us < 1.1 * honest_eager.candidate_time->median_us);
-  CHECK(hidden.candidate_time->median_us > 0.7 * honest.candidate_time->median_us);  // the legacy stream is held too
-  // Its launching bounds it from below: milliseconds of host work, counted as they are when calls run as launched.
-  CHECK(slow_eager.candidate_time->median_us > 1000.0);
-  CHECK(slow.candidate_time->median_us > 0.9 * slow_eager.candidate_time->median_us);
+  auto v = t.evaluator.evaluate(relu, cuda_candidate("relu"), queued);
+  INFO(test::detail_of(v));
+  REQUIRE(v.status == eval::Status::correct);
+  CHECK(v.launches == eval::Launches::eager);
+  CHECK(eval::to_json(v, -1).find("\"launches\":\"eager\"") != std::string::npos);
 }
 
 TEST_CASE("gpu: kernel coverage tells a candidate's own kernels from runtime copies") {

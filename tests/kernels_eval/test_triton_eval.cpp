@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "crucible/eval/evaluator.h"
+#include "crucible/eval/verdict_json.h"
 #include "eval_support.h"
 #include "tasks/task_loader.h"
 
@@ -120,9 +121,19 @@ TEST_CASE("triton gpu: queued launches hold a Triton worker's calls, with the sa
   REQUIRE(eager.status == eval::Status::correct);
   REQUIRE(held.status == eval::Status::correct);
   CHECK(held.launches == eval::Launches::queued);
+  CHECK(eval::to_json(held, -1).find("\"launches\":\"queued\"") != std::string::npos);
   // One kernel over 64 MiB: held, the time loses the Python launching only.
   CHECK(held.candidate_time->median_us > 0.8 * eager.candidate_time->median_us);
   CHECK(held.candidate_time->median_us < 1.1 * eager.candidate_time->median_us);
+  // Milliseconds of host work before launching are timed as they are eagerly: the launching bounds a held call.
+  auto slow_eager = t.evaluator.evaluate(relu, triton_fixture("slow_launch"), triton_options("cuda"));
+  auto slow = t.evaluator.evaluate(relu, triton_fixture("slow_launch"), queued);
+  INFO(test::detail_of(slow_eager), " / ", test::detail_of(slow));
+  REQUIRE(slow_eager.status == eval::Status::correct);
+  REQUIRE(slow.status == eval::Status::correct);
+  CHECK(slow.launches == eval::Launches::queued);
+  CHECK(slow_eager.candidate_time->median_us > eager.candidate_time->median_us + 1000.0);
+  CHECK(slow.candidate_time->median_us > 0.9 * slow_eager.candidate_time->median_us);
   auto cpu_sizes = triton_options("cpu");
   cpu_sizes.launches = eval::Launches::queued;
   for (const auto& e : kExpectations) {

@@ -71,11 +71,13 @@ TEST_CASE("Triton candidates are an [eval] choice for CUDA devices, refused on t
 TEST_CASE("how GPU calls are timed is an [eval] choice: eager by default, queued on request, nothing else") {
   CHECK(experiment::parse_experiment(kMinimal, "min.toml").eval.launches == eval::Launches::eager);
   auto queued = experiment::parse_experiment(
-      kMinimal + "[eval]\ndevices = [\"cuda:0\"]\nlaunches = \"queued\"\n", "q.toml");
+      kMinimal + "[eval]\ndevices = [\"cuda:0\"]\ncandidate = \"triton\"\nlaunches = \"queued\"\n", "q.toml");
   CHECK(queued.eval.launches == eval::Launches::queued);
   auto on_cpu = failure(kMinimal + "[eval]\nlaunches = \"queued\"\n");
   CHECK(on_cpu.key() == "eval.launches");
-  CHECK(std::string(on_cpu.what()).find("CUDA") != std::string::npos);
+  CHECK(std::string(on_cpu.what()).find("Triton") != std::string::npos);
+  auto native = failure(kMinimal + "[eval]\ndevices = [\"cuda:0\"]\nlaunches = \"queued\"\n");
+  CHECK(native.key() == "eval.launches");
   CHECK(failure(kMinimal + "[eval]\nlaunches = \"held\"\n").key() == "eval.launches");
 }
 

@@ -139,7 +139,7 @@ TEST_CASE("crucible reports bad input as a classified error with a non-zero exit
   auto queued = crucible_cli({"eval", "--task", "relu", "--candidate", test::source_dir().string() +
                               "/configs/candidates/cpu/relu.cpp", "--launches", "queued"}, dir.path().string());
   CHECK(queued.exit_code == 2);
-  CHECK(queued.output.find("--launches queued holds GPU calls") != std::string::npos);
+  CHECK(queued.output.find("--launches queued holds Triton candidates' GPU calls") != std::string::npos);
   auto bogus = crucible_cli({"eval", "--task", "relu", "--candidate", test::source_dir().string() +
                              "/configs/candidates/cpu/relu.cpp", "--launches", "held"}, dir.path().string());
   CHECK(bogus.exit_code != 0);

@@ -81,8 +81,9 @@ int run_eval(const EvalArgs& a) {
                 << "machine with a GPU, or write the CPU candidate in C++ (.cpp)\n";
       return 2;
     }
-    if (a.launches == "queued" && a.device == "cpu") {
-      std::cerr << "error: --launches queued holds GPU calls; evaluate with --device cuda (or cuda:N)\n";
+    if (a.launches == "queued" && (a.device == "cpu" || (a.kind.empty() ? ext != ".py" : a.kind != "triton"))) {
+      std::cerr << "error: --launches queued holds Triton candidates' GPU calls (a .py candidate, --device cuda); "
+                << "CUDA C++ candidates are timed as launched\n";
       return 2;
     }
     std::ostringstream source;
@@ -142,8 +143,8 @@ Run add_eval_command(CLI::App& app) {
       ->check(CLI::IsMember({"fast", "full"}))
       ->capture_default_str();
   cmd->add_option("--launches", args->launches,
-                  "GPU calls: eager (timed from the call, launching included) or queued (GPU work held until the "
-                  "candidate has returned, timed from its release; docs/cuda.md)")
+                  "Triton candidates' GPU calls: eager (timed from the call, launching included) or queued (GPU work "
+                  "held until the candidate has returned, timed from its release; docs/cuda.md)")
       ->check(CLI::IsMember({"eager", "queued"}))
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object");

@@ -241,6 +241,7 @@ class Worker:
             c.launched_ns = time.monotonic_ns()
             if held:
                 c.launched = seq  # the evaluator releases the GPU from here
+                self.wait_for_release(seq)
             torch.cuda.synchronize()
         except Exception as e:  # the context is lost with the error (events and syncs fail from then on)
             error = e
@@ -284,8 +285,18 @@ class Worker:
             self.cudart.cudaGetLastError()
             return
         self.release_address = device.value
+        self.release_word = ctypes.c_uint32.from_address(page)
         self.wait_value = wait
         self.control.hold_ready = 1
+
+    def wait_for_release(self, seq):
+        """Until the evaluator releases call `seq` (microseconds): a worker whose evaluator died before releasing ends
+        here, instead of waiting for ever on a GPU that never starts."""
+        spins = 0
+        while (self.release_word.value - seq) & 0xFFFFFFFF >= 0x80000000:
+            spins += 1
+            if spins % 4096 == 0 and os.getppid() != self.parent:
+                os._exit(0)
 
     def hold_streams(self, seq):
         """The candidate's stream, and the default streams it might name instead, wait for the release of call `seq`."""

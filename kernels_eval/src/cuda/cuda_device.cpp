@@ -177,6 +177,7 @@ HeldTimer::HeldTimer(double limit_s) : limit_s_(limit_s) {
 
 HeldTimer::~HeldTimer() {
   if (watchdog_) {
+    release(sequence_);  // nothing may wait on the word once it is freed
     {
       std::lock_guard lock(watchdog_->m);
       watchdog_->quit = true;
@@ -212,10 +213,14 @@ void HeldTimer::start() {
 void HeldTimer::stop() {
   check(cudaEventRecord(static_cast<cudaEvent_t>(stop_), nullptr), "cudaEventRecord");
   launch_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - launch_s_;
+  {
+    // Disarmed before the release, so the watchdog cannot fire between them and report a miss that was none.
+    std::lock_guard lock(watchdog_->m);
+    missed_ = watchdog_->fired;
+    watchdog_->armed = 0;
+  }
+  watchdog_->cv.notify_all();
   release(sequence_);
-  std::lock_guard lock(watchdog_->m);
-  missed_ = watchdog_->fired;
-  watchdog_->armed = 0;
 }
 
 double HeldTimer::seconds() {

@@ -48,11 +48,6 @@ struct SyscallNeeds {
 };
 SyscallNeeds syscall_needs();
 
-// Queued launches (GPU workers): maps the release page for the device, so that a call with `hold` set makes its
-// streams wait for the evaluator's release. Sets the control block's `hold_ready` when that works; calls run as
-// they are launched otherwise.
-void prepare_hold(protocol::Control* control, const protocol::ReleasePage* page);
-
 // One call on a set of tensors, or a null call when `forward` is null. Fills rc and device_ms in the control
 // block; false when the device is unusable and the worker must end (the error is in the control block).
 bool run_call(ForwardFn forward, crucible_tensor* in, int num_inputs, crucible_tensor* out, int num_outputs,

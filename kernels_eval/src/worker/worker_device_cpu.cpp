@@ -20,8 +20,6 @@ double spin_window_seconds() { return 0.0; }
 
 SyscallNeeds syscall_needs() { return {}; }
 
-void prepare_hold(protocol::Control*, const protocol::ReleasePage*) {}  // nothing to hold: CPU calls are timed as run
-
 bool run_call(ForwardFn forward, crucible_tensor* in, int num_inputs, crucible_tensor* out, int num_outputs,
               protocol::Control* control) {
   control->rc = forward ? forward(in, num_inputs, out, num_outputs, nullptr) : 0;

@@ -1,7 +1,6 @@
 // The CUDA worker: one context on one GPU, created before the job arrives; tensors in device memory lent by the
 // evaluator through a CUDA IPC handle; each call bracketed by events on the candidate's stream and followed by
 // a full device synchronisation, so work on any other stream is finished before the worker answers.
-#include <cuda.h>
 #include <cuda_runtime.h>
 #include <dirent.h>
 #include <dlfcn.h>
@@ -26,11 +25,6 @@ namespace {
 
 cudaStream_t g_stream = nullptr;
 cudaEvent_t g_start = nullptr, g_end = nullptr;
-
-// Queued launches: the driver's stream wait on a 32-bit word, and the release word's device address.
-using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-WaitValueFn g_wait_value = nullptr;
-CUdeviceptr g_release = 0;
 
 // The candidate's cudaMalloc calls land here (the worker exports these names, and the dynamic linker prefers
 // the executable's definitions), so an allocation failure is reported as out-of-memory even when the candidate
@@ -162,37 +156,6 @@ SyscallNeeds syscall_needs() {
   return needs;
 }
 
-void prepare_hold(protocol::Control* c, const protocol::ReleasePage* page) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess) {
-    cudaGetLastError();
-    return;
-  }
-  void* host = const_cast<protocol::ReleasePage*>(page);
-  void* device = nullptr;
-  if (cudaHostRegister(host, protocol::kReleaseBytes, cudaHostRegisterMapped | cudaHostRegisterReadOnly) !=
-          cudaSuccess ||
-      cudaHostGetDevicePointer(&device, host, 0) != cudaSuccess) {
-    cudaGetLastError();
-    return;
-  }
-  g_wait_value = reinterpret_cast<WaitValueFn>(fn);
-  g_release = reinterpret_cast<CUdeviceptr>(device);
-  c->hold_ready = 1;
-}
-
-namespace {
-// The candidate's stream, and the default streams a candidate might name instead (work there would otherwise run
-// while it is still launching, outside the measured time), wait for the evaluator's release of this call.
-bool hold_streams(uint32_t seq) {
-  for (CUstream s : {reinterpret_cast<CUstream>(g_stream), CU_STREAM_LEGACY, CU_STREAM_PER_THREAD})
-    if (g_wait_value(s, g_release, seq, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) return false;
-  return true;
-}
-}  // namespace
-
 bool run_call(ForwardFn forward, crucible_tensor* in, int num_inputs, crucible_tensor* out, int num_outputs,
               protocol::Control* c) {
   g_failed_allocation = 0;
@@ -201,13 +164,10 @@ bool run_call(ForwardFn forward, crucible_tensor* in, int num_inputs, crucible_t
   if (profile) coverage::begin_call();
 #endif
   c->seen_ns = now_ns();
-  const uint32_t seq = c->go.load(std::memory_order_acquire);
-  const bool held = c->hold && g_wait_value && hold_streams(seq);
   cudaEventRecord(g_start, g_stream);
   int rc = forward ? forward(in, num_inputs, out, num_outputs, g_stream) : 0;
   cudaEventRecord(g_end, g_stream);
   c->launched_ns = now_ns();
-  if (held) c->launched.store(seq, std::memory_order_release);  // the evaluator releases the GPU from here
   cudaError_t e = cudaDeviceSynchronize();
   c->synced_ns = now_ns();
   if (e == cudaSuccess) e = cudaGetLastError();

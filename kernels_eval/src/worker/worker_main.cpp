@@ -179,7 +179,8 @@ int main(int argc, char** argv) {
   auto request = std::make_unique<proto::LoadRequest>();
   int fds[crucible::eval::kMaxPassedFds] = {-1, -1};
   const int fd_count = crucible::eval::receive_with_fds(proto::kSocketFd, request.get(), sizeof *request, fds);
-  const int arena_fd = fds[0], release_fd = fd_count > 1 ? fds[1] : -1;
+  const int arena_fd = fds[0];
+  for (int i = 1; i < fd_count; ++i) close(fds[i]);  // a release page is for Triton workers (queued launches)
   if (fd_count < 1 || request->magic != proto::kMagic || request->num_sets > proto::kMaxSets ||
       request->num_inputs + request->num_outputs > proto::kMaxTensors)
     return 3;
@@ -192,12 +193,6 @@ int main(int argc, char** argv) {
   crucible::eval::worker::install_crash_notes(g_control);
   char* tensor_base = device::attach_tensors(*request, static_cast<char*>(base), device_error);
   if (!tensor_base) return fail(11, device_error);
-  if (release_fd >= 0) {
-    // Read-only, from a read-only descriptor: not even mprotect can make it writable here.
-    void* page = mmap(nullptr, proto::kReleaseBytes, PROT_READ, MAP_SHARED, release_fd, 0);
-    close(release_fd);
-    if (page != MAP_FAILED) device::prepare_hold(g_control, static_cast<const proto::ReleasePage*>(page));
-  }
 
   // Null calls, served by trusted code before any of the candidate's code exists in this process.
   auto* c = g_control;

@@ -14,10 +14,12 @@ std::string_view mode_name(Mode mode);
 // "fast" or "full"; throws std::invalid_argument otherwise.
 Mode parse_mode(std::string_view text);
 
-// How a GPU call is timed (docs/cuda.md). eager: from the doorbell, the candidate's launching included, as
-// KernelBench and GPU MODE time it. queued: the call's GPU work waits until the candidate has returned from
-// launching and is timed from its release, so the host's speed (a Python candidate's launches) does not move the
-// time; the launching itself is timed too and bounds the call from below. References are timed the same way.
+// How a Triton candidate's GPU calls are timed (docs/cuda.md). eager: from the doorbell, the candidate's launching
+// included, as KernelBench and GPU MODE time it. queued: the call's GPU work waits until the candidate has returned
+// from launching and is timed from its release, so the host's speed (Python launches) does not move the time; the
+// launching itself is timed too and bounds the call from below. References are timed the same way. CUDA C++
+// candidates are always timed eagerly: they share their worker's memory, so its word that they returned is not
+// evidence.
 enum class Launches { eager, queued };
 
 std::string_view launches_name(Launches launches);

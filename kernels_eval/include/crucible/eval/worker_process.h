@@ -126,6 +126,8 @@ class WorkerProcess {
   const std::vector<double>& null_call_cpu_seconds() const { return null_call_cpu_; }
   // Queued launches: each null call's launching (see CallOutcome::launch_seconds); empty when calls are not held.
   const std::vector<double>& null_launch_seconds() const { return null_launches_; }
+  // Queued launches: whether this worker's calls are held (false once a call was released without it).
+  bool holding() const { return holding_; }
   // CPU time the worker process has used so far, all its threads, user and system, read by this process through
   // the worker's CPU clock (clock_getcpuclockid), which nothing inside the worker can set; -1 once it is gone.
   double cpu_seconds() const;
