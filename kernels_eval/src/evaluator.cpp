@@ -440,10 +440,8 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     gpu_stage.own_kernels_only = triton_pool != nullptr;
     // Held calls are trusted only where the candidate cannot reach its worker's control block: a CUDA C++ candidate
     // shares the worker's memory and could say it returned from launching while its work had run unheld.
-    if (options.launches == Launches::queued && triton_pool) {
-      gpu_stage.queued = true;
-      if (gpu->held->available()) gpu_stage.held = gpu->held.get();
-    }
+    const bool queued = options.launches == Launches::queued && triton_pool;
+    if (queued && gpu->held->available()) gpu_stage.held = gpu->held.get();
     for (const auto& set : layout.outputs)
       for (const auto& slot : set) {
         poison(ArenaRef{gpu_stage.tensors, cuda_device}, slot, 0);
@@ -456,7 +454,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
     if (trace) std::fprintf(stderr, "load: arena ready after %.1f ms\n", since(load_start) * 1e3);
     share.bytes = gpu->tensors.size();
     share.null_calls = 20;
-    share.queued_launches = gpu_stage.queued;
+    share.queued_launches = queued;
     share.before_call = [flush = gpu->flush.get()] {
       flush->run();
       cuda::synchronize();

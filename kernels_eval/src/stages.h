@@ -21,10 +21,9 @@ struct GpuStage {
   std::byte* tensors = nullptr;  // device memory the worker maps
   cuda::L2Flush* flush = nullptr;
   double null_call_s = 0.0;
-  // Queued launches (eval_settings.h): the candidate's calls are held while it launches (when its worker could map
-  // the release page), and the reference's by `held` (null when the driver cannot; then it is timed as launched).
-  // A reference that waits for the GPU while launching is timed as launched from then on.
-  bool queued = false;
+  // Queued launches (eval_settings.h): the reference's calls are held by `held` (null when launches are eager or the
+  // driver cannot hold; then it is timed as launched). A reference that waits for the GPU while launching is timed
+  // as launched from then on.
   cuda::HeldTimer* held = nullptr;
   double null_launch_s = 0.0;  // the fixed cost of launching a held call (null calls)
   std::vector<double> event_samples_us;  // what the worker's events said of each timed call

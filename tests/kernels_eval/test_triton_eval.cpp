@@ -125,8 +125,9 @@ TEST_CASE("triton gpu: queued launches hold a Triton worker's calls, with the sa
   // One kernel over 64 MiB: held, the time loses the Python launching only.
   CHECK(held.candidate_time->median_us > 0.8 * eager.candidate_time->median_us);
   CHECK(held.candidate_time->median_us < 1.1 * eager.candidate_time->median_us);
-  // Milliseconds of host work before launching: held, the call is timed at no less than that work (its launching
-  // bounds it from below) and no less than its GPU work. Eagerly it pays both, one after the other.
+  // Tens of milliseconds of host work before a 4 ms kernel: held, the call is timed at no less than that work (its
+  // launching bounds it from below). Eagerly it pays both, one after the other. The host's speed moves between
+  // evaluations (up to 1.8x in stretches, docs/benchmarks.md), hence the margin.
   auto slow_eager = t.evaluator.evaluate(relu, triton_fixture("slow_launch"), triton_options("cuda"));
   auto slow = t.evaluator.evaluate(relu, triton_fixture("slow_launch"), queued);
   INFO(test::detail_of(slow_eager), " / ", test::detail_of(slow));
@@ -135,8 +136,9 @@ TEST_CASE("triton gpu: queued launches hold a Triton worker's calls, with the sa
   CHECK(slow.launches == eval::Launches::queued);
   CHECK(slow_eager.candidate_time->median_us > eager.candidate_time->median_us + 1000.0);
   const double host_us = slow_eager.candidate_time->median_us - eager.candidate_time->median_us;
-  CHECK(slow.candidate_time->median_us > 0.9 * host_us);
-  CHECK(slow.candidate_time->median_us > held.candidate_time->median_us);
+  CHECK(host_us > 3.0 * held.candidate_time->median_us);
+  CHECK(slow.candidate_time->median_us > 0.5 * host_us);
+  CHECK(slow.candidate_time->median_us > 1.5 * held.candidate_time->median_us);
   auto cpu_sizes = triton_options("cpu");
   cpu_sizes.launches = eval::Launches::queued;
   for (const auto& e : kExpectations) {

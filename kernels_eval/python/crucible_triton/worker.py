@@ -305,7 +305,7 @@ class Worker:
                 return False
         return True
 
-
+    # ---- helpers -------------------------------------------------------------------------------------------------
     def wait_for_call(self, expected):
         """Spins a quarter second after the last call, then sleeps on the futex; ends with a vanished evaluator."""
         c = self.control

@@ -137,11 +137,6 @@ struct HeldTimer::Watchdog {
 };
 
 HeldTimer::HeldTimer(double limit_s) : limit_s_(limit_s) {
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "cudaEventCreate");
-  check(cudaEventCreate(&b), "cudaEventCreate");
-  start_ = a;
-  stop_ = b;
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult found{};
   void* host = nullptr;
@@ -187,8 +182,6 @@ HeldTimer::~HeldTimer() {
     delete watchdog_;
   }
   if (word_) cudaFreeHost(word_);
-  cudaEventDestroy(static_cast<cudaEvent_t>(start_));
-  cudaEventDestroy(static_cast<cudaEvent_t>(stop_));
 }
 
 void HeldTimer::release(uint32_t value) { __atomic_store_n(word_, value, __ATOMIC_SEQ_CST); }
@@ -206,12 +199,12 @@ void HeldTimer::start() {
   watchdog_->cv.notify_all();
   const CUresult r = reinterpret_cast<WaitValueFn>(wait_)(nullptr, device_word_, seq, CU_STREAM_WAIT_VALUE_GEQ);
   if (r != CUDA_SUCCESS) throw std::runtime_error("cuStreamWaitValue32 failed with CUresult " + std::to_string(r));
-  check(cudaEventRecord(static_cast<cudaEvent_t>(start_), nullptr), "cudaEventRecord");
+  events_.start();
   launch_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 void HeldTimer::stop() {
-  check(cudaEventRecord(static_cast<cudaEvent_t>(stop_), nullptr), "cudaEventRecord");
+  events_.stop();
   launch_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - launch_s_;
   {
     // Disarmed before the release, so the watchdog cannot fire between them and report a miss that was none.
@@ -223,12 +216,5 @@ void HeldTimer::stop() {
   release(sequence_);
 }
 
-double HeldTimer::seconds() {
-  check(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)), "cudaEventSynchronize");
-  float ms = 0.0f;
-  check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_)),
-        "cudaEventElapsedTime");
-  return ms * 1e-3;
-}
 
 }  // namespace crucible::eval::cuda

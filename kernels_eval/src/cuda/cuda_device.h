@@ -88,7 +88,7 @@ class HeldTimer {
   bool available() const { return wait_ != nullptr; }  // the driver can make a stream wait on memory
   void start();
   void stop();
-  double seconds();  // waits for stop()'s event
+  double seconds() { return events_.seconds(); }  // waits for stop()'s event
   double launch_seconds() const { return launch_s_; }
   bool missed() const { return missed_; }
 
@@ -101,8 +101,7 @@ class HeldTimer {
   uint32_t sequence_ = 0;
   double launch_s_ = 0.0;
   bool missed_ = false;
-  void* start_ = nullptr;
-  void* stop_ = nullptr;
+  EventTimer events_;
   struct Watchdog;
   Watchdog* watchdog_ = nullptr;
 };
