@@ -182,6 +182,10 @@ void record_verdict(Self self, msg::VerdictReport verdict) {
   decide(self, decisions);
 }
 
+core::Offered offered(const msg::CandidateRecord& trace) {
+  return {trace.candidate.id, trace.source_hash, std::hash<std::string>{}(trace.candidate.task)};
+}
+
 void on_generated(Self self, std::size_t unit, uint64_t group, msg::Generated& generated) {
   auto& st = self->state;
   std::vector<uint64_t> ids;
@@ -196,7 +200,7 @@ void on_generated(Self self, std::size_t unit, uint64_t group, msg::Generated& g
     st.candidates[trace.candidate.id] = std::move(trace);
   }
   decide(self, st.pipeline->generated(unit, group, ids));
-  std::vector<std::pair<uint64_t, std::size_t>> to_nodes;
+  std::vector<core::Offered> to_nodes;
   for (uint64_t id : ids) {
     const auto& trace = st.candidates.at(id);
     if (!trace.candidate.parse_error.empty())  // after the whole group is known: it may be complete at once
@@ -204,7 +208,7 @@ void on_generated(Self self, std::size_t unit, uint64_t group, msg::Generated& g
     else if (st.setup.compile_locally)
       deliver_compiles(self, st.compiles.offer(unit, id));
     else  // compiled where it runs, for that node's architecture
-      to_nodes.emplace_back(id, trace.source_hash);
+      to_nodes.push_back(offered(trace));
   }
   if (!to_nodes.empty()) deliver(self, st.work.offer(unit, to_nodes));
 }
@@ -590,7 +594,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorSetup 
           trace->second.compile = done;
           // Failed builds go on to the evaluator too: the cache holds the failure, so the verdict (compile_error
           // with the compiler's log) is written by the same code as every other verdict.
-          deliver(self, s.work.offer(*unit, done.candidate_id, trace->second.source_hash));
+          deliver(self, s.work.offer(*unit, offered(trace->second)));
         },
         [=](msg::VerdictReport& verdict) {
           auto& s = self->state;

@@ -54,18 +54,20 @@ std::optional<CandidateId> WorkQueue::held_by(EvaluatorId evaluator) const {
   return it->second.candidate;
 }
 
-Decisions WorkQueue::offer(UnitIndex unit, CandidateId candidate, std::size_t source_hash) {
-  known_[candidate] = {unit, source_hash};
-  queue_[{unit, candidate}] = source_hash;
+Decisions WorkQueue::offer(UnitIndex unit, const Offered& candidate) {
+  enqueue(unit, candidate);
   return dispatch();
 }
 
-Decisions WorkQueue::offer(UnitIndex unit, const std::vector<std::pair<CandidateId, std::size_t>>& candidates) {
-  for (const auto& [candidate, source_hash] : candidates) {
-    known_[candidate] = {unit, source_hash};
-    queue_[{unit, candidate}] = source_hash;
-  }
+Decisions WorkQueue::offer(UnitIndex unit, const std::vector<Offered>& candidates) {
+  for (const auto& c : candidates) enqueue(unit, c);
   return dispatch();
+}
+
+void WorkQueue::enqueue(UnitIndex unit, const Offered& c) {
+  known_[c.candidate] = {unit, c};
+  queue_[{unit, c.candidate}] = c;
+  lots_[{unit, c.task}].insert({unit, c.candidate});
 }
 
 Decisions WorkQueue::pull(EvaluatorId evaluator, SessionId session) {
@@ -86,6 +88,7 @@ Decisions WorkQueue::pull(EvaluatorId evaluator, SessionId session) {
   }
   forget_waiter(evaluator);
   waiters_.push_back({evaluator, session});
+  pulled_.insert(session);
   return dispatch(std::move(d));
 }
 
@@ -141,7 +144,7 @@ Decisions WorkQueue::close() {
 void WorkQueue::requeue(CandidateId candidate, Decisions& d) {
   auto it = known_.find(candidate);
   if (it == known_.end()) return;  // judged meanwhile
-  queue_[{it->second.first, candidate}] = it->second.second;
+  enqueue(it->second.first, it->second.second);
   d.requeued.push_back(candidate);
 }
 
@@ -151,22 +154,69 @@ void WorkQueue::forget_waiter(EvaluatorId evaluator) {
                  waiters_.end());
 }
 
-// Among the oldest few: one whose source this session was handed before (its cache has the build), else one no
-// other live session has, else the oldest.
-std::map<WorkQueue::Key, std::size_t>::iterator WorkQueue::pick_for(SessionId session) {
-  const auto& mine = handed_[session];
-  auto unclaimed = queue_.end();
-  int scanned = 0;
-  for (auto it = queue_.begin(); it != queue_.end() && scanned < kWindow; ++it, ++scanned) {
-    const std::size_t h = it->second;
-    if (mine.count(h)) return it;
-    if (unclaimed != queue_.end()) continue;
-    bool claimed = false;
-    for (const auto& [other, hashes] : handed_)
-      if (other != session && live(other) && hashes.count(h)) claimed = true;
-    if (!claimed) unclaimed = it;
+bool WorkQueue::claimed_by_another(std::size_t source_hash, SessionId session) {
+  for (const auto& [other, hashes] : handed_)
+    if (other != session && live(other) && hashes.count(source_hash)) return true;
+  return false;
+}
+
+bool WorkQueue::warm_in_another(std::size_t task, SessionId session) {
+  for (const auto& [other, tasks] : warm_)
+    if (other != session && live(other) && tasks.count(task)) return true;
+  return false;
+}
+
+// A lot's oldest candidate whose source no other node built, else its oldest.
+std::map<WorkQueue::Key, Offered>::iterator WorkQueue::pick_in_lot(const std::set<Key>& lot, SessionId session) {
+  for (const Key& k : lot) {
+    auto it = queue_.find(k);
+    if (!claimed_by_another(it->second.source_hash, session)) return it;
   }
+  return queue_.find(*lot.begin());
+}
+
+// In order of preference:
+// 1. among the oldest few, a source this session was handed before (its cache has the build);
+// 2. among the oldest lots (one per node that pulls), one of a task this session was given before (its evaluator
+//    holds the task's input pools and reference timing);
+// 3. among those lots, one of a task no other node was given, so that nodes warm different tasks, not all of them;
+// 4. among the oldest few, a source no other node has, else the oldest.
+// Looking at only as many lots as there are nodes keeps units nearly in order: with one node, the oldest lot first.
+std::map<WorkQueue::Key, Offered>::iterator WorkQueue::pick_for(SessionId session) {
+  const auto& mine = handed_[session];
+  int scanned = 0;
+  for (auto it = queue_.begin(); it != queue_.end() && scanned < kWindow; ++it, ++scanned)
+    if (mine.count(it->second.source_hash)) return it;
+
+  std::size_t nodes = 0;
+  for (SessionId s : pulled_) nodes += live(s);
+  std::vector<std::pair<Key, const std::set<Key>*>> oldest;  // each lot's oldest candidate, oldest lots first
+  for (const auto& [lot, keys] : lots_) oldest.push_back({*keys.begin(), &keys});
+  const std::size_t considered = std::min(oldest.size(), std::max<std::size_t>(nodes, 1));
+  std::partial_sort(oldest.begin(), oldest.begin() + static_cast<std::ptrdiff_t>(considered), oldest.end(),
+                    [](const auto& a, const auto& b) { return a.first < b.first; });
+  oldest.resize(considered);
+  const auto& warm = warm_[session];
+  for (const auto& [first, lot] : oldest)
+    if (warm.count(queue_.at(first).task)) return pick_in_lot(*lot, session);
+  for (const auto& [first, lot] : oldest)
+    if (!warm_in_another(queue_.at(first).task, session)) return pick_in_lot(*lot, session);
+
+  auto unclaimed = queue_.end();
+  scanned = 0;
+  for (auto it = queue_.begin(); it != queue_.end() && scanned < kWindow; ++it, ++scanned)
+    if (!claimed_by_another(it->second.source_hash, session)) {
+      unclaimed = it;
+      break;
+    }
   return unclaimed != queue_.end() ? unclaimed : queue_.begin();
+}
+
+void WorkQueue::take(std::map<Key, Offered>::iterator it) {
+  auto lot = lots_.find({it->first.first, it->second.task});
+  lot->second.erase(it->first);
+  if (lot->second.empty()) lots_.erase(lot);
+  queue_.erase(it);
 }
 
 Decisions WorkQueue::dispatch(Decisions d) {
@@ -175,9 +225,10 @@ Decisions WorkQueue::dispatch(Decisions d) {
     waiters_.pop_back();
     auto chosen = pick_for(w.session);
     const CandidateId c = chosen->first.second;
-    handed_[w.session].insert(chosen->second);
+    handed_[w.session].insert(chosen->second.source_hash);
+    warm_[w.session].insert(chosen->second.task);
     holding_[w.evaluator] = Holding{c, w.session};
-    queue_.erase(chosen);
+    take(chosen);
     d.assign.push_back({w.evaluator, c});
   }
   return d;

@@ -46,6 +46,14 @@ struct Decisions {
   std::vector<CandidateId> requeued;
 };
 
+// A candidate ready for evaluation, with what the hand-out weighs: `source_hash` (a node whose cache built the same
+// source builds it for free) and `task` (a node that evaluated the task holds its input pools and reference timing).
+struct Offered {
+  CandidateId candidate = 0;
+  std::size_t source_hash = 0;
+  std::size_t task = 0;
+};
+
 // A verdict's fate: counted (it came from the evaluator that holds the candidate) or discarded (a late result from
 // an evaluator the candidate was taken from, or a duplicate).
 struct VerdictCheck {
@@ -80,12 +88,11 @@ class WorkQueue {
   bool live(SessionId session) const;
   std::string node_name(SessionId session) const;  // "" for an unknown session
 
-  // A candidate ready for evaluation (compiled here, or to be compiled where it runs). `source_hash` identifies its
-  // source, so a repeated source goes to the node whose cache already built it.
-  Decisions offer(UnitIndex unit, CandidateId candidate, std::size_t source_hash);
+  // A candidate ready for evaluation (compiled here, or to be compiled where it runs).
+  Decisions offer(UnitIndex unit, const Offered& candidate);
   // A whole group at once, then one hand-out: waiting evaluators choose among all of it, so a repeated source still
   // goes to the node whose cache built it even when evaluators were idle as the group arrived.
-  Decisions offer(UnitIndex unit, const std::vector<std::pair<CandidateId, std::size_t>>& candidates);
+  Decisions offer(UnitIndex unit, const std::vector<Offered>& candidates);
 
   // An evaluator of `session` is free. An evaluator that pulls while it still holds a candidate never got it (its
   // pull timed out as the candidate was on its way): that candidate is queued again. A pull from a session that is
@@ -123,18 +130,27 @@ class WorkQueue {
     SessionId session = 0;
   };
   using Key = std::pair<UnitIndex, CandidateId>;
+  using Lot = std::pair<UnitIndex, std::size_t>;  // one unit's candidates of one task
 
   Decisions dispatch(Decisions d = {});
-  std::map<Key, std::size_t>::iterator pick_for(SessionId session);
+  void enqueue(UnitIndex unit, const Offered& c);
+  std::map<Key, Offered>::iterator pick_for(SessionId session);
+  std::map<Key, Offered>::iterator pick_in_lot(const std::set<Key>& lot, SessionId session);
+  bool claimed_by_another(std::size_t source_hash, SessionId session);
+  bool warm_in_another(std::size_t task, SessionId session);
+  void take(std::map<Key, Offered>::iterator it);
   void requeue(CandidateId candidate, Decisions& d);
   void forget_waiter(EvaluatorId evaluator);
 
-  std::map<Key, std::size_t> queue_;  // -> source hash
-  std::map<CandidateId, std::pair<UnitIndex, std::size_t>> known_;  // every candidate offered and not yet judged
+  std::map<Key, Offered> queue_;
+  std::map<Lot, std::set<Key>> lots_;  // the queue again, by unit and task
+  std::map<CandidateId, std::pair<UnitIndex, Offered>> known_;  // every candidate offered and not yet judged
   std::vector<Waiter> waiters_;
   std::map<EvaluatorId, Holding> holding_;
   std::map<SessionId, Node> nodes_;
+  std::set<SessionId> pulled_;  // sessions whose evaluators have pulled: the ones work is spread over
   std::map<SessionId, std::unordered_set<std::size_t>> handed_;  // source hashes each session was given
+  std::map<SessionId, std::unordered_set<std::size_t>> warm_;    // tasks each session was given
   bool closed_ = false;
 };
 

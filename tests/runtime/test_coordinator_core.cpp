@@ -62,12 +62,12 @@ void run_table(WorkQueue& q, const std::vector<QueueStep>& steps) {
 TEST_CASE("work queue: the oldest unit's candidates go first, to the evaluator that waits") {
   WorkQueue q;
   run_table(q, {
-      {"offer unit 1", [](WorkQueue& w) { return w.offer(1, 10, 100); }, ""},
-      {"offer unit 0", [](WorkQueue& w) { return w.offer(0, 20, 200); }, ""},
+      {"offer unit 1", [](WorkQueue& w) { return w.offer(1, {10, 100}); }, ""},
+      {"offer unit 0", [](WorkQueue& w) { return w.offer(0, {20, 200}); }, ""},
       {"pull e1", [](WorkQueue& w) { return w.pull(1, kLocalSession); }, "assign c20->e1"},
       {"pull e2", [](WorkQueue& w) { return w.pull(2, kLocalSession); }, "assign c10->e2"},
       {"pull e3 (nothing queued)", [](WorkQueue& w) { return w.pull(3, kLocalSession); }, ""},
-      {"offer reaches the waiter", [](WorkQueue& w) { return w.offer(2, 30, 300); }, "assign c30->e3"},
+      {"offer reaches the waiter", [](WorkQueue& w) { return w.offer(2, {30, 300}); }, "assign c30->e3"},
   });
 }
 
@@ -76,14 +76,14 @@ TEST_CASE("work queue: a repeated source goes to the node that built it, a new o
   q.join(7, "a");
   q.join(8, "b");
   run_table(q, {
-      {"offer h1", [](WorkQueue& w) { return w.offer(0, 1, 111); }, ""},
+      {"offer h1", [](WorkQueue& w) { return w.offer(0, {1, 111}); }, ""},
       {"node a takes h1", [](WorkQueue& w) { return w.pull(70, 7); }, "assign c1->e70"},
   });
   REQUIRE(q.verdict(70, 1).accepted);
   run_table(q, {
-      {"offer h2 then h1 again", [](WorkQueue& w) { w.offer(0, 2, 222); return w.offer(0, 3, 111); }, ""},
+      {"offer h2 then h1 again", [](WorkQueue& w) { w.offer(0, {2, 222}); return w.offer(0, {3, 111}); }, ""},
       {"node a skips the older h2 for its cached h1", [](WorkQueue& w) { return w.pull(70, 7); }, "assign c3->e70"},
-      {"offer h1 once more, then h3", [](WorkQueue& w) { w.offer(0, 4, 111); return w.offer(0, 5, 333); }, ""},
+      {"offer h1 once more, then h3", [](WorkQueue& w) { w.offer(0, {4, 111}); return w.offer(0, {5, 333}); }, ""},
       {"node b takes the oldest source no node has", [](WorkQueue& w) { return w.pull(80, 8); }, "assign c2->e80"},
       {"node b again: h1 is a's, h3 is nobody's", [](WorkQueue& w) { return w.pull(81, 8); }, "assign c5->e81"},
       {"node b once more: only a's h1 is left, so b takes it", [](WorkQueue& w) { return w.pull(82, 8); },
@@ -96,29 +96,29 @@ TEST_CASE("work queue: a group offered while evaluators wait still goes to the n
   q.join(7, "a");
   q.join(8, "b");
   // Each node built one source before.
-  q.offer(0, 1, 111);
+  q.offer(0, {1, 111});
   CHECK(show(q.pull(70, 7)) == "assign c1->e70");
-  q.offer(0, 2, 222);
+  q.offer(0, {2, 222});
   CHECK(show(q.pull(80, 8)) == "assign c2->e80");
   REQUIRE(q.verdict(70, 1).accepted);
   REQUIRE(q.verdict(80, 2).accepted);
   // Both wait (b's evaluator asked last) when a group of both sources arrives, b's source first in it.
   CHECK(show(q.pull(70, 7)) == "");
   CHECK(show(q.pull(80, 8)) == "");
-  CHECK(show(q.offer(1, {{3, 222}, {4, 111}})) == "assign c3->e80 assign c4->e70");
+  CHECK(show(q.offer(1, std::vector<Offered>{{3, 222}, {4, 111}})) == "assign c3->e80 assign c4->e70");
   // The other order of waiting and of the group: the same pairing.
   REQUIRE(q.verdict(80, 3).accepted);
   REQUIRE(q.verdict(70, 4).accepted);
   CHECK(show(q.pull(80, 8)) == "");
   CHECK(show(q.pull(70, 7)) == "");
-  CHECK(show(q.offer(2, {{5, 111}, {6, 222}})) == "assign c5->e70 assign c6->e80");
+  CHECK(show(q.offer(2, std::vector<Offered>{{5, 111}, {6, 222}})) == "assign c5->e70 assign c6->e80");
 }
 
 TEST_CASE("work queue: a node lost while holding work gives it back, its late verdict is discarded") {
   WorkQueue q;
   q.join(5, "gpu-box");
   run_table(q, {
-      {"offer", [](WorkQueue& w) { w.offer(0, 1, 1); return w.offer(0, 2, 2); }, ""},
+      {"offer", [](WorkQueue& w) { w.offer(0, {1, 1}); return w.offer(0, {2, 2}); }, ""},
       {"the local evaluator asks first", [](WorkQueue& w) { return w.pull(1, kLocalSession); }, "assign c1->e1"},
       {"node evaluator takes c2", [](WorkQueue& w) { return w.pull(50, 5); }, "assign c2->e50"},
       {"a second node evaluator waits", [](WorkQueue& w) { return w.pull(51, 5); }, ""},
@@ -140,7 +140,7 @@ TEST_CASE("work queue: a node lost while holding work gives it back, its late ve
 TEST_CASE("work queue: a pull while holding, an evaluator that dies, and the end of the run") {
   WorkQueue q;
   run_table(q, {
-      {"offer", [](WorkQueue& w) { return w.offer(0, 1, 1); }, ""},
+      {"offer", [](WorkQueue& w) { return w.offer(0, {1, 1}); }, ""},
       {"e1 takes c1", [](WorkQueue& w) { return w.pull(1, kLocalSession); }, "assign c1->e1"},
       // Its pull timed out while c1 was on its way: it never got it, so c1 is handed out again.
       {"e1 pulls again while holding", [](WorkQueue& w) { return w.pull(1, kLocalSession); }, "assign c1->e1 requeue c1"},
@@ -154,6 +154,54 @@ TEST_CASE("work queue: a pull while holding, an evaluator that dies, and the end
   });
   CHECK(q.held_by(2) == CandidateId{1});
   CHECK(q.waiting() == 0);
+}
+
+TEST_CASE("work queue: nodes warm different tasks, keep to them, and take another's task only when theirs is done") {
+  // Best-of-N over two tasks: unit 0 is relu's sweep, unit 1 softmax's, all offered at once. A task's first
+  // evaluation on a node builds its input pools and times its reference, so each node should start a different one.
+  constexpr std::size_t relu = 1, softmax = 2;
+  WorkQueue q;
+  q.join(7, "a");
+  q.join(8, "b");
+  q.offer(0, std::vector<Offered>{{1, 11, relu}, {2, 12, relu}, {3, 13, relu}});
+  q.offer(1, std::vector<Offered>{{4, 14, softmax}, {5, 15, softmax}});
+  run_table(q, {
+      {"a takes the oldest task", [](WorkQueue& w) { return w.pull(70, 7); }, "assign c1->e70"},
+      {"b takes the task no node has", [](WorkQueue& w) { return w.pull(80, 8); }, "assign c4->e80"},
+      {"a keeps to relu", [](WorkQueue& w) { return w.pull(71, 7); }, "assign c2->e71"},
+      {"b keeps to softmax", [](WorkQueue& w) { return w.pull(81, 8); }, "assign c5->e81"},
+      {"b's task is done: it helps with relu", [](WorkQueue& w) { return w.pull(82, 8); }, "assign c3->e82"},
+      {"nothing left for a", [](WorkQueue& w) { return w.pull(72, 7); }, ""},
+  });
+}
+
+TEST_CASE("work queue: with one node, units go in order whatever tasks it has evaluated") {
+  // A node stays on a task only among as many of the oldest lots as there are nodes: one node never lets a later
+  // unit of a task it knows overtake an older unit of another task.
+  constexpr std::size_t x = 1, y = 2;
+  WorkQueue q;
+  q.join(7, "a");
+  q.offer(0, {1, 11, x});
+  CHECK(show(q.pull(70, 7)) == "assign c1->e70");
+  q.offer(1, {2, 12, y});
+  q.offer(2, {3, 13, x});
+  CHECK(show(q.pull(71, 7)) == "assign c2->e71");
+  CHECK(show(q.pull(72, 7)) == "assign c3->e72");
+}
+
+TEST_CASE("work queue: a lost node's task is free again for the others") {
+  constexpr std::size_t x = 1, y = 2;
+  WorkQueue q;
+  q.join(7, "a");
+  q.join(8, "b");
+  q.join(9, "c");
+  q.offer(0, std::vector<Offered>{{1, 11, x}, {2, 12, x}});
+  q.offer(1, std::vector<Offered>{{3, 13, y}, {4, 14, y}});
+  CHECK(show(q.pull(70, 7)) == "assign c1->e70");
+  CHECK(show(q.pull(80, 8)) == "assign c3->e80");
+  CHECK(show(q.node_lost(7)) == "requeue c1");
+  // c's evaluator: x is no live node's task any more, and it is the oldest lot.
+  CHECK(show(q.pull(90, 9)) == "assign c1->e90");
 }
 
 TEST_CASE("compile queue: oldest unit first, workers refused once the run is over") {
