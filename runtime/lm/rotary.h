@@ -22,6 +22,8 @@ class RotaryTable {
   // negated (the sign rotate_half gives those elements), so apply_rotary needs no negation.
   std::pair<at::Tensor, at::Tensor> lookup(const at::Tensor& positions) const;
   int64_t size() const;
+  const at::Tensor& cos() const { return cos_; }                // [n, D] in the model dtype
+  const at::Tensor& signed_sin() const { return signed_sin_; }  // [n, D], the first half negated
 
  private:
   at::Tensor inv_freq_;  // [D/2] float32 on the device

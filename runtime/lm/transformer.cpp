@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "lm/block_checkpoint.h"
+#include "lm/decode_kernels.h"
 #include "lm/lora.h"
 #include "lm_format/model_files.h"
 #include "lm/torch_tensors.h"
@@ -51,10 +52,23 @@ class WeightReader {
 #else
 #define CRUCIBLE_SDPA_GQA 0
 #endif
+// LibTorch 2.1 and later: scaled_dot_product_attention, with boolean or additive masks.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#define CRUCIBLE_SDPA 1
+#else
+#define CRUCIBLE_SDPA 0
+#endif
+
+// scaled_dot_product_attention turns a boolean mask into an additive one (0 where a query attends, -inf elsewhere,
+// in the query's dtype) at every call, two kernels a layer; made once per forward pass instead.
+at::Tensor additive_mask(const at::Tensor& mask, c10::ScalarType dtype) {
+  return at::zeros(mask.sizes(), mask.options().dtype(dtype))
+      .masked_fill_(at::logical_not(mask), -std::numeric_limits<double>::infinity());
+}
 
 at::Tensor scaled_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                             double scale) {
-#if TORCH_VERSION_MAJOR >= 2 && (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 1)
+#if CRUCIBLE_SDPA
   return at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale);
 #else
   auto scores = at::matmul(q, k.transpose(-1, -2)) * scale;
@@ -197,17 +211,24 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& x, cons
   if (lora) qkv = lora->plus_deltas(layer, x, qkv, {{LoraTarget::q, H * D}, {LoraTarget::k, Hkv * D}, {LoraTarget::v, Hkv * D}});
   // Queries and keys rotate together: one set of kernels for both. Split rather than narrowed: a narrow's backward
   // fills a whole-width zero gradient for each part, a split's joins the parts' gradients once.
-  const auto parts = qkv.split_with_sizes({(H + Hkv) * D, Hkv * D}, -1);
-  const auto qk = apply_rotary(parts[0].view({B, T, H + Hkv, D}), cos, signed_sin);
-  const auto v = parts[1].view({B, T, Hkv, D});
-  k_cache.index_copy_(2, attention.slots, qk.narrow(2, H, Hkv).transpose(1, 2));
-  v_cache.index_copy_(2, attention.slots, v.transpose(1, 2));
+  at::Tensor queries;  // [B, T, H, D], rotated
+  if (!cos.defined()) {  // a decode step with the fused kernels (hidden_states looked up no rotary rows)
+    queries = rotate_into_cache(qkv, attention.positions, attention.slots, rotary_.cos(), rotary_.signed_sin(), k_cache,
+                                v_cache, H, Hkv);
+  } else {
+    const auto parts = qkv.split_with_sizes({(H + Hkv) * D, Hkv * D}, -1);
+    const auto qk = apply_rotary(parts[0].view({B, T, H + Hkv, D}), cos, signed_sin);
+    const auto v = parts[1].view({B, T, Hkv, D});
+    k_cache.index_copy_(2, attention.slots, qk.narrow(2, H, Hkv).transpose(1, 2));
+    v_cache.index_copy_(2, attention.slots, v.transpose(1, 2));
+    queries = qk.narrow(2, 0, H);
+  }
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   at::Tensor out;
 #if CRUCIBLE_SDPA_GQA
   if (attention.causal_prefix)
-    out = at::scaled_dot_product_attention(qk.narrow(2, 0, H).transpose(1, 2), k_cache.narrow(2, 0, vis),
+    out = at::scaled_dot_product_attention(queries.transpose(1, 2), k_cache.narrow(2, 0, vis),
                                            v_cache.narrow(2, 0, vis), {}, 0.0, /*is_causal=*/true, scale,
                                            /*enable_gqa=*/true)
               .transpose(1, 2)
@@ -216,8 +237,8 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& x, cons
   if (!out.defined()) {
     // Grouped-query attention without copying keys: the G query heads that share a key head become G x T
     // query rows of that head (the mask's rows were repeated G times to match, once per forward pass).
-    const auto queries = qk.narrow(2, 0, H).transpose(1, 2).reshape({B, Hkv, G * T, D});
-    out = scaled_attention(queries, k_cache.narrow(2, 0, vis), v_cache.narrow(2, 0, vis), attention.mask, scale)
+    const auto grouped = queries.transpose(1, 2).reshape({B, Hkv, G * T, D});
+    out = scaled_attention(grouped, k_cache.narrow(2, 0, vis), v_cache.narrow(2, 0, vis), attention.mask, scale)
               .reshape({B, H, T, D})
               .transpose(1, 2)
               .reshape({B, T, H * D});
@@ -232,8 +253,13 @@ at::Tensor Transformer::mlp_block(int64_t layer, const at::Tensor& x, const at::
   const int64_t I = config_.intermediate_size;
   auto gate_up = at::linear(x, w.gate_up, w.gate_up_bias);
   if (lora) gate_up = lora->plus_deltas(layer, x, gate_up, {{LoraTarget::gate, I}, {LoraTarget::up, I}});
-  const auto halves = gate_up.split(I, -1);
-  const auto hidden = at::silu(halves[0]) * halves[1];
+  at::Tensor hidden;
+  if (decode_kernels_serve(gate_up)) {
+    hidden = silu_times_up(gate_up);
+  } else {
+    const auto halves = gate_up.split(I, -1);
+    hidden = at::silu(halves[0]) * halves[1];
+  }
   auto out = linear_onto(residual, hidden, w.down, w.down_bias);
   return lora ? lora->plus_deltas(layer, hidden, out, {{LoraTarget::down, out.size(-1)}}) : out;
 }
@@ -319,10 +345,14 @@ at::Tensor Transformer::block(int64_t layer, const at::Tensor& x, const Attentio
 
 at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionInputs& attention, KvCache& cache) const {
   auto x = at::embedding(weights_.embed, tokens);
-  const auto [cos, signed_sin] = rotary_.lookup(attention.positions);
+  // A decode step with the fused kernels reads its rotary rows itself: no tables are looked up (cos stays undefined).
+  at::Tensor cos, signed_sin;
+  if (tokens.size(1) != 1 || !decode_kernels_serve(x)) std::tie(cos, signed_sin) = rotary_.lookup(attention.positions);
   const int64_t G = config_.num_heads / config_.num_kv_heads;
   AttentionInputs grouped = attention;
   if (G > 1 && !(CRUCIBLE_SDPA_GQA && attention.causal_prefix)) grouped.mask = attention.mask.repeat({1, 1, G, 1});
+  if (CRUCIBLE_SDPA && grouped.mask.defined() && !attention.causal_prefix && decode_kernels_serve(x))
+    grouped.mask = additive_mask(grouped.mask, x.scalar_type());
   const bool recompute = checkpoint_blocks_ && at::GradMode::is_enabled();
   // A recomputed block gets gradients only through its input: the first block's must ask for them.
   if (recompute && !x.requires_grad()) x = x.detach().requires_grad_(true);

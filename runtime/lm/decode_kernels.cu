@@ -1,0 +1,94 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "lm/decode_kernels_launch.h"
+
+namespace crucible::lm::kernels {
+namespace {
+
+// Every product and sum is rounded to the element type on its own (no fused multiply-add), as LibTorch's separate
+// element-wise kernels round them.
+__device__ float widen(float x) { return x; }
+__device__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ float widen(__half x) { return __half2float(x); }
+template <typename T> __device__ T narrow(float x);
+template <> __device__ float narrow<float>(float x) { return x; }
+template <> __device__ __nv_bfloat16 narrow<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __half narrow<__half>(float x) { return __float2half_rn(x); }
+template <typename T> __device__ T mul(T a, T b) { return narrow<T>(__fmul_rn(widen(a), widen(b))); }
+template <typename T> __device__ T add(T a, T b) { return narrow<T>(__fadd_rn(widen(a), widen(b))); }
+
+// One block per (row, head) of the H + 2 Hkv heads, one thread per element of the head.
+template <typename T>
+__global__ void rotate_into_cache_kernel(RotateArgs a) {
+  const int b = blockIdx.y, h = blockIdx.x, d = threadIdx.x, D = a.head_dim, half = D / 2;
+  const T* row = static_cast<const T*>(a.qkv) + b * a.qkv_row_stride;
+  const int64_t slot = *a.slot;
+  if (h >= a.heads + a.kv_heads) {  // a value head: copied into the cache as it is
+    const int vh = h - a.heads - a.kv_heads;
+    static_cast<T*>(a.v_cache)[b * a.v_strides[0] + vh * a.v_strides[1] + slot * a.v_strides[2] + d] = row[h * D + d];
+    return;
+  }
+  const int64_t position = a.positions[b * a.position_stride];
+  const T x = row[h * D + d];
+  const T swapped = row[h * D + (d < half ? d + half : d - half)];
+  const T c = static_cast<const T*>(a.cos)[position * D + d];
+  const T s = static_cast<const T*>(a.signed_sin)[position * D + d];
+  const T rotated = add(mul(x, c), mul(swapped, s));  // x * cos + rotate_half(x) * sin
+  if (h < a.heads) {
+    static_cast<T*>(a.q)[(static_cast<int64_t>(b) * a.heads + h) * D + d] = rotated;
+  } else {
+    const int kh = h - a.heads;
+    static_cast<T*>(a.k_cache)[b * a.k_strides[0] + kh * a.k_strides[1] + slot * a.k_strides[2] + d] = rotated;
+  }
+}
+
+template <typename T>
+__global__ void silu_times_up_kernel(SiluArgs a) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.rows * a.width) return;
+  const int64_t r = i / a.width, j = i % a.width;
+  const T* in = static_cast<const T*>(a.gate_up) + r * 2 * a.width;
+  const float g = widen(in[j]);
+  const T silu = narrow<T>(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))));  // as LibTorch's silu: x / (1 + exp(-x))
+  static_cast<T*>(a.out)[i] = mul(silu, in[a.width + j]);
+}
+
+template <typename T>
+bool rotate_as(const RotateArgs& a, cudaStream_t stream) {
+  const dim3 grid(a.heads + 2 * a.kv_heads, a.batch);
+  rotate_into_cache_kernel<T><<<grid, a.head_dim, 0, stream>>>(a);
+  return cudaGetLastError() == cudaSuccess;
+}
+
+template <typename T>
+bool silu_as(const SiluArgs& a, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const int64_t n = a.rows * a.width;
+  silu_times_up_kernel<T><<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(a);
+  return cudaGetLastError() == cudaSuccess;
+}
+
+}  // namespace
+
+bool launch_rotate_into_cache(const RotateArgs& a, cudaStream_t stream) {
+  if (a.head_dim <= 0 || a.head_dim % 2 || a.head_dim > 1024 || a.batch <= 0 || a.batch > 65535) return false;
+  switch (a.element) {
+    case Element::f32: return rotate_as<float>(a, stream);
+    case Element::bf16: return rotate_as<__nv_bfloat16>(a, stream);
+    case Element::f16: return rotate_as<__half>(a, stream);
+  }
+  return false;
+}
+
+bool launch_silu_times_up(const SiluArgs& a, cudaStream_t stream) {
+  if (a.rows <= 0 || a.width <= 0) return a.rows == 0 || a.width == 0;
+  switch (a.element) {
+    case Element::f32: return silu_as<float>(a, stream);
+    case Element::bf16: return silu_as<__nv_bfloat16>(a, stream);
+    case Element::f16: return silu_as<__half>(a, stream);
+  }
+  return false;
+}
+
+}  // namespace crucible::lm::kernels

@@ -1,0 +1,30 @@
+#pragma once
+// Fused kernels for decode steps (one new token per row, no gradients) on CUDA. A decode step is mostly small
+// element-wise kernels: rotating queries and keys takes five a layer, writing the cache two more, the MLP's
+// activation two. These do each job in one kernel, rounding every intermediate to the model dtype exactly where
+// LibTorch's separate kernels round it, so a step gives the same values either way.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace crucible::lm {
+
+// Whether decode steps on `x`'s device and dtype use the fused kernels: a CUDA LibTorch build, a float32, bfloat16
+// or float16 tensor on a GPU, no gradient recorded, and not switched off.
+bool decode_kernels_serve(const at::Tensor& x);
+
+// Switches the kernels off and on (benchmarks and tests compare both ways). CRUCIBLE_DECODE_KERNELS=0 starts off.
+void set_decode_kernels(bool on);
+
+// qkv [B, 1, (H + 2 Hkv) D] (the fused projection's output, last dimension contiguous); positions [B, 1] int64;
+// slots [1] int64; cos and signed_sin [n, D] rotary tables (RotaryTable). Rotates the query and key heads by their
+// rows' positions, writes keys and values into slot `slots[0]` of k_cache and v_cache [B, Hkv, capacity, D], and
+// returns the rotated queries [B, 1, H, D].
+at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& slots,
+                             const at::Tensor& cos, const at::Tensor& signed_sin, at::Tensor& k_cache,
+                             at::Tensor& v_cache, int64_t heads, int64_t kv_heads);
+
+// gate_up [..., 2 I] (gate then up, contiguous) -> silu(gate) * up [..., I].
+at::Tensor silu_times_up(const at::Tensor& gate_up);
+
+}  // namespace crucible::lm

@@ -1,0 +1,100 @@
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "lm/decode_kernels.h"
+#include "lm/decode_kernels_launch.h"
+
+namespace crucible::lm {
+namespace {
+
+std::atomic<bool>& switched_on() {
+  static std::atomic<bool> on{[] {
+    const char* value = std::getenv("CRUCIBLE_DECODE_KERNELS");
+    return !(value && std::strcmp(value, "0") == 0);
+  }()};
+  return on;
+}
+
+kernels::Element element_of(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kBFloat16: return kernels::Element::bf16;
+    case at::kHalf: return kernels::Element::f16;
+    default: return kernels::Element::f32;
+  }
+}
+
+cudaStream_t stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
+
+}  // namespace
+
+bool decode_kernels_serve(const at::Tensor& x) {
+  if (!switched_on().load(std::memory_order_relaxed) || !x.is_cuda() || at::GradMode::is_enabled()) return false;
+  const auto t = x.scalar_type();
+  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
+}
+
+void set_decode_kernels(bool on) { switched_on().store(on); }
+
+at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& slots,
+                             const at::Tensor& cos, const at::Tensor& signed_sin, at::Tensor& k_cache,
+                             at::Tensor& v_cache, int64_t heads, int64_t kv_heads) {
+  const int64_t B = qkv.size(0), D = k_cache.size(3);
+  TORCH_CHECK(qkv.dim() == 3 && qkv.size(1) == 1 && qkv.size(2) == (heads + 2 * kv_heads) * D && qkv.stride(2) == 1,
+              "rotate_into_cache: qkv must be [B, 1, (H + 2 Hkv) D] with a contiguous last dimension");
+  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.dim() == 2 && positions.size(0) == B &&
+                  slots.scalar_type() == at::kLong && slots.numel() == 1,
+              "rotate_into_cache: positions [B, 1] and slots [1], int64");
+  TORCH_CHECK(cos.is_contiguous() && signed_sin.is_contiguous() && cos.size(1) == D &&
+                  cos.scalar_type() == qkv.scalar_type() && signed_sin.scalar_type() == qkv.scalar_type(),
+              "rotate_into_cache: rotary tables [n, D] in the model dtype");
+  TORCH_CHECK(k_cache.scalar_type() == qkv.scalar_type() && v_cache.scalar_type() == qkv.scalar_type() &&
+                  k_cache.stride(3) == 1 && v_cache.stride(3) == 1 && k_cache.size(1) == kv_heads,
+              "rotate_into_cache: caches [B, Hkv, capacity, D] in the model dtype");
+  auto q = at::empty({B, 1, heads, D}, qkv.options());
+  kernels::RotateArgs a;
+  a.qkv = qkv.data_ptr();
+  a.qkv_row_stride = qkv.stride(0);
+  a.cos = cos.data_ptr();
+  a.signed_sin = signed_sin.data_ptr();
+  a.positions = positions.data_ptr<int64_t>();
+  a.position_stride = positions.stride(0);
+  a.slot = slots.data_ptr<int64_t>();
+  a.q = q.data_ptr();
+  a.k_cache = k_cache.data_ptr();
+  a.v_cache = v_cache.data_ptr();
+  for (int i = 0; i < 3; ++i) {
+    a.k_strides[i] = k_cache.stride(i);
+    a.v_strides[i] = v_cache.stride(i);
+  }
+  a.batch = static_cast<int>(B);
+  a.heads = static_cast<int>(heads);
+  a.kv_heads = static_cast<int>(kv_heads);
+  a.head_dim = static_cast<int>(D);
+  a.element = element_of(qkv);
+  TORCH_CHECK(kernels::launch_rotate_into_cache(a, stream_of(qkv)), "rotate_into_cache: launch failed");
+  return q;
+}
+
+at::Tensor silu_times_up(const at::Tensor& gate_up) {
+  const auto in = gate_up.contiguous();
+  const int64_t I = in.size(-1) / 2;
+  auto sizes = in.sizes().vec();
+  sizes.back() = I;
+  auto out = at::empty(sizes, in.options());
+  kernels::SiluArgs a;
+  a.gate_up = in.data_ptr();
+  a.out = out.data_ptr();
+  a.rows = in.numel() / std::max<int64_t>(1, in.size(-1));
+  a.width = I;
+  a.element = element_of(in);
+  TORCH_CHECK(kernels::launch_silu_times_up(a, stream_of(in)), "silu_times_up: launch failed");
+  return out;
+}
+
+}  // namespace crucible::lm

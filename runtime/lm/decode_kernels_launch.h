@@ -1,0 +1,38 @@
+#pragma once
+// The decode kernels' launches in plain CUDA types: the .cu file does not see LibTorch.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace crucible::lm::kernels {
+
+enum class Element { f32, bf16, f16 };
+
+struct RotateArgs {
+  const void* qkv = nullptr;  // row b at qkv + b * qkv_row_stride: H query, Hkv key, Hkv value heads of D
+  int64_t qkv_row_stride = 0;
+  const void* cos = nullptr;  // [n, D]
+  const void* signed_sin = nullptr;
+  const int64_t* positions = nullptr;  // row b's at positions[b * position_stride]
+  int64_t position_stride = 0;
+  const int64_t* slot = nullptr;  // [1]
+  void* q = nullptr;              // [B, H, D] contiguous
+  void* k_cache = nullptr;        // element (b, h, s, d) at b * cache_strides[0] + h * [1] + s * [2] + d
+  void* v_cache = nullptr;
+  int64_t k_strides[3] = {0, 0, 0}, v_strides[3] = {0, 0, 0};
+  int batch = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  Element element = Element::f32;
+};
+
+struct SiluArgs {
+  const void* gate_up = nullptr;  // [rows, 2 I]
+  void* out = nullptr;            // [rows, I]
+  int64_t rows = 0, width = 0;    // width: I
+  Element element = Element::f32;
+};
+
+// False on a launch error or a shape the kernels do not take (head_dim odd or over 1024).
+bool launch_rotate_into_cache(const RotateArgs& a, cudaStream_t stream);
+bool launch_silu_times_up(const SiluArgs& a, cudaStream_t stream);
+
+}  // namespace crucible::lm::kernels

@@ -1,0 +1,19 @@
+#include <stdexcept>
+
+#include "lm/decode_kernels.h"
+
+namespace crucible::lm {
+
+// A CPU LibTorch: decode steps run LibTorch's kernels.
+bool decode_kernels_serve(const at::Tensor&) { return false; }
+
+void set_decode_kernels(bool) {}
+
+at::Tensor rotate_into_cache(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                             const at::Tensor&, at::Tensor&, at::Tensor&, int64_t, int64_t) {
+  throw std::logic_error("rotate_into_cache: this build has no CUDA LibTorch");
+}
+
+at::Tensor silu_times_up(const at::Tensor&) { throw std::logic_error("silu_times_up: this build has no CUDA LibTorch"); }
+
+}  // namespace crucible::lm
