@@ -54,6 +54,71 @@ __global__ void silu_times_up_kernel(SiluArgs a) {
   static_cast<T*>(a.out)[i] = mul(silu, in[a.width + j]);
 }
 
+// One block of 32 warps per row; warp w sums the exponentiated log-probs of its own contiguous segment. Thread 0 finds
+// the segment where the scaled draw falls (the first whose running total exceeds it), and that segment's warp scans
+// its entries 32 at a time for the first nonzero one whose running total exceeds it. Where rounding leaves the scan
+// short of the draw, the segment's last nonzero entry is taken (its sum, and so one of its entries, is above zero).
+constexpr int kPickWarps = 32;
+
+__global__ void pick_by_cdf_kernel(PickArgs a) {
+  const int row = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float* lp = a.log_probs + row * a.row_stride;
+  const int64_t per_warp = ((a.vocab + kPickWarps - 1) / kPickWarps + 31) / 32 * 32;
+  const int64_t begin = warp * per_warp, end = begin + per_warp < a.vocab ? begin + per_warp : a.vocab;
+  float sum = 0.0f;
+  for (int64_t j = begin + lane; j < end; j += 32) sum += expf(lp[j]);
+  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  __shared__ float sums[kPickWarps];
+  __shared__ float target, before;
+  __shared__ int chosen;
+  if (lane == 0) sums[warp] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.0f;
+    for (int w = 0; w < kPickWarps; ++w) total += sums[w];
+    // Below the total: the highest draw, rounded up to the whole mass, would otherwise fall past every entry.
+    const float t = fminf(a.uniform[row] * total, nextafterf(total, 0.0f));
+    float running = 0.0f;
+    int w = 0, last = 0;
+    for (; w < kPickWarps; ++w) {
+      if (sums[w] > 0.0f) last = w;
+      const float next = running + sums[w];
+      if (next > t) break;
+      running = next;
+    }
+    if (w == kPickWarps) {  // a row of NaNs or no mass: its last segment with any
+      w = last;
+      running = 0.0f;
+    }
+    target = t;
+    before = running;
+    chosen = w;
+  }
+  __syncthreads();
+  if (warp != chosen) return;
+  float running = before;
+  int64_t picked = -1, last_nonzero = -1;
+  for (int64_t base = begin; base < end; base += 32) {
+    const int64_t j = base + lane;
+    const float p = j < end ? expf(lp[j]) : 0.0f;
+    float cumulative = p;
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const float below = __shfl_up_sync(0xffffffffu, cumulative, offset);
+      if (lane >= offset) cumulative += below;
+    }
+    cumulative += running;
+    const unsigned nonzero = __ballot_sync(0xffffffffu, p > 0.0f);
+    const unsigned past = __ballot_sync(0xffffffffu, p > 0.0f && cumulative > target);
+    if (nonzero) last_nonzero = base + 31 - __clz(nonzero);
+    if (past) {
+      picked = base + __ffs(past) - 1;
+      break;
+    }
+    running = __shfl_sync(0xffffffffu, cumulative, 31);
+  }
+  if (lane == 0) a.out[row] = picked >= 0 ? picked : (last_nonzero >= 0 ? last_nonzero : 0);
+}
+
 template <typename T>
 bool rotate_as(const RotateArgs& a, cudaStream_t stream) {
   const dim3 grid(a.heads + 2 * a.kv_heads, a.batch);
@@ -89,6 +154,12 @@ bool launch_silu_times_up(const SiluArgs& a, cudaStream_t stream) {
     case Element::f16: return silu_as<__half>(a, stream);
   }
   return false;
+}
+
+bool launch_pick_by_cdf(const PickArgs& a, cudaStream_t stream) {
+  if (a.batch <= 0 || a.vocab <= 0) return a.batch == 0;
+  pick_by_cdf_kernel<<<a.batch, kPickWarps * 32, 0, stream>>>(a);
+  return cudaGetLastError() == cudaSuccess;
 }
 
 }  // namespace crucible::lm::kernels

@@ -27,4 +27,11 @@ at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& positions,
 // gate_up [..., 2 I] (gate then up, contiguous) -> silu(gate) * up [..., I].
 at::Tensor silu_times_up(const at::Tensor& gate_up);
 
+// log_probs [B, V] float32, last dimension contiguous; uniform [B, 1] float32 draws in [0, 1). Row by row, the index
+// where the draw, scaled by the row's total probability, falls in the cumulative distribution: one kernel where
+// exponentiating, a cumulative sum over the vocabulary and a search took six. A zero-probability index is never
+// picked. Sums are taken in another order than a cumulative sum's, so a draw within rounding of a boundary may fall
+// on the other side of it. Returns [B, 1] int64.
+at::Tensor pick_by_cdf_fused(const at::Tensor& log_probs, const at::Tensor& uniform);
+
 }  // namespace crucible::lm

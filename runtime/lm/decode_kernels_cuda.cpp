@@ -97,4 +97,21 @@ at::Tensor silu_times_up(const at::Tensor& gate_up) {
   return out;
 }
 
+at::Tensor pick_by_cdf_fused(const at::Tensor& log_probs, const at::Tensor& uniform) {
+  TORCH_CHECK(log_probs.scalar_type() == at::kFloat && log_probs.dim() == 2 && log_probs.stride(1) == 1,
+              "pick_by_cdf_fused: log_probs must be [B, V] float32 with a contiguous last dimension");
+  const auto draws = uniform.to(log_probs.device(), at::kFloat).contiguous();
+  TORCH_CHECK(draws.numel() == log_probs.size(0), "pick_by_cdf_fused: one draw per row");
+  auto out = at::empty({log_probs.size(0), 1}, log_probs.options().dtype(at::kLong));
+  kernels::PickArgs a;
+  a.log_probs = log_probs.data_ptr<float>();
+  a.row_stride = log_probs.stride(0);
+  a.vocab = log_probs.size(1);
+  a.uniform = draws.data_ptr<float>();
+  a.out = out.data_ptr<int64_t>();
+  a.batch = static_cast<int>(log_probs.size(0));
+  TORCH_CHECK(kernels::launch_pick_by_cdf(a, stream_of(log_probs)), "pick_by_cdf_fused: launch failed");
+  return out;
+}
+
 }  // namespace crucible::lm

@@ -31,8 +31,17 @@ struct SiluArgs {
   Element element = Element::f32;
 };
 
+struct PickArgs {
+  const float* log_probs = nullptr;  // row b at log_probs + b * row_stride, V entries
+  int64_t row_stride = 0, vocab = 0;
+  const float* uniform = nullptr;  // [B]
+  int64_t* out = nullptr;          // [B]
+  int batch = 0;
+};
+
 // False on a launch error or a shape the kernels do not take (head_dim odd or over 1024).
 bool launch_rotate_into_cache(const RotateArgs& a, cudaStream_t stream);
 bool launch_silu_times_up(const SiluArgs& a, cudaStream_t stream);
+bool launch_pick_by_cdf(const PickArgs& a, cudaStream_t stream);
 
 }  // namespace crucible::lm::kernels

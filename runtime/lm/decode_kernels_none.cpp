@@ -16,4 +16,8 @@ at::Tensor rotate_into_cache(const at::Tensor&, const at::Tensor&, const at::Ten
 
 at::Tensor silu_times_up(const at::Tensor&) { throw std::logic_error("silu_times_up: this build has no CUDA LibTorch"); }
 
+at::Tensor pick_by_cdf_fused(const at::Tensor&, const at::Tensor&) {
+  throw std::logic_error("pick_by_cdf_fused: this build has no CUDA LibTorch");
+}
+
 }  // namespace crucible::lm

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "lm/decode_kernels.h"
+
 #include <limits>
 
 namespace crucible::lm {
@@ -49,7 +51,10 @@ namespace {
 // rounding leaves a little off 1); zero-probability entries are never picked. The target stays below the total:
 // rounding could otherwise put the highest draw at the total itself, past every entry, and the last entry (of no
 // probability, perhaps) would be taken.
-at::Tensor pick_by_cdf(const at::Tensor& probs, const at::Tensor& uniform) {
+at::Tensor pick_by_cdf(const at::Tensor& log_probs, const at::Tensor& uniform) {
+  if (log_probs.scalar_type() == at::kFloat && decode_kernels_serve(log_probs))
+    return pick_by_cdf_fused(log_probs, uniform);
+  const auto probs = log_probs.exp();
   const auto cdf = probs.cumsum(-1);
   const auto total = cdf.narrow(1, cdf.size(1) - 1, 1);
   const auto target = at::minimum(uniform * total, at::nextafter(total, at::zeros_like(total)));
@@ -79,12 +84,12 @@ SampledTokens BatchSampler::sample_with(const at::Tensor& logits, const std::vec
     keep = keep & ((probs.cumsum(-1) - probs) < top_p_);
     keep.select(1, 0).fill_(true);
     const auto filtered = at::log_softmax(sorted.masked_fill(at::logical_not(keep), -std::numeric_limits<float>::infinity()), -1);
-    const auto pick = pick_by_cdf(filtered.exp(), uniform).view({-1, 1});
+    const auto pick = pick_by_cdf(filtered, uniform).view({-1, 1});
     tokens = order.gather(1, pick).squeeze(1);
     sampling_lp = filtered.gather(1, pick).squeeze(1);
   } else {
     const auto lp = unit_temperature_ ? model_lp : at::log_softmax(scaled, -1);
-    tokens = pick_by_cdf(lp.exp(), uniform).squeeze(1);
+    tokens = pick_by_cdf(lp, uniform).squeeze(1);
     sampling_lp = lp.gather(1, tokens.unsqueeze(1)).squeeze(1);
   }
   tokens = at::where(greedy_, greedy_tokens, tokens);

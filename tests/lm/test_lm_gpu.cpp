@@ -5,6 +5,8 @@
 #include <c10/core/InferenceMode.h>
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include "lm/decode_kernels.h"
 #include "lm/generator.h"
 #include "lm/lora.h"
@@ -220,6 +222,42 @@ TEST_CASE("lm gpu: decoding with the fused kernels gives what it gives without t
       CHECK(fused[i].tokens == plain[i].tokens);
       for (std::size_t t = 0; t < fused[i].tokens.size() && t < plain[i].tokens.size(); ++t)
         CHECK(fused[i].model_logprobs[t] == plain[i].model_logprobs[t]);
+    }
+  }
+}
+
+TEST_CASE("lm gpu: the fused draw falls where the cumulative distribution says, and never on a zero") {
+  c10::InferenceMode inference;
+  const int64_t B = 5, V = 151936;  // Qwen2.5's vocabulary
+  const double inf = std::numeric_limits<double>::infinity();
+  at::manual_seed(11);
+  auto logits = at::randn({B, V}, at::TensorOptions().device(at::kCUDA)) * 3;
+  // Rows 2 and 3 keep a few tokens, as top-k and top-p leave them; row 4 keeps one.
+  const auto kept = at::rand({B, V}, logits.options());
+  logits.select(0, 2).masked_fill_(kept.select(0, 2) >= 0.01, -inf);
+  logits.select(0, 3).masked_fill_(kept.select(0, 3) >= 0.0002, -inf);
+  logits.select(0, 4).fill_(-inf);
+  logits.select(0, 4).select(0, 12345).fill_(0.0);
+  const auto log_probs = at::log_softmax(logits, -1);
+  const auto p = log_probs.exp().to(at::kDouble).cpu();
+  const float lowest = 0.5f / 16777216.0f, highest = (16777216.0f - 0.5f) / 16777216.0f;  // row_uniform's range
+  for (const float u : {lowest, 0.25f, 0.5f, 0.75f, highest}) {
+    CAPTURE(u);
+    const auto picks = pick_by_cdf_fused(log_probs, at::full({B, 1}, u, logits.options())).cpu();
+    for (int64_t b = 0; b < B; ++b) {
+      CAPTURE(b);
+      const int64_t j = picks[b][0].item<int64_t>();
+      REQUIRE(j >= 0);
+      REQUIRE(j < V);
+      const auto row = p[b];
+      CHECK(row[j].item<double>() > 0);
+      const double total = row.sum().item<double>(), before = row.narrow(0, 0, j).sum().item<double>();
+      const double target = u * total, slack = 1e-5 * total;
+      CHECK(before <= target + slack);
+      CHECK(before + row[j].item<double>() >= target - slack);
+      const auto nonzero = row.nonzero().view({-1});
+      if (b >= 2 && u == lowest) CHECK(j == nonzero[0].item<int64_t>());
+      if (b >= 2 && u == highest) CHECK(j == nonzero[-1].item<int64_t>());
     }
   }
 }
