@@ -1,8 +1,9 @@
 #pragma once
 // Fused kernels for decode steps (one new token per row, no gradients) on CUDA. A decode step is mostly small
 // element-wise kernels: rotating queries and keys takes five a layer, writing the cache two more, the MLP's
-// activation two. These do each job in one kernel, rounding every intermediate to the model dtype exactly where
-// LibTorch's separate kernels round it, so a step gives the same values either way.
+// activation two, the draw six. These do each job in one kernel. The rotation and the activation round every
+// intermediate to the model dtype exactly where LibTorch's separate kernels round it, so a step gives the same values
+// either way; the draw sums in another order (pick_by_cdf_fused).
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
