@@ -199,7 +199,9 @@ NodeResult run_evaluator_node(const NodeRequest& r) {
   caf::scoped_actor self{system};
   const std::string where = r.host + ":" + std::to_string(r.port);
   auto give_up_at = Clock::now() + ms(r.give_up_after_s);
-  auto backoff = std::chrono::milliseconds(250);
+  // Short at first: nodes usually start beside their coordinator and wait only for it to listen.
+  constexpr auto kFirstBackoff = std::chrono::milliseconds(50);
+  auto backoff = kFirstBackoff;
   std::string last_error;
   bool last_run = false;  // of the last session: whether its coordinator node runs no further seed
   auto next_said = Clock::now();
@@ -235,7 +237,7 @@ NodeResult run_evaluator_node(const NodeRequest& r) {
     }
     auto& accepted = std::get<msg::JoinAccepted>(joined);
     log.info("joined ", accepted.run, " at ", where, " (session ", accepted.session, ")");
-    backoff = std::chrono::milliseconds(250);
+    backoff = kFirstBackoff;
     SessionEnd end;
     try {
       end = serve(self, *gateway, accepted, r, evaluators, log);
