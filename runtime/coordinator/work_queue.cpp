@@ -117,6 +117,9 @@ Decisions WorkQueue::node_lost(SessionId session) {
   auto node = nodes_.find(session);
   if (node == nodes_.end() || !node->second.live) return d;
   node->second.live = false;
+  handed_.erase(session);
+  warm_.erase(session);
+  pulled_.erase(session);
   for (auto it = holding_.begin(); it != holding_.end();) {
     if (it->second.session != session) {
       ++it;
@@ -182,7 +185,13 @@ std::map<WorkQueue::Key, Offered>::iterator WorkQueue::pick_in_lot(const std::se
 // 3. among those lots, one of a task no other node was given, so that nodes warm different tasks, not all of them;
 // 4. among the oldest few, a source no other node has, else the oldest.
 // Looking at only as many lots as there are nodes keeps units nearly in order: with one node, the oldest lot first.
+// The oldest candidate goes first once kWindow picks in a row have passed over it.
 std::map<WorkQueue::Key, Offered>::iterator WorkQueue::pick_for(SessionId session) {
+  if (queue_.begin()->first != head_) {
+    head_ = queue_.begin()->first;
+    head_passed_ = 0;
+  }
+  if (head_passed_ >= kWindow) return queue_.begin();
   const auto& mine = handed_[session];
   int scanned = 0;
   for (auto it = queue_.begin(); it != queue_.end() && scanned < kWindow; ++it, ++scanned)
@@ -224,6 +233,7 @@ Decisions WorkQueue::dispatch(Decisions d) {
     const Waiter w = waiters_.back();
     waiters_.pop_back();
     auto chosen = pick_for(w.session);
+    if (chosen != queue_.begin()) ++head_passed_;
     const CandidateId c = chosen->first.second;
     handed_[w.session].insert(chosen->second.source_hash);
     warm_[w.session].insert(chosen->second.task);

@@ -149,6 +149,10 @@ class WorkQueue {
   std::map<EvaluatorId, Holding> holding_;
   std::map<SessionId, Node> nodes_;
   std::set<SessionId> pulled_;  // sessions whose evaluators have pulled: the ones work is spread over
+  // The oldest queued candidate, and how many picks in a row passed over it: after kWindow it goes next, so tasks a
+  // node keeps to never hold back an older one for good.
+  Key head_{};
+  int head_passed_ = 0;
   std::map<SessionId, std::unordered_set<std::size_t>> handed_;  // source hashes each session was given
   std::map<SessionId, std::unordered_set<std::size_t>> warm_;    // tasks each session was given
   bool closed_ = false;

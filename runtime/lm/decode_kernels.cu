@@ -21,15 +21,17 @@ template <typename T> __device__ T add(T a, T b) { return narrow<T>(__fadd_rn(wi
 // One block per (row, head) of the H + 2 Hkv heads, one thread per element of the head.
 template <typename T>
 __global__ void rotate_into_cache_kernel(RotateArgs a) {
-  const int b = blockIdx.y, h = blockIdx.x, d = threadIdx.x, D = a.head_dim, half = D / 2;
+  const int b = blockIdx.x, h = blockIdx.y, d = threadIdx.x, D = a.head_dim, half = D / 2;
   const T* row = static_cast<const T*>(a.qkv) + b * a.qkv_row_stride;
   const int64_t slot = *a.slot;
+  if (slot < 0 || slot >= a.capacity) __trap();
   if (h >= a.heads + a.kv_heads) {  // a value head: copied into the cache as it is
     const int vh = h - a.heads - a.kv_heads;
     static_cast<T*>(a.v_cache)[b * a.v_strides[0] + vh * a.v_strides[1] + slot * a.v_strides[2] + d] = row[h * D + d];
     return;
   }
   const int64_t position = a.positions[b * a.position_stride];
+  if (position < 0 || position >= a.table_rows) __trap();
   const T x = row[h * D + d];
   const T swapped = row[h * D + (d < half ? d + half : d - half)];
   const T c = static_cast<const T*>(a.cos)[position * D + d];
@@ -121,7 +123,7 @@ __global__ void pick_by_cdf_kernel(PickArgs a) {
 
 template <typename T>
 bool rotate_as(const RotateArgs& a, cudaStream_t stream) {
-  const dim3 grid(a.heads + 2 * a.kv_heads, a.batch);
+  const dim3 grid(a.batch, a.heads + 2 * a.kv_heads);
   rotate_into_cache_kernel<T><<<grid, a.head_dim, 0, stream>>>(a);
   return cudaGetLastError() == cudaSuccess;
 }
@@ -137,7 +139,7 @@ bool silu_as(const SiluArgs& a, cudaStream_t stream) {
 }  // namespace
 
 bool launch_rotate_into_cache(const RotateArgs& a, cudaStream_t stream) {
-  if (a.head_dim <= 0 || a.head_dim % 2 || a.head_dim > 1024 || a.batch <= 0 || a.batch > 65535) return false;
+  if (!rotation_takes(a.head_dim) || a.batch <= 0 || a.heads + 2 * a.kv_heads > 65535) return false;
   switch (a.element) {
     case Element::f32: return rotate_as<float>(a, stream);
     case Element::bf16: return rotate_as<__nv_bfloat16>(a, stream);

@@ -14,11 +14,16 @@ namespace crucible::lm {
 // or float16 tensor on a GPU, no gradient recorded, and not switched off.
 bool decode_kernels_serve(const at::Tensor& x);
 
+// Whether decode steps rotate into the cache with the fused kernel: decode_kernels_serve, and heads it takes (an even
+// head_dim up to 1024).
+bool rotate_into_cache_serves(const at::Tensor& x, int64_t head_dim);
+
 // Switches the kernels off and on (benchmarks and tests compare both ways). CRUCIBLE_DECODE_KERNELS=0 starts off.
+// A CUDA graph captured before keeps the kernels it captured: a new Generator captures anew.
 void set_decode_kernels(bool on);
 
 // qkv [B, 1, (H + 2 Hkv) D] (the fused projection's output, last dimension contiguous); positions [B, 1] int64;
-// slots [1] int64; cos and signed_sin [n, D] rotary tables (RotaryTable). Rotates the query and key heads by their
+// slots [1] int64; cos and signed_sin [n, D] rotary tables (RotaryTable), covering every position. Rotates the query and key heads by their
 // rows' positions, writes keys and values into slot `slots[0]` of k_cache and v_cache [B, Hkv, capacity, D], and
 // returns the rotated queries [B, 1, H, D].
 at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& slots,

@@ -1,5 +1,6 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <algorithm>
@@ -39,12 +40,17 @@ bool decode_kernels_serve(const at::Tensor& x) {
   return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
 }
 
+bool rotate_into_cache_serves(const at::Tensor& x, int64_t head_dim) {
+  return decode_kernels_serve(x) && kernels::rotation_takes(head_dim);
+}
+
 void set_decode_kernels(bool on) { switched_on().store(on); }
 
 at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& slots,
                              const at::Tensor& cos, const at::Tensor& signed_sin, at::Tensor& k_cache,
                              at::Tensor& v_cache, int64_t heads, int64_t kv_heads) {
   const int64_t B = qkv.size(0), D = k_cache.size(3);
+  TORCH_CHECK(kernels::rotation_takes(D), "rotate_into_cache: heads of ", D, " elements");
   TORCH_CHECK(qkv.dim() == 3 && qkv.size(1) == 1 && qkv.size(2) == (heads + 2 * kv_heads) * D && qkv.stride(2) == 1,
               "rotate_into_cache: qkv must be [B, 1, (H + 2 Hkv) D] with a contiguous last dimension");
   TORCH_CHECK(positions.scalar_type() == at::kLong && positions.dim() == 2 && positions.size(0) == B &&
@@ -54,20 +60,24 @@ at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& positions,
                   cos.scalar_type() == qkv.scalar_type() && signed_sin.scalar_type() == qkv.scalar_type(),
               "rotate_into_cache: rotary tables [n, D] in the model dtype");
   TORCH_CHECK(k_cache.scalar_type() == qkv.scalar_type() && v_cache.scalar_type() == qkv.scalar_type() &&
-                  k_cache.stride(3) == 1 && v_cache.stride(3) == 1 && k_cache.size(1) == kv_heads,
+                  k_cache.stride(3) == 1 && v_cache.stride(3) == 1 && k_cache.sizes() == v_cache.sizes() &&
+                  k_cache.size(0) == B && k_cache.size(1) == kv_heads,
               "rotate_into_cache: caches [B, Hkv, capacity, D] in the model dtype");
+  const c10::cuda::CUDAGuard on_its_device(qkv.device());  // launches go to the current device
   auto q = at::empty({B, 1, heads, D}, qkv.options());
   kernels::RotateArgs a;
   a.qkv = qkv.data_ptr();
   a.qkv_row_stride = qkv.stride(0);
   a.cos = cos.data_ptr();
   a.signed_sin = signed_sin.data_ptr();
+  a.table_rows = std::min(cos.size(0), signed_sin.size(0));
   a.positions = positions.data_ptr<int64_t>();
   a.position_stride = positions.stride(0);
   a.slot = slots.data_ptr<int64_t>();
   a.q = q.data_ptr();
   a.k_cache = k_cache.data_ptr();
   a.v_cache = v_cache.data_ptr();
+  a.capacity = k_cache.size(2);
   for (int i = 0; i < 3; ++i) {
     a.k_strides[i] = k_cache.stride(i);
     a.v_strides[i] = v_cache.stride(i);
@@ -82,6 +92,7 @@ at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& positions,
 }
 
 at::Tensor silu_times_up(const at::Tensor& gate_up) {
+  const c10::cuda::CUDAGuard on_its_device(gate_up.device());
   const auto in = gate_up.contiguous();
   const int64_t I = in.size(-1) / 2;
   auto sizes = in.sizes().vec();
@@ -100,6 +111,7 @@ at::Tensor silu_times_up(const at::Tensor& gate_up) {
 at::Tensor pick_by_cdf_fused(const at::Tensor& log_probs, const at::Tensor& uniform) {
   TORCH_CHECK(log_probs.scalar_type() == at::kFloat && log_probs.dim() == 2 && log_probs.stride(1) == 1,
               "pick_by_cdf_fused: log_probs must be [B, V] float32 with a contiguous last dimension");
+  const c10::cuda::CUDAGuard on_its_device(log_probs.device());
   const auto draws = uniform.to(log_probs.device(), at::kFloat).contiguous();
   TORCH_CHECK(draws.numel() == log_probs.size(0), "pick_by_cdf_fused: one draw per row");
   auto out = at::empty({log_probs.size(0), 1}, log_probs.options().dtype(at::kLong));

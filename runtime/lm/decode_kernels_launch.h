@@ -11,8 +11,9 @@ enum class Element { f32, bf16, f16 };
 struct RotateArgs {
   const void* qkv = nullptr;  // row b at qkv + b * qkv_row_stride: H query, Hkv key, Hkv value heads of D
   int64_t qkv_row_stride = 0;
-  const void* cos = nullptr;  // [n, D]
+  const void* cos = nullptr;  // [table_rows, D]
   const void* signed_sin = nullptr;
+  int64_t table_rows = 0;
   const int64_t* positions = nullptr;  // row b's at positions[b * position_stride]
   int64_t position_stride = 0;
   const int64_t* slot = nullptr;  // [1]
@@ -20,9 +21,13 @@ struct RotateArgs {
   void* k_cache = nullptr;        // element (b, h, s, d) at b * cache_strides[0] + h * [1] + s * [2] + d
   void* v_cache = nullptr;
   int64_t k_strides[3] = {0, 0, 0}, v_strides[3] = {0, 0, 0};
+  int64_t capacity = 0;  // the caches' slots
   int batch = 0, heads = 0, kv_heads = 0, head_dim = 0;
   Element element = Element::f32;
 };
+
+// Whether the rotation kernel takes heads of `head_dim` (one thread per element of a head).
+inline bool rotation_takes(int64_t head_dim) { return head_dim > 0 && head_dim % 2 == 0 && head_dim <= 1024; }
 
 struct SiluArgs {
   const void* gate_up = nullptr;  // [rows, 2 I]
@@ -39,7 +44,8 @@ struct PickArgs {
   int batch = 0;
 };
 
-// False on a launch error or a shape the kernels do not take (head_dim odd or over 1024).
+// False on a launch error or a shape the kernels do not take (rotation_takes). A position outside the rotary tables
+// or a slot outside the caches stops the kernel with a device error, as LibTorch's index checks do.
 bool launch_rotate_into_cache(const RotateArgs& a, cudaStream_t stream);
 bool launch_silu_times_up(const SiluArgs& a, cudaStream_t stream);
 bool launch_pick_by_cdf(const PickArgs& a, cudaStream_t stream);

@@ -7,6 +7,8 @@ namespace crucible::lm {
 // A CPU LibTorch: decode steps run LibTorch's kernels.
 bool decode_kernels_serve(const at::Tensor&) { return false; }
 
+bool rotate_into_cache_serves(const at::Tensor&, int64_t) { return false; }
+
 void set_decode_kernels(bool) {}
 
 at::Tensor rotate_into_cache(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,

@@ -347,7 +347,8 @@ at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionI
   auto x = at::embedding(weights_.embed, tokens);
   // A decode step with the fused kernels reads its rotary rows itself: no tables are looked up (cos stays undefined).
   at::Tensor cos, signed_sin;
-  if (tokens.size(1) != 1 || !decode_kernels_serve(x)) std::tie(cos, signed_sin) = rotary_.lookup(attention.positions);
+  if (tokens.size(1) != 1 || !rotate_into_cache_serves(x, config_.head_dim))
+    std::tie(cos, signed_sin) = rotary_.lookup(attention.positions);
   const int64_t G = config_.num_heads / config_.num_kv_heads;
   AttentionInputs grouped = attention;
   if (G > 1 && !(CRUCIBLE_SDPA_GQA && attention.causal_prefix)) grouped.mask = attention.mask.repeat({1, 1, G, 1});

@@ -7,6 +7,7 @@
 
 #include <limits>
 
+#include "crucible/eval/evaluator.h"
 #include "lm/decode_kernels.h"
 #include "lm/generator.h"
 #include "lm/lora.h"
@@ -170,11 +171,17 @@ TEST_CASE("lm gpu: a CUDA graph follows the adapter: switched on, updated in pla
   CHECK(graphs.generate(batch)[0].tokens == g.greedy[2]);
 }
 
-TEST_CASE("lm gpu: the fused decode kernels round as LibTorch's separate kernels do") {
+TEST_CASE("lm gpu: the fused decode kernels round as LibTorch's separate kernels do, on any of the GPUs") {
   c10::InferenceMode inference;
-  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  // The current device stays cuda:0; with two GPUs or more the kernels also run on the last one (a policy on
+  // cuda:1 beside an evaluator on cuda:0).
+  const int gpus = crucible::eval::cuda_devices();
+  if (gpus < 2) MESSAGE("one GPU: the kernels are not run on a second one");
+  for (const int gpu : gpus > 1 ? std::vector<int>{0, gpus - 1} : std::vector<int>{0})
   for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    CAPTURE(gpu);
     CAPTURE(dtype);
+    const auto cuda = at::TensorOptions().device(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(gpu)));
     const int64_t B = 3, H = 4, Hkv = 2, D = 64, capacity = 16, n = 32;
     at::manual_seed(7);
     const auto qkv = at::randn({B, 1, (H + 2 * Hkv) * D}, cuda).to(dtype);

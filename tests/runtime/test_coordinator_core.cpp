@@ -204,6 +204,30 @@ TEST_CASE("work queue: a lost node's task is free again for the others") {
   CHECK(show(q.pull(90, 9)) == "assign c1->e90");
 }
 
+TEST_CASE("work queue: the oldest candidate is passed over at most kWindow times") {
+  // Both nodes keep to their tasks x and y; an older candidate of a task z that neither has is among the lots they
+  // look at, but each pull finds a lot of its own task first. It must not wait for good.
+  constexpr std::size_t x = 1, y = 2, z = 3;
+  WorkQueue q;
+  q.join(7, "a");
+  q.join(8, "b");
+  q.offer(5, {1, 11, x});
+  CHECK(show(q.pull(70, 7)) == "assign c1->e70");
+  q.offer(5, {2, 12, y});
+  CHECK(show(q.pull(80, 8)) == "assign c2->e80");
+  q.offer(0, {3, 13, z});
+  std::vector<Offered> more;
+  for (CandidateId c = 100; c < 100 + WorkQueue::kWindow + 5; ++c) more.push_back({c, c, x});
+  q.offer(1, more);
+  for (int i = 0; i < WorkQueue::kWindow; ++i) {
+    const auto d = q.pull(1000 + static_cast<EvaluatorId>(i), 7);
+    REQUIRE(d.assign.size() == 1);
+    CHECK(d.assign[0].candidate == CandidateId(100 + i));
+  }
+  CHECK(show(q.pull(2000, 7)) == "assign c3->e2000");
+  CHECK(show(q.pull(2001, 7)) == "assign c" + std::to_string(100 + WorkQueue::kWindow) + "->e2001");
+}
+
 TEST_CASE("compile queue: oldest unit first, workers refused once the run is over") {
   CompileQueue q;
   CHECK(show(q.offer(1, 10)) == "");
