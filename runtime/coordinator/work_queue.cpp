@@ -192,32 +192,33 @@ std::map<WorkQueue::Key, Offered>::iterator WorkQueue::pick_for(SessionId sessio
     head_passed_ = 0;
   }
   if (head_passed_ >= kWindow) return queue_.begin();
+  // One pass over the oldest few serves rules 1 and 4.
   const auto& mine = handed_[session];
+  auto unclaimed = queue_.end();
   int scanned = 0;
-  for (auto it = queue_.begin(); it != queue_.end() && scanned < kWindow; ++it, ++scanned)
+  for (auto it = queue_.begin(); it != queue_.end() && scanned < kWindow; ++it, ++scanned) {
     if (mine.count(it->second.source_hash)) return it;
+    if (unclaimed == queue_.end() && !claimed_by_another(it->second.source_hash, session)) unclaimed = it;
+  }
 
+  struct OldLot {
+    Key first;  // its oldest candidate
+    std::size_t task;
+    const std::set<Key>* keys;
+  };
+  std::vector<OldLot> oldest;
+  for (const auto& [lot, keys] : lots_) oldest.push_back({*keys.begin(), lot.second, &keys});
   std::size_t nodes = 0;
   for (SessionId s : pulled_) nodes += live(s);
-  std::vector<std::pair<Key, const std::set<Key>*>> oldest;  // each lot's oldest candidate, oldest lots first
-  for (const auto& [lot, keys] : lots_) oldest.push_back({*keys.begin(), &keys});
   const std::size_t considered = std::min(oldest.size(), std::max<std::size_t>(nodes, 1));
   std::partial_sort(oldest.begin(), oldest.begin() + static_cast<std::ptrdiff_t>(considered), oldest.end(),
-                    [](const auto& a, const auto& b) { return a.first < b.first; });
+                    [](const OldLot& a, const OldLot& b) { return a.first < b.first; });
   oldest.resize(considered);
   const auto& warm = warm_[session];
-  for (const auto& [first, lot] : oldest)
-    if (warm.count(queue_.at(first).task)) return pick_in_lot(*lot, session);
-  for (const auto& [first, lot] : oldest)
-    if (!warm_in_another(queue_.at(first).task, session)) return pick_in_lot(*lot, session);
-
-  auto unclaimed = queue_.end();
-  scanned = 0;
-  for (auto it = queue_.begin(); it != queue_.end() && scanned < kWindow; ++it, ++scanned)
-    if (!claimed_by_another(it->second.source_hash, session)) {
-      unclaimed = it;
-      break;
-    }
+  for (const auto& lot : oldest)
+    if (warm.count(lot.task)) return pick_in_lot(*lot.keys, session);
+  for (const auto& lot : oldest)
+    if (!warm_in_another(lot.task, session)) return pick_in_lot(*lot.keys, session);
   return unclaimed != queue_.end() ? unclaimed : queue_.begin();
 }
 

@@ -209,13 +209,13 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& x, cons
                 D = config_.head_dim, G = H / Hkv, vis = attention.visible;
   auto qkv = at::linear(x, w.qkv, w.qkv_bias);
   if (lora) qkv = lora->plus_deltas(layer, x, qkv, {{LoraTarget::q, H * D}, {LoraTarget::k, Hkv * D}, {LoraTarget::v, Hkv * D}});
-  // Queries and keys rotate together: one set of kernels for both. Split rather than narrowed: a narrow's backward
-  // fills a whole-width zero gradient for each part, a split's joins the parts' gradients once.
   at::Tensor queries;  // [B, T, H, D], rotated
   if (!cos.defined()) {  // a decode step with the fused kernels (hidden_states looked up no rotary rows)
     queries = rotate_into_cache(qkv, attention.positions, attention.slots, rotary_.cos(), rotary_.signed_sin(), k_cache,
                                 v_cache, H, Hkv);
   } else {
+    // Queries and keys rotate together: one set of kernels for both. Split rather than narrowed: a narrow's backward
+    // fills a whole-width zero gradient for each part, a split's joins the parts' gradients once.
     const auto parts = qkv.split_with_sizes({(H + Hkv) * D, Hkv * D}, -1);
     const auto qk = apply_rotary(parts[0].view({B, T, H + Hkv, D}), cos, signed_sin);
     const auto v = parts[1].view({B, T, Hkv, D});
