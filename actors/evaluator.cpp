@@ -15,16 +15,27 @@ eval::Verdict evaluator_error(const msg::EvalRequest& request, const std::string
                                           "evaluator_error", what);
 }
 
+// Where a candidate's time went before its evaluation, for the node's log: a node that builds slower than its device
+// evaluates, or waits long for its device, shows it here.
+struct Spent {
+  double build_s = 0.0;
+  double wait_s = 0.0;
+};
+
 // The verdict, and in `learned` the reference timings for the task that the request did not bring (for the
 // coordinator to hand on).
 eval::Verdict judge(eval::Evaluator& evaluator, const EvaluatorSetup& setup, const msg::EvalRequest& request,
-                    std::vector<eval::SharedTiming>& learned) {
+                    std::vector<eval::SharedTiming>& learned, Spent& spent) {
   auto task = setup.tasks.find(request.candidate.task);
   try {
     if (task == setup.tasks.end()) throw std::invalid_argument("unknown task " + request.candidate.task);
     // Into the shared cache, where the evaluation finds it (a failure too, as a compile verdict).
+    const double build_start = wall_now();
     if (setup.build_beside_evaluation) evaluator.compile(request.candidate.source, setup.options);
+    const double wait_start = wall_now();
+    spent.build_s = wait_start - build_start;
     auto lease = setup.leases->acquire(setup.device);
+    spent.wait_s = wall_now() - wait_start;
     evaluator.adopt_timings(request.reference_timings);
     auto verdict = evaluator.evaluate(task->second, request.candidate.source, setup.options);
     for (auto& t : evaluator.shared_timings(request.candidate.task)) {
@@ -54,8 +65,9 @@ void evaluator(caf::blocking_actor* self, coordinator_actor coordinator, std::sh
               const double start = wall_now();
               msg::VerdictReport report;
               std::vector<eval::SharedTiming> learned;
+              Spent spent;
               try {
-                report = msg::report(request.candidate.id, judge(evaluator, *setup, request, learned));
+                report = msg::report(request.candidate.id, judge(evaluator, *setup, request, learned, spent));
                 report.reference_timings = std::move(learned);
               } catch (const std::exception& e) {
                 log.error("candidate ", request.candidate.id, ": ", e.what(), "; recorded as evaluator_error");
@@ -66,7 +78,8 @@ void evaluator(caf::blocking_actor* self, coordinator_actor coordinator, std::sh
               report.finished_at = wall_now();
               const auto& v = report.verdict;
               log.info("candidate ", request.candidate.id, " (", request.candidate.task, "): ", eval::status_name(v.status),
-                       v.reasons.empty() ? "" : " " + v.reasons.front().code, " in ", report.finished_at - start, " s");
+                       v.reasons.empty() ? "" : " " + v.reasons.front().code, " in ", report.finished_at - start,
+                       " s (built in ", spent.build_s, " s, waited ", spent.wait_s, " s for the device)");
               self->send(coordinator, std::move(report));
             },
             [&](caf::error& e) {

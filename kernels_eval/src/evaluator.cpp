@@ -292,7 +292,7 @@ void Evaluator::prepare(const std::string& device) {
   const int cuda_device = parse_cuda_device(device);
   if (cuda_device < 0) return;
   std::lock_guard<std::mutex> lock(gpu_mutex_);
-  gpu_resources(cuda_device);
+  gpu_resources(cuda_device).workers->wait_started();
 }
 
 GpuResources& Evaluator::gpu_resources(int device) {

@@ -8,11 +8,6 @@
 #include <stdexcept>
 
 namespace crucible::eval {
-namespace {
-// Device passes over tensors of several GB work in chunks of this many elements, bounding their scratch memory.
-constexpr int64_t kDeviceChunk = int64_t{1} << 26;
-}  // namespace
-
 torch::ScalarType to_torch(DType t) {
   switch (t) {
     case DType::float32: return torch::kFloat32;
@@ -157,21 +152,16 @@ torch::Tensor InputPool::fresh(std::size_t input, uint64_t seed) const {
   const double scale = init.scale_low != 1.0 || init.scale_high != 1.0
                            ? std::uniform_real_distribution<double>(init.scale_low, init.scale_high)(rng)
                            : 1.0;
-  if (window.is_cuda()) {  // the same reflection as tensor operations, in chunks to bound scratch memory
+  if (window.is_cuda()) {  // one pass, no scratch memory: what where(mask, twice_center - window, window) gives
     torch::Tensor t = torch::empty({n}, window.options());
     const bool reflect_int = window.scalar_type() == torch::kInt64 && init.kind == InitSpec::Kind::randint;
-    for (int64_t start = 0; start < n; start += kDeviceChunk) {
-      const int64_t len = std::min(kDeviceChunk, n - start);
-      auto w = window.narrow(0, start, len);
-      auto flip = masks_[input].narrow(0, mask_offset + start, len).to(torch::kBool);
-      auto dst = t.narrow(0, start, len);
-      if (window.is_floating_point())
-        dst.copy_(torch::where(flip, twice_center - w, w));
-      else if (reflect_int)
-        dst.copy_(torch::where(flip, static_cast<int64_t>(init.low + init.high) - 1 - w, w));
-      else
-        dst.copy_(w);
-    }
+    const uint8_t* flip = masks_[input].data_ptr<uint8_t>() + mask_offset;
+    if (window.is_floating_point())
+      cuda::reflect_copy(t.data_ptr(), window.data_ptr(), flip, n, element_kind(t.scalar_type()), twice_center);
+    else if (reflect_int)
+      cuda::reflect_copy(t.data_ptr(), window.data_ptr(), flip, n, cuda::ElementKind::int64, init.low + init.high - 1);
+    else
+      t.copy_(window);
     t = t.view(shapes_[input]);
     if (scale != 1.0) t.mul_(scale);
     return transformed(init, t);

@@ -204,9 +204,13 @@ void WorkerProcess::terminate() {
   release_ = nullptr;
   holding_ = false;
   if (pid_ > 0 && !reaped_) {
+    const auto killed = Clock::now();
     kill(pid_, SIGKILL);
     reap(true);
     reaped_ = true;
+    if (trace_calls())
+      std::fprintf(stderr, "worker %d ended in %.1f ms\n", static_cast<int>(pid_),
+                   std::chrono::duration<double, std::milli>(Clock::now() - killed).count());
   }
   arena_ = nullptr;
   if (socket_ >= 0) close(socket_);
@@ -658,6 +662,10 @@ StartsPaused::StartsPaused(std::vector<WorkerPool*> pools) : pools_(std::move(po
 StartsPaused::~StartsPaused() {
   for (auto* p : pools_)
     if (p) p->resume_starts();
+}
+
+void WorkerPool::wait_started() {
+  for (auto& w : idle_) w->wait_hello(start_timeout_s_);
 }
 
 std::unique_ptr<WorkerProcess> WorkerPool::acquire() {

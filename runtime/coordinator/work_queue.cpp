@@ -163,10 +163,10 @@ bool WorkQueue::claimed_by_another(std::size_t source_hash, SessionId session) {
   return false;
 }
 
-bool WorkQueue::warm_in_another(std::size_t task, SessionId session) {
-  for (const auto& [other, tasks] : warm_)
-    if (other != session && live(other) && tasks.count(task)) return true;
-  return false;
+std::size_t WorkQueue::warm_in_others(std::size_t task, SessionId session) {
+  std::size_t n = 0;
+  for (const auto& [other, tasks] : warm_) n += other != session && live(other) && tasks.count(task);
+  return n;
 }
 
 // A lot's oldest candidate whose source no other node built, else its oldest.
@@ -182,8 +182,9 @@ std::map<WorkQueue::Key, Offered>::iterator WorkQueue::pick_in_lot(const std::se
 // 1. among the oldest few, a source this session was handed before (its cache has the build);
 // 2. among the oldest lots (one per node that pulls), one of a task this session was given before (its evaluator
 //    holds the task's input pools and reference timing);
-// 3. among those lots, one of a task no other node was given, so that nodes warm different tasks, not all of them;
-// 4. among the oldest few, a source no other node has, else the oldest.
+// 3. among those lots, one of the task the fewest other nodes were given (none, where there is one), so that nodes
+//    warm different tasks, and with more nodes than tasks the same number of nodes warm each.
+// Within a lot, its oldest candidate whose source no other node has, else its oldest.
 // Looking at only as many lots as there are nodes keeps units nearly in order: with one node, the oldest lot first.
 // The oldest candidate goes first once kWindow picks in a row have passed over it.
 std::map<WorkQueue::Key, Offered>::iterator WorkQueue::pick_for(SessionId session) {
@@ -192,14 +193,10 @@ std::map<WorkQueue::Key, Offered>::iterator WorkQueue::pick_for(SessionId sessio
     head_passed_ = 0;
   }
   if (head_passed_ >= kWindow) return queue_.begin();
-  // One pass over the oldest few serves rules 1 and 4.
   const auto& mine = handed_[session];
-  auto unclaimed = queue_.end();
   int scanned = 0;
-  for (auto it = queue_.begin(); it != queue_.end() && scanned < kWindow; ++it, ++scanned) {
+  for (auto it = queue_.begin(); it != queue_.end() && scanned < kWindow; ++it, ++scanned)
     if (mine.count(it->second.source_hash)) return it;
-    if (unclaimed == queue_.end() && !claimed_by_another(it->second.source_hash, session)) unclaimed = it;
-  }
 
   struct OldLot {
     Key first;  // its oldest candidate
@@ -217,9 +214,14 @@ std::map<WorkQueue::Key, Offered>::iterator WorkQueue::pick_for(SessionId sessio
   const auto& warm = warm_[session];
   for (const auto& lot : oldest)
     if (warm.count(lot.task)) return pick_in_lot(*lot.keys, session);
-  for (const auto& lot : oldest)
-    if (!warm_in_another(lot.task, session)) return pick_in_lot(*lot.keys, session);
-  return unclaimed != queue_.end() ? unclaimed : queue_.begin();
+  if (oldest.empty()) return queue_.begin();  // every queued candidate is in a lot; kept for safety
+  const OldLot* least = &oldest.front();  // the oldest among equals
+  std::size_t fewest = warm_in_others(least->task, session);
+  for (const auto& lot : oldest) {
+    if (fewest == 0) break;
+    if (const std::size_t n = warm_in_others(lot.task, session); n < fewest) least = &lot, fewest = n;
+  }
+  return pick_in_lot(*least->keys, session);
 }
 
 void WorkQueue::take(std::map<Key, Offered>::iterator it) {

@@ -137,7 +137,7 @@ class WorkQueue {
   std::map<Key, Offered>::iterator pick_for(SessionId session);
   std::map<Key, Offered>::iterator pick_in_lot(const std::set<Key>& lot, SessionId session);
   bool claimed_by_another(std::size_t source_hash, SessionId session);
-  bool warm_in_another(std::size_t task, SessionId session);
+  std::size_t warm_in_others(std::size_t task, SessionId session);  // live nodes but this one given the task
   void take(std::map<Key, Offered>::iterator it);
   void requeue(CandidateId candidate, Decisions& d);
   void forget_waiter(EvaluatorId evaluator);

@@ -4,11 +4,13 @@
 // span, the same runs for poison and its count, a reflection's change to the fingerprint).
 #include <doctest/doctest.h>
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -253,4 +255,43 @@ TEST_CASE("device checks: a sampled reflection changes one run per span in place
   auto ra = la.read();
   CHECK(ra[0] == 0);
   for (int64_t i = 1; i <= n; ++i) REQUIRE((ra[i] == labels[i] || ra[i] == 9 - labels[i]));
+}
+
+TEST_CASE("device checks: a masked reflection copies each element, reflected where the mask says, from any mask byte") {
+  const int64_t n = (1 << 20) + 7;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> src(n);
+  for (auto& x : src) x = normal(rng);
+  std::vector<uint8_t> mask(n + 3);
+  for (auto& m : mask) m = static_cast<uint8_t>(rng() & 1);
+  DeviceVector<float> s(src), d(std::vector<float>(n, -7.0f));
+  DeviceVector<uint8_t> m(mask);
+  reflect_copy(d.data, s.data, m.data + 3, n, ElementKind::float32, 0.5);  // an odd offset into the mask
+  auto out = d.read();
+  int64_t reflected = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    REQUIRE(out[i] == (mask[i + 3] ? 0.5f - src[i] : src[i]));
+    reflected += mask[i + 3];
+  }
+  CHECK(reflected > n / 3);
+
+  // Half types in float arithmetic, rounded once, as LibTorch's where(mask, c - x, x) gives them.
+  std::vector<__half> halves(n);
+  for (int64_t i = 0; i < n; ++i) halves[i] = __float2half(src[i]);
+  DeviceVector<__half> hs(halves), hd{std::vector<__half>(n)};
+  reflect_copy(hd.data, hs.data, m.data, n, ElementKind::float16, 2.0);
+  auto hout = hd.read();
+  for (int64_t i = 0; i < n; ++i) {
+    const __half want = mask[i] ? __float2half(2.0f - __half2float(halves[i])) : halves[i];
+    REQUIRE(std::memcmp(&hout[i], &want, sizeof want) == 0);
+  }
+
+  // int64 labels of randint(0, 10): x -> 9 - x.
+  std::vector<int64_t> labels(n);
+  for (int64_t i = 0; i < n; ++i) labels[i] = i % 10;
+  DeviceVector<int64_t> ls(labels), ld(std::vector<int64_t>(n, -1));
+  reflect_copy(ld.data, ls.data, m.data + 1, n, ElementKind::int64, 9.0);
+  auto lout = ld.read();
+  for (int64_t i = 0; i < n; ++i) REQUIRE(lout[i] == (mask[i + 1] ? 9 - labels[i] : labels[i]));
 }

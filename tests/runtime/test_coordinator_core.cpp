@@ -175,6 +175,27 @@ TEST_CASE("work queue: nodes warm different tasks, keep to them, and take anothe
   });
 }
 
+TEST_CASE("work queue: with more nodes than tasks, each task is warmed by as few nodes as can be") {
+  // Four nodes, two tasks: two nodes on each (not three on the oldest), so that each node's first evaluation, which
+  // builds the task's input pools and may time its reference, is paid by two nodes per task.
+  constexpr std::size_t relu = 1, softmax = 2;
+  WorkQueue q;
+  for (SessionId s = 1; s <= 4; ++s) q.join(s, "n" + std::to_string(s));
+  std::vector<Offered> relus, softmaxes;
+  for (CandidateId c = 1; c <= 8; ++c) relus.push_back({c, 100 + c, relu});
+  for (CandidateId c = 11; c <= 18; ++c) softmaxes.push_back({c, 100 + c, softmax});
+  q.offer(0, relus);
+  q.offer(1, softmaxes);
+  run_table(q, {
+      {"n1 takes the oldest task", [](WorkQueue& w) { return w.pull(10, 1); }, "assign c1->e10"},
+      {"n2 takes the task no node has", [](WorkQueue& w) { return w.pull(20, 2); }, "assign c11->e20"},
+      {"n3: both tasks have a node; the oldest", [](WorkQueue& w) { return w.pull(30, 3); }, "assign c2->e30"},
+      {"n4: relu has two nodes, softmax one", [](WorkQueue& w) { return w.pull(40, 4); }, "assign c12->e40"},
+      {"n3 keeps to relu", [](WorkQueue& w) { return w.pull(31, 3); }, "assign c3->e31"},
+      {"n4 keeps to softmax", [](WorkQueue& w) { return w.pull(41, 4); }, "assign c13->e41"},
+  });
+}
+
 TEST_CASE("work queue: with one node, units go in order whatever tasks it has evaluated") {
   // A node stays on a task only among as many of the oldest lots as there are nodes: one node never lets a later
   // unit of a task it knows overtake an older unit of another task.

@@ -353,6 +353,15 @@ __device__ __nv_bfloat16 reflected(__nv_bfloat16 x, double twice_center) {
   return __float2bfloat16(static_cast<float>(twice_center) - __bfloat162float(x));
 }
 
+template <typename T>
+__global__ void reflect_masked(const T* __restrict__ src, const uint8_t* __restrict__ mask, T* __restrict__ dst,
+                               int64_t n, double twice_center) {
+  walk(n, [&](int64_t i) {
+    const T x = src[i];
+    dst[i] = mask[i] ? reflected(x, twice_center) : x;
+  });
+}
+
 // Reflects the chosen run of every span in place and adds to `totals` how the buffer's fingerprint under `key`
 // changed: the 16-byte chunks a run covers are fingerprinted before and after (one thread per run, and runs of
 // different spans share no chunk), so an expected fingerprint can follow the change without a copy of the buffer.
@@ -529,6 +538,26 @@ Fingerprint reflect_sampled(void* data, int64_t n, ElementKind kind, double twic
     case ElementKind::int64: launch(int64_t{}); break;
   }
   return lanes_of(totals.read("sampled input change on device"));
+}
+
+void reflect_copy(void* dst, const void* src, const uint8_t* mask, int64_t n, ElementKind kind, double twice_center) {
+  if (n <= 0) return;
+  auto launch = [&](auto zero) {
+    using T = decltype(zero);
+    reflect_masked<T><<<grid_for(n), kThreads>>>(static_cast<const T*>(src), mask, static_cast<T*>(dst), n,
+                                                 twice_center);
+  };
+  switch (kind) {
+    case ElementKind::float16: launch(__half{}); break;
+    case ElementKind::bfloat16: launch(__nv_bfloat16{}); break;
+    case ElementKind::float32: launch(float{}); break;
+    case ElementKind::float64: launch(double{}); break;
+    case ElementKind::int8: launch(int8_t{}); break;
+    case ElementKind::int16: launch(int16_t{}); break;
+    case ElementKind::int32: launch(int32_t{}); break;
+    case ElementKind::int64: launch(int64_t{}); break;
+  }
+  check(cudaGetLastError(), "input refresh on device");
 }
 
 }  // namespace crucible::eval::cuda

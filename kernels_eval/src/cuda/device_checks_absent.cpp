@@ -17,4 +17,5 @@ int64_t count_pattern(const void*, int64_t, int, uint64_t) { absent(); }
 void poison_sampled(void*, int64_t, int, uint64_t, uint64_t, int64_t) { absent(); }
 int64_t count_pattern_sampled(const void*, int64_t, int, uint64_t, uint64_t, int64_t) { absent(); }
 Fingerprint reflect_sampled(void*, int64_t, ElementKind, double, uint64_t, int64_t, uint64_t) { absent(); }
+void reflect_copy(void*, const void*, const uint8_t*, int64_t, ElementKind, double) { absent(); }
 }  // namespace crucible::eval::cuda

@@ -80,8 +80,8 @@ class Evaluator {
   // candidate needs its task's shapes, so it is built by evaluate() and this builds nothing.
   CompileResult compile(const std::string& source, const EvalOptions& options = {});
   // Sets up, before any candidate arrives, what every evaluation on `device` needs first: on a GPU its context and
-  // LibTorch's, its spare workers and its L2 flush buffer (otherwise the first compile waits for them, to learn the
-  // architecture). Nothing on the CPU. Throws what an evaluation on the device would: no such device, no CUDA worker.
+  // LibTorch's, its spare workers (returning once they have started) and its L2 flush buffer (otherwise the first
+  // compile waits for them, to learn the architecture). Nothing on the CPU. Throws what an evaluation on the device would: no such device, no CUDA worker.
   void prepare(const std::string& device);
 
   // GPU reference timings this evaluator knows for a task (measured or adopted), to hand to evaluators of the same
