@@ -292,7 +292,12 @@ void Evaluator::prepare(const std::string& device) {
   const int cuda_device = parse_cuda_device(device);
   if (cuda_device < 0) return;
   std::lock_guard<std::mutex> lock(gpu_mutex_);
-  gpu_resources(cuda_device).workers->wait_started();
+  WorkerPool& spares = *gpu_resources(cuda_device).workers;
+  const int warm = gpu_warm_workers(config_.gpu_warm_workers);
+  // A device whose workers cannot start would turn every candidate into an evaluator error: said at once instead.
+  if (warm > 0 && spares.wait_started() == 0)
+    throw std::runtime_error("device " + device + ": none of its " + std::to_string(warm) +
+                             " spare CUDA workers started (see the worker binary, the driver and the GPU's memory)");
 }
 
 GpuResources& Evaluator::gpu_resources(int device) {

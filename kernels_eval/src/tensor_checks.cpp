@@ -152,15 +152,19 @@ torch::Tensor InputPool::fresh(std::size_t input, uint64_t seed) const {
   const double scale = init.scale_low != 1.0 || init.scale_high != 1.0
                            ? std::uniform_real_distribution<double>(init.scale_low, init.scale_high)(rng)
                            : 1.0;
-  if (window.is_cuda()) {  // one pass, no scratch memory: what where(mask, twice_center - window, window) gives
+  if (window.is_cuda()) {  // where(mask, twice_center - window, window) in one pass, without scratch memory
     torch::Tensor t = torch::empty({n}, window.options());
     const bool reflect_int = window.scalar_type() == torch::kInt64 && init.kind == InitSpec::Kind::randint;
     const uint8_t* flip = masks_[input].data_ptr<uint8_t>() + mask_offset;
-    if (window.is_floating_point())
-      cuda::reflect_copy(t.data_ptr(), window.data_ptr(), flip, n, element_kind(t.scalar_type()), twice_center);
-    else if (reflect_int)
-      cuda::reflect_copy(t.data_ptr(), window.data_ptr(), flip, n, cuda::ElementKind::int64, init.low + init.high - 1);
-    else
+    if (window.is_floating_point()) {
+      // LibTorch's `c - x` first rounds c to x's type (a half type's centre, e.g. 0.2, is not exact), then subtracts
+      // in float: a constant input must still reflect onto itself.
+      const double center = torch::scalar_tensor(twice_center, torch::kFloat64).to(t.scalar_type()).item<double>();
+      cuda::reflect_copy(t.data_ptr(), window.data_ptr(), flip, n, element_kind(t.scalar_type()), center);
+    } else if (reflect_int) {
+      const int64_t top = static_cast<int64_t>(init.low + init.high) - 1;
+      cuda::reflect_copy(t.data_ptr(), window.data_ptr(), flip, n, cuda::ElementKind::int64, static_cast<double>(top));
+    } else
       t.copy_(window);
     t = t.view(shapes_[input]);
     if (scale != 1.0) t.mul_(scale);

@@ -664,8 +664,15 @@ StartsPaused::~StartsPaused() {
     if (p) p->resume_starts();
 }
 
-void WorkerPool::wait_started() {
-  for (auto& w : idle_) w->wait_hello(start_timeout_s_);
+int WorkerPool::wait_started() {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(start_timeout_s_);
+  int started = 0;
+  for (auto& w : idle_) {
+    if (std::find(stopped_.begin(), stopped_.end(), w->pid()) != stopped_.end()) continue;
+    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    started += w->wait_hello(std::max(0.0, left));
+  }
+  return started;
 }
 
 std::unique_ptr<WorkerProcess> WorkerPool::acquire() {
@@ -677,7 +684,7 @@ std::unique_ptr<WorkerProcess> WorkerPool::acquire() {
       kill(w->pid(), SIGCONT);
       stopped_.erase(it);
     }
-    if (!w->wait_hello(start_timeout_s_)) w.reset();  // died while idle: drop it
+    if (!w->wait_hello(start_timeout_s_) || w->reap(false)) w.reset();  // died while idle: drop it
   }
   if (!w) {
     w = WorkerProcess::spawn(binary_, args_, visible_devices_);

@@ -276,7 +276,8 @@ TEST_CASE("device checks: a masked reflection copies each element, reflected whe
   }
   CHECK(reflected > n / 3);
 
-  // Half types in float arithmetic, rounded once, as LibTorch's where(mask, c - x, x) gives them.
+  // Half types in float arithmetic, rounded once (the caller rounds the centre to the element type, as LibTorch's
+  // `c - x` does; 2 is exact).
   std::vector<__half> halves(n);
   for (int64_t i = 0; i < n; ++i) halves[i] = __float2half(src[i]);
   DeviceVector<__half> hs(halves), hd{std::vector<__half>(n)};

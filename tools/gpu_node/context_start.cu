@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
   if (cuInit(0) != CUDA_SUCCESS) return 1;
   const double init = ms_since(t);
   t = std::chrono::steady_clock::now();
-  if (argc > 1 && std::atoi(argv[1]) == 1) cudaSetDeviceFlags(cudaDeviceScheduleSpin);  // as the worker does
+  if (argc > 1 && std::atoi(argv[1]) == 1 && cudaSetDeviceFlags(cudaDeviceScheduleSpin) != cudaSuccess)
+    return 1;  // spin-waiting, as the worker does
   if (cudaFree(nullptr) != cudaSuccess) return 1;
   const double context = ms_since(t);
   t = std::chrono::steady_clock::now();

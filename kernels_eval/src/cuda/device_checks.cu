@@ -398,6 +398,22 @@ void by_width(int width, F f) {
   throw std::invalid_argument("device checks: element width must be 1, 2, 4 or 8 bytes");
 }
 
+// `f` called with a value of the element type `kind` names.
+template <typename F>
+void by_kind(ElementKind kind, F f) {
+  switch (kind) {
+    case ElementKind::float16: f(__half{}); return;
+    case ElementKind::bfloat16: f(__nv_bfloat16{}); return;
+    case ElementKind::float32: f(float{}); return;
+    case ElementKind::float64: f(double{}); return;
+    case ElementKind::int8: f(int8_t{}); return;
+    case ElementKind::int16: f(int16_t{}); return;
+    case ElementKind::int32: f(int32_t{}); return;
+    case ElementKind::int64: f(int64_t{}); return;
+  }
+  throw std::invalid_argument("device checks: unknown element kind");
+}
+
 // Spans of `block` runs of kRunBytes over n elements of `width` bytes.
 int64_t spans_of(int64_t n, int64_t block, int width) {
   if (block < 1) throw std::invalid_argument("device checks: a sampled pass needs a block of at least one element");
@@ -527,16 +543,7 @@ Fingerprint reflect_sampled(void* data, int64_t n, ElementKind kind, double twic
     reflect_chosen<T><<<grid_for(spans), kThreads>>>(static_cast<T*>(data), n, aligned, twice_center, seed, block,
                                                      spans, key, totals.get());
   };
-  switch (kind) {
-    case ElementKind::float16: launch(__half{}); break;
-    case ElementKind::bfloat16: launch(__nv_bfloat16{}); break;
-    case ElementKind::float32: launch(float{}); break;
-    case ElementKind::float64: launch(double{}); break;
-    case ElementKind::int8: launch(int8_t{}); break;
-    case ElementKind::int16: launch(int16_t{}); break;
-    case ElementKind::int32: launch(int32_t{}); break;
-    case ElementKind::int64: launch(int64_t{}); break;
-  }
+  by_kind(kind, launch);
   return lanes_of(totals.read("sampled input change on device"));
 }
 
@@ -547,16 +554,7 @@ void reflect_copy(void* dst, const void* src, const uint8_t* mask, int64_t n, El
     reflect_masked<T><<<grid_for(n), kThreads>>>(static_cast<const T*>(src), mask, static_cast<T*>(dst), n,
                                                  twice_center);
   };
-  switch (kind) {
-    case ElementKind::float16: launch(__half{}); break;
-    case ElementKind::bfloat16: launch(__nv_bfloat16{}); break;
-    case ElementKind::float32: launch(float{}); break;
-    case ElementKind::float64: launch(double{}); break;
-    case ElementKind::int8: launch(int8_t{}); break;
-    case ElementKind::int16: launch(int16_t{}); break;
-    case ElementKind::int32: launch(int32_t{}); break;
-    case ElementKind::int64: launch(int64_t{}); break;
-  }
+  by_kind(kind, launch);
   check(cudaGetLastError(), "input refresh on device");
 }
 

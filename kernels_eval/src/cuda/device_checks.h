@@ -56,7 +56,8 @@ int64_t count_pattern_sampled(const void* data, int64_t n, int width, uint64_t p
 Fingerprint reflect_sampled(void* data, int64_t n, ElementKind kind, double twice_center, uint64_t seed,
                             int64_t block, uint64_t key);
 // dst[i] = mask[i] ? twice_center - src[i] : src[i] over n elements, in one pass (the element arithmetic of
-// reflect_sampled): a fresh input of several GB from a pool window. LibTorch's where() over the same took five
+// reflect_sampled: half types through float, twice_center taken as given): a fresh input of several GB from a pool
+// window. LibTorch's where() over the same took five
 // passes and a byte mask converted to bool, about four times the memory traffic; the reference's timing makes one
 // per sample. `mask` holds 0 or 1 per element, at any byte offset. Queued on the default stream; returns at once.
 void reflect_copy(void* dst, const void* src, const uint8_t* mask, int64_t n, ElementKind kind, double twice_center);

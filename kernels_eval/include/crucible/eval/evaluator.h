@@ -81,7 +81,8 @@ class Evaluator {
   CompileResult compile(const std::string& source, const EvalOptions& options = {});
   // Sets up, before any candidate arrives, what every evaluation on `device` needs first: on a GPU its context and
   // LibTorch's, its spare workers (returning once they have started) and its L2 flush buffer (otherwise the first
-  // compile waits for them, to learn the architecture). Nothing on the CPU. Throws what an evaluation on the device would: no such device, no CUDA worker.
+  // compile waits for them, to learn the architecture). Nothing on the CPU. Throws what an evaluation on the device
+  // would (no such device, no CUDA worker), and when none of the spare workers starts.
   void prepare(const std::string& device);
 
   // GPU reference timings this evaluator knows for a task (measured or adopted), to hand to evaluators of the same

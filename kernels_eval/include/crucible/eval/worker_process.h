@@ -197,10 +197,11 @@ class WorkerPool {
   explicit WorkerPool(std::filesystem::path binary, int warm = 1, std::vector<std::string> args = {},
                       double start_timeout_s = 10.0, std::string visible_devices = {});
   std::unique_ptr<WorkerProcess> acquire();  // a started worker; a replacement starts at once
-  // Waits (each up to the start timeout) until the spares have said hello: a node that joins before its spares are
-  // up pays their start in its first evaluation, with every other node's spares starting at the same moment (CUDA
-  // context creation is serialised across the host). A spare that failed is replaced by acquire().
-  void wait_started();
+  // Waits, up to the start timeout in all, until the spares have said hello, and returns how many did: a node that
+  // joins before its spares are up pays their start in its first evaluation, with every other node's spares starting
+  // at the same moment (CUDA context creation is serialised across the host). A spare that failed is replaced by
+  // acquire(); stopped spares (pause_starts) are not waited for.
+  int wait_started();
   // While paused, spares that have not said hello yet are stopped (SIGSTOP), as are those started meanwhile: a worker
   // making its CUDA context slows the device's other work for a while (GPU timed calls by 1-5%), so timing pauses
   // them. A worker taken by acquire() is let go at once. Pauses nest; each needs its resume.
