@@ -293,10 +293,9 @@ void Evaluator::prepare(const std::string& device) {
   if (cuda_device < 0) return;
   std::lock_guard<std::mutex> lock(gpu_mutex_);
   WorkerPool& spares = *gpu_resources(cuda_device).workers;
-  const int warm = gpu_warm_workers(config_.gpu_warm_workers);
   // A device whose workers cannot start would turn every candidate into an evaluator error: said at once instead.
-  if (warm > 0 && spares.wait_started() == 0)
-    throw std::runtime_error("device " + device + ": none of its " + std::to_string(warm) +
+  if (spares.warm() > 0 && spares.wait_started() == 0)
+    throw std::runtime_error("device " + device + ": none of its " + std::to_string(spares.warm()) +
                              " spare CUDA workers started (see the worker binary, the driver and the GPU's memory)");
 }
 

@@ -214,14 +214,11 @@ std::map<WorkQueue::Key, Offered>::iterator WorkQueue::pick_for(SessionId sessio
   const auto& warm = warm_[session];
   for (const auto& lot : oldest)
     if (warm.count(lot.task)) return pick_in_lot(*lot.keys, session);
-  if (oldest.empty()) return queue_.begin();  // every queued candidate is in a lot; kept for safety
-  const OldLot* least = &oldest.front();  // the oldest among equals
-  std::size_t fewest = warm_in_others(least->task, session);
-  for (const auto& lot : oldest) {
-    if (fewest == 0) break;
-    if (const std::size_t n = warm_in_others(lot.task, session); n < fewest) least = &lot, fewest = n;
-  }
-  return pick_in_lot(*least->keys, session);
+  // min_element keeps the first of equals: the oldest.
+  const auto least = std::min_element(oldest.begin(), oldest.end(), [&](const OldLot& a, const OldLot& b) {
+    return warm_in_others(a.task, session) < warm_in_others(b.task, session);
+  });
+  return least == oldest.end() ? queue_.begin() : pick_in_lot(*least->keys, session);
 }
 
 void WorkQueue::take(std::map<Key, Offered>::iterator it) {

@@ -121,6 +121,17 @@ __global__ void pick_by_cdf_kernel(PickArgs a) {
   if (lane == 0) a.out[row] = picked >= 0 ? picked : (last_nonzero >= 0 ? last_nonzero : 0);
 }
 
+// `launch` called with a value of the element type `e` names; false for none.
+template <typename Launch>
+bool by_element(Element e, Launch launch) {
+  switch (e) {
+    case Element::f32: return launch(float{});
+    case Element::bf16: return launch(__nv_bfloat16{});
+    case Element::f16: return launch(__half{});
+  }
+  return false;
+}
+
 template <typename T>
 bool rotate_as(const RotateArgs& a, cudaStream_t stream) {
   const dim3 grid(a.batch, a.heads + 2 * a.kv_heads);
@@ -140,22 +151,12 @@ bool silu_as(const SiluArgs& a, cudaStream_t stream) {
 
 bool launch_rotate_into_cache(const RotateArgs& a, cudaStream_t stream) {
   if (!rotation_takes(a.head_dim) || a.batch <= 0 || a.heads + 2 * a.kv_heads > 65535) return false;
-  switch (a.element) {
-    case Element::f32: return rotate_as<float>(a, stream);
-    case Element::bf16: return rotate_as<__nv_bfloat16>(a, stream);
-    case Element::f16: return rotate_as<__half>(a, stream);
-  }
-  return false;
+  return by_element(a.element, [&](auto zero) { return rotate_as<decltype(zero)>(a, stream); });
 }
 
 bool launch_silu_times_up(const SiluArgs& a, cudaStream_t stream) {
   if (a.rows <= 0 || a.width <= 0) return a.rows == 0 || a.width == 0;
-  switch (a.element) {
-    case Element::f32: return silu_as<float>(a, stream);
-    case Element::bf16: return silu_as<__nv_bfloat16>(a, stream);
-    case Element::f16: return silu_as<__half>(a, stream);
-  }
-  return false;
+  return by_element(a.element, [&](auto zero) { return silu_as<decltype(zero)>(a, stream); });
 }
 
 bool launch_pick_by_cdf(const PickArgs& a, cudaStream_t stream) {

@@ -23,9 +23,9 @@ bool rotate_into_cache_serves(const at::Tensor& x, int64_t head_dim);
 void set_decode_kernels(bool on);
 
 // qkv [B, 1, (H + 2 Hkv) D] (the fused projection's output, last dimension contiguous); positions [B, 1] int64;
-// slots [1] int64; cos and signed_sin [n, D] rotary tables (RotaryTable), covering every position. Rotates the query and key heads by their
-// rows' positions, writes keys and values into slot `slots[0]` of k_cache and v_cache [B, Hkv, capacity, D], and
-// returns the rotated queries [B, 1, H, D].
+// slots [1] int64; cos and signed_sin [n, D] rotary tables (RotaryTable), covering every position. Rotates the query
+// and key heads by their rows' positions, writes keys and values into slot `slots[0]` of k_cache and v_cache
+// [B, Hkv, capacity, D], and returns the rotated queries [B, 1, H, D].
 at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& slots,
                              const at::Tensor& cos, const at::Tensor& signed_sin, at::Tensor& k_cache,
                              at::Tensor& v_cache, int64_t heads, int64_t kv_heads);

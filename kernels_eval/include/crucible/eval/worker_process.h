@@ -208,6 +208,7 @@ class WorkerPool {
   void pause_starts();
   void resume_starts();
   int started() const { return started_; }
+  int warm() const { return warm_; }  // spares kept started
   const std::filesystem::path& binary() const { return binary_; }
 
  private:
