@@ -121,6 +121,224 @@ __global__ void pick_by_cdf_kernel(PickArgs a) {
   if (lane == 0) a.out[row] = picked >= 0 ? picked : (last_nonzero >= 0 ? last_nonzero : 0);
 }
 
+// Decode attention, split over cache slots ("flash decoding"): one query token per row, its G = H / Hkv query heads
+// sharing a key head. Block (row and key head, split) takes up to kAttentionMaxChunk slots up to the step's own, in three
+// phases so no exponential waits on a load: scores (L lanes share a slot, each holding 16 bytes of the head, so a
+// warp reads 32 / L whole cache rows at once), the split's maximum and weights per query head, then weighted values.
+// It writes one partial (weighted sum, maximum, sum of weights) per (row, query head, split); the combine kernel merges
+// the splits. Splits past the step's slot write nothing; the combine reads none past it.
+constexpr int kAttendThreads = 128;
+constexpr int kAttendWarps = kAttendThreads / 32;
+constexpr int kAttendMaxGroup = 8;
+constexpr int kInFlight = 4;  // loads a lane issues before it uses the first
+
+template <typename T, int N>
+__device__ void widen_all(const uint4& raw, float (&out)[N]) {
+  static_assert(N * sizeof(T) == 16, "16-byte loads");
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = widen(e[i]);
+}
+
+template <typename T, int L>
+__global__ void attend_split_kernel(AttendArgs a) {
+  constexpr int V = 16 / sizeof(T);  // head elements per lane
+  constexpr int kPerWarp = 32 / L;   // slots a warp reads at once
+  constexpr int kGroups = kAttendThreads / L;
+  const int b = blockIdx.x / a.kv_heads, kvh = blockIdx.x % a.kv_heads, split = blockIdx.y;
+  const int G = a.heads / a.kv_heads, D = a.head_dim, C = a.chunk;
+  const int64_t slot = *a.slot;
+  if (slot < 0 || slot >= a.capacity || slot >= static_cast<int64_t>(a.splits) * C) __trap();
+  const int64_t begin = static_cast<int64_t>(split) * C;
+  if (begin > slot) return;
+  const int n = static_cast<int>(min(static_cast<int64_t>(C), slot + 1 - begin));
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, part = lane % L;
+  const int group = warp * kPerWarp + lane / L;
+  const int rounds = (n + kGroups - 1) / kGroups;
+
+  extern __shared__ float shared[];
+  float* q = shared;                   // [G][D], scaled
+  float* weight = q + G * D;           // [G][C]: scores, then weights
+  float* sums = weight + G * C;        // [kAttendWarps][G][D]: each warp's weighted values
+  float* top = sums + kAttendWarps * G * D;  // [G]
+  float* total = top + G;                    // [G]
+  bool* live = reinterpret_cast<bool*>(total + G);  // [C]
+  const T* query = static_cast<const T*>(a.q) + b * a.q_row_stride + static_cast<int64_t>(kvh) * G * a.q_head_stride;
+  for (int i = threadIdx.x; i < G * D; i += kAttendThreads) q[i] = widen(query[(i / D) * a.q_head_stride + i % D]) * a.scale;
+  const bool* valid = a.key_valid + static_cast<int64_t>(b) * a.capacity + begin;
+  for (int j = threadIdx.x; j < n; j += kAttendThreads) live[j] = begin + j == slot || valid[j];
+  __syncthreads();
+
+  const int64_t head = (static_cast<int64_t>(b) * a.kv_heads + kvh) * a.capacity + begin;
+  const T* keys = static_cast<const T*>(a.k_cache) + head * D + part * V;
+  const T* values = static_cast<const T*>(a.v_cache) + head * D + part * V;
+  // Scores. Every lane of a warp runs the same rounds, so the shuffles always see the whole warp.
+  for (int r0 = 0; r0 < rounds; r0 += kInFlight) {
+    uint4 raw[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int j = (r0 + u) * kGroups + group;
+      if (j < n && live[j]) raw[u] = *reinterpret_cast<const uint4*>(keys + static_cast<int64_t>(j) * D);
+    }
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int j = (r0 + u) * kGroups + group;
+      const bool use = j < n && live[j];
+      float k[V];
+      if (use) {
+        widen_all<T>(raw[u], k);
+      } else {
+#pragma unroll
+        for (int i = 0; i < V; ++i) k[i] = 0.0f;
+      }
+#pragma unroll
+      for (int g = 0; g < kAttendMaxGroup; ++g) {
+        if (g >= G) break;  // the same for the whole warp
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < V; ++i) dot = fmaf(q[g * D + part * V + i], k[i], dot);
+#pragma unroll
+        for (int o = L / 2; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        if (part == 0 && j < n) weight[g * C + j] = use ? dot : -INFINITY;
+      }
+    }
+  }
+  __syncthreads();
+
+  // Each query head's maximum over the split, its weights and their sum: one warp per head.
+  for (int g = warp; g < G; g += kAttendWarps) {
+    float m = -INFINITY;
+    for (int j = lane; j < n; j += 32) m = fmaxf(m, weight[g * C + j]);
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float sum = 0.0f;
+    for (int j = lane; j < n; j += 32) {
+      const float p = live[j] ? expf(weight[g * C + j] - m) : 0.0f;
+      weight[g * C + j] = p;
+      sum += p;
+    }
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) top[g] = m, total[g] = sum;
+  }
+  __syncthreads();
+
+  // Weighted values: each lane sums its slice of the head over its slots, then the warp's groups add up.
+  float acc[kAttendMaxGroup][V];
+#pragma unroll
+  for (int g = 0; g < kAttendMaxGroup; ++g)
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[g][i] = 0.0f;
+  for (int r0 = 0; r0 < rounds; r0 += kInFlight) {
+    uint4 raw[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int j = (r0 + u) * kGroups + group;
+      if (j < n && live[j]) raw[u] = *reinterpret_cast<const uint4*>(values + static_cast<int64_t>(j) * D);
+    }
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int j = (r0 + u) * kGroups + group;
+      if (j >= n || !live[j]) continue;  // an invalid slot's values are never read (they may be anything)
+      float v[V];
+      widen_all<T>(raw[u], v);
+#pragma unroll
+      for (int g = 0; g < kAttendMaxGroup; ++g) {
+        if (g >= G) break;
+        const float p = weight[g * C + j];
+#pragma unroll
+        for (int i = 0; i < V; ++i) acc[g][i] = fmaf(p, v[i], acc[g][i]);
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < kAttendMaxGroup; ++g) {
+    if (g >= G) break;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+#pragma unroll
+      for (int o = L; o < 32; o *= 2) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], o);
+      if (lane < L) sums[(warp * G + g) * D + part * V + i] = acc[g][i];
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < G * D; i += kAttendThreads) {
+    const int g = i / D, d = i % D;
+    float num = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kAttendWarps; ++w) num += sums[(w * G + g) * D + d];
+    float* out = a.partial + ((static_cast<int64_t>(b) * a.heads + kvh * G + g) * a.splits + split) * (D + 2);
+    out[d] = num;
+    if (d == 0) out[D] = top[g], out[D + 1] = total[g];
+  }
+}
+
+// Block (row, query head): each split's weight exp(max - overall max) once, in parallel, then each thread one
+// element of the head over the splits up to the step's slot. A split with no valid slot (padding) weighs nothing.
+template <typename T>
+__global__ void attend_combine_kernel(AttendArgs a) {
+  const int D = a.head_dim;
+  const float* p = a.partial + static_cast<int64_t>(blockIdx.x) * a.splits * (D + 2);
+  const int used = static_cast<int>(min(static_cast<int64_t>(a.splits), *a.slot / a.chunk + 1));
+  extern __shared__ float scale[];  // [used]
+  __shared__ float reduced[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  float m = -INFINITY;
+  for (int s = threadIdx.x; s < used; s += blockDim.x) m = fmaxf(m, p[s * (D + 2) + D]);
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (lane == 0) reduced[warp] = m;
+  __syncthreads();
+  m = -INFINITY;
+  for (int w = 0; w < warps; ++w) m = fmaxf(m, reduced[w]);
+  float den = 0.0f;
+  for (int s = threadIdx.x; s < used; s += blockDim.x) {
+    const float ms = p[s * (D + 2) + D];
+    const float f = ms == -INFINITY ? 0.0f : expf(ms - m);
+    scale[s] = f;
+    den += f * p[s * (D + 2) + D + 1];
+  }
+  for (int o = 16; o > 0; o /= 2) den += __shfl_xor_sync(0xffffffffu, den, o);
+  __syncthreads();  // every warp has read `reduced`
+  if (lane == 0) reduced[warp] = den;
+  __syncthreads();
+  den = 0.0f;
+  for (int w = 0; w < warps; ++w) den += reduced[w];
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float num = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < used; ++s) num = fmaf(p[s * (D + 2) + d], scale[s], num);
+    static_cast<T*>(a.out)[static_cast<int64_t>(blockIdx.x) * D + d] = narrow<T>(num / den);
+  }
+}
+
+// Lanes per cache row: a head's bytes in 16-byte loads.
+int attend_lanes(int head_dim, Element e) {
+  const int bytes = head_dim * (e == Element::f32 ? 4 : 2);
+  return bytes % 16 == 0 ? bytes / 16 : 0;
+}
+
+template <typename T, int L>
+bool attend_as(const AttendArgs& a, cudaStream_t stream) {
+  const int G = a.heads / a.kv_heads, D = a.head_dim;
+  const dim3 grid(a.batch * a.kv_heads, a.splits);
+  const size_t floats = G * D + G * a.chunk + kAttendWarps * G * D + 2 * G;
+  const size_t shared = sizeof(float) * floats + a.chunk;
+  attend_split_kernel<T, L><<<grid, kAttendThreads, shared, stream>>>(a);
+  attend_combine_kernel<T><<<a.batch * a.heads, 64, sizeof(float) * a.splits, stream>>>(a);
+  return cudaGetLastError() == cudaSuccess;
+}
+
+template <typename T>
+bool attend_with_lanes(const AttendArgs& a, cudaStream_t stream) {
+  switch (attend_lanes(a.head_dim, a.element)) {
+    case 1: return attend_as<T, 1>(a, stream);
+    case 2: return attend_as<T, 2>(a, stream);
+    case 4: return attend_as<T, 4>(a, stream);
+    case 8: return attend_as<T, 8>(a, stream);
+    case 16: return attend_as<T, 16>(a, stream);
+    case 32: return attend_as<T, 32>(a, stream);
+  }
+  return false;
+}
+
 // `launch` called with a value of the element type `e` names; false for none.
 template <typename Launch>
 bool by_element(Element e, Launch launch) {
@@ -149,6 +367,12 @@ bool silu_as(const SiluArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
+bool attention_takes(int heads, int kv_heads, int head_dim, Element element) {
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || heads / kv_heads > kAttendMaxGroup) return false;
+  const int lanes = attend_lanes(head_dim, element);
+  return lanes > 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0;
+}
+
 bool launch_rotate_into_cache(const RotateArgs& a, cudaStream_t stream) {
   if (!rotation_takes(a.head_dim) || a.batch <= 0 || a.heads + 2 * a.kv_heads > 65535) return false;
   return by_element(a.element, [&](auto zero) { return rotate_as<decltype(zero)>(a, stream); });
@@ -157,6 +381,13 @@ bool launch_rotate_into_cache(const RotateArgs& a, cudaStream_t stream) {
 bool launch_silu_times_up(const SiluArgs& a, cudaStream_t stream) {
   if (a.rows <= 0 || a.width <= 0) return a.rows == 0 || a.width == 0;
   return by_element(a.element, [&](auto zero) { return silu_as<decltype(zero)>(a, stream); });
+}
+
+bool launch_attend(const AttendArgs& a, cudaStream_t stream) {
+  if (!attention_takes(a.heads, a.kv_heads, a.head_dim, a.element) || a.batch <= 0 || a.chunk <= 0 ||
+      a.chunk > kAttentionMaxChunk || a.splits <= 0 || a.splits > kAttentionMaxSplits)
+    return false;
+  return by_element(a.element, [&](auto zero) { return attend_with_lanes<decltype(zero)>(a, stream); });
 }
 
 bool launch_pick_by_cdf(const PickArgs& a, cudaStream_t stream) {

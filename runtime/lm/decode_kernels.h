@@ -22,6 +22,22 @@ bool rotate_into_cache_serves(const at::Tensor& x, int64_t head_dim);
 // A CUDA graph captured before keeps the kernels it captured: a new Generator captures anew.
 void set_decode_kernels(bool on);
 
+// Whether decode steps attend with the decode attention kernels: decode_kernels_serve on the cache, contiguous
+// [B, Hkv, capacity, D] caches, and heads the kernels take (up to 8 query heads per key head, D = 64 or 128).
+bool decode_attention_serves(const at::Tensor& k_cache, int64_t heads);
+
+// Switches the decode attention kernels alone off and on (LibTorch's masked attention instead).
+// CRUCIBLE_DECODE_ATTENTION=0 starts off. Captured graphs keep what they captured.
+void set_decode_attention(bool on);
+
+// One query token per row: q [B, 1, H, D] (D contiguous), caches [B, Hkv, capacity, D] contiguous, key_valid
+// [B, capacity] bool (padding false), slot [1] int64 the step's slot. Row b attends the slots s <= slot with
+// key_valid[b, s], and always slot itself, reading nothing past it; `visible` bounds the slot (a captured graph
+// serves every step up to it). Sums in float32 and rounds once: within rounding of LibTorch's attention, not its bits.
+// Returns [B, 1, H * D].
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale);
+
 // qkv [B, 1, (H + 2 Hkv) D] (the fused projection's output, last dimension contiguous); positions [B, 1] int64;
 // slots [1] int64; cos and signed_sin [n, D] rotary tables (RotaryTable), covering every position. Rotates the query
 // and key heads by their rows' positions, writes keys and values into slot `slots[0]` of k_cache and v_cache

@@ -1,5 +1,6 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -14,12 +15,26 @@
 namespace crucible::lm {
 namespace {
 
+bool on_unless_zero(const char* variable) {
+  const char* value = std::getenv(variable);
+  return !(value && std::strcmp(value, "0") == 0);
+}
+
 std::atomic<bool>& switched_on() {
-  static std::atomic<bool> on{[] {
-    const char* value = std::getenv("CRUCIBLE_DECODE_KERNELS");
-    return !(value && std::strcmp(value, "0") == 0);
-  }()};
+  static std::atomic<bool> on{on_unless_zero("CRUCIBLE_DECODE_KERNELS")};
   return on;
+}
+
+std::atomic<bool>& attention_switched_on() {
+  static std::atomic<bool> on{on_unless_zero("CRUCIBLE_DECODE_ATTENTION")};
+  return on;
+}
+
+// Slots per split: blocks enough to fill the GPU about four times over at this batch, in whole warps' worth of slots.
+int attention_chunk(int64_t visible, int64_t rows_times_kv_heads, int multiprocessors) {
+  const int64_t wanted = 4 * static_cast<int64_t>(std::max(1, multiprocessors));
+  const int64_t chunk = (visible * rows_times_kv_heads + wanted - 1) / wanted;
+  return static_cast<int>(std::clamp<int64_t>((chunk + 31) / 32 * 32, 32, kernels::kAttentionMaxChunk));
 }
 
 kernels::Element element_of(const at::Tensor& t) {
@@ -45,6 +60,60 @@ bool rotate_into_cache_serves(const at::Tensor& x, int64_t head_dim) {
 }
 
 void set_decode_kernels(bool on) { switched_on().store(on); }
+
+bool decode_attention_serves(const at::Tensor& k_cache, int64_t heads) {
+  return attention_switched_on().load(std::memory_order_relaxed) && decode_kernels_serve(k_cache) &&
+         k_cache.dim() == 4 && k_cache.is_contiguous() &&
+         k_cache.size(2) <= static_cast<int64_t>(kernels::kAttentionMaxChunk) * kernels::kAttentionMaxSplits &&
+         kernels::attention_takes(static_cast<int>(heads), static_cast<int>(k_cache.size(1)),
+                                  static_cast<int>(k_cache.size(3)), element_of(k_cache));
+}
+
+void set_decode_attention(bool on) { attention_switched_on().store(on); }
+
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale) {
+  const int64_t B = q.size(0), H = q.size(2), D = q.size(3), capacity = k_cache.size(2);
+  TORCH_CHECK(decode_attention_serves(k_cache, H), "decode_attention: caches or heads the kernels do not take");
+  TORCH_CHECK(q.dim() == 4 && q.size(1) == 1 && q.stride(3) == 1 && q.scalar_type() == k_cache.scalar_type(),
+              "decode_attention: q must be [B, 1, H, D] in the caches' dtype with D contiguous");
+  TORCH_CHECK(v_cache.sizes() == k_cache.sizes() && v_cache.is_contiguous() &&
+                  v_cache.scalar_type() == k_cache.scalar_type() && k_cache.size(0) == B && k_cache.size(3) == D && k_cache.device() == q.device() &&
+                  v_cache.device() == q.device(),
+              "decode_attention: caches [B, Hkv, capacity, D] on q's GPU, both contiguous");
+  TORCH_CHECK(key_valid.scalar_type() == at::kBool && key_valid.is_contiguous() && key_valid.dim() == 2 &&
+                  key_valid.size(0) == B && key_valid.size(1) == capacity && key_valid.device() == q.device() &&
+                  slot.device() == q.device(),
+              "decode_attention: key_valid must be [B, capacity] bool, contiguous, on q's GPU");
+  TORCH_CHECK(slot.scalar_type() == at::kLong && slot.numel() == 1, "decode_attention: slot [1] int64");
+  TORCH_CHECK(visible > 0 && visible <= capacity, "decode_attention: visible must be in [1, capacity]");
+  TORCH_CHECK(visible <= static_cast<int64_t>(kernels::kAttentionMaxChunk) * kernels::kAttentionMaxSplits,
+              "decode_attention: more slots than the kernels split");
+  const c10::cuda::CUDAGuard on_its_device(q.device());
+  kernels::AttendArgs a;
+  a.batch = static_cast<int>(B);
+  a.heads = static_cast<int>(H);
+  a.kv_heads = static_cast<int>(k_cache.size(1));
+  a.head_dim = static_cast<int>(D);
+  a.capacity = capacity;
+  a.chunk = attention_chunk(visible, B * a.kv_heads, at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+  a.splits = static_cast<int>((visible + a.chunk - 1) / a.chunk);
+  a.scale = static_cast<float>(scale);
+  a.element = element_of(k_cache);
+  auto partial = at::empty({B * H, a.splits, D + 2}, q.options().dtype(at::kFloat));
+  auto out = at::empty({B, 1, H * D}, q.options());
+  a.q = q.data_ptr();
+  a.q_row_stride = q.stride(0);
+  a.q_head_stride = q.stride(2);
+  a.k_cache = k_cache.data_ptr();
+  a.v_cache = v_cache.data_ptr();
+  a.key_valid = key_valid.data_ptr<bool>();
+  a.slot = slot.data_ptr<int64_t>();
+  a.partial = partial.data_ptr<float>();
+  a.out = out.data_ptr();
+  TORCH_CHECK(kernels::launch_attend(a, stream_of(q)), "decode_attention: launch failed");
+  return out;
+}
 
 at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& slots,
                              const at::Tensor& cos, const at::Tensor& signed_sin, at::Tensor& k_cache,

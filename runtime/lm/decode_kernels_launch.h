@@ -44,10 +44,35 @@ struct PickArgs {
   int batch = 0;
 };
 
+// A split's slots at most (its scores stay in shared memory), and splits at most (the combine's weights do).
+constexpr int kAttentionMaxChunk = 128;
+constexpr int kAttentionMaxSplits = 8192;
+
+struct AttendArgs {
+  const void* q = nullptr;  // query head h of row b at q + b * q_row_stride + h * q_head_stride, D contiguous
+  int64_t q_row_stride = 0, q_head_stride = 0;
+  const void* k_cache = nullptr;  // [B, Hkv, capacity, D] contiguous
+  const void* v_cache = nullptr;
+  const bool* key_valid = nullptr;  // [B, capacity] contiguous: slots a row may attend (its own always)
+  const int64_t* slot = nullptr;    // [1]: the step's slot; attention reads slots up to it
+  float* partial = nullptr;         // [B * H, splits, D + 2] float32 workspace
+  void* out = nullptr;              // [B, H * D] contiguous
+  int64_t capacity = 0;
+  int batch = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int chunk = 0, splits = 0;  // slots per split; splits * chunk covers the slots a step may reach
+  float scale = 1.0f;
+  Element element = Element::f32;
+};
+
+// Whether the decode attention kernels take these heads: up to 8 query heads per key head, and a head a power-of-two
+// number of 16-byte loads wide, at most a warp's worth (D = 64 or 128 in every dtype).
+bool attention_takes(int heads, int kv_heads, int head_dim, Element element);
+
 // False on a launch error or a shape the kernels do not take (rotation_takes). A position outside the rotary tables
 // or a slot outside the caches stops the kernel with a device error, as LibTorch's index checks do.
 bool launch_rotate_into_cache(const RotateArgs& a, cudaStream_t stream);
 bool launch_silu_times_up(const SiluArgs& a, cudaStream_t stream);
 bool launch_pick_by_cdf(const PickArgs& a, cudaStream_t stream);
+bool launch_attend(const AttendArgs& a, cudaStream_t stream);
 
 }  // namespace crucible::lm::kernels

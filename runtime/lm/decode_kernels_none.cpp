@@ -11,6 +11,15 @@ bool rotate_into_cache_serves(const at::Tensor&, int64_t) { return false; }
 
 void set_decode_kernels(bool) {}
 
+bool decode_attention_serves(const at::Tensor&, int64_t) { return false; }
+
+void set_decode_attention(bool) {}
+
+at::Tensor decode_attention(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const at::Tensor&, int64_t, double) {
+  throw std::logic_error("decode_attention: this build has no CUDA LibTorch");
+}
+
 at::Tensor rotate_into_cache(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                              const at::Tensor&, at::Tensor&, at::Tensor&, int64_t, int64_t) {
   throw std::logic_error("rotate_into_cache: this build has no CUDA LibTorch");

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "lm/decode_kernels.h"
+
 namespace crucible::lm {
 
 DecodeBuffers make_decode_buffers(const Transformer& model, int64_t batch, int64_t capacity) {
@@ -21,7 +23,10 @@ at::Tensor decode_step(const Transformer& model, DecodeBuffers& b, int64_t visib
   attention.positions = b.position;
   attention.slots = b.slot;
   attention.visible = visible;
-  attention.mask = causal_mask(b.slot, b.key_valid, visible);
+  if (decode_attention_serves(b.cache.keys.front(), model.config().num_heads))
+    attention.key_valid = b.key_valid;  // the kernels read slots up to the step's own, no mask
+  else
+    attention.mask = causal_mask(b.slot, b.key_valid, visible);
   const auto hidden = model.hidden_states(b.token, attention, b.cache);
   return model.logits(hidden.select(1, 0));
 }

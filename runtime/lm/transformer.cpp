@@ -226,8 +226,10 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& x, cons
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   at::Tensor out;
+  if (T == 1 && attention.key_valid.defined() && !attention.mask.defined())
+    out = decode_attention(queries, k_cache, v_cache, attention.key_valid, attention.slots, vis, scale);
 #if CRUCIBLE_SDPA_GQA
-  if (attention.causal_prefix)
+  if (!out.defined() && attention.causal_prefix)
     out = at::scaled_dot_product_attention(queries.transpose(1, 2), k_cache.narrow(2, 0, vis),
                                            v_cache.narrow(2, 0, vis), {}, 0.0, /*is_causal=*/true, scale,
                                            /*enable_gqa=*/true)
@@ -351,7 +353,7 @@ at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionI
     std::tie(cos, signed_sin) = rotary_.lookup(attention.positions);
   const int64_t G = config_.num_heads / config_.num_kv_heads;
   AttentionInputs grouped = attention;
-  if (G > 1 && !(CRUCIBLE_SDPA_GQA && attention.causal_prefix)) grouped.mask = attention.mask.repeat({1, 1, G, 1});
+  if (G > 1 && attention.mask.defined() && !(CRUCIBLE_SDPA_GQA && attention.causal_prefix)) grouped.mask = attention.mask.repeat({1, 1, G, 1});
   if (CRUCIBLE_SDPA && grouped.mask.defined() && !attention.causal_prefix && decode_kernels_serve(x))
     grouped.mask = additive_mask(grouped.mask, x.scalar_type());
   const bool recompute = checkpoint_blocks_ && at::GradMode::is_enabled();

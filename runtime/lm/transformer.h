@@ -50,6 +50,9 @@ struct AttentionInputs {
   // is then exact at every valid token, and a fused causal kernel can replace the mask (padding queries differ, and
   // nothing reads them).
   bool causal_prefix = false;
+  // A decode step (one token per row) with no mask: the decode attention kernels read these [B, capacity] bool valid
+  // slots and `slots`' one slot themselves.
+  at::Tensor key_valid;
 };
 
 // A causal mask over cache slots: query t (at slot query_slots[t]) sees slot s when s <= its slot and

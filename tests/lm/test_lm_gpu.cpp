@@ -5,6 +5,7 @@
 #include <c10/core/InferenceMode.h>
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <limits>
 
 #include "crucible/eval/evaluator.h"
@@ -212,6 +213,8 @@ TEST_CASE("lm gpu: the fused decode kernels round as LibTorch's separate kernels
 }
 
 TEST_CASE("lm gpu: decoding with the fused kernels gives what it gives without them") {
+  // The element-wise kernels round as LibTorch does; the attention kernels do not (their own test is below).
+  set_decode_attention(false);
   for (const auto dtype : {at::kFloat, at::kBFloat16}) {
     CAPTURE(dtype);
     const auto model = on_gpu("qwen2_tiny", dtype);
@@ -230,6 +233,101 @@ TEST_CASE("lm gpu: decoding with the fused kernels gives what it gives without t
       for (std::size_t t = 0; t < fused[i].tokens.size() && t < plain[i].tokens.size(); ++t)
         CHECK(fused[i].model_logprobs[t] == plain[i].model_logprobs[t]);
     }
+  }
+  set_decode_attention(true);
+}
+
+namespace {
+
+// Decode attention in double precision on the CPU: row b's query heads over the slots s <= slot that key_valid marks
+// (and the slot itself), grouped query heads sharing key heads.
+at::Tensor attention_in_double(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& valid,
+                               int64_t slot, double scale) {
+  const int64_t B = q.size(0), H = q.size(2), Hkv = k.size(1), G = H / Hkv;
+  const auto qd = q.cpu().to(at::kDouble), kd = k.cpu().to(at::kDouble), vd = v.cpu().to(at::kDouble);
+  auto seen = valid.cpu().narrow(1, 0, slot + 1).clone();
+  seen.select(1, slot).fill_(true);
+  auto out = at::zeros({B, 1, H * q.size(3)}, at::kDouble);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const auto keys = kd[b][h / G].narrow(0, 0, slot + 1), values = vd[b][h / G].narrow(0, 0, slot + 1);
+      auto scores = at::mv(keys, qd[b][0][h]) * scale;
+      scores = scores.masked_fill(at::logical_not(seen[b]), -std::numeric_limits<double>::infinity());
+      out[b][0].narrow(0, h * q.size(3), q.size(3)).copy_(at::mv(values.t(), at::softmax(scores, 0)));
+    }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("lm gpu: decode attention reads only valid slots up to the step's own, and agrees with double precision") {
+  c10::InferenceMode inference;
+  struct Shape {
+    int64_t B, H, Hkv, D;
+    c10::ScalarType dtype;
+    double tolerance;
+  };
+  // Qwen2.5-0.5B's heads, Qwen2.5-1.5B's, one key head per query head, eight per key head, the tiny fixtures' 16.
+  const Shape shapes[] = {{1, 14, 2, 64, at::kBFloat16, 2e-2}, {3, 12, 2, 128, at::kHalf, 4e-3},
+                          {2, 8, 8, 64, at::kFloat, 1e-5},     {5, 16, 2, 64, at::kFloat, 1e-5},
+                          {4, 4, 2, 16, at::kBFloat16, 2e-2},  {2, 4, 2, 16, at::kFloat, 1e-5}};
+  const auto cuda = at::TensorOptions().device(c10::Device("cuda:0"));
+  const int64_t capacity = 700;
+  for (const auto& shape : shapes) {
+    CAPTURE(shape.H);
+    CAPTURE(shape.D);
+    CAPTURE(shape.dtype);
+    const auto type = cuda.dtype(shape.dtype);
+    at::manual_seed(5);
+    const auto q = at::randn({shape.B, 1, shape.H, shape.D}, type);
+    auto k = at::randn({shape.B, shape.Hkv, capacity, shape.D}, type), v = at::randn_like(k);
+    auto valid = at::rand({shape.B, capacity}, cuda) > 0.2;  // padding and retired requests' slots
+    valid[0].narrow(0, 0, 100).fill_(false);                  // a row whose first splits hold nothing valid
+    REQUIRE(decode_attention_serves(k, shape.H));
+    for (const int64_t slot : {int64_t{0}, int64_t{37}, int64_t{513}, capacity - 1}) {
+      CAPTURE(slot);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(shape.D));
+      const auto expected = attention_in_double(q, k, v, valid, slot, scale);
+      // Slots past the step's and invalid ones are never read: NaN there must not reach the output.
+      auto k_nan = k.clone(), v_nan = v.clone();
+      const auto hidden = at::logical_not(valid).clone();
+      hidden.narrow(1, slot, 1).fill_(false);
+      if (slot + 1 < capacity) hidden.narrow(1, slot + 1, capacity - slot - 1).fill_(true);
+      const auto mask = hidden.view({shape.B, 1, capacity, 1});
+      k_nan.masked_fill_(mask, std::numeric_limits<double>::quiet_NaN());
+      v_nan.masked_fill_(mask, std::numeric_limits<double>::quiet_NaN());
+      const auto slot_tensor = at::tensor({slot}, cuda.dtype(at::kLong));
+      for (const int64_t visible : {slot + 1, capacity}) {  // an eager step, and a graph that serves every slot
+        CAPTURE(visible);
+        const auto out = decode_attention(q, k_nan, v_nan, valid, slot_tensor, visible, scale);
+        REQUIRE(out.sizes() == expected.sizes());
+        CHECK((out.scalar_type() == shape.dtype));
+        CHECK((out.cpu().to(at::kDouble) - expected).abs().max().item<double>() < shape.tolerance);
+      }
+    }
+  }
+}
+
+TEST_CASE("lm gpu: decoding with the attention kernels gives LibTorch's attention's tokens, log-probs within 1e-4") {
+  const auto model = on_gpu("qwen2_tiny", at::kFloat);
+  const auto g = golden("qwen2_tiny");
+  std::vector<GenerationRequest> batch;
+  for (uint64_t i = 0; i < g.prompts.size(); ++i) batch.push_back(request(g.prompts[i], 0.8, 500 + i, 32));
+  {
+    c10::InferenceMode inference;  // as the generator decodes
+    REQUIRE(decode_attention_serves(at::zeros({1, 2, 8, 16}, at::TensorOptions().device(c10::Device("cuda:0"))), 4));
+  }
+  Generator kernels_generator(model, no_text());
+  const auto with_kernels = kernels_generator.generate(batch);
+  set_decode_attention(false);
+  Generator libtorch_generator(model, no_text());  // captures its graphs anew, with LibTorch's attention
+  const auto with_libtorch = libtorch_generator.generate(batch);
+  set_decode_attention(true);
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    CAPTURE(i);
+    CHECK(with_kernels[i].tokens == with_libtorch[i].tokens);
+    for (std::size_t t = 0; t < with_kernels[i].tokens.size() && t < with_libtorch[i].tokens.size(); ++t)
+      CHECK(with_kernels[i].model_logprobs[t] == doctest::Approx(with_libtorch[i].model_logprobs[t]).epsilon(1e-4));
   }
 }
 
