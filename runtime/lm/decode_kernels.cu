@@ -122,15 +122,15 @@ __global__ void pick_by_cdf_kernel(PickArgs a) {
 }
 
 // Decode attention, split over cache slots ("flash decoding"): one query token per row, its G = H / Hkv query heads
-// sharing a key head. Block (row and key head, split) takes up to kAttentionMaxChunk slots up to the step's own, in three
-// phases so no exponential waits on a load: scores (L lanes share a slot, each holding 16 bytes of the head, so a
-// warp reads 32 / L whole cache rows at once), the split's maximum and weights per query head, then weighted values.
+// sharing a key head. Block (row and key head, split) takes attention_chunk() slots up to the step's own. Each lane
+// first issues all its cache loads (L lanes share a slot, each holding 16 bytes of the head, so a warp reads 32 / L
+// whole cache rows at once; they need neither the query nor which slots are valid), then come three phases: scores,
+// the split's maximum and weights per query head, and weighted values.
 // It writes one partial (weighted sum, maximum, sum of weights) per (row, query head, split); the combine kernel merges
 // the splits. Splits past the step's slot write nothing; the combine reads none past it.
 constexpr int kAttendThreads = 128;
 constexpr int kAttendWarps = kAttendThreads / 32;
 constexpr int kAttendMaxGroup = 8;
-constexpr int kInFlight = 4;  // loads a lane issues before it uses the first
 
 template <typename T, int N>
 __device__ void widen_all(const uint4& raw, float (&out)[N]) {
@@ -146,7 +146,8 @@ __global__ void attend_split_kernel(AttendArgs a) {
   constexpr int kPerWarp = 32 / L;   // slots a warp reads at once
   constexpr int kGroups = kAttendThreads / L;
   const int b = blockIdx.x / a.kv_heads, kvh = blockIdx.x % a.kv_heads, split = blockIdx.y;
-  const int G = a.heads / a.kv_heads, D = a.head_dim, C = a.chunk;
+  constexpr int C = kGroups * kAttentionRounds;
+  const int G = a.heads / a.kv_heads, D = a.head_dim;
   const int64_t slot = *a.slot;
   if (slot < 0 || slot >= a.capacity || slot >= static_cast<int64_t>(a.splits) * C) __trap();
   const int64_t begin = static_cast<int64_t>(split) * C;
@@ -154,7 +155,19 @@ __global__ void attend_split_kernel(AttendArgs a) {
   const int n = static_cast<int>(min(static_cast<int64_t>(C), slot + 1 - begin));
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, part = lane % L;
   const int group = warp * kPerWarp + lane / L;
-  const int rounds = (n + kGroups - 1) / kGroups;
+
+  const int64_t head = (static_cast<int64_t>(b) * a.kv_heads + kvh) * a.capacity + begin;
+  const T* keys = static_cast<const T*>(a.k_cache) + head * D + part * V;
+  const T* values = static_cast<const T*>(a.v_cache) + head * D + part * V;
+  uint4 raw_k[kAttentionRounds], raw_v[kAttentionRounds];
+#pragma unroll
+  for (int r = 0; r < kAttentionRounds; ++r) {
+    const int j = r * kGroups + group;
+    if (j < n) {
+      raw_k[r] = *reinterpret_cast<const uint4*>(keys + static_cast<int64_t>(j) * D);
+      raw_v[r] = *reinterpret_cast<const uint4*>(values + static_cast<int64_t>(j) * D);
+    }
+  }
 
   extern __shared__ float shared[];
   float* q = shared;                   // [G][D], scaled
@@ -169,38 +182,27 @@ __global__ void attend_split_kernel(AttendArgs a) {
   for (int j = threadIdx.x; j < n; j += kAttendThreads) live[j] = begin + j == slot || valid[j];
   __syncthreads();
 
-  const int64_t head = (static_cast<int64_t>(b) * a.kv_heads + kvh) * a.capacity + begin;
-  const T* keys = static_cast<const T*>(a.k_cache) + head * D + part * V;
-  const T* values = static_cast<const T*>(a.v_cache) + head * D + part * V;
   // Scores. Every lane of a warp runs the same rounds, so the shuffles always see the whole warp.
-  for (int r0 = 0; r0 < rounds; r0 += kInFlight) {
-    uint4 raw[kInFlight];
 #pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      const int j = (r0 + u) * kGroups + group;
-      if (j < n && live[j]) raw[u] = *reinterpret_cast<const uint4*>(keys + static_cast<int64_t>(j) * D);
+  for (int r = 0; r < kAttentionRounds; ++r) {
+    const int j = r * kGroups + group;
+    const bool use = j < n && live[j];
+    float k[V];
+    if (use) {
+      widen_all<T>(raw_k[r], k);
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) k[i] = 0.0f;
     }
 #pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      const int j = (r0 + u) * kGroups + group;
-      const bool use = j < n && live[j];
-      float k[V];
-      if (use) {
-        widen_all<T>(raw[u], k);
-      } else {
+    for (int g = 0; g < kAttendMaxGroup; ++g) {
+      if (g >= G) break;  // the same for the whole warp
+      float dot = 0.0f;
 #pragma unroll
-        for (int i = 0; i < V; ++i) k[i] = 0.0f;
-      }
+      for (int i = 0; i < V; ++i) dot = fmaf(q[g * D + part * V + i], k[i], dot);
 #pragma unroll
-      for (int g = 0; g < kAttendMaxGroup; ++g) {
-        if (g >= G) break;  // the same for the whole warp
-        float dot = 0.0f;
-#pragma unroll
-        for (int i = 0; i < V; ++i) dot = fmaf(q[g * D + part * V + i], k[i], dot);
-#pragma unroll
-        for (int o = L / 2; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        if (part == 0 && j < n) weight[g * C + j] = use ? dot : -INFINITY;
-      }
+      for (int o = L / 2; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      if (part == 0 && j < n) weight[g * C + j] = use ? dot : -INFINITY;
     }
   }
   __syncthreads();
@@ -227,26 +229,18 @@ __global__ void attend_split_kernel(AttendArgs a) {
   for (int g = 0; g < kAttendMaxGroup; ++g)
 #pragma unroll
     for (int i = 0; i < V; ++i) acc[g][i] = 0.0f;
-  for (int r0 = 0; r0 < rounds; r0 += kInFlight) {
-    uint4 raw[kInFlight];
 #pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      const int j = (r0 + u) * kGroups + group;
-      if (j < n && live[j]) raw[u] = *reinterpret_cast<const uint4*>(values + static_cast<int64_t>(j) * D);
-    }
+  for (int r = 0; r < kAttentionRounds; ++r) {
+    const int j = r * kGroups + group;
+    if (j >= n || !live[j]) continue;  // an invalid slot's values are never used (they may be anything)
+    float v[V];
+    widen_all<T>(raw_v[r], v);
 #pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      const int j = (r0 + u) * kGroups + group;
-      if (j >= n || !live[j]) continue;  // an invalid slot's values are never read (they may be anything)
-      float v[V];
-      widen_all<T>(raw[u], v);
+    for (int g = 0; g < kAttendMaxGroup; ++g) {
+      if (g >= G) break;
+      const float p = weight[g * C + j];
 #pragma unroll
-      for (int g = 0; g < kAttendMaxGroup; ++g) {
-        if (g >= G) break;
-        const float p = weight[g * C + j];
-#pragma unroll
-        for (int i = 0; i < V; ++i) acc[g][i] = fmaf(p, v[i], acc[g][i]);
-      }
+      for (int i = 0; i < V; ++i) acc[g][i] = fmaf(p, v[i], acc[g][i]);
     }
   }
 #pragma unroll
@@ -309,18 +303,14 @@ __global__ void attend_combine_kernel(AttendArgs a) {
   }
 }
 
-// Lanes per cache row: a head's bytes in 16-byte loads.
-int attend_lanes(int head_dim, Element e) {
-  const int bytes = head_dim * (e == Element::f32 ? 4 : 2);
-  return bytes % 16 == 0 ? bytes / 16 : 0;
-}
 
 template <typename T, int L>
 bool attend_as(const AttendArgs& a, cudaStream_t stream) {
   const int G = a.heads / a.kv_heads, D = a.head_dim;
   const dim3 grid(a.batch * a.kv_heads, a.splits);
-  const size_t floats = G * D + G * a.chunk + kAttendWarps * G * D + 2 * G;
-  const size_t shared = sizeof(float) * floats + a.chunk;
+  const int C = (kAttendThreads / L) * kAttentionRounds;
+  const size_t floats = G * D + G * C + kAttendWarps * G * D + 2 * G;
+  const size_t shared = sizeof(float) * floats + C;
   attend_split_kernel<T, L><<<grid, kAttendThreads, shared, stream>>>(a);
   attend_combine_kernel<T><<<a.batch * a.heads, 64, sizeof(float) * a.splits, stream>>>(a);
   return cudaGetLastError() == cudaSuccess;
@@ -384,8 +374,8 @@ bool launch_silu_times_up(const SiluArgs& a, cudaStream_t stream) {
 }
 
 bool launch_attend(const AttendArgs& a, cudaStream_t stream) {
-  if (!attention_takes(a.heads, a.kv_heads, a.head_dim, a.element) || a.batch <= 0 || a.chunk <= 0 ||
-      a.chunk > kAttentionMaxChunk || a.splits <= 0 || a.splits > kAttentionMaxSplits)
+  if (!attention_takes(a.heads, a.kv_heads, a.head_dim, a.element) || a.batch <= 0 ||
+      a.chunk != attention_chunk(a.head_dim, a.element) || a.splits <= 0 || a.splits > kAttentionMaxSplits)
     return false;
   return by_element(a.element, [&](auto zero) { return attend_with_lanes<decltype(zero)>(a, stream); });
 }

@@ -1,6 +1,5 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -30,12 +29,6 @@ std::atomic<bool>& attention_switched_on() {
   return on;
 }
 
-// Slots per split: blocks enough to fill the GPU about four times over at this batch, in whole warps' worth of slots.
-int attention_chunk(int64_t visible, int64_t rows_times_kv_heads, int multiprocessors) {
-  const int64_t wanted = 4 * static_cast<int64_t>(std::max(1, multiprocessors));
-  const int64_t chunk = (visible * rows_times_kv_heads + wanted - 1) / wanted;
-  return static_cast<int>(std::clamp<int64_t>((chunk + 31) / 32 * 32, 32, kernels::kAttentionMaxChunk));
-}
 
 kernels::Element element_of(const at::Tensor& t) {
   switch (t.scalar_type()) {
@@ -64,9 +57,11 @@ void set_decode_kernels(bool on) { switched_on().store(on); }
 bool decode_attention_serves(const at::Tensor& k_cache, int64_t heads) {
   return attention_switched_on().load(std::memory_order_relaxed) && decode_kernels_serve(k_cache) &&
          k_cache.dim() == 4 && k_cache.is_contiguous() &&
-         k_cache.size(2) <= static_cast<int64_t>(kernels::kAttentionMaxChunk) * kernels::kAttentionMaxSplits &&
          kernels::attention_takes(static_cast<int>(heads), static_cast<int>(k_cache.size(1)),
-                                  static_cast<int>(k_cache.size(3)), element_of(k_cache));
+                                  static_cast<int>(k_cache.size(3)), element_of(k_cache)) &&
+         k_cache.size(2) <= static_cast<int64_t>(kernels::attention_chunk(static_cast<int>(k_cache.size(3)),
+                                                                          element_of(k_cache))) *
+                                kernels::kAttentionMaxSplits;
 }
 
 void set_decode_attention(bool on) { attention_switched_on().store(on); }
@@ -87,8 +82,6 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
               "decode_attention: key_valid must be [B, capacity] bool, contiguous, on q's GPU");
   TORCH_CHECK(slot.scalar_type() == at::kLong && slot.numel() == 1, "decode_attention: slot [1] int64");
   TORCH_CHECK(visible > 0 && visible <= capacity, "decode_attention: visible must be in [1, capacity]");
-  TORCH_CHECK(visible <= static_cast<int64_t>(kernels::kAttentionMaxChunk) * kernels::kAttentionMaxSplits,
-              "decode_attention: more slots than the kernels split");
   const c10::cuda::CUDAGuard on_its_device(q.device());
   kernels::AttendArgs a;
   a.batch = static_cast<int>(B);
@@ -96,7 +89,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   a.kv_heads = static_cast<int>(k_cache.size(1));
   a.head_dim = static_cast<int>(D);
   a.capacity = capacity;
-  a.chunk = attention_chunk(visible, B * a.kv_heads, at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+  a.chunk = kernels::attention_chunk(a.head_dim, element_of(k_cache));
   a.splits = static_cast<int>((visible + a.chunk - 1) / a.chunk);
   a.scale = static_cast<float>(scale);
   a.element = element_of(k_cache);

@@ -44,9 +44,22 @@ struct PickArgs {
   int batch = 0;
 };
 
-// A split's slots at most (its scores stay in shared memory), and splits at most (the combine's weights do).
-constexpr int kAttentionMaxChunk = 128;
+// The decode attention kernels' splits: each of a block's 128 / attend_lanes() slot groups loads this many cache rows
+// at once. At most kAttentionMaxSplits splits (the combine keeps a weight per split in shared memory).
+constexpr int kAttentionRounds = 4;
 constexpr int kAttentionMaxSplits = 8192;
+
+// Lanes per cache row: a head's bytes in 16-byte loads (0: not a whole number of them).
+inline int attend_lanes(int head_dim, Element e) {
+  const int bytes = head_dim * (e == Element::f32 ? 4 : 2);
+  return bytes % 16 == 0 ? bytes / 16 : 0;
+}
+
+// Cache slots per split.
+inline int attention_chunk(int head_dim, Element e) {
+  const int lanes = attend_lanes(head_dim, e);
+  return lanes > 0 ? 128 / lanes * kAttentionRounds : 0;
+}
 
 struct AttendArgs {
   const void* q = nullptr;  // query head h of row b at q + b * q_row_stride + h * q_head_stride, D contiguous
@@ -59,7 +72,7 @@ struct AttendArgs {
   void* out = nullptr;              // [B, H * D] contiguous
   int64_t capacity = 0;
   int batch = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  int chunk = 0, splits = 0;  // slots per split; splits * chunk covers the slots a step may reach
+  int chunk = 0, splits = 0;  // attention_chunk() slots per split; splits * chunk covers the slots a step may reach
   float scale = 1.0f;
   Element element = Element::f32;
 };
