@@ -1,4 +1,5 @@
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -40,6 +41,17 @@ kernels::Element element_of(const at::Tensor& t) {
 
 cudaStream_t stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
 
+// Slots per split: whole tiles, as few splits as still give about four blocks per multiprocessor. A batch of one row
+// spreads its cache over many blocks; a large batch has blocks enough in its rows and key heads alone, and fewer
+// splits leave less to combine.
+int attention_chunk(int64_t visible, int64_t rows_times_kv_heads, int tile, int multiprocessors) {
+  const int64_t wanted_splits = std::max<int64_t>(1, 4 * std::max(1, multiprocessors) / rows_times_kv_heads);
+  const int64_t tiles = (visible + tile - 1) / tile;
+  const int64_t per_split = std::max<int64_t>((tiles + wanted_splits - 1) / wanted_splits,
+                                              (tiles + kernels::kAttentionMaxSplits - 1) / kernels::kAttentionMaxSplits);
+  return static_cast<int>(per_split * tile);
+}
+
 }  // namespace
 
 bool decode_kernels_serve(const at::Tensor& x) {
@@ -59,8 +71,8 @@ bool decode_attention_serves(const at::Tensor& k_cache, int64_t heads) {
          k_cache.dim() == 4 && k_cache.is_contiguous() &&
          kernels::attention_takes(static_cast<int>(heads), static_cast<int>(k_cache.size(1)),
                                   static_cast<int>(k_cache.size(3)), element_of(k_cache)) &&
-         k_cache.size(2) <= static_cast<int64_t>(kernels::attention_chunk(static_cast<int>(k_cache.size(3)),
-                                                                          element_of(k_cache))) *
+         k_cache.size(2) <= static_cast<int64_t>(kernels::attention_tile(static_cast<int>(k_cache.size(3)),
+                                                                         element_of(k_cache))) *
                                 kernels::kAttentionMaxSplits;
 }
 
@@ -89,7 +101,8 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   a.kv_heads = static_cast<int>(k_cache.size(1));
   a.head_dim = static_cast<int>(D);
   a.capacity = capacity;
-  a.chunk = kernels::attention_chunk(a.head_dim, element_of(k_cache));
+  a.chunk = attention_chunk(visible, B * a.kv_heads, kernels::attention_tile(a.head_dim, element_of(k_cache)),
+                            at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
   a.splits = static_cast<int>((visible + a.chunk - 1) / a.chunk);
   a.scale = static_cast<float>(scale);
   a.element = element_of(k_cache);

@@ -267,10 +267,12 @@ TEST_CASE("lm gpu: decode attention reads only valid slots up to the step's own,
     c10::ScalarType dtype;
     double tolerance;
   };
-  // Qwen2.5-0.5B's heads, Qwen2.5-1.5B's, one key head per query head, eight per key head, the tiny fixtures' 16.
+  // Qwen2.5-0.5B's heads, Qwen2.5-1.5B's, one key head per query head, eight per key head, the tiny fixtures' 16;
+  // 66 rows give each split several tiles (a running maximum between them), one row many splits.
   const Shape shapes[] = {{1, 14, 2, 64, at::kBFloat16, 2e-2}, {3, 12, 2, 128, at::kHalf, 4e-3},
                           {2, 8, 8, 64, at::kFloat, 1e-5},     {5, 16, 2, 64, at::kFloat, 1e-5},
-                          {4, 4, 2, 16, at::kBFloat16, 2e-2},  {2, 4, 2, 16, at::kFloat, 1e-5}};
+                          {4, 4, 2, 16, at::kBFloat16, 2e-2},  {2, 4, 2, 16, at::kFloat, 1e-5},
+                          {66, 14, 2, 64, at::kBFloat16, 2e-2}};
   const auto cuda = at::TensorOptions().device(c10::Device("cuda:0"));
   const int64_t capacity = 700;
   for (const auto& shape : shapes) {
