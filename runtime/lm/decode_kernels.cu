@@ -122,9 +122,8 @@ __global__ void pick_by_cdf_kernel(PickArgs a) {
 }
 
 // Decode attention, split over cache slots ("flash decoding"): one query token per row, its G = H / Hkv query heads
-// sharing a key head. Block (row and key head, split) takes `chunk` slots up to the step's own, attention_tile() at a
-// time, keeping a running maximum and sum per query head between tiles. For each tile, each lane first issues all its
-// cache loads (L lanes share a slot, each holding 16 bytes of the head, so a warp reads 32 / L
+// sharing a key head. Block (row and key head, split) takes attention_chunk() slots up to the step's own. Each lane
+// first issues all its cache loads (L lanes share a slot, each holding 16 bytes of the head, so a warp reads 32 / L
 // whole cache rows at once; they need neither the query nor which slots are valid), then come three phases: scores,
 // the split's maximum and weights per query head, and weighted values.
 // It writes one partial (weighted sum, maximum, sum of weights) per (row, query head, split); the combine kernel merges
@@ -146,127 +145,104 @@ __global__ void attend_split_kernel(AttendArgs a) {
   constexpr int V = 16 / sizeof(T);  // head elements per lane
   constexpr int kPerWarp = 32 / L;   // slots a warp reads at once
   constexpr int kGroups = kAttendThreads / L;
-  constexpr int C = kGroups * kAttentionRounds;  // slots per tile
   const int b = blockIdx.x / a.kv_heads, kvh = blockIdx.x % a.kv_heads, split = blockIdx.y;
+  constexpr int C = kGroups * kAttentionRounds;
   const int G = a.heads / a.kv_heads, D = a.head_dim;
   const int64_t slot = *a.slot;
-  if (slot < 0 || slot >= a.capacity || slot >= static_cast<int64_t>(a.splits) * a.chunk) __trap();
-  const int64_t begin = static_cast<int64_t>(split) * a.chunk;
+  if (slot < 0 || slot >= a.capacity || slot >= static_cast<int64_t>(a.splits) * C) __trap();
+  const int64_t begin = static_cast<int64_t>(split) * C;
   if (begin > slot) return;
-  const int64_t end = min(begin + a.chunk, slot + 1);
+  const int n = static_cast<int>(min(static_cast<int64_t>(C), slot + 1 - begin));
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, part = lane % L;
   const int group = warp * kPerWarp + lane / L;
 
+  const int64_t head = (static_cast<int64_t>(b) * a.kv_heads + kvh) * a.capacity + begin;
+  const T* keys = static_cast<const T*>(a.k_cache) + head * D + part * V;
+  const T* values = static_cast<const T*>(a.v_cache) + head * D + part * V;
+  uint4 raw_k[kAttentionRounds], raw_v[kAttentionRounds];
+#pragma unroll
+  for (int r = 0; r < kAttentionRounds; ++r) {
+    const int j = r * kGroups + group;
+    if (j < n) {
+      raw_k[r] = *reinterpret_cast<const uint4*>(keys + static_cast<int64_t>(j) * D);
+      raw_v[r] = *reinterpret_cast<const uint4*>(values + static_cast<int64_t>(j) * D);
+    }
+  }
+
   extern __shared__ float shared[];
-  float* q = shared;                         // [G][D], scaled
-  float* weight = q + G * D;                 // [G][C]: a tile's scores, then weights
-  float* sums = weight + G * C;              // [kAttendWarps][G][D]: each warp's weighted values
-  float* top = sums + kAttendWarps * G * D;  // [G]: the running maximum
-  float* total = top + G;                    // [G]: the running sum of weights
-  float* rescale = total + G;                // [G]: what the tile's new maximum does to the sums so far
-  bool* live = reinterpret_cast<bool*>(rescale + G);  // [C]
+  float* q = shared;                   // [G][D], scaled
+  float* weight = q + G * D;           // [G][C]: scores, then weights
+  float* sums = weight + G * C;        // [kAttendWarps][G][D]: each warp's weighted values
+  float* top = sums + kAttendWarps * G * D;  // [G]
+  float* total = top + G;                    // [G]
+  bool* live = reinterpret_cast<bool*>(total + G);  // [C]
   const T* query = static_cast<const T*>(a.q) + b * a.q_row_stride + static_cast<int64_t>(kvh) * G * a.q_head_stride;
-  for (int g = 0; g < G; ++g)
-    for (int d = threadIdx.x; d < D; d += kAttendThreads) q[g * D + d] = widen(query[g * a.q_head_stride + d]) * a.scale;
-  if (threadIdx.x < G) top[threadIdx.x] = -INFINITY, total[threadIdx.x] = 0.0f;
+  for (int i = threadIdx.x; i < G * D; i += kAttendThreads) q[i] = widen(query[(i / D) * a.q_head_stride + i % D]) * a.scale;
+  const bool* valid = a.key_valid + static_cast<int64_t>(b) * a.capacity + begin;
+  for (int j = threadIdx.x; j < n; j += kAttendThreads) live[j] = begin + j == slot || valid[j];
+  __syncthreads();
+
+  // Scores. Every lane of a warp runs the same rounds, so the shuffles always see the whole warp.
+#pragma unroll
+  for (int r = 0; r < kAttentionRounds; ++r) {
+    const int j = r * kGroups + group;
+    const bool use = j < n && live[j];
+    float k[V];
+    if (use) {
+      widen_all<T>(raw_k[r], k);
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) k[i] = 0.0f;
+    }
+#pragma unroll
+    for (int g = 0; g < kAttendMaxGroup; ++g) {
+      if (g >= G) break;  // the same for the whole warp
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < V; ++i) dot = fmaf(q[g * D + part * V + i], k[i], dot);
+#pragma unroll
+      for (int o = L / 2; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      if (part == 0 && j < n) weight[g * C + j] = use ? dot : -INFINITY;
+    }
+  }
+  __syncthreads();
+
+  // Each query head's maximum over the split, its weights and their sum: one warp per head.
+  for (int g = warp; g < G; g += kAttendWarps) {
+    float m = -INFINITY;
+    for (int j = lane; j < n; j += 32) m = fmaxf(m, weight[g * C + j]);
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float sum = 0.0f;
+    for (int j = lane; j < n; j += 32) {
+      const float p = live[j] ? expf(weight[g * C + j] - m) : 0.0f;
+      weight[g * C + j] = p;
+      sum += p;
+    }
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) top[g] = m, total[g] = sum;
+  }
+  __syncthreads();
+
+  // Weighted values: each lane sums its slice of the head over its slots, then the warp's groups add up.
   float acc[kAttendMaxGroup][V];
 #pragma unroll
   for (int g = 0; g < kAttendMaxGroup; ++g)
 #pragma unroll
     for (int i = 0; i < V; ++i) acc[g][i] = 0.0f;
-
-  const int64_t head = (static_cast<int64_t>(b) * a.kv_heads + kvh) * a.capacity;
-  for (int64_t tile = begin; tile < end; tile += C) {
-    const int n = static_cast<int>(min(static_cast<int64_t>(C), end - tile));
-    // This lane's cache loads first: they need neither the query nor which slots are valid (an invalid slot's bytes
-    // are loaded and never used).
-    const T* keys = static_cast<const T*>(a.k_cache) + (head + tile) * D + part * V;
-    const T* values = static_cast<const T*>(a.v_cache) + (head + tile) * D + part * V;
-    uint4 raw_k[kAttentionRounds], raw_v[kAttentionRounds];
 #pragma unroll
-    for (int r = 0; r < kAttentionRounds; ++r) {
-      const int j = r * kGroups + group;
-      if (j < n) {
-        raw_k[r] = *reinterpret_cast<const uint4*>(keys + static_cast<int64_t>(j) * D);
-        raw_v[r] = *reinterpret_cast<const uint4*>(values + static_cast<int64_t>(j) * D);
-      }
-    }
-    const bool* valid = a.key_valid + static_cast<int64_t>(b) * a.capacity + tile;
-    for (int j = threadIdx.x; j < n; j += kAttendThreads) live[j] = tile + j == slot || valid[j];
-    __syncthreads();
-
-    // Scores. Every lane of a warp runs the same rounds, so the shuffles always see the whole warp.
-#pragma unroll
-    for (int r = 0; r < kAttentionRounds; ++r) {
-      const int j = r * kGroups + group;
-      const bool use = j < n && live[j];
-      float k[V];
-      if (use) {
-        widen_all<T>(raw_k[r], k);
-      } else {
-#pragma unroll
-        for (int i = 0; i < V; ++i) k[i] = 0.0f;
-      }
-#pragma unroll
-      for (int g = 0; g < kAttendMaxGroup; ++g) {
-        if (g >= G) break;  // the same for the whole warp
-        float dot = 0.0f;
-#pragma unroll
-        for (int i = 0; i < V; ++i) dot = fmaf(q[g * D + part * V + i], k[i], dot);
-#pragma unroll
-        for (int o = L / 2; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        if (part == 0 && j < n) weight[g * C + j] = use ? dot : -INFINITY;
-      }
-    }
-    __syncthreads();
-
-    // Each query head's new running maximum, the tile's weights and their sum: one warp per head.
-    for (int g = warp; g < G; g += kAttendWarps) {
-      float m = top[g];
-      for (int j = lane; j < n; j += 32) m = fmaxf(m, weight[g * C + j]);
-      for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-      float sum = 0.0f;
-      for (int j = lane; j < n; j += 32) {
-        const float p = live[j] ? expf(weight[g * C + j] - m) : 0.0f;
-        weight[g * C + j] = p;
-        sum += p;
-      }
-      for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      if (lane == 0) {
-        const float kept = top[g] == -INFINITY ? 0.0f : expf(top[g] - m);  // nothing was kept before a live slot
-        total[g] = total[g] * kept + sum;
-        rescale[g] = kept;
-        top[g] = m;
-      }
-    }
-    __syncthreads();
-
-    // Weighted values: each lane sums its slice of the head over its slots.
+  for (int r = 0; r < kAttentionRounds; ++r) {
+    const int j = r * kGroups + group;
+    if (j >= n || !live[j]) continue;  // an invalid slot's values are never used (they may be anything)
+    float v[V];
+    widen_all<T>(raw_v[r], v);
 #pragma unroll
     for (int g = 0; g < kAttendMaxGroup; ++g) {
       if (g >= G) break;
-      const float kept = rescale[g];
+      const float p = weight[g * C + j];
 #pragma unroll
-      for (int i = 0; i < V; ++i) acc[g][i] *= kept;
+      for (int i = 0; i < V; ++i) acc[g][i] = fmaf(p, v[i], acc[g][i]);
     }
-#pragma unroll
-    for (int r = 0; r < kAttentionRounds; ++r) {
-      const int j = r * kGroups + group;
-      if (j >= n || !live[j]) continue;  // an invalid slot's values are never used (they may be anything)
-      float v[V];
-      widen_all<T>(raw_v[r], v);
-#pragma unroll
-      for (int g = 0; g < kAttendMaxGroup; ++g) {
-        if (g >= G) break;
-        const float p = weight[g * C + j];
-#pragma unroll
-        for (int i = 0; i < V; ++i) acc[g][i] = fmaf(p, v[i], acc[g][i]);
-      }
-    }
-    __syncthreads();  // the next tile rewrites live and weight
   }
-
-  // The warp's groups add up, then the block's warps.
 #pragma unroll
   for (int g = 0; g < kAttendMaxGroup; ++g) {
     if (g >= G) break;
@@ -278,15 +254,14 @@ __global__ void attend_split_kernel(AttendArgs a) {
     }
   }
   __syncthreads();
-  for (int g = 0; g < G; ++g) {
-    float* out = a.partial + ((static_cast<int64_t>(b) * a.heads + kvh * G + g) * a.splits + split) * (D + 2);
-    for (int d = threadIdx.x; d < D; d += kAttendThreads) {
-      float num = 0.0f;
+  for (int i = threadIdx.x; i < G * D; i += kAttendThreads) {
+    const int g = i / D, d = i % D;
+    float num = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kAttendWarps; ++w) num += sums[(w * G + g) * D + d];
-      out[d] = num;
-    }
-    if (threadIdx.x == 0) out[D] = top[g], out[D + 1] = total[g];
+    for (int w = 0; w < kAttendWarps; ++w) num += sums[(w * G + g) * D + d];
+    float* out = a.partial + ((static_cast<int64_t>(b) * a.heads + kvh * G + g) * a.splits + split) * (D + 2);
+    out[d] = num;
+    if (d == 0) out[D] = top[g], out[D + 1] = total[g];
   }
 }
 
@@ -334,7 +309,7 @@ bool attend_as(const AttendArgs& a, cudaStream_t stream) {
   const int G = a.heads / a.kv_heads, D = a.head_dim;
   const dim3 grid(a.batch * a.kv_heads, a.splits);
   const int C = (kAttendThreads / L) * kAttentionRounds;
-  const size_t floats = G * D + G * C + kAttendWarps * G * D + 3 * G;
+  const size_t floats = G * D + G * C + kAttendWarps * G * D + 2 * G;
   const size_t shared = sizeof(float) * floats + C;
   attend_split_kernel<T, L><<<grid, kAttendThreads, shared, stream>>>(a);
   attend_combine_kernel<T><<<a.batch * a.heads, 64, sizeof(float) * a.splits, stream>>>(a);
@@ -400,8 +375,7 @@ bool launch_silu_times_up(const SiluArgs& a, cudaStream_t stream) {
 
 bool launch_attend(const AttendArgs& a, cudaStream_t stream) {
   if (!attention_takes(a.heads, a.kv_heads, a.head_dim, a.element) || a.batch <= 0 ||
-      a.chunk <= 0 || a.chunk % attention_tile(a.head_dim, a.element) != 0 || a.splits <= 0 ||
-      a.splits > kAttentionMaxSplits)
+      a.chunk != attention_chunk(a.head_dim, a.element) || a.splits <= 0 || a.splits > kAttentionMaxSplits)
     return false;
   return by_element(a.element, [&](auto zero) { return attend_with_lanes<decltype(zero)>(a, stream); });
 }

@@ -22,11 +22,16 @@ bool rotate_into_cache_serves(const at::Tensor& x, int64_t head_dim);
 // A CUDA graph captured before keeps the kernels it captured: a new Generator captures anew.
 void set_decode_kernels(bool on);
 
-// Whether decode steps attend with the decode attention kernels: decode_kernels_serve on the cache, contiguous
-// [B, Hkv, capacity, D] caches, and heads the kernels take (up to 8 query heads per key head, D = 64 or 128).
+// Whether the decode attention kernels take these caches and heads: decode_kernels_serve on the cache, contiguous
+// [B, Hkv, capacity, D] caches, up to 8 query heads per key head, D = 64 or 128 (any D a power-of-two number of
+// 16-byte loads up to a warp's worth).
+bool decode_attention_takes(const at::Tensor& k_cache, int64_t heads);
+
+// Whether decode steps attend with them: they take the shapes and, unless CRUCIBLE_DECODE_ATTENTION=1 asks for every
+// batch, the batch is small (rows x key heads up to 32), where they beat LibTorch's attention.
 bool decode_attention_serves(const at::Tensor& k_cache, int64_t heads);
 
-// Switches the decode attention kernels alone off and on (LibTorch's masked attention instead).
+// Switches the decode attention kernels off and back on (for small batches) (LibTorch's masked attention instead).
 // CRUCIBLE_DECODE_ATTENTION=0 starts off. Captured graphs keep what they captured.
 void set_decode_attention(bool on);
 

@@ -1,5 +1,4 @@
 #include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -25,9 +24,22 @@ std::atomic<bool>& switched_on() {
   return on;
 }
 
-std::atomic<bool>& attention_switched_on() {
-  static std::atomic<bool> on{on_unless_zero("CRUCIBLE_DECODE_ATTENTION")};
-  return on;
+// Where decode steps use the attention kernels. They beat cuDNN's attention (which reads the graph's whole span) when
+// few rows and key heads leave most of the GPU idle, and lose to it on large batches (docs/benchmarks.md, "Decode
+// attention kernels"): by default they serve batches up to kAttentionMaxRowsTimesKvHeads.
+enum class AttentionUse { off, small_batches, always };
+constexpr int64_t kAttentionMaxRowsTimesKvHeads = 32;
+
+AttentionUse attention_use_from_environment() {
+  const char* value = std::getenv("CRUCIBLE_DECODE_ATTENTION");  // 0: never, 1: every batch, unset: small batches
+  if (value && std::strcmp(value, "0") == 0) return AttentionUse::off;
+  if (value && std::strcmp(value, "1") == 0) return AttentionUse::always;
+  return AttentionUse::small_batches;
+}
+
+std::atomic<AttentionUse>& attention_use() {
+  static std::atomic<AttentionUse> use{attention_use_from_environment()};
+  return use;
 }
 
 
@@ -40,17 +52,6 @@ kernels::Element element_of(const at::Tensor& t) {
 }
 
 cudaStream_t stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
-
-// Slots per split: whole tiles, as few splits as still give about four blocks per multiprocessor. A batch of one row
-// spreads its cache over many blocks; a large batch has blocks enough in its rows and key heads alone, and fewer
-// splits leave less to combine.
-int attention_chunk(int64_t visible, int64_t rows_times_kv_heads, int tile, int multiprocessors) {
-  const int64_t wanted_splits = std::max<int64_t>(1, 4 * std::max(1, multiprocessors) / rows_times_kv_heads);
-  const int64_t tiles = (visible + tile - 1) / tile;
-  const int64_t per_split = std::max<int64_t>((tiles + wanted_splits - 1) / wanted_splits,
-                                              (tiles + kernels::kAttentionMaxSplits - 1) / kernels::kAttentionMaxSplits);
-  return static_cast<int>(per_split * tile);
-}
 
 }  // namespace
 
@@ -66,22 +67,27 @@ bool rotate_into_cache_serves(const at::Tensor& x, int64_t head_dim) {
 
 void set_decode_kernels(bool on) { switched_on().store(on); }
 
-bool decode_attention_serves(const at::Tensor& k_cache, int64_t heads) {
-  return attention_switched_on().load(std::memory_order_relaxed) && decode_kernels_serve(k_cache) &&
-         k_cache.dim() == 4 && k_cache.is_contiguous() &&
+bool decode_attention_takes(const at::Tensor& k_cache, int64_t heads) {
+  return decode_kernels_serve(k_cache) && k_cache.dim() == 4 && k_cache.is_contiguous() &&
          kernels::attention_takes(static_cast<int>(heads), static_cast<int>(k_cache.size(1)),
                                   static_cast<int>(k_cache.size(3)), element_of(k_cache)) &&
-         k_cache.size(2) <= static_cast<int64_t>(kernels::attention_tile(static_cast<int>(k_cache.size(3)),
-                                                                         element_of(k_cache))) *
+         k_cache.size(2) <= static_cast<int64_t>(kernels::attention_chunk(static_cast<int>(k_cache.size(3)),
+                                                                          element_of(k_cache))) *
                                 kernels::kAttentionMaxSplits;
 }
 
-void set_decode_attention(bool on) { attention_switched_on().store(on); }
+bool decode_attention_serves(const at::Tensor& k_cache, int64_t heads) {
+  const auto use = attention_use().load(std::memory_order_relaxed);
+  if (use == AttentionUse::off || !decode_attention_takes(k_cache, heads)) return false;
+  return use == AttentionUse::always || k_cache.size(0) * k_cache.size(1) <= kAttentionMaxRowsTimesKvHeads;
+}
+
+void set_decode_attention(bool on) { attention_use().store(on ? AttentionUse::small_batches : AttentionUse::off); }
 
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale) {
   const int64_t B = q.size(0), H = q.size(2), D = q.size(3), capacity = k_cache.size(2);
-  TORCH_CHECK(decode_attention_serves(k_cache, H), "decode_attention: caches or heads the kernels do not take");
+  TORCH_CHECK(decode_attention_takes(k_cache, H), "decode_attention: caches or heads the kernels do not take");
   TORCH_CHECK(q.dim() == 4 && q.size(1) == 1 && q.stride(3) == 1 && q.scalar_type() == k_cache.scalar_type(),
               "decode_attention: q must be [B, 1, H, D] in the caches' dtype with D contiguous");
   TORCH_CHECK(v_cache.sizes() == k_cache.sizes() && v_cache.is_contiguous() &&
@@ -101,8 +107,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   a.kv_heads = static_cast<int>(k_cache.size(1));
   a.head_dim = static_cast<int>(D);
   a.capacity = capacity;
-  a.chunk = attention_chunk(visible, B * a.kv_heads, kernels::attention_tile(a.head_dim, element_of(k_cache)),
-                            at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+  a.chunk = kernels::attention_chunk(a.head_dim, element_of(k_cache));
   a.splits = static_cast<int>((visible + a.chunk - 1) / a.chunk);
   a.scale = static_cast<float>(scale);
   a.element = element_of(k_cache);

@@ -44,7 +44,7 @@ struct PickArgs {
   int batch = 0;
 };
 
-// The decode attention kernels' tiles: each of a block's 128 / attend_lanes() slot groups loads this many cache rows
+// The decode attention kernels' splits: each of a block's 128 / attend_lanes() slot groups loads this many cache rows
 // at once. At most kAttentionMaxSplits splits (the combine keeps a weight per split in shared memory).
 constexpr int kAttentionRounds = 4;
 constexpr int kAttentionMaxSplits = 8192;
@@ -55,8 +55,8 @@ inline int attend_lanes(int head_dim, Element e) {
   return bytes % 16 == 0 ? bytes / 16 : 0;
 }
 
-// Cache slots a block reads at once; a split's chunk is a whole number of tiles.
-inline int attention_tile(int head_dim, Element e) {
+// Cache slots per split.
+inline int attention_chunk(int head_dim, Element e) {
   const int lanes = attend_lanes(head_dim, e);
   return lanes > 0 ? 128 / lanes * kAttentionRounds : 0;
 }
@@ -72,7 +72,7 @@ struct AttendArgs {
   void* out = nullptr;              // [B, H * D] contiguous
   int64_t capacity = 0;
   int batch = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  int chunk = 0, splits = 0;  // slots per split (whole tiles); splits * chunk covers the slots a step may reach
+  int chunk = 0, splits = 0;  // attention_chunk() slots per split; splits * chunk covers the slots a step may reach
   float scale = 1.0f;
   Element element = Element::f32;
 };

@@ -11,6 +11,8 @@ bool rotate_into_cache_serves(const at::Tensor&, int64_t) { return false; }
 
 void set_decode_kernels(bool) {}
 
+bool decode_attention_takes(const at::Tensor&, int64_t) { return false; }
+
 bool decode_attention_serves(const at::Tensor&, int64_t) { return false; }
 
 void set_decode_attention(bool) {}

@@ -285,7 +285,8 @@ TEST_CASE("lm gpu: decode attention reads only valid slots up to the step's own,
     auto k = at::randn({shape.B, shape.Hkv, capacity, shape.D}, type), v = at::randn_like(k);
     auto valid = at::rand({shape.B, capacity}, cuda) > 0.2;  // padding and retired requests' slots
     valid[0].narrow(0, 0, 100).fill_(false);                  // a row whose first splits hold nothing valid
-    REQUIRE(decode_attention_serves(k, shape.H));
+    REQUIRE(decode_attention_takes(k, shape.H));
+    CHECK(decode_attention_serves(k, shape.H) == (shape.B * shape.Hkv <= 32));  // small batches only, by default
     for (const int64_t slot : {int64_t{0}, int64_t{37}, int64_t{513}, capacity - 1}) {
       CAPTURE(slot);
       const double scale = 1.0 / std::sqrt(static_cast<double>(shape.D));
