@@ -329,6 +329,79 @@ bool attend_with_lanes(const AttendArgs& a, cudaStream_t stream) {
   return false;
 }
 
+// Linear layers of a decode step with a few rows: out[r, n] = sum_k x[r, k] W[n, k] in float32, plus the bias and
+// then the residual, each rounded where LibTorch's linear and add round them. A decode step's GEMMs are GEMVs, which
+// cuBLAS runs at 0.5-2 TB/s on these shapes. One warp per output feature: each lane loads 16-byte slices of the weight
+// row, four at a time before using the first, and the same slices of every x row (small, and shared by every warp).
+constexpr int kLinearWarps = 4;
+constexpr int kLinearInFlight = 4;
+
+template <typename T, int R>
+__global__ void small_linear_kernel(LinearArgs a) {
+  constexpr int V = 16 / sizeof(T);
+  const int lane = threadIdx.x % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kLinearWarps + threadIdx.x / 32;
+  if (n >= a.out_features) return;
+  const int64_t slices = a.in_features / V;
+  const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(a.weight) + n * a.in_features);
+  const uint4* x = reinterpret_cast<const uint4*>(a.x);
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int64_t first = lane; first < slices; first += 32 * kLinearInFlight) {
+    uint4 raw[kLinearInFlight];
+#pragma unroll
+    for (int u = 0; u < kLinearInFlight; ++u)
+      if (first + u * 32 < slices) raw[u] = __ldg(w + first + u * 32);
+#pragma unroll
+    for (int u = 0; u < kLinearInFlight; ++u) {
+      const int64_t c = first + u * 32;
+      if (c >= slices) break;
+      float wf[V];
+      widen_all<T>(raw[u], wf);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float xf[V];
+        widen_all<T>(x[r * slices + c], xf);
+#pragma unroll
+        for (int i = 0; i < V; ++i) acc[r] = fmaf(wf[i], xf[i], acc[r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+  if (lane != 0) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t at = r * a.out_features + n;
+    T value;
+    if (a.bias && a.residual)  // LibTorch: linear with its bias, rounded, then the residual added
+      value = add(narrow<T>(acc[r] + widen(static_cast<const T*>(a.bias)[n])), static_cast<const T*>(a.residual)[at]);
+    else if (a.bias)
+      value = narrow<T>(acc[r] + widen(static_cast<const T*>(a.bias)[n]));
+    else if (a.residual)  // addmm: the residual added before the one rounding
+      value = narrow<T>(acc[r] + widen(static_cast<const T*>(a.residual)[at]));
+    else
+      value = narrow<T>(acc[r]);
+    static_cast<T*>(a.out)[at] = value;
+  }
+}
+
+template <typename T>
+bool small_linear_as(const LinearArgs& a, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>((a.out_features + kLinearWarps - 1) / kLinearWarps);
+  switch (a.rows) {
+    case 1: small_linear_kernel<T, 1><<<blocks, kLinearWarps * 32, 0, stream>>>(a); break;
+    case 2: small_linear_kernel<T, 2><<<blocks, kLinearWarps * 32, 0, stream>>>(a); break;
+    case 3: small_linear_kernel<T, 3><<<blocks, kLinearWarps * 32, 0, stream>>>(a); break;
+    case 4: small_linear_kernel<T, 4><<<blocks, kLinearWarps * 32, 0, stream>>>(a); break;
+    default: return false;
+  }
+  return cudaGetLastError() == cudaSuccess;
+}
+
 // `launch` called with a value of the element type `e` names; false for none.
 template <typename Launch>
 bool by_element(Element e, Launch launch) {
@@ -378,6 +451,13 @@ bool launch_attend(const AttendArgs& a, cudaStream_t stream) {
       a.chunk != attention_chunk(a.head_dim, a.element) || a.splits <= 0 || a.splits > kAttentionMaxSplits)
     return false;
   return by_element(a.element, [&](auto zero) { return attend_with_lanes<decltype(zero)>(a, stream); });
+}
+
+bool launch_small_linear(const LinearArgs& a, cudaStream_t stream) {
+  if (!small_linear_takes(a.rows, a.in_features, a.element) || a.out_features <= 0 ||
+      (a.out_features + kLinearWarps - 1) / kLinearWarps > 0x7fffffff)
+    return false;
+  return by_element(a.element, [&](auto zero) { return small_linear_as<decltype(zero)>(a, stream); });
 }
 
 bool launch_pick_by_cdf(const PickArgs& a, cudaStream_t stream) {

@@ -43,6 +43,17 @@ void set_decode_attention(bool on);
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale);
 
+// Whether a linear layer of x [..., K] by weight [N, K] runs as the small-batch kernel: decode_kernels_serve on x, at
+// most 4 rows, x and the weight contiguous in one dtype on one GPU, K a whole number of 16-byte slices, and not
+// switched off (CRUCIBLE_DECODE_GEMV=0 starts off; set_small_linear switches).
+bool small_linear_serves(const at::Tensor& x, const at::Tensor& weight);
+void set_small_linear(bool on);
+
+// x W^T (+ bias), then + residual (same shape as the result) when given; rounded where LibTorch's linear, addmm and
+// add round. Sums in another order than cuBLAS: within rounding of it, not its bits.
+at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                        const at::Tensor& residual);
+
 // qkv [B, 1, (H + 2 Hkv) D] (the fused projection's output, last dimension contiguous); positions [B, 1] int64;
 // slots [1] int64; cos and signed_sin [n, D] rotary tables (RotaryTable), covering every position. Rotates the query
 // and key heads by their rows' positions, writes keys and values into slot `slots[0]` of k_cache and v_cache

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 
 #include "lm/decode_kernels.h"
@@ -42,6 +43,11 @@ std::atomic<AttentionUse>& attention_use() {
   return use;
 }
 
+
+std::atomic<bool>& small_linear_on() {
+  static std::atomic<bool> on{on_unless_zero("CRUCIBLE_DECODE_GEMV")};
+  return on;
+}
 
 kernels::Element element_of(const at::Tensor& t) {
   switch (t.scalar_type()) {
@@ -83,6 +89,48 @@ bool decode_attention_serves(const at::Tensor& k_cache, int64_t heads) {
 }
 
 void set_decode_attention(bool on) { attention_use().store(on ? AttentionUse::small_batches : AttentionUse::off); }
+
+bool small_linear_serves(const at::Tensor& x, const at::Tensor& weight) {
+  if (!small_linear_on().load(std::memory_order_relaxed) || !decode_kernels_serve(x) || x.dim() < 1 ||
+      weight.dim() != 2 || weight.scalar_type() != x.scalar_type() || weight.device() != x.device() ||
+      !weight.is_contiguous() || !x.is_contiguous() || x.size(-1) != weight.size(1))
+    return false;
+  const int64_t rows = x.numel() / std::max<int64_t>(1, x.size(-1));
+  const bool aligned = reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(weight.data_ptr()) % 16 == 0;
+  return aligned && x.numel() > 0 && kernels::small_linear_takes(static_cast<int>(std::min<int64_t>(rows, 1 << 20)),
+                                                                 weight.size(1), element_of(x));
+}
+
+void set_small_linear(bool on) { small_linear_on().store(on); }
+
+at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                        const at::Tensor& residual) {
+  TORCH_CHECK(small_linear_serves(x, weight), "small_linear: inputs the kernel does not take");
+  const int64_t K = weight.size(1), N = weight.size(0);
+  auto sizes = x.sizes().vec();
+  sizes.back() = N;
+  TORCH_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == N && bias.is_contiguous() &&
+                                  bias.scalar_type() == x.scalar_type() && bias.device() == x.device()),
+              "small_linear: bias [N] in x's dtype, on x's GPU");
+  TORCH_CHECK(!residual.defined() || (residual.sizes() == at::IntArrayRef(sizes) && residual.is_contiguous() &&
+                                      residual.scalar_type() == x.scalar_type() && residual.device() == x.device()),
+              "small_linear: residual shaped as the result, contiguous, in x's dtype, on x's GPU");
+  const c10::cuda::CUDAGuard on_its_device(x.device());
+  auto out = at::empty(sizes, x.options());
+  kernels::LinearArgs a;
+  a.x = x.data_ptr();
+  a.weight = weight.data_ptr();
+  a.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  a.residual = residual.defined() ? residual.data_ptr() : nullptr;
+  a.out = out.data_ptr();
+  a.in_features = K;
+  a.out_features = N;
+  a.rows = static_cast<int>(x.numel() / K);
+  a.element = element_of(x);
+  TORCH_CHECK(kernels::launch_small_linear(a, stream_of(x)), "small_linear: launch failed");
+  return out;
+}
 
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale) {

@@ -81,11 +81,31 @@ struct AttendArgs {
 // number of 16-byte loads wide, at most a warp's worth (D = 64 or 128 in every dtype).
 bool attention_takes(int heads, int kv_heads, int head_dim, Element element);
 
+struct LinearArgs {
+  const void* x = nullptr;         // [rows, in_features] contiguous
+  const void* weight = nullptr;    // [out_features, in_features] contiguous
+  const void* bias = nullptr;      // [out_features] or null
+  const void* residual = nullptr;  // [rows, out_features] contiguous or null
+  void* out = nullptr;             // [rows, out_features] contiguous
+  int64_t in_features = 0, out_features = 0;
+  int rows = 0;
+  Element element = Element::f32;
+};
+
+// Rows the small-batch linear kernel takes at most, and whether it takes rows of `in_features` (whole 16-byte
+// slices).
+constexpr int kSmallLinearMaxRows = 4;
+inline bool small_linear_takes(int rows, int64_t in_features, Element e) {
+  const int64_t bytes = in_features * (e == Element::f32 ? 4 : 2);
+  return rows >= 1 && rows <= kSmallLinearMaxRows && in_features > 0 && bytes % 16 == 0;
+}
+
 // False on a launch error or a shape the kernels do not take (rotation_takes). A position outside the rotary tables
 // or a slot outside the caches stops the kernel with a device error, as LibTorch's index checks do.
 bool launch_rotate_into_cache(const RotateArgs& a, cudaStream_t stream);
 bool launch_silu_times_up(const SiluArgs& a, cudaStream_t stream);
 bool launch_pick_by_cdf(const PickArgs& a, cudaStream_t stream);
 bool launch_attend(const AttendArgs& a, cudaStream_t stream);
+bool launch_small_linear(const LinearArgs& a, cudaStream_t stream);
 
 }  // namespace crucible::lm::kernels

@@ -17,6 +17,14 @@ bool decode_attention_serves(const at::Tensor&, int64_t) { return false; }
 
 void set_decode_attention(bool) {}
 
+bool small_linear_serves(const at::Tensor&, const at::Tensor&) { return false; }
+
+void set_small_linear(bool) {}
+
+at::Tensor small_linear(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+  throw std::logic_error("small_linear: this build has no CUDA LibTorch");
+}
+
 at::Tensor decode_attention(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                             const at::Tensor&, int64_t, double) {
   throw std::logic_error("decode_attention: this build has no CUDA LibTorch");

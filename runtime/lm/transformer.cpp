@@ -190,9 +190,17 @@ const BlockWeights& Transformer::block_weights(int64_t layer) const {
 
 namespace {
 
+// x W^T (+ bias). A decode step's few rows go through the small-batch kernel (cuBLAS runs these GEMVs well below
+// the GPU's memory bandwidth).
+at::Tensor project(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (small_linear_serves(x, weight)) return small_linear(x, weight, bias, {});
+  return at::linear(x, weight, bias);
+}
+
 // residual + x W^T (+ bias). Without a bias the GEMM adds the residual in its epilogue: one kernel instead of two,
 // twice a layer, in a decode step that is mostly small kernels.
 at::Tensor linear_onto(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (small_linear_serves(x, weight) && residual.is_contiguous()) return small_linear(x, weight, bias, residual);
   if (bias.defined()) return residual + at::linear(x, weight, bias);
   return at::addmm(residual.reshape({-1, weight.size(0)}), x.reshape({-1, x.size(-1)}), weight.t())
       .view(residual.sizes());
@@ -207,7 +215,7 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& x, cons
   const auto* lora = active_adapter();
   const int64_t B = x.size(0), T = x.size(1), H = config_.num_heads, Hkv = config_.num_kv_heads,
                 D = config_.head_dim, G = H / Hkv, vis = attention.visible;
-  auto qkv = at::linear(x, w.qkv, w.qkv_bias);
+  auto qkv = project(x, w.qkv, w.qkv_bias);
   if (lora) qkv = lora->plus_deltas(layer, x, qkv, {{LoraTarget::q, H * D}, {LoraTarget::k, Hkv * D}, {LoraTarget::v, Hkv * D}});
   at::Tensor queries;  // [B, T, H, D], rotated
   if (!cos.defined()) {  // a decode step with the fused kernels (hidden_states looked up no rotary rows)
@@ -253,7 +261,7 @@ at::Tensor Transformer::mlp_block(int64_t layer, const at::Tensor& x, const at::
   const auto& w = block_weights(layer);
   const auto* lora = active_adapter();
   const int64_t I = config_.intermediate_size;
-  auto gate_up = at::linear(x, w.gate_up, w.gate_up_bias);
+  auto gate_up = project(x, w.gate_up, w.gate_up_bias);
   if (lora) gate_up = lora->plus_deltas(layer, x, gate_up, {{LoraTarget::gate, I}, {LoraTarget::up, I}});
   at::Tensor hidden;
   if (decode_kernels_serve(gate_up)) {
@@ -373,7 +381,7 @@ at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionI
 }
 
 at::Tensor Transformer::logits(const at::Tensor& hidden) const {
-  return at::linear(hidden, weights_.lm_head).to(at::kFloat);
+  return project(hidden, weights_.lm_head, {}).to(at::kFloat);
 }
 
 at::Tensor Transformer::forward_full(const at::Tensor& tokens) const {
