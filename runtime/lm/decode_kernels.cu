@@ -329,14 +329,15 @@ bool attend_with_lanes(const AttendArgs& a, cudaStream_t stream) {
   return false;
 }
 
-// Linear layers of a decode step with a few rows: out[r, n] = sum_k x[r, k] W[n, k] in float32, plus the bias and
-// then the residual, each rounded where LibTorch's linear and add round them. A decode step's GEMMs are GEMVs, which
+// Linear layers of a one-row decode step: out[n] = sum_k x[k] W[n, k] in float32, plus the bias and then the
+// residual, each rounded where LibTorch's linear and add round them. A batch-1 decode step's GEMMs are GEMVs, which
 // cuBLAS runs at 0.5-2 TB/s on these shapes. One warp per output feature: each lane loads 16-byte slices of the weight
-// row, four at a time before using the first, and the same slices of every x row (small, and shared by every warp).
+// row, eight at a time before using the first, and the same slices of x (small, and shared by every warp). With more
+// rows the x loads and conversions made it slower than cuBLAS (docs/benchmarks.md).
 constexpr int kLinearWarps = 4;
-constexpr int kLinearInFlight = 4;
+constexpr int kLinearInFlight = 8;
 
-template <typename T, int R>
+template <typename T>
 __global__ void small_linear_kernel(LinearArgs a) {
   constexpr int V = 16 / sizeof(T);
   const int lane = threadIdx.x % 32;
@@ -345,9 +346,7 @@ __global__ void small_linear_kernel(LinearArgs a) {
   const int64_t slices = a.in_features / V;
   const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(a.weight) + n * a.in_features);
   const uint4* x = reinterpret_cast<const uint4*>(a.x);
-  float acc[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  float acc = 0.0f;
   for (int64_t first = lane; first < slices; first += 32 * kLinearInFlight) {
     uint4 raw[kLinearInFlight];
 #pragma unroll
@@ -357,48 +356,34 @@ __global__ void small_linear_kernel(LinearArgs a) {
     for (int u = 0; u < kLinearInFlight; ++u) {
       const int64_t c = first + u * 32;
       if (c >= slices) break;
-      float wf[V];
+      float wf[V], xf[V];
       widen_all<T>(raw[u], wf);
+      widen_all<T>(x[c], xf);
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float xf[V];
-        widen_all<T>(x[r * slices + c], xf);
-#pragma unroll
-        for (int i = 0; i < V; ++i) acc[r] = fmaf(wf[i], xf[i], acc[r]);
-      }
+      for (int i = 0; i < V; ++i) acc = fmaf(wf[i], xf[i], acc);
     }
   }
 #pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+  for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
   if (lane != 0) return;
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int64_t at = r * a.out_features + n;
-    T value;
-    if (a.bias && a.residual)  // LibTorch: linear with its bias, rounded, then the residual added
-      value = add(narrow<T>(acc[r] + widen(static_cast<const T*>(a.bias)[n])), static_cast<const T*>(a.residual)[at]);
-    else if (a.bias)
-      value = narrow<T>(acc[r] + widen(static_cast<const T*>(a.bias)[n]));
-    else if (a.residual)  // addmm: the residual added before the one rounding
-      value = narrow<T>(acc[r] + widen(static_cast<const T*>(a.residual)[at]));
-    else
-      value = narrow<T>(acc[r]);
-    static_cast<T*>(a.out)[at] = value;
-  }
+  const T* bias = static_cast<const T*>(a.bias);
+  const T* residual = static_cast<const T*>(a.residual);
+  T value;
+  if (bias && residual)  // LibTorch: linear with its bias, rounded, then the residual added
+    value = add(narrow<T>(acc + widen(bias[n])), residual[n]);
+  else if (bias)
+    value = narrow<T>(acc + widen(bias[n]));
+  else if (residual)  // addmm: the residual added before the one rounding
+    value = narrow<T>(acc + widen(residual[n]));
+  else
+    value = narrow<T>(acc);
+  static_cast<T*>(a.out)[n] = value;
 }
 
 template <typename T>
 bool small_linear_as(const LinearArgs& a, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>((a.out_features + kLinearWarps - 1) / kLinearWarps);
-  switch (a.rows) {
-    case 1: small_linear_kernel<T, 1><<<blocks, kLinearWarps * 32, 0, stream>>>(a); break;
-    case 2: small_linear_kernel<T, 2><<<blocks, kLinearWarps * 32, 0, stream>>>(a); break;
-    case 3: small_linear_kernel<T, 3><<<blocks, kLinearWarps * 32, 0, stream>>>(a); break;
-    case 4: small_linear_kernel<T, 4><<<blocks, kLinearWarps * 32, 0, stream>>>(a); break;
-    default: return false;
-  }
+  small_linear_kernel<T><<<blocks, kLinearWarps * 32, 0, stream>>>(a);
   return cudaGetLastError() == cudaSuccess;
 }
 
@@ -454,7 +439,7 @@ bool launch_attend(const AttendArgs& a, cudaStream_t stream) {
 }
 
 bool launch_small_linear(const LinearArgs& a, cudaStream_t stream) {
-  if (!small_linear_takes(a.rows, a.in_features, a.element) || a.out_features <= 0 ||
+  if (!small_linear_takes(a.in_features, a.element) || a.out_features <= 0 ||
       (a.out_features + kLinearWarps - 1) / kLinearWarps > 0x7fffffff)
     return false;
   return by_element(a.element, [&](auto zero) { return small_linear_as<decltype(zero)>(a, stream); });

@@ -95,11 +95,9 @@ bool small_linear_serves(const at::Tensor& x, const at::Tensor& weight) {
       weight.dim() != 2 || weight.scalar_type() != x.scalar_type() || weight.device() != x.device() ||
       !weight.is_contiguous() || !x.is_contiguous() || x.size(-1) != weight.size(1))
     return false;
-  const int64_t rows = x.numel() / std::max<int64_t>(1, x.size(-1));
   const bool aligned = reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(weight.data_ptr()) % 16 == 0;
-  return aligned && x.numel() > 0 && kernels::small_linear_takes(static_cast<int>(std::min<int64_t>(rows, 1 << 20)),
-                                                                 weight.size(1), element_of(x));
+  return aligned && x.numel() == x.size(-1) && kernels::small_linear_takes(weight.size(1), element_of(x));
 }
 
 void set_small_linear(bool on) { small_linear_on().store(on); }
@@ -126,7 +124,6 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   a.out = out.data_ptr();
   a.in_features = K;
   a.out_features = N;
-  a.rows = static_cast<int>(x.numel() / K);
   a.element = element_of(x);
   TORCH_CHECK(kernels::launch_small_linear(a, stream_of(x)), "small_linear: launch failed");
   return out;

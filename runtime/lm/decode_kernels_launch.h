@@ -82,22 +82,18 @@ struct AttendArgs {
 bool attention_takes(int heads, int kv_heads, int head_dim, Element element);
 
 struct LinearArgs {
-  const void* x = nullptr;         // [rows, in_features] contiguous
+  const void* x = nullptr;         // [in_features]
   const void* weight = nullptr;    // [out_features, in_features] contiguous
   const void* bias = nullptr;      // [out_features] or null
-  const void* residual = nullptr;  // [rows, out_features] contiguous or null
-  void* out = nullptr;             // [rows, out_features] contiguous
+  const void* residual = nullptr;  // [out_features] or null
+  void* out = nullptr;             // [out_features]
   int64_t in_features = 0, out_features = 0;
-  int rows = 0;
   Element element = Element::f32;
 };
 
-// Rows the small-batch linear kernel takes at most, and whether it takes rows of `in_features` (whole 16-byte
-// slices).
-constexpr int kSmallLinearMaxRows = 4;
-inline bool small_linear_takes(int rows, int64_t in_features, Element e) {
-  const int64_t bytes = in_features * (e == Element::f32 ? 4 : 2);
-  return rows >= 1 && rows <= kSmallLinearMaxRows && in_features > 0 && bytes % 16 == 0;
+// Whether the one-row linear kernel takes rows of `in_features`: whole 16-byte slices.
+inline bool small_linear_takes(int64_t in_features, Element e) {
+  return in_features > 0 && in_features * (e == Element::f32 ? 4 : 2) % 16 == 0;
 }
 
 // False on a launch error or a shape the kernels do not take (rotation_takes). A position outside the rotary tables

@@ -190,7 +190,7 @@ const BlockWeights& Transformer::block_weights(int64_t layer) const {
 
 namespace {
 
-// x W^T (+ bias). A decode step's few rows go through the small-batch kernel (cuBLAS runs these GEMVs well below
+// x W^T (+ bias). A batch-1 decode step's row goes through the one-row kernel (cuBLAS runs these GEMVs well below
 // the GPU's memory bandwidth).
 at::Tensor project(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (small_linear_serves(x, weight)) return small_linear(x, weight, bias, {});
