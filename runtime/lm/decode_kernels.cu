@@ -331,33 +331,31 @@ bool attend_with_lanes(const AttendArgs& a, cudaStream_t stream) {
 
 // Linear layers of a one-row decode step: out[n] = sum_k x[k] W[n, k] in float32, plus the bias and then the
 // residual, each rounded where LibTorch's linear and add round them. A batch-1 decode step's GEMMs are GEMVs, which
-// cuBLAS runs at 0.5-2 TB/s on these shapes. One to four warps per output feature (each a contiguous part of its
-// row, so a long row is not a chain of round trips): each lane loads 16-byte slices of the weight row, eight at a
-// time before using the first, and the same slices of x (small, and shared by every warp). With more rows the x
-// loads and conversions made it slower than cuBLAS (docs/benchmarks.md).
+// cuBLAS runs at 0.5-2 TB/s on these shapes. One warp per output feature: each lane loads 16-byte slices of the weight
+// row, eight at a time before using the first, and the same slices of x (small, and shared by every warp). With more
+// rows the x loads and conversions made it slower than cuBLAS (docs/benchmarks.md).
 constexpr int kLinearWarps = 4;
 constexpr int kLinearInFlight = 8;
 
 template <typename T>
 __global__ void small_linear_kernel(LinearArgs a) {
   constexpr int V = 16 / sizeof(T);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, per = a.warps_per_feature;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * (kLinearWarps / per) + warp / per;
-  const bool live = n < a.out_features;  // no return before the barrier below
-  const int64_t slices = a.in_features / V, share = (slices + per - 1) / per;
-  const int64_t begin = (warp % per) * share, end = min(slices, begin + share);
-  const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(a.weight) + (live ? n : 0) * a.in_features);
+  const int lane = threadIdx.x % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kLinearWarps + threadIdx.x / 32;
+  if (n >= a.out_features) return;
+  const int64_t slices = a.in_features / V;
+  const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(a.weight) + n * a.in_features);
   const uint4* x = reinterpret_cast<const uint4*>(a.x);
   float acc = 0.0f;
-  for (int64_t first = begin + lane; live && first < end; first += 32 * kLinearInFlight) {
+  for (int64_t first = lane; first < slices; first += 32 * kLinearInFlight) {
     uint4 raw[kLinearInFlight];
 #pragma unroll
     for (int u = 0; u < kLinearInFlight; ++u)
-      if (first + u * 32 < end) raw[u] = __ldg(w + first + u * 32);
+      if (first + u * 32 < slices) raw[u] = __ldg(w + first + u * 32);
 #pragma unroll
     for (int u = 0; u < kLinearInFlight; ++u) {
       const int64_t c = first + u * 32;
-      if (c >= end) break;
+      if (c >= slices) break;
       float wf[V], xf[V];
       widen_all<T>(raw[u], wf);
       widen_all<T>(x[c], xf);
@@ -367,35 +365,25 @@ __global__ void small_linear_kernel(LinearArgs a) {
   }
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  __shared__ float parts[kLinearWarps];
-  if (lane == 0) parts[warp] = acc;
-  __syncthreads();
-  if (!live || lane != 0 || warp % per != 0) return;
-  float sum = 0.0f;
-  for (int p = 0; p < per; ++p) sum += parts[warp + p];
+  if (lane != 0) return;
   const T* bias = static_cast<const T*>(a.bias);
   const T* residual = static_cast<const T*>(a.residual);
   T value;
   if (bias && residual)  // LibTorch: linear with its bias, rounded, then the residual added
-    value = add(narrow<T>(sum + widen(bias[n])), residual[n]);
+    value = add(narrow<T>(acc + widen(bias[n])), residual[n]);
   else if (bias)
-    value = narrow<T>(sum + widen(bias[n]));
+    value = narrow<T>(acc + widen(bias[n]));
   else if (residual)  // addmm: the residual added before the one rounding
-    value = narrow<T>(sum + widen(residual[n]));
+    value = narrow<T>(acc + widen(residual[n]));
   else
-    value = narrow<T>(sum);
+    value = narrow<T>(acc);
   static_cast<T*>(a.out)[n] = value;
 }
 
 template <typename T>
-bool small_linear_as(LinearArgs a, cudaStream_t stream) {
-  const int64_t slices = a.in_features * static_cast<int64_t>(sizeof(T)) / 16;
-  // Rows up to 256 slices (4 KB) take one round of loads per lane with one warp; longer rows are shared.
-  a.warps_per_feature = slices > 512 ? 4 : slices > 256 ? 2 : 1;
-  const int64_t per_block = kLinearWarps / a.warps_per_feature;
-  const int64_t blocks = (a.out_features + per_block - 1) / per_block;
-  if (blocks > 0x7fffffff) return false;
-  small_linear_kernel<T><<<static_cast<unsigned>(blocks), kLinearWarps * 32, 0, stream>>>(a);
+bool small_linear_as(const LinearArgs& a, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>((a.out_features + kLinearWarps - 1) / kLinearWarps);
+  small_linear_kernel<T><<<blocks, kLinearWarps * 32, 0, stream>>>(a);
   return cudaGetLastError() == cudaSuccess;
 }
 
@@ -451,7 +439,9 @@ bool launch_attend(const AttendArgs& a, cudaStream_t stream) {
 }
 
 bool launch_small_linear(const LinearArgs& a, cudaStream_t stream) {
-  if (!small_linear_takes(a.in_features, a.element) || a.out_features <= 0) return false;
+  if (!small_linear_takes(a.in_features, a.element) || a.out_features <= 0 ||
+      (a.out_features + kLinearWarps - 1) / kLinearWarps > 0x7fffffff)
+    return false;
   return by_element(a.element, [&](auto zero) { return small_linear_as<decltype(zero)>(a, stream); });
 }
 

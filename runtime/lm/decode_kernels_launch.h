@@ -88,7 +88,6 @@ struct LinearArgs {
   const void* residual = nullptr;  // [out_features] or null
   void* out = nullptr;             // [out_features]
   int64_t in_features = 0, out_features = 0;
-  int warps_per_feature = 1;  // set by the launch, from the row's length
   Element element = Element::f32;
 };
 
