@@ -44,6 +44,28 @@ TokenBytes no_text() {
   return [](int64_t) { return std::string(); };
 }
 
+// Decodes `batch` with a kernel switched on, then off (a new Generator captures its graphs anew), and checks the same
+// tokens and log-probs within `epsilon` (0: the same bits). Leaves the switch on.
+void same_decoding_without(const Transformer& model, const std::vector<GenerationRequest>& batch, void (*set)(bool),
+                           double epsilon) {
+  Generator with(model, no_text());
+  const auto on = with.generate(batch);
+  set(false);
+  Generator without(model, no_text());
+  const auto off = without.generate(batch);
+  set(true);
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    CAPTURE(i);
+    CHECK(on[i].tokens == off[i].tokens);
+    for (std::size_t t = 0; t < on[i].tokens.size() && t < off[i].tokens.size(); ++t) {
+      if (epsilon == 0)
+        CHECK(on[i].model_logprobs[t] == off[i].model_logprobs[t]);
+      else
+        CHECK(on[i].model_logprobs[t] == doctest::Approx(off[i].model_logprobs[t]).epsilon(epsilon));
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("lm gpu: float32 logits on CUDA match transformers' within 1e-3, greedy identical") {
@@ -221,20 +243,9 @@ TEST_CASE("lm gpu: decoding with the fused kernels gives what it gives without t
     CAPTURE(dtype);
     const auto model = on_gpu("qwen2_tiny", dtype);
     const auto g = golden("qwen2_tiny");
-    Generator generator(model, no_text());
     std::vector<GenerationRequest> batch;
     for (uint64_t i = 0; i < g.prompts.size(); ++i) batch.push_back(request(g.prompts[i], 0.8, 300 + i, 32));
-    const auto fused = generator.generate(batch);
-    set_decode_kernels(false);
-    Generator plain_generator(model, no_text());  // captures its graphs anew, without the kernels
-    const auto plain = plain_generator.generate(batch);
-    set_decode_kernels(true);
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      CAPTURE(i);
-      CHECK(fused[i].tokens == plain[i].tokens);
-      for (std::size_t t = 0; t < fused[i].tokens.size() && t < plain[i].tokens.size(); ++t)
-        CHECK(fused[i].model_logprobs[t] == plain[i].model_logprobs[t]);
-    }
+    same_decoding_without(model, batch, set_decode_kernels, 0);
   }
   set_decode_attention(true);
   set_small_linear(true);
@@ -323,18 +334,7 @@ TEST_CASE("lm gpu: decoding with the attention kernels gives LibTorch's attentio
     c10::InferenceMode inference;  // as the generator decodes
     REQUIRE(decode_attention_serves(at::zeros({1, 2, 8, 16}, at::TensorOptions().device(c10::Device("cuda:0"))), 4));
   }
-  Generator kernels_generator(model, no_text());
-  const auto with_kernels = kernels_generator.generate(batch);
-  set_decode_attention(false);
-  Generator libtorch_generator(model, no_text());  // captures its graphs anew, with LibTorch's attention
-  const auto with_libtorch = libtorch_generator.generate(batch);
-  set_decode_attention(true);
-  for (std::size_t i = 0; i < batch.size(); ++i) {
-    CAPTURE(i);
-    CHECK(with_kernels[i].tokens == with_libtorch[i].tokens);
-    for (std::size_t t = 0; t < with_kernels[i].tokens.size() && t < with_libtorch[i].tokens.size(); ++t)
-      CHECK(with_kernels[i].model_logprobs[t] == doctest::Approx(with_libtorch[i].model_logprobs[t]).epsilon(1e-4));
-  }
+  same_decoding_without(model, batch, set_decode_attention, 1e-4);
 }
 
 TEST_CASE("lm gpu: the fused draw falls where the cumulative distribution says, and never on a zero") {
@@ -415,15 +415,6 @@ TEST_CASE("lm gpu: decoding one row with the linear kernel gives cuBLAS's tokens
   const auto g = golden("qwen2_tiny");
   for (uint64_t i = 0; i < 3; ++i) {
     CAPTURE(i);
-    const std::vector<GenerationRequest> batch = {request(g.prompts[i], 0.8, 700 + i, 32)};  // one row: the kernel
-    Generator with_kernel(model, no_text());
-    const auto ours = with_kernel.generate(batch);
-    set_small_linear(false);
-    Generator with_cublas(model, no_text());
-    const auto theirs = with_cublas.generate(batch);
-    set_small_linear(true);
-    CHECK(ours[0].tokens == theirs[0].tokens);
-    for (std::size_t t = 0; t < ours[0].tokens.size() && t < theirs[0].tokens.size(); ++t)
-      CHECK(ours[0].model_logprobs[t] == doctest::Approx(theirs[0].model_logprobs[t]).epsilon(1e-4));
+    same_decoding_without(model, {request(g.prompts[i], 0.8, 700 + i, 32)}, set_small_linear, 1e-4);  // one row
   }
 }
