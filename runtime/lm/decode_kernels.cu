@@ -149,7 +149,7 @@ __global__ void attend_split_kernel(AttendArgs a) {
   constexpr int C = kGroups * kAttentionRounds;
   const int G = a.heads / a.kv_heads, D = a.head_dim;
   const int64_t slot = *a.slot;
-  if (slot < 0 || slot >= a.capacity || slot >= static_cast<int64_t>(a.splits) * C) __trap();
+  if (slot < 0 || slot >= a.visible || a.visible > a.capacity || a.visible > static_cast<int64_t>(a.splits) * C) __trap();
   const int64_t begin = static_cast<int64_t>(split) * C;
   if (begin > slot) return;
   const int n = static_cast<int>(min(static_cast<int64_t>(C), slot + 1 - begin));

@@ -43,10 +43,12 @@ void set_decode_attention(bool on);
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale);
 
-// Whether a linear layer of x [..., K] by weight [N, K] runs as the one-row kernel: decode_kernels_serve on x, one
-// row (a batch-1 decode step), x and the weight contiguous in one dtype on one GPU, K a whole number of 16-byte
-// slices, and not switched off (CRUCIBLE_DECODE_GEMV=0 starts off; set_small_linear switches).
-bool small_linear_serves(const at::Tensor& x, const at::Tensor& weight);
+// Whether a linear layer of x [..., K] by weight [N, K] (with a bias [N] and a residual of N elements, where given)
+// runs as the one-row kernel: decode_kernels_serve on x, one row (a batch-1 decode step, or any one-row pass without
+// gradients), every tensor contiguous in one dtype on one GPU, K a whole number of 16-byte slices, and not switched
+// off (CRUCIBLE_DECODE_GEMV=0 starts off; set_small_linear switches).
+bool small_linear_serves(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {},
+                         const at::Tensor& residual = {});
 void set_small_linear(bool on);
 
 // x W^T (+ bias), then + residual (same shape as the result) when given; rounded where LibTorch's linear, addmm and

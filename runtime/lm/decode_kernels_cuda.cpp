@@ -57,6 +57,8 @@ kernels::Element element_of(const at::Tensor& t) {
   }
 }
 
+bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
 cudaStream_t stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
 
 }  // namespace
@@ -74,7 +76,7 @@ bool rotate_into_cache_serves(const at::Tensor& x, int64_t head_dim) {
 void set_decode_kernels(bool on) { switched_on().store(on); }
 
 bool decode_attention_takes(const at::Tensor& k_cache, int64_t heads) {
-  return decode_kernels_serve(k_cache) && k_cache.dim() == 4 && k_cache.is_contiguous() &&
+  return decode_kernels_serve(k_cache) && k_cache.dim() == 4 && k_cache.is_contiguous() && aligned16(k_cache) &&
          kernels::attention_takes(static_cast<int>(heads), static_cast<int>(k_cache.size(1)),
                                   static_cast<int>(k_cache.size(3)), element_of(k_cache)) &&
          k_cache.size(2) <= static_cast<int64_t>(kernels::attention_chunk(static_cast<int>(k_cache.size(3)),
@@ -90,21 +92,26 @@ bool decode_attention_serves(const at::Tensor& k_cache, int64_t heads) {
 
 void set_decode_attention(bool on) { attention_use().store(on ? AttentionUse::small_batches : AttentionUse::off); }
 
-bool small_linear_serves(const at::Tensor& x, const at::Tensor& weight) {
+bool small_linear_serves(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                         const at::Tensor& residual) {
   if (!small_linear_on().load(std::memory_order_relaxed) || !decode_kernels_serve(x) || x.dim() < 1 ||
       weight.dim() != 2 || weight.scalar_type() != x.scalar_type() || weight.device() != x.device() ||
       !weight.is_contiguous() || !x.is_contiguous() || x.size(-1) != weight.size(1))
     return false;
-  const bool aligned = reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(weight.data_ptr()) % 16 == 0;
-  return aligned && x.numel() == x.size(-1) && kernels::small_linear_takes(weight.size(1), element_of(x));
+  const auto alike = [&](const at::Tensor& t) {
+    return t.scalar_type() == x.scalar_type() && t.device() == x.device() && t.is_contiguous() &&
+           t.numel() == weight.size(0);
+  };
+  if ((bias.defined() && !alike(bias)) || (residual.defined() && !alike(residual))) return false;
+  return aligned16(x) && aligned16(weight) && x.numel() == x.size(-1) &&
+         kernels::small_linear_takes(weight.size(1), element_of(x));
 }
 
 void set_small_linear(bool on) { small_linear_on().store(on); }
 
 at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                         const at::Tensor& residual) {
-  TORCH_CHECK(small_linear_serves(x, weight), "small_linear: inputs the kernel does not take");
+  TORCH_CHECK(small_linear_serves(x, weight, bias, residual), "small_linear: inputs the kernel does not take");
   const int64_t K = weight.size(1), N = weight.size(0);
   auto sizes = x.sizes().vec();
   sizes.back() = N;
@@ -131,11 +138,11 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const at:
 
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale) {
-  const int64_t B = q.size(0), H = q.size(2), D = q.size(3), capacity = k_cache.size(2);
-  TORCH_CHECK(decode_attention_takes(k_cache, H), "decode_attention: caches or heads the kernels do not take");
   TORCH_CHECK(q.dim() == 4 && q.size(1) == 1 && q.stride(3) == 1 && q.scalar_type() == k_cache.scalar_type(),
               "decode_attention: q must be [B, 1, H, D] in the caches' dtype with D contiguous");
-  TORCH_CHECK(v_cache.sizes() == k_cache.sizes() && v_cache.is_contiguous() &&
+  const int64_t B = q.size(0), H = q.size(2), D = q.size(3), capacity = k_cache.size(2);
+  TORCH_CHECK(decode_attention_takes(k_cache, H), "decode_attention: caches or heads the kernels do not take");
+  TORCH_CHECK(v_cache.sizes() == k_cache.sizes() && v_cache.is_contiguous() && aligned16(v_cache) &&
                   v_cache.scalar_type() == k_cache.scalar_type() && k_cache.size(0) == B && k_cache.size(3) == D && k_cache.device() == q.device() &&
                   v_cache.device() == q.device(),
               "decode_attention: caches [B, Hkv, capacity, D] on q's GPU, both contiguous");
@@ -152,6 +159,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   a.kv_heads = static_cast<int>(k_cache.size(1));
   a.head_dim = static_cast<int>(D);
   a.capacity = capacity;
+  a.visible = visible;
   a.chunk = kernels::attention_chunk(a.head_dim, element_of(k_cache));
   a.splits = static_cast<int>((visible + a.chunk - 1) / a.chunk);
   a.scale = static_cast<float>(scale);

@@ -64,13 +64,14 @@ inline int attention_chunk(int head_dim, Element e) {
 struct AttendArgs {
   const void* q = nullptr;  // query head h of row b at q + b * q_row_stride + h * q_head_stride, D contiguous
   int64_t q_row_stride = 0, q_head_stride = 0;
-  const void* k_cache = nullptr;  // [B, Hkv, capacity, D] contiguous
+  const void* k_cache = nullptr;  // [B, Hkv, capacity, D] contiguous, 16-byte aligned
   const void* v_cache = nullptr;
   const bool* key_valid = nullptr;  // [B, capacity] contiguous: slots a row may attend (its own always)
   const int64_t* slot = nullptr;    // [1]: the step's slot; attention reads slots up to it
   float* partial = nullptr;         // [B * H, splits, D + 2] float32 workspace
   void* out = nullptr;              // [B, H * D] contiguous
   int64_t capacity = 0;
+  int64_t visible = 0;  // the step's slot is below it (a device error otherwise)
   int batch = 0, heads = 0, kv_heads = 0, head_dim = 0;
   int chunk = 0, splits = 0;  // attention_chunk() slots per split; splits * chunk covers the slots a step may reach
   float scale = 1.0f;

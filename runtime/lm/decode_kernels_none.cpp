@@ -17,7 +17,7 @@ bool decode_attention_serves(const at::Tensor&, int64_t) { return false; }
 
 void set_decode_attention(bool) {}
 
-bool small_linear_serves(const at::Tensor&, const at::Tensor&) { return false; }
+bool small_linear_serves(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
 
 void set_small_linear(bool) {}
 

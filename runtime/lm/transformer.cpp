@@ -193,14 +193,14 @@ namespace {
 // x W^T (+ bias). A batch-1 decode step's row goes through the one-row kernel (cuBLAS runs these GEMVs well below
 // the GPU's memory bandwidth).
 at::Tensor project(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  if (small_linear_serves(x, weight)) return small_linear(x, weight, bias, {});
+  if (small_linear_serves(x, weight, bias)) return small_linear(x, weight, bias, {});
   return at::linear(x, weight, bias);
 }
 
 // residual + x W^T (+ bias). Without a bias the GEMM adds the residual in its epilogue: one kernel instead of two,
 // twice a layer, in a decode step that is mostly small kernels.
 at::Tensor linear_onto(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  if (small_linear_serves(x, weight) && residual.is_contiguous()) return small_linear(x, weight, bias, residual);
+  if (small_linear_serves(x, weight, bias, residual)) return small_linear(x, weight, bias, residual);
   if (bias.defined()) return residual + at::linear(x, weight, bias);
   return at::addmm(residual.reshape({-1, weight.size(0)}), x.reshape({-1, x.size(-1)}), weight.t())
       .view(residual.sizes());
