@@ -293,15 +293,19 @@ TEST_CASE("lm gpu: decode attention reads only valid slots up to the step's own,
     c10::ScalarType dtype;
     double tolerance;
   };
-  // Qwen2.5-0.5B's heads, Qwen2.5-1.5B's, one key head per query head, eight per key head, the tiny fixtures' 16;
+  // Qwen2.5-0.5B's heads, Qwen2.5-1.5B's, one key head per query head, eight per key head, the tiny fixtures' 16.
   // One row spreads over many splits; 66 rows are more than the default serves (CRUCIBLE_DECODE_ATTENTION=1 takes them).
   const Shape shapes[] = {{1, 14, 2, 64, at::kBFloat16, 2e-2}, {3, 12, 2, 128, at::kHalf, 4e-3},
                           {2, 8, 8, 64, at::kFloat, 1e-5},     {5, 16, 2, 64, at::kFloat, 1e-5},
                           {4, 4, 2, 16, at::kBFloat16, 2e-2},  {2, 4, 2, 16, at::kFloat, 1e-5},
                           {66, 14, 2, 64, at::kBFloat16, 2e-2}};
-  const auto cuda = at::TensorOptions().device(c10::Device("cuda:0"));
   const int64_t capacity = 700;
+  // With two GPUs or more the kernels also run on the last one (a policy on cuda:1 beside an evaluator on cuda:0).
+  const int gpus = crucible::eval::cuda_devices();
+  for (const int gpu : gpus > 1 ? std::vector<int>{0, gpus - 1} : std::vector<int>{0})
   for (const auto& shape : shapes) {
+    CAPTURE(gpu);
+    const auto cuda = at::TensorOptions().device(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(gpu)));
     CAPTURE(shape.H);
     CAPTURE(shape.D);
     CAPTURE(shape.dtype);
@@ -388,14 +392,17 @@ TEST_CASE("lm gpu: the fused draw falls where the cumulative distribution says, 
 
 TEST_CASE("lm gpu: the one-row linear kernel agrees with double precision, with a bias, a residual or both") {
   c10::InferenceMode inference;
-  const auto cuda = at::TensorOptions().device(c10::Device("cuda:0"));
   struct Shape {
     int64_t N, K;
   };
   // Qwen2.5-0.5B's qkv and down projections, and a ragged one (the last block's warps partly idle).
   const Shape shapes[] = {{1152, 896}, {896, 4864}, {1001, 24}};
+  const int gpus = crucible::eval::cuda_devices();  // the last GPU too, where there are two or more
+  for (const int gpu : gpus > 1 ? std::vector<int>{0, gpus - 1} : std::vector<int>{0})
   for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf})
     for (const auto& shape : shapes) {
+      CAPTURE(gpu);
+      const auto cuda = at::TensorOptions().device(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(gpu)));
       CAPTURE(dtype);
       CAPTURE(shape.N);
       const int64_t rows = 1;
@@ -419,6 +426,7 @@ TEST_CASE("lm gpu: the one-row linear kernel agrees with double precision, with 
             tolerance);
     }
   // Two rows, or a row width that is not whole 16-byte slices, go to cuBLAS.
+  const auto cuda = at::TensorOptions().device(c10::Device("cuda:0"));
   CHECK_FALSE(small_linear_serves(at::randn({2, 1, 64}, cuda), at::randn({8, 64}, cuda)));
   CHECK_FALSE(small_linear_serves(at::randn({1, 1, 63}, cuda), at::randn({8, 63}, cuda)));
 }
