@@ -128,8 +128,7 @@ __global__ void pick_by_cdf_kernel(PickArgs a) {
 // the split's maximum and weights per query head, and weighted values.
 // It writes one partial (weighted sum, maximum, sum of weights) per (row, query head, split); the combine kernel merges
 // the splits. Splits past the step's slot write nothing; the combine reads none past it.
-constexpr int kAttendThreads = 128;
-constexpr int kAttendWarps = kAttendThreads / 32;
+constexpr int kAttendWarps = kAttentionThreads / 32;
 constexpr int kAttendMaxGroup = 8;
 
 template <typename T, int N>
@@ -144,7 +143,7 @@ template <typename T, int L>
 __global__ void attend_split_kernel(AttendArgs a) {
   constexpr int V = 16 / sizeof(T);  // head elements per lane
   constexpr int kPerWarp = 32 / L;   // slots a warp reads at once
-  constexpr int kGroups = kAttendThreads / L;
+  constexpr int kGroups = kAttentionThreads / L;
   const int b = blockIdx.x / a.kv_heads, kvh = blockIdx.x % a.kv_heads, split = blockIdx.y;
   constexpr int C = kGroups * kAttentionRounds;
   const int G = a.heads / a.kv_heads, D = a.head_dim;
@@ -177,9 +176,9 @@ __global__ void attend_split_kernel(AttendArgs a) {
   float* total = top + G;                    // [G]
   bool* live = reinterpret_cast<bool*>(total + G);  // [C]
   const T* query = static_cast<const T*>(a.q) + b * a.q_row_stride + static_cast<int64_t>(kvh) * G * a.q_head_stride;
-  for (int i = threadIdx.x; i < G * D; i += kAttendThreads) q[i] = widen(query[(i / D) * a.q_head_stride + i % D]) * a.scale;
+  for (int i = threadIdx.x; i < G * D; i += kAttentionThreads) q[i] = widen(query[(i / D) * a.q_head_stride + i % D]) * a.scale;
   const bool* valid = a.key_valid + static_cast<int64_t>(b) * a.capacity + begin;
-  for (int j = threadIdx.x; j < n; j += kAttendThreads) live[j] = begin + j == slot || valid[j];
+  for (int j = threadIdx.x; j < n; j += kAttentionThreads) live[j] = begin + j == slot || valid[j];
   __syncthreads();
 
   // Scores. Every lane of a warp runs the same rounds, so the shuffles always see the whole warp.
@@ -254,7 +253,7 @@ __global__ void attend_split_kernel(AttendArgs a) {
     }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < G * D; i += kAttendThreads) {
+  for (int i = threadIdx.x; i < G * D; i += kAttentionThreads) {
     const int g = i / D, d = i % D;
     float num = 0.0f;
 #pragma unroll
@@ -308,10 +307,10 @@ template <typename T, int L>
 bool attend_as(const AttendArgs& a, cudaStream_t stream) {
   const int G = a.heads / a.kv_heads, D = a.head_dim;
   const dim3 grid(a.batch * a.kv_heads, a.splits);
-  const int C = (kAttendThreads / L) * kAttentionRounds;
+  const int C = attention_chunk(a.head_dim, a.element);
   const size_t floats = G * D + G * C + kAttendWarps * G * D + 2 * G;
   const size_t shared = sizeof(float) * floats + C;
-  attend_split_kernel<T, L><<<grid, kAttendThreads, shared, stream>>>(a);
+  attend_split_kernel<T, L><<<grid, kAttentionThreads, shared, stream>>>(a);
   attend_combine_kernel<T><<<a.batch * a.heads, 64, sizeof(float) * a.splits, stream>>>(a);
   return cudaGetLastError() == cudaSuccess;
 }

@@ -43,7 +43,6 @@ std::atomic<AttentionUse>& attention_use() {
   return use;
 }
 
-
 std::atomic<bool>& small_linear_on() {
   static std::atomic<bool> on{on_unless_zero("CRUCIBLE_DECODE_GEMV")};
   return on;
@@ -115,12 +114,10 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   const int64_t K = weight.size(1), N = weight.size(0);
   auto sizes = x.sizes().vec();
   sizes.back() = N;
-  TORCH_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == N && bias.is_contiguous() &&
-                                  bias.scalar_type() == x.scalar_type() && bias.device() == x.device()),
-              "small_linear: bias [N] in x's dtype, on x's GPU");
-  TORCH_CHECK(!residual.defined() || (residual.sizes() == at::IntArrayRef(sizes) && residual.is_contiguous() &&
-                                      residual.scalar_type() == x.scalar_type() && residual.device() == x.device()),
-              "small_linear: residual shaped as the result, contiguous, in x's dtype, on x's GPU");
+  // small_linear_serves checked the bias's and residual's dtype, device, layout and size; the residual's shape is
+  // the result's.
+  TORCH_CHECK(!residual.defined() || residual.sizes() == at::IntArrayRef(sizes),
+              "small_linear: residual shaped as the result");
   const c10::cuda::CUDAGuard on_its_device(x.device());
   auto out = at::empty(sizes, x.options());
   kernels::LinearArgs a;
@@ -143,8 +140,8 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   const int64_t B = q.size(0), H = q.size(2), D = q.size(3), capacity = k_cache.size(2);
   TORCH_CHECK(decode_attention_takes(k_cache, H), "decode_attention: caches or heads the kernels do not take");
   TORCH_CHECK(v_cache.sizes() == k_cache.sizes() && v_cache.is_contiguous() && aligned16(v_cache) &&
-                  v_cache.scalar_type() == k_cache.scalar_type() && k_cache.size(0) == B && k_cache.size(3) == D && k_cache.device() == q.device() &&
-                  v_cache.device() == q.device(),
+                  v_cache.scalar_type() == k_cache.scalar_type() && k_cache.size(0) == B && k_cache.size(3) == D &&
+                  k_cache.device() == q.device() && v_cache.device() == q.device(),
               "decode_attention: caches [B, Hkv, capacity, D] on q's GPU, both contiguous");
   TORCH_CHECK(key_valid.scalar_type() == at::kBool && key_valid.is_contiguous() && key_valid.dim() == 2 &&
                   key_valid.size(0) == B && key_valid.size(1) == capacity && key_valid.device() == q.device() &&

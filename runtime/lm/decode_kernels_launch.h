@@ -44,21 +44,24 @@ struct PickArgs {
   int batch = 0;
 };
 
-// The decode attention kernels' splits: each of a block's 128 / attend_lanes() slot groups loads this many cache rows
-// at once. At most kAttentionMaxSplits splits (the combine keeps a weight per split in shared memory).
+inline int element_bytes(Element e) { return e == Element::f32 ? 4 : 2; }
+
+// The decode attention kernels' splits: each of a block's kAttentionThreads / attend_lanes() slot groups loads this
+// many cache rows at once. At most kAttentionMaxSplits splits (the combine keeps a weight per split in shared memory).
+constexpr int kAttentionThreads = 128;
 constexpr int kAttentionRounds = 4;
 constexpr int kAttentionMaxSplits = 8192;
 
 // Lanes per cache row: a head's bytes in 16-byte loads (0: not a whole number of them).
 inline int attend_lanes(int head_dim, Element e) {
-  const int bytes = head_dim * (e == Element::f32 ? 4 : 2);
+  const int bytes = head_dim * element_bytes(e);
   return bytes % 16 == 0 ? bytes / 16 : 0;
 }
 
 // Cache slots per split.
 inline int attention_chunk(int head_dim, Element e) {
   const int lanes = attend_lanes(head_dim, e);
-  return lanes > 0 ? 128 / lanes * kAttentionRounds : 0;
+  return lanes > 0 ? kAttentionThreads / lanes * kAttentionRounds : 0;
 }
 
 struct AttendArgs {
@@ -94,7 +97,7 @@ struct LinearArgs {
 
 // Whether the one-row linear kernel takes rows of `in_features`: whole 16-byte slices.
 inline bool small_linear_takes(int64_t in_features, Element e) {
-  return in_features > 0 && in_features * (e == Element::f32 ? 4 : 2) % 16 == 0;
+  return in_features > 0 && in_features * element_bytes(e) % 16 == 0;
 }
 
 // False on a launch error or a shape the kernels do not take (rotation_takes). A position outside the rotary tables
