@@ -1,6 +1,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "lm/decode_kernels_launch.h"
 
 namespace crucible::lm::kernels {
@@ -18,9 +22,65 @@ template <> __device__ __half narrow<__half>(float x) { return __float2half_rn(x
 template <typename T> __device__ T mul(T a, T b) { return narrow<T>(__fmul_rn(widen(a), widen(b))); }
 template <typename T> __device__ T add(T a, T b) { return narrow<T>(__fadd_rn(widen(a), widen(b))); }
 
+// Programmatic dependent launch (Hopper and later): a kernel launched with it may start while the kernel before it
+// on the stream finishes, so that its launch, and its loads of what no earlier kernel writes (weights), overlap that
+// kernel. Every kernel here therefore waits for the earlier kernels before it reads or writes anything else, and lets
+// the next kernel start once it is past that wait: one kernel ahead, not a cascade of waiting ones. Without the
+// launch attribute (older GPUs, CRUCIBLE_DECODE_PDL=0) the wait returns at once.
+__device__ __forceinline__ void wait_for_earlier_kernels() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void let_later_kernels_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+std::atomic<bool>& early_launch_on() {
+  static std::atomic<bool> on{[] {
+    const char* value = std::getenv("CRUCIBLE_DECODE_PDL");
+    return !(value && std::strcmp(value, "0") == 0);
+  }()};
+  return on;
+}
+
+// Whether the current GPU takes programmatic dependent launches (compute capability 9.0 or later), asked once per GPU.
+bool current_gpu_launches_early() {
+  constexpr int kGpus = 64;
+  static std::atomic<int> majors[kGpus] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kGpus) return false;
+  int major = majors[device].load(std::memory_order_relaxed);
+  if (major == 0) {
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
+    majors[device].store(major, std::memory_order_relaxed);
+  }
+  return major >= 9;
+}
+
+template <typename... Params, typename... Args>
+bool launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream, const Args&... args) {
+  cudaLaunchAttribute early;
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  config.attrs = &early;
+  config.numAttrs = early_launch_on().load(std::memory_order_relaxed) && current_gpu_launches_early() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, args...) == cudaSuccess;
+}
+
 // One block per (row, head) of the H + 2 Hkv heads, one thread per element of the head.
 template <typename T>
 __global__ void rotate_into_cache_kernel(RotateArgs a) {
+  wait_for_earlier_kernels();
+  let_later_kernels_start();
   const int b = blockIdx.x, h = blockIdx.y, d = threadIdx.x, D = a.head_dim, half = D / 2;
   const T* row = static_cast<const T*>(a.qkv) + b * a.qkv_row_stride;
   const int64_t slot = *a.slot;
@@ -47,6 +107,8 @@ __global__ void rotate_into_cache_kernel(RotateArgs a) {
 
 template <typename T>
 __global__ void silu_times_up_kernel(SiluArgs a) {
+  wait_for_earlier_kernels();
+  let_later_kernels_start();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= a.rows * a.width) return;
   const int64_t r = i / a.width, j = i % a.width;
@@ -63,6 +125,8 @@ __global__ void silu_times_up_kernel(SiluArgs a) {
 constexpr int kPickWarps = 32;
 
 __global__ void pick_by_cdf_kernel(PickArgs a) {
+  wait_for_earlier_kernels();
+  let_later_kernels_start();
   const int row = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float* lp = a.log_probs + row * a.row_stride;
   const int64_t per_warp = ((a.vocab + kPickWarps - 1) / kPickWarps + 31) / 32 * 32;
@@ -141,6 +205,8 @@ __device__ void widen_all(const uint4& raw, float (&out)[N]) {
 
 template <typename T, int L>
 __global__ void attend_split_kernel(AttendArgs a) {
+  wait_for_earlier_kernels();
+  let_later_kernels_start();
   constexpr int V = 16 / sizeof(T);  // head elements per lane
   constexpr int kPerWarp = 32 / L;   // slots a warp reads at once
   constexpr int kGroups = kAttentionThreads / L;
@@ -268,6 +334,8 @@ __global__ void attend_split_kernel(AttendArgs a) {
 // element of the head over the splits up to the step's slot. A split with no valid slot (padding) weighs nothing.
 template <typename T>
 __global__ void attend_combine_kernel(AttendArgs a) {
+  wait_for_earlier_kernels();
+  let_later_kernels_start();
   const int D = a.head_dim;
   const float* p = a.partial + static_cast<int64_t>(blockIdx.x) * a.splits * (D + 2);
   const int used = static_cast<int>(min(static_cast<int64_t>(a.splits), *a.slot / a.chunk + 1));
@@ -310,9 +378,8 @@ bool attend_as(const AttendArgs& a, cudaStream_t stream) {
   const int C = attention_chunk(a.head_dim, a.element);
   const size_t floats = G * D + G * C + kAttendWarps * G * D + 2 * G;
   const size_t shared = sizeof(float) * floats + C;
-  attend_split_kernel<T, L><<<grid, kAttentionThreads, shared, stream>>>(a);
-  attend_combine_kernel<T><<<a.batch * a.heads, 64, sizeof(float) * a.splits, stream>>>(a);
-  return cudaGetLastError() == cudaSuccess;
+  return launch(attend_split_kernel<T, L>, grid, dim3(kAttentionThreads), shared, stream, a) &&
+         launch(attend_combine_kernel<T>, dim3(a.batch * a.heads), dim3(64), sizeof(float) * a.splits, stream, a);
 }
 
 template <typename T>
@@ -330,41 +397,130 @@ bool attend_with_lanes(const AttendArgs& a, cudaStream_t stream) {
 
 // Linear layers of a one-row decode step: out[n] = sum_k x[k] W[n, k] in float32, plus the bias and then the
 // residual, each rounded where LibTorch's linear and add round them. A batch-1 decode step's GEMMs are GEMVs, which
-// cuBLAS runs at 0.5-2 TB/s on these shapes. One warp per output feature: each lane loads 16-byte slices of the weight
-// row, eight at a time before using the first, and the same slices of x (small, and shared by every warp). With more
-// rows the x loads and conversions made it slower than cuBLAS (docs/benchmarks.md).
+// cuBLAS runs at 0.5-2 TB/s on these shapes, and each is one of a long chain of small kernels whose launches and
+// first loads cost more than their bytes. So the kernel also makes its own input: x as given, x RMS-normalised (the
+// norm before the projection, one kernel less), or silu(gate) * up from the gate/up projection (one less again),
+// once per block into shared memory. Its first weight loads are in flight before it waits for the kernel before it
+// (the weights are no earlier kernel's output). W warps share a row, each lane loading 16-byte slices of it,
+// kLinearInFlight at a time; long rows take several warps so that every lane has its row's first loads in flight at
+// once. With more than one row the x loads and conversions made it slower than cuBLAS (docs/benchmarks.md).
 constexpr int kLinearWarps = 4;
 constexpr int kLinearInFlight = 8;
 
-template <typename T>
-__global__ void small_linear_kernel(LinearArgs a) {
+template <typename T, int N>
+__device__ uint4 narrow_all(const float (&in)[N]) {
+  static_assert(N * sizeof(T) == 16, "16-byte slices");
+  uint4 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < N; ++i) e[i] = narrow<T>(in[i]);
+  return raw;
+}
+
+// The sum of every thread's `value`, in the same order in every thread (kLinearWarps warps).
+__device__ float block_sum(float value, float* reduced) {
+  for (int o = 16; o > 0; o /= 2) value += __shfl_xor_sync(0xffffffffu, value, o);
+  if (threadIdx.x % 32 == 0) reduced[threadIdx.x / 32] = value;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kLinearWarps; ++w) total += reduced[w];
+  return total;
+}
+
+// The input the weights multiply, in slices of 16 bytes, into `staged`: x as it is; RMS-normalised, y = x * rstd *
+// weight in float32 rounded once, as LibTorch's fused rms_norm; or silu(gate) * up, rounded as silu_times_up_kernel.
+template <typename T, LinearInput In>
+__device__ void stage_input(const LinearArgs& a, uint4* staged, float* reduced) {
   constexpr int V = 16 / sizeof(T);
-  const int lane = threadIdx.x % 32;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * kLinearWarps + threadIdx.x / 32;
-  if (n >= a.out_features) return;
   const int64_t slices = a.in_features / V;
-  const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(a.weight) + n * a.in_features);
   const uint4* x = reinterpret_cast<const uint4*>(a.x);
-  float acc = 0.0f;
-  for (int64_t first = lane; first < slices; first += 32 * kLinearInFlight) {
-    uint4 raw[kLinearInFlight];
+  if constexpr (In == LinearInput::plain) {
+    for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) staged[i] = x[i];
+  } else if constexpr (In == LinearInput::silu_times_up) {
+    for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
+      const uint4 gate = x[i], up = x[slices + i];
+      const T* g = reinterpret_cast<const T*>(&gate);
+      const T* u = reinterpret_cast<const T*>(&up);
+      uint4 raw;
+      T* out = reinterpret_cast<T*>(&raw);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float gf = widen(g[e]);
+        out[e] = mul(narrow<T>(__fdiv_rn(gf, __fadd_rn(1.0f, expf(-gf)))), u[e]);
+      }
+      staged[i] = raw;
+    }
+  } else {
+    float squares = 0.0f;
+    for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
+      float xf[V];
+      widen_all<T>(x[i], xf);
+#pragma unroll
+      for (int e = 0; e < V; ++e) squares = fmaf(xf[e], xf[e], squares);
+    }
+    const float rstd = rsqrtf(block_sum(squares, reduced) / static_cast<float>(a.in_features) + a.eps);
+    const uint4* norm = reinterpret_cast<const uint4*>(a.norm_weight);
+    for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
+      float xf[V], nf[V];
+      widen_all<T>(x[i], xf);
+      widen_all<T>(norm[i], nf);
+#pragma unroll
+      for (int e = 0; e < V; ++e) xf[e] = xf[e] * rstd * nf[e];
+      staged[i] = narrow_all<T>(xf);
+    }
+  }
+  __syncthreads();
+}
+
+template <typename T, LinearInput In, int W>
+__global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearArgs a) {
+  constexpr int V = 16 / sizeof(T);
+  constexpr int kRowThreads = 32 * W;
+  extern __shared__ uint4 staged[];
+  __shared__ float reduced[kLinearWarps], partial[kLinearWarps];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = (warp % W) * 32 + lane;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (kLinearWarps / W) + warp / W;
+  const bool has_row = n < a.out_features;
+  const int64_t slices = a.in_features / V;
+  const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(a.weight) + (has_row ? n : 0) * a.in_features);
+  uint4 raw[kLinearInFlight];
+  const auto load = [&](int64_t first) {
 #pragma unroll
     for (int u = 0; u < kLinearInFlight; ++u)
-      if (first + u * 32 < slices) raw[u] = __ldg(w + first + u * 32);
+      if (has_row && first + u * kRowThreads < slices) raw[u] = __ldg(w + first + u * kRowThreads);
+  };
+  load(t);
+  wait_for_earlier_kernels();
+  stage_input<T, In>(a, staged, reduced);
+  let_later_kernels_start();
+  float acc = 0.0f;
+  for (int64_t first = t;;) {
 #pragma unroll
     for (int u = 0; u < kLinearInFlight; ++u) {
-      const int64_t c = first + u * 32;
+      const int64_t c = first + u * kRowThreads;
       if (c >= slices) break;
       float wf[V], xf[V];
       widen_all<T>(raw[u], wf);
-      widen_all<T>(x[c], xf);
+      widen_all<T>(staged[c], xf);
 #pragma unroll
       for (int i = 0; i < V; ++i) acc = fmaf(wf[i], xf[i], acc);
     }
+    first += kRowThreads * kLinearInFlight;
+    if (first >= slices) break;
+    load(first);
   }
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (lane != 0) return;
+  if constexpr (W > 1) {
+    if (lane == 0) partial[warp] = acc;
+    __syncthreads();
+    if (warp % W != 0) return;
+    acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < W; ++i) acc += partial[warp + i];
+  }
+  if (lane != 0 || !has_row) return;
   const T* bias = static_cast<const T*>(a.bias);
   const T* residual = static_cast<const T*>(a.residual);
   T value;
@@ -379,11 +535,38 @@ __global__ void small_linear_kernel(LinearArgs a) {
   static_cast<T*>(a.out)[n] = value;
 }
 
+// Warps per row: as few as leave each lane at most half a round of its row's slices.
+inline int linear_row_warps(int64_t slices) {
+  if (slices <= 32 * kLinearInFlight / 2) return 1;
+  if (slices <= 64 * kLinearInFlight / 2) return 2;
+  return 4;
+}
+
+template <typename T, LinearInput In, int W>
+bool small_linear_with(const LinearArgs& a, cudaStream_t stream) {
+  constexpr int kRows = kLinearWarps / W;
+  const unsigned blocks = static_cast<unsigned>((a.out_features + kRows - 1) / kRows);
+  const size_t shared = static_cast<size_t>(a.in_features) * sizeof(T);
+  return launch(small_linear_kernel<T, In, W>, dim3(blocks), dim3(kLinearWarps * 32), shared, stream, a);
+}
+
+template <typename T, LinearInput In>
+bool small_linear_as(const LinearArgs& a, cudaStream_t stream) {
+  switch (linear_row_warps(a.in_features * static_cast<int64_t>(sizeof(T)) / 16)) {
+    case 1: return small_linear_with<T, In, 1>(a, stream);
+    case 2: return small_linear_with<T, In, 2>(a, stream);
+    default: return small_linear_with<T, In, 4>(a, stream);
+  }
+}
+
 template <typename T>
 bool small_linear_as(const LinearArgs& a, cudaStream_t stream) {
-  const unsigned blocks = static_cast<unsigned>((a.out_features + kLinearWarps - 1) / kLinearWarps);
-  small_linear_kernel<T><<<blocks, kLinearWarps * 32, 0, stream>>>(a);
-  return cudaGetLastError() == cudaSuccess;
+  switch (a.input) {
+    case LinearInput::plain: return small_linear_as<T, LinearInput::plain>(a, stream);
+    case LinearInput::rms_normed: return small_linear_as<T, LinearInput::rms_normed>(a, stream);
+    case LinearInput::silu_times_up: return small_linear_as<T, LinearInput::silu_times_up>(a, stream);
+  }
+  return false;
 }
 
 // `launch` called with a value of the element type `e` names; false for none.
@@ -400,19 +583,20 @@ bool by_element(Element e, Launch launch) {
 template <typename T>
 bool rotate_as(const RotateArgs& a, cudaStream_t stream) {
   const dim3 grid(a.batch, a.heads + 2 * a.kv_heads);
-  rotate_into_cache_kernel<T><<<grid, a.head_dim, 0, stream>>>(a);
-  return cudaGetLastError() == cudaSuccess;
+  return launch(rotate_into_cache_kernel<T>, grid, dim3(a.head_dim), 0, stream, a);
 }
 
 template <typename T>
 bool silu_as(const SiluArgs& a, cudaStream_t stream) {
   constexpr int kThreads = 256;
   const int64_t n = a.rows * a.width;
-  silu_times_up_kernel<T><<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(a);
-  return cudaGetLastError() == cudaSuccess;
+  return launch(silu_times_up_kernel<T>, dim3(static_cast<unsigned>((n + kThreads - 1) / kThreads)), dim3(kThreads), 0,
+                stream, a);
 }
 
 }  // namespace
+
+void allow_early_launch(bool on) { early_launch_on().store(on); }
 
 bool attention_takes(int heads, int kv_heads, int head_dim, Element element) {
   if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || heads / kv_heads > kAttendMaxGroup) return false;
@@ -439,15 +623,15 @@ bool launch_attend(const AttendArgs& a, cudaStream_t stream) {
 
 bool launch_small_linear(const LinearArgs& a, cudaStream_t stream) {
   if (!small_linear_takes(a.in_features, a.element) || a.out_features <= 0 ||
-      (a.out_features + kLinearWarps - 1) / kLinearWarps > 0x7fffffff)
+      (a.out_features + kLinearWarps - 1) / kLinearWarps > 0x7fffffff ||
+      (a.input == LinearInput::rms_normed && !a.norm_weight))
     return false;
   return by_element(a.element, [&](auto zero) { return small_linear_as<decltype(zero)>(a, stream); });
 }
 
 bool launch_pick_by_cdf(const PickArgs& a, cudaStream_t stream) {
   if (a.batch <= 0 || a.vocab <= 0) return a.batch == 0;
-  pick_by_cdf_kernel<<<a.batch, kPickWarps * 32, 0, stream>>>(a);
-  return cudaGetLastError() == cudaSuccess;
+  return launch(pick_by_cdf_kernel, dim3(a.batch), dim3(kPickWarps * 32), 0, stream, a);
 }
 
 }  // namespace crucible::lm::kernels

@@ -85,8 +85,15 @@ struct AttendArgs {
 // number of 16-byte loads wide, at most a warp's worth (D = 64 or 128 in every dtype).
 bool attention_takes(int heads, int kv_heads, int head_dim, Element element);
 
+// What a one-row linear layer multiplies: x as given; x RMS-normalised with a weight (the norm before a projection);
+// or silu(gate) * up where x is a gate/up projection's output [gate, up] of 2 in_features.
+enum class LinearInput { plain, rms_normed, silu_times_up };
+
 struct LinearArgs {
-  const void* x = nullptr;         // [in_features]
+  const void* x = nullptr;            // [in_features], or [2 in_features] for silu_times_up
+  const void* norm_weight = nullptr;  // [in_features]: rms_normed's weight
+  float eps = 0.0f;                   // rms_normed's epsilon
+  LinearInput input = LinearInput::plain;
   const void* weight = nullptr;    // [out_features, in_features] contiguous
   const void* bias = nullptr;      // [out_features] or null
   const void* residual = nullptr;  // [out_features] or null
@@ -95,10 +102,18 @@ struct LinearArgs {
   Element element = Element::f32;
 };
 
-// Whether the one-row linear kernel takes rows of `in_features`: whole 16-byte slices.
+// The one-row linear kernel keeps its input in shared memory: at most this many bytes of it.
+constexpr int64_t kLinearMaxInputBytes = 48 * 1024;
+
+// Whether the one-row linear kernel takes rows of `in_features`: whole 16-byte slices, up to kLinearMaxInputBytes.
 inline bool small_linear_takes(int64_t in_features, Element e) {
-  return in_features > 0 && in_features * element_bytes(e) % 16 == 0;
+  const int64_t bytes = in_features * element_bytes(e);
+  return in_features > 0 && bytes % 16 == 0 && bytes <= kLinearMaxInputBytes;
 }
+
+// Launches the kernels with programmatic dependent launch on GPUs that have it (each may start while the one before it
+// finishes), or plainly. On unless CRUCIBLE_DECODE_PDL=0; benchmarks compare both.
+void allow_early_launch(bool on);
 
 // False on a launch error or a shape the kernels do not take (rotation_takes). A position outside the rotary tables
 // or a slot outside the caches stops the kernel with a device error, as LibTorch's index checks do.

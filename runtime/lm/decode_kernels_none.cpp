@@ -17,11 +17,16 @@ bool decode_attention_serves(const at::Tensor&, int64_t) { return false; }
 
 void set_decode_attention(bool) {}
 
-bool small_linear_serves(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
+bool small_linear_serves(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                         const LinearInput&) {
+  return false;
+}
 
 void set_small_linear(bool) {}
 
-at::Tensor small_linear(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+void set_early_launch(bool) {}
+
+at::Tensor small_linear(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const LinearInput&) {
   throw std::logic_error("small_linear: this build has no CUDA LibTorch");
 }
 

@@ -208,14 +208,23 @@ at::Tensor linear_onto(const at::Tensor& residual, const at::Tensor& x, const at
 
 }  // namespace
 
-at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& x, const at::Tensor& residual,
+at::Tensor Transformer::normed_projection(const at::Tensor& x, const at::Tensor& norm, const at::Tensor& weight,
+                                          const at::Tensor& bias, at::Tensor& normed) const {
+  const auto input = LinearInput::rms_normed(norm, config_.rms_norm_eps);
+  if (!active_adapter() && small_linear_serves(x, weight, bias, {}, input)) return small_linear(x, weight, bias, {}, input);
+  normed = rms_norm(x, norm);
+  return project(normed, weight, bias);
+}
+
+at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& residual, const at::Tensor& norm,
                                         const AttentionInputs& attention, const at::Tensor& cos,
                                         const at::Tensor& signed_sin, at::Tensor& k_cache, at::Tensor& v_cache) const {
   const auto& w = block_weights(layer);
   const auto* lora = active_adapter();
-  const int64_t B = x.size(0), T = x.size(1), H = config_.num_heads, Hkv = config_.num_kv_heads,
+  const int64_t B = residual.size(0), T = residual.size(1), H = config_.num_heads, Hkv = config_.num_kv_heads,
                 D = config_.head_dim, G = H / Hkv, vis = attention.visible;
-  auto qkv = project(x, w.qkv, w.qkv_bias);
+  at::Tensor x;  // the normalised input, where it was made
+  auto qkv = normed_projection(residual, norm, w.qkv, w.qkv_bias, x);
   if (lora) qkv = lora->plus_deltas(layer, x, qkv, {{LoraTarget::q, H * D}, {LoraTarget::k, Hkv * D}, {LoraTarget::v, Hkv * D}});
   at::Tensor queries;  // [B, T, H, D], rotated
   if (!cos.defined()) {  // a decode step with the fused kernels (hidden_states looked up no rotary rows)
@@ -257,12 +266,17 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& x, cons
   return lora ? lora->plus_deltas(layer, out, projected, {{LoraTarget::o, projected.size(-1)}}) : projected;
 }
 
-at::Tensor Transformer::mlp_block(int64_t layer, const at::Tensor& x, const at::Tensor& residual) const {
+at::Tensor Transformer::mlp_block(int64_t layer, const at::Tensor& residual, const at::Tensor& norm) const {
   const auto& w = block_weights(layer);
   const auto* lora = active_adapter();
   const int64_t I = config_.intermediate_size;
-  auto gate_up = project(x, w.gate_up, w.gate_up_bias);
+  at::Tensor x;  // the normalised input, where it was made
+  auto gate_up = normed_projection(residual, norm, w.gate_up, w.gate_up_bias, x);
   if (lora) gate_up = lora->plus_deltas(layer, x, gate_up, {{LoraTarget::gate, I}, {LoraTarget::up, I}});
+  // The activation folds into the down projection where the one-row kernel takes both.
+  const auto activated = LinearInput::silu_of_gate_up();
+  if (!lora && small_linear_serves(gate_up, w.down, w.down_bias, residual, activated))
+    return small_linear(gate_up, w.down, w.down_bias, residual, activated);
   at::Tensor hidden;
   if (decode_kernels_serve(gate_up)) {
     hidden = silu_times_up(gate_up);
@@ -349,8 +363,8 @@ bool Transformer::fold_adapter(const LoraAdapter* adapter) const {
 at::Tensor Transformer::block(int64_t layer, const at::Tensor& x, const AttentionInputs& attention, const at::Tensor& cos,
                               const at::Tensor& signed_sin, at::Tensor& k_cache, at::Tensor& v_cache) const {
   const auto& w = block_weights(layer);
-  const auto h = attention_block(layer, rms_norm(x, w.input_norm), x, attention, cos, signed_sin, k_cache, v_cache);
-  return mlp_block(layer, rms_norm(h, w.post_attention_norm), h);
+  const auto h = attention_block(layer, x, w.input_norm, attention, cos, signed_sin, k_cache, v_cache);
+  return mlp_block(layer, h, w.post_attention_norm);
 }
 
 at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionInputs& attention, KvCache& cache) const {

@@ -105,11 +105,16 @@ class Transformer {
   bool adapter_folded() const;
 
  private:
-  // Each returns `residual` plus its output: the output projection's GEMM adds the residual itself.
-  at::Tensor attention_block(int64_t layer, const at::Tensor& x, const at::Tensor& residual,
+  // Each normalises `residual` with `norm`, and returns `residual` plus its output: the output projection's GEMM adds
+  // the residual itself.
+  at::Tensor attention_block(int64_t layer, const at::Tensor& residual, const at::Tensor& norm,
                              const AttentionInputs& attention, const at::Tensor& cos, const at::Tensor& signed_sin,
                              at::Tensor& k_cache, at::Tensor& v_cache) const;
-  at::Tensor mlp_block(int64_t layer, const at::Tensor& x, const at::Tensor& residual) const;
+  at::Tensor mlp_block(int64_t layer, const at::Tensor& residual, const at::Tensor& norm) const;
+  // rms_norm(x, norm) W^T (+ bias): one kernel where the one-row kernel takes it and no adapter needs the normalised
+  // input; otherwise `normed` gets that input.
+  at::Tensor normed_projection(const at::Tensor& x, const at::Tensor& norm, const at::Tensor& weight,
+                               const at::Tensor& bias, at::Tensor& normed) const;
   // One whole block: attention and MLP, each with its norm and residual.
   at::Tensor block(int64_t layer, const at::Tensor& x, const AttentionInputs& attention, const at::Tensor& cos,
                    const at::Tensor& signed_sin, at::Tensor& k_cache, at::Tensor& v_cache) const;

@@ -395,8 +395,9 @@ TEST_CASE("lm gpu: the one-row linear kernel agrees with double precision, with 
   struct Shape {
     int64_t N, K;
   };
-  // Qwen2.5-0.5B's qkv and down projections, and a ragged one (the last block's warps partly idle).
-  const Shape shapes[] = {{1152, 896}, {896, 4864}, {1001, 24}};
+  // Qwen2.5-0.5B's qkv and down projections (one and four warps a row), Qwen2.5-1.5B's o projection (two), and a
+  // ragged one (the last block's warps partly idle).
+  const Shape shapes[] = {{1152, 896}, {896, 4864}, {1536, 1536}, {1001, 24}};
   const int gpus = crucible::eval::cuda_devices();  // the last GPU too, where there are two or more
   for (const int gpu : gpus > 1 ? std::vector<int>{0, gpus - 1} : std::vector<int>{0})
   for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf})
@@ -424,11 +425,35 @@ TEST_CASE("lm gpu: the one-row linear kernel agrees with double precision, with 
       CHECK(off(small_linear(x, w, {}, residual), exact + residual.to(at::kDouble)) < tolerance);
       CHECK(off(small_linear(x, w, bias, residual), exact + bias.to(at::kDouble) + residual.to(at::kDouble)) <
             tolerance);
+
+      // The norm folded in: against the norm in float32 rounded once to the dtype (as LibTorch's fused rms_norm),
+      // then the exact product.
+      const auto norm = at::rand({shape.K}, type).add(0.5);
+      const auto normed = LinearInput::rms_normed(norm, 1e-6);
+      REQUIRE(small_linear_serves(x, w, bias, {}, normed));
+      const auto xf = x.to(at::kFloat);
+      const auto x_normed = (xf * at::rsqrt(xf.pow(2).mean(-1, true) + 1e-6) * norm.to(at::kFloat)).to(dtype);
+      CHECK(off(small_linear(x, w, bias, {}, normed),
+                at::matmul(x_normed.to(at::kDouble), w.to(at::kDouble).t()) + bias.to(at::kDouble)) < tolerance);
+      // The activation folded in: against LibTorch's silu(gate) * up in the dtype, then the exact product.
+      const auto gate_up = at::randn({rows, 1, 2 * shape.K}, type);
+      const auto activated = LinearInput::silu_of_gate_up();
+      REQUIRE(small_linear_serves(gate_up, w, {}, residual, activated));
+      const auto halves = gate_up.split(shape.K, -1);
+      const auto hidden = at::silu(halves[0]) * halves[1];
+      CHECK(off(small_linear(gate_up, w, {}, residual, activated),
+                at::matmul(hidden.to(at::kDouble), w.to(at::kDouble).t()) + residual.to(at::kDouble)) < tolerance);
+      CHECK_FALSE(small_linear_serves(x, w, {}, {}, activated));   // x is not [gate, up]
+      CHECK_FALSE(small_linear_serves(gate_up, w, {}, {}, normed));  // nor is [gate, up] the normed width
     }
-  // Two rows, or a row width that is not whole 16-byte slices, go to cuBLAS.
+  // Two rows, a row width that is not whole 16-byte slices, or one wider than the kernel's shared memory go to
+  // cuBLAS; so does a norm without its weight.
   const auto cuda = at::TensorOptions().device(c10::Device("cuda:0"));
   CHECK_FALSE(small_linear_serves(at::randn({2, 1, 64}, cuda), at::randn({8, 64}, cuda)));
   CHECK_FALSE(small_linear_serves(at::randn({1, 1, 63}, cuda), at::randn({8, 63}, cuda)));
+  CHECK_FALSE(small_linear_serves(at::randn({1, 1, 16384}, cuda), at::randn({8, 16384}, cuda)));
+  CHECK_FALSE(small_linear_serves(at::randn({1, 1, 64}, cuda), at::randn({8, 64}, cuda), {}, {},
+                                  LinearInput::rms_normed({}, 1e-6)));
 }
 
 TEST_CASE("lm gpu: decoding one row with the linear kernel gives cuBLAS's tokens, log-probs within 1e-4") {
@@ -437,5 +462,17 @@ TEST_CASE("lm gpu: decoding one row with the linear kernel gives cuBLAS's tokens
   for (uint64_t i = 0; i < 3; ++i) {
     CAPTURE(i);
     same_decoding_without(model, {request(g.prompts[i], 0.8, 700 + i, 32)}, set_small_linear, 1e-4);  // one row
+  }
+}
+
+TEST_CASE("lm gpu: launching the decode kernels early changes no bit of what decoding gives") {
+  const auto g = golden("qwen2_tiny");
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    CAPTURE(dtype);
+    const auto model = on_gpu("qwen2_tiny", dtype);
+    std::vector<GenerationRequest> batch;
+    for (uint64_t i = 0; i < g.prompts.size(); ++i) batch.push_back(request(g.prompts[i], 0.8, 900 + i, 32));
+    same_decoding_without(model, {batch.front()}, set_early_launch, 0);  // one row: the linear kernel too
+    same_decoding_without(model, batch, set_early_launch, 0);
   }
 }
