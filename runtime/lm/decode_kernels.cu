@@ -25,8 +25,9 @@ template <typename T> __device__ T add(T a, T b) { return narrow<T>(__fadd_rn(wi
 // Programmatic dependent launch (Hopper and later): a kernel launched with it may start while the kernel before it
 // on the stream finishes, so that its launch, and its loads of what no earlier kernel writes (weights), overlap that
 // kernel. Every kernel here therefore waits for the earlier kernels before it reads or writes anything else, and lets
-// the next kernel start once it is past that wait: one kernel ahead, not a cascade of waiting ones. Without the
-// launch attribute (older GPUs, CRUCIBLE_DECODE_PDL=0) the wait returns at once.
+// the next kernel start once it is past that wait: one kernel ahead, not a cascade of waiting ones. So when a kernel
+// starts, every kernel before the one just before it has finished. Without the launch attribute (older GPUs,
+// CRUCIBLE_DECODE_PDL=0) the wait returns at once.
 __device__ __forceinline__ void wait_for_earlier_kernels() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -47,18 +48,25 @@ std::atomic<bool>& early_launch_on() {
   return on;
 }
 
-// Whether the current GPU takes programmatic dependent launches (compute capability 9.0 or later), asked once per GPU.
-bool current_gpu_launches_early() {
+// The current GPU's compute capability and SM count, asked once per GPU.
+struct GpuFacts {
+  int major = 0, sms = 0;
+};
+
+GpuFacts current_gpu() {
   constexpr int kGpus = 64;
-  static std::atomic<int> majors[kGpus] = {};
+  static std::atomic<int> majors[kGpus] = {}, sms[kGpus] = {};
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kGpus) return false;
-  int major = majors[device].load(std::memory_order_relaxed);
-  if (major == 0) {
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
-    majors[device].store(major, std::memory_order_relaxed);
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kGpus) return {};
+  GpuFacts facts{majors[device].load(std::memory_order_relaxed), sms[device].load(std::memory_order_relaxed)};
+  if (facts.major == 0) {
+    if (cudaDeviceGetAttribute(&facts.major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&facts.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return {};
+    sms[device].store(facts.sms, std::memory_order_relaxed);
+    majors[device].store(facts.major, std::memory_order_relaxed);
   }
-  return major >= 9;
+  return facts;
 }
 
 template <typename... Params, typename... Args>
@@ -72,7 +80,7 @@ bool launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cud
   config.dynamicSmemBytes = shared;
   config.stream = stream;
   config.attrs = &early;
-  config.numAttrs = early_launch_on().load(std::memory_order_relaxed) && current_gpu_launches_early() ? 1 : 0;
+  config.numAttrs = early_launch_on().load(std::memory_order_relaxed) && current_gpu().major >= 9 ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, args...) == cudaSuccess;
 }
 
@@ -205,8 +213,6 @@ __device__ void widen_all(const uint4& raw, float (&out)[N]) {
 
 template <typename T, int L>
 __global__ void attend_split_kernel(AttendArgs a) {
-  wait_for_earlier_kernels();
-  let_later_kernels_start();
   constexpr int V = 16 / sizeof(T);  // head elements per lane
   constexpr int kPerWarp = 32 / L;   // slots a warp reads at once
   constexpr int kGroups = kAttentionThreads / L;
@@ -224,15 +230,23 @@ __global__ void attend_split_kernel(AttendArgs a) {
   const int64_t head = (static_cast<int64_t>(b) * a.kv_heads + kvh) * a.capacity + begin;
   const T* keys = static_cast<const T*>(a.k_cache) + head * D + part * V;
   const T* values = static_cast<const T*>(a.v_cache) + head * D + part * V;
+  // Earlier steps wrote every slot but the step's own, whose key and value the kernel just before this one writes:
+  // those loads are in flight before waiting for it, the own slot's after.
   uint4 raw_k[kAttentionRounds], raw_v[kAttentionRounds];
+  const auto load = [&](bool own) {
 #pragma unroll
-  for (int r = 0; r < kAttentionRounds; ++r) {
-    const int j = r * kGroups + group;
-    if (j < n) {
-      raw_k[r] = *reinterpret_cast<const uint4*>(keys + static_cast<int64_t>(j) * D);
-      raw_v[r] = *reinterpret_cast<const uint4*>(values + static_cast<int64_t>(j) * D);
+    for (int r = 0; r < kAttentionRounds; ++r) {
+      const int j = r * kGroups + group;
+      if (j < n && (begin + j == slot) == own) {
+        raw_k[r] = *reinterpret_cast<const uint4*>(keys + static_cast<int64_t>(j) * D);
+        raw_v[r] = *reinterpret_cast<const uint4*>(values + static_cast<int64_t>(j) * D);
+      }
     }
-  }
+  };
+  load(false);
+  wait_for_earlier_kernels();
+  let_later_kernels_start();
+  load(true);
 
   extern __shared__ float shared[];
   float* q = shared;                   // [G][D], scaled
@@ -398,14 +412,15 @@ bool attend_with_lanes(const AttendArgs& a, cudaStream_t stream) {
 // Linear layers of a one-row decode step: out[n] = sum_k x[k] W[n, k] in float32, plus the bias and then the
 // residual, each rounded where LibTorch's linear and add round them. A batch-1 decode step's GEMMs are GEMVs, which
 // cuBLAS runs at 0.5-2 TB/s on these shapes, and each is one of a long chain of small kernels whose launches and
-// first loads cost more than their bytes. So the kernel also makes its own input: x as given, x RMS-normalised (the
-// norm before the projection, one kernel less), or silu(gate) * up from the gate/up projection (one less again),
-// once per block into shared memory. Its first weight loads are in flight before it waits for the kernel before it
-// (the weights are no earlier kernel's output). W warps share a row, each lane loading 16-byte slices of it,
-// kLinearInFlight at a time; long rows take several warps so that every lane has its row's first loads in flight at
-// once. With more than one row the x loads and conversions made it slower than cuBLAS (docs/benchmarks.md).
+// first loads cost more than their bytes. So the kernel folds in its neighbours: the RMS norm before it (each block
+// normalises x into shared memory) and the MLP's activation after it (a warp sums a gate row and its up row and
+// writes silu(gate) * up). Its first weight loads are in flight before it waits for the kernel before it (weights are
+// no earlier kernel's output). W warps share a row, each lane loading 16-byte slices of it, a round of up to
+// kInFlight at once; long rows take several warps so that a row is one round. Blocks stay (a few per SM) and take row
+// after row, loading the next row while the last one's sums are reduced, so a block makes its input once. With more
+// than one row the x loads and conversions made it slower than cuBLAS (docs/benchmarks.md).
 constexpr int kLinearWarps = 4;
-constexpr int kLinearInFlight = 8;
+constexpr int kLinearBlocksPerSm = 4;
 
 template <typename T, int N>
 __device__ uint4 narrow_all(const float (&in)[N]) {
@@ -417,40 +432,15 @@ __device__ uint4 narrow_all(const float (&in)[N]) {
   return raw;
 }
 
-// The sum of every thread's `value`, in the same order in every thread (kLinearWarps warps).
-__device__ float block_sum(float value, float* reduced) {
-  for (int o = 16; o > 0; o /= 2) value += __shfl_xor_sync(0xffffffffu, value, o);
-  if (threadIdx.x % 32 == 0) reduced[threadIdx.x / 32] = value;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kLinearWarps; ++w) total += reduced[w];
-  return total;
-}
-
-// The input the weights multiply, in slices of 16 bytes, into `staged`: x as it is; RMS-normalised, y = x * rstd *
-// weight in float32 rounded once, as LibTorch's fused rms_norm; or silu(gate) * up, rounded as silu_times_up_kernel.
-template <typename T, LinearInput In>
+// The input the weights multiply, in 16-byte slices, into `staged`: x as it is, or RMS-normalised, y = x * rstd *
+// weight in float32 rounded once, as LibTorch's fused rms_norm rounds it.
+template <typename T, bool Normed>
 __device__ void stage_input(const LinearArgs& a, uint4* staged, float* reduced) {
   constexpr int V = 16 / sizeof(T);
   const int64_t slices = a.in_features / V;
   const uint4* x = reinterpret_cast<const uint4*>(a.x);
-  if constexpr (In == LinearInput::plain) {
+  if constexpr (!Normed) {
     for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) staged[i] = x[i];
-  } else if constexpr (In == LinearInput::silu_times_up) {
-    for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
-      const uint4 gate = x[i], up = x[slices + i];
-      const T* g = reinterpret_cast<const T*>(&gate);
-      const T* u = reinterpret_cast<const T*>(&up);
-      uint4 raw;
-      T* out = reinterpret_cast<T*>(&raw);
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const float gf = widen(g[e]);
-        out[e] = mul(narrow<T>(__fdiv_rn(gf, __fadd_rn(1.0f, expf(-gf)))), u[e]);
-      }
-      staged[i] = raw;
-    }
   } else {
     float squares = 0.0f;
     for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
@@ -459,7 +449,13 @@ __device__ void stage_input(const LinearArgs& a, uint4* staged, float* reduced) 
 #pragma unroll
       for (int e = 0; e < V; ++e) squares = fmaf(xf[e], xf[e], squares);
     }
-    const float rstd = rsqrtf(block_sum(squares, reduced) / static_cast<float>(a.in_features) + a.eps);
+    for (int o = 16; o > 0; o /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, o);
+    if (threadIdx.x % 32 == 0) reduced[threadIdx.x / 32] = squares;
+    __syncthreads();
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kLinearWarps; ++w) total += reduced[w];
+    const float rstd = rsqrtf(total / static_cast<float>(a.in_features) + a.eps);
     const uint4* norm = reinterpret_cast<const uint4*>(a.norm_weight);
     for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
       float xf[V], nf[V];
@@ -473,100 +469,130 @@ __device__ void stage_input(const LinearArgs& a, uint4* staged, float* reduced) 
   __syncthreads();
 }
 
-template <typename T, LinearInput In, int W>
+template <typename T, bool Normed, bool Gated, int W>
 __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearArgs a) {
   constexpr int V = 16 / sizeof(T);
   constexpr int kRowThreads = 32 * W;
+  constexpr int kGroups = kLinearWarps / W;  // outputs a block takes at once
+  constexpr int kRows = Gated ? 2 : 1;       // weight rows per output: a gate row and its up row
+  constexpr int kInFlight = Gated ? 4 : 8;   // loads in flight per lane and row: gated outputs sum two rows
   extern __shared__ uint4 staged[];
-  __shared__ float reduced[kLinearWarps], partial[kLinearWarps];
+  __shared__ float reduced[kLinearWarps], partial[kLinearWarps][kRows];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = (warp % W) * 32 + lane;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * (kLinearWarps / W) + warp / W;
-  const bool has_row = n < a.out_features;
-  const int64_t slices = a.in_features / V;
-  const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(a.weight) + (has_row ? n : 0) * a.in_features);
-  uint4 raw[kLinearInFlight];
-  const auto load = [&](int64_t first) {
+  const int64_t outputs = a.out_features, slices = a.in_features / V;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kGroups;
+  const uint4* weight = static_cast<const uint4*>(a.weight);
+  uint4 raw[kRows][kInFlight];
+  const auto load = [&](int64_t n, int64_t first) {
+    if (n >= outputs) return;
 #pragma unroll
-    for (int u = 0; u < kLinearInFlight; ++u)
-      if (has_row && first + u * kRowThreads < slices) raw[u] = __ldg(w + first + u * kRowThreads);
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u)
+        if (first + u * kRowThreads < slices) raw[r][u] = __ldg(weight + (n + r * outputs) * slices + first + u * kRowThreads);
   };
-  load(t);
+  int64_t n = static_cast<int64_t>(blockIdx.x) * kGroups + warp / W;
+  load(n, t);
   wait_for_earlier_kernels();
-  stage_input<T, In>(a, staged, reduced);
+  stage_input<T, Normed>(a, staged, reduced);
   let_later_kernels_start();
-  float acc = 0.0f;
-  for (int64_t first = t;;) {
+  // Every warp of a block runs every round (W warps' sums meet in shared memory).
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kGroups; base < outputs; base += stride, n += stride) {
+    float acc[kRows];
 #pragma unroll
-    for (int u = 0; u < kLinearInFlight; ++u) {
-      const int64_t c = first + u * kRowThreads;
-      if (c >= slices) break;
-      float wf[V], xf[V];
-      widen_all<T>(raw[u], wf);
-      widen_all<T>(staged[c], xf);
+    for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+    for (int64_t first = t;;) {
 #pragma unroll
-      for (int i = 0; i < V; ++i) acc = fmaf(wf[i], xf[i], acc);
+      for (int u = 0; u < kInFlight; ++u) {
+        const int64_t c = first + u * kRowThreads;
+        if (c >= slices) break;
+        float xf[V];
+        widen_all<T>(staged[c], xf);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          float wf[V];
+          widen_all<T>(raw[r][u], wf);
+#pragma unroll
+          for (int i = 0; i < V; ++i) acc[r] = fmaf(wf[i], xf[i], acc[r]);
+        }
+      }
+      first += kRowThreads * kInFlight;
+      if (first >= slices) break;
+      load(n, first);
     }
-    first += kRowThreads * kLinearInFlight;
-    if (first >= slices) break;
-    load(first);
-  }
+    load(n + stride, t);  // the next output's loads fly while this one's sums are reduced and written
 #pragma unroll
-  for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if constexpr (W > 1) {
-    if (lane == 0) partial[warp] = acc;
-    __syncthreads();
-    if (warp % W != 0) return;
-    acc = 0.0f;
+    for (int r = 0; r < kRows; ++r)
 #pragma unroll
-    for (int i = 0; i < W; ++i) acc += partial[warp + i];
+      for (int o = 16; o > 0; o /= 2) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    if constexpr (W > 1) {
+      if (lane == 0)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) partial[warp][r] = acc[r];
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        acc[r] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < W; ++i) acc[r] += partial[warp - warp % W + i][r];
+      }
+      __syncthreads();  // `partial` is written again next round
+    }
+    if (n >= outputs || t != 0) continue;
+    const T* bias = static_cast<const T*>(a.bias);
+    T* out = static_cast<T*>(a.out);
+    if constexpr (Gated) {  // as LibTorch: the projection rounded, then silu rounded, then the product
+      const T gate = narrow<T>(bias ? acc[0] + widen(bias[n]) : acc[0]);
+      const T up = narrow<T>(bias ? acc[1] + widen(bias[n + outputs]) : acc[1]);
+      const float g = widen(gate);
+      out[n] = mul(narrow<T>(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g)))), up);
+    } else {
+      const T* residual = static_cast<const T*>(a.residual);
+      if (bias && residual)  // LibTorch: linear with its bias, rounded, then the residual added
+        out[n] = add(narrow<T>(acc[0] + widen(bias[n])), residual[n]);
+      else if (bias)
+        out[n] = narrow<T>(acc[0] + widen(bias[n]));
+      else if (residual)  // addmm: the residual added before the one rounding
+        out[n] = narrow<T>(acc[0] + widen(residual[n]));
+      else
+        out[n] = narrow<T>(acc[0]);
+    }
   }
-  if (lane != 0 || !has_row) return;
-  const T* bias = static_cast<const T*>(a.bias);
-  const T* residual = static_cast<const T*>(a.residual);
-  T value;
-  if (bias && residual)  // LibTorch: linear with its bias, rounded, then the residual added
-    value = add(narrow<T>(acc + widen(bias[n])), residual[n]);
-  else if (bias)
-    value = narrow<T>(acc + widen(bias[n]));
-  else if (residual)  // addmm: the residual added before the one rounding
-    value = narrow<T>(acc + widen(residual[n]));
-  else
-    value = narrow<T>(acc);
-  static_cast<T*>(a.out)[n] = value;
 }
 
-// Warps per row: as few as leave each lane at most half a round of its row's slices.
+// Warps per row: as few as leave each lane at most four of a row's slices.
 inline int linear_row_warps(int64_t slices) {
-  if (slices <= 32 * kLinearInFlight / 2) return 1;
-  if (slices <= 64 * kLinearInFlight / 2) return 2;
+  if (slices <= 32 * 4) return 1;
+  if (slices <= 64 * 4) return 2;
   return 4;
 }
 
-template <typename T, LinearInput In, int W>
+template <typename T, bool Normed, bool Gated, int W>
 bool small_linear_with(const LinearArgs& a, cudaStream_t stream) {
-  constexpr int kRows = kLinearWarps / W;
-  const unsigned blocks = static_cast<unsigned>((a.out_features + kRows - 1) / kRows);
+  constexpr int kGroups = kLinearWarps / W;
+  const int64_t wanted = (a.out_features + kGroups - 1) / kGroups;
+  const int64_t resident = static_cast<int64_t>(current_gpu().sms) * kLinearBlocksPerSm;
+  const unsigned blocks = static_cast<unsigned>(resident > 0 && resident < wanted ? resident : wanted);
   const size_t shared = static_cast<size_t>(a.in_features) * sizeof(T);
-  return launch(small_linear_kernel<T, In, W>, dim3(blocks), dim3(kLinearWarps * 32), shared, stream, a);
+  return launch(small_linear_kernel<T, Normed, Gated, W>, dim3(blocks), dim3(kLinearWarps * 32), shared, stream, a);
 }
 
-template <typename T, LinearInput In>
+template <typename T, bool Normed, bool Gated>
 bool small_linear_as(const LinearArgs& a, cudaStream_t stream) {
   switch (linear_row_warps(a.in_features * static_cast<int64_t>(sizeof(T)) / 16)) {
-    case 1: return small_linear_with<T, In, 1>(a, stream);
-    case 2: return small_linear_with<T, In, 2>(a, stream);
-    default: return small_linear_with<T, In, 4>(a, stream);
+    case 1: return small_linear_with<T, Normed, Gated, 1>(a, stream);
+    case 2: return small_linear_with<T, Normed, Gated, 2>(a, stream);
+    default: return small_linear_with<T, Normed, Gated, 4>(a, stream);
   }
 }
 
 template <typename T>
 bool small_linear_as(const LinearArgs& a, cudaStream_t stream) {
-  switch (a.input) {
-    case LinearInput::plain: return small_linear_as<T, LinearInput::plain>(a, stream);
-    case LinearInput::rms_normed: return small_linear_as<T, LinearInput::rms_normed>(a, stream);
-    case LinearInput::silu_times_up: return small_linear_as<T, LinearInput::silu_times_up>(a, stream);
-  }
-  return false;
+  const bool normed = a.norm_weight != nullptr;
+  if (normed && a.gated) return small_linear_as<T, true, true>(a, stream);
+  if (normed) return small_linear_as<T, true, false>(a, stream);
+  if (a.gated) return small_linear_as<T, false, true>(a, stream);
+  return small_linear_as<T, false, false>(a, stream);
 }
 
 // `launch` called with a value of the element type `e` names; false for none.
@@ -623,8 +649,7 @@ bool launch_attend(const AttendArgs& a, cudaStream_t stream) {
 
 bool launch_small_linear(const LinearArgs& a, cudaStream_t stream) {
   if (!small_linear_takes(a.in_features, a.element) || a.out_features <= 0 ||
-      (a.out_features + kLinearWarps - 1) / kLinearWarps > 0x7fffffff ||
-      (a.input == LinearInput::rms_normed && !a.norm_weight))
+      (a.gated && a.residual))
     return false;
   return by_element(a.element, [&](auto zero) { return small_linear_as<decltype(zero)>(a, stream); });
 }

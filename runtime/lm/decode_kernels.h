@@ -44,32 +44,32 @@ void set_decode_attention(bool on);
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale);
 
-// What a one-row linear layer multiplies (see small_linear): x as given; x RMS-normalised by `norm_weight` [K] with
-// `eps`, rounded as LibTorch's fused rms_norm rounds it (the decoder's norm folded into the projection after it); or
-// silu(gate) * up of x = [gate, up] of 2 K (the MLP's activation folded into the down projection), rounded as
-// silu_times_up.
-struct LinearInput {
-  enum class Kind { plain, rms_normed, silu_times_up };
-  Kind kind = Kind::plain;
-  at::Tensor norm_weight;
+// What a one-row linear layer folds in (see small_linear): the RMS norm before it (x normalised by `norm_weight` [K]
+// with `eps` and rounded as LibTorch's fused rms_norm rounds it), and the MLP's activation after it (`gated`: the
+// weight's rows are gate then up, and the result is silu(gate) * up, rounded as LibTorch's linear, silu and mul round).
+struct LinearFolds {
+  at::Tensor norm_weight;  // undefined: x as it is
   double eps = 0.0;
+  bool gated = false;
 
-  static LinearInput rms_normed(at::Tensor norm_weight, double eps) { return {Kind::rms_normed, std::move(norm_weight), eps}; }
-  static LinearInput silu_of_gate_up() { return {Kind::silu_times_up, {}, 0.0}; }
+  static LinearFolds rms_normed(at::Tensor norm_weight, double eps, bool gated = false) {
+    return {std::move(norm_weight), eps, gated};
+  }
 };
 
-// Whether a linear layer of `input` made from x by weight [N, K] (with a bias [N] and a residual of N elements, where
-// given) runs as the one-row kernel: decode_kernels_serve on x, one row (a batch-1 decode step, or any one-row pass
-// without gradients), every tensor contiguous in one dtype on one GPU, K a whole number of 16-byte slices of at most
-// 48 KiB, and not switched off (CRUCIBLE_DECODE_GEMV=0 starts off; set_small_linear switches).
+// Whether a linear layer of x [..., K] by weight [N, K] (with a bias [N] and a residual of N elements, where given;
+// gated: 2N rows, a bias of 2N, no residual) with these folds runs as the one-row kernel: decode_kernels_serve on x,
+// one row (a batch-1 decode step, or any one-row pass without gradients), every tensor contiguous in one dtype on one
+// GPU, K a whole number of 16-byte slices of at most 48 KiB, and not switched off (CRUCIBLE_DECODE_GEMV=0 starts off;
+// set_small_linear switches).
 bool small_linear_serves(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {},
-                         const at::Tensor& residual = {}, const LinearInput& input = {});
+                         const at::Tensor& residual = {}, const LinearFolds& folds = {});
 void set_small_linear(bool on);
 
-// input(x) W^T (+ bias), then + residual (same shape as the result) when given; rounded where LibTorch's linear,
+// folds(x W^T (+ bias)), then + residual (same shape as the result) when given; rounded where LibTorch's linear,
 // addmm and add round. Sums in another order than cuBLAS: within rounding of it, not its bits.
 at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                        const at::Tensor& residual, const LinearInput& input = {});
+                        const at::Tensor& residual, const LinearFolds& folds = {});
 
 // Launches the decode kernels with programmatic dependent launch where the GPU has it (Hopper and later: each may
 // start while the kernel before it finishes, and load its weights meanwhile), or plainly. On unless

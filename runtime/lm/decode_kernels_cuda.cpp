@@ -91,35 +91,20 @@ bool decode_attention_serves(const at::Tensor& k_cache, int64_t heads) {
 
 void set_decode_attention(bool on) { attention_use().store(on ? AttentionUse::small_batches : AttentionUse::off); }
 
-namespace {
-
-kernels::LinearInput kernel_input(LinearInput::Kind kind) {
-  switch (kind) {
-    case LinearInput::Kind::rms_normed: return kernels::LinearInput::rms_normed;
-    case LinearInput::Kind::silu_times_up: return kernels::LinearInput::silu_times_up;
-    default: return kernels::LinearInput::plain;
-  }
-}
-
-}  // namespace
-
 bool small_linear_serves(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                         const at::Tensor& residual, const LinearInput& input) {
+                         const at::Tensor& residual, const LinearFolds& folds) {
   if (!small_linear_on().load(std::memory_order_relaxed) || !decode_kernels_serve(x) || x.dim() < 1 ||
       weight.dim() != 2 || weight.scalar_type() != x.scalar_type() || weight.device() != x.device() ||
-      !weight.is_contiguous() || !x.is_contiguous())
+      !weight.is_contiguous() || !x.is_contiguous() || x.size(-1) != weight.size(1))
     return false;
-  const int64_t K = weight.size(1);
-  if (x.size(-1) != (input.kind == LinearInput::Kind::silu_times_up ? 2 * K : K)) return false;
+  const int64_t K = weight.size(1), rows = weight.size(0);
+  if (folds.gated && (rows % 2 != 0 || residual.defined())) return false;
   const auto alike = [&](const at::Tensor& t, int64_t n) {
     return t.scalar_type() == x.scalar_type() && t.device() == x.device() && t.is_contiguous() && t.numel() == n;
   };
-  if ((bias.defined() && !alike(bias, weight.size(0))) || (residual.defined() && !alike(residual, weight.size(0))))
-    return false;
-  if (input.kind == LinearInput::Kind::rms_normed &&
-      !(input.norm_weight.defined() && alike(input.norm_weight, K) && aligned16(input.norm_weight)))
-    return false;
-  return aligned16(x) && aligned16(weight) && x.numel() == x.size(-1) && kernels::small_linear_takes(K, element_of(x));
+  if ((bias.defined() && !alike(bias, rows)) || (residual.defined() && !alike(residual, rows))) return false;
+  if (folds.norm_weight.defined() && !(alike(folds.norm_weight, K) && aligned16(folds.norm_weight))) return false;
+  return aligned16(x) && aligned16(weight) && x.numel() == K && kernels::small_linear_takes(K, element_of(x));
 }
 
 void set_small_linear(bool on) { small_linear_on().store(on); }
@@ -127,9 +112,9 @@ void set_small_linear(bool on) { small_linear_on().store(on); }
 void set_early_launch(bool on) { kernels::allow_early_launch(on); }
 
 at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                        const at::Tensor& residual, const LinearInput& input) {
-  TORCH_CHECK(small_linear_serves(x, weight, bias, residual, input), "small_linear: inputs the kernel does not take");
-  const int64_t K = weight.size(1), N = weight.size(0);
+                        const at::Tensor& residual, const LinearFolds& folds) {
+  TORCH_CHECK(small_linear_serves(x, weight, bias, residual, folds), "small_linear: inputs the kernel does not take");
+  const int64_t K = weight.size(1), N = folds.gated ? weight.size(0) / 2 : weight.size(0);
   auto sizes = x.sizes().vec();
   sizes.back() = N;
   // small_linear_serves checked the bias's, residual's and norm weight's dtype, device, layout and size; the
@@ -140,9 +125,9 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   auto out = at::empty(sizes, x.options());
   kernels::LinearArgs a;
   a.x = x.data_ptr();
-  a.input = kernel_input(input.kind);
-  a.norm_weight = input.kind == LinearInput::Kind::rms_normed ? input.norm_weight.data_ptr() : nullptr;
-  a.eps = static_cast<float>(input.eps);
+  a.norm_weight = folds.norm_weight.defined() ? folds.norm_weight.data_ptr() : nullptr;
+  a.eps = static_cast<float>(folds.eps);
+  a.gated = folds.gated;
   a.weight = weight.data_ptr();
   a.bias = bias.defined() ? bias.data_ptr() : nullptr;
   a.residual = residual.defined() ? residual.data_ptr() : nullptr;

@@ -70,7 +70,8 @@ struct AttendArgs {
   const void* k_cache = nullptr;  // [B, Hkv, capacity, D] contiguous, 16-byte aligned
   const void* v_cache = nullptr;
   const bool* key_valid = nullptr;  // [B, capacity] contiguous: slots a row may attend (its own always)
-  const int64_t* slot = nullptr;    // [1]: the step's slot; attention reads slots up to it
+  const int64_t* slot = nullptr;    // [1]: the step's slot; attention reads slots up to it. Written before the step
+                                    // (an early launch reads it, and the other slots, before its wait)
   float* partial = nullptr;         // [B * H, splits, D + 2] float32 workspace
   void* out = nullptr;              // [B, H * D] contiguous
   int64_t capacity = 0;
@@ -85,18 +86,14 @@ struct AttendArgs {
 // number of 16-byte loads wide, at most a warp's worth (D = 64 or 128 in every dtype).
 bool attention_takes(int heads, int kv_heads, int head_dim, Element element);
 
-// What a one-row linear layer multiplies: x as given; x RMS-normalised with a weight (the norm before a projection);
-// or silu(gate) * up where x is a gate/up projection's output [gate, up] of 2 in_features.
-enum class LinearInput { plain, rms_normed, silu_times_up };
-
 struct LinearArgs {
-  const void* x = nullptr;            // [in_features], or [2 in_features] for silu_times_up
-  const void* norm_weight = nullptr;  // [in_features]: rms_normed's weight
-  float eps = 0.0f;                   // rms_normed's epsilon
-  LinearInput input = LinearInput::plain;
-  const void* weight = nullptr;    // [out_features, in_features] contiguous
-  const void* bias = nullptr;      // [out_features] or null
-  const void* residual = nullptr;  // [out_features] or null
+  const void* x = nullptr;            // [in_features]
+  const void* norm_weight = nullptr;  // [in_features], or null: x is RMS-normalised with this weight and eps first
+  float eps = 0.0f;
+  bool gated = false;  // the weight is [gate; up], 2 out_features rows: out[n] = silu(gate[n]) * up[n]
+  const void* weight = nullptr;    // [out_features, in_features] contiguous (twice the rows where gated)
+  const void* bias = nullptr;      // [out_features] or null (twice the elements where gated)
+  const void* residual = nullptr;  // [out_features] or null; never with gated
   void* out = nullptr;             // [out_features]
   int64_t in_features = 0, out_features = 0;
   Element element = Element::f32;

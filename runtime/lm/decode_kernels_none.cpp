@@ -18,7 +18,7 @@ bool decode_attention_serves(const at::Tensor&, int64_t) { return false; }
 void set_decode_attention(bool) {}
 
 bool small_linear_serves(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                         const LinearInput&) {
+                         const LinearFolds&) {
   return false;
 }
 
@@ -26,7 +26,7 @@ void set_small_linear(bool) {}
 
 void set_early_launch(bool) {}
 
-at::Tensor small_linear(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const LinearInput&) {
+at::Tensor small_linear(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const LinearFolds&) {
   throw std::logic_error("small_linear: this build has no CUDA LibTorch");
 }
 

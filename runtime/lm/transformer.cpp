@@ -210,8 +210,8 @@ at::Tensor linear_onto(const at::Tensor& residual, const at::Tensor& x, const at
 
 at::Tensor Transformer::normed_projection(const at::Tensor& x, const at::Tensor& norm, const at::Tensor& weight,
                                           const at::Tensor& bias, at::Tensor& normed) const {
-  const auto input = LinearInput::rms_normed(norm, config_.rms_norm_eps);
-  if (!active_adapter() && small_linear_serves(x, weight, bias, {}, input)) return small_linear(x, weight, bias, {}, input);
+  const auto folds = LinearFolds::rms_normed(norm, config_.rms_norm_eps);
+  if (!active_adapter() && small_linear_serves(x, weight, bias, {}, folds)) return small_linear(x, weight, bias, {}, folds);
   normed = rms_norm(x, norm);
   return project(normed, weight, bias);
 }
@@ -270,19 +270,21 @@ at::Tensor Transformer::mlp_block(int64_t layer, const at::Tensor& residual, con
   const auto& w = block_weights(layer);
   const auto* lora = active_adapter();
   const int64_t I = config_.intermediate_size;
-  at::Tensor x;  // the normalised input, where it was made
-  auto gate_up = normed_projection(residual, norm, w.gate_up, w.gate_up_bias, x);
-  if (lora) gate_up = lora->plus_deltas(layer, x, gate_up, {{LoraTarget::gate, I}, {LoraTarget::up, I}});
-  // The activation folds into the down projection where the one-row kernel takes both.
-  const auto activated = LinearInput::silu_of_gate_up();
-  if (!lora && small_linear_serves(gate_up, w.down, w.down_bias, residual, activated))
-    return small_linear(gate_up, w.down, w.down_bias, residual, activated);
+  // One row without an adapter: the norm, the projection and the activation in one kernel.
+  const auto folds = LinearFolds::rms_normed(norm, config_.rms_norm_eps, /*gated=*/true);
   at::Tensor hidden;
-  if (decode_kernels_serve(gate_up)) {
-    hidden = silu_times_up(gate_up);
+  if (!lora && small_linear_serves(residual, w.gate_up, w.gate_up_bias, {}, folds)) {
+    hidden = small_linear(residual, w.gate_up, w.gate_up_bias, {}, folds);
   } else {
-    const auto halves = gate_up.split(I, -1);
-    hidden = at::silu(halves[0]) * halves[1];
+    at::Tensor x;  // the normalised input, where it was made
+    auto gate_up = normed_projection(residual, norm, w.gate_up, w.gate_up_bias, x);
+    if (lora) gate_up = lora->plus_deltas(layer, x, gate_up, {{LoraTarget::gate, I}, {LoraTarget::up, I}});
+    if (decode_kernels_serve(gate_up)) {
+      hidden = silu_times_up(gate_up);
+    } else {
+      const auto halves = gate_up.split(I, -1);
+      hidden = at::silu(halves[0]) * halves[1];
+    }
   }
   auto out = linear_onto(residual, hidden, w.down, w.down_bias);
   return lora ? lora->plus_deltas(layer, hidden, out, {{LoraTarget::down, out.size(-1)}}) : out;

@@ -390,7 +390,7 @@ TEST_CASE("lm gpu: the fused draw falls where the cumulative distribution says, 
   }
 }
 
-TEST_CASE("lm gpu: the one-row linear kernel agrees with double precision, with a bias, a residual or both") {
+TEST_CASE("lm gpu: the one-row linear kernel agrees with double precision, with a bias, a residual or both, a norm, an activation") {
   c10::InferenceMode inference;
   struct Shape {
     int64_t N, K;
@@ -429,31 +429,34 @@ TEST_CASE("lm gpu: the one-row linear kernel agrees with double precision, with 
       // The norm folded in: against the norm in float32 rounded once to the dtype (as LibTorch's fused rms_norm),
       // then the exact product.
       const auto norm = at::rand({shape.K}, type).add(0.5);
-      const auto normed = LinearInput::rms_normed(norm, 1e-6);
+      const auto normed = LinearFolds::rms_normed(norm, 1e-6);
       REQUIRE(small_linear_serves(x, w, bias, {}, normed));
       const auto xf = x.to(at::kFloat);
       const auto x_normed = (xf * at::rsqrt(xf.pow(2).mean(-1, true) + 1e-6) * norm.to(at::kFloat)).to(dtype);
       CHECK(off(small_linear(x, w, bias, {}, normed),
                 at::matmul(x_normed.to(at::kDouble), w.to(at::kDouble).t()) + bias.to(at::kDouble)) < tolerance);
-      // The activation folded in: against LibTorch's silu(gate) * up in the dtype, then the exact product.
-      const auto gate_up = at::randn({rows, 1, 2 * shape.K}, type);
-      const auto activated = LinearInput::silu_of_gate_up();
-      REQUIRE(small_linear_serves(gate_up, w, {}, residual, activated));
-      const auto halves = gate_up.split(shape.K, -1);
-      const auto hidden = at::silu(halves[0]) * halves[1];
-      CHECK(off(small_linear(gate_up, w, {}, residual, activated),
-                at::matmul(hidden.to(at::kDouble), w.to(at::kDouble).t()) + residual.to(at::kDouble)) < tolerance);
-      CHECK_FALSE(small_linear_serves(x, w, {}, {}, activated));   // x is not [gate, up]
-      CHECK_FALSE(small_linear_serves(gate_up, w, {}, {}, normed));  // nor is [gate, up] the normed width
+      // The activation folded in too, rows [gate; up]: against LibTorch's silu(gate) * up of the exact products,
+      // rounded to the dtype (silu's slope is below 1.1, so the result is within a tolerance of the products').
+      const auto gate_up_w = at::cat({w, at::randn({shape.N, shape.K}, type).div(8)});
+      const auto gate_up_bias = at::randn({2 * shape.N}, type);
+      const auto gated = LinearFolds::rms_normed(norm, 1e-6, /*gated=*/true);
+      REQUIRE(small_linear_serves(x, gate_up_w, gate_up_bias, {}, gated));
+      const auto projected = (at::matmul(x_normed.to(at::kDouble), gate_up_w.to(at::kDouble).t()) +
+                              gate_up_bias.to(at::kDouble)).to(dtype);
+      const auto halves = projected.split(shape.N, -1);
+      const auto activated = (at::silu(halves[0]) * halves[1]).to(at::kDouble);
+      const double up_scale = halves[1].to(at::kDouble).abs().max().item<double>() + 1;
+      CHECK(off(small_linear(x, gate_up_w, gate_up_bias, {}, gated), activated) < 2 * tolerance * up_scale);
+      CHECK_FALSE(small_linear_serves(x, gate_up_w, {}, residual, gated));  // no residual after the activation
     }
   // Two rows, a row width that is not whole 16-byte slices, or one wider than the kernel's shared memory go to
-  // cuBLAS; so does a norm without its weight.
+  // cuBLAS; so do gate and up rows that do not pair.
   const auto cuda = at::TensorOptions().device(c10::Device("cuda:0"));
   CHECK_FALSE(small_linear_serves(at::randn({2, 1, 64}, cuda), at::randn({8, 64}, cuda)));
   CHECK_FALSE(small_linear_serves(at::randn({1, 1, 63}, cuda), at::randn({8, 63}, cuda)));
   CHECK_FALSE(small_linear_serves(at::randn({1, 1, 16384}, cuda), at::randn({8, 16384}, cuda)));
-  CHECK_FALSE(small_linear_serves(at::randn({1, 1, 64}, cuda), at::randn({8, 64}, cuda), {}, {},
-                                  LinearInput::rms_normed({}, 1e-6)));
+  CHECK_FALSE(small_linear_serves(at::randn({1, 1, 64}, cuda), at::randn({7, 64}, cuda), {}, {},
+                                  LinearFolds::rms_normed(at::ones({64}, cuda), 1e-6, /*gated=*/true)));  // odd rows
 }
 
 TEST_CASE("lm gpu: decoding one row with the linear kernel gives cuBLAS's tokens, log-probs within 1e-4") {
