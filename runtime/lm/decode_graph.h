@@ -26,4 +26,22 @@ class DecodeGraph {
   std::unique_ptr<Impl> impl_;
 };
 
+// A step's sampled values on their way to the host, without waiting for what the stream does after them: start()
+// queues the copy (into pinned memory, on a GPU), wait() returns the host copy once it is there. The host copy is
+// reused by the next start().
+class StepCopy {
+ public:
+  StepCopy();
+  ~StepCopy();
+  StepCopy(const StepCopy&) = delete;
+  StepCopy& operator=(const StepCopy&) = delete;
+
+  void start(const at::Tensor& values);
+  const at::Tensor& wait();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace crucible::lm

@@ -1,4 +1,5 @@
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -39,6 +40,37 @@ DecodeGraph::~DecodeGraph() = default;
 const at::Tensor& DecodeGraph::replay() {
   impl_->graph.replay();
   return impl_->logits;
+}
+
+struct StepCopy::Impl {
+  at::Tensor host;
+  at::cuda::CUDAEvent copied;
+  bool pending = false;
+};
+
+StepCopy::StepCopy() : impl_(std::make_unique<Impl>()) {}
+StepCopy::~StepCopy() = default;
+
+void StepCopy::start(const at::Tensor& values) {
+  auto& i = *impl_;
+  if (!values.is_cuda()) {
+    i.host = values.to(at::kCPU).contiguous();
+    i.pending = false;
+    return;
+  }
+  if (!i.host.defined() || i.host.sizes() != values.sizes() || i.host.scalar_type() != values.scalar_type())
+    i.host = at::empty(values.sizes(), values.options().device(at::kCPU).pinned_memory(true));
+  const c10::cuda::CUDAGuard on_its_device(values.device());
+  i.host.copy_(values, /*non_blocking=*/true);
+  i.copied.record(c10::cuda::getCurrentCUDAStream(values.get_device()));
+  i.pending = true;
+}
+
+const at::Tensor& StepCopy::wait() {
+  auto& i = *impl_;
+  if (i.pending) i.copied.synchronize();
+  i.pending = false;
+  return i.host;
 }
 
 }  // namespace crucible::lm

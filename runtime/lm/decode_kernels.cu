@@ -416,11 +416,11 @@ bool attend_with_lanes(const AttendArgs& a, cudaStream_t stream) {
 // normalises x into shared memory) and the MLP's activation after it (a warp sums a gate row and its up row and
 // writes silu(gate) * up). Its first weight loads are in flight before it waits for the kernel before it (weights are
 // no earlier kernel's output). W warps share a row, each lane loading 16-byte slices of it, a round of up to
-// kInFlight at once; long rows take several warps so that a row is one round. Blocks stay (a few per SM) and take row
-// after row, loading the next row while the last one's sums are reduced, so a block makes its input once. With more
+// kInFlight at once; long rows take several warps so that a row is one round. Blocks stay (as many as the GPU holds)
+// and take row after row, loading the next row while the last one's sums are reduced, so a block normalises its
+// input once. With more
 // than one row the x loads and conversions made it slower than cuBLAS (docs/benchmarks.md).
 constexpr int kLinearWarps = 4;
-constexpr int kLinearBlocksPerSm = 4;
 
 template <typename T, int N>
 __device__ uint4 narrow_all(const float (&in)[N]) {
@@ -432,16 +432,14 @@ __device__ uint4 narrow_all(const float (&in)[N]) {
   return raw;
 }
 
-// The input the weights multiply, in 16-byte slices, into `staged`: x as it is, or RMS-normalised, y = x * rstd *
-// weight in float32 rounded once, as LibTorch's fused rms_norm rounds it.
-template <typename T, bool Normed>
-__device__ void stage_input(const LinearArgs& a, uint4* staged, float* reduced) {
+// x RMS-normalised, in 16-byte slices, into `staged`: y = x * rstd * weight in float32 rounded once, as LibTorch's
+// fused rms_norm rounds it.
+template <typename T>
+__device__ void stage_normed(const LinearArgs& a, uint4* staged, float* reduced) {
   constexpr int V = 16 / sizeof(T);
   const int64_t slices = a.in_features / V;
   const uint4* x = reinterpret_cast<const uint4*>(a.x);
-  if constexpr (!Normed) {
-    for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) staged[i] = x[i];
-  } else {
+  {
     float squares = 0.0f;
     for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
       float xf[V];
@@ -494,7 +492,10 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
   int64_t n = static_cast<int64_t>(blockIdx.x) * kGroups + warp / W;
   load(n, t);
   wait_for_earlier_kernels();
-  stage_input<T, Normed>(a, staged, reduced);
+  // A normalised input is made once per block; x as it is, each lane reads its own slices (from L1 or L2: staging it
+  // would read as many bytes as the weights where rows are long and few).
+  if constexpr (Normed) stage_normed<T>(a, staged, reduced);
+  const uint4* input = Normed ? staged : static_cast<const uint4*>(a.x);
   let_later_kernels_start();
   // Every warp of a block runs every round (W warps' sums meet in shared memory).
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kGroups; base < outputs; base += stride, n += stride) {
@@ -507,7 +508,7 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
         const int64_t c = first + u * kRowThreads;
         if (c >= slices) break;
         float xf[V];
-        widen_all<T>(staged[c], xf);
+        widen_all<T>(Normed ? input[c] : __ldg(input + c), xf);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           float wf[V];
@@ -567,14 +568,27 @@ inline int linear_row_warps(int64_t slices) {
   return 4;
 }
 
+// As many blocks as the outputs need, up to as many as the GPU holds at once (by the kernel's registers and shared
+// memory; asked once per kernel and input width, as the GPUs of one process are alike).
 template <typename T, bool Normed, bool Gated, int W>
 bool small_linear_with(const LinearArgs& a, cudaStream_t stream) {
   constexpr int kGroups = kLinearWarps / W;
+  const auto kernel = small_linear_kernel<T, Normed, Gated, W>;
+  const size_t shared = Normed ? static_cast<size_t>(a.in_features) * sizeof(T) : 0;
+  // Racing threads can at worst size one grid for the other's width: a grid of another size, never another result.
+  static std::atomic<int64_t> asked_for{-1};  // the shared bytes `per_sm` was asked for
+  static std::atomic<int> per_sm_asked{0};
+  int per_sm = per_sm_asked.load(std::memory_order_relaxed);
+  if (asked_for.load(std::memory_order_relaxed) != static_cast<int64_t>(shared)) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kLinearWarps * 32, shared) != cudaSuccess)
+      return false;
+    per_sm_asked.store(per_sm, std::memory_order_relaxed);
+    asked_for.store(static_cast<int64_t>(shared), std::memory_order_relaxed);
+  }
   const int64_t wanted = (a.out_features + kGroups - 1) / kGroups;
-  const int64_t resident = static_cast<int64_t>(current_gpu().sms) * kLinearBlocksPerSm;
+  const int64_t resident = static_cast<int64_t>(current_gpu().sms) * (per_sm > 0 ? per_sm : 1);
   const unsigned blocks = static_cast<unsigned>(resident > 0 && resident < wanted ? resident : wanted);
-  const size_t shared = static_cast<size_t>(a.in_features) * sizeof(T);
-  return launch(small_linear_kernel<T, Normed, Gated, W>, dim3(blocks), dim3(kLinearWarps * 32), shared, stream, a);
+  return launch(kernel, dim3(blocks), dim3(kLinearWarps * 32), shared, stream, a);
 }
 
 template <typename T, bool Normed, bool Gated>

@@ -107,6 +107,7 @@ class Collect : public RequestFeed {
   explicit Collect(std::size_t n) : out(n) {}
   std::vector<GenerationRequest> more() override { return {}; }
   void finished(std::size_t id, Completion completion) override { out[id] = std::move(completion); }
+  bool may_add() const override { return false; }
   std::vector<Completion> out;
 };
 
@@ -250,6 +251,17 @@ std::vector<std::size_t> Generator::run_batch(std::vector<GenerationRequest>& re
   std::vector<int64_t> first_step(B, 0);  // the batch step at which a row's request started sampling
   std::vector<bool> done(B, false);
   int64_t remaining = B;
+  const bool feed_adds = feed.may_add();
+  StepCopy copy;
+  // The decode step after batch step `step`: its tokens fed at `slot` (a joining row's last prompt token instead).
+  const auto decode_after = [&](const at::Tensor& tokens, int64_t step, int64_t slot, const std::vector<int64_t>& joined) {
+    buffers.token.copy_(tokens.view({B, 1}));
+    for (int64_t b : joined)  // a joining row feeds its prompt's last token at this slot
+      buffers.token.narrow(0, b, 1).fill_(requests[queue[b]].prompt.back());
+    buffers.position.copy_(base_positions + step);
+    buffers.slot.fill_(slot);
+    return use_graph ? graph_step(slot + 1) : decode_step(model_, buffers, slot + 1);
+  };
 
   for (int64_t step = 0; remaining > 0; ++step) {
     // Until a request joins, every row is at the batch's step: no per-row steps to copy to the device.
@@ -258,10 +270,17 @@ std::vector<std::size_t> Generator::run_batch(std::vector<GenerationRequest>& re
       for (int64_t b = 0; b < B; ++b) row_steps.push_back(step - first_step[b]);
     const auto sampled = row_steps.empty() ? sampler->sample(logits, step) : sampler->sample(logits, row_steps);
     // One device-to-host copy (one synchronisation) per step: token ids are exact in float64.
-    const auto host = at::stack({sampled.tokens.to(at::kDouble), sampled.sampling_logprobs.to(at::kDouble),
-                                 sampled.model_logprobs.to(at::kDouble)})
-                          .to(at::kCPU)
-                          .contiguous();
+    copy.start(at::stack({sampled.tokens.to(at::kDouble), sampled.sampling_logprobs.to(at::kDouble),
+                          sampled.model_logprobs.to(at::kDouble)}));
+    // The slot this step's decode writes: a joining request's prompt ends there.
+    const int64_t slot = P + step;
+    // Where no request can join (none waits, and the feed adds none), what the host reads in this step's tokens cannot
+    // change the next step's inputs: that step is launched before they are read, and the GPU does not wait for the
+    // host between steps. A row that finishes meanwhile decodes once more, for nothing.
+    const bool ahead = waiting.empty() && !feed_adds && slot < capacity;
+    at::Tensor next_logits;
+    if (ahead) next_logits = decode_after(sampled.tokens, step, slot, {});
+    const auto& host = copy.wait();
     const double* ids = host.data_ptr<double>();
     const double* sampling_lp = ids + B;
     const double* model_lp = ids + 2 * B;
@@ -288,11 +307,9 @@ std::vector<std::size_t> Generator::run_batch(std::vector<GenerationRequest>& re
       done[b] = true;
       --remaining;
     }
-    // The slot this step's decode writes: a joining request's prompt ends there.
-    const int64_t slot = P + step;
     std::vector<int64_t> joined;
     bool asked = false;  // the feed, at most once a step
-    for (int64_t b = 0; b < B; ++b) {
+    for (int64_t b = 0; b < B && !ahead; ++b) {
       // An idle row (its request done) takes a waiting request: one that was waiting, or that the feed has now.
       if (!done[b]) continue;
       // The first waiting request whose tokens still fit the cache's slots; the others wait for a later row or wave.
@@ -323,17 +340,12 @@ std::vector<std::size_t> Generator::run_batch(std::vector<GenerationRequest>& re
       joined.push_back(b);
     }
     if (remaining == 0 || slot >= capacity) break;
-    buffers.token.copy_(sampled.tokens.view({B, 1}));
     if (!joined.empty()) {
       stats_.joined += static_cast<int64_t>(joined.size());
       sampler = std::make_unique<BatchSampler>(params, config.vocab_size, device);
       base_positions = at::tensor(base).view({B, 1}).to(device);
-      for (int64_t b : joined)  // a joining row feeds its prompt's last token at this slot
-        buffers.token.narrow(0, b, 1).fill_(requests[queue[b]].prompt.back());
     }
-    buffers.position.copy_(base_positions + step);
-    buffers.slot.fill_(slot);
-    logits = use_graph ? graph_step(slot + 1) : decode_step(model_, buffers, slot + 1);
+    logits = ahead ? next_logits : decode_after(sampled.tokens, step, slot, joined);
   }
   for (int64_t b = 0; b < B; ++b) {
     if (done[b]) continue;

@@ -71,6 +71,9 @@ class RequestFeed {
   virtual std::vector<GenerationRequest> more() = 0;
   // Request `id` is complete: ids number the first requests from 0, then more()'s in the order it gave them.
   virtual void finished(std::size_t id, Completion completion) = 0;
+  // Whether more() may ever return a request. While none can join, a batch launches each decode step before the host
+  // has read the step before's tokens (the GPU does not wait for the host between steps).
+  virtual bool may_add() const { return true; }
 };
 
 // Throws std::invalid_argument naming what is wrong with a request (`index` is named in the message): an empty prompt,

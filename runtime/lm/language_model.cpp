@@ -154,6 +154,7 @@ class EncodingFeed : public RequestFeed {
     fill_completion(c, std::move(done));
     text_.finished(id, std::move(c));
   }
+  bool may_add() const override { return text_.may_add(); }
 
  private:
   const LanguageModel& lm_;
@@ -171,6 +172,7 @@ class CollectText : public TextFeed {
   explicit CollectText(std::size_t n) : out(n) {}
   std::vector<TextRequest> more() override { return {}; }
   void finished(std::size_t id, TextCompletion completion) override { out[id] = std::move(completion); }
+  bool may_add() const override { return false; }
   std::vector<TextCompletion> out;
 };
 

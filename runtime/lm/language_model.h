@@ -48,6 +48,8 @@ class TextFeed {
   // Requests waiting now, possibly none; each must pass LanguageModel::check.
   virtual std::vector<TextRequest> more() = 0;
   virtual void finished(std::size_t id, TextCompletion completion) = 0;
+  // Whether more() may ever return a request (RequestFeed::may_add).
+  virtual bool may_add() const { return true; }
 };
 
 class Transformer;

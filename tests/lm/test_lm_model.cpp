@@ -355,6 +355,42 @@ TEST_CASE("generation: requests fed while a batch decodes take freed rows, and e
   CHECK(position(0) < position(1));
 }
 
+TEST_CASE("generation: decoding a step ahead of the host, where no request can join, changes no token or log-prob") {
+  const auto lm = load("qwen2_tiny");
+  const auto g = golden("qwen2_tiny");
+  // Rows that end at different steps: by length, by a stop token met early, and one that runs to the end.
+  std::vector<GenerationRequest> requests;
+  for (std::size_t i = 0; i < g.prompts.size(); ++i) {
+    requests.push_back(i % 2 ? sampled_request(g.prompts[i], 40 + i) : greedy_request(g.prompts[i], 3 + 4 * i));
+    requests.back().max_new_tokens = 3 + 4 * static_cast<int64_t>(i);
+  }
+  Generator probe(lm.model, lm.bytes());
+  requests[0].stop_token_ids = {probe.generate({requests[0]})[0].tokens.at(1)};  // stops by its second token
+  // generate()'s own feed adds nothing: each step is launched before the host reads the step before's tokens.
+  Generator ahead(lm.model, lm.bytes());
+  const auto early = ahead.generate(requests);
+  // A feed that could add requests (and adds none): each step waits for the host to read the one before.
+  struct Feed : RequestFeed {
+    std::vector<Completion> out;
+    std::vector<GenerationRequest> more() override { return {}; }
+    void finished(std::size_t id, Completion c) override { out.at(id) = std::move(c); }
+  } feed;
+  feed.out.resize(requests.size());
+  Generator stepwise(lm.model, lm.bytes());
+  stepwise.generate(requests, feed);
+  CHECK(ahead.last_stats().steps == stepwise.last_stats().steps);
+  CHECK(early[0].finish == FinishReason::stop_token);
+  CHECK(early[0].tokens.size() <= 2);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    CAPTURE(i);
+    CHECK(early[i].tokens == feed.out[i].tokens);
+    CHECK(early[i].model_logprobs == feed.out[i].model_logprobs);
+    CHECK(early[i].sampling_logprobs == feed.out[i].sampling_logprobs);
+    CHECK(early[i].text == feed.out[i].text);
+    CHECK(early[i].finish == feed.out[i].finish);
+  }
+}
+
 TEST_CASE("generation: a fed request that breaks the request contract fails by name, not deep in the cache") {
   const auto lm = load("qwen2_tiny");
   const auto g = golden("qwen2_tiny");
