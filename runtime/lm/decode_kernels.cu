@@ -194,7 +194,7 @@ __global__ void pick_by_cdf_kernel(PickArgs a) {
 }
 
 // Decode attention, split over cache slots ("flash decoding"): one query token per row, its G = H / Hkv query heads
-// sharing a key head. Block (row and key head, split) takes attention_chunk() slots up to the step's own. Each lane
+// sharing a key head. Block (row and key head, split) takes attention_chunk() slots (R rounds) up to the step's own. Each lane
 // first issues all its cache loads (L lanes share a slot, each holding 16 bytes of the head, so a warp reads 32 / L
 // whole cache rows at once; they need neither the query nor which slots are valid), then come three phases: scores,
 // the split's maximum and weights per query head, and weighted values.
@@ -211,13 +211,13 @@ __device__ void widen_all(const uint4& raw, float (&out)[N]) {
   for (int i = 0; i < N; ++i) out[i] = widen(e[i]);
 }
 
-template <typename T, int L>
+template <typename T, int L, int R>
 __global__ void attend_split_kernel(AttendArgs a) {
   constexpr int V = 16 / sizeof(T);  // head elements per lane
   constexpr int kPerWarp = 32 / L;   // slots a warp reads at once
   constexpr int kGroups = kAttentionThreads / L;
   const int b = blockIdx.x / a.kv_heads, kvh = blockIdx.x % a.kv_heads, split = blockIdx.y;
-  constexpr int C = kGroups * kAttentionRounds;
+  constexpr int C = kGroups * R;
   const int G = a.heads / a.kv_heads, D = a.head_dim;
   const int64_t slot = *a.slot;
   if (slot < 0 || slot >= a.visible || a.visible > a.capacity || a.visible > static_cast<int64_t>(a.splits) * C) __trap();
@@ -232,10 +232,10 @@ __global__ void attend_split_kernel(AttendArgs a) {
   const T* values = static_cast<const T*>(a.v_cache) + head * D + part * V;
   // Earlier steps wrote every slot but the step's own, whose key and value the kernel just before this one writes:
   // those loads are in flight before waiting for it, the own slot's after.
-  uint4 raw_k[kAttentionRounds], raw_v[kAttentionRounds];
+  uint4 raw_k[R], raw_v[R];
   const auto load = [&](bool own) {
 #pragma unroll
-    for (int r = 0; r < kAttentionRounds; ++r) {
+    for (int r = 0; r < R; ++r) {
       const int j = r * kGroups + group;
       if (j < n && (begin + j == slot) == own) {
         raw_k[r] = *reinterpret_cast<const uint4*>(keys + static_cast<int64_t>(j) * D);
@@ -263,7 +263,7 @@ __global__ void attend_split_kernel(AttendArgs a) {
 
   // Scores. Every lane of a warp runs the same rounds, so the shuffles always see the whole warp.
 #pragma unroll
-  for (int r = 0; r < kAttentionRounds; ++r) {
+  for (int r = 0; r < R; ++r) {
     const int j = r * kGroups + group;
     const bool use = j < n && live[j];
     float k[V];
@@ -309,7 +309,7 @@ __global__ void attend_split_kernel(AttendArgs a) {
 #pragma unroll
     for (int i = 0; i < V; ++i) acc[g][i] = 0.0f;
 #pragma unroll
-  for (int r = 0; r < kAttentionRounds; ++r) {
+  for (int r = 0; r < R; ++r) {
     const int j = r * kGroups + group;
     if (j >= n || !live[j]) continue;  // an invalid slot's values are never used (they may be anything)
     float v[V];
@@ -389,10 +389,12 @@ template <typename T, int L>
 bool attend_as(const AttendArgs& a, cudaStream_t stream) {
   const int G = a.heads / a.kv_heads, D = a.head_dim;
   const dim3 grid(a.batch * a.kv_heads, a.splits);
-  const int C = attention_chunk(a.head_dim, a.element);
+  const int C = attention_chunk(a.head_dim, a.element, a.rounds);
   const size_t floats = G * D + G * C + kAttendWarps * G * D + 2 * G;
   const size_t shared = sizeof(float) * floats + C;
-  return launch(attend_split_kernel<T, L>, grid, dim3(kAttentionThreads), shared, stream, a) &&
+  const auto split = a.rounds == kAttentionFewRounds ? attend_split_kernel<T, L, kAttentionFewRounds>
+                                                     : attend_split_kernel<T, L, kAttentionRounds>;
+  return launch(split, grid, dim3(kAttentionThreads), shared, stream, a) &&
          launch(attend_combine_kernel<T>, dim3(a.batch * a.heads), dim3(64), sizeof(float) * a.splits, stream, a);
 }
 
@@ -656,7 +658,8 @@ bool launch_silu_times_up(const SiluArgs& a, cudaStream_t stream) {
 
 bool launch_attend(const AttendArgs& a, cudaStream_t stream) {
   if (!attention_takes(a.heads, a.kv_heads, a.head_dim, a.element) || a.batch <= 0 ||
-      a.chunk != attention_chunk(a.head_dim, a.element) || a.splits <= 0 || a.splits > kAttentionMaxSplits)
+      (a.rounds != kAttentionRounds && a.rounds != kAttentionFewRounds) ||
+      a.chunk != attention_chunk(a.head_dim, a.element, a.rounds) || a.splits <= 0 || a.splits > kAttentionMaxSplits)
     return false;
   return by_element(a.element, [&](auto zero) { return attend_with_lanes<decltype(zero)>(a, stream); });
 }

@@ -79,7 +79,8 @@ bool decode_attention_takes(const at::Tensor& k_cache, int64_t heads) {
          kernels::attention_takes(static_cast<int>(heads), static_cast<int>(k_cache.size(1)),
                                   static_cast<int>(k_cache.size(3)), element_of(k_cache)) &&
          k_cache.size(2) <= static_cast<int64_t>(kernels::attention_chunk(static_cast<int>(k_cache.size(3)),
-                                                                          element_of(k_cache))) *
+                                                                          element_of(k_cache),
+                                                                          kernels::kAttentionFewRounds)) *
                                 kernels::kAttentionMaxSplits;
 }
 
@@ -163,7 +164,8 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   a.head_dim = static_cast<int>(D);
   a.capacity = capacity;
   a.visible = visible;
-  a.chunk = kernels::attention_chunk(a.head_dim, element_of(k_cache));
+  a.rounds = kernels::attention_rounds(a.batch, a.kv_heads);
+  a.chunk = kernels::attention_chunk(a.head_dim, element_of(k_cache), a.rounds);
   a.splits = static_cast<int>((visible + a.chunk - 1) / a.chunk);
   a.scale = static_cast<float>(scale);
   a.element = element_of(k_cache);

@@ -47,10 +47,18 @@ struct PickArgs {
 inline int element_bytes(Element e) { return e == Element::f32 ? 4 : 2; }
 
 // The decode attention kernels' splits: each of a block's kAttentionThreads / attend_lanes() slot groups loads this
-// many cache rows at once. At most kAttentionMaxSplits splits (the combine keeps a weight per split in shared memory).
+// many cache rows at once, or kAttentionFewRounds where rows x key heads are at most kAttentionFewRows (so few blocks
+// that shorter splits, twice as many, finish sooner). At most kAttentionMaxSplits splits (the combine keeps a weight
+// per split in shared memory).
 constexpr int kAttentionThreads = 128;
 constexpr int kAttentionRounds = 4;
+constexpr int kAttentionFewRounds = 2;
+constexpr int kAttentionFewRows = 8;
 constexpr int kAttentionMaxSplits = 8192;
+
+inline int attention_rounds(int batch, int kv_heads) {
+  return batch * kv_heads <= kAttentionFewRows ? kAttentionFewRounds : kAttentionRounds;
+}
 
 // Lanes per cache row: a head's bytes in 16-byte loads (0: not a whole number of them).
 inline int attend_lanes(int head_dim, Element e) {
@@ -58,10 +66,10 @@ inline int attend_lanes(int head_dim, Element e) {
   return bytes % 16 == 0 ? bytes / 16 : 0;
 }
 
-// Cache slots per split.
-inline int attention_chunk(int head_dim, Element e) {
+// Cache slots per split of `rounds` rounds.
+inline int attention_chunk(int head_dim, Element e, int rounds) {
   const int lanes = attend_lanes(head_dim, e);
-  return lanes > 0 ? kAttentionThreads / lanes * kAttentionRounds : 0;
+  return lanes > 0 ? kAttentionThreads / lanes * rounds : 0;
 }
 
 struct AttendArgs {
@@ -77,7 +85,8 @@ struct AttendArgs {
   int64_t capacity = 0;
   int64_t visible = 0;  // the step's slot is below it (a device error otherwise)
   int batch = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  int chunk = 0, splits = 0;  // attention_chunk() slots per split; splits * chunk covers the slots a step may reach
+  int rounds = kAttentionRounds;  // attention_rounds(batch, kv_heads)
+  int chunk = 0, splits = 0;  // attention_chunk(.., rounds) slots per split; splits * chunk covers the slots a step may reach
   float scale = 1.0f;
   Element element = Element::f32;
 };
