@@ -563,11 +563,12 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
   }
 }
 
-// Warps per row: as few as leave each lane at most four of a row's slices.
-inline int linear_row_warps(int64_t slices) {
-  if (slices <= 32 * 4) return 1;
-  if (slices <= 64 * 4) return 2;
-  return 4;
+// Warps per row: as few as leave each lane at most four of a row's slices, and more where the outputs would give the
+// GPU fewer than 16 warps per SM (a few small projections' blocks were latency-bound: ncu, docs/benchmarks.md).
+inline int linear_row_warps(int64_t slices, int64_t outputs, int sms) {
+  int w = slices <= 32 * 4 ? 1 : slices <= 64 * 4 ? 2 : 4;
+  while (w < kLinearWarps && outputs * w < static_cast<int64_t>(sms) * 16) w *= 2;
+  return w;
 }
 
 // As many blocks as the outputs need, up to as many as the GPU holds at once (by the kernel's registers and shared
@@ -595,7 +596,7 @@ bool small_linear_with(const LinearArgs& a, cudaStream_t stream) {
 
 template <typename T, bool Normed, bool Gated>
 bool small_linear_as(const LinearArgs& a, cudaStream_t stream) {
-  switch (linear_row_warps(a.in_features * static_cast<int64_t>(sizeof(T)) / 16)) {
+  switch (linear_row_warps(a.in_features * static_cast<int64_t>(sizeof(T)) / 16, a.out_features, current_gpu().sms)) {
     case 1: return small_linear_with<T, Normed, Gated, 1>(a, stream);
     case 2: return small_linear_with<T, Normed, Gated, 2>(a, stream);
     default: return small_linear_with<T, Normed, Gated, 4>(a, stream);

@@ -395,9 +395,9 @@ TEST_CASE("lm gpu: the one-row linear kernel agrees with double precision, with 
   struct Shape {
     int64_t N, K;
   };
-  // Qwen2.5-0.5B's qkv and down projections (one and four warps a row), Qwen2.5-1.5B's o projection (two), and a
-  // ragged one (the last block's warps partly idle).
-  const Shape shapes[] = {{1152, 896}, {896, 4864}, {1536, 1536}, {1001, 24}};
+  // Qwen2.5-0.5B's qkv and down projections (two and four warps a row on an H100), Qwen2.5-1.5B's o projection (two),
+  // enough rows for one warp a row, and a ragged one (the last block's warps partly idle).
+  const Shape shapes[] = {{1152, 896}, {896, 4864}, {1536, 1536}, {4096, 896}, {1001, 24}};
   const int gpus = crucible::eval::cuda_devices();  // the last GPU too, where there are two or more
   for (const int gpu : gpus > 1 ? std::vector<int>{0, gpus - 1} : std::vector<int>{0})
   for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf})
