@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include "lm/decode_kernels_launch.h"
 
@@ -58,15 +60,31 @@ GpuFacts current_gpu() {
   static std::atomic<int> majors[kGpus] = {}, sms[kGpus] = {};
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kGpus) return {};
-  GpuFacts facts{majors[device].load(std::memory_order_relaxed), sms[device].load(std::memory_order_relaxed)};
+  GpuFacts facts;
+  facts.major = majors[device].load(std::memory_order_acquire);  // set after sms: a major seen means sms is too
+  facts.sms = sms[device].load(std::memory_order_relaxed);
   if (facts.major == 0) {
     if (cudaDeviceGetAttribute(&facts.major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
         cudaDeviceGetAttribute(&facts.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
       return {};
     sms[device].store(facts.sms, std::memory_order_relaxed);
-    majors[device].store(facts.major, std::memory_order_relaxed);
+    majors[device].store(facts.major, std::memory_order_release);
   }
   return facts;
+}
+
+// Whether `kernel` runs code built for compute capability 9.0 or later (with the wait and the trigger): a build for
+// older GPUs only, run on a Hopper from its PTX, has neither, and must not be launched early.
+bool has_early_launch_code(const void* kernel) {
+  static std::mutex mutex;
+  static std::unordered_map<const void*, bool> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = known.find(kernel);
+  if (found != known.end()) return found->second;
+  cudaFuncAttributes attributes;
+  const bool has = cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess && attributes.ptxVersion >= 90;
+  known.emplace(kernel, has);
+  return has;
 }
 
 template <typename... Params, typename... Args>
@@ -80,7 +98,10 @@ bool launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cud
   config.dynamicSmemBytes = shared;
   config.stream = stream;
   config.attrs = &early;
-  config.numAttrs = early_launch_on().load(std::memory_order_relaxed) && current_gpu().major >= 9 ? 1 : 0;
+  config.numAttrs = early_launch_on().load(std::memory_order_relaxed) && current_gpu().major >= 9 &&
+                            has_early_launch_code(reinterpret_cast<const void*>(kernel))
+                        ? 1
+                        : 0;
   return cudaLaunchKernelEx(&config, kernel, args...) == cudaSuccess;
 }
 
@@ -445,7 +466,7 @@ __device__ void stage_normed(const LinearArgs& a, uint4* staged, float* reduced)
     float squares = 0.0f;
     for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
       float xf[V];
-      widen_all<T>(x[i], xf);
+      widen_all<T>(__ldcg(x + i), xf);
 #pragma unroll
       for (int e = 0; e < V; ++e) squares = fmaf(xf[e], xf[e], squares);
     }
@@ -459,7 +480,7 @@ __device__ void stage_normed(const LinearArgs& a, uint4* staged, float* reduced)
     const uint4* norm = reinterpret_cast<const uint4*>(a.norm_weight);
     for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
       float xf[V], nf[V];
-      widen_all<T>(x[i], xf);
+      widen_all<T>(__ldcg(x + i), xf);
       widen_all<T>(norm[i], nf);
 #pragma unroll
       for (int e = 0; e < V; ++e) xf[e] = xf[e] * rstd * nf[e];
@@ -494,8 +515,9 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
   int64_t n = static_cast<int64_t>(blockIdx.x) * kGroups + warp / W;
   load(n, t);
   wait_for_earlier_kernels();
-  // A normalised input is made once per block; x as it is, each lane reads its own slices (from L1 or L2: staging it
-  // would read as many bytes as the weights where rows are long and few).
+  // A normalised input is made once per block; x as it is, each lane reads its own slices (from L2: staging it would
+  // read as many bytes as the weights where rows are long and few; not through the read-only cache, as the kernel
+  // before this one wrote x while this one was already running).
   if constexpr (Normed) stage_normed<T>(a, staged, reduced);
   const uint4* input = Normed ? staged : static_cast<const uint4*>(a.x);
   let_later_kernels_start();
@@ -510,7 +532,7 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
         const int64_t c = first + u * kRowThreads;
         if (c >= slices) break;
         float xf[V];
-        widen_all<T>(Normed ? input[c] : __ldg(input + c), xf);
+        widen_all<T>(Normed ? input[c] : __ldcg(input + c), xf);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           float wf[V];
@@ -666,7 +688,7 @@ bool launch_attend(const AttendArgs& a, cudaStream_t stream) {
 }
 
 bool launch_small_linear(const LinearArgs& a, cudaStream_t stream) {
-  if (!small_linear_takes(a.in_features, a.element) || a.out_features <= 0 ||
+  if (!small_linear_takes(a.in_features, a.element, a.norm_weight != nullptr) || a.out_features <= 0 ||
       (a.gated && a.residual))
     return false;
   return by_element(a.element, [&](auto zero) { return small_linear_as<decltype(zero)>(a, stream); });

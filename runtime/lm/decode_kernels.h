@@ -60,8 +60,8 @@ struct LinearFolds {
 // Whether a linear layer of x [..., K] by weight [N, K] (with a bias [N] and a residual of N elements, where given;
 // gated: 2N rows, a bias of 2N, no residual) with these folds runs as the one-row kernel: decode_kernels_serve on x,
 // one row (a batch-1 decode step, or any one-row pass without gradients), every tensor contiguous in one dtype on one
-// GPU, K a whole number of 16-byte slices of at most 48 KiB, and not switched off (CRUCIBLE_DECODE_GEMV=0 starts off;
-// set_small_linear switches).
+// GPU, K a whole number of 16-byte slices (under 48 KiB where normalised), and not switched off
+// (CRUCIBLE_DECODE_GEMV=0 starts off; set_small_linear switches).
 bool small_linear_serves(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {},
                          const at::Tensor& residual = {}, const LinearFolds& folds = {});
 void set_small_linear(bool on);

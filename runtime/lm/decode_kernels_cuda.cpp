@@ -105,7 +105,8 @@ bool small_linear_serves(const at::Tensor& x, const at::Tensor& weight, const at
   };
   if ((bias.defined() && !alike(bias, rows)) || (residual.defined() && !alike(residual, rows))) return false;
   if (folds.norm_weight.defined() && !(alike(folds.norm_weight, K) && aligned16(folds.norm_weight))) return false;
-  return aligned16(x) && aligned16(weight) && x.numel() == K && kernels::small_linear_takes(K, element_of(x));
+  return aligned16(x) && aligned16(weight) && x.numel() == K &&
+         kernels::small_linear_takes(K, element_of(x), folds.norm_weight.defined());
 }
 
 void set_small_linear(bool on) { small_linear_on().store(on); }

@@ -108,13 +108,15 @@ struct LinearArgs {
   Element element = Element::f32;
 };
 
-// The one-row linear kernel keeps its input in shared memory: at most this many bytes of it.
-constexpr int64_t kLinearMaxInputBytes = 48 * 1024;
+// The one-row linear kernel keeps a normalised input in shared memory: at most this many bytes of it (a block's
+// default 48 KiB, less room for the kernel's own few shared floats).
+constexpr int64_t kLinearMaxNormedBytes = 48 * 1024 - 256;
 
-// Whether the one-row linear kernel takes rows of `in_features`: whole 16-byte slices, up to kLinearMaxInputBytes.
-inline bool small_linear_takes(int64_t in_features, Element e) {
+// Whether the one-row linear kernel takes rows of `in_features`: whole 16-byte slices, and where normalised, up to
+// kLinearMaxNormedBytes.
+inline bool small_linear_takes(int64_t in_features, Element e, bool normed) {
   const int64_t bytes = in_features * element_bytes(e);
-  return in_features > 0 && bytes % 16 == 0 && bytes <= kLinearMaxInputBytes;
+  return in_features > 0 && bytes % 16 == 0 && (!normed || bytes <= kLinearMaxNormedBytes);
 }
 
 // Launches the kernels with programmatic dependent launch on GPUs that have it (each may start while the one before it

@@ -396,8 +396,9 @@ TEST_CASE("lm gpu: the one-row linear kernel agrees with double precision, with 
     int64_t N, K;
   };
   // Qwen2.5-0.5B's qkv and down projections (two and four warps a row on an H100), Qwen2.5-1.5B's o projection (two),
-  // enough rows for one warp a row, and a ragged one (the last block's warps partly idle).
-  const Shape shapes[] = {{1152, 896}, {896, 4864}, {1536, 1536}, {4096, 896}, {1001, 24}};
+  // enough rows for one warp a row, a ragged one (the last block's warps partly idle), and more outputs than the GPU
+  // holds blocks for (each block takes several in turn).
+  const Shape shapes[] = {{1152, 896}, {896, 4864}, {1536, 1536}, {4096, 896}, {1001, 24}, {40000, 64}};
   const int gpus = crucible::eval::cuda_devices();  // the last GPU too, where there are two or more
   for (const int gpu : gpus > 1 ? std::vector<int>{0, gpus - 1} : std::vector<int>{0})
   for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf})
@@ -449,12 +450,14 @@ TEST_CASE("lm gpu: the one-row linear kernel agrees with double precision, with 
       CHECK(off(small_linear(x, gate_up_w, gate_up_bias, {}, gated), activated) < 2 * tolerance * up_scale);
       CHECK_FALSE(small_linear_serves(x, gate_up_w, {}, residual, gated));  // no residual after the activation
     }
-  // Two rows, a row width that is not whole 16-byte slices, or one wider than the kernel's shared memory go to
-  // cuBLAS; so do gate and up rows that do not pair.
+  // Two rows, a row width that is not whole 16-byte slices, a normalised row wider than the kernel's shared memory
+  // go to cuBLAS; so do gate and up rows that do not pair.
   const auto cuda = at::TensorOptions().device(c10::Device("cuda:0"));
   CHECK_FALSE(small_linear_serves(at::randn({2, 1, 64}, cuda), at::randn({8, 64}, cuda)));
   CHECK_FALSE(small_linear_serves(at::randn({1, 1, 63}, cuda), at::randn({8, 63}, cuda)));
-  CHECK_FALSE(small_linear_serves(at::randn({1, 1, 16384}, cuda), at::randn({8, 16384}, cuda)));
+  CHECK(small_linear_serves(at::randn({1, 1, 16384}, cuda), at::randn({8, 16384}, cuda)));  // 64 KiB read from L2
+  CHECK_FALSE(small_linear_serves(at::randn({1, 1, 16384}, cuda), at::randn({8, 16384}, cuda), {}, {},
+                                  LinearFolds::rms_normed(at::ones({16384}, cuda), 1e-6)));  // too wide to normalise
   CHECK_FALSE(small_linear_serves(at::randn({1, 1, 64}, cuda), at::randn({7, 64}, cuda), {}, {},
                                   LinearFolds::rms_normed(at::ones({64}, cuda), 1e-6, /*gated=*/true)));  // odd rows
 }
