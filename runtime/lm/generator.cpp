@@ -167,7 +167,7 @@ void Generator::generate(std::vector<GenerationRequest> requests, RequestFeed& f
                                              : static_cast<int64_t>(queue.size());
     auto left = run_batch(requests, std::move(queue), rows, out, feed);
     if (total.waves == 0) total = stats_;
-    else total.joined += stats_.joined, total.steps += stats_.steps;
+    else total.joined += stats_.joined, total.steps += stats_.steps, total.ahead += stats_.ahead;
     ++total.waves;
     queue = std::move(left);
   }
@@ -275,16 +275,19 @@ std::vector<std::size_t> Generator::run_batch(std::vector<GenerationRequest>& re
     // The slot this step's decode writes: a joining request's prompt ends there.
     const int64_t slot = P + step;
     // Where no request can join (none waits, and the feed adds none), what the host reads in this step's tokens cannot
-    // change the next step's inputs: on a GPU, that step is launched before they are read, and the GPU does not wait
-    // for the host between steps. A row that finishes meanwhile decodes once more, for nothing; not where every row
-    // ends by length at this step. Not the first step: its launch captures the graph, which would delay the first
-    // tokens.
+    // change the next step's inputs: that step is launched before they are read, and a GPU does not wait for the host
+    // between steps (a CPU gains nothing, but decodes the same way). A row that finishes meanwhile decodes once more,
+    // for nothing; not where every row ends by length at this step. Not the first step: its launch captures the
+    // graph, which would delay the first tokens.
     bool every_row_ends = true;
     for (int64_t b = 0; b < B && every_row_ends; ++b)
       every_row_ends = done[b] || static_cast<int64_t>(out[queue[b]].tokens.size()) + 1 >= requests[queue[b]].max_new_tokens;
-    const bool ahead = device.is_cuda() && step > 0 && waiting.empty() && !feed_adds && slot < capacity && !every_row_ends;
+    const bool ahead = step > 0 && waiting.empty() && !feed_adds && slot < capacity && !every_row_ends;
     at::Tensor next_logits;
-    if (ahead) next_logits = decode_after(sampled.tokens, step, slot, {});
+    if (ahead) {
+      next_logits = decode_after(sampled.tokens, step, slot, {});
+      ++stats_.ahead;
+    }
     const auto& host = copy.wait();
     const double* ids = host.data_ptr<double>();
     const double* sampling_lp = ids + B;

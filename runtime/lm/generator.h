@@ -46,6 +46,7 @@ struct GenerationStats {
   int64_t batch = 0;
   int64_t padded_prompt = 0;
   int64_t joined = 0;  // requests that took a finished row's place mid-batch
+  int64_t ahead = 0;   // decode steps launched before the host had read the step before's tokens
   int64_t waves = 0;   // batches run (more than one when waiting requests did not fit the cache)
 };
 

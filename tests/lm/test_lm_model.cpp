@@ -379,6 +379,8 @@ TEST_CASE("generation: decoding a step ahead of the host, where no request can j
   Generator stepwise(lm.model, lm.bytes());
   stepwise.generate(requests, feed);
   CHECK(ahead.last_stats().steps == stepwise.last_stats().steps);
+  CHECK(ahead.last_stats().ahead > 0);
+  CHECK(stepwise.last_stats().ahead == 0);
   CHECK(early[0].finish == FinishReason::stop_token);
   CHECK(early[0].tokens.size() <= 2);
   for (std::size_t i = 0; i < requests.size(); ++i) {
