@@ -215,10 +215,11 @@ __global__ void pick_by_cdf_kernel(PickArgs a) {
 }
 
 // Decode attention, split over cache slots ("flash decoding"): one query token per row, its G = H / Hkv query heads
-// sharing a key head. Block (row and key head, split) takes attention_chunk() slots (R rounds) up to the step's own. Each lane
-// first issues all its cache loads (L lanes share a slot, each holding 16 bytes of the head, so a warp reads 32 / L
-// whole cache rows at once; they need neither the query nor which slots are valid), then come three phases: scores,
-// the split's maximum and weights per query head, and weighted values.
+// sharing a key head. Block (row and key head, split) takes attention_chunk() slots (R rounds) up to the step's own.
+// Each lane first issues all its cache loads (L lanes share a slot, each holding 16 bytes of the head, so a warp reads
+// 32 / L whole cache rows at once; they need neither the query nor which slots are valid; the earlier slots' before
+// the wait for the kernel before), then come three phases: scores, the split's maximum and weights per query head,
+// and weighted values.
 // It writes one partial (weighted sum, maximum, sum of weights) per (row, query head, split); the combine kernel merges
 // the splits. Splits past the step's slot write nothing; the combine reads none past it.
 constexpr int kAttendWarps = kAttentionThreads / 32;
@@ -439,10 +440,9 @@ bool attend_with_lanes(const AttendArgs& a, cudaStream_t stream) {
 // normalises x into shared memory) and the MLP's activation after it (a warp sums a gate row and its up row and
 // writes silu(gate) * up). Its first weight loads are in flight before it waits for the kernel before it (weights are
 // no earlier kernel's output). W warps share a row, each lane loading 16-byte slices of it, a round of up to
-// kInFlight at once; long rows take several warps so that a row is one round. Blocks stay (as many as the GPU holds)
-// and take row after row, loading the next row while the last one's sums are reduced, so a block normalises its
-// input once. With more
-// than one row the x loads and conversions made it slower than cuBLAS (docs/benchmarks.md).
+// kInFlight at once; long rows, and small projections, take several warps. Blocks stay (as many as the GPU holds) and
+// take row after row, loading the next row while the last one's sums are reduced, so a block normalises its input
+// once. With more than one row of x the x loads and conversions made it slower than cuBLAS (docs/benchmarks.md).
 constexpr int kLinearWarps = 4;
 
 template <typename T, int N>
