@@ -462,30 +462,28 @@ __device__ void stage_normed(const LinearArgs& a, uint4* staged, float* reduced)
   constexpr int V = 16 / sizeof(T);
   const int64_t slices = a.in_features / V;
   const uint4* x = reinterpret_cast<const uint4*>(a.x);
-  {
-    float squares = 0.0f;
-    for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
-      float xf[V];
-      widen_all<T>(__ldcg(x + i), xf);
+  float squares = 0.0f;
+  for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
+    float xf[V];
+    widen_all<T>(__ldcg(x + i), xf);
 #pragma unroll
-      for (int e = 0; e < V; ++e) squares = fmaf(xf[e], xf[e], squares);
-    }
-    for (int o = 16; o > 0; o /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, o);
-    if (threadIdx.x % 32 == 0) reduced[threadIdx.x / 32] = squares;
-    __syncthreads();
-    float total = 0.0f;
+    for (int e = 0; e < V; ++e) squares = fmaf(xf[e], xf[e], squares);
+  }
+  for (int o = 16; o > 0; o /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, o);
+  if (threadIdx.x % 32 == 0) reduced[threadIdx.x / 32] = squares;
+  __syncthreads();
+  float total = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kLinearWarps; ++w) total += reduced[w];
-    const float rstd = rsqrtf(total / static_cast<float>(a.in_features) + a.eps);
-    const uint4* norm = reinterpret_cast<const uint4*>(a.norm_weight);
-    for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
-      float xf[V], nf[V];
-      widen_all<T>(__ldcg(x + i), xf);
-      widen_all<T>(norm[i], nf);
+  for (int w = 0; w < kLinearWarps; ++w) total += reduced[w];
+  const float rstd = rsqrtf(total / static_cast<float>(a.in_features) + a.eps);
+  const uint4* norm = reinterpret_cast<const uint4*>(a.norm_weight);
+  for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
+    float xf[V], nf[V];
+    widen_all<T>(__ldcg(x + i), xf);
+    widen_all<T>(norm[i], nf);
 #pragma unroll
-      for (int e = 0; e < V; ++e) xf[e] = xf[e] * rstd * nf[e];
-      staged[i] = narrow_all<T>(xf);
-    }
+    for (int e = 0; e < V; ++e) xf[e] = xf[e] * rstd * nf[e];
+    staged[i] = narrow_all<T>(xf);
   }
   __syncthreads();
 }
