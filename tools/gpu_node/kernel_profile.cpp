@@ -1,0 +1,154 @@
+// A CUPTI injection library that prints where a program's GPU time went, kernel by kernel, without changing the
+// program: every kernel (also those inside CUDA graphs) is recorded with its start and end, and at exit a table
+// of the last KPROF_LAST_S seconds (default: all) is written to KPROF_OUT (default: stderr), followed by how
+// long the GPU sat idle between kernels.
+//
+// Build (on a GPU node, the CMake target `crucible_kernel_profile` does the same):
+//   g++ -O2 -shared -fPIC -I/usr/local/cuda/include tools/gpu_node/kernel_profile.cpp \
+//       -L/usr/local/cuda/lib64 -lcupti -o /tmp/kernel_profile.so
+// Use:
+//   CUDA_INJECTION64_PATH=/tmp/kernel_profile.so KPROF_LAST_S=0.4 KPROF_OUT=/tmp/profile.txt ./program ...
+#include <cupti.h>
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct KernelSpan {
+  std::string name;
+  unsigned long long start_ns;
+  unsigned long long end_ns;
+};
+
+std::mutex spans_mutex;
+std::vector<KernelSpan> spans;
+
+constexpr size_t kBufferBytes = 8 << 20;
+
+std::string readable(const char* mangled) {
+  if (mangled == nullptr) return "?";
+  int status = 0;
+  char* plain = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string name = status == 0 && plain != nullptr ? plain : mangled;
+  std::free(plain);
+  // The parameter list and anonymous namespaces say nothing that tells kernels apart; template arguments do.
+  for (size_t at; (at = name.find("(anonymous namespace)::")) != std::string::npos;) name.erase(at, 23);
+  if (name.rfind("void ", 0) == 0) name.erase(0, 5);
+  if (!name.empty() && name.back() == ')') {
+    int depth = 0;
+    for (size_t i = name.size(); i-- > 0;) {
+      depth += name[i] == ')' ? 1 : name[i] == '(' ? -1 : 0;
+      if (depth == 0) {
+        name.erase(i);
+        break;
+      }
+    }
+  }
+  if (name.size() > 120) name = name.substr(0, 80) + " ... " + name.substr(name.size() - 35);
+  return name;
+}
+
+void CUPTIAPI give_buffer(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = kBufferBytes;
+  *max_records = 0;
+}
+
+void CUPTIAPI take_buffer(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid_bytes) {
+  CUpti_Activity* record = nullptr;
+  std::vector<KernelSpan> taken;
+  while (cuptiActivityGetNextRecord(buffer, valid_bytes, &record) == CUPTI_SUCCESS) {
+    if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
+    const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+    taken.push_back({readable(kernel->name) + " <<<" + std::to_string(kernel->gridX * kernel->gridY * kernel->gridZ) + ">>>",
+                     kernel->start, kernel->end});
+  }
+  std::free(buffer);
+  std::lock_guard<std::mutex> lock(spans_mutex);
+  for (auto& span : taken) spans.push_back(std::move(span));
+}
+
+struct NameTotal {
+  std::string name;
+  size_t launches = 0;
+  double total_us = 0;
+};
+
+void write_report() {
+  cuptiActivityFlushAll(1);
+  std::lock_guard<std::mutex> lock(spans_mutex);
+  const char* out_path = std::getenv("KPROF_OUT");
+  FILE* out = out_path != nullptr ? std::fopen(out_path, "w") : stderr;
+  if (out == nullptr) out = stderr;
+  if (spans.empty()) {
+    std::fprintf(out, "kernel_profile: no kernels recorded\n");
+    if (out != stderr) std::fclose(out);
+    return;
+  }
+  std::sort(spans.begin(), spans.end(), [](const KernelSpan& a, const KernelSpan& b) { return a.start_ns < b.start_ns; });
+  unsigned long long last_end = 0;
+  for (const auto& span : spans) last_end = std::max(last_end, span.end_ns);
+  const char* window_text = std::getenv("KPROF_LAST_S");
+  const double window_s = window_text != nullptr ? std::atof(window_text) : 0.0;
+  const unsigned long long window_start =
+      window_s > 0 ? last_end - std::min<unsigned long long>(last_end, static_cast<unsigned long long>(window_s * 1e9)) : 0;
+
+  std::map<std::string, NameTotal> by_name;
+  double busy_us = 0;
+  unsigned long long first_start = 0;
+  unsigned long long covered_to = 0;
+  // Idle gaps between the end of everything so far and the next kernel's start, in buckets of microseconds.
+  const double bucket_edges_us[] = {1, 2, 4, 8, 16, 32, 64, 1e18};
+  size_t gap_counts[8] = {};
+  double gap_totals_us[8] = {};
+  for (const auto& span : spans) {
+    if (span.start_ns < window_start) continue;
+    if (first_start == 0) first_start = span.start_ns;
+    auto& total = by_name[span.name];
+    total.name = span.name;
+    total.launches += 1;
+    total.total_us += (span.end_ns - span.start_ns) / 1e3;
+    if (covered_to != 0 && span.start_ns > covered_to) {
+      const double gap_us = (span.start_ns - covered_to) / 1e3;
+      size_t bucket = 0;
+      while (gap_us >= bucket_edges_us[bucket]) ++bucket;
+      gap_counts[bucket] += 1;
+      gap_totals_us[bucket] += gap_us;
+    }
+    const unsigned long long busy_from = std::max(span.start_ns, covered_to);
+    if (span.end_ns > busy_from) busy_us += (span.end_ns - busy_from) / 1e3;
+    covered_to = std::max(covered_to, span.end_ns);
+  }
+  std::vector<NameTotal> rows;
+  for (auto& [name, total] : by_name) rows.push_back(total);
+  std::sort(rows.begin(), rows.end(), [](const NameTotal& a, const NameTotal& b) { return a.total_us > b.total_us; });
+  const double span_us = (last_end - first_start) / 1e3;
+  std::fprintf(out, "window %.1f us, GPU busy %.1f us (%.1f%%)\n", span_us, busy_us, 100.0 * busy_us / span_us);
+  std::fprintf(out, "%12s %9s %10s  %s\n", "total_us", "launches", "mean_us", "kernel");
+  for (const auto& row : rows)
+    std::fprintf(out, "%12.1f %9zu %10.2f  %s\n", row.total_us, row.launches, row.total_us / row.launches,
+                 row.name.c_str());
+  std::fprintf(out, "\nidle gaps between kernels\n%12s %9s %12s\n", "below_us", "gaps", "total_us");
+  for (size_t b = 0; b < 8; ++b)
+    std::fprintf(out, "%12s %9zu %12.1f\n", b == 7 ? "rest" : std::to_string(int(bucket_edges_us[b])).c_str(),
+                 gap_counts[b], gap_totals_us[b]);
+  if (out != stderr) std::fclose(out);
+}
+
+}  // namespace
+
+// The CUDA driver calls this once when CUDA_INJECTION64_PATH names this library.
+extern "C" int InitializeInjection() {
+  if (cuptiActivityRegisterCallbacks(give_buffer, take_buffer) != CUPTI_SUCCESS) return 0;
+  if (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) return 0;
+  std::atexit(write_report);
+  return 1;
+}
