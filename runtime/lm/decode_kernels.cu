@@ -7,103 +7,11 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "lm/decode_kernels_device.cuh"
 #include "lm/decode_kernels_launch.h"
 
 namespace crucible::lm::kernels {
 namespace {
-
-// Every product and sum is rounded to the element type on its own (no fused multiply-add), as LibTorch's separate
-// element-wise kernels round them.
-__device__ float widen(float x) { return x; }
-__device__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ float widen(__half x) { return __half2float(x); }
-template <typename T> __device__ T narrow(float x);
-template <> __device__ float narrow<float>(float x) { return x; }
-template <> __device__ __nv_bfloat16 narrow<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __half narrow<__half>(float x) { return __float2half_rn(x); }
-template <typename T> __device__ T mul(T a, T b) { return narrow<T>(__fmul_rn(widen(a), widen(b))); }
-template <typename T> __device__ T add(T a, T b) { return narrow<T>(__fadd_rn(widen(a), widen(b))); }
-
-// Programmatic dependent launch (Hopper and later): a kernel launched with it may start while the kernel before it
-// on the stream finishes, so that its launch, and its loads of what no earlier kernel writes (weights), overlap that
-// kernel. Every kernel here therefore waits for the earlier kernels before it reads or writes anything else, and lets
-// the next kernel start once it is past that wait: one kernel ahead, not a cascade of waiting ones. So when a kernel
-// starts, every kernel before the one just before it has finished. Without the launch attribute (older GPUs,
-// CRUCIBLE_DECODE_PDL=0) the wait returns at once.
-__device__ __forceinline__ void wait_for_earlier_kernels() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void let_later_kernels_start() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-std::atomic<bool>& early_launch_on() {
-  static std::atomic<bool> on{[] {
-    const char* value = std::getenv("CRUCIBLE_DECODE_PDL");
-    return !(value && std::strcmp(value, "0") == 0);
-  }()};
-  return on;
-}
-
-// The current GPU's compute capability and SM count, asked once per GPU.
-struct GpuFacts {
-  int major = 0, sms = 0;
-};
-
-GpuFacts current_gpu() {
-  constexpr int kGpus = 64;
-  static std::atomic<int> majors[kGpus] = {}, sms[kGpus] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kGpus) return {};
-  GpuFacts facts;
-  facts.major = majors[device].load(std::memory_order_acquire);  // set after sms: a major seen means sms is too
-  facts.sms = sms[device].load(std::memory_order_relaxed);
-  if (facts.major == 0) {
-    if (cudaDeviceGetAttribute(&facts.major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&facts.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-      return {};
-    sms[device].store(facts.sms, std::memory_order_relaxed);
-    majors[device].store(facts.major, std::memory_order_release);
-  }
-  return facts;
-}
-
-// Whether `kernel` runs code built for compute capability 9.0 or later (with the wait and the trigger): a build for
-// older GPUs only, run on a Hopper from its PTX, has neither, and must not be launched early.
-bool has_early_launch_code(const void* kernel) {
-  static std::mutex mutex;
-  static std::unordered_map<const void*, bool> known;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto found = known.find(kernel);
-  if (found != known.end()) return found->second;
-  cudaFuncAttributes attributes;
-  const bool has = cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess && attributes.ptxVersion >= 90;
-  known.emplace(kernel, has);
-  return has;
-}
-
-template <typename... Params, typename... Args>
-bool launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream, const Args&... args) {
-  cudaLaunchAttribute early;
-  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared;
-  config.stream = stream;
-  config.attrs = &early;
-  config.numAttrs = early_launch_on().load(std::memory_order_relaxed) && current_gpu().major >= 9 &&
-                            has_early_launch_code(reinterpret_cast<const void*>(kernel))
-                        ? 1
-                        : 0;
-  return cudaLaunchKernelEx(&config, kernel, args...) == cudaSuccess;
-}
 
 // One block per (row, head) of the H + 2 Hkv heads, one thread per element of the head.
 template <typename T>
@@ -147,73 +55,6 @@ __global__ void silu_times_up_kernel(SiluArgs a) {
   static_cast<T*>(a.out)[i] = mul(silu, in[a.width + j]);
 }
 
-// One block of 32 warps per row; warp w sums the exponentiated log-probs of its own contiguous segment. Thread 0 finds
-// the segment where the scaled draw falls (the first whose running total exceeds it), and that segment's warp scans
-// its entries 32 at a time for the first nonzero one whose running total exceeds it. Where rounding leaves the scan
-// short of the draw, the segment's last nonzero entry is taken (its sum, and so one of its entries, is above zero).
-constexpr int kPickWarps = 32;
-
-__global__ void pick_by_cdf_kernel(PickArgs a) {
-  wait_for_earlier_kernels();
-  let_later_kernels_start();
-  const int row = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float* lp = a.log_probs + row * a.row_stride;
-  const int64_t per_warp = ((a.vocab + kPickWarps - 1) / kPickWarps + 31) / 32 * 32;
-  const int64_t begin = warp * per_warp, end = begin + per_warp < a.vocab ? begin + per_warp : a.vocab;
-  float sum = 0.0f;
-  for (int64_t j = begin + lane; j < end; j += 32) sum += expf(lp[j]);
-  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  __shared__ float sums[kPickWarps];
-  __shared__ float target, before;
-  __shared__ int chosen;
-  if (lane == 0) sums[warp] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float total = 0.0f;
-    for (int w = 0; w < kPickWarps; ++w) total += sums[w];
-    // Below the total: the highest draw, rounded up to the whole mass, would otherwise fall past every entry.
-    const float t = fminf(a.uniform[row] * total, nextafterf(total, 0.0f));
-    float running = 0.0f;
-    int w = 0, last = 0;
-    for (; w < kPickWarps; ++w) {
-      if (sums[w] > 0.0f) last = w;
-      const float next = running + sums[w];
-      if (next > t) break;
-      running = next;
-    }
-    if (w == kPickWarps) {  // a row of NaNs or no mass: its last segment with any
-      w = last;
-      running = 0.0f;
-    }
-    target = t;
-    before = running;
-    chosen = w;
-  }
-  __syncthreads();
-  if (warp != chosen) return;
-  float running = before;
-  int64_t picked = -1, last_nonzero = -1;
-  for (int64_t base = begin; base < end; base += 32) {
-    const int64_t j = base + lane;
-    const float p = j < end ? expf(lp[j]) : 0.0f;
-    float cumulative = p;
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const float below = __shfl_up_sync(0xffffffffu, cumulative, offset);
-      if (lane >= offset) cumulative += below;
-    }
-    cumulative += running;
-    const unsigned nonzero = __ballot_sync(0xffffffffu, p > 0.0f);
-    const unsigned past = __ballot_sync(0xffffffffu, p > 0.0f && cumulative > target);
-    if (nonzero) last_nonzero = base + 31 - __clz(nonzero);
-    if (past) {
-      picked = base + __ffs(past) - 1;
-      break;
-    }
-    running = __shfl_sync(0xffffffffu, cumulative, 31);
-  }
-  if (lane == 0) a.out[row] = picked >= 0 ? picked : (last_nonzero >= 0 ? last_nonzero : 0);
-}
-
 // Decode attention, split over cache slots ("flash decoding"): one query token per row, its G = H / Hkv query heads
 // sharing a key head. Block (row and key head, split) takes attention_chunk() slots (R rounds) up to the step's own.
 // Each lane first issues all its cache loads (L lanes share a slot, each holding 16 bytes of the head, so a warp reads
@@ -224,14 +65,6 @@ __global__ void pick_by_cdf_kernel(PickArgs a) {
 // the splits. Splits past the step's slot write nothing; the combine reads none past it.
 constexpr int kAttendWarps = kAttentionThreads / 32;
 constexpr int kAttendMaxGroup = 8;
-
-template <typename T, int N>
-__device__ void widen_all(const uint4& raw, float (&out)[N]) {
-  static_assert(N * sizeof(T) == 16, "16-byte loads");
-  const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int i = 0; i < N; ++i) out[i] = widen(e[i]);
-}
 
 template <typename T, int L, int R>
 __global__ void attend_split_kernel(AttendArgs a) {
@@ -690,11 +523,6 @@ bool launch_small_linear(const LinearArgs& a, cudaStream_t stream) {
       (a.gated && a.residual))
     return false;
   return by_element(a.element, [&](auto zero) { return small_linear_as<decltype(zero)>(a, stream); });
-}
-
-bool launch_pick_by_cdf(const PickArgs& a, cudaStream_t stream) {
-  if (a.batch <= 0 || a.vocab <= 0) return a.batch == 0;
-  return launch(pick_by_cdf_kernel, dim3(a.batch), dim3(kPickWarps * 32), 0, stream, a);
 }
 
 }  // namespace crucible::lm::kernels

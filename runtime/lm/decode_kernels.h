@@ -94,4 +94,28 @@ at::Tensor silu_times_up(const at::Tensor& gate_up);
 // on the other side of it. Returns [B, 1] int64.
 at::Tensor pick_by_cdf_fused(const at::Tensor& log_probs, const at::Tensor& uniform);
 
+// Sampling straight from logits, for rows at a temperature without top-k or top-p, or greedy: two kernels where
+// log-softmax, the greedy argmax, the draw, its cumulative distribution and the gathers took a dozen, and one read of
+// the logits where they took five.
+struct FusedSample {
+  at::Tensor tokens;             // [B] int64
+  at::Tensor sampling_logprobs;  // [B] float32, under the row's temperature (0 for greedy rows)
+  at::Tensor model_logprobs;     // [B] float32, under the model's distribution
+  at::Tensor record;             // [3, B] float64: the three above, for one copy to the host
+};
+
+// Whether sample_fused takes these logits: decode_kernels_serve, [B, V] with V contiguous, V up to 2,097,152 and B up
+// to 65,535, and not switched off (CRUCIBLE_DECODE_SAMPLER=0 starts off; set_fused_sampling switches).
+bool sample_fused_serves(const at::Tensor& logits);
+void set_fused_sampling(bool on);
+
+// logits [B, V]; inv_temperature [B] float32 (1 for greedy rows); greedy [B] bool; seeds [B] int64 (the rows' seeds'
+// bits); steps [B] int64, or undefined for every row at `step`. A greedy row takes its first highest logit. A sampled
+// row takes the index where row_uniform(seed, step), scaled by the row's total probability at its temperature, falls
+// in the cumulative distribution (never a zero-probability index); the probabilities and log-probs are computed
+// relative to the row's highest logit, summed in another order than LibTorch's log_softmax and cumulative sum: within
+// rounding of them, and a draw within rounding of a boundary may fall on the other side of it.
+FusedSample sample_fused(const at::Tensor& logits, const at::Tensor& inv_temperature, const at::Tensor& greedy,
+                         const at::Tensor& seeds, const at::Tensor& steps, int64_t step);
+
 }  // namespace crucible::lm

@@ -43,6 +43,11 @@ std::atomic<AttentionUse>& attention_use() {
   return use;
 }
 
+std::atomic<bool>& fused_sampling_on() {
+  static std::atomic<bool> on{on_unless_zero("CRUCIBLE_DECODE_SAMPLER")};
+  return on;
+}
+
 std::atomic<bool>& small_linear_on() {
   static std::atomic<bool> on{on_unless_zero("CRUCIBLE_DECODE_GEMV")};
   return on;
@@ -262,6 +267,56 @@ at::Tensor pick_by_cdf_fused(const at::Tensor& log_probs, const at::Tensor& unif
   a.out = out.data_ptr<int64_t>();
   a.batch = static_cast<int>(log_probs.size(0));
   TORCH_CHECK(kernels::launch_pick_by_cdf(a, stream_of(log_probs)), "pick_by_cdf_fused: launch failed");
+  return out;
+}
+
+bool sample_fused_serves(const at::Tensor& logits) {
+  return fused_sampling_on().load(std::memory_order_relaxed) && decode_kernels_serve(logits) && logits.dim() == 2 &&
+         logits.stride(1) == 1 && logits.size(0) > 0 && logits.size(0) <= 65535 && logits.size(1) > 0 &&
+         kernels::sample_chunks(logits.size(1)) <= kernels::kSampleMaxChunks;
+}
+
+void set_fused_sampling(bool on) { fused_sampling_on().store(on); }
+
+FusedSample sample_fused(const at::Tensor& logits, const at::Tensor& inv_temperature, const at::Tensor& greedy,
+                         const at::Tensor& seeds, const at::Tensor& steps, int64_t step) {
+  TORCH_CHECK(sample_fused_serves(logits), "sample_fused: logits the kernels do not take");
+  const int64_t B = logits.size(0), V = logits.size(1);
+  const auto on_device = [&](const at::Tensor& t, at::ScalarType type) {
+    return t.defined() && t.scalar_type() == type && t.is_contiguous() && t.numel() == B && t.device() == logits.device();
+  };
+  TORCH_CHECK(on_device(inv_temperature, at::kFloat) && on_device(greedy, at::kBool) && on_device(seeds, at::kLong) &&
+                  (!steps.defined() || on_device(steps, at::kLong)),
+              "sample_fused: inv_temperature float32, greedy bool, seeds and steps int64, [B] each, contiguous, on the "
+              "logits' GPU");
+  const c10::cuda::CUDAGuard on_its_device(logits.device());
+  const auto options = logits.options();
+  FusedSample out;
+  out.tokens = at::empty({B}, options.dtype(at::kLong));
+  out.record = at::empty({3, B}, options.dtype(at::kDouble));
+  const auto logprobs = at::empty({2, B}, options.dtype(at::kFloat));
+  out.sampling_logprobs = logprobs.select(0, 0);
+  out.model_logprobs = logprobs.select(0, 1);
+  auto chunks = at::empty({B, kernels::sample_chunks(V), 4}, options.dtype(at::kFloat));
+  static_assert(sizeof(kernels::SampleChunk) == 4 * sizeof(float), "four 4-byte fields");
+  kernels::SampleArgs a;
+  a.logits = logits.data_ptr();
+  a.row_stride = logits.stride(0);
+  a.vocab = V;
+  a.aligned16 = aligned16(logits) && (logits.stride(0) * logits.element_size()) % 16 == 0;
+  a.inv_temperature = inv_temperature.data_ptr<float>();
+  a.greedy = greedy.data_ptr<bool>();
+  a.seeds = reinterpret_cast<const uint64_t*>(seeds.data_ptr<int64_t>());
+  a.steps = steps.defined() ? steps.data_ptr<int64_t>() : nullptr;
+  a.step = step;
+  a.chunks = reinterpret_cast<kernels::SampleChunk*>(chunks.data_ptr<float>());
+  a.tokens = out.tokens.data_ptr<int64_t>();
+  a.sampling_logprobs = out.sampling_logprobs.data_ptr<float>();
+  a.model_logprobs = out.model_logprobs.data_ptr<float>();
+  a.record = out.record.data_ptr<double>();
+  a.batch = static_cast<int>(B);
+  a.element = element_of(logits);
+  TORCH_CHECK(kernels::launch_sample(a, stream_of(logits)), "sample_fused: launch failed");
   return out;
 }
 

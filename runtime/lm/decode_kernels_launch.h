@@ -46,6 +46,42 @@ struct PickArgs {
 
 inline int element_bytes(Element e) { return e == Element::f32 ? 4 : 2; }
 
+// Sampling straight from logits, in two kernels: blocks over chunks of kSampleChunk entries of a row, each writing its
+// chunk's highest logit, the first index holding it, and its sums of exponentials under the model's distribution and
+// under the row's temperature; then one block per row merges its chunks, finds the chunk where the row's draw falls
+// and scans it. At most kSampleMaxChunks chunks a row (the merge keeps a weight per chunk in shared memory).
+constexpr int kSampleThreads = 256;
+constexpr int kSamplePerThread = 8;
+constexpr int kSampleChunk = kSampleThreads * kSamplePerThread;
+constexpr int kSampleMaxChunks = 1024;
+
+struct SampleChunk {
+  float top = 0.0f;         // the chunk's highest logit (-inf where it has none above -inf)
+  float model_sum = 0.0f;   // sum of exp(logit - top)
+  float sample_sum = 0.0f;  // sum of exp((logit - top) * inverse temperature)
+  int first_top = 0;        // the first index holding `top`
+};
+
+inline int64_t sample_chunks(int64_t vocab) { return (vocab + kSampleChunk - 1) / kSampleChunk; }
+
+struct SampleArgs {
+  const void* logits = nullptr;  // row b at logits + b * row_stride, `vocab` entries
+  int64_t row_stride = 0, vocab = 0;
+  bool aligned16 = false;  // every row starts on 16 bytes
+  const float* inv_temperature = nullptr;  // [B]; 1 for greedy rows
+  const bool* greedy = nullptr;            // [B]: the first highest logit, no draw
+  const uint64_t* seeds = nullptr;         // [B]: row b draws row_uniform(seeds[b], its step)
+  const int64_t* steps = nullptr;          // [B], or null: every row at `step`
+  int64_t step = 0;
+  SampleChunk* chunks = nullptr;  // [B, sample_chunks(vocab)] workspace
+  int64_t* tokens = nullptr;      // [B]
+  float* sampling_logprobs = nullptr;  // [B]: under the row's temperature (0 for greedy rows)
+  float* model_logprobs = nullptr;     // [B]: under the model's distribution
+  double* record = nullptr;            // [3, B]: tokens, sampling and model log-probs, for one copy to the host
+  int batch = 0;
+  Element element = Element::f32;
+};
+
 // The decode attention kernels' splits: each of a block's kAttentionThreads / attend_lanes() slot groups loads this
 // many cache rows at once, or kAttentionFewRounds where rows x key heads are at most kAttentionFewRows (so few blocks
 // that shorter splits, twice as many, finish sooner). At most kAttentionMaxSplits splits (the combine keeps a weight
@@ -128,6 +164,7 @@ void allow_early_launch(bool on);
 bool launch_rotate_into_cache(const RotateArgs& a, cudaStream_t stream);
 bool launch_silu_times_up(const SiluArgs& a, cudaStream_t stream);
 bool launch_pick_by_cdf(const PickArgs& a, cudaStream_t stream);
+bool launch_sample(const SampleArgs& a, cudaStream_t stream);
 bool launch_attend(const AttendArgs& a, cudaStream_t stream);
 bool launch_small_linear(const LinearArgs& a, cudaStream_t stream);
 

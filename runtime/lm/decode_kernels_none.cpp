@@ -46,4 +46,13 @@ at::Tensor pick_by_cdf_fused(const at::Tensor&, const at::Tensor&) {
   throw std::logic_error("pick_by_cdf_fused: this build has no CUDA LibTorch");
 }
 
+bool sample_fused_serves(const at::Tensor&) { return false; }
+
+void set_fused_sampling(bool) {}
+
+FusedSample sample_fused(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                         int64_t) {
+  throw std::logic_error("sample_fused: this build has no CUDA LibTorch");
+}
+
 }  // namespace crucible::lm

@@ -270,8 +270,10 @@ std::vector<std::size_t> Generator::run_batch(std::vector<GenerationRequest>& re
       for (int64_t b = 0; b < B; ++b) row_steps.push_back(step - first_step[b]);
     const auto sampled = row_steps.empty() ? sampler->sample(logits, step) : sampler->sample(logits, row_steps);
     // One device-to-host copy (one synchronisation) per step: token ids are exact in float64.
-    copy.start(at::stack({sampled.tokens.to(at::kDouble), sampled.sampling_logprobs.to(at::kDouble),
-                          sampled.model_logprobs.to(at::kDouble)}));
+    copy.start(sampled.record.defined()
+                   ? sampled.record
+                   : at::stack({sampled.tokens.to(at::kDouble), sampled.sampling_logprobs.to(at::kDouble),
+                                sampled.model_logprobs.to(at::kDouble)}));
     // The slot this step's decode writes: a joining request's prompt ends there.
     const int64_t slot = P + step;
     // Where no request can join (none waits, and the feed adds none), what the host reads in this step's tokens cannot

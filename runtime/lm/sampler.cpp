@@ -8,11 +8,6 @@
 
 namespace crucible::lm {
 
-float row_uniform(uint64_t seed, int64_t step) {
-  const uint64_t bits = splitmix64(splitmix64(seed) ^ (static_cast<uint64_t>(step + 1) * 0x9E3779B97F4A7C15ull));
-  return (static_cast<float>(bits >> 40) + 0.5f) * (1.0f / 16777216.0f);  // 24 bits: exact in a float
-}
-
 BatchSampler::BatchSampler(const std::vector<SamplingParams>& rows, int64_t vocab_size, c10::Device device)
     : device_(device) {
   const int64_t B = static_cast<int64_t>(rows.size());
@@ -35,6 +30,9 @@ BatchSampler::BatchSampler(const std::vector<SamplingParams>& rows, int64_t voca
   top_p_ = on(at::tensor(top_p).view({B, 1}));
   top_k_ = on(at::tensor(top_k).view({B, 1}));
   greedy_ = on(at::tensor(greedy).to(at::kBool));
+  std::vector<int64_t> seed_bits(B);
+  for (int64_t b = 0; b < B; ++b) seed_bits[b] = static_cast<int64_t>(seeds_[b]);
+  seeds_on_device_ = on(at::tensor(seed_bits));
 }
 
 SampledTokens BatchSampler::sample(const at::Tensor& logits, int64_t step) const {
@@ -64,6 +62,15 @@ at::Tensor pick_by_cdf(const at::Tensor& log_probs, const at::Tensor& uniform) {
 }  // namespace
 
 SampledTokens BatchSampler::sample_with(const at::Tensor& logits, const std::vector<int64_t>& steps) const {
+  // Without top-k or top-p, two kernels sample every row (the same draws, within rounding of the path below).
+  if (!any_filter_ && sample_fused_serves(logits)) {
+    bool one_step = true;
+    for (const int64_t s : steps) one_step &= s == steps.front();
+    const auto row_steps = one_step ? at::Tensor() : at::tensor(steps).to(device_);
+    auto f = sample_fused(logits, inv_temperature_.view({-1}), greedy_, seeds_on_device_, row_steps,
+                          steps.empty() ? 0 : steps.front());
+    return {f.tokens, f.sampling_logprobs, f.model_logprobs, f.record};
+  }
   const auto model_lp = at::log_softmax(logits, -1);
   const auto greedy_tokens = logits.argmax(-1);
   if (!any_sampled_) {

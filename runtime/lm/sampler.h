@@ -17,10 +17,9 @@ struct SampledTokens {
   at::Tensor tokens;             // [B] int64
   at::Tensor sampling_logprobs;  // [B] float32: under the distribution sampled from (after temperature/top-k/top-p)
   at::Tensor model_logprobs;     // [B] float32: under the model's raw distribution (temperature 1, no filtering)
+  at::Tensor record;             // [3, B] float64 (the three above), where the sampler made it in one piece; else undefined
 };
 
-// The uniform number in (0, 1) a row with this seed draws at this step of its completion.
-float row_uniform(uint64_t seed, int64_t step);
 
 class BatchSampler {
  public:
@@ -39,6 +38,7 @@ class BatchSampler {
   at::Tensor top_p_;            // [B, 1]
   at::Tensor top_k_;            // [B, 1] int64, V where off
   at::Tensor greedy_;           // [B] bool
+  at::Tensor seeds_on_device_;  // [B] int64: the seeds' bits, for the fused sampler's draws
   bool any_filter_ = false;
   bool any_sampled_ = false;
   bool unit_temperature_ = true;  // every row samples at temperature 1 (or is greedy): the scaled logits are the logits

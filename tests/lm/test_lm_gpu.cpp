@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 
 #include "crucible/eval/evaluator.h"
 #include "lm/decode_kernels.h"
@@ -15,6 +16,7 @@
 #include "lm/lora.h"
 #include "lm/golden_outputs.h"
 #include "lm/rotary.h"
+#include "lm/sampling_params.h"
 #include "lm/transformer.h"
 
 using namespace crucible;
@@ -387,6 +389,110 @@ TEST_CASE("lm gpu: the fused draw falls where the cumulative distribution says, 
       if (b >= 2 && u == lowest) CHECK(j == nonzero[0].item<int64_t>());
       if (b >= 2 && u == highest) CHECK(j == nonzero[-1].item<int64_t>());
     }
+  }
+}
+
+TEST_CASE("lm gpu: sampling from logits in two kernels draws where the distribution says, greedy rows their argmax") {
+  c10::InferenceMode inference;
+  const double inf = std::numeric_limits<double>::infinity();
+  // The draw a seed makes at step 0: the lowest and the highest (1.0 once rounded) the sampler can make.
+  std::optional<uint64_t> lowest_seed, highest_seed;
+  for (uint64_t s = 0; s < (uint64_t{1} << 28) && !(lowest_seed && highest_seed); ++s) {
+    const float u = row_uniform(s, 0);
+    if (!lowest_seed && u < 2e-6f) lowest_seed = s;
+    if (!highest_seed && u == 1.0f) highest_seed = s;
+  }
+  REQUIRE(lowest_seed);
+  REQUIRE(highest_seed);
+  struct Case {
+    int64_t vocab;
+    at::ScalarType dtype;
+  };
+  // Qwen2.5's vocabulary (16-byte loads), and one that is not a whole number of them (loads one by one).
+  for (const Case c : {Case{151936, at::kFloat}, Case{151936, at::kBFloat16}, Case{999, at::kFloat}, Case{999, at::kHalf}}) {
+    CAPTURE(c.vocab);
+    CAPTURE(c.dtype);
+    const int64_t B = 8, V = c.vocab;
+    const auto cuda = at::TensorOptions().device(at::kCUDA);
+    at::manual_seed(13);
+    auto logits = (at::randn({B, V}, cuda) * 3).to(c.dtype);
+    // Rows 4 and 5 keep a few tokens (as top-k leaves them), row 6 one; row 7 ties its highest logit at two indices.
+    const auto kept = at::rand({B, V}, cuda);
+    logits.select(0, 4).masked_fill_(kept.select(0, 4) >= 0.003, -inf);
+    logits.select(0, 5).masked_fill_(kept.select(0, 5) >= 0.003, -inf);
+    logits.select(0, 6).fill_(-inf);
+    logits.select(0, 6).select(0, V / 2).fill_(1.0);
+    logits.select(0, 7).select(0, 5).fill_(50.0);
+    logits.select(0, 7).select(0, V - 3).fill_(50.0);
+    // Row 0 is greedy; the others sample at their temperatures, rows 4 and 5 at the lowest and the highest draw.
+    const std::vector<double> temperature = {0.0, 1.0, 0.7, 1.3, 1.0, 1.0, 0.9, 0.0};
+    std::vector<float> inv_t(B);
+    std::vector<int64_t> seeds(B), steps(B);
+    std::vector<uint8_t> greedy(B);
+    for (int64_t b = 0; b < B; ++b) {
+      greedy[b] = temperature[b] == 0.0;
+      inv_t[b] = greedy[b] ? 1.0f : static_cast<float>(1.0 / temperature[b]);
+      seeds[b] = 1000 + b;
+      steps[b] = b % 3;
+    }
+    seeds[4] = static_cast<int64_t>(*lowest_seed);
+    seeds[5] = static_cast<int64_t>(*highest_seed);
+    steps[4] = steps[5] = 0;
+    const auto inv_t_dev = at::tensor(inv_t).to(at::kCUDA), greedy_dev = at::tensor(greedy).to(at::kBool).to(at::kCUDA);
+    const auto seeds_dev = at::tensor(seeds).to(at::kCUDA), steps_dev = at::tensor(steps).to(at::kCUDA);
+    REQUIRE(sample_fused_serves(logits));
+    const auto out = sample_fused(logits, inv_t_dev, greedy_dev, seeds_dev, steps_dev, 0);
+    const auto again = sample_fused(logits, inv_t_dev, greedy_dev, seeds_dev, steps_dev, 0);
+    CHECK(at::equal(out.record, again.record));  // the same sums in the same order every time
+    // Every row at one step: the same as giving each row that step.
+    const auto at_step_2 = sample_fused(logits, inv_t_dev, greedy_dev, seeds_dev, {}, 2);
+    const auto each_at_2 = sample_fused(logits, inv_t_dev, greedy_dev, seeds_dev, at::full({B}, 2, seeds_dev.options()), 2);
+    CHECK(at::equal(at_step_2.tokens, each_at_2.tokens));
+
+    const auto tokens = out.tokens.cpu(), record = out.record.cpu();
+    const auto wide = logits.to(at::kDouble).cpu();
+    const auto model_lp = at::log_softmax(wide, -1);
+    for (int64_t b = 0; b < B; ++b) {
+      CAPTURE(b);
+      const int64_t j = tokens[b].item<int64_t>();
+      REQUIRE(j >= 0);
+      REQUIRE(j < V);
+      CHECK(record[0][b].item<double>() == static_cast<double>(j));
+      CHECK(record[1][b].item<double>() == static_cast<double>(out.sampling_logprobs[b].item<float>()));
+      CHECK(record[2][b].item<double>() == static_cast<double>(out.model_logprobs[b].item<float>()));
+      CHECK(out.model_logprobs[b].item<float>() == doctest::Approx(model_lp[b][j].item<double>()).epsilon(1e-5));
+      if (greedy[b]) {
+        CHECK(j == wide[b].argmax().item<int64_t>());  // the first highest: row 7 ties at 5 and V - 3
+        CHECK(out.sampling_logprobs[b].item<float>() == 0.0f);
+        continue;
+      }
+      const auto lp = at::log_softmax(wide[b] * static_cast<double>(inv_t[b]), -1);
+      const auto p = lp.exp();
+      CHECK(p[j].item<double>() > 0);
+      CHECK(out.sampling_logprobs[b].item<float>() == doctest::Approx(lp[j].item<double>()).epsilon(1e-5));
+      const double u = row_uniform(static_cast<uint64_t>(seeds[b]), steps[b]);
+      const double before = p.narrow(0, 0, j).sum().item<double>();
+      CHECK(before <= u + 1e-5);
+      CHECK(before + p[j].item<double>() >= u - 1e-5);
+      const auto nonzero = p.nonzero().view({-1});
+      if (b == 4) CHECK(j == nonzero[0].item<int64_t>());
+      if (b == 5 || b == 6) CHECK(j == nonzero[-1].item<int64_t>());
+    }
+  }
+}
+
+TEST_CASE("lm gpu: decoding with the fused sampler gives LibTorch's sampler's tokens, log-probs within 1e-5") {
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    CAPTURE(dtype);
+    const auto model = on_gpu("qwen2_tiny", dtype);
+    const auto g = golden("qwen2_tiny");
+    std::vector<GenerationRequest> batch;
+    for (uint64_t i = 0; i < g.prompts.size(); ++i) {
+      batch.push_back(request(g.prompts[i], i == 0 ? 0.0 : 0.6 + 0.2 * i, 1100 + i, 32));
+      batch.back().sampling.top_p = 1.0;  // top-p and top-k rows take LibTorch's path
+    }
+    same_decoding_without(model, batch, set_fused_sampling, 1e-5);
+    same_decoding_without(model, {batch[1]}, set_fused_sampling, 1e-5);
   }
 }
 

@@ -1,0 +1,118 @@
+#pragma once
+// What the decode kernels share: rounding as LibTorch rounds, early launch, and the launch itself. Functions, not
+// copies per file: early launch is switched for every kernel at once.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+namespace crucible::lm::kernels {
+
+
+// Every product and sum is rounded to the element type on its own (no fused multiply-add), as LibTorch's separate
+// element-wise kernels round them.
+inline __device__ float widen(float x) { return x; }
+inline __device__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+inline __device__ float widen(__half x) { return __half2float(x); }
+template <typename T> __device__ T narrow(float x);
+template <> inline __device__ float narrow<float>(float x) { return x; }
+template <> inline __device__ __nv_bfloat16 narrow<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> inline __device__ __half narrow<__half>(float x) { return __float2half_rn(x); }
+template <typename T> __device__ T mul(T a, T b) { return narrow<T>(__fmul_rn(widen(a), widen(b))); }
+template <typename T> __device__ T add(T a, T b) { return narrow<T>(__fadd_rn(widen(a), widen(b))); }
+
+// Programmatic dependent launch (Hopper and later): a kernel launched with it may start while the kernel before it
+// on the stream finishes, so that its launch, and its loads of what no earlier kernel writes (weights), overlap that
+// kernel. Every kernel here therefore waits for the earlier kernels before it reads or writes anything else, and lets
+// the next kernel start once it is past that wait: one kernel ahead, not a cascade of waiting ones. So when a kernel
+// starts, every kernel before the one just before it has finished. Without the launch attribute (older GPUs,
+// CRUCIBLE_DECODE_PDL=0) the wait returns at once.
+__device__ __forceinline__ void wait_for_earlier_kernels() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void let_later_kernels_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+inline std::atomic<bool>& early_launch_on() {
+  static std::atomic<bool> on{[] {
+    const char* value = std::getenv("CRUCIBLE_DECODE_PDL");
+    return !(value && std::strcmp(value, "0") == 0);
+  }()};
+  return on;
+}
+
+// The current GPU's compute capability and SM count, asked once per GPU.
+struct GpuFacts {
+  int major = 0, sms = 0;
+};
+
+inline GpuFacts current_gpu() {
+  constexpr int kGpus = 64;
+  static std::atomic<int> majors[kGpus] = {}, sms[kGpus] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kGpus) return {};
+  GpuFacts facts;
+  facts.major = majors[device].load(std::memory_order_acquire);  // set after sms: a major seen means sms is too
+  facts.sms = sms[device].load(std::memory_order_relaxed);
+  if (facts.major == 0) {
+    if (cudaDeviceGetAttribute(&facts.major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&facts.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return {};
+    sms[device].store(facts.sms, std::memory_order_relaxed);
+    majors[device].store(facts.major, std::memory_order_release);
+  }
+  return facts;
+}
+
+// Whether `kernel` runs code built for compute capability 9.0 or later (with the wait and the trigger): a build for
+// older GPUs only, run on a Hopper from its PTX, has neither, and must not be launched early.
+inline bool has_early_launch_code(const void* kernel) {
+  static std::mutex mutex;
+  static std::unordered_map<const void*, bool> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = known.find(kernel);
+  if (found != known.end()) return found->second;
+  cudaFuncAttributes attributes;
+  const bool has = cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess && attributes.ptxVersion >= 90;
+  known.emplace(kernel, has);
+  return has;
+}
+
+template <typename... Params, typename... Args>
+bool launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream, const Args&... args) {
+  cudaLaunchAttribute early;
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  config.attrs = &early;
+  config.numAttrs = early_launch_on().load(std::memory_order_relaxed) && current_gpu().major >= 9 &&
+                            has_early_launch_code(reinterpret_cast<const void*>(kernel))
+                        ? 1
+                        : 0;
+  return cudaLaunchKernelEx(&config, kernel, args...) == cudaSuccess;
+}
+
+template <typename T, int N>
+__device__ void widen_all(const uint4& raw, float (&out)[N]) {
+  static_assert(N * sizeof(T) == 16, "16-byte loads");
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = widen(e[i]);
+}
+
+}  // namespace crucible::lm::kernels
