@@ -288,6 +288,27 @@ __device__ uint4 narrow_all(const float (&in)[N]) {
   return raw;
 }
 
+// Where the kernel reads x from: each lane its own slices from L2 (not through the read-only cache, as the kernel
+// before this one wrote x while this one was already running); a copy in shared memory, made once per block, where
+// blocks take many rounds of outputs (the lm_head: every output would otherwise read x from L2 again); or x
+// RMS-normalised into shared memory. Staging costs a block an L2 round trip and a barrier before its first sums, and
+// where rows are long and few, as many L2 reads as the weights' own.
+enum class Input { from_l2, copied, normed };
+
+// Whether blocks take so many rounds of outputs that a copy of x pays: four rounds or more even with eight blocks on
+// every SM.
+inline bool copy_input_pays(int64_t outputs, int sms) {
+  return outputs >= static_cast<int64_t>(sms) * 8 * kLinearWarps * 4;
+}
+
+template <typename T>
+__device__ void stage_copied(const LinearArgs& a, uint4* staged) {
+  const int64_t slices = a.in_features * static_cast<int64_t>(sizeof(T)) / 16;
+  const uint4* x = static_cast<const uint4*>(a.x);
+  for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) staged[i] = __ldcg(x + i);
+  __syncthreads();
+}
+
 // x RMS-normalised, in 16-byte slices, into `staged`: y = x * rstd * weight in float32 rounded once, as LibTorch's
 // fused rms_norm rounds it.
 template <typename T>
@@ -321,7 +342,7 @@ __device__ void stage_normed(const LinearArgs& a, uint4* staged, float* reduced)
   __syncthreads();
 }
 
-template <typename T, bool Normed, bool Gated, int W>
+template <typename T, Input In, bool Gated, int W>
 __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearArgs a) {
   constexpr int V = 16 / sizeof(T);
   constexpr int kRowThreads = 32 * W;
@@ -346,11 +367,10 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
   int64_t n = static_cast<int64_t>(blockIdx.x) * kGroups + warp / W;
   load(n, t);
   wait_for_earlier_kernels();
-  // A normalised input is made once per block; x as it is, each lane reads its own slices (from L2: staging it would
-  // read as many bytes as the weights where rows are long and few; not through the read-only cache, as the kernel
-  // before this one wrote x while this one was already running).
-  if constexpr (Normed) stage_normed<T>(a, staged, reduced);
-  const uint4* input = Normed ? staged : static_cast<const uint4*>(a.x);
+  if constexpr (In == Input::normed) stage_normed<T>(a, staged, reduced);
+  if constexpr (In == Input::copied) stage_copied<T>(a, staged);
+  constexpr bool kStaged = In != Input::from_l2;
+  const uint4* input = kStaged ? staged : static_cast<const uint4*>(a.x);
   let_later_kernels_start();
   // Every warp of a block runs every round (W warps' sums meet in shared memory).
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kGroups; base < outputs; base += stride, n += stride) {
@@ -363,7 +383,7 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
         const int64_t c = first + u * kRowThreads;
         if (c >= slices) break;
         float xf[V];
-        widen_all<T>(Normed ? input[c] : __ldcg(input + c), xf);
+        widen_all<T>(kStaged ? input[c] : __ldcg(input + c), xf);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           float wf[V];
@@ -426,11 +446,11 @@ inline int linear_row_warps(int64_t slices, int64_t outputs, int sms) {
 
 // As many blocks as the outputs need, up to as many as the GPU holds at once (by the kernel's registers and shared
 // memory; asked once per kernel and input width, as the GPUs of one process are alike).
-template <typename T, bool Normed, bool Gated, int W>
+template <typename T, Input In, bool Gated, int W>
 bool small_linear_with(const LinearArgs& a, cudaStream_t stream) {
   constexpr int kGroups = kLinearWarps / W;
-  const auto kernel = small_linear_kernel<T, Normed, Gated, W>;
-  const size_t shared = Normed ? static_cast<size_t>(a.in_features) * sizeof(T) : 0;
+  const auto kernel = small_linear_kernel<T, In, Gated, W>;
+  const size_t shared = In != Input::from_l2 ? static_cast<size_t>(a.in_features) * sizeof(T) : 0;
   // Racing threads can at worst size one grid for the other's width: a grid of another size, never another result.
   static std::atomic<int64_t> asked_for{-1};  // the shared bytes `per_sm` was asked for
   static std::atomic<int> per_sm_asked{0};
@@ -447,22 +467,25 @@ bool small_linear_with(const LinearArgs& a, cudaStream_t stream) {
   return launch(kernel, dim3(blocks), dim3(kLinearWarps * 32), shared, stream, a);
 }
 
-template <typename T, bool Normed, bool Gated>
+template <typename T, Input In, bool Gated>
 bool small_linear_as(const LinearArgs& a, cudaStream_t stream) {
   switch (linear_row_warps(a.in_features * static_cast<int64_t>(sizeof(T)) / 16, a.out_features, current_gpu().sms)) {
-    case 1: return small_linear_with<T, Normed, Gated, 1>(a, stream);
-    case 2: return small_linear_with<T, Normed, Gated, 2>(a, stream);
-    default: return small_linear_with<T, Normed, Gated, 4>(a, stream);
+    case 1: return small_linear_with<T, In, Gated, 1>(a, stream);
+    case 2: return small_linear_with<T, In, Gated, 2>(a, stream);
+    default: return small_linear_with<T, In, Gated, 4>(a, stream);
   }
 }
 
 template <typename T>
 bool small_linear_as(const LinearArgs& a, cudaStream_t stream) {
   const bool normed = a.norm_weight != nullptr;
-  if (normed && a.gated) return small_linear_as<T, true, true>(a, stream);
-  if (normed) return small_linear_as<T, true, false>(a, stream);
-  if (a.gated) return small_linear_as<T, false, true>(a, stream);
-  return small_linear_as<T, false, false>(a, stream);
+  const bool copied = !normed && small_linear_takes(a.in_features, a.element, /*normed=*/true) &&
+                      copy_input_pays(a.out_features, current_gpu().sms);
+  if (normed && a.gated) return small_linear_as<T, Input::normed, true>(a, stream);
+  if (normed) return small_linear_as<T, Input::normed, false>(a, stream);
+  if (a.gated) return small_linear_as<T, Input::from_l2, true>(a, stream);
+  if (copied) return small_linear_as<T, Input::copied, false>(a, stream);
+  return small_linear_as<T, Input::from_l2, false>(a, stream);
 }
 
 // `launch` called with a value of the element type `e` names; false for none.

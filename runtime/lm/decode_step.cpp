@@ -28,7 +28,7 @@ at::Tensor decode_step(const Transformer& model, DecodeBuffers& b, int64_t visib
   else
     attention.mask = causal_mask(b.slot, b.key_valid, visible);
   const auto hidden = model.hidden_states(b.token, attention, b.cache);
-  return model.logits(hidden.select(1, 0));
+  return model.logits_in_model_dtype(hidden.select(1, 0));
 }
 
 }  // namespace crucible::lm

@@ -17,7 +17,8 @@ struct DecodeBuffers {
 
 DecodeBuffers make_decode_buffers(const Transformer& model, int64_t batch, int64_t capacity);
 
-// Marks `slot` valid, writes the token's keys and values there, and returns next-token logits [B, V] float32.
+// Marks `slot` valid, writes the token's keys and values there, and returns next-token logits [B, V] in the model's
+// dtype.
 // Attention reads cache slots [0, visible): slot + 1 eagerly, the whole capacity inside a graph.
 at::Tensor decode_step(const Transformer& model, DecodeBuffers& buffers, int64_t visible);
 

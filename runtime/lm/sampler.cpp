@@ -61,16 +61,17 @@ at::Tensor pick_by_cdf(const at::Tensor& log_probs, const at::Tensor& uniform) {
 
 }  // namespace
 
-SampledTokens BatchSampler::sample_with(const at::Tensor& logits, const std::vector<int64_t>& steps) const {
+SampledTokens BatchSampler::sample_with(const at::Tensor& given, const std::vector<int64_t>& steps) const {
   // Without top-k or top-p, two kernels sample every row (the same draws, within rounding of the path below).
-  if (!any_filter_ && sample_fused_serves(logits)) {
+  if (!any_filter_ && sample_fused_serves(given)) {
     bool one_step = true;
     for (const int64_t s : steps) one_step &= s == steps.front();
     const auto row_steps = one_step ? at::Tensor() : at::tensor(steps).to(device_);
-    auto f = sample_fused(logits, inv_temperature_.view({-1}), greedy_, seeds_on_device_, row_steps,
+    auto f = sample_fused(given, inv_temperature_.view({-1}), greedy_, seeds_on_device_, row_steps,
                           steps.empty() ? 0 : steps.front());
     return {f.tokens, f.sampling_logprobs, f.model_logprobs, f.record};
   }
+  const auto logits = given.to(at::kFloat);
   const auto model_lp = at::log_softmax(logits, -1);
   const auto greedy_tokens = logits.argmax(-1);
   if (!any_sampled_) {

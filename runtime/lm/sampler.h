@@ -24,7 +24,7 @@ struct SampledTokens {
 class BatchSampler {
  public:
   BatchSampler(const std::vector<SamplingParams>& rows, int64_t vocab_size, c10::Device device);
-  // logits [B, V] float32 -> one token per row; `step` is the row's position in its completion.
+  // logits [B, V] (float32, or the model's dtype) -> one token per row; `step` is the row's position in its completion.
   SampledTokens sample(const at::Tensor& logits, int64_t step) const;
   // The same with each row at its own position in its completion (rows that joined a running batch later).
   SampledTokens sample(const at::Tensor& logits, const std::vector<int64_t>& steps) const;

@@ -396,8 +396,10 @@ at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionI
   return rms_norm(x, weights_.final_norm);
 }
 
-at::Tensor Transformer::logits(const at::Tensor& hidden) const {
-  return project(hidden, weights_.lm_head, {}).to(at::kFloat);
+at::Tensor Transformer::logits(const at::Tensor& hidden) const { return logits_in_model_dtype(hidden).to(at::kFloat); }
+
+at::Tensor Transformer::logits_in_model_dtype(const at::Tensor& hidden) const {
+  return project(hidden, weights_.lm_head, {});
 }
 
 at::Tensor Transformer::forward_full(const at::Tensor& tokens) const {

@@ -72,6 +72,8 @@ class Transformer {
   at::Tensor hidden_states(const at::Tensor& tokens, const AttentionInputs& attention, KvCache& cache) const;
   // hidden [..., hidden] -> logits [..., V] in float32.
   at::Tensor logits(const at::Tensor& hidden) const;
+  // The same in the model's dtype, as the projection writes them (the fused sampler reads them so: no float32 copy).
+  at::Tensor logits_in_model_dtype(const at::Tensor& hidden) const;
   // Logits of every position of unpadded sequences of one length, no cache kept: tokens [B, T] -> [B, T, V].
   at::Tensor forward_full(const at::Tensor& tokens) const;
 
