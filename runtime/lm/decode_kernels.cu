@@ -298,7 +298,7 @@ enum class Input { from_l2, copied, normed };
 // Whether blocks take so many rounds of outputs that a copy of x pays: four rounds or more even with eight blocks on
 // every SM.
 inline bool copy_input_pays(int64_t outputs, int sms) {
-  return outputs >= static_cast<int64_t>(sms) * 8 * kLinearWarps * 4;
+  return sms > 0 && outputs >= static_cast<int64_t>(sms) * 8 * kLinearWarps * 4;
 }
 
 template <typename T>

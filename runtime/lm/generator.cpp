@@ -237,7 +237,8 @@ std::vector<std::size_t> Generator::run_batch(std::vector<GenerationRequest>& re
     part.positions = prefill.positions.narrow(0, r0, n);
     part.mask = prefill.mask.narrow(0, r0, n);
     KvCache view = rows_of(buffers.cache, r0, n);  // these rows of the static cache: writes go through the views
-    last_logits.push_back(model_.logits(model_.hidden_states(tokens_dev.narrow(0, r0, n), part, view).select(1, P - 1)));
+    const auto hidden = model_.hidden_states(tokens_dev.narrow(0, r0, n), part, view);
+    last_logits.push_back(model_.logits_in_model_dtype(hidden.select(1, P - 1)));
   }
   at::Tensor logits = last_logits.size() == 1 ? last_logits.front() : at::cat(last_logits, 0);
 

@@ -4,6 +4,7 @@
 
 #include "lm/decode_kernels.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace crucible::lm {
@@ -18,7 +19,8 @@ BatchSampler::BatchSampler(const std::vector<SamplingParams>& rows, int64_t voca
     const auto& r = rows[b];
     seeds_.push_back(r.seed);
     greedy[b] = r.temperature <= 0.0;
-    inv_t[b] = greedy[b] ? 1.0f : static_cast<float>(1.0 / r.temperature);
+    // Finite however small the temperature: an infinite scale would make 0 * inf = NaN at the highest logit.
+    inv_t[b] = greedy[b] ? 1.0f : static_cast<float>(std::min(1.0 / r.temperature, 1e30));
     top_p[b] = static_cast<float>(r.top_p);
     top_k[b] = r.top_k > 0 && r.top_k < vocab_size ? r.top_k : vocab_size;
     any_filter_ |= !greedy[b] && (r.top_p < 1.0 || top_k[b] < vocab_size);

@@ -96,12 +96,19 @@ __device__ float block_sum(float v, Scratch& s) {
   return total;
 }
 
-// The highest value, and the first index holding it (INT_MAX where no value is above -inf).
+// Whether (a, at) comes before (b, bt) as torch.argmax orders: NaN above every number, then the higher value, then
+// the lower index.
+__device__ bool ranks_first(float a, int at, float b, int bt) {
+  if (isnan(a) != isnan(b)) return isnan(a);
+  return a > b || ((a == b || isnan(a)) && at < bt);
+}
+
+// The highest value and the first index holding it, in ranks_first's order.
 __device__ void block_top(float& v, int& index, Scratch& s) {
   for (int o = 16; o > 0; o /= 2) {
     const float ov = __shfl_xor_sync(0xffffffffu, v, o);
     const int oi = __shfl_xor_sync(0xffffffffu, index, o);
-    if (ov > v || (ov == v && oi < index)) v = ov, index = oi;
+    if (ranks_first(ov, oi, v, index)) v = ov, index = oi;
   }
   __syncthreads();
   if (threadIdx.x % 32 == 0) s.value[threadIdx.x / 32] = v, s.index[threadIdx.x / 32] = index;
@@ -109,7 +116,7 @@ __device__ void block_top(float& v, int& index, Scratch& s) {
   v = s.value[0], index = s.index[0];
 #pragma unroll
   for (int w = 1; w < kSampleWarps; ++w)
-    if (s.value[w] > v || (s.value[w] == v && s.index[w] < index)) v = s.value[w], index = s.index[w];
+    if (ranks_first(s.value[w], s.index[w], v, index)) v = s.value[w], index = s.index[w];
 }
 
 __device__ int block_min(int v, Scratch& s) {
@@ -157,7 +164,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_chunks_kernel(SampleArg
   int first = INT_MAX;
 #pragma unroll
   for (int e = 0; e < kSamplePerThread; ++e)
-    if (l[e] > top) top = l[e], first = static_cast<int>(begin + e);
+    if (ranks_first(l[e], static_cast<int>(begin + e), top, first)) top = l[e], first = static_cast<int>(begin + e);
   block_top(top, first, scratch);
   const float inv_t = a.inv_temperature[row];
   float model = 0.0f, sample = 0.0f;
@@ -202,8 +209,9 @@ __device__ float warp_running_sum(const float* weights, int n, Visit visit) {
 
 // Block per row: merges the chunks, then for a sampled row finds the chunk where the scaled draw falls (the first whose
 // running total exceeds it) and the entry within it (the first nonzero one whose running total exceeds it). Where
-// rounding leaves the scan short of the draw, the last nonzero entry of the chunk is taken; with no mass at all, the
-// first highest logit (index 0 where none is above -inf). A zero-probability entry is never picked otherwise.
+// rounding leaves the scan short of the draw, the last nonzero entry of the chunk is taken. With no mass to draw from
+// (every logit -inf, or a NaN or +inf among them: the sums are NaN, as LibTorch's log-softmax is), the row takes what
+// torch.argmax takes, with NaN log-probs where LibTorch's are NaN. A zero-probability entry is never picked otherwise.
 template <typename T>
 __global__ void __launch_bounds__(kSampleThreads) sample_pick_kernel(SampleArgs a) {
   wait_for_earlier_kernels();
@@ -218,7 +226,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_pick_kernel(SampleArgs 
   float top = -INFINITY;
   int first = INT_MAX;
   for (int c = threadIdx.x; c < chunks; c += kSampleThreads)
-    if (stats[c].top > top || (stats[c].top == top && stats[c].first_top < first)) top = stats[c].top, first = stats[c].first_top;
+    if (ranks_first(stats[c].top, stats[c].first_top, top, first)) top = stats[c].top, first = stats[c].first_top;
   block_top(top, first, scratch);
   const float inv_t = a.inv_temperature[row];
   float model = 0.0f;

@@ -19,7 +19,8 @@ CRUCIBLE_HOST_DEVICE inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// The uniform number in (0, 1) a row with this seed draws at this step of its completion: 24 bits, exact in a float.
+// The uniform number in (0, 1] a row with this seed draws at this step of its completion: 24 random bits plus a half,
+// scaled into a float; the highest rounds to exactly 1 (the sampler keeps its target below the total).
 CRUCIBLE_HOST_DEVICE inline float row_uniform(uint64_t seed, int64_t step) {
   const uint64_t bits = splitmix64(splitmix64(seed) ^ (static_cast<uint64_t>(step + 1) * 0x9E3779B97F4A7C15ull));
   return (static_cast<float>(bits >> 40) + 0.5f) * (1.0f / 16777216.0f);

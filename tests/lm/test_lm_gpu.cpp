@@ -412,20 +412,25 @@ TEST_CASE("lm gpu: sampling from logits in two kernels draws where the distribut
   for (const Case c : {Case{151936, at::kFloat}, Case{151936, at::kBFloat16}, Case{999, at::kFloat}, Case{999, at::kHalf}}) {
     CAPTURE(c.vocab);
     CAPTURE(c.dtype);
-    const int64_t B = 8, V = c.vocab;
+    const int64_t B = 10, V = c.vocab;
     const auto cuda = at::TensorOptions().device(at::kCUDA);
     at::manual_seed(13);
     auto logits = (at::randn({B, V}, cuda) * 3).to(c.dtype);
-    // Rows 4 and 5 keep a few tokens (as top-k leaves them), row 6 one; row 7 ties its highest logit at two indices.
+    // Rows 4 and 5 keep a few tokens of equal weight (as top-k leaves them; the last is above rounding of the total),
+    // row 6 one; row 7 ties its highest logit at two indices; rows 8 and 9 hold a NaN.
     const auto kept = at::rand({B, V}, cuda);
-    logits.select(0, 4).masked_fill_(kept.select(0, 4) >= 0.003, -inf);
-    logits.select(0, 5).masked_fill_(kept.select(0, 5) >= 0.003, -inf);
+    for (const int64_t b : {4, 5})
+      logits.select(0, b).copy_(at::where(kept.select(0, b) < 0.003, at::zeros({V}, cuda), at::full({V}, -inf, cuda)));
     logits.select(0, 6).fill_(-inf);
     logits.select(0, 6).select(0, V / 2).fill_(1.0);
     logits.select(0, 7).select(0, 5).fill_(50.0);
     logits.select(0, 7).select(0, V - 3).fill_(50.0);
-    // Row 0 is greedy; the others sample at their temperatures, rows 4 and 5 at the lowest and the highest draw.
-    const std::vector<double> temperature = {0.0, 1.0, 0.7, 1.3, 1.0, 1.0, 0.9, 0.0};
+    const int64_t nan_at = V / 3;
+    logits.select(0, 8).select(0, nan_at).fill_(std::numeric_limits<double>::quiet_NaN());
+    logits.select(0, 9).select(0, nan_at).fill_(std::numeric_limits<double>::quiet_NaN());
+    // Rows 0, 7 and 8 are greedy; the others sample at their temperatures, rows 4 and 5 at the lowest and the highest
+    // draw.
+    const std::vector<double> temperature = {0.0, 1.0, 0.7, 1.3, 1.0, 1.0, 0.9, 0.0, 0.0, 0.8};
     std::vector<float> inv_t(B);
     std::vector<int64_t> seeds(B), steps(B);
     std::vector<uint8_t> greedy(B);
@@ -443,7 +448,8 @@ TEST_CASE("lm gpu: sampling from logits in two kernels draws where the distribut
     REQUIRE(sample_fused_serves(logits));
     const auto out = sample_fused(logits, inv_t_dev, greedy_dev, seeds_dev, steps_dev, 0);
     const auto again = sample_fused(logits, inv_t_dev, greedy_dev, seeds_dev, steps_dev, 0);
-    CHECK(at::equal(out.record, again.record));  // the same sums in the same order every time
+    // The same sums in the same order every time (compared as bits: NaN rows too).
+    CHECK(at::equal(out.record.view(at::kLong), again.record.view(at::kLong)));
     // Every row at one step: the same as giving each row that step.
     const auto at_step_2 = sample_fused(logits, inv_t_dev, greedy_dev, seeds_dev, {}, 2);
     const auto each_at_2 = sample_fused(logits, inv_t_dev, greedy_dev, seeds_dev, at::full({B}, 2, seeds_dev.options()), 2);
@@ -458,6 +464,11 @@ TEST_CASE("lm gpu: sampling from logits in two kernels draws where the distribut
       REQUIRE(j >= 0);
       REQUIRE(j < V);
       CHECK(record[0][b].item<double>() == static_cast<double>(j));
+      if (b >= 8) {  // as torch.argmax: the NaN's index, greedy or not, and NaN log-probs as LibTorch's log-softmax
+        CHECK(j == nan_at);
+        CHECK(std::isnan(out.model_logprobs[b].item<float>()));
+        continue;
+      }
       CHECK(record[1][b].item<double>() == static_cast<double>(out.sampling_logprobs[b].item<float>()));
       CHECK(record[2][b].item<double>() == static_cast<double>(out.model_logprobs[b].item<float>()));
       CHECK(out.model_logprobs[b].item<float>() == doctest::Approx(model_lp[b][j].item<double>()).epsilon(1e-5));
