@@ -28,13 +28,18 @@ void set_decode_kernels(bool on);
 // 16-byte loads up to a warp's worth).
 bool decode_attention_takes(const at::Tensor& k_cache, int64_t heads);
 
-// Whether decode steps attend with them: they take the shapes and, unless CRUCIBLE_DECODE_ATTENTION=1 asks for every
-// batch, the batch is small (rows x key heads up to 32), where they beat LibTorch's attention.
+// Whether decode steps attend with them: they take the shapes, and the batch is small (rows x key heads up to 32:
+// the split kernels), or the tensor-core kernel takes it (16-bit caches, D = 64 or 128, a GPU of compute capability
+// 8.0 or later), or CRUCIBLE_DECODE_ATTENTION=1 asks for every batch. These beat LibTorch's attention there.
 bool decode_attention_serves(const at::Tensor& k_cache, int64_t heads);
 
-// Switches the decode attention kernels off and back on (for small batches) (LibTorch's masked attention instead).
+// Switches the decode attention kernels off and back on (LibTorch's masked attention instead).
 // CRUCIBLE_DECODE_ATTENTION=0 starts off. Captured graphs keep what they captured.
 void set_decode_attention(bool on);
+
+// Switches the tensor-core kernel for batches above 32 rows x key heads off (cuDNN's attention, or the split kernels
+// under CRUCIBLE_DECODE_ATTENTION=1) and back on. CRUCIBLE_DECODE_ATTENTION_TC=0 starts off.
+void set_decode_attention_tensor_cores(bool on);
 
 // One query token per row: q [B, 1, H, D] (D contiguous), caches [B, Hkv, capacity, D] contiguous, key_valid
 // [B, capacity] bool (padding false), slot [1] int64 the step's slot. Row b attends the slots s <= slot with

@@ -25,9 +25,10 @@ std::atomic<bool>& switched_on() {
   return on;
 }
 
-// Where decode steps use the attention kernels. They beat cuDNN's attention (which reads the graph's whole span) when
-// few rows and key heads leave most of the GPU idle, and lose to it on large batches (docs/benchmarks.md, "Decode
-// attention kernels"): by default they serve batches up to kAttentionMaxRowsTimesKvHeads.
+// Where decode steps use the attention kernels. The split kernels beat cuDNN's attention (which reads the graph's
+// whole span) when few rows and key heads leave most of the GPU idle, and lose to it on large batches
+// (docs/benchmarks.md, "Decode attention kernels"): by default they serve batches up to kAttentionMaxRowsTimesKvHeads,
+// and the tensor-core kernel those above, where it takes the heads.
 enum class AttentionUse { off, small_batches, always };
 constexpr int64_t kAttentionMaxRowsTimesKvHeads = 32;
 
@@ -41,6 +42,14 @@ AttentionUse attention_use_from_environment() {
 std::atomic<AttentionUse>& attention_use() {
   static std::atomic<AttentionUse> use{attention_use_from_environment()};
   return use;
+}
+
+// The tensor-core kernel serves the batches above kAttentionMaxRowsTimesKvHeads where it takes the heads (16-bit
+// caches, D = 64 or 128), instead of cuDNN's attention (or the split kernels, with CRUCIBLE_DECODE_ATTENTION=1).
+// CRUCIBLE_DECODE_ATTENTION_TC=0 starts it off.
+std::atomic<bool>& tensor_core_attention_on() {
+  static std::atomic<bool> on{on_unless_zero("CRUCIBLE_DECODE_ATTENTION_TC")};
+  return on;
 }
 
 std::atomic<bool>& fused_sampling_on() {
@@ -64,6 +73,14 @@ kernels::Element element_of(const at::Tensor& t) {
 bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
 cudaStream_t stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
+
+bool large_batch(const at::Tensor& k_cache) { return k_cache.size(0) * k_cache.size(1) > kAttentionMaxRowsTimesKvHeads; }
+
+bool tensor_cores_attend(const at::Tensor& k_cache, int64_t heads) {
+  return tensor_core_attention_on().load(std::memory_order_relaxed) && large_batch(k_cache) &&
+         kernels::attention_tensor_cores_take(static_cast<int>(heads), static_cast<int>(k_cache.size(1)),
+                                              static_cast<int>(k_cache.size(3)), element_of(k_cache));
+}
 
 }  // namespace
 
@@ -92,10 +109,12 @@ bool decode_attention_takes(const at::Tensor& k_cache, int64_t heads) {
 bool decode_attention_serves(const at::Tensor& k_cache, int64_t heads) {
   const auto use = attention_use().load(std::memory_order_relaxed);
   if (use == AttentionUse::off || !decode_attention_takes(k_cache, heads)) return false;
-  return use == AttentionUse::always || k_cache.size(0) * k_cache.size(1) <= kAttentionMaxRowsTimesKvHeads;
+  return use == AttentionUse::always || !large_batch(k_cache) || tensor_cores_attend(k_cache, heads);
 }
 
 void set_decode_attention(bool on) { attention_use().store(on ? AttentionUse::small_batches : AttentionUse::off); }
+
+void set_decode_attention_tensor_cores(bool on) { tensor_core_attention_on().store(on); }
 
 bool small_linear_serves(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                          const at::Tensor& residual, const LinearFolds& folds) {
@@ -170,12 +189,8 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   a.head_dim = static_cast<int>(D);
   a.capacity = capacity;
   a.visible = visible;
-  a.rounds = kernels::attention_rounds(a.batch, a.kv_heads);
-  a.chunk = kernels::attention_chunk(a.head_dim, element_of(k_cache), a.rounds);
-  a.splits = static_cast<int>((visible + a.chunk - 1) / a.chunk);
   a.scale = static_cast<float>(scale);
   a.element = element_of(k_cache);
-  auto partial = at::empty({B * H, a.splits, D + 2}, q.options().dtype(at::kFloat));
   auto out = at::empty({B, 1, H * D}, q.options());
   a.q = q.data_ptr();
   a.q_row_stride = q.stride(0);
@@ -184,8 +199,16 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   a.v_cache = v_cache.data_ptr();
   a.key_valid = key_valid.data_ptr<bool>();
   a.slot = slot.data_ptr<int64_t>();
-  a.partial = partial.data_ptr<float>();
   a.out = out.data_ptr();
+  if (tensor_cores_attend(k_cache, H)) {
+    TORCH_CHECK(kernels::launch_attend_tensor_cores(a, stream_of(q)), "decode_attention: launch failed");
+    return out;
+  }
+  a.rounds = kernels::attention_rounds(a.batch, a.kv_heads);
+  a.chunk = kernels::attention_chunk(a.head_dim, a.element, a.rounds);
+  a.splits = static_cast<int>((visible + a.chunk - 1) / a.chunk);
+  auto partial = at::empty({B * H, a.splits, D + 2}, q.options().dtype(at::kFloat));
+  a.partial = partial.data_ptr<float>();
   TORCH_CHECK(kernels::launch_attend(a, stream_of(q)), "decode_attention: launch failed");
   return out;
 }

@@ -131,6 +131,11 @@ struct AttendArgs {
 // number of 16-byte loads wide, at most a warp's worth (D = 64 or 128 in every dtype).
 bool attention_takes(int heads, int kv_heads, int head_dim, Element element);
 
+// Whether the tensor-core attention kernel (attention_tensor_cores.cu) takes these heads: 16-bit elements, D = 64
+// or 128, up to 8 query heads per key head, and a GPU of compute capability 8.0 or later (the current one). It takes
+// AttendArgs without the splits (one block per row and key head; no partials).
+bool attention_tensor_cores_take(int heads, int kv_heads, int head_dim, Element element);
+
 struct LinearArgs {
   const void* x = nullptr;            // [in_features]
   const void* norm_weight = nullptr;  // [in_features], or null: x is RMS-normalised with this weight and eps first
@@ -166,6 +171,7 @@ bool launch_silu_times_up(const SiluArgs& a, cudaStream_t stream);
 bool launch_pick_by_cdf(const PickArgs& a, cudaStream_t stream);
 bool launch_sample(const SampleArgs& a, cudaStream_t stream);
 bool launch_attend(const AttendArgs& a, cudaStream_t stream);
+bool launch_attend_tensor_cores(const AttendArgs& a, cudaStream_t stream);
 bool launch_small_linear(const LinearArgs& a, cudaStream_t stream);
 
 }  // namespace crucible::lm::kernels

@@ -8,6 +8,16 @@
 namespace crucible::lm::kernels {
 namespace {
 
+// The warp's inclusive running sum of x, lane by lane in a fixed order (the same bits every call).
+__device__ __forceinline__ float warp_inclusive_sum(float x) {
+  const int lane = threadIdx.x % 32;
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const float below = __shfl_up_sync(0xffffffffu, x, offset);
+    if (lane >= offset) x += below;
+  }
+  return x;
+}
+
 // One block of 32 warps per row; warp w sums the exponentiated log-probs of its own contiguous segment. Thread 0 finds
 // the segment where the scaled draw falls (the first whose running total exceeds it), and that segment's warp scans
 // its entries 32 at a time for the first nonzero one whose running total exceeds it. Where rounding leaves the scan
@@ -57,12 +67,7 @@ __global__ void pick_by_cdf_kernel(PickArgs a) {
   for (int64_t base = begin; base < end; base += 32) {
     const int64_t j = base + lane;
     const float p = j < end ? expf(lp[j]) : 0.0f;
-    float cumulative = p;
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const float below = __shfl_up_sync(0xffffffffu, cumulative, offset);
-      if (lane >= offset) cumulative += below;
-    }
-    cumulative += running;
+    const float cumulative = warp_inclusive_sum(p) + running;
     const unsigned nonzero = __ballot_sync(0xffffffffu, p > 0.0f);
     const unsigned past = __ballot_sync(0xffffffffu, p > 0.0f && cumulative > target);
     if (nonzero) last_nonzero = base + 31 - __clz(nonzero);
@@ -195,12 +200,7 @@ __device__ float warp_running_sum(const float* weights, int n, Visit visit) {
   float running = 0.0f;
   for (int base = 0; base < n; base += 32) {
     const int i = base + lane;
-    float cumulative = i < n ? weights[i] : 0.0f;
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const float below = __shfl_up_sync(0xffffffffu, cumulative, offset);
-      if (lane >= offset) cumulative += below;
-    }
-    cumulative += running;
+    const float cumulative = warp_inclusive_sum(i < n ? weights[i] : 0.0f) + running;
     if (!visit(base, i < n, cumulative)) break;
     running = __shfl_sync(0xffffffffu, cumulative, 31);
   }
@@ -286,12 +286,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_pick_kernel(SampleArgs 
         mine += p[e];
       }
       // This thread's running total before its entries: warps' totals in order, then lanes' in order.
-      float below = mine;
-      for (int offset = 1; offset < 32; offset <<= 1) {
-        const float other = __shfl_up_sync(0xffffffffu, below, offset);
-        if (lane >= offset) below += other;
-      }
-      __syncthreads();
+      const float below = warp_inclusive_sum(mine);
       if (lane == 31) scratch.value[threadIdx.x / 32] = below;
       __syncthreads();
       float running = before_shared + below - mine;

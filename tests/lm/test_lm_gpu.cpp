@@ -47,11 +47,15 @@ TokenBytes no_text() {
   return [](int64_t) { return std::string(); };
 }
 
-// Switches a kernel off for its scope, and back on at its end (also when a check throws).
+// Switches a kernel off for its scope (where `off`), and back on at its end (also when a check throws).
 class SwitchedOff {
  public:
-  explicit SwitchedOff(void (*set)(bool)) : set_(set) { set_(false); }
-  ~SwitchedOff() { set_(true); }
+  explicit SwitchedOff(void (*set)(bool), bool off = true) : set_(off ? set : nullptr) {
+    if (set_) set_(false);
+  }
+  ~SwitchedOff() {
+    if (set_) set_(true);
+  }
   SwitchedOff(const SwitchedOff&) = delete;
   SwitchedOff& operator=(const SwitchedOff&) = delete;
 
@@ -296,17 +300,22 @@ TEST_CASE("lm gpu: decode attention reads only valid slots up to the step's own,
     double tolerance;
   };
   // Qwen2.5-0.5B's heads, Qwen2.5-1.5B's, one key head per query head, eight per key head, the tiny fixtures' 16.
-  // One row spreads over many splits; 66 rows are more than the default serves (CRUCIBLE_DECODE_ATTENTION=1 takes them).
+  // One row spreads over many splits. Above 32 rows x key heads the tensor-core kernel takes 16-bit heads of 64 and
+  // 128 (with it off, the split kernels take them, as under CRUCIBLE_DECODE_ATTENTION=1).
   const Shape shapes[] = {{1, 14, 2, 64, at::kBFloat16, 2e-2}, {3, 12, 2, 128, at::kHalf, 4e-3},
                           {2, 8, 8, 64, at::kFloat, 1e-5},     {5, 16, 2, 64, at::kFloat, 1e-5},
                           {4, 4, 2, 16, at::kBFloat16, 2e-2},  {2, 4, 2, 16, at::kFloat, 1e-5},
-                          {66, 14, 2, 64, at::kBFloat16, 2e-2}};
+                          {66, 14, 2, 64, at::kBFloat16, 2e-2}, {20, 16, 2, 128, at::kHalf, 4e-3},
+                          {40, 3, 1, 64, at::kHalf, 4e-3},      {17, 12, 2, 128, at::kBFloat16, 2e-2}};
   const int64_t capacity = 700;
   // With two GPUs or more the kernels also run on the last one (a policy on cuda:1 beside an evaluator on cuda:0).
   const int gpus = crucible::eval::cuda_devices();
   for (const int gpu : gpus > 1 ? std::vector<int>{0, gpus - 1} : std::vector<int>{0})
-  for (const auto& shape : shapes) {
+  for (const auto& shape : shapes)
+  for (const bool tensor_cores : {true, false}) {
+    const SwitchedOff maybe_no_tensor_cores(set_decode_attention_tensor_cores, !tensor_cores);
     CAPTURE(gpu);
+    CAPTURE(tensor_cores);
     const auto cuda = at::TensorOptions().device(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(gpu)));
     CAPTURE(shape.H);
     CAPTURE(shape.D);
@@ -318,8 +327,9 @@ TEST_CASE("lm gpu: decode attention reads only valid slots up to the step's own,
     auto valid = at::rand({shape.B, capacity}, cuda) > 0.2;  // padding and retired requests' slots
     valid[0].narrow(0, 0, 100).fill_(false);                  // a row whose first splits hold nothing valid
     REQUIRE(decode_attention_takes(k, shape.H));
-    if (!std::getenv("CRUCIBLE_DECODE_ATTENTION"))  // by default, small batches only
-      CHECK(decode_attention_serves(k, shape.H) == (shape.B * shape.Hkv <= 32));
+    const bool large = shape.B * shape.Hkv > 32, sixteen_bit = shape.dtype != at::kFloat;
+    if (!std::getenv("CRUCIBLE_DECODE_ATTENTION"))  // by default, small batches, and large ones on tensor cores
+      CHECK(decode_attention_serves(k, shape.H) == (!large || (tensor_cores && sixteen_bit && shape.D >= 64)));
     for (const int64_t slot : {int64_t{0}, int64_t{37}, int64_t{513}, capacity - 1}) {
       CAPTURE(slot);
       const double scale = 1.0 / std::sqrt(static_cast<double>(shape.D));
