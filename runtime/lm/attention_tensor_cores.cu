@@ -3,11 +3,14 @@
 // reads each row's cache once, up to the step's slot, and does both products with MMA instructions.
 //
 // One block per (row, key head). Its G query heads, padded to the MMA's 16 rows, share each loaded key and value.
-// Each warp takes every kWarps-th tile of 16 cache slots and keeps its own running maximum, sum of weights and
-// weighted values (online softmax); the block merges its warps' at the end, so no second kernel is needed. A warp keeps
-// kStages tiles of keys and values in flight with asynchronous copies; slots a row may not attend (padding, retired
-// requests, anything past the step's slot) are filled with zeros instead of loaded, so whatever they hold (NaN, too)
-// never reaches a product, and their scores are masked to -inf.
+// Each warp takes every warps-th tile of 16 cache slots and keeps its own running maximum, sum of weights and weighted
+// values (online softmax); the block merges its warps' at the end, so no second kernel is needed. A block has one
+// wave of its own (one row and key head per SM at batch 64), so it runs many warps, each with kStages tiles of keys
+// and values in flight through asynchronous copies: a warp's chain of dependent MMAs and shuffles is hidden by the
+// others. Copies start before the row's valid slots are known (a bit mask in shared memory, built while they fly);
+// scores of slots a row may not attend (padding, retired requests) are masked to -inf, and their values zeroed in
+// shared memory before the weighted sum, so whatever they hold (NaN, too) never reaches the output. Slots past the
+// step's are never read.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -20,11 +23,16 @@
 namespace crucible::lm::kernels {
 namespace {
 
-constexpr int kWarps = 4;
 constexpr int kSlotsPerTile = 16;  // the MMA's k for the weighted values, two n-tiles of 8 for the scores
-constexpr int kStages = 4;
+constexpr int kStages = 2;
 constexpr int kRows = 16;  // the MMA's m: query heads of a key head, padded
 constexpr int kMaxGroup = 8;
+
+// Warps per block: 128 KiB of tiles in flight per block either way.
+template <int D>
+__host__ __device__ constexpr int warps_for() {
+  return D == 64 ? 16 : 8;
+}
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -101,19 +109,25 @@ __device__ __forceinline__ int swizzled(int row, int piece) {
   return row * D + ((piece ^ (row & 7)) * 8);
 }
 
+// Shared memory: each warp's stages, the query tile, and one bit per slot of the span.
 template <int D>
-constexpr size_t shared_bytes() {
-  return sizeof(uint16_t) * (kRows * D + kWarps * kStages * 2 * kSlotsPerTile * D);
+constexpr size_t tile_bytes() {
+  return sizeof(uint16_t) * (warps_for<D>() * kStages * 2 * kSlotsPerTile * D + kRows * D);
 }
 
+size_t mask_bytes(int64_t capacity) { return static_cast<size_t>((capacity + 31) / 32) * sizeof(uint32_t); }
+
 template <typename T, int D>
-__global__ void __launch_bounds__(kWarps * 32) attend_tensor_cores_kernel(AttendArgs a) {
+__global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kernel(AttendArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(sizeof(T) == 2 && D % 16 == 0, "16-bit elements, whole MMA steps");
+  constexpr int kWarps = warps_for<D>();
   constexpr int kPieces = D / 8;  // 16-byte pieces of a head
   constexpr int kTile = kSlotsPerTile * D;
   extern __shared__ __align__(16) unsigned char shared[];
-  T* q_tile = reinterpret_cast<T*>(shared);  // [kRows][D]
+  T* stages_all = reinterpret_cast<T*>(shared);  // [kWarps][kStages][keys, values][16][D]
+  T* q_tile = stages_all + kWarps * kStages * 2 * kTile;  // [kRows][D]
+  uint32_t* mask = reinterpret_cast<uint32_t*>(q_tile + kRows * D);  // bit s % 32 of word s / 32: slot s is attended
   const int b = blockIdx.x / a.kv_heads, kvh = blockIdx.x % a.kv_heads;
   const int G = a.heads / a.kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -125,13 +139,13 @@ __global__ void __launch_bounds__(kWarps * 32) attend_tensor_cores_kernel(Attend
   const T* keys = static_cast<const T*>(a.k_cache) + head * D;
   const T* values = static_cast<const T*>(a.v_cache) + head * D;
   const bool* valid = a.key_valid + static_cast<int64_t>(b) * a.capacity;
-  T* stages = q_tile + kRows * D + warp * kStages * 2 * kTile;  // this warp's [kStages][keys, values][16][D]
+  T* stages = stages_all + warp * kStages * 2 * kTile;  // this warp's
   wait_for_earlier_kernels();  // the step's own key, value and query, and key_valid, come from kernels before
   let_later_kernels_start();
 
-  const auto live = [&](int64_t s) { return s < n && (s == slot || valid[s]); };
-  // The warp's i-th tile (slots 16 (warp + i kWarps) on) into stage i % kStages; one copy group per call, empty
-  // past the last tile, so that waiting for all but the newest kStages - 1 groups always means tile i has landed.
+  // The warp's i-th tile (slots 16 (warp + i kWarps) on) into stage i % kStages, zeros past the step's slot; one copy
+  // group per call, empty past the last tile, so that waiting for all but the newest kStages - 1 groups always means
+  // tile i has landed.
   const auto fetch = [&](int i) {
     const int t = warp + i * kWarps;
     if (t < tiles) {
@@ -141,7 +155,7 @@ __global__ void __launch_bounds__(kWarps * 32) attend_tensor_cores_kernel(Attend
       for (int c = lane; c < kSlotsPerTile * kPieces; c += 32) {
         const int row = c / kPieces, piece = c % kPieces;
         const int64_t s = static_cast<int64_t>(t) * kSlotsPerTile + row;
-        const bool load = live(s);
+        const bool load = s < n;
         const int64_t from = (load ? s : 0) * D + piece * 8;
         copy16_async(k_tile + swizzled<D>(row, piece), keys + from, load);
         copy16_async(v_tile + swizzled<D>(row, piece), values + from, load);
@@ -152,6 +166,11 @@ __global__ void __launch_bounds__(kWarps * 32) attend_tensor_cores_kernel(Attend
 #pragma unroll
   for (int i = 0; i < kStages; ++i) fetch(i);
 
+  for (int word = warp; word < (n + 31) / 32; word += kWarps) {
+    const int64_t s = static_cast<int64_t>(word) * 32 + lane;
+    const unsigned bits = __ballot_sync(0xffffffffu, s < n && (s == slot || valid[s]));
+    if (lane == 0) mask[word] = bits;
+  }
   const T* query = static_cast<const T*>(a.q) + b * a.q_row_stride + static_cast<int64_t>(kvh) * G * a.q_head_stride;
   for (int e = threadIdx.x; e < kRows * D; e += kWarps * 32) {
     const int row = e / D, d = e % D;
@@ -175,7 +194,17 @@ __global__ void __launch_bounds__(kWarps * 32) attend_tensor_cores_kernel(Attend
     wait_copies<kStages - 1>();
     __syncwarp();
     const T* k_tile = stages + (i % kStages) * 2 * kTile;
-    const T* v_tile = k_tile + kTile;
+    T* v_tile = stages + (i % kStages) * 2 * kTile + kTile;
+    const int t = warp + i * kWarps;
+    const unsigned live = (mask[t / 2] >> (16 * (t % 2))) & 0xffffu;  // bit r: slot 16 t + r
+    if (live != 0xffffu) {  // padding or retired slots: their values may be anything
+#pragma unroll
+      for (int c = lane; c < kSlotsPerTile * kPieces; c += 32) {
+        const int row = c / kPieces, piece = c % kPieces;
+        if (!((live >> row) & 1u)) *reinterpret_cast<uint4*>(v_tile + swizzled<D>(row, piece)) = make_uint4(0, 0, 0, 0);
+      }
+      __syncwarp();
+    }
 
     // Scores: 16 query rows x 16 slots, as two 8-slot n-tiles.
     float score[2][4] = {};
@@ -186,12 +215,11 @@ __global__ void __launch_bounds__(kWarps * 32) attend_tensor_cores_kernel(Attend
       mma<T>(score[0], q_frag[k], kf[0], kf[1]);
       mma<T>(score[1], q_frag[k], kf[2], kf[3]);
     }
-    const int64_t first = static_cast<int64_t>(warp + i * kWarps) * kSlotsPerTile;
 #pragma unroll
     for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const bool use = live(first + 8 * j + 2 * (lane % 4) + e);
+        const bool use = (live >> (8 * j + 2 * (lane % 4) + e)) & 1u;
         score[j][e] = use ? score[j][e] * scale : -INFINITY;
         score[j][e + 2] = use ? score[j][e + 2] * scale : -INFINITY;
       }
@@ -273,11 +301,12 @@ __global__ void __launch_bounds__(kWarps * 32) attend_tensor_cores_kernel(Attend
 template <typename T, int D>
 bool attend_tensor_cores_as(const AttendArgs& a, cudaStream_t stream) {
   const auto kernel = attend_tensor_cores_kernel<T, D>;
-  constexpr size_t bytes = shared_bytes<D>();
-  static_assert(sizeof(float) * kWarps * kMaxGroup * (D + 2) <= bytes, "the merge fits in the stages' memory");
+  static_assert(sizeof(float) * warps_for<D>() * kMaxGroup * (D + 2) <= tile_bytes<D>(),
+                "the merge fits in the stages' memory");
+  const size_t bytes = tile_bytes<D>() + mask_bytes(a.capacity);
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) != cudaSuccess)
     return false;
-  return launch(kernel, dim3(a.batch * a.kv_heads), dim3(kWarps * 32), bytes, stream, a);
+  return launch(kernel, dim3(a.batch * a.kv_heads), dim3(warps_for<D>() * 32), bytes, stream, a);
 }
 
 template <typename T>
@@ -287,13 +316,14 @@ bool attend_tensor_cores_with(const AttendArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-bool attention_tensor_cores_take(int heads, int kv_heads, int head_dim, Element element) {
+bool attention_tensor_cores_take(int heads, int kv_heads, int head_dim, Element element, int64_t capacity) {
   return heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && heads / kv_heads <= kMaxGroup &&
-         (head_dim == 64 || head_dim == 128) && element != Element::f32 && current_gpu().major >= 8;
+         (head_dim == 64 || head_dim == 128) && element != Element::f32 && capacity > 0 &&
+         capacity <= kAttentionTensorCoresMaxSlots && current_gpu().major >= 8;
 }
 
 bool launch_attend_tensor_cores(const AttendArgs& a, cudaStream_t stream) {
-  if (!attention_tensor_cores_take(a.heads, a.kv_heads, a.head_dim, a.element) || a.batch <= 0 ||
+  if (!attention_tensor_cores_take(a.heads, a.kv_heads, a.head_dim, a.element, a.capacity) || a.batch <= 0 ||
       static_cast<int64_t>(a.batch) * a.kv_heads > 0x7fffffff)
     return false;
   return a.element == Element::bf16 ? attend_tensor_cores_with<__nv_bfloat16>(a, stream)

@@ -79,7 +79,8 @@ bool large_batch(const at::Tensor& k_cache) { return k_cache.size(0) * k_cache.s
 bool tensor_cores_attend(const at::Tensor& k_cache, int64_t heads) {
   return tensor_core_attention_on().load(std::memory_order_relaxed) && large_batch(k_cache) &&
          kernels::attention_tensor_cores_take(static_cast<int>(heads), static_cast<int>(k_cache.size(1)),
-                                              static_cast<int>(k_cache.size(3)), element_of(k_cache));
+                                              static_cast<int>(k_cache.size(3)), element_of(k_cache),
+                                              k_cache.size(2));
 }
 
 }  // namespace

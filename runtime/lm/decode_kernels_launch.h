@@ -131,10 +131,12 @@ struct AttendArgs {
 // number of 16-byte loads wide, at most a warp's worth (D = 64 or 128 in every dtype).
 bool attention_takes(int heads, int kv_heads, int head_dim, Element element);
 
-// Whether the tensor-core attention kernel (attention_tensor_cores.cu) takes these heads: 16-bit elements, D = 64
-// or 128, up to 8 query heads per key head, and a GPU of compute capability 8.0 or later (the current one). It takes
-// AttendArgs without the splits (one block per row and key head; no partials).
-bool attention_tensor_cores_take(int heads, int kv_heads, int head_dim, Element element);
+// Whether the tensor-core attention kernel (attention_tensor_cores.cu) takes these heads and caches: 16-bit elements,
+// D = 64 or 128, up to 8 query heads per key head, up to kAttentionTensorCoresMaxSlots slots (a bit each in shared
+// memory), and a GPU of compute capability 8.0 or later (the current one). It takes AttendArgs without the splits
+// (one block per row and key head; no partials).
+constexpr int64_t kAttentionTensorCoresMaxSlots = 65536;
+bool attention_tensor_cores_take(int heads, int kv_heads, int head_dim, Element element, int64_t capacity);
 
 struct LinearArgs {
   const void* x = nullptr;            // [in_features]
