@@ -24,11 +24,11 @@ namespace crucible::lm::kernels {
 namespace {
 
 constexpr int kSlotsPerTile = 16;  // the MMA's k for the weighted values, two n-tiles of 8 for the scores
-constexpr int kStages = 2;
+constexpr int kStages = 3;
 constexpr int kRows = 16;  // the MMA's m: query heads of a key head, padded
 constexpr int kMaxGroup = 8;
 
-// Warps per block: 128 KiB of tiles in flight per block either way.
+// Warps per block: 192 KiB of tiles in flight per block either way.
 template <int D>
 __host__ __device__ constexpr int warps_for() {
   return D == 64 ? 16 : 8;
@@ -140,13 +140,13 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
   const T* values = static_cast<const T*>(a.v_cache) + head * D;
   const bool* valid = a.key_valid + static_cast<int64_t>(b) * a.capacity;
   T* stages = stages_all + warp * kStages * 2 * kTile;  // this warp's
-  wait_for_earlier_kernels();  // the step's own key, value and query, and key_valid, come from kernels before
-  let_later_kernels_start();
 
   // The warp's i-th tile (slots 16 (warp + i kWarps) on) into stage i % kStages, zeros past the step's slot; one copy
   // group per call, empty past the last tile, so that waiting for all but the newest kStages - 1 groups always means
-  // tile i has landed.
-  const auto fetch = [&](int i) {
+  // tile i has landed. Earlier steps wrote every slot but the step's own, whose key and value the kernel just before
+  // this one writes: the first tiles are fetched before waiting for it, all but that slot (`early`), which is loaded
+  // after the wait.
+  const auto fetch = [&](int i, bool early) {
     const int t = warp + i * kWarps;
     if (t < tiles) {
       T* k_tile = stages + (i % kStages) * 2 * kTile;
@@ -155,6 +155,7 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
       for (int c = lane; c < kSlotsPerTile * kPieces; c += 32) {
         const int row = c / kPieces, piece = c % kPieces;
         const int64_t s = static_cast<int64_t>(t) * kSlotsPerTile + row;
+        if (early && s == slot) continue;
         const bool load = s < n;
         const int64_t from = (load ? s : 0) * D + piece * 8;
         copy16_async(k_tile + swizzled<D>(row, piece), keys + from, load);
@@ -164,7 +165,17 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
     commit_copies();
   };
 #pragma unroll
-  for (int i = 0; i < kStages; ++i) fetch(i);
+  for (int i = 0; i < kStages; ++i) fetch(i, true);
+  wait_for_earlier_kernels();  // the step's own key, value and query, and key_valid, come from kernels before
+  let_later_kernels_start();
+  const int own_tile = static_cast<int>(slot / kSlotsPerTile);
+  if (own_tile % kWarps == warp && own_tile / kWarps < kStages && lane < kPieces) {
+    const int row = static_cast<int>(slot % kSlotsPerTile), i = own_tile / kWarps;
+    T* k_tile = stages + (i % kStages) * 2 * kTile;
+    const int to = swizzled<D>(row, lane);
+    *reinterpret_cast<uint4*>(k_tile + to) = *reinterpret_cast<const uint4*>(keys + slot * D + lane * 8);
+    *reinterpret_cast<uint4*>(k_tile + kTile + to) = *reinterpret_cast<const uint4*>(values + slot * D + lane * 8);
+  }
 
   for (int word = warp; word < (n + 31) / 32; word += kWarps) {
     const int64_t s = static_cast<int64_t>(word) * 32 + lane;
@@ -254,7 +265,7 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
       mma<T>(out[2 * j + 1], weights, vf[2], vf[3]);
     }
     __syncwarp();  // every lane has read the stage before it is refilled
-    fetch(i + kStages);
+    fetch(i + kStages, false);
   }
   wait_copies<0>();
 
