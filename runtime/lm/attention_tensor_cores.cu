@@ -26,7 +26,7 @@ namespace {
 constexpr int kSlotsPerTile = 16;  // the MMA's k for the weighted values, two n-tiles of 8 for the scores
 constexpr int kStages = 3;
 constexpr int kRows = 16;  // the MMA's m: query heads of a key head, padded
-constexpr int kMaxGroup = 8;
+constexpr int kMaxGroup = 8;  // query heads of a key head: rows 0-7, the accumulators' first row per lane
 
 // Warps per block: 192 KiB of tiles in flight per block either way.
 template <int D>
@@ -115,7 +115,14 @@ constexpr size_t tile_bytes() {
   return sizeof(uint16_t) * (warps_for<D>() * kStages * 2 * kSlotsPerTile * D + kRows * D);
 }
 
-size_t mask_bytes(int64_t capacity) { return static_cast<size_t>((capacity + 31) / 32) * sizeof(uint32_t); }
+constexpr size_t mask_bytes(int64_t capacity) { return static_cast<size_t>((capacity + 31) / 32) * sizeof(uint32_t); }
+
+// What a block may use at most: the kernel's shared memory limit is set to it once for every capacity, so that graphs
+// captured at different capacities all stay launchable. Hopper's 227 KiB a block holds it; an A100's 163 KiB does not.
+template <int D>
+constexpr size_t most_shared_bytes() {
+  return tile_bytes<D>() + mask_bytes(kAttentionTensorCoresMaxSlots);
+}
 
 template <typename T, int D>
 __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kernel(AttendArgs a) {
@@ -171,7 +178,7 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
   const int own_tile = static_cast<int>(slot / kSlotsPerTile);
   if (own_tile % kWarps == warp && own_tile / kWarps < kStages && lane < kPieces) {
     const int row = static_cast<int>(slot % kSlotsPerTile), i = own_tile / kWarps;
-    T* k_tile = stages + (i % kStages) * 2 * kTile;
+    T* k_tile = stages + i * 2 * kTile;
     const int to = swizzled<D>(row, lane);
     *reinterpret_cast<uint4*>(k_tile + to) = *reinterpret_cast<const uint4*>(keys + slot * D + lane * 8);
     *reinterpret_cast<uint4*>(k_tile + kTile + to) = *reinterpret_cast<const uint4*>(values + slot * D + lane * 8);
@@ -198,7 +205,7 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
   float out[D / 8][4];
 #pragma unroll
   for (int j = 0; j < D / 8; ++j) out[j][0] = out[j][1] = out[j][2] = out[j][3] = 0.0f;
-  float top[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
+  float top = -INFINITY, sum = 0.0f;
   const float scale = a.scale * 1.4426950408889634f;  // scores in base 2
   const int mine = tiles > warp ? (tiles - warp + kWarps - 1) / kWarps : 0;
   for (int i = 0; i < mine; ++i) {
@@ -226,35 +233,31 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
       mma<T>(score[0], q_frag[k], kf[0], kf[1]);
       mma<T>(score[1], q_frag[k], kf[2], kf[3]);
     }
+    // Online softmax over the lane's first row (query head lane / 4); the second (8 on) is padding and weighs nothing.
+    // The tile's maximum over the lane's quad, the running values rescaled to it.
+    float m = -INFINITY;
 #pragma unroll
     for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const bool use = (live >> (8 * j + 2 * (lane % 4) + e)) & 1u;
-        score[j][e] = use ? score[j][e] * scale : -INFINITY;
-        score[j][e + 2] = use ? score[j][e + 2] * scale : -INFINITY;
+        score[j][e] = use ? score[j][e] * scale : -INFINITY;  // a select: a NaN score of a masked slot is dropped
+        m = fmaxf(m, score[j][e]);
       }
-
-    // Online softmax per row: the tile's maximum over the lane's quad, the running values rescaled to it.
-    uint32_t weights[4];
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    const float now = fmaxf(top, m);
+    const float base = now == -INFINITY ? 0.0f : now;  // no slot seen yet: every weight 0, not NaN
+    const float keep = exp2f(top - base);
+    top = now;
+    const float p00 = exp2f(score[0][0] - base), p01 = exp2f(score[0][1] - base);
+    const float p10 = exp2f(score[1][0] - base), p11 = exp2f(score[1][1] - base);
+    sum = sum * keep + (p00 + p01) + (p10 + p11);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float m = fmaxf(fmaxf(score[0][2 * h], score[0][2 * h + 1]), fmaxf(score[1][2 * h], score[1][2 * h + 1]));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      const float now = fmaxf(top[h], m);
-      const float base = now == -INFINITY ? 0.0f : now;  // no slot seen yet: every weight 0, not NaN
-      const float keep = exp2f(top[h] - base);
-      top[h] = now;
-      const float p00 = exp2f(score[0][2 * h] - base), p01 = exp2f(score[0][2 * h + 1] - base);
-      const float p10 = exp2f(score[1][2 * h] - base), p11 = exp2f(score[1][2 * h + 1] - base);
-      sum[h] = sum[h] * keep + (p00 + p01) + (p10 + p11);
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) out[j][2 * h] *= keep, out[j][2 * h + 1] *= keep;
-      // The weights as the A operand of the next product: the score tile's accumulators are its fragment.
-      weights[h] = pack<T>(p00, p01);
-      weights[h + 2] = pack<T>(p10, p11);
-    }
+    for (int j = 0; j < D / 8; ++j) out[j][0] *= keep, out[j][1] *= keep;
+    // The weights as the A operand of the next product: the score tile's accumulators are its fragment (registers 1
+    // and 3 hold the padding rows).
+    const uint32_t weights[4] = {pack<T>(p00, p01), 0u, pack<T>(p10, p11), 0u};
 
     // Weighted values: 16 rows x D, the tile's 16 slots as k.
 #pragma unroll
@@ -275,11 +278,11 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
   float* merged_sum = merged_top + kWarps * kMaxGroup;   // [kWarps][kMaxGroup]
   float* merged_out = merged_sum + kWarps * kMaxGroup;   // [kWarps][kMaxGroup][D]
   const int row = lane / 4;  // below kMaxGroup; rows 8-15 are padding
-  float total = sum[0];
+  float total = sum;
   total += __shfl_xor_sync(0xffffffffu, total, 1);
   total += __shfl_xor_sync(0xffffffffu, total, 2);
   if (row < G) {
-    if (lane % 4 == 0) merged_top[warp * kMaxGroup + row] = top[0], merged_sum[warp * kMaxGroup + row] = total;
+    if (lane % 4 == 0) merged_top[warp * kMaxGroup + row] = top, merged_sum[warp * kMaxGroup + row] = total;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       float* to = merged_out + (warp * kMaxGroup + row) * D + 8 * j + 2 * (lane % 4);
@@ -314,10 +317,11 @@ bool attend_tensor_cores_as(const AttendArgs& a, cudaStream_t stream) {
   const auto kernel = attend_tensor_cores_kernel<T, D>;
   static_assert(sizeof(float) * warps_for<D>() * kMaxGroup * (D + 2) <= tile_bytes<D>(),
                 "the merge fits in the stages' memory");
-  const size_t bytes = tile_bytes<D>() + mask_bytes(a.capacity);
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) != cudaSuccess)
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(most_shared_bytes<D>())) != cudaSuccess)
     return false;
-  return launch(kernel, dim3(a.batch * a.kv_heads), dim3(warps_for<D>() * 32), bytes, stream, a);
+  return launch(kernel, dim3(a.batch * a.kv_heads), dim3(warps_for<D>() * 32), tile_bytes<D>() + mask_bytes(a.capacity),
+                stream, a);
 }
 
 template <typename T>
@@ -330,7 +334,9 @@ bool attend_tensor_cores_with(const AttendArgs& a, cudaStream_t stream) {
 bool attention_tensor_cores_take(int heads, int kv_heads, int head_dim, Element element, int64_t capacity) {
   return heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && heads / kv_heads <= kMaxGroup &&
          (head_dim == 64 || head_dim == 128) && element != Element::f32 && capacity > 0 &&
-         capacity <= kAttentionTensorCoresMaxSlots && current_gpu().major >= 8;
+         capacity <= kAttentionTensorCoresMaxSlots && current_gpu().major >= 8 &&
+         static_cast<size_t>(current_gpu().shared_optin) >=
+             (head_dim == 64 ? most_shared_bytes<64>() : most_shared_bytes<128>());
 }
 
 bool launch_attend_tensor_cores(const AttendArgs& a, cudaStream_t stream) {

@@ -37,6 +37,11 @@ bool decode_attention_serves(const at::Tensor& k_cache, int64_t heads);
 // CRUCIBLE_DECODE_ATTENTION=0 starts off. Captured graphs keep what they captured.
 void set_decode_attention(bool on);
 
+// Whether decode_attention runs these caches on the tensor-core kernel: switched on, more than 32 rows x key heads,
+// and heads, caches and a GPU it takes (16-bit, D = 64 or 128, up to 65,536 slots, 208 KiB of shared memory a block:
+// Hopper, not an A100).
+bool decode_attention_on_tensor_cores(const at::Tensor& k_cache, int64_t heads);
+
 // Switches the tensor-core kernel for batches above 32 rows x key heads off (cuDNN's attention, or the split kernels
 // under CRUCIBLE_DECODE_ATTENTION=1) and back on. CRUCIBLE_DECODE_ATTENTION_TC=0 starts off.
 void set_decode_attention_tensor_cores(bool on);

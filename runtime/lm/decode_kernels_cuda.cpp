@@ -110,10 +110,16 @@ bool decode_attention_takes(const at::Tensor& k_cache, int64_t heads) {
 bool decode_attention_serves(const at::Tensor& k_cache, int64_t heads) {
   const auto use = attention_use().load(std::memory_order_relaxed);
   if (use == AttentionUse::off || !decode_attention_takes(k_cache, heads)) return false;
-  return use == AttentionUse::always || !large_batch(k_cache) || tensor_cores_attend(k_cache, heads);
+  return use == AttentionUse::always || !large_batch(k_cache) || decode_attention_on_tensor_cores(k_cache, heads);
 }
 
 void set_decode_attention(bool on) { attention_use().store(on ? AttentionUse::small_batches : AttentionUse::off); }
+
+bool decode_attention_on_tensor_cores(const at::Tensor& k_cache, int64_t heads) {
+  if (!decode_attention_takes(k_cache, heads)) return false;
+  const c10::cuda::CUDAGuard on_its_device(k_cache.device());
+  return tensor_cores_attend(k_cache, heads);
+}
 
 void set_decode_attention_tensor_cores(bool on) { tensor_core_attention_on().store(on); }
 

@@ -52,24 +52,27 @@ inline std::atomic<bool>& early_launch_on() {
   return on;
 }
 
-// The current GPU's compute capability and SM count, asked once per GPU.
+// The current GPU's compute capability, SM count and shared memory a block may opt in to, asked once per GPU.
 struct GpuFacts {
-  int major = 0, sms = 0;
+  int major = 0, sms = 0, shared_optin = 0;
 };
 
 inline GpuFacts current_gpu() {
   constexpr int kGpus = 64;
-  static std::atomic<int> majors[kGpus] = {}, sms[kGpus] = {};
+  static std::atomic<int> majors[kGpus] = {}, sms[kGpus] = {}, shared[kGpus] = {};
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kGpus) return {};
   GpuFacts facts;
-  facts.major = majors[device].load(std::memory_order_acquire);  // set after sms: a major seen means sms is too
+  facts.major = majors[device].load(std::memory_order_acquire);  // set after the others: a major seen means they are
   facts.sms = sms[device].load(std::memory_order_relaxed);
+  facts.shared_optin = shared[device].load(std::memory_order_relaxed);
   if (facts.major == 0) {
     if (cudaDeviceGetAttribute(&facts.major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&facts.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+        cudaDeviceGetAttribute(&facts.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&facts.shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
       return {};
     sms[device].store(facts.sms, std::memory_order_relaxed);
+    shared[device].store(facts.shared_optin, std::memory_order_relaxed);
     majors[device].store(facts.major, std::memory_order_release);
   }
   return facts;

@@ -133,7 +133,8 @@ bool attention_takes(int heads, int kv_heads, int head_dim, Element element);
 
 // Whether the tensor-core attention kernel (attention_tensor_cores.cu) takes these heads and caches: 16-bit elements,
 // D = 64 or 128, up to 8 query heads per key head, up to kAttentionTensorCoresMaxSlots slots (a bit each in shared
-// memory), and a GPU of compute capability 8.0 or later (the current one). It takes AttendArgs without the splits
+// memory), and a GPU (the current one) of compute capability 8.0 or later that lets a block have about 208 KiB of
+// shared memory (Hopper's 227 KiB; an A100's 163 KiB is too little). It takes AttendArgs without the splits
 // (one block per row and key head; no partials).
 constexpr int64_t kAttentionTensorCoresMaxSlots = 65536;
 bool attention_tensor_cores_take(int heads, int kv_heads, int head_dim, Element element, int64_t capacity);

@@ -17,6 +17,8 @@ bool decode_attention_serves(const at::Tensor&, int64_t) { return false; }
 
 void set_decode_attention(bool) {}
 
+bool decode_attention_on_tensor_cores(const at::Tensor&, int64_t) { return false; }
+
 void set_decode_attention_tensor_cores(bool) {}
 
 bool small_linear_serves(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
