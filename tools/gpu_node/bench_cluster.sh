@@ -8,6 +8,8 @@
 # SIZES=cpu uses the tasks' small size set (lets two node processes share one GPU's memory). MODE=full evaluates as
 # configs/best_of_n_k64.toml does (5 correctness trials, 50 timed calls); the default is fast.
 # NODE_ARGS are added to every `crucible node` (e.g. "--compile-ahead 0"); LABEL is added to each row's name.
+# TASKS_DIR looks the task names up there (e.g. imported KernelBench problems); REPLAY_DIR judges the candidates
+# written there (bench_kb_candidates) instead of the search policy's.
 set -euo pipefail
 build=${1:-build-gpu}
 out=$(realpath -m "${2:-/tmp/bench-cluster}")
@@ -30,6 +32,10 @@ name = "bench-cluster-$n"
 mode = "best_of_n"
 [tasks]
 names = [$tasks]
+${TASKS_DIR:+dir = \"$(realpath "$TASKS_DIR")\"}
+${REPLAY_DIR:+[policy]}
+${REPLAY_DIR:+kind = \"replay\"}
+${REPLAY_DIR:+replay_dir = \"$(realpath "$REPLAY_DIR")\"}
 [best_of_n]
 k = $k
 group_size = 8
