@@ -9,6 +9,7 @@
 #include "report/render.h"
 #include "report/run_record.h"
 #include "run/jsonl.h"
+#include "run/log_reader.h"
 #include "run/recorded_file.h"
 #include "run/task_record.h"
 #include "support.h"
@@ -198,4 +199,11 @@ TEST_CASE("report: runs compared that share no task are said to share none") {
   CHECK(has_warning(report::build_report({a, b}), "share no task"));
   b.tasks = {"gelu", "relu"};
   CHECK(!has_warning(report::build_report({a, b}), "share no task"));
+}
+
+TEST_CASE("logs: a directory with no logs, and that is no run, is refused rather than read as empty") {
+  test::ScratchDir scratch("logs-empty");
+  CHECK_THROWS_WITH_AS(run::find_log_dir(scratch.path()), doctest::Contains("holds no logs"), run::RunError);
+  test::write_file(scratch.path() / "coordinator.log", "");
+  CHECK(run::find_log_dir(scratch.path()) == scratch.path());  // a logs directory itself
 }

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/terminal_text.h"
 #include "report/run_record.h"
 #include "run/jsonl.h"
 #include "run/recorded_file.h"
@@ -19,14 +20,6 @@ namespace crucible::cli {
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-// Text from candidates and compilers goes to a terminal: no control characters (escape sequences) get through.
-std::string printable(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (unsigned char c : text) out += (c < 0x20 && c != '\n' && c != '\t') || c == 0x7f ? '?' : static_cast<char>(c);
-  return out;
-}
 
 std::string status_of(const report::RunRecord& run) {
   if (run::RunLock::held(run.dir)) return "running";
