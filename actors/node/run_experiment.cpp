@@ -37,6 +37,7 @@
 #include "policy/replay_policy.h"
 #include "policy/search_policy.h"
 #include "run/run_directory.h"
+#include "run/task_record.h"
 
 namespace crucible::node {
 namespace fs = std::filesystem;
@@ -323,6 +324,8 @@ RunResult run_experiment(const RunRequest& request) {
   const auto tasks = check_runnable(e);
   const auto lock = request.lock ? request.lock : lock_run_directory(request);
   if (!request.resume) std::ofstream(request.dir / "experiment.toml") << e.text;
+  // Each start: what readers of the run need of its tasks, so they need not find the tasks directory again.
+  run::write_task_record(request.dir, tasks);
   run::record_start(request.dir, request.resume);
   log::Options log_options;
   log_options.console_level = request.console_level;

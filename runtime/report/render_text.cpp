@@ -17,21 +17,35 @@ std::string cell_text(const Cell& c) {
   return "";
 }
 
-std::string markdown_escape(std::string s) {
+// Names come from experiment files and records: in Markdown they stay text. Markup characters are escaped, and
+// HTML (which Markdown renderers pass through) becomes entities.
+std::string markdown_escape(const std::string& s) {
   std::string out;
   for (char ch : s) {
-    if (ch == '|') out += "\\|";
-    else if (ch == '\n') out += ' ';
+    if (ch == '<') out += "&lt;";
+    else if (ch == '>') out += "&gt;";
+    else if (ch == '&') out += "&amp;";
+    else if (ch == '\n' || ch == '\r') out += ' ';
+    else if (ch == '|' || ch == '\\' || ch == '`' || ch == '[' || ch == ']' || ch == '*') out += std::string("\\") + ch;
     else out += ch;
   }
   return out;
 }
 
 std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
   std::string out = "\"";
   for (char ch : s) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
   return out + "\"";
+}
+
+// A text cell that a spreadsheet would run as a formula (OWASP's CSV injection: a leading =, +, -, @, tab or
+// carriage return) is kept as text by a leading quote. Numbers are written by us and stay numbers.
+std::string csv_cell(const Cell& c) {
+  if (!std::holds_alternative<std::string>(c)) return csv_field(cell_text(c));
+  const std::string& text = std::get<std::string>(c);
+  const bool formula = !text.empty() && std::string("=+-@\t\r").find(text.front()) != std::string::npos;
+  return csv_field(formula ? "'" + text : text);
 }
 
 std::string render_markdown(const Report& r) {
@@ -67,7 +81,7 @@ std::string render_csv(const Report& r) {
     out << "\n";
     for (const auto& row : t.rows) {
       out << t.id;
-      for (const auto& c : row) out << "," << csv_field(cell_text(c));
+      for (const auto& c : row) out << "," << csv_cell(c);
       out << "\n";
     }
   }

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
 
-#include "run/run_directory.h"
+#include "run/recorded_file.h"
 
 namespace crucible::report {
 namespace {
@@ -127,11 +127,13 @@ void best_table(const std::vector<RunRecord>& runs, Report& r) {
       }
       if (!best) continue;
       BestKernel k{label_of(run), task, where->seed, *best, "", where->dir / "candidates.jsonl"};
-      if (run::is_recorded_source_path(best->source_file)) {
-        std::ifstream in(where->dir / best->source_file);
-        std::stringstream text;
-        text << in.rdbuf();
-        k.source = text.str();
+      if (!best->source_file.empty()) {
+        try {
+          k.source = run::read_recorded_source(where->dir, best->source_file);
+        } catch (const run::RecordedFileError& e) {
+          r.warnings.push_back(label_of(run) + ": the source of candidate " + std::to_string(best->id) +
+                               " is not shown: " + e.what());
+        }
       }
       t.rows.push_back({label_of(run), task, double(where->seed), double(best->id),
                         std::string(eval::status_name(best->status)),
@@ -337,6 +339,39 @@ void comparison(const std::vector<RunRecord>& runs, Report& r) {
   }
 }
 
+// What the reader left out of a run, so that a report never looks complete when it is not.
+void reading_warnings(const RunRecord& run, Report& r) {
+  constexpr std::size_t kListed = 10;
+  if (!run.skipped.empty()) {
+    std::ostringstream w;
+    w << label_of(run) << ": " << run.skipped.size() << " record line" << (run.skipped.size() == 1 ? "" : "s")
+      << " left out:";
+    for (std::size_t i = 0; i < std::min(kListed, run.skipped.size()); ++i) {
+      const auto& s = run.skipped[i];
+      w << (i ? ";" : "") << " " << s.file.lexically_relative(run.dir).string() << " line " << s.line << " (" << s.why
+        << ")";
+    }
+    if (run.skipped.size() > kListed) w << "; and " << run.skipped.size() - kListed << " more";
+    r.warnings.push_back(w.str());
+  }
+  if (run.repaired_lines)
+    r.warnings.push_back(label_of(run) + ": " + std::to_string(run.repaired_lines) +
+                         " record line(s) held a lone UTF-16 surrogate escape, read with U+FFFD in its place");
+}
+
+// Runs compared on no common task compare nothing; say so rather than show side-by-side numbers.
+void shared_task_warnings(const std::vector<RunRecord>& runs, Report& r) {
+  for (std::size_t i = 1; i < runs.size(); ++i) {
+    const auto& a = runs[0].tasks;
+    const auto& b = runs[i].tasks;
+    std::vector<std::string> common;
+    std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(common));
+    if (common.empty())
+      r.warnings.push_back(label_of(runs[i]) + " and " + label_of(runs[0]) +
+                           " share no task: their numbers are not comparable");
+  }
+}
+
 }  // namespace
 
 Report build_report(const std::vector<RunRecord>& runs) {
@@ -346,7 +381,9 @@ Report build_report(const std::vector<RunRecord>& runs) {
     bool unfinished = false;
     for (const auto& s : run.seeds) unfinished = unfinished || !s.finished;
     if (unfinished) r.warnings.push_back(label_of(run) + " has not finished: its numbers are those recorded so far");
+    reading_warnings(run, r);
   }
+  shared_task_warnings(runs, r);
   step_tables(runs, r);
   best_table(runs, r);
   budget_tables(runs, r);

@@ -1,7 +1,8 @@
 #pragma once
 // A finished (or running) run directory read back into typed rows for reports and listings: each seed's candidates
-// (status, reward, speedup, stage times, node) and units (step, task, training loss). Reading is tolerant where the
-// run may still be writing (a torn last line is skipped) and strict about what a report cannot do without.
+// (status, reward, speedup, stage times, node) and units (step, task, training loss). A line that is not JSON (a
+// torn last line of a running run, a damaged file) and a record without the fields a row needs are left out the
+// same way, one by one, and counted with their reasons so that a report can say what it did not show.
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -14,7 +15,8 @@
 
 namespace crucible::report {
 
-// A directory that is not a run (no experiment.toml, no seed directories), or a record without its key fields.
+// A directory that is not a run (no experiment.toml, no seed directories), an experiment it cannot read, or a record
+// file that is not a regular file.
 struct RunReadError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
@@ -53,11 +55,20 @@ struct SeedRun {
   bool finished = false;  // every unit committed: the run wrote its summary for this seed
 };
 
+// A line of a record file that the reader left out.
+struct SkippedLine {
+  std::filesystem::path file;
+  std::size_t line = 0;  // 1-based
+  std::string why;
+};
+
 struct RunRecord {
   std::filesystem::path dir;
   experiment::Experiment experiment;  // as the run's experiment.toml says
   std::vector<SeedRun> seeds;  // by seed number
-  std::vector<std::string> tasks;  // every task a candidate names, sorted
+  std::vector<std::string> tasks;  // the tasks the run recorded at its start and every task a candidate names, sorted
+  std::vector<SkippedLine> skipped;  // in file and line order
+  std::size_t repaired_lines = 0;    // read with lone surrogate escapes replaced by U+FFFD
 };
 
 // Throws RunReadError naming the path.

@@ -94,7 +94,10 @@ fs::path find_log_dir(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw RunError("no such run or logs directory: " + dir.string());
   if (fs::is_directory(dir / "logs", ec)) return dir / "logs";
-  return dir;
+  if (fs::exists(dir / "experiment.toml", ec) || fs::is_directory(dir / "nodes", ec)) return dir;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().extension() == ".log") return dir;
+  throw RunError(dir.string() + " holds no logs: give a run directory or its logs/ directory");
 }
 
 LogFollower::LogFollower(fs::path log_dir, LogFilter filter)

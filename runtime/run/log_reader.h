@@ -55,7 +55,8 @@ class SeedWindow {
 // Stable: entries with the same time keep their order.
 void sort_by_time(std::vector<LogEntry>& entries);
 
-// `dir` may be a run directory (its logs/ is used) or a logs directory. RunError when it does not exist.
+// `dir` may be a run directory (its logs/ is used) or a logs directory. RunError when it does not exist, or when it
+// is neither: no logs/, no *.log files, no nodes/ and no experiment.toml (a run that has not written a log yet).
 std::filesystem::path find_log_dir(const std::filesystem::path& dir);
 
 // Everything in the *.log files of a logs directory so far, then on each later call what was appended since,

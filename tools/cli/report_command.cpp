@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/terminal_text.h"
 #include "report/render.h"
 
 namespace crucible::cli {
@@ -29,7 +30,10 @@ int report(const ReportArgs& a) {
                                                       : "json";
     std::vector<report::RunRecord> runs;
     for (const auto& dir : a.runs) runs.push_back(report::load_run(dir));
-    const std::string text = report::render(report::build_report(runs), format);
+    const auto built = report::build_report(runs);
+    // Also on stderr: what a report left out must not pass unseen when the file is read later or not at all.
+    for (const auto& w : built.warnings) std::cerr << "warning: " << printable(w) << "\n";
+    const std::string text = report::render(built, format);
     if (a.out == "-") {
       std::cout << text;
       return 0;

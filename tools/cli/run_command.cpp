@@ -10,6 +10,7 @@
 #include "config/toml_reader.h"
 #include "experiment/experiment.h"
 #include "actors/node/run_experiment.h"
+#include "report/run_record.h"
 
 namespace crucible::cli {
 namespace {
@@ -37,6 +38,19 @@ void say_how_to_resume_on_interrupt(const std::filesystem::path& dir) {
   sigaction(SIGTERM, &action, nullptr);
 }
 
+// --resume continues a run that crucible started: it recorded a start (starts.jsonl) or holds seed directories. A
+// directory with only an experiment file is not one (it may be a folder of configs); resuming it would write a
+// whole new run there, so it is refused with the command that starts one (in a new directory).
+void refuse_unstarted_run(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir / "experiment.toml", ec) || std::filesystem::exists(dir / "starts.jsonl", ec) ||
+      report::is_run_directory(dir))
+    return;  // a missing experiment.toml is refused later with its own message
+  throw std::invalid_argument(dir.string() + " holds an experiment.toml but no run was started there (no starts.jsonl, "
+                              "no seed-N directories): nothing to resume. Start a run of it with: crucible run " +
+                              (dir / "experiment.toml").string());
+}
+
 int run(const RunArgs& a, CLI::App& app) {
   node::RunRequest request;
   try {
@@ -44,6 +58,7 @@ int run(const RunArgs& a, CLI::App& app) {
       if (!a.experiment.empty()) throw std::invalid_argument("--resume continues the run's own experiment; give no file");
       request.dir = a.resume;
       request.resume = true;
+      refuse_unstarted_run(request.dir);
       request.experiment = experiment::load_experiment(request.dir / "experiment.toml");
     } else {
       request.experiment = a.experiment.empty()

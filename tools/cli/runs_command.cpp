@@ -5,28 +5,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/terminal_text.h"
 #include "report/run_record.h"
 #include "run/jsonl.h"
+#include "run/recorded_file.h"
 #include "run/run_lock.h"
 
 namespace crucible::cli {
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-// Text from candidates and compilers goes to a terminal: no control characters (escape sequences) get through.
-std::string printable(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (unsigned char c : text) out += (c < 0x20 && c != '\n' && c != '\t') || c == 0x7f ? '?' : static_cast<char>(c);
-  return out;
-}
 
 std::string status_of(const report::RunRecord& run) {
   if (run::RunLock::held(run.dir)) return "running";
@@ -101,6 +94,12 @@ std::string number(const json& j) {
   return buf;
 }
 
+// A record's text field made printable; empty when absent or not a string (records are untrusted).
+std::string string_at(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? printable(it->get<std::string>()) : std::string();
+}
+
 int show(const std::string& run_dir, uint64_t id, std::optional<int> seed) {
   if (!report::is_run_directory(run_dir)) {
     std::cerr << "error: " << run_dir << " is not a run directory\n";
@@ -111,8 +110,17 @@ int show(const std::string& run_dir, uint64_t id, std::optional<int> seed) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_directory() || name.rfind("seed-", 0) != 0) continue;
     if (seed && name != "seed-" + std::to_string(*seed)) continue;
-    for (auto& c : run::read_jsonl(entry.path() / "candidates.jsonl", /*skip_malformed=*/true))
-      if (c.value("candidate_id", uint64_t{0}) == id && c.contains("candidate_id")) matches.emplace_back(entry.path(), std::move(c));
+    run::JsonlLines lines;
+    try {
+      lines = run::read_jsonl_lines(entry.path() / "candidates.jsonl");
+    } catch (const run::RecordedFileError& e) {
+      std::cerr << "warning: " << printable(e.what()) << "\n";
+      continue;
+    }
+    for (auto& c : lines.values)
+      if (c.is_object() && c.contains("candidate_id") && c["candidate_id"].is_number_unsigned() &&
+          c["candidate_id"].get<uint64_t>() == id)
+        matches.emplace_back(entry.path(), std::move(c));
   }
   if (matches.empty()) {
     std::cerr << "error: no candidate " << id << " in " << run_dir << (seed ? " seed " + std::to_string(*seed) : "")
@@ -132,7 +140,8 @@ int show(const std::string& run_dir, uint64_t id, std::optional<int> seed) {
             << "status:    " << text("status") << "\n";
   if (c.contains("reasons") && c["reasons"].is_array())
     for (const auto& r : c["reasons"])
-      std::cout << "reason:    " << printable(r.value("code", "")) << ": " << printable(r.value("detail", "")) << "\n";
+      if (r.is_object())
+        std::cout << "reason:    " << string_at(r, "code") << ": " << string_at(r, "detail") << "\n";
   std::cout << "speedup:   " << number(c.value("speedup", json())) << "\n"
             << "reward:    " << number(c.value("reward", json())) << "   advantage: " << number(c.value("advantage", json()))
             << "\n"
@@ -149,14 +158,16 @@ int show(const std::string& run_dir, uint64_t id, std::optional<int> seed) {
     std::cout << "\n";
   }
   std::cout << "node:      " << text("node") << " " << text("device") << "\n";
-  if (c.contains("compile") && c["compile"].is_object() && c["compile"].value("log", "") != "")
-    std::cout << "compiler output:\n" << printable(c["compile"]["log"].get<std::string>()) << "\n";
+  if (c.contains("compile") && c["compile"].is_object() && !string_at(c["compile"], "log").empty())
+    std::cout << "compiler output:\n" << string_at(c["compile"], "log") << "\n";
   if (c.contains("source_file") && c["source_file"].is_string()) {
-    std::ifstream in(seed_dir / c["source_file"].get<std::string>());
-    std::stringstream source;
-    source << in.rdbuf();
-    std::cout << "source (" << (seed_dir / c["source_file"].get<std::string>()).string() << "):\n"
-              << printable(source.str()) << "\n";
+    const std::string file = c["source_file"].get<std::string>();
+    try {
+      const std::string source = run::read_recorded_source(seed_dir, file);
+      std::cout << "source (" << printable((seed_dir / file).string()) << "):\n" << printable(source) << "\n";
+    } catch (const run::RecordedFileError& e) {
+      std::cout << "source: not shown: " << printable(e.what()) << "\n";
+    }
   } else {
     std::cout << "policy output (no source was assembled):\n" << text("policy_output") << "\n";
   }

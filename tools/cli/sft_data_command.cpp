@@ -14,7 +14,11 @@
 #include "crucible/eval/evaluator.h"
 #include "experiment/experiment.h"
 #include "policy/kernel_prompt.h"
+#include "report/recorded_experiment.h"
 #include "run/jsonl.h"
+#include "run/recorded_file.h"
+#include "run/task_record.h"
+#include "tasks/task_loader.h"
 
 namespace crucible::cli {
 namespace {
@@ -31,27 +35,53 @@ struct Kernel {
   std::string source;
 };
 
+// The tasks as the run saw them: its own task record, else (a run from before the record) the experiment's tasks.
+std::map<std::string, eval::TaskSpec> run_tasks(const fs::path& run, const experiment::Experiment& e) {
+  std::map<std::string, eval::TaskSpec> tasks;
+  if (auto record = run::read_task_record(run)) {
+    for (const auto& t : *record)
+      if (!t.text.empty()) tasks[t.name] = tasks::parse_task_text(t.text, (run / "task_record.json").string() + ": " + t.name);
+    return tasks;
+  }
+  for (auto& t : experiment::resolve_tasks(e)) tasks[t.name] = std::move(t);
+  return tasks;
+}
+
+std::string text_at(const nlohmann::json& c, const char* key) {
+  auto it = c.find(key);
+  return it != c.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// The best correct kernels per task over every seed, each source once. A source the run directory may not hand
+// out (a link, a FIFO, a file outside it) is left out and said on stderr.
+std::map<std::string, std::vector<Kernel>> correct_kernels(const fs::path& run, const SftDataArgs& a,
+                                                           const std::map<std::string, eval::TaskSpec>& tasks) {
+  std::map<std::string, std::vector<Kernel>> found;
+  std::set<std::string> seen;
+  for (const auto& seed : fs::directory_iterator(run)) {
+    if (!seed.is_directory() || seed.path().filename().string().rfind("seed-", 0) != 0) continue;
+    for (const auto& c : run::read_jsonl_lines(seed.path() / "candidates.jsonl").values) {
+      if (!c.is_object() || text_at(c, "status") != "correct" || text_at(c, "source_file").empty()) continue;
+      const double speedup = c.contains("speedup") && c["speedup"].is_number() ? c["speedup"].get<double>() : 0.0;
+      const std::string file = text_at(c, "source_file"), task = text_at(c, "task");
+      if (speedup < a.min_speedup || !tasks.count(task) || !seen.insert(file).second) continue;
+      try {
+        found[task].push_back({speedup, run::read_recorded_source(seed.path(), file)});
+      } catch (const run::RecordedFileError& e) {
+        std::cerr << "skipped: " << e.what() << "\n";
+      }
+    }
+  }
+  return found;
+}
+
 int sft_data(const SftDataArgs& a) {
   try {
     const fs::path run(a.run);
-    const auto e = experiment::load_experiment(run / "experiment.toml");
+    const auto e = report::read_recorded_experiment(run);
     const eval::Backend backend = e.eval.backend;
-    std::map<std::string, eval::TaskSpec> tasks;
-    for (auto& t : experiment::resolve_tasks(e)) tasks[t.name] = std::move(t);
-    // The best correct kernels per task over every seed, each source once.
-    std::map<std::string, std::vector<Kernel>> found;
-    std::set<std::string> seen;
-    for (const auto& seed : fs::directory_iterator(run)) {
-      if (!seed.is_directory() || seed.path().filename().string().rfind("seed-", 0) != 0) continue;
-      if (!fs::exists(seed.path() / "candidates.jsonl")) continue;
-      for (const auto& c : run::read_jsonl(seed.path() / "candidates.jsonl", /*skip_malformed=*/true)) {
-        if (c.value("status", "") != "correct" || !c.contains("source_file") || !c["source_file"].is_string()) continue;
-        const double speedup = c.contains("speedup") && c["speedup"].is_number() ? c["speedup"].get<double>() : 0.0;
-        const std::string file = c["source_file"].get<std::string>();
-        if (speedup < a.min_speedup || !tasks.count(c.value("task", "")) || !seen.insert(file).second) continue;
-        found[c["task"].get<std::string>()].push_back({speedup, config::read_text_file(seed.path() / file)});
-      }
-    }
+    const auto tasks = run_tasks(run, e);
+    auto found = correct_kernels(run, a, tasks);
     const std::string contract = config::read_text_file(eval::default_include_dir() / "crucible" / "kernel.h");
     const std::string fence = backend == eval::Backend::cuda ? "```cuda\n" : "```cpp\n";
     std::ofstream out(a.out);

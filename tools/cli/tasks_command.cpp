@@ -158,8 +158,8 @@ Run add_tasks_command(CLI::App& app) {
   import->add_option("--levels", args->levels, "Only these levels, e.g. 1,2")->delimiter(',');
   import->add_option("--problem-timeout", args->problem_timeout_s, "Seconds one problem may take before it is refused")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  import->add_option("--jobs", args->jobs, "Problems imported at once")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(CLI::Range(0.1, 86400.0));  // bounds a user can read (PositiveNumber's error prints DBL_MAX in full)
+  import->add_option("--jobs", args->jobs, "Problems imported at once")->capture_default_str()->check(CLI::Range(1, 256));
   import->add_flag("--cuda", args->cuda,
                    "Also trace each problem at its written sizes on this machine's GPU with its PyTorch (GPU nodes)");
   import->add_flag("--json", args->json, "Print {\"imported\": [...], \"refused\": [...]} instead of a summary");
