@@ -207,6 +207,9 @@ thread_local Connection* t_connection = nullptr;
 GuardedHttpServer::GuardedHttpServer(ConnectionLimits limits) : limits_(limits), admission_(limits) {
   new_task_queue = [] { return new InlineQueue; };
   set_payload_max_length(limits_.max_body_bytes);
+  // Only for the Keep-Alive header it writes: serve() runs the connection's loop with these.
+  set_keep_alive_max_count(limits_.max_requests_per_connection);
+  set_keep_alive_timeout(static_cast<time_t>(limits_.idle_timeout_s));
   set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) { return screen(req, res); });
   // Answers the library gives on its own (a malformed request line, headers over its limits) in the API's shape.
   set_error_handler(HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
