@@ -75,7 +75,11 @@ std::vector<lm::TextCompletion> GenerationService::generate(const std::string& n
     if (!stopping) ++stats_.abandoned;
     throw GenerationCancelled(stopping ? "the server is stopping" : "the client went away");
   }
-  return done.get();
+  auto completions = done.get();
+  // Rows the service cancelled (it is stopping) may all have ended before this thread looked.
+  for (const auto& c : completions)
+    if (c.finish_reason == "cancelled") throw GenerationCancelled("the server is stopping");
+  return completions;
 }
 
 // The jobs in one decoding batch: those it started with, then those for the same model that arrive while it runs.
