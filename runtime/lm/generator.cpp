@@ -57,6 +57,7 @@ const char* finish_reason_name(FinishReason r) {
     case FinishReason::stop_token: return "stop_token";
     case FinishReason::stop_string: return "stop_string";
     case FinishReason::length: return "length";
+    case FinishReason::cancelled: return "cancelled";
   }
   return "?";
 }
@@ -148,6 +149,15 @@ void Generator::take_more(RequestFeed& feed, std::vector<GenerationRequest>& req
   }
 }
 
+void Generator::drop_cancelled(RequestFeed& feed, std::vector<std::size_t>& waiting, std::vector<Completion>& out) {
+  const auto gone = std::stable_partition(waiting.begin(), waiting.end(), [&](std::size_t id) { return !feed.cancelled(id); });
+  for (auto it = gone; it != waiting.end(); ++it) {
+    out[*it].finish = FinishReason::cancelled;
+    feed.finished(*it, std::move(out[*it]));
+  }
+  waiting.erase(gone, waiting.end());
+}
+
 void Generator::generate(std::vector<GenerationRequest> requests, RequestFeed& feed) {
   c10::InferenceMode inference;
   for (std::size_t i = 0; i < requests.size(); ++i) check_request(requests[i], model_.config(), i);
@@ -161,7 +171,9 @@ void Generator::generate(std::vector<GenerationRequest> requests, RequestFeed& f
   }
   GenerationStats total;
   for (;;) {
+    drop_cancelled(feed, queue, out);
     if (queue.empty()) take_more(feed, requests, out, queue);
+    drop_cancelled(feed, queue, out);
     if (queue.empty()) break;
     const auto rows = options_.max_batch > 0 ? std::min<int64_t>(options_.max_batch, queue.size())
                                              : static_cast<int64_t>(queue.size());
@@ -301,6 +313,14 @@ std::vector<std::size_t> Generator::run_batch(std::vector<GenerationRequest>& re
       if (done[b]) continue;
       const auto& request = requests[queue[b]];
       auto& c = out[queue[b]];
+      if (feed.cancelled(queue[b])) {  // this step's token is dropped: nobody reads it
+        c.finish = FinishReason::cancelled;
+        c.text = texts[b].text();
+        feed.finished(queue[b], std::move(c));
+        done[b] = true;
+        --remaining;
+        continue;
+      }
       const auto id = static_cast<int64_t>(ids[b]);
       c.tokens.push_back(id);
       c.sampling_logprobs.push_back(static_cast<float>(sampling_lp[b]));
@@ -318,6 +338,7 @@ std::vector<std::size_t> Generator::run_batch(std::vector<GenerationRequest>& re
       done[b] = true;
       --remaining;
     }
+    drop_cancelled(feed, waiting, out);
     std::vector<int64_t> joined;
     bool asked = false;  // the feed, at most once a step
     for (int64_t b = 0; b < B && !ahead; ++b) {
@@ -334,6 +355,7 @@ std::vector<std::size_t> Generator::run_batch(std::vector<GenerationRequest>& re
       if (fits == waiting.end() && !asked) {
         asked = true;
         take_more(feed, requests, out, waiting);
+        drop_cancelled(feed, waiting, out);
         fits = fitting();
       }
       if (fits == waiting.end()) break;

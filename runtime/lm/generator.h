@@ -24,7 +24,7 @@ struct GenerationRequest {
   std::vector<std::string> stop_strings;
 };
 
-enum class FinishReason { stop_token, stop_string, length };
+enum class FinishReason { stop_token, stop_string, length, cancelled };
 const char* finish_reason_name(FinishReason r);
 
 struct Completion {
@@ -75,6 +75,10 @@ class RequestFeed {
   // Whether more() may ever return a request. While none can join, a batch launches each decode step before the host
   // has read the step before's tokens (the GPU does not wait for the host between steps).
   virtual bool may_add() const { return true; }
+  // Whether request `id`'s caller no longer wants it (a client that went away). Asked once a step per row: such a
+  // request's row stops at once and is free for a waiting request, and a waiting one never takes a row. Its
+  // completion (finish reason cancelled, the tokens so far) still goes to finished().
+  virtual bool cancelled(std::size_t /*id*/) const { return false; }
 };
 
 // Throws std::invalid_argument naming what is wrong with a request (`index` is named in the message): an empty prompt,
@@ -112,6 +116,8 @@ class Generator {
   // Takes what `feed` has now into `requests` and `out`; ids with tokens to make go to `waiting`, the rest finish.
   void take_more(RequestFeed& feed, std::vector<GenerationRequest>& requests, std::vector<Completion>& out,
                  std::vector<std::size_t>& waiting);
+  // Finishes the requests of `waiting` whose caller has gone (RequestFeed::cancelled) and takes them out.
+  static void drop_cancelled(RequestFeed& feed, std::vector<std::size_t>& waiting, std::vector<Completion>& out);
   void join_row(int64_t row, const std::vector<int64_t>& prompt, int64_t slot, DecodeBuffers& buffers);
   DecodeBuffers& buffers_for(int64_t batch, int64_t capacity);
   at::Tensor graph_step(int64_t visible);

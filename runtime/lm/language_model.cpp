@@ -101,6 +101,17 @@ std::vector<int32_t> LanguageModel::encode_prompt(const std::string& text) const
   return ids;
 }
 
+std::vector<int32_t> LanguageModel::encode_chat(const std::vector<ChatMessage>& messages, const ChatOptions& options,
+                                                bool specials_in_content) const {
+  if (specials_in_content) return encode_prompt(chat_prompt(messages, options));
+  if (!impl_->format) throw std::runtime_error("this tokenizer has no known chat format (ChatML or Llama-3)");
+  const auto chat = render_chat_spans(*impl_->format, messages, options);
+  const auto prefix = impl_->tokenizer.encode("", /*add_special_tokens=*/true);
+  auto ids = impl_->tokenizer.encode(chat.text, chat.template_spans, /*add_special_tokens=*/false);
+  if (!starts_with(ids, prefix)) ids.insert(ids.begin(), prefix.begin(), prefix.end());
+  return ids;
+}
+
 namespace {
 
 // A text request as the generator takes it, its prompt already encoded.
@@ -134,6 +145,10 @@ class EncodingFeed : public RequestFeed {
       : lm_(lm), text_(text), defaults_(defaults), stops_(lm.stop_token_ids()) {}
 
   GenerationRequest add(const TextRequest& r) {
+    if (!r.prompt_tokens.empty()) {
+      prompts_.push_back(r.prompt_tokens);
+      return generation_request(r, r.prompt_tokens, defaults_, stops_);
+    }
     // A group repeats its prompt: encode it once. The encoding is kept apart from prompts_, whose entries are handed
     // over as their requests finish, possibly before the next request with the same prompt arrives.
     if (prompts_.empty() || r.prompt != last_prompt_) {
@@ -155,6 +170,7 @@ class EncodingFeed : public RequestFeed {
     text_.finished(id, std::move(c));
   }
   bool may_add() const override { return text_.may_add(); }
+  bool cancelled(std::size_t id) const override { return text_.cancelled(id); }
 
  private:
   const LanguageModel& lm_;
@@ -192,7 +208,8 @@ void LanguageModel::generate(const std::vector<TextRequest>& requests, TextFeed&
 }
 
 void LanguageModel::check(const TextRequest& request) const {
-  check_request(generation_request(request, encode_prompt(request.prompt), impl_->defaults, stop_token_ids()),
+  const auto tokens = request.prompt_tokens.empty() ? encode_prompt(request.prompt) : request.prompt_tokens;
+  check_request(generation_request(request, tokens, impl_->defaults, stop_token_ids()),
                 impl_->model.config(), 0);
 }
 

@@ -25,6 +25,8 @@ struct LanguageModelOptions {
 // Unset sampling values fall back to the directory's generation_config.json, then to temperature 1, no top-p/k.
 struct TextRequest {
   std::string prompt;  // already rendered (see LanguageModel::chat_prompt); special tokens in it are parsed
+  // When not empty, the prompt already encoded (LanguageModel::encode_chat), and `prompt` is not used.
+  std::vector<int32_t> prompt_tokens;
   std::optional<double> temperature, top_p;
   std::optional<int64_t> top_k;
   uint64_t seed = 0;
@@ -37,7 +39,7 @@ struct TextCompletion {
   std::string text;
   std::vector<int32_t> prompt_tokens, tokens;
   std::vector<float> sampling_logprobs, model_logprobs;
-  std::string finish_reason;  // stop_token, stop_string, length
+  std::string finish_reason;  // stop_token, stop_string, length, cancelled
 };
 
 // Text requests for a batch that is already decoding, and text completions as each row finishes (the generator's
@@ -50,6 +52,8 @@ class TextFeed {
   virtual void finished(std::size_t id, TextCompletion completion) = 0;
   // Whether more() may ever return a request (RequestFeed::may_add).
   virtual bool may_add() const { return true; }
+  // Whether request `id`'s caller has gone: its row stops at the next step (RequestFeed::cancelled).
+  virtual bool cancelled(std::size_t /*id*/) const { return false; }
 };
 
 class Transformer;
@@ -66,6 +70,11 @@ class LanguageModel {
 
   // The conversation rendered in the tokenizer's chat format, ending with the assistant header.
   std::string chat_prompt(const std::vector<ChatMessage>& messages, const ChatOptions& options = {}) const;
+  // The conversation's tokens, rendered as chat_prompt does: special tokens only where the chat format writes them;
+  // those typed in a message (its content or role) are plain text unless `specials_in_content`, so that a message
+  // cannot open or close a turn. Throws std::invalid_argument for invalid UTF-8.
+  std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages, const ChatOptions& options = {},
+                                   bool specials_in_content = false) const;
   // One user turn with a system prompt (empty: the chat format's default), as chat_prompt renders it.
   std::string user_prompt(const std::string& text, const std::string& system_prompt = "") const;
   std::vector<TextCompletion> generate(const std::vector<TextRequest>& requests);

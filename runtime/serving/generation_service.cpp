@@ -1,5 +1,6 @@
 #include "serving/generation_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -20,12 +21,16 @@ GenerationService::GenerationService(lm::LanguageModel model, ServiceOptions opt
 }
 
 GenerationService::~GenerationService() {
+  stop();
+  thread_.join();
+}
+
+void GenerationService::stop() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
-  thread_.join();
 }
 
 std::vector<std::string> GenerationService::model_names() const {
@@ -43,20 +48,38 @@ ServiceStats GenerationService::stats() const {
   return now;
 }
 
-std::vector<lm::TextCompletion> GenerationService::generate(const std::string& name, std::vector<lm::TextRequest> requests) {
+std::vector<lm::TextCompletion> GenerationService::generate(const std::string& name, std::vector<lm::TextRequest> requests,
+                                                            const std::function<bool()>& abandoned) {
   if (!serves(name)) throw std::invalid_argument("the model '" + name + "' is not served here");
   if (requests.empty()) return {};
   auto job = std::make_unique<Job>();
   job->name = name;
   job->requests = std::move(requests);
+  const Job* mine = job.get();
+  const auto cancelled = job->cancelled;
   auto done = job->done.get_future();
   {
     std::lock_guard lock(mutex_);
-    if (stopping_) throw std::runtime_error("the server is stopping");
+    if (stopping_) throw GenerationCancelled("the server is stopping");
     queue_.push_back(std::move(job));
   }
   wake_.notify_all();
-  return done.get();
+  // Waits in short slices: a caller that went away must not keep its rows decoding for minutes.
+  while (done.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+    const bool stopping = stopping_;
+    if (!stopping && !(abandoned && abandoned())) continue;
+    cancelled->store(true);  // the decoding thread stops its rows at their next step
+    std::lock_guard lock(mutex_);
+    const auto queued = std::find_if(queue_.begin(), queue_.end(), [&](const auto& job) { return job.get() == mine; });
+    if (queued != queue_.end()) queue_.erase(queued);
+    if (!stopping) ++stats_.abandoned;
+    throw GenerationCancelled(stopping ? "the server is stopping" : "the client went away");
+  }
+  auto completions = done.get();
+  // Rows the service cancelled (it is stopping) may all have ended before this thread looked.
+  for (const auto& c : completions)
+    if (c.finish_reason == "cancelled") throw GenerationCancelled("the server is stopping");
+  return completions;
 }
 
 // The jobs in one decoding batch: those it started with, then those for the same model that arrive while it runs.
@@ -79,6 +102,7 @@ class GenerationService::Feed : public lm::TextFeed {
       auto& open = open_.emplace_back(Open{std::move(job), {}, 0});
       open.results.resize(open.job->requests.size());
       open.left = open.results.size();
+      service_.count_decoding(static_cast<std::ptrdiff_t>(open.left), 0);
       for (std::size_t i = 0; i < open.job->requests.size(); ++i) {
         owner_.push_back({open_.size() - 1, i});
         requests.push_back(open.job->requests[i]);
@@ -110,14 +134,20 @@ class GenerationService::Feed : public lm::TextFeed {
 
   void finished(std::size_t id, lm::TextCompletion completion) override {
     auto& open = open_[owner_[id].job];
+    service_.count_decoding(-1, completion.finish_reason == "cancelled" ? 1 : 0);
     open.results[owner_[id].index] = std::move(completion);
     if (--open.left == 0) open.job->done.set_value(std::move(open.results));
+  }
+
+  bool cancelled(std::size_t id) const override {
+    return service_.stopping_ || open_[owner_[id].job].job->cancelled->load();
   }
 
   // A failure of the decoding itself (not of a request): every client still waiting gets it.
   void fail_open(std::exception_ptr error) {
     for (auto& open : open_)
       if (open.left > 0) {
+        service_.count_decoding(-static_cast<std::ptrdiff_t>(open.left), 0);
         open.left = 0;
         open.job->done.set_exception(error);
       }
@@ -157,17 +187,30 @@ std::vector<std::unique_ptr<GenerationService::Job>> GenerationService::take_job
   return jobs;
 }
 
+void GenerationService::count_decoding(std::ptrdiff_t sequences, std::size_t cancelled) {
+  std::lock_guard lock(mutex_);
+  stats_.decoding = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(stats_.decoding) + sequences);
+  stats_.cancelled_sequences += cancelled;
+}
+
+void GenerationService::fail_queued() {
+  for (auto& job : queue_) job->done.set_exception(std::make_exception_ptr(GenerationCancelled("the server is stopping")));
+  queue_.clear();
+}
+
 void GenerationService::decode_loop() {
   std::unique_lock lock(mutex_);
   for (;;) {
     wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping, nothing left
+    if (stopping_) return fail_queued();
     // The first request waits a moment for others, so concurrent clients share one decode.
     wake_.wait_for(lock, std::chrono::duration<double>(options_.batch_window_s), [this] {
       std::size_t queued = 0;
       for (const auto& job : queue_) queued += job->requests.size();
       return stopping_ || queued >= options_.max_batch;
     });
+    if (stopping_) return fail_queued();
+    if (queue_.empty()) continue;  // its only request was abandoned while it waited for company
     // One batch: the oldest job's model, and every queued job for it while the batch has room; later jobs for it
     // join while it decodes.
     const std::string name = queue_.front()->name;

@@ -29,12 +29,14 @@ struct ApiRequest {
   std::vector<std::string> stop;
 };
 
-// An error the server answers with (HTTP status, OpenAI's error type) and the client reads back.
+// An error the server answers with (HTTP status, OpenAI's error type, the request field at fault) and the client
+// reads back.
 struct ApiError : std::runtime_error {
-  ApiError(int status, std::string type, const std::string& message)
-      : std::runtime_error(message), status(status), type(std::move(type)) {}
+  ApiError(int status, std::string type, const std::string& message, std::string param = "")
+      : std::runtime_error(message), status(status), type(std::move(type)), param(std::move(param)) {}
   int status;
-  std::string type;  // invalid_request_error, not_found_error, server_error
+  std::string type;   // invalid_request_error, not_found_error, server_error
+  std::string param;  // the field named by the message; empty: none
 };
 
 struct ApiLimits {
@@ -43,10 +45,15 @@ struct ApiLimits {
   std::size_t max_body_bytes = 4 << 20;
 };
 
-// Throws ApiError (400) naming the field that is missing, of the wrong type or out of range.
+// Throws ApiError (400) naming the field that is missing, of the wrong type (a count that is not an integer) or out of
+// range, or saying that the body is not valid UTF-8 or not a JSON object.
 ApiRequest parse_request(Endpoint endpoint, const std::string& body, const ApiLimits& limits = {});
 
+// OpenAI's error shape: {"error": {"message", "type", "param" (null when none), "code" (the HTTP status, as vLLM)}}.
 std::string error_json(const ApiError& error);
+// The error a bare HTTP status stands for (a route that does not exist, a body over the limit, a malformed request
+// line), for answers the HTTP layer gives before a request reaches the API.
+ApiError http_status_error(int status);
 
 // One response for the request's n completions. `token_text` renders a token for logprobs.
 struct ResponseIds {

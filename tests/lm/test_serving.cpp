@@ -103,7 +103,21 @@ TEST_CASE("openai api: requests parse into typed values, malformed ones are 400s
     const char* names;
   };
   const Bad bad[] = {
-      {serving::Endpoint::chat, "not json", "not a JSON object"},
+      {serving::Endpoint::chat, "not json", "not valid JSON"},
+      {serving::Endpoint::chat, "[1, 2]", "not a JSON object"},
+      {serving::Endpoint::chat, "{\"model\": \"m\xff\", \"messages\": []}", "not valid UTF-8"},
+      {serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1.9})",
+       "'max_tokens' must be an integer"},
+      {serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2.5})",
+       "'n' must be an integer"},
+      {serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "seed": 0.5})",
+       "'seed' must be an integer"},
+      {serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+          "max_completion_tokens": null, "max_tokens": -3})", "'max_tokens'"},
+      {serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+          "max_completion_tokens": 4, "max_tokens": "many"})", "'max_tokens'"},
+      {serving::Endpoint::completion, R"({"model": "m", "prompt": "x", "max_completion_tokens": 5000})",
+       "'max_completion_tokens'"},
       {serving::Endpoint::chat, R"({"messages": [{"role": "user", "content": "x"}]})", "'model'"},
       {serving::Endpoint::chat, R"({"model": "m", "messages": []})", "'messages'"},
       {serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "robot", "content": "x"}]})", "role"},
@@ -123,7 +137,27 @@ TEST_CASE("openai api: requests parse into typed values, malformed ones are 400s
     } catch (const serving::ApiError& e) {
       CHECK(e.status == 400);
       CHECK(std::string(e.what()).find(b.names) != std::string::npos);
+      // The error body is OpenAI's shape, naming the field where there is one.
+      const auto body = json::parse(serving::error_json(e))["error"];
+      CHECK(body["type"] == "invalid_request_error");
+      CHECK(body["code"] == 400);
+      CHECK(body.contains("param"));
+      const std::string names = b.names;
+      const std::string field = names.rfind("'", 0) == 0 ? names.substr(1, names.find('\'', 1) - 1) : "";
+      if (!field.empty() && field != "content") CHECK(body["param"] == field);
     }
+  }
+  // Counts written as whole floats are integers; max_completion_tokens wins over max_tokens, a null one does not.
+  const std::string x = R"({"model": "m", "prompt": "x", )";
+  CHECK(serving::parse_request(serving::Endpoint::completion, x + R"("max_tokens": 7.0})").max_tokens == 7);
+  CHECK(serving::parse_request(serving::Endpoint::completion, x + R"("max_tokens": 7, "max_completion_tokens": 9})").max_tokens == 9);
+  CHECK(serving::parse_request(serving::Endpoint::completion, x + R"("max_tokens": 7, "max_completion_tokens": null})").max_tokens == 7);
+  // Bare HTTP statuses get the same shape.
+  for (int status : {404, 405, 413, 431, 503}) {
+    const auto body = json::parse(serving::error_json(serving::http_status_error(status)))["error"];
+    CHECK(body["code"] == status);
+    CHECK(!body["message"].get<std::string>().empty());
+    CHECK(body["param"].is_null());
   }
   // A client reads back an error body as the server's error.
   CHECK_THROWS_AS(serving::parse_response(serving::Endpoint::chat, serving::error_json({404, "not_found_error", "no"})),

@@ -8,16 +8,21 @@
 #include <sys/socket.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <thread>
 
 #include "cli/commands.h"
 #include "experiment/experiment.h"
 #include "serving/generation_service.h"
+#include "serving/guarded_http_server.h"
 #include "serving/openai_api.h"
 
 namespace crucible::cli {
@@ -30,11 +35,10 @@ struct ServeArgs {
   std::vector<std::string> adapters;  // NAME=DIR
   std::size_t max_batch = 64;
   double batch_window_ms = 5;
-  int threads = 128;
+  serving::ConnectionLimits limits;
   bool no_graphs = false;
+  bool specials_in_content = false;
 };
-
-httplib::Server* g_server = nullptr;
 
 // Debian's cpp-httplib listens with a backlog of 5 (compiled into its library): 64 clients connecting at once would
 // wait for SYN retries of a second or more. Listening again on the same socket raises the backlog (Linux).
@@ -52,8 +56,96 @@ void raise_listen_backlog(int port) {
     if (bound == port) ::listen(fd, SOMAXCONN);
   }
 }
-void stop_on_signal(int) {
-  if (g_server) g_server->stop();
+// SIGINT and SIGTERM are written to a pipe (all a signal handler may safely do); a thread reads it and stops.
+int g_signal_pipe[2] = {-1, -1};
+void on_stop_signal(int) {
+  const char stop = 1;
+  (void)!::write(g_signal_pipe[1], &stop, 1);
+}
+
+// Until a stop signal (or `release`): then the service cancels its work, so every waiting client is answered at
+// once, and the server closes its connections.
+std::thread stop_on_signal(serving::GenerationService& service, serving::GuardedHttpServer& server) {
+  if (::pipe(g_signal_pipe) != 0) throw std::runtime_error("cannot make a pipe for signals");
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  return std::thread([&service, &server] {
+    char what = 0;
+    while (::read(g_signal_pipe[0], &what, 1) < 0 && errno == EINTR) {
+    }
+    if (what != 1) return;
+    // A signal that came just before the server's loop started: stop() before it runs would be missed.
+    for (int i = 0; i < 200 && !server.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    service.stop();
+    server.shut_down(std::chrono::milliseconds(500));
+  });
+}
+
+void release_stop_thread(std::thread& thread) {
+  const char release = 0;
+  (void)!::write(g_signal_pipe[1], &release, 1);
+  thread.join();
+}
+
+void answer_error(httplib::Response& res, const serving::ApiError& e) {
+  res.status = e.status;
+  res.set_content(serving::error_json(e), "application/json");
+}
+
+// The request's n sequences as the model takes them. A chat is encoded here: special tokens typed in its messages stay
+// text (a message cannot open or close a turn) unless the server allows them.
+std::vector<lm::TextRequest> text_requests(const serving::ApiRequest& request, const lm::LanguageModel& model,
+                                           uint64_t id, bool specials_in_content) {
+  lm::TextRequest r;
+  if (request.endpoint == serving::Endpoint::chat)
+    r.prompt_tokens = model.encode_chat(request.messages, {}, specials_in_content);
+  else
+    r.prompt = request.prompt;
+  r.temperature = request.temperature;
+  r.top_p = request.top_p;
+  r.top_k = request.top_k;
+  r.max_new_tokens = request.max_tokens;
+  r.stop_strings = request.stop;
+  // Concurrent requests without a seed each get their own: many n = 1 requests must not repeat one sample.
+  const uint64_t seed = request.seed.value_or(id * 0x9e3779b97f4a7c15ULL);
+  std::vector<lm::TextRequest> batch(static_cast<std::size_t>(request.n), r);
+  for (int i = 0; i < request.n; ++i) batch[i].seed = seed + static_cast<uint64_t>(i);
+  return batch;
+}
+
+// One completion request, answered while its client is connected: one that goes away cancels its sequences.
+void answer_completion(serving::GenerationService& service, serving::Endpoint endpoint, const std::string& body,
+                       uint64_t id, bool specials_in_content, httplib::Response& res) {
+  try {
+    const auto request = serving::parse_request(endpoint, body);
+    if (!service.serves(request.model))
+      throw serving::ApiError(404, "not_found_error", "the model '" + request.model + "' is not served here", "model");
+    const auto& model = service.model();
+    auto batch = text_requests(request, model, id, specials_in_content);
+    const auto done = service.generate(request.model, std::move(batch), serving::GuardedHttpServer::client_gone);
+    const serving::ResponseIds ids{(endpoint == serving::Endpoint::chat ? "chatcmpl-" : "cmpl-") + std::to_string(id),
+                                   static_cast<int64_t>(std::time(nullptr))};
+    auto token_text = [&](int32_t token) { return model.tokenizer().decode({token}); };
+    if (request.stream)
+      res.set_content(serving::stream_events(request, done, ids, token_text), "text/event-stream");
+    else
+      res.set_content(serving::response_json(request, done, ids, token_text), "application/json");
+  } catch (const serving::ApiError& e) {
+    answer_error(res, e);
+  } catch (const serving::GenerationCancelled& e) {  // the client went away (nobody reads this), or a shutdown
+    answer_error(res, serving::ApiError(503, "server_error", e.what()));
+  } catch (const std::invalid_argument& e) {  // the model refused this request (a prompt over its context)
+    answer_error(res, serving::ApiError(400, "invalid_request_error", e.what()));
+  } catch (const std::exception& e) {
+    answer_error(res, serving::ApiError(500, "server_error", e.what()));
+  }
+}
+
+std::string health_json(const serving::GenerationService& service, const serving::GuardedHttpServer& server) {
+  const auto s = service.stats();
+  return json{{"status", "ok"}, {"connections", server.open_connections()}, {"requests", s.requests},
+              {"waiting", s.waiting}, {"decoding", s.decoding}, {"abandoned", s.abandoned},
+              {"cancelled_sequences", s.cancelled_sequences}}.dump();
 }
 
 int serve(const ServeArgs& a) {
@@ -95,65 +187,22 @@ int serve(const ServeArgs& a) {
   }
 
   // 3. Routes: every answer is JSON, errors in OpenAI's shape.
-  httplib::Server server;
-  server.set_payload_max_length(serving::ApiLimits{}.max_body_bytes);  // refused before it is read, not after
-  const int threads = a.threads;
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+  serving::GuardedHttpServer server(a.limits);
   std::atomic<uint64_t> next_id{1};
-  auto answer_error = [](httplib::Response& res, const serving::ApiError& e) {
-    res.status = e.status;
-    res.set_content(serving::error_json(e), "application/json");
-  };
-  server.Get("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
+  server.get("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
     json data = json::array();
     for (const auto& name : service->model_names())
       data.push_back({{"id", name}, {"object", "model"}, {"owned_by", "crucible"}});
     res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
   });
-  auto completions = [&](serving::Endpoint endpoint) {
-    return [&, endpoint](const httplib::Request& req, httplib::Response& res) {
-      try {
-        const auto request = serving::parse_request(endpoint, req.body);
-        if (!service->serves(request.model))
-          throw serving::ApiError(404, "not_found_error", "the model '" + request.model + "' is not served here");
-        const uint64_t id = next_id++;
-        const auto& model = service->model();
-        const std::string prompt =
-            endpoint == serving::Endpoint::chat ? model.chat_prompt(request.messages) : request.prompt;
-        std::vector<lm::TextRequest> batch;
-        // Concurrent requests without a seed each get their own: many n = 1 requests must not repeat one sample.
-        const uint64_t seed = request.seed.value_or(id * 0x9e3779b97f4a7c15ULL);
-        for (int i = 0; i < request.n; ++i) {
-          lm::TextRequest r;
-          r.prompt = prompt;
-          r.temperature = request.temperature;
-          r.top_p = request.top_p;
-          r.top_k = request.top_k;
-          r.seed = seed + static_cast<uint64_t>(i);
-          r.max_new_tokens = request.max_tokens;
-          r.stop_strings = request.stop;
-          batch.push_back(std::move(r));
-        }
-        const auto done = service->generate(request.model, std::move(batch));
-        const serving::ResponseIds ids{(endpoint == serving::Endpoint::chat ? "chatcmpl-" : "cmpl-") +
-                                           std::to_string(id),
-                                       static_cast<int64_t>(std::time(nullptr))};
-        auto token_text = [&](int32_t id) { return model.tokenizer().decode({id}); };
-        if (request.stream)
-          res.set_content(serving::stream_events(request, done, ids, token_text), "text/event-stream");
-        else
-          res.set_content(serving::response_json(request, done, ids, token_text), "application/json");
-      } catch (const serving::ApiError& e) {
-        answer_error(res, e);
-      } catch (const std::invalid_argument& e) {  // the model refused this request (a prompt over its context)
-        answer_error(res, serving::ApiError(400, "invalid_request_error", e.what()));
-      } catch (const std::exception& e) {
-        answer_error(res, serving::ApiError(500, "server_error", e.what()));
-      }
-    };
-  };
-  server.Post("/v1/chat/completions", completions(serving::Endpoint::chat));
-  server.Post("/v1/completions", completions(serving::Endpoint::completion));
+  server.get("/health", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(health_json(*service, server), "application/json");
+  });
+  for (const auto endpoint : {serving::Endpoint::chat, serving::Endpoint::completion})
+    server.post(endpoint == serving::Endpoint::chat ? "/v1/chat/completions" : "/v1/completions",
+                [&, endpoint](const httplib::Request&, httplib::Response& res, const std::string& body) {
+                  answer_completion(*service, endpoint, body, next_id++, a.specials_in_content, res);
+                });
 
   // 4. Listen (port 0: any free port, printed) until SIGINT or SIGTERM.
   const int bound = port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
@@ -162,13 +211,13 @@ int serve(const ServeArgs& a) {
     return 2;
   }
   raise_listen_backlog(bound);
+  auto stopper = stop_on_signal(*service, server);
   std::cout << "serving " << options.model_name << " (" << service->model_names().size() - 1
             << " adapters) on http://" << host << ":" << bound << "/v1" << std::endl;
-  g_server = &server;
-  std::signal(SIGINT, stop_on_signal);
-  std::signal(SIGTERM, stop_on_signal);
   server.listen_after_bind();
-  g_server = nullptr;
+  release_stop_thread(stopper);
+  service->stop();
+  server.shut_down(std::chrono::milliseconds(500));
   const auto stats = service->stats();
   std::cout << "stopped after " << stats.requests << " requests, " << stats.sequences << " sequences in "
             << stats.batches << " batches (largest " << stats.largest_batch << ")" << std::endl;
@@ -189,7 +238,17 @@ Run add_serve_command(CLI::App& app) {
   cmd->add_option("--max-batch", args->max_batch, "Sequences decoded together")->check(CLI::Range(1, 4096))->capture_default_str();
   cmd->add_option("--batch-window-ms", args->batch_window_ms, "How long a request waits for others to share its decode")
       ->check(CLI::Range(0.0, 10000.0))->capture_default_str();
-  cmd->add_option("--threads", args->threads, "Connections served at once")->check(CLI::Range(1, 4096))->capture_default_str();
+  auto& limits = args->limits;
+  cmd->add_option("--max-connections,--threads", limits.max_connections, "Connections open at once (more are answered 503)")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  cmd->add_option("--max-connections-per-client", limits.max_per_client, "Connections open at once from one address")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  cmd->add_option("--head-timeout-s", limits.head_timeout_s, "Time for a request's line and headers to arrive")
+      ->check(CLI::Range(0.1, 3600.0))->capture_default_str();
+  cmd->add_option("--body-timeout-s", limits.body_timeout_s, "Time for a request's body to arrive")
+      ->check(CLI::Range(0.1, 3600.0))->capture_default_str();
+  cmd->add_flag("--allow-special-tokens-in-content", args->specials_in_content,
+                "Parse special tokens (<|im_start|>, ...) typed in chat messages as control tokens, not text");
   cmd->add_flag("--no-graphs", args->no_graphs, "Decode without CUDA graphs");
   return [cmd, args]() -> int {
     if (!cmd->parsed()) return -1;

@@ -77,6 +77,10 @@ bool AddedTokenMatcher::longest_match_at(std::string_view text, std::size_t pos,
 }
 
 std::vector<TextSegment> AddedTokenMatcher::split(std::string_view text, bool parse_special) const {
+  return split(text, [parse_special](std::size_t, std::size_t) { return parse_special; });
+}
+
+std::vector<TextSegment> AddedTokenMatcher::split(std::string_view text, const SpecialAllowed& special_allowed) const {
   std::vector<TextSegment> segments;
   std::size_t covered = 0;  // end of the last segment
   for (std::size_t pos = 0; pos < text.size() && !tokens_.empty();) {
@@ -87,7 +91,7 @@ std::vector<TextSegment> AddedTokenMatcher::split(std::string_view text, bool pa
     }
     pos = match.end;
     const AddedToken& token = tokens_[match.token_index];
-    if (token.special && !parse_special) continue;
+    if (token.special && !special_allowed(match.begin, match.end)) continue;
     std::size_t begin = match.begin, end = match.end;
     if (token.lstrip) begin = std::max(start_of_trailing_white_space(text, begin), covered);
     if (token.rstrip) end = end_of_leading_white_space(text, end);

@@ -2,6 +2,7 @@
 // Added tokens (tokenizer.json "added_tokens"): found in the text before pre-tokenization so each becomes
 // one id. Matching is leftmost, then longest.
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,9 @@ class AddedTokenMatcher {
   // (and, as in the reference, their span is not searched again for other tokens). A token with rstrip
   // may reach over a following match; the segments then overlap, again as in the reference.
   std::vector<TextSegment> split(std::string_view text, bool parse_special) const;
+  // The same, special tokens being tokens only where `special_allowed(begin, end)` holds for their match.
+  using SpecialAllowed = std::function<bool(std::size_t begin, std::size_t end)>;
+  std::vector<TextSegment> split(std::string_view text, const SpecialAllowed& special_allowed) const;
 
   bool empty() const { return tokens_.empty(); }
 

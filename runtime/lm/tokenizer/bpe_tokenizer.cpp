@@ -62,15 +62,26 @@ Tokenizer::Tokenizer(TokenizerSpec spec)
 }
 
 std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_tokens, bool parse_special) const {
+  const TextSpans everywhere{{0, text.size()}};
+  return encode(text, parse_special ? everywhere : TextSpans{}, add_special_tokens);
+}
+
+std::vector<TokenId> Tokenizer::encode(std::string_view text, const TextSpans& special_spans,
+                                       bool add_special_tokens) const {
   require_valid_utf8(text, "Tokenizer::encode");
+  const auto within_spans = [&special_spans](std::size_t begin, std::size_t end) {
+    return std::any_of(special_spans.begin(), special_spans.end(),
+                       [&](const auto& span) { return span.first <= begin && end <= span.second; });
+  };
   std::vector<TokenId> ids;
   ids.reserve(text.size() / 3 + template_prefix_.size() + template_suffix_.size());
   if (add_special_tokens) ids.insert(ids.end(), template_prefix_.begin(), template_prefix_.end());
-  for (const TextSegment& segment : raw_matcher_.split(text, parse_special)) {
+  for (const TextSegment& segment : raw_matcher_.split(text, within_spans)) {
     if (segment.token >= 0)
       ids.push_back(segment.token);
     else
-      encode_plain(text.substr(segment.begin, segment.end - segment.begin), parse_special, ids);
+      encode_plain(text.substr(segment.begin, segment.end - segment.begin), within_spans(segment.begin, segment.end),
+                   ids);
   }
   if (add_special_tokens) ids.insert(ids.end(), template_suffix_.begin(), template_suffix_.end());
   return ids;

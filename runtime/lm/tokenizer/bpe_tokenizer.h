@@ -31,6 +31,11 @@ class Tokenizer {
   // parse_special=false treats special tokens written in the text as plain text (for untrusted text);
   // non-special added tokens are still recognised. Throws std::invalid_argument for invalid UTF-8.
   std::vector<TokenId> encode(std::string_view text, bool add_special_tokens = true, bool parse_special = true) const;
+  // Special tokens parsed only inside `special_spans` (byte ranges [first, second) of `text`, such as a chat
+  // template's own text), plain text elsewhere (messages' content): the same ids as encode() where no special token
+  // is written outside the spans.
+  using TextSpans = std::vector<std::pair<std::size_t, std::size_t>>;
+  std::vector<TokenId> encode(std::string_view text, const TextSpans& special_spans, bool add_special_tokens) const;
 
   // Text of the ids; bytes that are not valid UTF-8 become U+FFFD. Unknown ids are skipped.
   std::string decode(const std::vector<TokenId>& ids, bool skip_special_tokens = false) const;

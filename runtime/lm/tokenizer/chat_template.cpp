@@ -37,23 +37,46 @@ std::vector<ChatMessage> with_system_prompt(const std::vector<ChatMessage>& mess
   return out;
 }
 
-std::string render_chatml(const std::vector<ChatMessage>& messages, const ChatOptions& options) {
-  std::string out;
+// Appends the template's own text (recorded as a span) or a message's text (not recorded).
+struct ChatWriter {
+  RenderedChat out;
+  void markup(const std::string& text) {
+    if (text.empty()) return;
+    auto& spans = out.template_spans;
+    if (!spans.empty() && spans.back().second == out.text.size()) spans.back().second += text.size();
+    else spans.emplace_back(out.text.size(), out.text.size() + text.size());
+    out.text += text;
+  }
+  void message(const std::string& text) { out.text += text; }
+};
+
+RenderedChat render_chatml(const std::vector<ChatMessage>& messages, const ChatOptions& options) {
+  ChatWriter w;
   if (!messages.empty() && messages.front().role != "system")
-    out += std::string("<|im_start|>system\n") + chatml_default_system + "<|im_end|>\n";
-  for (const ChatMessage& message : messages)
-    out += "<|im_start|>" + message.role + "\n" + message.content + "<|im_end|>\n";
-  if (options.add_generation_prompt) out += "<|im_start|>assistant\n";
-  return out;
+    w.markup(std::string("<|im_start|>system\n") + chatml_default_system + "<|im_end|>\n");
+  for (const ChatMessage& message : messages) {
+    w.markup("<|im_start|>");
+    w.message(message.role);
+    w.markup("\n");
+    w.message(message.content);
+    w.markup("<|im_end|>\n");
+  }
+  if (options.add_generation_prompt) w.markup("<|im_start|>assistant\n");
+  return std::move(w.out);
 }
 
-std::string render_llama3(const std::vector<ChatMessage>& messages, const ChatOptions& options) {
-  std::string out = options.bos_token;
-  for (const ChatMessage& message : messages)
-    out += "<|start_header_id|>" + message.role + "<|end_header_id|>\n\n" + trim_like_jinja(message.content) +
-           "<|eot_id|>";
-  if (options.add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  return out;
+RenderedChat render_llama3(const std::vector<ChatMessage>& messages, const ChatOptions& options) {
+  ChatWriter w;
+  w.markup(options.bos_token);
+  for (const ChatMessage& message : messages) {
+    w.markup("<|start_header_id|>");
+    w.message(message.role);
+    w.markup("<|end_header_id|>\n\n");
+    w.message(trim_like_jinja(message.content));
+    w.markup("<|eot_id|>");
+  }
+  if (options.add_generation_prompt) w.markup("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return std::move(w.out);
 }
 
 }  // namespace
@@ -66,6 +89,10 @@ ChatFormat detect_chat_format(const Tokenizer& tokenizer) {
 }
 
 std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages, const ChatOptions& options) {
+  return render_chat_spans(format, messages, options).text;
+}
+
+RenderedChat render_chat_spans(ChatFormat format, const std::vector<ChatMessage>& messages, const ChatOptions& options) {
   const std::vector<ChatMessage> conversation = with_system_prompt(messages, options);
   switch (format) {
     case ChatFormat::chatml: return render_chatml(conversation, options);

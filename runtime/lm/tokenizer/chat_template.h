@@ -31,4 +31,13 @@ ChatFormat detect_chat_format(const Tokenizer& tokenizer);
 
 std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages, const ChatOptions& options = {});
 
+// The rendered text and which of its bytes the template wrote (its markers, the BOS, the default system prompt), as
+// byte ranges [first, second): the rest is the messages' roles and content, whose special tokens are plain text.
+struct RenderedChat {
+  std::string text;
+  Tokenizer::TextSpans template_spans;
+};
+RenderedChat render_chat_spans(ChatFormat format, const std::vector<ChatMessage>& messages,
+                               const ChatOptions& options = {});
+
 }  // namespace crucible::lm
