@@ -2,10 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
 #include "config/toml_reader.h"
+#include "crucible/eval/scratch_dirs.h"
 #include "crucible/eval/subprocess.h"
 #include "tasks/task_loader.h"
 
@@ -17,20 +19,83 @@ fs::path default_kernelbench_importer() { return fs::path(CRUCIBLE_SOURCE_DIR) /
 
 namespace {
 
-// The report is the last line of the program's output that parses as the report object; diagnostics come before.
-json report_of(const std::string& output) {
-  std::istringstream lines(output);
-  json found;
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("{", 0) != 0) continue;
-    auto j = json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("imported") && j.contains("refused")) found = std::move(j);
-  }
-  return found;
-}
-
 std::string tail_of(const std::string& text, std::size_t n = 2000) {
   return text.size() <= n ? text : "..." + text.substr(text.size() - n);
+}
+
+// What the import program said when it refused its arguments (it ran no problem code): its last lines, without
+// the "error: " the command line puts in front again.
+std::string argument_error(std::string output) {
+  while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
+  output = tail_of(output);
+  if (output.rfind("error: ", 0) == 0) output.erase(0, 7);
+  return output;
+}
+
+// A private directory for the report file, removed with everything in it however the import ends.
+struct ReportDir {
+  fs::path path = eval::make_scratch_dir("kb-import");
+  ReportDir() = default;
+  ReportDir(const ReportDir&) = delete;
+  ReportDir& operator=(const ReportDir&) = delete;
+  ~ReportDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
+// The import program's report: {"imported": [names], "refused": [{"problem", "reason"}]}; null when it is not that.
+json read_report(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return nullptr;
+  std::ostringstream text;
+  text << in.rdbuf();
+  json j = json::parse(text.str(), nullptr, false);
+  if (!j.is_object() || !j.contains("imported") || !j["imported"].is_array() || !j.contains("refused") ||
+      !j["refused"].is_array())
+    return nullptr;
+  for (const auto& x : j["imported"])
+    if (!x.is_string()) return nullptr;
+  for (const auto& x : j["refused"])
+    if (!x.is_object() || !x.value("problem", json()).is_string() || !x.value("reason", json()).is_string())
+      return nullptr;
+  return j;
+}
+
+std::vector<std::string> importer_arguments(const KernelBenchImport& r, const fs::path& importer,
+                                            const fs::path& report) {
+  std::vector<std::string> argv{r.python, importer.string(), "--out", r.out.string(), "--report", report.string(),
+                                "--timeout", std::to_string(r.problem_time_limit_s), "--jobs", std::to_string(r.jobs)};
+  if (r.cuda) argv.push_back("--cuda");
+  if (!r.levels.empty()) {
+    std::string levels;
+    for (int l : r.levels) levels += (levels.empty() ? "" : ",") + std::to_string(l);
+    argv.insert(argv.end(), {"--levels", levels});
+  }
+  for (const auto& p : r.problems) argv.push_back(p.string());
+  return argv;
+}
+
+// The report travels in a file of its own, never on the program's output: problem code runs in the import and may
+// print anything there, so that output is only the log (ImportReport::output), never parsed.
+json run_importer(const KernelBenchImport& r, const fs::path& importer, ImportReport& report) {
+  const ReportDir dir;
+  const fs::path file = dir.path / "report.json";
+  eval::ProcessLimits limits;
+  limits.wall_seconds = r.time_limit_s;
+  limits.max_output_bytes = 16 << 20;
+  const auto run = eval::run_process(importer_arguments(r, importer, file), limits);
+  report.output = run.output;
+  report.seconds = run.seconds;
+  if (!run.timed_out && run.signal == 0 && run.exit_code == 2)  // bad arguments, or no problem file in the paths
+    throw std::invalid_argument(argument_error(run.output));
+  if (!run.ok())
+    throw std::runtime_error("the KernelBench import program failed" +
+                             std::string(run.timed_out ? " (time limit)" : "") + ": " + tail_of(run.output));
+  json j = read_report(file);
+  if (j.is_null())
+    throw std::runtime_error("the KernelBench import program wrote no valid report: " + tail_of(run.output));
+  return j;
 }
 
 }  // namespace
@@ -49,26 +114,9 @@ ImportReport import_kernelbench(const KernelBenchImport& r) {
   fs::create_directories(r.out, ec);
   if (ec) throw std::invalid_argument("cannot create " + r.out.string() + ": " + ec.message());
 
-  std::vector<std::string> argv{r.python, importer.string(), "--out", r.out.string(), "--timeout",
-                                std::to_string(r.problem_time_limit_s), "--jobs", std::to_string(r.jobs)};
-  if (r.cuda) argv.push_back("--cuda");
-  if (!r.levels.empty()) {
-    std::string levels;
-    for (int l : r.levels) levels += (levels.empty() ? "" : ",") + std::to_string(l);
-    argv.insert(argv.end(), {"--levels", levels});
-  }
-  for (const auto& p : r.problems) argv.push_back(p.string());
-  eval::ProcessLimits limits;
-  limits.wall_seconds = r.time_limit_s;
-  limits.max_output_bytes = 64 << 20;
-  const auto run = eval::run_process(argv, limits);
-  const json j = report_of(run.output);
-  if (!run.ok() || j.is_null())
-    throw std::runtime_error("the KernelBench import program failed" +
-                             std::string(run.timed_out ? " (time limit)" : "") + ": " + tail_of(run.output));
-
+  eval::remove_orphaned_scratch_dirs("kb-import");  // left by imports killed outright
   ImportReport report;
-  report.seconds = run.seconds;
+  const json j = run_importer(r, importer, report);
   for (const auto& x : j["refused"]) report.refused.push_back({x.value("problem", ""), x.value("reason", "")});
   // Each written task must load here too: what the loader refuses is a refusal, not an imported task.
   for (const auto& x : j["imported"]) {

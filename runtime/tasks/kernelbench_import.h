@@ -29,13 +29,17 @@ struct ImportReport {
   std::vector<std::string> imported;  // task names, kb_l<level>_<id>
   std::vector<Refusal> refused;
   double seconds = 0;
+  // The import program's log: its progress and diagnostics, and whatever the problems' own code printed (the report
+  // itself comes through a file of its own, so this text is never parsed). The first 16 MiB.
+  std::string output;
 };
 
 // The import program shipped with this checkout.
 std::filesystem::path default_kernelbench_importer();
 
-// Throws std::invalid_argument for bad input (no such problem path, an interpreter without PyTorch) and
-// std::runtime_error when the import program fails as a whole; a problem it cannot import is a refusal.
+// Throws std::invalid_argument for bad input (no such problem path, paths that hold no problem file, an interpreter
+// without PyTorch) and std::runtime_error when the import program fails as a whole; a problem it cannot import is a
+// refusal.
 ImportReport import_kernelbench(const KernelBenchImport& request);
 
 // {"imported": [...], "refused": [{"problem": ..., "reason": ...}]}

@@ -10,13 +10,16 @@ checkout (shared/kernelbench), a handful of real ones are imported too. Needs De
 """
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
 import unittest
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -276,14 +279,128 @@ def get_init_inputs():
     return []
 '''),
 }
+# Small problems for the cases below, each importing in a few seconds.
+RELU = HEADER + '''class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(4, 64)]
+
+def get_init_inputs():
+    return []
+'''
+FAKE_REPORT = '{"imported": ["kb_l1_7"], "refused": []}'
+# A ReLU whose code prints a report of its own on every channel it has: print, fd 1, fd 2, and a process of its
+# own that writes once the importer has exited (so its line comes last in any stream it shares with the importer).
+RELU_PRINTING_A_REPORT = HEADER + '''import os, sys, time
+FAKE = '<FAKE>'
+print(FAKE, flush=True)
+os.write(1, (FAKE + "\\n").encode())
+sys.stderr.write(FAKE + "\\n")
+
+
+def running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+if not os.environ.get("REPORT_WRITER_STARTED"):
+    os.environ["REPORT_WRITER_STARTED"] = "1"
+    importer = os.getppid()
+    if os.fork() == 0:  # writes once the import program has exited
+        while running(importer):
+            time.sleep(0.05)
+        os.write(1, (FAKE + "\\n").encode())
+        os.write(2, (FAKE + "\\n").encode())
+        os._exit(0)
+
+'''.replace("<FAKE>", FAKE_REPORT) + RELU.split(HEADER, 1)[1]
+SCALES_ITS_INPUT = HEADER + '''class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x):
+        x.mul_(2)
+        return x
+
+def get_inputs():
+    return [torch.randn(4, 64)]
+
+def get_init_inputs():
+    return []
+'''
+BUMPS_ITS_PARAMETER = HEADER + '''class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+        self.scale = nn.Parameter(torch.rand(64) + 0.5)
+
+    def forward(self, x):
+        self.scale.data.add_(1)
+        return x * self.scale
+
+def get_inputs():
+    return [torch.randn(4, 64)]
+
+def get_init_inputs():
+    return []
+'''
+SCALES_A_COPY = HEADER + '''class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x, y):
+        z = x * 2
+        z.add_(y)
+        return z
+
+def get_inputs():
+    return [torch.randn(4, 64), torch.randn(4, 64)]
+
+def get_init_inputs():
+    return []
+'''
+SCALES_ITS_SECOND_INPUT = SCALES_A_COPY.replace("z = x * 2\n        z.add_(y)", "y.mul_(2)\n        z = x + y")
+
 EXPECTED_IMPORTED = {"kb_l1_1", "kb_l1_2", "kb_l2_3", "kb_l1_4", "kb_l1_6", "kb_l1_7", "kb_l1_8", "kb_l1_9",
                      "kb_l1_10", "kb_l2_11", "kb_l1_13"}
 EXPECTED_REFUSED = {"5_Dropout.py": "random", "12_Exp_input.py": ".exp()", "14_Flat_answer.py": "concentrate"}
 KERNELBENCH_KEYS = {"problem", "id", "cpu_scale", "init_inputs", "mode", "cuda_sizes"}
 
 
-def run_importer(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(IMPORTER), *args], capture_output=True, text=True, timeout=1800)
+@dataclass
+class ImporterRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    report: Optional[dict]  # what the importer wrote to --report; None when it wrote nothing
+
+
+def run_importer(*args: str) -> ImporterRun:
+    with tempfile.TemporaryDirectory(prefix="kb-report-") as tmp:
+        report = Path(tmp) / "report.json"
+        result = subprocess.run([sys.executable, str(IMPORTER), "--report", str(report), *args], capture_output=True,
+                                text=True, timeout=1800)
+        parsed = json.loads(report.read_bytes().decode("utf-8")) if report.exists() else None
+    if parsed is not None:  # every string must be real Unicode: a lone surrogate is no JSON a C++ reader accepts
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    return ImporterRun(result.returncode, result.stdout, result.stderr, parsed)
+
+
+def write_problem(root: Path, level: int, file_name, text: str) -> Path:
+    """file_name as str, or as bytes for a name that is not UTF-8."""
+    directory = root / f"level{level}"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = Path(os.fsdecode(os.fsencode(directory) + b"/" + (file_name if isinstance(file_name, bytes)
+                                                             else file_name.encode())))
+    path.write_text(text)
+    return path
 
 
 def draw(init: dict, shape: list, dtype: str, sizes: dict) -> torch.Tensor:
@@ -365,7 +482,7 @@ class ImportedProblems(unittest.TestCase):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
         cls.result = run_importer("--out", str(cls.out), str(cls.problems_dir))
-        cls.report = json.loads(cls.result.stdout) if cls.result.returncode == 0 else None
+        cls.report = cls.result.report
 
     @classmethod
     def tearDownClass(cls):
@@ -375,9 +492,8 @@ class ImportedProblems(unittest.TestCase):
         with open(self.out / f"{name}.toml", "rb") as f:
             return tomllib.load(f)
 
-    def test_report_is_the_only_stdout_and_lists_every_problem(self):
+    def test_report_lists_every_problem(self):
         self.assertEqual(self.result.returncode, 0, self.result.stderr[-3000:])
-        self.assertEqual(len(self.result.stdout.strip().splitlines()), 1)
         self.assertEqual(set(self.report["imported"]), EXPECTED_IMPORTED)
         refused = {Path(r["problem"]).name: r["reason"] for r in self.report["refused"]}
         self.assertEqual(set(refused), set(EXPECTED_REFUSED))
@@ -486,7 +602,7 @@ class ImportedProblems(unittest.TestCase):
     def test_importing_again_is_idempotent(self):
         again = run_importer("--out", str(self.out), "--levels", "2", str(self.problems_dir))
         self.assertEqual(again.returncode, 0, again.stderr[-2000:])
-        self.assertEqual(json.loads(again.stdout)["imported"], ["kb_l2_3", "kb_l2_11"])
+        self.assertEqual(again.report["imported"], ["kb_l2_3", "kb_l2_11"])
 
 
 class BadArguments(unittest.TestCase):
@@ -496,15 +612,37 @@ class BadArguments(unittest.TestCase):
             self.assertEqual(run_importer("--out", tmp, "--levels", "one", tmp).returncode, 2)
             self.assertEqual(run_importer(tmp).returncode, 2)
 
-    def test_a_file_that_is_no_problem_is_refused(self):
+    def test_a_file_that_is_no_problem_is_named_in_the_error(self):
         with tempfile.TemporaryDirectory() as tmp:
             stray = Path(tmp) / "notes.py"
             stray.write_text("x = 1\n")
             result = run_importer("--out", str(Path(tmp) / "out"), str(stray))
-            self.assertEqual(result.returncode, 0)
-            report = json.loads(result.stdout)
-            self.assertEqual(report["imported"], [])
-            self.assertEqual(len(report["refused"]), 1)
+            self.assertEqual(result.returncode, 2)
+            self.assertIsNone(result.report)
+            self.assertIn(f"{stray}: not a KernelBench problem file", result.stderr)
+
+    def test_a_file_that_is_no_problem_beside_a_problem_is_refused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            stray = Path(tmp) / "notes.py"
+            stray.write_text("x = 1\n")
+            problem = write_problem(Path(tmp), 1, "1_Broken.py", "import torch\nclass Model(:\n")
+            result = run_importer("--out", str(Path(tmp) / "out"), str(stray), str(problem))
+            self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+            self.assertEqual(result.report["imported"], [])
+            self.assertEqual({r["problem"] for r in result.report["refused"]}, {str(stray), str(problem)})
+
+    def test_paths_without_problem_files_are_an_error(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "README.md").write_text("no problems here\n")
+            result = run_importer("--out", str(Path(tmp) / "out"), tmp)
+            self.assertEqual(result.returncode, 2)
+            self.assertIsNone(result.report)
+            self.assertIn(f"no KernelBench problem files (level<N>/<id>_<Name>.py) in {tmp}", result.stderr)
+            self.assertFalse((Path(tmp) / "out").exists())
+            write_problem(Path(tmp), 1, "1_ReLU.py", RELU)
+            result = run_importer("--out", str(Path(tmp) / "out"), "--levels", "2,3", tmp)
+            self.assertEqual(result.returncode, 2)
+            self.assertIn("no KernelBench problem files (level<N>/<id>_<Name>.py) of level 2,3", result.stderr)
 
     def test_a_malformed_problem_is_refused(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -513,7 +651,51 @@ class BadArguments(unittest.TestCase):
             path.write_text("import torch\nclass Model(:\n")
             result = run_importer("--out", str(Path(tmp) / "out"), tmp)
             self.assertEqual(result.returncode, 0)
-            self.assertEqual(json.loads(result.stdout)["refused"][0]["problem"], str(path))
+            self.assertEqual(result.report["refused"][0]["problem"], str(path))
+
+
+class UntrustedProblems(unittest.TestCase):
+    """Problem files whose names, output or forward would otherwise break the import or its tasks."""
+
+    def test_a_file_name_that_is_not_utf8_is_refused_by_name_and_the_rest_imported(self):
+        with tempfile.TemporaryDirectory(prefix="kb-utf8-test-") as tmp:
+            write_problem(Path(tmp), 1, "1_ReLU.py", RELU)
+            write_problem(Path(tmp), 1, b"2_Bad\xffName.py", RELU)
+            result = run_importer("--out", str(Path(tmp) / "out"), tmp)
+            self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+            self.assertEqual(result.report["imported"], ["kb_l1_1"])
+            self.assertEqual(result.report["refused"], [{
+                "problem": f"{tmp}/level1/2_Bad\\xffName.py",
+                "reason": "its path is not valid UTF-8 (TorchScript and the task file record it as text); "
+                          "rename the file"}])
+            self.assertEqual(sorted(p.name for p in (Path(tmp) / "out").iterdir()), ["kb_l1_1.cpu.pt", "kb_l1_1.toml"])
+
+    def test_what_a_problem_prints_is_log_and_never_the_report(self):
+        with tempfile.TemporaryDirectory(prefix="kb-print-test-") as tmp:
+            write_problem(Path(tmp), 1, "1_ReLU_printing_a_report.py", RELU_PRINTING_A_REPORT)
+            result = run_importer("--out", str(Path(tmp) / "out"), tmp)
+            self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+            self.assertEqual(result.report, {"imported": ["kb_l1_1"], "refused": []})
+            self.assertIn(FAKE_REPORT, result.stderr)  # logged where diagnostics go, not lost
+
+    def test_a_forward_that_modifies_its_inputs_is_refused(self):
+        with tempfile.TemporaryDirectory(prefix="kb-mutate-test-") as tmp:
+            write_problem(Path(tmp), 1, "1_Scales_its_input.py", SCALES_ITS_INPUT)
+            write_problem(Path(tmp), 1, "2_Bumps_its_parameter.py", BUMPS_ITS_PARAMETER)
+            write_problem(Path(tmp), 1, "3_Scales_a_copy.py", SCALES_A_COPY)
+            write_problem(Path(tmp), 1, "4_Scales_its_second_input.py", SCALES_ITS_SECOND_INPUT)
+            result = run_importer("--out", str(Path(tmp) / "out"), tmp)
+            self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+            self.assertEqual(result.report["imported"], ["kb_l1_3"])
+            refused = {Path(r["problem"]).name: r["reason"] for r in result.report["refused"]}
+            self.assertEqual(set(refused), {"1_Scales_its_input.py", "2_Bumps_its_parameter.py",
+                                            "4_Scales_its_second_input.py"})
+            self.assertIn("forward modifies its input in place (get_inputs()[0])", refused["1_Scales_its_input.py"])
+            self.assertIn("(parameter scale)", refused["2_Bumps_its_parameter.py"])
+            self.assertIn("(get_inputs()[1])", refused["4_Scales_its_second_input.py"])
+            for reason in refused.values():
+                self.assertIn("no correct kernel could pass", reason)
+            self.assertFalse(list((Path(tmp) / "out").glob("kb_l1_[124]*")))
 
 
 class KilledImport(unittest.TestCase):
@@ -539,7 +721,8 @@ def get_inputs():
 def get_init_inputs():
     return []
 ''')
-            importer = subprocess.Popen([sys.executable, str(IMPORTER), "--out", str(Path(tmp) / "out"), tmp],
+            importer = subprocess.Popen([sys.executable, str(IMPORTER), "--out", str(Path(tmp) / "out"),
+                                         "--report", str(Path(tmp) / "report.json"), tmp],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             marker = str(Path(tmp) / "out")
             deadline = time.monotonic() + 120
@@ -609,7 +792,7 @@ class RealProblems(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             result = run_importer("--out", tmp, *map(str, files))
             self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-            report = json.loads(result.stdout)
+            report = result.report
             self.assertEqual(report["imported"], ["kb_l1_1", "kb_l1_19", "kb_l1_23", "kb_l1_54", "kb_l2_12"])
             self.assertEqual(report["refused"], [])
             for name in report["imported"]:

@@ -497,3 +497,176 @@ TEST_CASE("crucible tasks import refuses bad input with exit code 2") {
   CHECK(r.exit_code == 2);
   CHECK(r.output.find("no such KernelBench problem path") != std::string::npos);
 }
+
+namespace {
+
+const char* kTinyReluProblem = R"(import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(4, 64)]
+
+def get_init_inputs():
+    return []
+)";
+
+// Prints a report of its own on every channel it has: print, fd 1, fd 2, and a process of its own that writes once
+// the import program has exited, so that its line comes after anything the import program wrote.
+const char* kReluPrintingAReport = R"py(import torch
+import torch.nn as nn
+import os, sys, time
+FAKE = '{"imported": ["kb_l1_7"], "refused": []}'
+print(FAKE, flush=True)
+os.write(1, (FAKE + "\n").encode())
+sys.stderr.write(FAKE + "\n")
+
+
+def running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+if not os.environ.get("REPORT_WRITER_STARTED"):
+    os.environ["REPORT_WRITER_STARTED"] = "1"
+    importer = os.getppid()
+    if os.fork() == 0:  # writes once the import program has exited
+        while running(importer):
+            time.sleep(0.05)
+        os.write(1, (FAKE + "\n").encode())
+        os.write(2, (FAKE + "\n").encode())
+        os._exit(0)
+
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(4, 64)]
+
+def get_init_inputs():
+    return []
+)py";
+
+const char* kScalesItsInputProblem = R"(import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x):
+        x.mul_(2)
+        return x
+
+def get_inputs():
+    return [torch.randn(4, 64)]
+
+def get_init_inputs():
+    return []
+)";
+
+eval::ProcessResult import_problems(const test::ScratchDir& dir) {
+  return test::crucible_cli({"tasks", "import", "--kernelbench", (dir.path() / "KernelBench").string(), "--out",
+                             (dir.path() / "tasks").string(), "--json"},
+                            (dir.path() / "cache").string(), 600);
+}
+
+// The --json report: the CLI's last line (the import program's log comes before it, on stderr).
+json import_report(const eval::ProcessResult& r) {
+  const auto at = r.output.rfind("{\"imported\"");
+  REQUIRE(at != std::string::npos);
+  return json::parse(r.output.substr(at));
+}
+
+}  // namespace
+
+TEST_CASE("crucible tasks import refuses a problem file whose name is not UTF-8 by name and imports the rest") {
+  if (!python_has_torch()) {
+    MESSAGE("skipped: /usr/bin/python3 has no torch (tools/setup.sh installs Debian's python3-torch)");
+    return;
+  }
+  test::ScratchDir dir("kb-import-utf8");
+  const fs::path level1 = dir.path() / "KernelBench" / "level1";
+  fs::create_directories(level1);
+  test::write_file(level1 / "1_ReLU.py", kTinyReluProblem);
+  test::write_file(level1 / "2_Bad\xff" "Name.py", kTinyReluProblem);
+  const auto r = import_problems(dir);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const json report = import_report(r);
+  CHECK(report["imported"] == json::array({"kb_l1_1"}));
+  REQUIRE(report["refused"].size() == 1);
+  CHECK(report["refused"][0]["problem"] == level1.string() + "/2_Bad\\xffName.py");
+  CHECK(report["refused"][0]["reason"].get<std::string>().find("not valid UTF-8") != std::string::npos);
+  CHECK(fs::exists(dir.path() / "tasks" / "kb_l1_1.toml"));
+  CHECK_FALSE(fs::exists(dir.path() / "tasks" / "kb_l1_2.toml"));
+}
+
+TEST_CASE("crucible tasks import takes its report from its own channel, never from what a problem prints") {
+  if (!python_has_torch()) {
+    MESSAGE("skipped: /usr/bin/python3 has no torch (tools/setup.sh installs Debian's python3-torch)");
+    return;
+  }
+  test::ScratchDir dir("kb-import-print");
+  const fs::path level1 = dir.path() / "KernelBench" / "level1";
+  fs::create_directories(level1);
+  test::write_file(level1 / "1_ReLU_printing_a_report.py", kReluPrintingAReport);
+  const auto r = import_problems(dir);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const json report = import_report(r);
+  CHECK(report == json{{"imported", {"kb_l1_1"}}, {"refused", json::array()}});
+  // What the problem printed is shown as the import's log, before the report.
+  CHECK(r.output.find(R"({"imported": ["kb_l1_7"], "refused": []})") < r.output.rfind("{\"imported\""));
+}
+
+TEST_CASE("crucible tasks import refuses a problem whose forward modifies its input") {
+  if (!python_has_torch()) {
+    MESSAGE("skipped: /usr/bin/python3 has no torch (tools/setup.sh installs Debian's python3-torch)");
+    return;
+  }
+  test::ScratchDir dir("kb-import-mutate");
+  const fs::path level1 = dir.path() / "KernelBench" / "level1";
+  fs::create_directories(level1);
+  test::write_file(level1 / "1_ReLU.py", kTinyReluProblem);
+  test::write_file(level1 / "2_Scales_its_input.py", kScalesItsInputProblem);
+  const auto r = import_problems(dir);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const json report = import_report(r);
+  CHECK(report["imported"] == json::array({"kb_l1_1"}));
+  REQUIRE(report["refused"].size() == 1);
+  CHECK(report["refused"][0]["problem"] == (level1 / "2_Scales_its_input.py").string());
+  CHECK(report["refused"][0]["reason"].get<std::string>().find("forward modifies its input in place") !=
+        std::string::npos);
+  CHECK_FALSE(fs::exists(dir.path() / "tasks" / "kb_l1_2.toml"));
+}
+
+TEST_CASE("crucible tasks import of paths that hold no problem file is an error with exit code 2") {
+  if (!python_has_torch()) {
+    MESSAGE("skipped: /usr/bin/python3 has no torch (tools/setup.sh installs Debian's python3-torch)");
+    return;
+  }
+  test::ScratchDir dir("kb-import-empty");
+  fs::create_directories(dir.path() / "KernelBench" / "level1");
+  test::write_file(dir.path() / "KernelBench" / "README.md", "no problems here\n");
+  const auto r = import_problems(dir);
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("no KernelBench problem files (level<N>/<id>_<Name>.py) in " +
+                      (dir.path() / "KernelBench").string()) != std::string::npos);
+  CHECK(r.output.find("imported 0") == std::string::npos);
+}

@@ -131,6 +131,8 @@ int import_tasks(const TasksArgs& a) {
     std::cerr << "import failed: " << e.what() << "\n";
     return 1;
   }
+  // The import program's log (progress, and whatever the problems printed) is for the reader, never the report.
+  std::cerr << report.output << (report.output.empty() || report.output.back() == '\n' ? "" : "\n");
   if (a.json) {
     std::cout << tasks::report_json(report) << "\n";
     return 0;

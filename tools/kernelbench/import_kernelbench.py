@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Import KernelBench problem files as Crucible tasks.
 
-    /usr/bin/python3 tools/kernelbench/import_kernelbench.py --out DIR [--levels 1,2,3] PATH...
+    /usr/bin/python3 tools/kernelbench/import_kernelbench.py --out DIR --report FILE [--levels 1,2,3] PATH...
 
 PATH is a directory (searched recursively for level<N>/<id>_<Name>.py) or one such file. For each problem this
 writes into DIR:
@@ -12,8 +12,10 @@ writes into DIR:
   kb_l<N>_<id>.toml    the Crucible task: inputs with their init distributions, outputs, tolerance, the CPU sizes,
                        the written (CUDA) sizes where they could be computed, and where the task came from.
 
-stdout carries exactly one JSON line, {"imported": [...], "refused": [{"problem": ..., "reason": ...}]};
-diagnostics go to stderr. Exit status 0 when the import ran (refusals included), 2 for bad arguments.
+FILE receives one JSON line, {"imported": [...], "refused": [{"problem": ..., "reason": ...}]}, once every problem
+is done. It is not stdout: whatever the problems' own code prints is log text, and goes to stderr with the
+diagnostics. Exit status 0 when the import ran (refusals included), 2 for bad arguments or when the paths hold no
+problem file. A problem file whose path is not UTF-8 is refused by name; the report shows its other bytes as \\xNN.
 
 Needs Debian's python3-torch 1.13 (CPU): the traces must load in the LibTorch 1.13 that Crucible links. Problem
 files are trusted code (this is the trusted import step). Each problem runs in its own forked process, so that an
@@ -137,10 +139,33 @@ def problem_from_file(path: Path) -> Optional[Problem]:
     return Problem(path, int(level_match.group(1)), int(file_match.group(1)), file_match.group(2))
 
 
-def find_problems(paths: List[Path], levels: Optional[set]) -> Tuple[List[Problem], List[dict]]:
-    """Problems under the given paths (sorted by level and id), and refusals for files that are not problems."""
+def display_path(path: Path) -> str:
+    """The path as report text: a byte that is not UTF-8 shows as \\xNN (JSON and TOML carry only Unicode)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def utf8_path_error(path: Path) -> Optional[str]:
+    """Why this problem's path cannot be imported, or None. TorchScript and the task file record the path and
+    accept only UTF-8, so a file name with other bytes is refused by name rather than failing later."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return "its path is not valid UTF-8 (TorchScript and the task file record it as text); rename the file"
+    return None
+
+
+@dataclass
+class Found:
+    problems: List[Problem]     # sorted by level and id
+    refusals: List[dict]        # problem files that cannot become tasks
+    not_problems: List[dict]    # named files that are not problem files at all
+
+
+def find_problems(paths: List[Path], levels: Optional[set]) -> Found:
+    """Problems under the given paths, problem files refused before any of their code runs, and named files that
+    are not problems."""
     found: Dict[Path, Problem] = {}
-    refusals = []
+    not_problems = []
     for path in paths:
         if path.is_dir():
             candidates = sorted(p for p in path.rglob("*.py") if p.is_file())
@@ -153,20 +178,22 @@ def find_problems(paths: List[Path], levels: Optional[set]) -> Tuple[List[Proble
             if problem:
                 found.setdefault(path.resolve(), problem)
             else:
-                refusals.append({"problem": str(path),
-                                 "reason": "not a KernelBench problem file (expected level<N>/<id>_<Name>.py)"})
-    problems = []
+                not_problems.append({"problem": display_path(path),
+                                     "reason": "not a KernelBench problem file (expected level<N>/<id>_<Name>.py)"})
+    problems, refusals = [], []
     names = set()
     for problem in sorted(found.values(), key=lambda p: (p.level, p.id, str(p.path))):
         if levels is not None and problem.level not in levels:
             continue
-        if problem.task_name in names:
-            refusals.append({"problem": str(problem.path),
-                             "reason": f"another problem file already gives the task name {problem.task_name}"})
+        reason = utf8_path_error(problem.path)
+        if reason is None and problem.task_name in names:
+            reason = f"another problem file already gives the task name {problem.task_name}"
+        if reason:
+            refusals.append({"problem": display_path(problem.path), "reason": reason})
             continue
         names.add(problem.task_name)
         problems.append(problem)
-    return problems, refusals
+    return Found(problems, refusals, not_problems)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1535,6 +1562,30 @@ def check_repeatable(instance: Instance) -> None:
                           "mode, or random numbers drawn in forward)")
 
 
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal element for element, a NaN equal to a NaN in the same place."""
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        return bool(torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num()))
+    return bool(torch.equal(a, b))
+
+
+def check_leaves_inputs_unchanged(instance: Instance) -> None:
+    """The evaluator requires a kernel to leave its inputs (get_inputs' tensors and the parameters) unchanged and
+    runs the reference on the same memory, so a forward that writes into one (`x.mul_(2)`) judges every correct
+    kernel wrong. Buffers are exempt: the task's program gives the model copies of them (running statistics)."""
+    positions = [i for i, v in enumerate(instance.raw_inputs) if isinstance(v, torch.Tensor)]
+    tensors = [instance.raw_inputs[i].clone() for i in positions]
+    pristine = [t.clone() for t in tensors]
+    parameters = [(name, t, t.detach().clone()) for name, t, is_buffer in state_tensors(instance.model)
+                  if not is_buffer]
+    eager_forward(instance, tensors)
+    changed = [f"get_inputs()[{i}]" for i, t, p in zip(positions, tensors, pristine) if not same_values(t, p)]
+    changed += [f"parameter {name}" for name, t, p in parameters if not same_values(t.detach(), p)]
+    if changed:
+        raise Refused(f"forward modifies its input in place ({', '.join(changed)}): a kernel must leave its inputs "
+                      "unchanged, so no correct kernel could pass")
+
+
 def outputs_match(got: torch.Tensor, want: torch.Tensor) -> bool:
     if got.shape != want.shape or got.dtype != want.dtype:
         return False
@@ -1985,6 +2036,7 @@ def import_problem(problem: Problem, out_dir: Path, cuda: bool = False) -> str:
     twin = instantiate(source, choice.overrides, meta=False, seed=1)
     state = describe_state(source, instance, twin, recorder, init_locals)  # before any forward moves running stats
     slots = describe_inputs(source, instance)
+    check_leaves_inputs_unchanged(instance)
     check_repeatable(instance)
     outputs = eager_forward(instance)
 
@@ -2107,7 +2159,7 @@ def die_with_parent(parent: int) -> None:
 
 def child_main(problem: Problem, out_dir: Path, conn, parent: int, cuda: bool) -> None:
     die_with_parent(parent)
-    os.dup2(2, 1)            # whatever a problem prints must not reach the JSON on stdout
+    os.dup2(2, 1)            # what a problem prints is log text, with the diagnostics on stderr
     sys.stdout = sys.stderr
     warnings.simplefilter("ignore")  # tracer warnings: the verification on fresh draws is what decides
     try:
@@ -2165,7 +2217,7 @@ def run_all(problems: List[Problem], out_dir: Path, jobs: int, timeout: float,
                 log(f"[{done}/{len(problems)}] {r.problem.task_name} imported ({elapsed:.1f} s)")
             else:
                 remove_stale_outputs(out_dir, r.problem.task_name)
-                refused.append({"problem": str(r.problem.path), "reason": detail})
+                refused.append({"problem": display_path(r.problem.path), "reason": detail})
                 log(f"[{done}/{len(problems)}] {r.problem.task_name} refused ({elapsed:.1f} s): {detail}")
     return imported, refused
 
@@ -2211,6 +2263,9 @@ def parse_levels(text: str) -> set:
 def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Import KernelBench problems as Crucible tasks.")
     parser.add_argument("--out", required=True, type=Path, help="directory for the task files")
+    parser.add_argument("--report", required=True, type=Path,
+                        help="file the JSON report is written to once every problem is done (not stdout: the "
+                             "problems' own code prints there)")
     parser.add_argument("--levels", type=parse_levels, default=None,
                         help="comma-separated levels to import (default: every level found)")
     parser.add_argument("--jobs", type=int, default=1,
@@ -2228,27 +2283,57 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
         parser.error("--jobs and --timeout must be positive")
     if args.out.exists() and not args.out.is_dir():
         parser.error(f"--out {args.out} is not a directory")
+    if args.report.is_dir() or not args.report.parent.is_dir():
+        parser.error(f"--report {args.report} must name a file in an existing directory")
     return args
+
+
+def report_text(imported: List[Problem], refused: List[dict]) -> str:
+    """One JSON line. Reasons quote exceptions, which may hold undecodable bytes of paths (as lone surrogates) that
+    no JSON reader accepts: those become backslash escapes."""
+    def text(value: str) -> str:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return json.dumps({"imported": [p.task_name for p in imported],
+                       "refused": [{k: text(v) for k, v in r.items()} for r in refused]}) + "\n"
+
+
+def write_report(path: Path, text: str) -> None:
+    """Written once, at the end, when no problem process is left: whatever problem code wrote to this path before
+    is replaced. The path is in the importer's arguments, so problem code could still name it; the import is a
+    trusted step run on the user's own KernelBench checkout."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def nothing_to_import(args: argparse.Namespace, found: Found) -> str:
+    where = ", ".join(display_path(p) for p in args.paths)
+    levels = f" of level {','.join(str(level) for level in sorted(args.levels))}" if args.levels else ""
+    message = f"no KernelBench problem files (level<N>/<id>_<Name>.py){levels} in {where}"
+    for stray in found.not_problems:
+        message += f"; {stray['problem']}: {stray['reason']}"
+    return message
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_arguments(argv)
     if not torch.__version__.startswith("1.13"):
         log(f"warning: torch {torch.__version__}; Crucible's LibTorch is 1.13, which may not load these traces")
+    found = find_problems(args.paths, args.levels)
+    if not found.problems and not found.refusals:
+        log("error: " + nothing_to_import(args, found))
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    problems, refused = find_problems(args.paths, args.levels)
     # Asked through NVML, so this process never initialises CUDA: the per-problem processes are forked from it.
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     if args.cuda and not torch.cuda.is_available():
         log("error: --cuda needs a PyTorch with a usable GPU")
         return 2
-    imported, problem_refusals = run_all(problems, args.out, args.jobs, args.timeout, args.cuda)
+    imported, problem_refusals = run_all(found.problems, args.out, args.jobs, args.timeout, args.cuda)
     imported.sort(key=lambda p: (p.level, p.id))
-    report = {"imported": [p.task_name for p in imported], "refused": refused + problem_refusals}
-    log(f"imported {len(imported)}, refused {len(report['refused'])} in {time.monotonic() - started:.0f} s")
-    sys.stdout.write(json.dumps(report) + "\n")
-    sys.stdout.flush()
+    refused = found.not_problems + found.refusals + problem_refusals
+    log(f"imported {len(imported)}, refused {len(refused)} in {time.monotonic() - started:.0f} s")
+    write_report(args.report, report_text(imported, refused))
     return 0
 
 
