@@ -6,6 +6,7 @@
 #include <string>
 
 #include "crucible/eval/compiler.h"
+#include "crucible/eval/evaluator.h"
 #include "crucible/eval/worker_image.h"
 #include "crucible/eval/worker_process.h"
 #include "support.h"
