@@ -693,7 +693,7 @@ CallOutcome WorkerProcess::load_next(const fs::path& so_path, const ArenaLayout&
   // The CPU limit counts the whole process: this candidate gets its own on top of what the worker used so far.
   const double used = cpu_seconds();
   cpu_limit_s_ = static_cast<unsigned>(std::max(0.0, used) + 1.0) + limits.cpu_seconds;
-  const rlimit cpu{cpu_limit_s_, cpu_limit_s_ + 1};
+  const rlimit cpu{cpu_limit_s_, RLIM_INFINITY};  // the worker left its hard limit open (see its main)
   auto request = std::make_unique<proto::LoadRequest>();
   fill_request(*request, stage_candidate(so_path), layout, host_bytes, limits, device);
   request->reusable = 1;
@@ -726,7 +726,7 @@ std::string WorkerProcess::reset(double timeout_s) {
   const auto now = read_process_image(pid_);
   if (!now) return "cannot read the worker's process image";
   ImageAllowance allowance;
-  allowance.added_filters = 1;  // the reuse stage's, installed after the baseline
+  allowance.added_filters = 2;  // the load stage's and the reuse stage's, installed after the baseline
   if (std::string why = compare_images(*baseline_, *now, allowance); !why.empty()) return why;
   awaiting_next_ = true;
   clean_ = true;
@@ -809,6 +809,9 @@ void WorkerPool::recycle(std::unique_ptr<WorkerProcess> worker, bool clean, doub
   if (!worker) return;
   std::string why;
   if (!clean || !worker->clean() || worker->uses() >= max_uses_ || !worker->reusable()) {
+    if (trace_calls())
+      std::fprintf(stderr, "worker %d ended: clean %d/%d, uses %d of %d, reusable %d\n", static_cast<int>(worker->pid()),
+                   clean, worker->clean(), worker->uses(), max_uses_, worker->reusable());
     worker.reset();
   } else if (why = worker->reset(timeout_s); !why.empty()) {
     if (trace_calls()) std::fprintf(stderr, "worker %d not reused: %s\n", static_cast<int>(worker->pid()), why.c_str());

@@ -331,7 +331,9 @@ int main(int argc, char** argv) {
     rlim_t address_space = current_address_space() + request->memory_limit_bytes + (rlim_t{256} << 20);
     limit(RLIMIT_AS, address_space, address_space);
   }
-  limit(RLIMIT_CPU, request->cpu_seconds, request->cpu_seconds + 1);
+  // A reusable worker's soft limit is raised from outside for each candidate (no privilege needed below the hard
+  // one); SIGXCPU at the soft limit ends it, as no candidate may change that signal's disposition.
+  limit(RLIMIT_CPU, request->cpu_seconds, reusable ? RLIM_INFINITY : request->cpu_seconds + 1);
   limit(RLIMIT_FSIZE, 0, 0);
   limit(RLIMIT_NPROC, 0, 0);
   limit(RLIMIT_CORE, 0, 0);
