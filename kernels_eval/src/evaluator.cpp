@@ -79,6 +79,16 @@ int gpu_warm_workers(int fallback) {
   const char* env = std::getenv("CRUCIBLE_GPU_WARM_WORKERS");
   return env ? std::max(0, std::atoi(env)) : fallback;
 }
+
+// How many candidates a CUDA worker may serve, each after a verified reset (docs/cuda.md, "Reusing a worker"):
+// CRUCIBLE_GPU_WORKER_REUSE, 32 by default; 1 or 0 gives every candidate a fresh worker.
+int gpu_worker_uses() {
+  const char* env = std::getenv("CRUCIBLE_GPU_WORKER_REUSE");
+  return env ? std::max(1, std::atoi(env)) : 32;
+}
+
+// Set while a candidate is evaluated again in a fresh worker (see the end of Evaluator::evaluate).
+thread_local bool t_fresh_worker = false;
 }  // namespace
 
 // One GPU's resources, made on its first evaluation: prestarted CUDA workers (each with its context), the device
@@ -209,7 +219,24 @@ Evaluator::Evaluator(EvaluatorConfig config)
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
-Evaluator::~Evaluator() = default;
+WorkerPool::Counts Evaluator::gpu_worker_counts(int device) {
+  std::lock_guard<std::mutex> lock(gpu_mutex_);
+  auto it = cache_->gpus.find(device);
+  return it != cache_->gpus.end() && it->second ? it->second->workers->counts() : WorkerPool::Counts{};
+}
+
+// CRUCIBLE_WORKER_COUNTS set: each GPU's worker starts (one CUDA context each), reuses and refused resets go to
+// stderr when the evaluator ends, for the benchmarks (tools/gpu_node/reuse_check.sh).
+Evaluator::~Evaluator() {
+  if (!std::getenv("CRUCIBLE_WORKER_COUNTS")) return;
+  for (const auto& [device, g] : cache_->gpus) {
+    if (!g) continue;
+    const auto n = g->workers->counts();
+    std::fprintf(stderr, "worker counts cuda:%d: started %d reused %d resets_passed %d resets_refused %d ended %d%s%s\n",
+                 device, n.started, n.reused, n.resets_passed, n.resets_refused, n.ended,
+                 n.last_refusal.empty() ? "" : "; last refusal: ", n.last_refusal.c_str());
+  }
+}
 
 // A GPU's key names what its reference timing depends on and nothing local (no path, no ordinal), so evaluators of
 // the same GPU model can share it (shared_timing.h); on the CPU, timing pairs each candidate sample with a reference
@@ -322,6 +349,7 @@ GpuResources& Evaluator::gpu_resources(int device) {
   g->workers = std::make_unique<WorkerPool>(
       binary, warm, std::vector<std::string>{"--device", mig ? std::to_string(device) : "0"}, 10.0,
       mig ? std::string() : g->info.uuid);
+  g->workers->set_reuse(gpu_worker_uses());
   g->control.reserve(protocol::kControlBytes);
   g->flush = std::make_unique<cuda::L2Flush>(g->info.l2_bytes);
   g->held = std::make_unique<cuda::HeldTimer>();
@@ -437,7 +465,8 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   CallOutcome loaded;
   if (gpu) {
     const bool trace = trace_calls();
-    worker = (triton_pool ? triton_pool : gpu->workers.get())->acquire();
+    WorkerPool& workers = triton_pool ? *triton_pool : *gpu->workers;
+    worker = t_fresh_worker ? workers.acquire_fresh() : workers.acquire();
     if (trace) std::fprintf(stderr, "load: worker acquired after %.1f ms\n", since(load_start) * 1e3);
     gpu->tensors.reserve(layout.bytes);
     gpu_stage = {cuda_device, gpu->tensors.data(), gpu->flush.get(), 0.0};
@@ -463,7 +492,12 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
       flush->run();
       cuda::synchronize();
     };
+    const bool reused = worker->uses() > 0;
     loaded = worker->load(candidate_path, layout, gpu->control, options.limits, options.call_timeout_s, &share);
+    if (reused && !loaded.ok()) {  // whatever went wrong, the candidate gets the fresh worker it would have had
+      worker = workers.acquire_fresh();
+      loaded = worker->load(candidate_path, layout, gpu->control, options.limits, options.call_timeout_s, &share);
+    }
     const auto& null_calls = worker->null_call_seconds();
     if (!null_calls.empty()) gpu_stage.null_call_s = summarize_times(null_calls).median_us;  // in seconds here
     const auto& null_launches = worker->null_launch_seconds();
@@ -545,6 +579,19 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
                (v.candidate_time->median_us * 1e-6) / 1e9;
   }
   v.stages.kernel_s = ctx.kernel_s;
+  if (gpu && !triton_pool) {
+    // A reused worker's candidate that is not judged correct is judged again in a fresh worker, whose verdict
+    // stands: nothing an earlier candidate left behind can cost a later one its verdict.
+    if (worker->uses() > 1 && v.status != Status::correct && !t_fresh_worker) {
+      worker.reset();
+      struct FreshWorkers {
+        FreshWorkers() { t_fresh_worker = true; }
+        ~FreshWorkers() { t_fresh_worker = false; }
+      } fresh;
+      return evaluate(task, source, options);
+    }
+    gpu->workers->recycle(std::move(worker), v.status == Status::correct, options.call_timeout_s);
+  }
   return finish();
 }
 

@@ -19,11 +19,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <stdexcept>
 
 #include "crucible/eval/scratch_dirs.h"
 #include "crucible/eval/task_spec.h"
 #include "crucible/eval/worker_protocol.h"
+#include "crucible/eval/worker_self_test.h"
 #include "fd_passing.h"
 
 extern char** environ;
@@ -379,9 +381,51 @@ bool WorkerProcess::open_release_page(int& read_only_fd) {
   return true;
 }
 
+void WorkerProcess::fill_request(proto::LoadRequest& request, const fs::path& so_path, const ArenaLayout& layout,
+                                 std::size_t host_bytes, const WorkerLimits& limits, const DeviceShare* device) {
+  std::memset(&request, 0, sizeof request);
+  request.magic = proto::kMagic;
+  request.num_sets = static_cast<uint32_t>(layout.sets());
+  request.num_inputs = static_cast<uint32_t>(layout.inputs[0].size());
+  request.num_outputs = static_cast<uint32_t>(layout.outputs[0].size());
+  request.arena_bytes = host_bytes;
+  request.cuda_device = device ? device->device : -1;
+  if (device) {
+    request.null_calls = static_cast<uint32_t>(device->null_calls);
+    request.device_arena_bytes = device->bytes;
+    std::memcpy(request.device_arena_handle, device->ipc_handle.data(), proto::kIpcHandleBytes);
+  }
+  request.memory_limit_bytes = limits.memory_bytes;
+  request.cpu_seconds = limits.cpu_seconds;
+  const std::string so = so_path.string();
+  if (so.size() >= sizeof request.so_path) throw std::invalid_argument("shared object path too long");
+  std::memcpy(request.so_path, so.c_str(), so.size() + 1);
+  for (int s = 0; s < layout.sets(); ++s) {
+    std::size_t t = 0;
+    for (const auto* group : {&layout.inputs[s], &layout.outputs[s]})
+      for (const auto& a : *group) {
+        auto& d = request.tensors[s][t++];
+        d.dtype = static_cast<int32_t>(a.dtype);
+        d.ndim = static_cast<int32_t>(a.shape.size());
+        for (std::size_t i = 0; i < a.shape.size(); ++i) {
+          d.shape[i] = a.shape[i];
+          d.strides[i] = a.strides[i];
+        }
+        d.offset = a.offset;
+      }
+  }
+}
+
 CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layout, SharedArena& arena,
                                 const WorkerLimits& limits, double timeout_s, const DeviceShare* device,
                                 int host_null_calls) {
+  if (awaiting_next_) return record(load_next(so_path, layout, arena, limits, timeout_s, device));
+  return record(load_first(so_path, layout, arena, limits, timeout_s, device, host_null_calls));
+}
+
+CallOutcome WorkerProcess::load_first(const fs::path& so_path, const ArenaLayout& layout, SharedArena& arena,
+                                      const WorkerLimits& limits, double timeout_s, const DeviceShare* device,
+                                      int host_null_calls) {
   auto start = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   if (!wait_hello(timeout_s)) return lost(elapsed());
@@ -393,42 +437,17 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
   arena_ = arena.data();
   sets_ = layout.sets();
 
-  auto request = std::make_unique<proto::LoadRequest>();
-  std::memset(request.get(), 0, sizeof *request);
-  request->magic = proto::kMagic;
-  request->num_sets = static_cast<uint32_t>(layout.sets());
-  request->num_inputs = static_cast<uint32_t>(layout.inputs[0].size());
-  request->num_outputs = static_cast<uint32_t>(layout.outputs[0].size());
-  request->arena_bytes = host_bytes;
   cpu_limit_s_ = limits.cpu_seconds;
-  request->cuda_device = device ? device->device : -1;
   on_device_ = device != nullptr;
+  auto request = std::make_unique<proto::LoadRequest>();
+  fill_request(*request, reuse_allowed_ ? stage_candidate(so_path) : fs::absolute(so_path), layout, host_bytes, limits,
+               device);
   // A host null call is rung with its sync, and the worker serves both as null calls.
   if (!device) request->null_calls = static_cast<uint32_t>(2 * std::max(0, host_null_calls));
-  if (device) {
-    request->null_calls = static_cast<uint32_t>(device->null_calls);
-    request->device_arena_bytes = device->bytes;
-    std::memcpy(request->device_arena_handle, device->ipc_handle.data(), proto::kIpcHandleBytes);
-  }
-  request->memory_limit_bytes = limits.memory_bytes;
-  request->cpu_seconds = limits.cpu_seconds;
-  std::string so = fs::absolute(so_path).string();
-  if (so.size() >= sizeof request->so_path) throw std::invalid_argument("shared object path too long");
-  std::memcpy(request->so_path, so.c_str(), so.size() + 1);
-  for (int s = 0; s < layout.sets(); ++s) {
-    std::size_t t = 0;
-    for (const auto* group : {&layout.inputs[s], &layout.outputs[s]})
-      for (const auto& a : *group) {
-        auto& d = request->tensors[s][t++];
-        d.dtype = static_cast<int32_t>(a.dtype);
-        d.ndim = static_cast<int32_t>(a.shape.size());
-        for (std::size_t i = 0; i < a.shape.size(); ++i) {
-          d.shape[i] = a.shape[i];
-          d.strides[i] = a.strides[i];
-        }
-        d.offset = a.offset;
-      }
-  }
+  request->reusable = reuse_allowed_ ? 1 : 0;
+  if (device) arena_handle_ = device->ipc_handle;
+  arena_bytes_ = device ? device->bytes : 0;
+  host_bytes_ = host_bytes;
   // The arena's descriptor travels with the request, and the release page's with it when calls are held.
   int fds[2] = {arena.fd(), -1};
   const bool hold = device && device->queued_launches && open_release_page(fds[1]);
@@ -466,8 +485,16 @@ CallOutcome WorkerProcess::load(const fs::path& so_path, const ArenaLayout& layo
   }
   if (trace) std::fprintf(stderr, "load: null calls done after %.1f ms%s\n", elapsed() * 1e3,
                           hold ? (holding_ ? ", calls held" : ", calls not held (the worker could not map the release page)") : "");
+  if (reuse_allowed_) {
+    CallOutcome setup = record_baseline(timeout_s);
+    if (!setup.ok()) {
+      CallOutcome reply = read_load_reply(1.0, elapsed());
+      return reply.ok() ? setup : reply;
+    }
+  }
   CallOutcome reply = read_load_reply(timeout_s, elapsed());
   if (trace) std::fprintf(stderr, "load: reply after %.1f ms\n", elapsed() * 1e3);
+  if (reply.ok()) uses_ = 1;
   return reply;
 }
 
@@ -518,6 +545,10 @@ CallOutcome WorkerProcess::read_load_reply(double timeout_s, double elapsed_s) {
 }
 
 CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync, bool profile) {
+  return record(ring_and_wait(set, timeout_s, then_sync, profile));
+}
+
+CallOutcome WorkerProcess::ring_and_wait(int set, double timeout_s, bool then_sync, bool profile) {
   // On a shared CPU the worker runs only when this thread gives way.
   auto wait_a_moment = [this] { sharing_cpu_ ? static_cast<void>(sched_yield()) : __builtin_ia32_pause(); };
   if (!arena_ || reaped_) return {CallOutcome::Kind::worker_lost, 0, 0.0, "worker is not loaded"};
@@ -616,6 +647,92 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync, bool 
   return out;
 }
 
+CallOutcome WorkerProcess::record(CallOutcome outcome) {
+  if (!outcome.ok()) clean_ = false;
+  return outcome;
+}
+
+// A reusable worker reads its candidates from its own scratch directory (its file rules allow only that one): a copy
+// per candidate, the last one removed.
+fs::path WorkerProcess::stage_candidate(const fs::path& so_path) {
+  std::error_code ignored;
+  if (!staged_.empty()) fs::remove(staged_, ignored);
+  staged_ = scratch_dir_ / ("candidate-" + std::to_string(uses_ + 1) + ".so");
+  fs::copy_file(so_path, staged_, fs::copy_options::overwrite_existing);
+  // A CPU worker started as root reads it as nobody: the copy readable, the directory searchable (not listable).
+  fs::permissions(staged_, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  fs::permissions(scratch_dir_, fs::perms::others_exec, fs::perm_options::add);
+  return staged_;
+}
+
+// The end of the worker's trusted setup (see the worker's setup_done): its device state, then its process image here.
+CallOutcome WorkerProcess::record_baseline(double timeout_s) {
+  CallOutcome device_state = call(proto::kSetupDoneCall, timeout_s);
+  if (!device_state.ok()) return device_state;
+  baseline_ = read_process_image(pid_);
+  return call(proto::kSetupDoneCall, timeout_s);
+}
+
+CallOutcome WorkerProcess::load_next(const fs::path& so_path, const ArenaLayout& layout, SharedArena& arena,
+                                     const WorkerLimits& limits, double timeout_s, const DeviceShare* device) {
+  awaiting_next_ = false;
+  const std::size_t host_bytes = device ? proto::kControlBytes : layout.bytes;
+  const bool same_arena = arena.data() == arena_ && host_bytes == host_bytes_ &&
+                          (device ? device->bytes == arena_bytes_ && device->ipc_handle == arena_handle_ : true);
+  if (!same_arena || (device && device->queued_launches)) {
+    terminate();
+    return {CallOutcome::Kind::worker_lost, 0, 0.0, "a reused worker needs the same arena and eager launches"};
+  }
+  // The control page may have served other workers since: it starts where this worker's sequence stands.
+  arena.reset_control();
+  auto* c = control(arena_);
+  c->go.store(sequence_, std::memory_order_relaxed);
+  c->done.store(sequence_, std::memory_order_relaxed);
+  c->launched.store(sequence_, std::memory_order_relaxed);
+  sets_ = layout.sets();
+  // The CPU limit counts the whole process: this candidate gets its own on top of what the worker used so far.
+  const double used = cpu_seconds();
+  cpu_limit_s_ = static_cast<unsigned>(std::max(0.0, used) + 1.0) + limits.cpu_seconds;
+  const rlimit cpu{cpu_limit_s_, RLIM_INFINITY};  // the worker left its hard limit open (see its main)
+  auto request = std::make_unique<proto::LoadRequest>();
+  fill_request(*request, stage_candidate(so_path), layout, host_bytes, limits, device);
+  request->reusable = 1;
+  request->null_calls = 0;
+  if (used < 0 || prlimit(pid_, RLIMIT_CPU, &cpu, nullptr) != 0 ||
+      send(socket_, request.get(), sizeof *request, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof *request)) {
+    terminate();
+    return {CallOutcome::Kind::worker_lost, 0, 0.0, "cannot hand the reused worker its next candidate"};
+  }
+  CallOutcome reply = read_load_reply(timeout_s, 0.0);
+  if (reply.ok()) ++uses_;
+  return reply;
+}
+
+std::string WorkerProcess::reset(double timeout_s) {
+  if (!reusable() || !clean_ || reaped_ || awaiting_next_) return "the worker is not reusable";
+  auto* c = control(arena_);
+  const uint64_t challenge = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+  c->reset_challenge = challenge;
+  c->reset_ok = 0;
+  c->reset_checksum = 0;
+  const CallOutcome out = call(proto::kResetCall, timeout_s);
+  if (!out.ok()) return "the reset call: " + out.detail;
+  if (c->reset_ok != 1)  // the worker's own words: bounded, and only for the log
+    return "the worker's reset: " + std::string(c->reset_error, strnlen(c->reset_error, 200));
+  if (c->reset_checksum != self_test::expected(challenge)) return "the self-test's answer is wrong";
+  // Anything waiting on the socket was sent by the candidate (the worker answers only loads).
+  pollfd pfd{socket_, POLLIN, 0};
+  if (poll(&pfd, 1, 0) != 0) return "the candidate wrote to the worker's socket";
+  const auto now = read_process_image(pid_);
+  if (!now) return "cannot read the worker's process image";
+  ImageAllowance allowance;
+  allowance.added_filters = 2;  // the load stage's and the reuse stage's, installed after the baseline
+  if (std::string why = compare_images(*baseline_, *now, allowance); !why.empty()) return why;
+  awaiting_next_ = true;
+  clean_ = true;
+  return {};
+}
+
 WorkerPool::WorkerPool(fs::path binary, int warm, std::vector<std::string> args, double start_timeout_s,
                        std::string visible_devices)
     : binary_(std::move(binary)),
@@ -676,6 +793,50 @@ int WorkerPool::wait_started() {
 }
 
 std::unique_ptr<WorkerProcess> WorkerPool::acquire() {
+  {
+    std::lock_guard<std::mutex> lock(reset_mutex_);
+    if (!reset_.empty()) {
+      auto w = std::move(reset_.front());
+      reset_.pop_front();
+      ++counts_.reused;
+      return w;
+    }
+  }
+  return acquire_fresh();
+}
+
+void WorkerPool::recycle(std::unique_ptr<WorkerProcess> worker, bool clean, double timeout_s) {
+  if (!worker) return;
+  std::string why;
+  if (!clean || !worker->clean() || worker->uses() >= max_uses_ || !worker->reusable()) {
+    if (trace_calls())
+      std::fprintf(stderr, "worker %d ended: clean %d/%d, uses %d of %d, reusable %d\n", static_cast<int>(worker->pid()),
+                   clean, worker->clean(), worker->uses(), max_uses_, worker->reusable());
+    worker.reset();
+  } else if (why = worker->reset(timeout_s); !why.empty()) {
+    if (trace_calls()) std::fprintf(stderr, "worker %d not reused: %s\n", static_cast<int>(worker->pid()), why.c_str());
+    worker.reset();
+  }
+  std::lock_guard<std::mutex> lock(reset_mutex_);
+  if (!worker) {
+    ++counts_.ended;
+    if (!why.empty()) ++counts_.resets_refused, counts_.last_refusal = why;
+    return;
+  }
+  ++counts_.resets_passed;
+  reset_.push_back(std::move(worker));
+  // One kept per spare at most: a kept worker holds its context and memory.
+  while (static_cast<int>(reset_.size()) > std::max(1, warm_)) reset_.pop_front();
+}
+
+WorkerPool::Counts WorkerPool::counts() const {
+  std::lock_guard<std::mutex> lock(reset_mutex_);
+  Counts c = counts_;
+  c.started = started_;
+  return c;
+}
+
+std::unique_ptr<WorkerProcess> WorkerPool::acquire_fresh() {
   std::unique_ptr<WorkerProcess> w;
   while (!idle_.empty() && !w) {
     w = std::move(idle_.front());
@@ -692,6 +853,7 @@ std::unique_ptr<WorkerProcess> WorkerPool::acquire() {
     if (start_timeout_s_ > 10.0) w->wait_hello(start_timeout_s_);  // else the load's own wait covers it
   }
   top_up();
+  if (max_uses_ > 1) w->allow_reuse();
   return w;
 }
 

@@ -95,6 +95,37 @@ TEST_CASE("gpu: every CUDA hack and fault fixture gets its exact verdict, and th
   CHECK(illegal.reasons[0].detail.find("cudaErrorIllegalAddress") != std::string::npos);
 }
 
+TEST_CASE("gpu: a worker serves correct candidates in turn, and one that leaves state behind is not reused") {
+  test::TestEvaluator t("gpu-reuse");
+  auto& evaluator = t.evaluator;
+  const auto options = test::gpu_options("cpu");
+  auto relu = tasks::find_task("relu", test::tasks_dir());
+  auto judge = [&](const std::string& source) {
+    auto verdict = evaluator.evaluate(relu, source, options);
+    INFO(test::detail_of(verdict));
+    CHECK(verdict.status == eval::Status::correct);
+    return evaluator.gpu_worker_counts(0);
+  };
+  judge(cuda_candidate("relu"));
+  const auto first = judge(cuda_candidate("relu"));
+  INFO("last refusal: ", first.last_refusal);
+  CHECK(first.reused >= 1);  // the second candidate ran in the first one's worker
+  CHECK(first.resets_refused == 0);
+  // A device global written by one candidate is not seen by the next in the same worker (its module went with it).
+  judge(cuda_fixture("writes_device_global"));
+  const auto global = judge(cuda_fixture("reads_device_global"));
+  CHECK(global.reused > first.reused);
+  // A leaked allocation: judged correct, and its worker refused at the reset; the next candidate gets a fresh one.
+  const auto leak = judge(cuda_fixture("leaks_device_memory"));
+  CHECK(leak.resets_refused == global.resets_refused + 1);
+  CHECK(leak.last_refusal.find("not freed") != std::string::npos);
+  const auto after = judge(cuda_candidate("relu"));
+  CHECK(after.started > leak.started - 1);
+  // A fault ends its worker as before, and the next candidate is judged in a fresh one.
+  CHECK(evaluator.evaluate(relu, cuda_fixture("illegal_address"), options).status == eval::Status::runtime_error);
+  judge(cuda_candidate("relu"));
+}
+
 TEST_CASE("gpu: a CUDA candidate's static constructor can open no file beyond what loading needs (Landlock)") {
   test::TestEvaluator t("gpu-landlock");
   auto relu = tasks::find_task("relu", test::tasks_dir());

@@ -23,6 +23,7 @@ class LoadRequest(ctypes.Structure):
                 ("num_outputs", ctypes.c_uint32), ("arena_bytes", ctypes.c_uint64),
                 ("memory_limit_bytes", ctypes.c_uint64), ("cpu_seconds", ctypes.c_uint32),
                 ("so_path", ctypes.c_char * 4096), ("cuda_device", ctypes.c_int32), ("null_calls", ctypes.c_uint32),
+                ("reusable", ctypes.c_uint32),
                 ("device_arena_bytes", ctypes.c_uint64), ("device_arena_handle", ctypes.c_uint8 * IPC_HANDLE_BYTES),
                 ("tensors", (TensorDesc * MAX_TENSORS) * MAX_SETS)]
 
@@ -50,7 +51,10 @@ class Control(ctypes.Structure):
                 ("device_ms", ctypes.c_float), _pad(4), ("seen_ns", ctypes.c_uint64), ("launched_ns", ctypes.c_uint64),
                 ("synced_ns", ctypes.c_uint64), ("own_kernel_share", ctypes.c_float), ("cuda_error", ctypes.c_int32),
                 ("cuda_error_text", ctypes.c_char * 256), _pad(24),
-                ("launched", ctypes.c_uint32), ("hold", ctypes.c_int32), ("hold_ready", ctypes.c_int32), _pad(52)]
+                ("launched", ctypes.c_uint32), ("hold", ctypes.c_int32), ("hold_ready", ctypes.c_int32), _pad(52),
+                # a reusable worker's reset (CUDA C++ workers only; a Triton worker is single use)
+                ("reset_challenge", ctypes.c_uint64), ("reset_checksum", ctypes.c_uint64), ("reset_ok", ctypes.c_int32),
+                ("reset_error", ctypes.c_char * 256), _pad(44)]
 
 
 RELEASE_BYTES = 4096  # the release page: its first word is the sequence number of the call the GPU may start

@@ -80,6 +80,10 @@ void begin_call() {
   for (auto kind : kKinds) cuptiActivityEnable(kind);
 }
 
+void forget_own_kernels() {
+  if (g_own_kernels) g_own_kernels->clear();
+}
+
 double end_call() {
   if (!g_ready) return -1.0;
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);

@@ -11,5 +11,7 @@ void begin_call();
 // Kernels the candidate launches that no fat binary registered (a Triton candidate's, by name).
 void add_own_kernel(const char* name);
 double end_call();
+// A reused worker's next candidate: the names the last one registered are no longer its own.
+void forget_own_kernels();
 
 }  // namespace crucible::eval::worker::coverage

@@ -167,4 +167,26 @@ bool install_run_stage_filter(pid_t self, const std::vector<long>& extra, const 
   return install(p);
 }
 
+bool install_reuse_stage_filter(int socket_fd, pid_t self, const std::vector<long>& extra,
+                                const std::vector<int>& ioctl_fds) {
+  Program p;
+  check_arch(p);
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
+  // What loading the next candidate needs (as in the load stage), without prctl and seccomp: a candidate cannot
+  // change the process's own settings, or stack a filter, for the next one.
+  const uint32_t write_flags = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND;
+  kill_if_flags(p, SYS_open, 1, write_flags);
+  kill_if_flags(p, SYS_openat, 2, write_flags);
+  allow_if_arg_equals(p, SYS_sendto, 0, static_cast<uint32_t>(socket_fd));
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
+  allow_basics(p, self);
+  for (long nr : {SYS_read, SYS_pread64, SYS_close, SYS_fstat, SYS_newfstatat, SYS_statx, SYS_lseek, SYS_getrandom,
+                  SYS_clock_gettime})
+    allow(p, nr);
+  allow_device_needs(p, extra, ioctl_fds, {});  // before the abort path, as above
+  allow_abort_path(p);
+  stmt(p, BPF_RET | BPF_K, kRefuse);
+  return install(p);
+}
+
 }  // namespace crucible::eval

@@ -26,4 +26,11 @@ bool install_load_stage_filter(int socket_fd, const std::vector<long>& extra = {
 bool install_run_stage_filter(pid_t self, const std::vector<long>& extra = {}, const std::vector<int>& ioctl_fds = {},
                               const SoftRefusals& soft = {});
 
+// Instead of the run stage, for a worker that may serve further candidates (docs/cuda.md, "Reusing a worker"): the
+// run stage's calls plus what loading the next candidate needs, which the load stage already allows a candidate's
+// constructors (read-only opens within the file rules, reads, file status, close, sends on the socket), and no
+// prctl or seccomp.
+bool install_reuse_stage_filter(int socket_fd, pid_t self, const std::vector<long>& extra = {},
+                                const std::vector<int>& ioctl_fds = {});
+
 }  // namespace crucible::eval

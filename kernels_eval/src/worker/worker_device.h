@@ -53,4 +53,11 @@ SyscallNeeds syscall_needs();
 bool run_call(ForwardFn forward, crucible_tensor* in, int num_inputs, crucible_tensor* out, int num_outputs,
               protocol::Control* control);
 
+// Reusable workers (docs/cuda.md, "Reusing a worker"). After the trusted setup: record the device's state that a
+// candidate could change and that would outlive it. After the candidate is unloaded: check that state is back,
+// then run the self-test on `challenge` (worker_self_test.h) and return its sum. False with the reason when
+// anything differs: the evaluator then ends the worker.
+bool record_device_baseline(std::string& error);
+bool reset_device(uint64_t challenge, uint64_t& checksum, std::string& why);
+
 }  // namespace crucible::eval::worker

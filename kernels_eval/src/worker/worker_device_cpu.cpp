@@ -1,6 +1,8 @@
 // The CPU worker: tensors live in the shared host arena and a call is a plain function call.
 #include "worker_device.h"
 
+#include "crucible/eval/worker_self_test.h"
+
 namespace crucible::eval::worker {
 
 bool start_device(int, char**, std::string&) { return true; }
@@ -23,6 +25,14 @@ SyscallNeeds syscall_needs() { return {}; }
 bool run_call(ForwardFn forward, crucible_tensor* in, int num_inputs, crucible_tensor* out, int num_outputs,
               protocol::Control* control) {
   control->rc = forward ? forward(in, num_inputs, out, num_outputs, nullptr) : 0;
+  return true;
+}
+
+// A CPU worker has no device state; its self-test runs on the host.
+bool record_device_baseline(std::string&) { return true; }
+
+bool reset_device(uint64_t challenge, uint64_t& checksum, std::string&) {
+  checksum = self_test::expected(challenge);
   return true;
 }
 

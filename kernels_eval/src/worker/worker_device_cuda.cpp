@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_reset.h"
 #include "kernel_coverage.h"
 #include "worker_device.h"
 
@@ -118,6 +119,8 @@ bool start_device(int argc, char** argv, std::string& error) {
 
 StartTimes start_times() { return g_start_times; }
 
+cudaStream_t own_stream() { return g_stream; }
+
 char* attach_tensors(const protocol::LoadRequest& request, char*, std::string& error) {
   if (request.cuda_device < 0) {
     error = "a CUDA worker needs device memory from the evaluator";
@@ -195,6 +198,24 @@ bool run_call(ForwardFn forward, crucible_tensor* in, int num_inputs, crucible_t
 extern "C" __attribute__((visibility("default"))) cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   cudaError_t e = crucible::eval::worker::g_real_malloc(ptr, bytes);
   if (e == cudaErrorMemoryAllocation) crucible::eval::worker::g_failed_allocation = bytes;
+  if (e == cudaSuccess && ptr) crucible::eval::worker::note_allocation(*ptr, bytes);
+  return e;
+}
+
+// The frees are the worker's too, so that a reset knows what the candidate still holds (cuda_reset.cpp).
+extern "C" __attribute__((visibility("default"))) cudaError_t cudaFree(void* ptr) {
+  using Fn = cudaError_t (*)(void*);
+  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "cudaFree"));
+  cudaError_t e = real(ptr);
+  if (e == cudaSuccess) crucible::eval::worker::note_free(ptr);
+  return e;
+}
+
+extern "C" __attribute__((visibility("default"))) cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
+  using Fn = cudaError_t (*)(void*, cudaStream_t);
+  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "cudaFreeAsync"));
+  cudaError_t e = real(ptr, stream);
+  if (e == cudaSuccess) crucible::eval::worker::note_free(ptr);
   return e;
 }
 
@@ -202,5 +223,6 @@ extern "C" __attribute__((visibility("default"))) cudaError_t cudaMallocAsync(vo
                                                                               cudaStream_t stream) {
   cudaError_t e = crucible::eval::worker::g_real_malloc_async(ptr, bytes, stream);
   if (e == cudaErrorMemoryAllocation) crucible::eval::worker::g_failed_allocation = bytes;
+  if (e == cudaSuccess && ptr) crucible::eval::worker::note_allocation(*ptr, bytes);
   return e;
 }

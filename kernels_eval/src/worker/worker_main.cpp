@@ -1,6 +1,8 @@
 // crucible-worker: loads one candidate into a sandboxed process and runs calls on request.
-// Started by the evaluator with its socket on fd 3; the shared arena arrives with the load request. Single use: after
-// the candidate is loaded the process is sealed by seccomp, and the evaluator ends it after the job.
+// Started by the evaluator with its socket on fd 3; the shared arena arrives with the load request. After the
+// candidate is loaded the process is sealed by seccomp, and the evaluator ends it after the job, unless the request
+// made it reusable: then, on the evaluator's word, it unloads the candidate, proves itself clean and loads the next
+// (docs/cuda.md, "Reusing a worker").
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -37,6 +40,7 @@
 namespace proto = crucible::eval::protocol;
 using crucible::eval::install_load_stage_filter;
 using crucible::eval::install_run_stage_filter;
+using crucible::eval::install_reuse_stage_filter;
 using crucible::eval::FileRules;
 using crucible::eval::build_file_rules;
 using crucible::eval::enter_file_rules;
@@ -163,6 +167,97 @@ bool become_nobody() {
   return true;
 }
 
+namespace {
+
+// The candidate loaded into this process: its library and the tensor views for every set.
+struct Loaded {
+  void* handle = nullptr;
+  device::ForwardFn forward = nullptr;
+  uint32_t sets = 0, inputs = 0, outputs = 0;
+  std::vector<crucible_tensor> tensors;
+};
+
+// dlopen and the tensor views, in worker-private memory; false with the reason.
+bool load_candidate(const std::string& so_path, const proto::LoadRequest& request, char* tensor_base, Loaded& out,
+                    std::string& error) {
+  out.handle = dlopen(so_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!out.handle) {
+    error = std::string("dlopen: ") + dlerror();
+    return false;
+  }
+  out.forward = reinterpret_cast<device::ForwardFn>(dlsym(out.handle, "crucible_forward"));
+  if (!out.forward) {
+    error = "crucible_forward not found";
+    return false;
+  }
+  out.sets = request.num_sets, out.inputs = request.num_inputs, out.outputs = request.num_outputs;
+  const uint32_t per_set = out.inputs + out.outputs;
+  out.tensors.assign(out.sets * per_set, crucible_tensor{});
+  for (uint32_t s = 0; s < out.sets; ++s)
+    for (uint32_t t = 0; t < per_set; ++t) {
+      const auto& d = request.tensors[s][t];
+      out.tensors[s * per_set + t] = {tensor_base + d.offset, d.dtype, d.ndim, d.shape, d.strides};
+    }
+  return true;
+}
+
+bool request_is_sane(const proto::LoadRequest& r) {
+  return r.magic == proto::kMagic && r.num_sets <= proto::kMaxSets &&
+         r.num_inputs + r.num_outputs <= static_cast<uint32_t>(proto::kMaxTensors) &&
+         strnlen(r.so_path, sizeof r.so_path) < sizeof r.so_path;
+}
+
+// The reset between candidates: the library closed and seen gone, then the device's own checks and self-test.
+// The answer goes into the control block; the evaluator checks it, and the process image, from outside.
+bool reset(Loaded& loaded, const std::string& so_path, proto::Control* c) {
+  std::string why;
+  uint64_t checksum = 0;
+  c->rc = 0;
+  bool ok = dlclose(loaded.handle) == 0;
+  if (!ok) why = "dlclose failed";
+  // Still known to the dynamic linker (RTLD_NODELETE, a unique symbol): it cannot be unloaded.
+  if (ok && dlopen(so_path.c_str(), RTLD_NOW | RTLD_NOLOAD) != nullptr) {
+    ok = false;
+    why = "the candidate's library cannot be unloaded";
+  }
+  loaded = Loaded{};
+  if (ok) ok = device::reset_device(c->reset_challenge, checksum, why);
+  c->reset_checksum = checksum;
+  std::snprintf(c->reset_error, sizeof c->reset_error, "%s", why.c_str());
+  c->reset_ok = ok ? 1 : 0;
+  return ok;
+}
+
+// A later candidate: its request from the socket (no descriptors: the arena stays), which must lend the same arena.
+bool next_candidate(const proto::LoadRequest& first, char* tensor_base, proto::LoadRequest& next, Loaded& loaded) {
+  if (read(proto::kSocketFd, &next, sizeof next) != static_cast<ssize_t>(sizeof next) || !request_is_sane(next))
+    return false;
+  if (next.arena_bytes != first.arena_bytes || next.device_arena_bytes != first.device_arena_bytes ||
+      std::memcmp(next.device_arena_handle, first.device_arena_handle, sizeof next.device_arena_handle) != 0)
+    return reply_load(false, "a reused worker needs the same arena") && false;
+  std::string error;
+  if (!load_candidate(next.so_path, next, tensor_base, loaded, error)) return reply_load(false, error) && false;
+  return reply_load(true, "");
+}
+
+// The end of a reusable worker's trusted setup, in two rounds of the doorbell: the device records its state, then the
+// evaluator records the process image; both are the baseline every reset must return to.
+bool setup_done(uint32_t& seq) {
+  auto* c = g_control;
+  wait_for_call(seq);
+  std::string error;
+  const bool ok = device::record_device_baseline(error);
+  c->rc = ok ? 0 : 1;
+  c->done.store(seq++, std::memory_order_release);
+  if (!ok) return false;
+  wait_for_call(seq);
+  c->rc = 0;
+  c->done.store(seq++, std::memory_order_release);
+  return true;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // Ended with its evaluator. Not by a parent-death signal: that follows the thread that started the worker, and an
   // evaluator's pool refills from whichever thread evaluates. Before loading, the socket's end tells; after, the
@@ -181,9 +276,8 @@ int main(int argc, char** argv) {
   const int fd_count = crucible::eval::receive_with_fds(proto::kSocketFd, request.get(), sizeof *request, fds);
   const int arena_fd = fds[0];
   for (int i = 1; i < fd_count; ++i) close(fds[i]);  // a release page is for Triton workers (queued launches)
-  if (fd_count < 1 || request->magic != proto::kMagic || request->num_sets > proto::kMaxSets ||
-      request->num_inputs + request->num_outputs > proto::kMaxTensors)
-    return 3;
+  if (fd_count < 1 || !request_is_sane(*request)) return 3;
+  const bool reusable = request->reusable != 0;
   if (!device_ready) return fail(10, "device: " + device_error);
 
   void* base = mmap(nullptr, request->arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
@@ -210,6 +304,7 @@ int main(int argc, char** argv) {
   // directories: the dynamic linker then finds them loaded, by soname. (Without this, the CUDA worker on the GPU
   // nodes searched the library directories for a whole-file build's libstdc++.so.6, and Landlock refused them.)
   for (const char* runtime : {"libstdc++.so.6", "libgcc_s.so.1", "libm.so.6"}) dlopen(runtime, RTLD_NOW | RTLD_LOCAL);
+  if (reusable && !setup_done(seq)) return fail(16, "device: cannot record its state for reuse");
   // Built while the worker may still open every path (as root, the cache directory may be closed to nobody);
   // entered just before loading.
   int file_rules = -1;
@@ -217,6 +312,8 @@ int main(int argc, char** argv) {
     std::string error;
     FileRules rules = loadable_files(request->so_path);
     rules.read_write = device::device_files();
+    // A reusable worker's later candidates are copied into the directory of its first (its private one).
+    if (reusable) rules.read_only.push_back(std::filesystem::path(request->so_path).parent_path().string());
     file_rules = build_file_rules(rules, error);
     if (file_rules < 0) return fail(15, "cannot confine the worker's files: " + error);
   }
@@ -234,7 +331,9 @@ int main(int argc, char** argv) {
     rlim_t address_space = current_address_space() + request->memory_limit_bytes + (rlim_t{256} << 20);
     limit(RLIMIT_AS, address_space, address_space);
   }
-  limit(RLIMIT_CPU, request->cpu_seconds, request->cpu_seconds + 1);
+  // A reusable worker's soft limit is raised from outside for each candidate (no privilege needed below the hard
+  // one); SIGXCPU at the soft limit ends it, as no candidate may change that signal's disposition.
+  limit(RLIMIT_CPU, request->cpu_seconds, reusable ? RLIM_INFINITY : request->cpu_seconds + 1);
   limit(RLIMIT_FSIZE, 0, 0);
   limit(RLIMIT_NPROC, 0, 0);
   limit(RLIMIT_CORE, 0, 0);
@@ -246,34 +345,34 @@ int main(int argc, char** argv) {
   if (!install_load_stage_filter(proto::kSocketFd, needs.syscalls, needs.ioctl_fds))
     return fail(5, "cannot install the load-stage seccomp filter");
 
-  void* handle = dlopen(so_path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle) return fail(6, std::string("dlopen: ") + dlerror());
-  auto forward = reinterpret_cast<decltype(&crucible_forward)>(dlsym(handle, "crucible_forward"));
-  if (!forward) return fail(7, "crucible_forward not found");
-
-  // Tensor views for every set, in worker-private memory.
-  const uint32_t sets = request->num_sets, ni = request->num_inputs, no = request->num_outputs;
-  std::vector<crucible_tensor> tensors(sets * (ni + no));
-  for (uint32_t s = 0; s < sets; ++s)
-    for (uint32_t t = 0; t < ni + no; ++t) {
-      const auto& d = request->tensors[s][t];
-      tensors[s * (ni + no) + t] = {tensor_base + d.offset, d.dtype, d.ndim, d.shape, d.strides};
-    }
+  Loaded loaded;
+  std::string load_error;
+  if (!load_candidate(so_path, *request, tensor_base, loaded, load_error)) return fail(6, load_error);
 
   if (!reply_load(true, "")) return 8;
-  close(proto::kSocketFd);
-  if (!install_run_stage_filter(getpid(), needs.syscalls, needs.ioctl_fds)) return 9;
+  if (!reusable) close(proto::kSocketFd);
+  const bool sealed = reusable ? install_reuse_stage_filter(proto::kSocketFd, getpid(), needs.syscalls, needs.ioctl_fds)
+                               : install_run_stage_filter(getpid(), needs.syscalls, needs.ioctl_fds);
+  if (!sealed) return 9;
 
+  auto next = std::make_unique<proto::LoadRequest>();
   for (;; ++seq) {
     wait_for_call(seq);
     int32_t set = c->set;
-    if (set == static_cast<int32_t>(sets)) {  // a sync: acknowledges that every earlier call has returned
+    if (set == static_cast<int32_t>(loaded.sets)) {  // a sync: acknowledges that every earlier call has returned
       c->done.store(seq, std::memory_order_release);
       continue;
     }
-    if (set < 0 || static_cast<uint32_t>(set) > sets) return 0;  // the parent's way of saying goodbye
-    crucible_tensor* in = &tensors[set * (ni + no)];
-    bool usable = device::run_call(forward, in, static_cast<int32_t>(ni), in + ni, static_cast<int32_t>(no), c);
+    if (reusable && set == proto::kResetCall) {
+      const bool clean = reset(loaded, next->magic ? next->so_path : so_path, c);
+      c->done.store(seq, std::memory_order_release);
+      if (!clean || !next_candidate(*request, tensor_base, *next, loaded)) return 0;  // the evaluator ends it
+      continue;
+    }
+    if (set < 0 || static_cast<uint32_t>(set) > loaded.sets) return 0;  // the parent's way of saying goodbye
+    const uint32_t ni = loaded.inputs, no = loaded.outputs;
+    crucible_tensor* in = &loaded.tensors[set * (ni + no)];
+    bool usable = device::run_call(loaded.forward, in, static_cast<int32_t>(ni), in + ni, static_cast<int32_t>(no), c);
     c->done.store(seq, std::memory_order_release);
     if (!usable) _exit(13);  // the CUDA context is lost (the error is in the control block): no teardown
   }

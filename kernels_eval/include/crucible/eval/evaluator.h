@@ -91,6 +91,8 @@ class Evaluator {
   std::vector<SharedTiming> shared_timings(const std::string& task) const;
   int adopt_timings(const std::vector<SharedTiming>& timings);
 
+  // What became of a GPU's CUDA workers so far (started, reused, resets refused); all zero before its first use.
+  WorkerPool::Counts gpu_worker_counts(int device);
   Compiler& compiler() { return compiler_; }
   WorkerPool& pool() { return pool_; }
   const EvaluatorConfig& config() const { return config_; }

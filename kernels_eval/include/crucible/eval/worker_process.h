@@ -1,24 +1,30 @@
 #pragma once
 // The evaluator's handle on one sandboxed worker process (see worker_protocol.h), and a pool that keeps
 // workers started ahead of need. A worker serves one candidate and is then ended.
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <array>
+#include <algorithm>
 #include <deque>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "crucible/eval/dtype.h"
+#include "crucible/eval/worker_image.h"
 
 namespace crucible::eval {
 
 namespace protocol {
 struct ReleasePage;
+struct LoadRequest;
 }
 
 struct ArenaTensor {
@@ -151,6 +157,17 @@ class WorkerProcess {
   // early and works on would show its hidden time here.
   CallOutcome sync(double timeout_s) { return call(sets_, timeout_s); }
 
+  // Reuse (docs/cuda.md, "Reusing a worker"). Before the first load: the worker may serve later candidates. After
+  // a candidate: reset() has it unload the candidate, prove itself clean (its report, its self-test on a challenge
+  // chosen here, and its process image read from outside against the one recorded after its trusted setup) and
+  // wait for the next load(), which then sends only the request. Empty when clean, else why not; the worker must
+  // then be ended. A later load serves no null calls: their costs stay those measured before any candidate.
+  void allow_reuse() { reuse_allowed_ = true; }
+  std::string reset(double timeout_s);
+  int uses() const { return uses_; }          // candidates loaded so far
+  bool clean() const { return clean_; }       // every load and call of the current candidate ended ok
+  bool reusable() const { return reuse_allowed_ && baseline_.has_value(); }
+
   std::byte* arena() const { return arena_; }
   pid_t pid() const { return pid_; }
   const std::filesystem::path& scratch_dir() const { return scratch_dir_; }
@@ -161,6 +178,24 @@ class WorkerProcess {
   CallOutcome lost(double seconds);  // classify the end of a worker that died
   CallOutcome read_load_reply(double timeout_s, double elapsed_s);
   void terminate();
+  CallOutcome record(CallOutcome outcome);
+  CallOutcome ring_and_wait(int set, double timeout_s, bool then_sync, bool profile);  // notes an outcome that was not ok: the worker is no longer clean
+  std::filesystem::path stage_candidate(const std::filesystem::path& so_path);
+  CallOutcome load_first(const std::filesystem::path& so_path, const ArenaLayout& layout, SharedArena& arena,
+                         const WorkerLimits& limits, double timeout_s, const DeviceShare* device, int host_null_calls);
+  CallOutcome load_next(const std::filesystem::path& so_path, const ArenaLayout& layout, SharedArena& arena,
+                        const WorkerLimits& limits, double timeout_s, const DeviceShare* device);
+  void fill_request(protocol::LoadRequest& request, const std::filesystem::path& so_path, const ArenaLayout& layout,
+                    std::size_t host_bytes, const WorkerLimits& limits, const DeviceShare* device);
+  CallOutcome record_baseline(double timeout_s);
+  std::size_t host_bytes_ = 0;
+
+  bool reuse_allowed_ = false, clean_ = true, awaiting_next_ = false;
+  int uses_ = 0;
+  std::optional<ProcessImage> baseline_;
+  std::filesystem::path staged_;  // the current candidate's copy in the scratch directory
+  std::array<uint8_t, 64> arena_handle_{};
+  std::size_t arena_bytes_ = 0;
 
   pid_t pid_ = -1;
   int socket_ = -1;
@@ -196,7 +231,20 @@ class WorkerPool {
   // `visible_devices`: the GPUs its workers see, when not the evaluator's own (see WorkerProcess::spawn).
   explicit WorkerPool(std::filesystem::path binary, int warm = 1, std::vector<std::string> args = {},
                       double start_timeout_s = 10.0, std::string visible_devices = {});
-  std::unique_ptr<WorkerProcess> acquire();  // a started worker; a replacement starts at once
+  std::unique_ptr<WorkerProcess> acquire();  // a reset worker if one is kept, else a started one (replaced at once)
+  std::unique_ptr<WorkerProcess> acquire_fresh();  // never a reused one
+  // Reuse: each worker serves at most `max_uses` candidates (1: single use, as without reuse).
+  void set_reuse(int max_uses) { max_uses_ = std::max(1, max_uses); }
+  int max_uses() const { return max_uses_; }
+  // After a candidate: a worker whose candidate ended cleanly (`clean`, and worker->clean()) and that may serve
+  // more is reset and kept for the next acquire(); any other, or one whose reset finds anything amiss, is ended.
+  void recycle(std::unique_ptr<WorkerProcess> worker, bool clean, double timeout_s);
+  // What became of the workers: started (each a CUDA context for a CUDA worker), reused, reset refused.
+  struct Counts {
+    int started = 0, reused = 0, resets_passed = 0, resets_refused = 0, ended = 0;
+    std::string last_refusal;
+  };
+  Counts counts() const;
   // Waits, up to the start timeout in all, until the spares have said hello, and returns how many did: a node that
   // joins before its spares are up pays their start in its first evaluation, with every other node's spares starting
   // at the same moment (CUDA context creation is serialised across the host). A spare that failed is replaced by
@@ -221,6 +269,10 @@ class WorkerPool {
   double start_timeout_s_;
   int started_ = 0;
   std::deque<std::unique_ptr<WorkerProcess>> idle_;
+  int max_uses_ = 1;
+  mutable std::mutex reset_mutex_;  // guards the reset workers kept and the counts
+  std::deque<std::unique_ptr<WorkerProcess>> reset_;
+  Counts counts_;
   int paused_ = 0;
   std::vector<pid_t> stopped_;
 };

@@ -18,6 +18,12 @@ constexpr int kIpcHandleBytes = 64;     // a cudaIpcMemHandle_t
 // A call whose `set` is kNullCall runs the worker's own timing path around no candidate at all (only before
 // the candidate is loaded): the evaluator learns the fixed cost of a call from trusted code.
 constexpr int32_t kNullCall = 1000;
+// A call whose `set` is kResetCall asks a reusable worker (LoadRequest::reusable) to unload its candidate and prove
+// itself clean (docs/cuda.md, "Reusing a worker"): the report lands in the control block, and the worker then reads
+// the next LoadRequest from its socket. A call whose `set` is kSetupDoneCall lets a reusable worker go on from its
+// trusted setup to loading the candidate, once the evaluator has recorded the process image as it is then.
+constexpr int32_t kResetCall = 2000;
+constexpr int32_t kSetupDoneCall = 2001;
 // rc of a call that ended in a CUDA error; the worker has written the error into the control block and exits.
 constexpr int32_t kDeviceErrorRc = -1000001;
 
@@ -41,6 +47,9 @@ struct LoadRequest {
   // CUDA workers only: tensor offsets are into device memory shared by the evaluator through this handle.
   int32_t cuda_device;  // -1 for CPU workers
   uint32_t null_calls;  // served before the candidate is loaded (see kNullCall)
+  // The evaluator may hand this worker further candidates after a verified reset (see kResetCall): it keeps its
+  // socket and reads later requests from it. Later requests carry no descriptor (the arena stays mapped).
+  uint32_t reusable;
   uint64_t device_arena_bytes;
   uint8_t device_arena_handle[kIpcHandleBytes];
   TensorDesc tensors[kMaxSets][kMaxTensors];  // inputs first, then outputs
@@ -87,6 +96,13 @@ struct Control {
   alignas(64) std::atomic<uint32_t> launched;
   int32_t hold;
   int32_t hold_ready;
+  // Reset (kResetCall): the evaluator's challenge for the worker's self-test, and the worker's report. The report
+  // is only the worker's word: the evaluator checks the checksum against its own computation and the process image
+  // from outside (worker_image.h).
+  alignas(64) uint64_t reset_challenge;
+  uint64_t reset_checksum;
+  int32_t reset_ok;
+  char reset_error[256];
 };
 static_assert(sizeof(Control) <= kControlBytes, "control block must fit its page");
 
