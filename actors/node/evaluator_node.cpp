@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
@@ -75,12 +76,18 @@ struct SessionEnd {
 
 using Evaluators = std::map<std::string, std::shared_ptr<eval::Evaluator>>;  // by device name
 
+// A task's text comes from the coordinator; files it names relative to itself are looked up in the node's tasks dir.
+std::string task_source(const NodeRequest& r, const std::string& task) {
+  if (r.tasks_dir.empty()) return "task " + task;
+  return (std::filesystem::path(r.tasks_dir) / (task + ".toml")).string();
+}
+
 // One session: evaluators pull until the run ends or the coordinator is lost; heartbeats carry the log lines.
 SessionEnd serve(caf::scoped_actor& self, const gateway_actor& gateway, const msg::JoinAccepted& joined,
                  const NodeRequest& r, const Evaluators& evaluators, const log::Logger& log) {
   auto coordinator = caf::actor_cast<actors::coordinator_actor>(joined.coordinator);
   std::map<std::string, eval::TaskSpec> tasks;
-  for (const auto& t : joined.tasks) tasks[t.name] = tasks::parse_task_text(t.toml, "task " + t.name);
+  for (const auto& t : joined.tasks) tasks[t.name] = tasks::parse_task_text(t.toml, task_source(r, t.name));
   auto leases = std::make_shared<devices::DeviceLeases>();
   auto stop = std::make_shared<std::atomic<bool>>(false);
   std::vector<std::shared_ptr<actors::EvaluatorSetup>> setups;

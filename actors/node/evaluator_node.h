@@ -27,6 +27,9 @@ struct NodeRequest {
   double give_up_after_s = 120;  // without a coordinator (at start, or after losing one)
   bool exit_when_done = false;   // exit once the coordinator's last run is over
   std::optional<int> compile_ahead;  // candidates built ahead per device (cluster/compile_ahead.h); unset: default
+  // Where the run's tasks' files named relative to a task (imported tasks' TorchScript references) are found on this
+  // node: a copy of the coordinator's tasks directory. Empty: the node's working directory.
+  std::string tasks_dir;
   std::shared_ptr<LogOutbox> outbox;  // the node's log lines, fed by the logging facade
 };
 

@@ -22,7 +22,7 @@ namespace {
 struct NodeArgs {
   std::string join;
   std::vector<std::string> devices{"cpu"};
-  std::string secret_file, name, log_dir;
+  std::string secret_file, name, log_dir, tasks_dir;
   std::string tls_certificate, tls_key, tls_ca;
   double give_up_after_s = 120;
   bool exit_when_done = false;
@@ -49,6 +49,7 @@ int node(const NodeArgs& a, CLI::App& app) {
     for (const auto& d : a.devices) r.devices.push_back(eval::parse_device(d));
     if (r.devices.empty()) throw std::invalid_argument("give at least one device (--devices cpu, or cuda:0,...)");
     r.compile_ahead = a.compile_ahead;
+    r.tasks_dir = a.tasks_dir;
     for (const auto& d : r.devices) cluster::pullers_for(d, r.compile_ahead);  // refused here, not once joined
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
@@ -93,6 +94,9 @@ Run add_node_command(CLI::App& app) {
                   "Candidates each device builds while it evaluates another (default: 1 on a GPU; 0 on a CPU, where "
                   "a build would share the cores that time)");
   cmd->add_option("--log-dir", args->log_dir, "Also keep this node's per-actor logs here");
+  cmd->add_option("--tasks-dir", args->tasks_dir,
+                  "A copy of the run's tasks directory: imported tasks' TorchScript references are read from it")
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("--tls-certificate", args->tls_certificate, "TLS: this node's certificate (PEM)");
   cmd->add_option("--tls-key", args->tls_key, "TLS: its private key (PEM)");
   cmd->add_option("--tls-ca", args->tls_ca, "TLS: the CA that signed the coordinator's certificate (PEM)");

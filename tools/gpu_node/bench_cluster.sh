@@ -54,6 +54,7 @@ TOML
     [ "$backend" = cuda ] && device="cuda:$((i % gpus))"
     CRUCIBLE_CACHE_DIR="$out/cache-$n-$i" "$crucible" node --join "127.0.0.1:$port" --devices "$device" \
       --secret-file "$out/secret" --name "gpu$i" --exit-when-done --give-up-after 60 ${NODE_ARGS:-} \
+      ${TASKS_DIR:+--tasks-dir "$TASKS_DIR"} \
       > "$out/node-$n-$i.out" 2>&1 &
     pids+=($!)
   done
