@@ -245,9 +245,9 @@ std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
   if (e.monitor.enabled() && !monitor::is_loopback(e.monitor.host)) {
     const char* token = std::getenv(e.monitor.token_env.c_str());
     if (!token || !*token)
-      throw std::invalid_argument("[monitor] listen = \"" + e.monitor.listen + "\" is not loopback: set the token in $" +
-                                  e.monitor.token_env);
+      e.fail("monitor.listen", "\"" + e.monitor.listen + "\" is not loopback: set the token in $" + e.monitor.token_env);
   }
+  experiment::check_machine_limits(e, std::thread::hardware_concurrency());
   auto tasks = experiment::resolve_tasks(e);
   const eval::Backend backend = e.eval.backend;
   const std::string size_set = e.eval.size_set();
@@ -277,6 +277,7 @@ std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
   if (!e.policy.checkpoint.empty() && !fs::exists(e.policy.checkpoint))
     e.fail("policy.checkpoint", "no such file: " + e.policy.checkpoint);
   if (e.policy.kind == experiment::PolicyKind::replay) {
+    if (!fs::is_directory(e.policy.replay_dir)) e.fail("policy.replay_dir", "not a directory: " + e.policy.replay_dir);
     policy::ReplayPolicy replay(e.policy.replay_dir, std::string(e.eval.source_extension()));
     for (const auto& t : tasks)
       if (replay.files_for(t.name).empty())
@@ -303,6 +304,7 @@ std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
 }
 
 fs::path default_run_dir(const experiment::Experiment& e) {
+  experiment::check_run_root(e);
   const std::time_t now = std::time(nullptr);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));

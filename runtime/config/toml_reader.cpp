@@ -1,18 +1,22 @@
 #include "config/toml_reader.h"
 
 #include <algorithm>
+#include <sstream>
 #include <vector>
 
-#include <sstream>
+#include "config/excerpt.h"
+#include "config/text_file.h"
+#include "config/toml_nesting.h"
 
 namespace crucible::config {
 namespace {
+// Keys and messages echo the config's own text (a key, a value): each is bounded, so the error stays one short line.
 std::string format(const std::string& file, int64_t line, const std::string& key, const std::string& message) {
   std::ostringstream s;
-  s << file;
+  s << excerpt(file, 512);
   if (line > 0) s << ":" << line;
-  if (!key.empty()) s << ": key '" << key << "'";
-  s << ": " << message;
+  if (!key.empty()) s << ": key '" << excerpt(key, 120) << "'";
+  s << ": " << excerpt(message, 600);
   return s.str();
 }
 }  // namespace
@@ -36,16 +40,21 @@ std::string toml_type_name(const toml::node& n) {
 }
 
 toml::table parse_toml_file(const std::filesystem::path& path) {
-  if (!std::filesystem::exists(path)) throw ConfigError(path.string(), 0, "", "file not found");
+  std::string text;
   try {
-    return toml::parse_file(path.string());
-  } catch (const toml::parse_error& e) {
-    throw ConfigError(path.string(), static_cast<int64_t>(e.source().begin.line), "",
-                      "TOML syntax error: " + std::string(e.description()));
+    text = read_text_file(path, kMaxTomlBytes);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(path.string(), 0, "", e.what());
   }
+  return parse_toml_text(text, path.string());
 }
 
 toml::table parse_toml_text(const std::string& text, const std::string& file) {
+  if (text.size() > kMaxTomlBytes)
+    throw ConfigError(file, 0, "", "larger than " + std::to_string(kMaxTomlBytes) + " bytes");
+  if (const auto line = line_nested_deeper_than(text, kMaxTomlDepth))
+    throw ConfigError(file, *line, "", "nested deeper than " + std::to_string(kMaxTomlDepth) +
+                                          " levels (parts of table headers and dotted keys, arrays, inline tables)");
   try {
     return toml::parse(text, file);
   } catch (const toml::parse_error& e) {
@@ -79,16 +88,50 @@ const toml::node& TableReader::require(const std::string& key) {
   return *n;
 }
 
+std::string TableReader::string_of(const std::string& key, const toml::node& n, const char* expected) const {
+  if (!n.is_string()) fail(key, std::string(expected) + ", got " + toml_type_name(n));
+  const std::string& s = n.as_string()->get();
+  if (s.find('\0') != std::string::npos) fail(key, "a string holds a NUL byte");
+  return s;
+}
+
 std::string TableReader::require_string(const std::string& key) {
-  const auto& n = require(key);
-  if (!n.is_string()) fail(key, "expected a string, got " + toml_type_name(n));
-  return n.as_string()->get();
+  return string_of(key, require(key), "expected a string");
 }
 
 int64_t TableReader::require_int(const std::string& key) {
   const auto& n = require(key);
   if (!n.is_integer()) fail(key, "expected an integer, got " + toml_type_name(n));
   return n.as_integer()->get();
+}
+
+namespace {
+std::string range_problem(int64_t lo, int64_t hi, int64_t got) {
+  return "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + std::to_string(got);
+}
+}  // namespace
+
+int64_t TableReader::get_int_in(const std::string& key, int64_t fallback, int64_t lo, int64_t hi) {
+  const int64_t v = get_int(key, fallback);
+  if (v < lo || v > hi) fail(key, range_problem(lo, hi, v));
+  return v;
+}
+
+std::vector<int64_t> TableReader::get_int_array_in(const std::string& key, int64_t lo, int64_t hi,
+                                                   std::size_t max_count) {
+  used_.insert(key);
+  std::vector<int64_t> out;
+  const toml::node* n = node(key);
+  if (!n) return out;
+  if (!n->is_array()) fail(key, "expected an array of integers, got " + toml_type_name(*n));
+  if (n->as_array()->size() > max_count) fail(key, "at most " + std::to_string(max_count) + " values");
+  for (const auto& e : *n->as_array()) {
+    if (!e.is_integer()) fail(key, "expected an array of integers, found a " + toml_type_name(e));
+    const int64_t v = e.as_integer()->get();
+    if (v < lo || v > hi) fail(key, range_problem(lo, hi, v));
+    out.push_back(v);
+  }
+  return out;
 }
 
 double TableReader::require_number(const std::string& key) {
@@ -121,10 +164,7 @@ std::vector<std::string> TableReader::get_string_array(const std::string& key) {
   const toml::node* n = node(key);
   if (!n) return out;
   if (!n->is_array()) fail(key, "expected an array of strings, got " + toml_type_name(*n));
-  for (const auto& e : *n->as_array()) {
-    if (!e.is_string()) fail(key, "expected an array of strings, found a " + toml_type_name(e));
-    out.push_back(e.as_string()->get());
-  }
+  for (const auto& e : *n->as_array()) out.push_back(string_of(key, e, "expected an array of strings"));
   return out;
 }
 
@@ -133,7 +173,7 @@ std::vector<std::string> TableReader::require_scalar_array(const std::string& ke
   if (!n.is_array()) fail(key, "expected an array, got " + toml_type_name(n));
   std::vector<std::string> out;
   for (const auto& e : *n.as_array()) {
-    if (e.is_string()) out.push_back(e.as_string()->get());
+    if (e.is_string()) out.push_back(string_of(key, e, "expected strings or integers"));
     else if (e.is_integer()) out.push_back(std::to_string(e.as_integer()->get()));
     else fail(key, "expected strings or integers, found a " + toml_type_name(e));
   }
@@ -213,8 +253,10 @@ void TableReader::finish() const {
     // The keys this table was asked for are the ones it knows: the nearest one is the likely intended key.
     std::string nearest;
     std::size_t best = std::max<std::size_t>(2, key.size() / 3) + 1;
-    for (const auto& known : used_)
-      if (const auto d = edit_distance(key, known); d < best) best = d, nearest = known;
+    // A key far longer than any known one is no typo of one (and would cost its length times each key to compare).
+    if (key.size() <= 64)
+      for (const auto& known : used_)
+        if (const auto d = edit_distance(key, known); d < best) best = d, nearest = known;
     throw ConfigError(file_, static_cast<int64_t>(v.source().begin.line), path(key),
                       nearest.empty() ? "unknown key" : "unknown key (did you mean '" + nearest + "'?)");
   }

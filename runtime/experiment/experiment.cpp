@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <tuple>
 
+#include "config/text_file.h"
 #include "config/toml_reader.h"
 #include "tasks/task_loader.h"
 
@@ -15,11 +16,17 @@ namespace {
 
 using config::TableReader;
 
-int positive(TableReader& t, const std::string& key, int fallback, int min = 1) {
-  int64_t v = t.get_int(key, fallback);
-  if (v < min || v > 1'000'000) t.fail(key, "must be between " + std::to_string(min) + " and 1000000, got " + std::to_string(v));
-  return static_cast<int>(v);
-}
+// Every count in an experiment has a documented upper bound (docs/experiments.md), checked here as it is read:
+// samples, steps and tokens bound the work a run asks for; workers and concurrent requests are threads.
+constexpr int kMaxSamples = 99'999;  // per group: candidates are numbered group * 100000 + index
+constexpr int kMaxSteps = 1'000'000;
+constexpr int kMaxTokens = 131'072;
+constexpr int kMaxThreads = 256;
+// The file's own bound, the same on every machine (a run directory stays readable anywhere); a run also keeps to
+// kCompileWorkersPerCore on the machine it starts on (check_machine_limits).
+constexpr int kMaxCompileWorkers = 1024;
+constexpr std::size_t kMaxSeeds = 1000;
+constexpr std::size_t kMaxNameBytes = 100;
 
 double number_in(TableReader& t, const std::string& key, double fallback, double lo, double hi) {
   double v = t.get_number(key, fallback);
@@ -48,43 +55,58 @@ Mode parse_mode(const std::string& name) {
   throw std::invalid_argument("unknown mode '" + name + "' (grpo, best_of_n, ttt)");
 }
 
+// The name becomes a directory, <run_root>/<name>-<time>: one plain path component, printable, of bounded length.
+std::string run_name(TableReader& t) {
+  const std::string name = t.require_string("name");
+  if (name.empty() || name.size() > kMaxNameBytes)
+    t.fail("name", "must be 1 to " + std::to_string(kMaxNameBytes) + " bytes long");
+  if (name == "." || name == "..") t.fail("name", "must not be '.' or '..'");
+  for (unsigned char c : name)
+    if (c < 0x20 || c == 0x7f || c == '/' || c == '\\')
+      t.fail("name", "a run directory's name: no '/', '\\' or control characters");
+  return name;
+}
+
+std::vector<uint64_t> read_seeds(TableReader& t) {
+  // Integers only: a float such as 1e300 or inf has no exact seed. TOML integers end at 2^63 - 1.
+  const auto values = t.get_int_array_in("seeds", 0, std::numeric_limits<int64_t>::max(), kMaxSeeds);
+  std::vector<uint64_t> seeds;
+  for (const int64_t s : values) {
+    if (std::find(seeds.begin(), seeds.end(), static_cast<uint64_t>(s)) != seeds.end())
+      t.fail("seeds", "seed " + std::to_string(s) + " is listed twice");
+    seeds.push_back(static_cast<uint64_t>(s));
+  }
+  return seeds;
+}
+
 void read_experiment_table(TableReader t, Experiment& e) {
-  e.name = t.require_string("name");
-  if (e.name.empty() || e.name.find('/') != std::string::npos) t.fail("name", "must be a non-empty name without '/'");
+  e.name = run_name(t);
   e.mode = parse_choice(t, "mode", "grpo", parse_mode);
   if (t.has("seeds")) {
-    e.seeds.clear();
-    for (double s : t.get_number_array("seeds")) {
-      if (s < 0 || s != std::floor(s)) t.fail("seeds", "seeds are non-negative integers");
-      if (std::find(e.seeds.begin(), e.seeds.end(), static_cast<uint64_t>(s)) != e.seeds.end())
-        t.fail("seeds", "seed " + std::to_string(static_cast<uint64_t>(s)) + " is listed twice");
-      e.seeds.push_back(static_cast<uint64_t>(s));
-    }
+    e.seeds = read_seeds(t);
     if (e.seeds.empty()) t.fail("seeds", "give at least one seed");
   } else {
-    t.get_number_array("seeds");
+    t.get_int_array_in("seeds", 0, 0, 0);
   }
   e.run_root = t.get_string("run_root", e.run_root);
+  if (e.run_root.empty()) t.fail("run_root", "name a directory");
   t.finish();
 }
 
-std::vector<int> positive_ints(TableReader& t, const std::string& key) {
+std::vector<int> ints_in(TableReader& t, const std::string& key, int lo, int hi) {
   std::vector<int> out;
-  for (double v : t.get_number_array(key)) {
-    if (v < 0 || v != std::floor(v) || v > 1e6) t.fail(key, "expected non-negative integers");
-    out.push_back(static_cast<int>(v));
-  }
+  for (const int64_t v : t.get_int_array_in(key, lo, hi, 10'000)) out.push_back(static_cast<int>(v));
   return out;
 }
 
 void read_tasks(TableReader t, TaskSelection& s) {
   s.names = t.get_string_array("names");
-  s.levels = positive_ints(t, "levels");
-  s.problems = positive_ints(t, "problems");
+  s.levels = ints_in(t, "levels", 0, 100);
+  s.problems = ints_in(t, "problems", 0, 1'000'000);
   s.split = t.get_string("split", "");
   if (!s.split.empty() && s.split != "train" && s.split != "eval") t.fail("split", "must be \"train\" or \"eval\"");
   s.eval_fraction = number_in(t, "eval_fraction", s.eval_fraction, 0.0, 1.0);
-  s.split_seed = static_cast<uint64_t>(t.get_int("split_seed", 0));
+  s.split_seed = static_cast<uint64_t>(t.get_int_in("split_seed", 0, 0, std::numeric_limits<int64_t>::max()));
   s.dir = t.get_string("dir", "");
   if (s.names.empty() && s.split.empty() && s.levels.empty() && s.problems.empty())
     t.fail("names", "name the tasks, or select them by levels, problems or a split");
@@ -127,7 +149,7 @@ std::string one_of(TableReader& t, const std::string& key, const std::string& fa
 }
 
 void read_lora(TableReader t, LmPolicyConfig& m) {
-  m.lora_rank = positive(t, "rank", m.lora_rank);
+  m.lora_rank = t.get_int_in("rank", m.lora_rank, 1, 1024);
   m.lora_alpha = number_in(t, "alpha", m.lora_alpha, 1e-6, 1e6);
   m.lora_dropout = number_in(t, "dropout", m.lora_dropout, 0.0, 0.99);
   m.lora_rslora = t.get_bool("rslora", m.lora_rslora);
@@ -142,7 +164,7 @@ void read_train(TableReader t, LmPolicyConfig& m) {
   m.learning_rate = number_in(t, "learning_rate", m.learning_rate, 0.0, 1.0);
   m.weight_decay = number_in(t, "weight_decay", m.weight_decay, 0.0, 1.0);
   m.max_grad_norm = number_in(t, "max_grad_norm", m.max_grad_norm, 0.0, 1e6);
-  m.micro_batch = positive(t, "micro_batch", m.micro_batch);
+  m.micro_batch = t.get_int_in("micro_batch", m.micro_batch, 1, 4096);
   m.activation_checkpointing = t.get_bool("activation_checkpointing", m.activation_checkpointing);
   m.loss = parse_choice(t, "loss", loss_name(m.loss), parse_loss);
   m.normalization = parse_choice(t, "normalization", normalization_name(m.normalization), parse_normalization);
@@ -174,11 +196,11 @@ void read_openai(TableReader& t, OpenAiConfig& o) {
   o.api_key_env = t.get_string("api_key_env", "");
   o.api_key_file = t.get_string("api_key_file", "");
   if (!o.api_key_env.empty() && !o.api_key_file.empty()) t.fail("api_key_file", "give api_key_env or api_key_file, not both");
-  o.concurrency = positive(t, "concurrency", o.concurrency);
+  o.concurrency = t.get_int_in("concurrency", o.concurrency, 1, kMaxThreads);
   o.timeout_s = number_in(t, "timeout_s", o.timeout_s, 0.1, 86400);
-  o.retries = positive(t, "retries", o.retries, 0);
+  o.retries = t.get_int_in("retries", o.retries, 0, 100);
   o.backoff_s = number_in(t, "backoff_s", o.backoff_s, 0.0, 600);
-  o.max_tokens = positive(t, "max_tokens", o.max_tokens);
+  o.max_tokens = t.get_int_in("max_tokens", o.max_tokens, 1, kMaxTokens);
   o.top_p = number_in(t, "top_p", o.top_p, 1e-6, 1.0);
   o.system_prompt = t.get_string("system_prompt", "");
   for (const char* key : {"device", "dtype", "adapter", "cuda_graphs", "max_new_tokens", "top_k", "lora", "train"})
@@ -226,10 +248,10 @@ void read_policy(TableReader t, PolicyConfig& p) {
   m.dtype = one_of(t, "dtype", m.dtype, {"auto", "f32", "bf16", "f16"});
   m.adapter = t.get_string("adapter", "");
   m.cuda_graphs = t.get_bool("cuda_graphs", m.cuda_graphs);
-  m.max_batch = positive(t, "max_batch", m.max_batch, 0);
-  m.max_new_tokens = positive(t, "max_new_tokens", m.max_new_tokens);
+  m.max_batch = t.get_int_in("max_batch", m.max_batch, 0, 4096);
+  m.max_new_tokens = t.get_int_in("max_new_tokens", m.max_new_tokens, 1, kMaxTokens);
   m.top_p = number_in(t, "top_p", m.top_p, 1e-6, 1.0);
-  m.top_k = positive(t, "top_k", m.top_k, 0);
+  m.top_k = t.get_int_in("top_k", m.top_k, 0, 1'000'000);
   m.system_prompt = t.get_string("system_prompt", "");
   if (!p.checkpoint.empty()) t.fail("checkpoint", "a libtorch policy starts from `adapter` (a PEFT directory)");
   if (auto lora = t.get_table("lora")) read_lora(*lora, m);
@@ -241,9 +263,9 @@ void read_policy(TableReader t, PolicyConfig& p) {
 
 void read_reward(TableReader t, rewards::RewardSpec& r) {
   r.kind = parse_choice(t, "kind", "speedup", rewards::parse_reward_kind);
-  r.alpha = t.get_number("alpha", r.alpha);
-  r.beta = t.get_number("beta", r.beta);
-  r.gamma = t.get_number("gamma", r.gamma);
+  r.alpha = number_in(t, "alpha", r.alpha, -1e6, 1e6);
+  r.beta = number_in(t, "beta", r.beta, -1e6, 1e6);
+  r.gamma = number_in(t, "gamma", r.gamma, -1e6, 1e6);
   r.r_max = number_in(t, "r_max", r.r_max, 0.0, 1e9);
   r.scale = number_in(t, "scale", r.scale, 0.0, 1e12);
   r.coverage_weight = number_in(t, "coverage_weight", r.coverage_weight, 0.0, 1e6);
@@ -274,11 +296,17 @@ void read_search(TableReader t, SearchConfig& c) {
 }
 
 void read_multi_turn(TableReader t, rewards::MultiTurnSpec& m) {
-  m.turns = static_cast<uint32_t>(positive(t, "turns", static_cast<int>(m.turns)));
-  if (m.turns > 16) t.fail("turns", "at most 16 turns");
+  m.turns = t.get_int_in<uint32_t>("turns", m.turns, 1, 16);
   m.returns = parse_choice(t, "returns", "per_turn", rewards::parse_turn_returns);
   m.gamma = number_in(t, "gamma", m.gamma, 0.0, 1.0);
   t.finish();
+}
+
+// -1 (the mode's default) or 1 to max.
+int trials(TableReader& t, const std::string& key, int max) {
+  const int n = t.get_int_in(key, -1, -1, max);
+  if (n == 0) t.fail(key, "must be between 1 and " + std::to_string(max) + " (or -1: the mode's default)");
+  return n;
 }
 
 void read_eval(TableReader t, EvalConfig& c) {
@@ -314,11 +342,9 @@ void read_eval(TableReader t, EvalConfig& c) {
     t.fail("launches", "queued launches hold Triton candidates' GPU calls (candidate = \"triton\", CUDA devices); "
                        "CUDA C++ candidates are timed as launched");
   c.sizes = t.get_string("sizes", "");
-  c.compile_workers = positive(t, "compile_workers", 0, 0);
-  c.correctness_trials = static_cast<int>(t.get_int("correctness_trials", -1));
-  c.timing_trials = static_cast<int>(t.get_int("timing_trials", -1));
-  if (c.correctness_trials == 0 || c.correctness_trials < -1) t.fail("correctness_trials", "must be >= 1 (or -1)");
-  if (c.timing_trials == 0 || c.timing_trials < -1) t.fail("timing_trials", "must be >= 1 (or -1)");
+  c.compile_workers = t.get_int_in("compile_workers", 0, 0, kMaxCompileWorkers);
+  c.correctness_trials = trials(t, "correctness_trials", 100);
+  c.timing_trials = trials(t, "timing_trials", 1000);
   c.call_timeout_s = number_in(t, "call_timeout_s", c.call_timeout_s, 0.1, 3600.0);
   c.evaluation_budget_s = number_in(t, "evaluation_budget_s", c.evaluation_budget_s, 0.0, 86400.0);
   t.finish();
@@ -424,21 +450,21 @@ Experiment parse_experiment(const std::string& text, const std::string& file) {
   read_tasks(top.require_table("tasks"), e.tasks);
   if (auto t = top.get_table("policy")) read_policy(*t, e.policy);
   if (auto t = top.get_table("grpo")) {
-    e.grpo.steps = positive(*t, "steps", e.grpo.steps);
-    e.grpo.batch_size = positive(*t, "batch_size", e.grpo.batch_size);
-    e.grpo.group_size = positive(*t, "group_size", e.grpo.group_size);
-    e.grpo.max_staleness = positive(*t, "max_staleness", e.grpo.max_staleness, 0);
+    e.grpo.steps = t->get_int_in("steps", e.grpo.steps, 1, kMaxSteps);
+    e.grpo.batch_size = t->get_int_in("batch_size", e.grpo.batch_size, 1, 10'000);
+    e.grpo.group_size = t->get_int_in("group_size", e.grpo.group_size, 1, kMaxSamples);
+    e.grpo.max_staleness = t->get_int_in("max_staleness", e.grpo.max_staleness, 0, 100);
     t->finish();
   }
   if (auto t = top.get_table("best_of_n")) {
-    e.best_of_n.k = positive(*t, "k", e.best_of_n.k);
-    e.best_of_n.group_size = positive(*t, "group_size", e.best_of_n.group_size);
+    e.best_of_n.k = t->get_int_in("k", e.best_of_n.k, 1, kMaxSteps);
+    e.best_of_n.group_size = t->get_int_in("group_size", e.best_of_n.group_size, 1, kMaxSamples);
     t->finish();
   }
   if (auto t = top.get_table("ttt")) {
-    e.ttt.steps = positive(*t, "steps", e.ttt.steps);
-    e.ttt.rollouts = positive(*t, "rollouts", e.ttt.rollouts);
-    e.ttt.concurrent_tasks = positive(*t, "concurrent_tasks", e.ttt.concurrent_tasks);
+    e.ttt.steps = t->get_int_in("steps", e.ttt.steps, 1, kMaxSteps);
+    e.ttt.rollouts = t->get_int_in("rollouts", e.ttt.rollouts, 1, kMaxSamples);
+    e.ttt.concurrent_tasks = t->get_int_in("concurrent_tasks", e.ttt.concurrent_tasks, 1, kMaxThreads);
     t->finish();
   }
   if (auto t = top.get_table("reward")) read_reward(*t, e.reward);
@@ -454,10 +480,6 @@ Experiment parse_experiment(const std::string& text, const std::string& file) {
     e.fail("eval.devices", "give at least one device (or let nodes evaluate: [cluster] listen)");
   if (e.search.kind == SearchKind::puct && e.mode == Mode::grpo)
     e.fail("search.kind", "puct reuses states within a task: use it with mode best_of_n or ttt");
-  // Candidates are numbered group * 100000 + index.
-  if (std::max({e.grpo.group_size, e.best_of_n.group_size, e.ttt.rollouts}) >= 100000)
-    e.fail(e.ttt.rollouts >= 100000 ? "ttt.rollouts" : e.grpo.group_size >= 100000 ? "grpo.group_size" : "best_of_n.group_size",
-           "a group holds fewer than 100000 samples");
   // Refinement turns number their candidates in blocks of 1000 per group.
   if (e.multi_turn.turns > 1 && std::max({e.grpo.group_size, e.best_of_n.group_size, e.ttt.rollouts}) >= 1000)
     e.fail("multi_turn.turns", "multi-turn groups must hold fewer than 1000 samples");
@@ -467,6 +489,27 @@ Experiment parse_experiment(const std::string& text, const std::string& file) {
   if (!e.tasks.dir.empty() && !std::filesystem::is_directory(e.tasks.dir))
     e.fail("tasks.dir", "not a directory: " + e.tasks.dir);
   return e;
+}
+
+void check_machine_limits(const Experiment& e, unsigned cores) {
+  const int64_t most = int64_t{kCompileWorkersPerCore} * std::max(1u, cores);
+  if (e.eval.compile_workers > most)
+    e.fail("eval.compile_workers", "at most " + std::to_string(kCompileWorkersPerCore) + " per core: " +
+                                       std::to_string(most) + " on this machine (" + std::to_string(cores) + " cores)");
+}
+
+void check_run_root(const Experiment& e) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  // The first of run_root and its parents that exists must be a directory: the run directory is made below it.
+  for (fs::path p = e.run_root; !p.empty(); p = p.parent_path()) {
+    if (!fs::exists(p, ec)) {
+      if (p == p.parent_path()) break;
+      continue;
+    }
+    if (!fs::is_directory(p, ec)) e.fail("experiment.run_root", "not a directory: " + p.string());
+    return;
+  }
 }
 
 std::pair<std::string, uint16_t> parse_host_port(const std::string& text) {
@@ -483,11 +526,13 @@ std::pair<std::string, uint16_t> parse_host_port(const std::string& text) {
 }
 
 Experiment load_experiment(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw config::ConfigError(path.string(), 0, "", "cannot read the experiment file");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_experiment(text.str(), path.string());
+  std::string text;
+  try {
+    text = config::read_text_file(path, config::kMaxTomlBytes);
+  } catch (const std::invalid_argument& e) {
+    throw config::ConfigError(path.string(), 0, "", std::string("cannot read the experiment: ") + e.what());
+  }
+  return parse_experiment(text, path.string());
 }
 
 std::vector<eval::TaskSpec> resolve_tasks(const Experiment& e) {

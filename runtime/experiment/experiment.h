@@ -192,6 +192,13 @@ Experiment load_experiment(const std::filesystem::path& path);
 // The embedded default (configs/quickstart.toml, built in so a fresh checkout runs with no argument).
 const std::string& default_experiment_text();
 
+// What a run asks of the machine it starts on, checked there before it starts (a file read elsewhere, e.g. by
+// `crucible report`, is not held to this machine): compile workers are threads each running a compiler.
+constexpr int kCompileWorkersPerCore = 4;
+void check_machine_limits(const Experiment& experiment, unsigned cores);
+// run_root (or the first of its parents that exists) is a directory; throws config::ConfigError naming the key.
+void check_run_root(const Experiment& experiment);
+
 // "HOST:PORT" (a name, an IPv4 address, or an IPv6 one in brackets); throws std::invalid_argument.
 std::pair<std::string, uint16_t> parse_host_port(const std::string& text);
 

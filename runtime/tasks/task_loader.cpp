@@ -120,7 +120,8 @@ TaskSpec read_task(const toml::table& root, const std::string& source) {
   TaskSpec task;
   task.source_path = source;
   task.name = r.require_string("name");
-  task.level = static_cast<int>(r.require_int("level"));
+  r.require_int("level");  // required, and an integer
+  task.level = r.get_int_in("level", 0, 0, 100);
   task.family = r.require_string("family");
   task.description = r.require_string("description");
   task.reference = r.require_string("reference");
@@ -150,9 +151,7 @@ TaskSpec read_task(const toml::table& root, const std::string& source) {
   task.flops = r.get_string("flops", "");
   task.allow_imports = r.get_string_array("allow_imports");
   task.constant_output = r.get_bool("constant_output", false);
-  task.min_correctness_trials = static_cast<int>(r.get_int("min_correctness_trials", 0));
-  if (task.min_correctness_trials < 0 || task.min_correctness_trials > 100)
-    r.fail("min_correctness_trials", "expected 0 to 100");
+  task.min_correctness_trials = r.get_int_in("min_correctness_trials", 0, 0, 100);
 
   auto sizes = r.require_table("sizes");
   for (const auto& backend : sizes.keys()) {

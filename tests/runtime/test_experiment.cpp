@@ -329,3 +329,214 @@ node_timeout_s = 5
   CHECK_THROWS_AS(experiment::parse_host_port("host:"), std::invalid_argument);
   CHECK(experiment::parse_host_port("gpu-box:1").second == 1);
 }
+
+namespace {
+
+// An experiment whose [experiment] table holds `keys` (from line 2 on).
+std::string with_experiment(const std::string& keys) {
+  return "[experiment]\n" + keys + "[tasks]\nnames = [\"relu\"]\n";
+}
+
+std::string repeated(const std::string& part, int times, const std::string& separator = "") {
+  std::string out;
+  for (int i = 0; i < times; ++i) out += (i ? separator : "") + part;
+  return out;
+}
+
+struct Refusal {
+  std::string text;   // the whole experiment
+  std::string key;    // the dotted key the error names
+  int64_t line;       // and its line
+  std::string says;   // a fragment of the message
+};
+
+void check_refusals(const std::vector<Refusal>& cases) {
+  for (const auto& c : cases) {
+    CAPTURE(c.text);
+    const auto e = failure(c.text);
+    CHECK(e.key() == c.key);
+    CHECK(e.line() == c.line);
+    CHECK(std::string(e.what()).find("bad.toml:" + std::to_string(c.line) + ": key '" + c.key + "'") == 0);
+    CHECK(std::string(e.what()).find(c.says) != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every count in an experiment is range-checked as read, before it is narrowed") {
+  const std::string lm = kMinimal + "[policy]\nkind = \"libtorch\"\nmodel = \"m\"\n";  // keys from line 11
+  const std::string served = kMinimal + "[policy]\nkind = \"openai\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\n";
+  check_refusals({
+      // Threads: a million compile workers would hang the run at the process limit.
+      {kMinimal + "[eval]\ncompile_workers = 1000000\n", "eval.compile_workers", 9, "between 0 and 1024, got 1000000"},
+      {kMinimal + "[eval]\ncompile_workers = -1\n", "eval.compile_workers", 9, "got -1"},
+      // 2^32 + 1 wrapped to 1 when narrowed to an int.
+      {kMinimal + "[eval]\ncorrectness_trials = 4294967297\n", "eval.correctness_trials", 9, "got 4294967297"},
+      {kMinimal + "[eval]\ntiming_trials = 1000000000\n", "eval.timing_trials", 9, "between -1 and 1000"},
+      {kMinimal + "[eval]\ntiming_trials = 0\n", "eval.timing_trials", 9, "or -1"},
+      {kMinimal + "[eval]\ntiming_trials = 1e9\n", "eval.timing_trials", 9, "expected an integer, got float"},
+      {kMinimal + "[grpo]\nsteps = 1000001\n", "grpo.steps", 9, "between 1 and 1000000"},
+      {kMinimal + "[grpo]\nbatch_size = 10001\n", "grpo.batch_size", 9, "between 1 and 10000"},
+      {kMinimal + "[grpo]\ngroup_size = 100000\n", "grpo.group_size", 9, "between 1 and 99999"},
+      {kMinimal + "[grpo]\nmax_staleness = 101\n", "grpo.max_staleness", 9, "between 0 and 100"},
+      {kMinimal + "[best_of_n]\nk = 4294967297\n", "best_of_n.k", 9, "got 4294967297"},
+      {kMinimal + "[best_of_n]\ngroup_size = 100000\n", "best_of_n.group_size", 9, "between 1 and 99999"},
+      {kMinimal + "[ttt]\nsteps = 0\n", "ttt.steps", 9, "between 1 and 1000000"},
+      {kMinimal + "[ttt]\nrollouts = 100000\n", "ttt.rollouts", 9, "between 1 and 99999"},
+      {kMinimal + "[ttt]\nconcurrent_tasks = 257\n", "ttt.concurrent_tasks", 9, "between 1 and 256"},
+      {kMinimal + "[multi_turn]\nturns = 4294967297\n", "multi_turn.turns", 9, "between 1 and 16"},
+      {kMinimal + "[reward]\nalpha = nan\n", "reward.alpha", 9, "must be in"},
+      {kMinimal + "[reward]\ngamma = inf\n", "reward.gamma", 9, "must be in"},
+      {lm + "max_new_tokens = 1000000\n", "policy.max_new_tokens", 11, "between 1 and 131072"},
+      {lm + "max_batch = 5000\n", "policy.max_batch", 11, "between 0 and 4096"},
+      {lm + "top_k = 4294967297\n", "policy.top_k", 11, "got 4294967297"},
+      {lm + "[policy.lora]\nrank = 1025\n", "policy.lora.rank", 12, "between 1 and 1024"},
+      {lm + "[policy.train]\nmicro_batch = 0\n", "policy.train.micro_batch", 12, "between 1 and 4096"},
+      {served + "concurrency = 1000000\n", "policy.concurrency", 12, "between 1 and 256"},
+      {served + "retries = 101\n", "policy.retries", 12, "between 0 and 100"},
+      {served + "max_tokens = 4294967297\n", "policy.max_tokens", 12, "got 4294967297"},
+      {kMinimal + "[judge]\nbase_url = \"http://x/v1\"\nmodel = \"j\"\nconcurrency = 257\n", "judge.concurrency", 11,
+       "between 1 and 256"},
+      {"[experiment]\nname = \"t\"\n[tasks]\nlevels = [4294967297]\n", "tasks.levels", 4, "between 0 and 100"},
+      {"[experiment]\nname = \"t\"\n[tasks]\nproblems = [-1]\n", "tasks.problems", 4, "got -1"},
+      {"[experiment]\nname = \"t\"\n[tasks]\nnames = [\"relu\"]\nsplit_seed = -1\n", "tasks.split_seed", 5, "got -1"},
+  });
+}
+
+TEST_CASE("seeds are integers; the name is one plain directory name; no string holds a NUL") {
+  check_refusals({
+      // 1e300 and inf ran as seed 0.
+      {with_experiment("name = \"t\"\nseeds = [1e300]\n"), "experiment.seeds", 3, "found a float"},
+      {with_experiment("name = \"t\"\nseeds = [inf]\n"), "experiment.seeds", 3, "found a float"},
+      {with_experiment("name = \"t\"\nseeds = [-1]\n"), "experiment.seeds", 3, "got -1"},
+      {with_experiment("name = \"t\"\nseeds = []\n"), "experiment.seeds", 3, "at least one seed"},
+      {with_experiment("name = \"t\"\nseeds = [\"1\"]\n"), "experiment.seeds", 3, "found a string"},
+      // A NUL cut the run directory's path short and left a stray directory.
+      {with_experiment("name = \"a\\u0000b\"\n"), "experiment.name", 2, "NUL"},
+      {with_experiment("name = \"a/b\"\n"), "experiment.name", 2, "no '/'"},
+      {with_experiment("name = \"a\\\\b\"\n"), "experiment.name", 2, "no '/'"},
+      {with_experiment("name = \"..\"\n"), "experiment.name", 2, "'..'"},
+      {with_experiment("name = \".\"\n"), "experiment.name", 2, "'..'"},
+      {with_experiment("name = \"a\\u001b[31mb\"\n"), "experiment.name", 2, "control characters"},
+      {with_experiment("name = \"\"\n"), "experiment.name", 2, "1 to 100 bytes"},
+      {with_experiment("name = \"" + std::string(101, 'x') + "\"\n"), "experiment.name", 2, "1 to 100 bytes"},
+      {with_experiment("name = \"t\"\nrun_root = \"\"\n"), "experiment.run_root", 3, "name a directory"},
+      {with_experiment("name = \"t\"\nrun_root = \"runs\\u0000x\"\n"), "experiment.run_root", 3, "NUL"},
+      {"[experiment]\nname = \"t\"\n[tasks]\nnames = [\"re\\u0000lu\"]\n", "tasks.names", 4, "NUL"},
+  });
+  CHECK(experiment::parse_experiment(with_experiment("name = \"grpo-l1_v2.b\"\nseeds = [0, 9223372036854775807]\n"), "ok")
+            .seeds == std::vector<uint64_t>{0, 9223372036854775807ull});
+}
+
+TEST_CASE("echoed text is bounded: a huge unknown key or value gives a short error line") {
+  const std::string key(500'000, 'k');
+  auto e = failure(kMinimal + "[grpo]\n" + key + " = 1\n");
+  CHECK(e.key() == "grpo." + key);
+  CHECK(e.line() == 9);
+  CHECK(std::string(e.what()).size() < 1500);
+  CHECK(std::string(e.what()).find("bytes cut") != std::string::npos);
+  CHECK(std::string(e.what()).find("unknown key") != std::string::npos);
+
+  e = failure(with_experiment("name = \"t\"\nmode = \"" + std::string(500'000, 'm') + "\\u001b\"\n"));
+  CHECK(e.key() == "experiment.mode");
+  const std::string what = e.what();
+  CHECK(what.size() < 1500);
+  CHECK(what.find("(grpo, best_of_n, ttt)") != std::string::npos);  // the tail that says what was expected
+  CHECK(what.find('\x1b') == std::string::npos);
+}
+
+TEST_CASE("TOML nested beyond the bound is refused before parsing, naming file and line") {
+  struct Deep {
+    std::string text;
+    int64_t line;
+  };
+  const std::vector<Deep> deep = {
+      // The red team's file: 50,000 header parts overflowed the parser's stack.
+      {"[" + repeated("a", 50'000, ".") + "]\nx = 1\n", 1},
+      {"[[" + repeated("a", 40, ".") + "]]\n", 1},
+      {"x = 1\n[t]\n" + repeated("a", 40, ".") + " = 1\n", 3},
+      {"x = " + repeated("[", 40) + repeated("]", 40) + "\n", 1},
+      {"x = " + repeated("{a = ", 40) + "1" + repeated("}", 40) + "\n", 1},
+      {"x = [\n" + repeated("[\n", 40) + repeated("]\n", 41), 33},  // line n opens the array of depth n
+      {"x = [{" + repeated("a", 40, ".") + " = 1}]\n", 1},
+      {"[" + repeated("a", 33, ".") + "]\n", 1},
+      {"x = " + repeated("[", 33) + repeated("]", 33) + "\n", 1},
+  };
+  for (const auto& d : deep) {
+    CAPTURE(d.text.substr(0, 200));
+    try {
+      config::parse_toml_text(d.text, "deep.toml");
+      FAIL("parsed");
+    } catch (const config::ConfigError& e) {
+      CHECK(e.line() == d.line);
+      CHECK(std::string(e.what()).find("deep.toml:" + std::to_string(d.line) + ": nested deeper than 32") == 0);
+    }
+  }
+  // What looks deep inside strings, comments and quoted keys is not; 32 levels are allowed.
+  const std::vector<std::string> shallow = {
+      "s = \"" + repeated("[{.", 1000) + "\\\"" + repeated("[", 100) + "\"\n",
+      "s = '" + repeated("[{.\\", 1000) + "'\n",
+      "s = \"\"\"a \\\"\"\" " + repeated("[", 100) + "\nb\\\n" + repeated("{", 100) + "\"\"\"\nt = 1\n",
+      "s = '''x '' " + repeated("[.", 100) + "'''''\n[" + repeated("a", 32, ".") + "]\n",
+      "# " + repeated("[", 100) + repeated("a.", 100) + "\nx = 1 # [[[[\n",
+      "[\"" + repeated("a.", 100) + "\"]\n'" + repeated("b.", 100) + "' = [\"" + repeated("[", 100) + "\"]\n",
+      "[" + repeated("a", 32, ".") + "]\n",
+      "x = " + repeated("[", 32) + repeated("]", 32) + "\n",
+      "x = [1.5, 2.25, {a = 1.0, b = [3.5]}]\ny = 1979-05-27T07:32:00.999Z\n",
+  };
+  for (const auto& text : shallow) {
+    CAPTURE(text.substr(0, 200));
+    CHECK_NOTHROW(config::parse_toml_text(text, "shallow.toml"));
+  }
+}
+
+TEST_CASE("an experiment file is a regular file of at most 1 MiB") {
+  test::ScratchDir dir("experiment-size");
+  const auto big = dir.path() / "big.toml";
+  test::write_file(big, kMinimal + "# " + std::string(config::kMaxTomlBytes, 'x') + "\n");
+  for (const auto& [path, says] : std::vector<std::pair<std::filesystem::path, std::string>>{
+           {big, "larger than 1048576 bytes"}, {dir.path(), "not a regular file"}, {dir.path() / "no.toml", "not found"}}) {
+    CAPTURE(path);
+    try {
+      experiment::load_experiment(path);
+      FAIL("loaded");
+    } catch (const config::ConfigError& e) {
+      CHECK(e.file() == path.string());
+      CHECK(std::string(e.what()).find(says) != std::string::npos);
+    }
+  }
+  CHECK_THROWS_AS(experiment::parse_experiment(test::read_file(big), "big.toml"), config::ConfigError);
+}
+
+TEST_CASE("compile workers are bounded by the cores of the machine that runs the experiment") {
+  const auto e = experiment::parse_experiment(kMinimal + "[eval]\ncompile_workers = 9\n", "w.toml");
+  CHECK_NOTHROW(experiment::check_machine_limits(e, 3));
+  try {
+    experiment::check_machine_limits(e, 2);
+    FAIL("9 workers on 2 cores");
+  } catch (const config::ConfigError& err) {
+    CHECK(err.key() == "eval.compile_workers");
+    CHECK(err.line() == 9);
+    CHECK(std::string(err.what()).find("at most 4 per core: 8") != std::string::npos);
+  }
+}
+
+TEST_CASE("run_root naming a file is refused with file, line and key") {
+  test::ScratchDir dir("run-root");
+  test::write_file(dir.path() / "file", "x");
+  for (const std::string root : {"file", "file/runs"}) {
+    CAPTURE(root);
+    const auto e = experiment::parse_experiment(
+        with_experiment("name = \"t\"\nrun_root = \"" + (dir.path() / root).string() + "\"\n"), "root.toml");
+    try {
+      experiment::check_run_root(e);
+      FAIL("accepted");
+    } catch (const config::ConfigError& err) {
+      CHECK(err.key() == "experiment.run_root");
+      CHECK(err.line() == 3);
+    }
+  }
+  const auto fresh = experiment::parse_experiment(
+      with_experiment("name = \"t\"\nrun_root = \"" + (dir.path() / "new" / "runs").string() + "\"\n"), "ok.toml");
+  CHECK_NOTHROW(experiment::check_run_root(fresh));
+}

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <set>
+#include <tuple>
 
 #include "config/toml_reader.h"
 #include "crucible/eval/evaluator.h"
@@ -95,6 +96,18 @@ TEST_CASE("the five pinned tasks keep their exact inputs and outputs") {
   CHECK(names(conv.inputs) == std::vector<std::string>{"x:float32:4", "weight:float32:4"});
   CHECK(conv.inputs[1].shape[2] == "3");
   CHECK(conv.inputs[1].shape[3] == "3");
+}
+
+TEST_CASE("a task's integers are range-checked before they are narrowed to an int") {
+  // 2^32 + 1 became 1 in an int, and passed the 0-100 check of min_correctness_trials.
+  for (const auto& [from, to, key] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"level = 1", "level = 4294967297", "level"},
+           {"level = 1", "level = 1\nmin_correctness_trials = 4294967297", "min_correctness_trials"}}) {
+    CAPTURE(to);
+    const auto e = load_error(replace(kTask, from, to));
+    CHECK(e.key() == key);
+    CHECK(std::string(e.what()).find("got 4294967297") != std::string::npos);
+  }
 }
 
 TEST_CASE("config errors name the file, the line and the key") {

@@ -236,3 +236,58 @@ TEST_CASE("crucible logs merges actors' logs in time order and filters by actor 
   CHECK(missing.exit_code == 2);
   CHECK(missing.output.find("no such run or logs directory") != std::string::npos);
 }
+
+TEST_CASE("a deeply nested experiment exits 2 naming file and line: run, report and runs do not crash") {
+  namespace fs = std::filesystem;
+  test::ScratchDir dir("cli-deep");
+  const std::string cache = dir.path().string();
+  // 50,000 header parts in 100 KB: the TOML parser's recursion overflowed the stack (SIGSEGV, exit 139).
+  std::string deep = "[a";
+  for (int i = 0; i < 50'000; ++i) deep += ".a";
+  deep += "]\n";
+  const auto file = dir.path() / "deep.toml";
+  test::write_file(file, deep);
+  auto run = crucible_cli({"run", file.string(), "--out", (dir.path() / "out").string()}, cache);
+  CHECK(run.exit_code == 2);
+  CHECK(run.output.find(file.string() + ":1: nested deeper than 32 levels") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir.path() / "out"));
+
+  // The same file as a run directory's experiment: report refuses the run, runs lists it as unreadable.
+  const auto run_dir = dir.path() / "runs" / "deep-1";
+  test::write_file(run_dir / "experiment.toml", deep);
+  fs::create_directories(run_dir / "seed-1");
+  auto report = crucible_cli({"report", run_dir.string(), "--out", "-"}, cache);
+  CHECK(report.exit_code == 2);
+  CHECK(report.output.find((run_dir / "experiment.toml").string() + ":1: nested deeper") != std::string::npos);
+  auto runs = crucible_cli({"runs", (dir.path() / "runs").string()}, cache);
+  CHECK(runs.exit_code == 0);
+  CHECK(runs.output.find("unreadable: " + (run_dir / "experiment.toml").string() + ":1:") != std::string::npos);
+}
+
+TEST_CASE("crucible run names file, line and key of every refused experiment and leaves no directory behind") {
+  namespace fs = std::filesystem;
+  test::ScratchDir dir("cli-refused");
+  const std::string cache = dir.path().string();
+  const std::string root = (dir.path() / "runs").string();
+  test::write_file(dir.path() / "file", "not a directory\n");
+  struct Case {
+    std::string keys;  // [experiment] keys from line 2, then [tasks] and these
+    std::string where;
+  };
+  const std::vector<Case> cases = {
+      {"name = \"a\\u0000b\"\nrun_root = \"" + root + "\"\n", ":2: key 'experiment.name'"},
+      {"name = \"t\"\nrun_root = \"" + (dir.path() / "file").string() + "\"\n", ":3: key 'experiment.run_root'"},
+      {"name = \"t\"\nrun_root = \"" + root + "\"\n[policy]\nkind = \"replay\"\nreplay_dir = \"" +
+           (dir.path() / "missing").string() + "\"\n",
+       ":6: key 'policy.replay_dir'"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.keys);
+    const auto file = dir.path() / "refused.toml";
+    test::write_file(file, "[experiment]\n" + c.keys + "[tasks]\nnames = [\"relu\"]\n");
+    auto r = crucible_cli({"run", file.string(), "--quiet"}, cache);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("experiment error: " + file.string() + c.where) != std::string::npos);
+    CHECK_FALSE(fs::exists(root));
+  }
+}
