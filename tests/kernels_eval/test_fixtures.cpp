@@ -223,7 +223,8 @@ TEST_CASE("an evaluation that waits instead of working ends at its budget") {
   INFO(test::detail_of(v));
   CHECK(v.status == eval::Status::timeout);
   CHECK(v.has_reason("evaluation_budget"));
-  CHECK(v.stages.total_s < 3.0 + 2.0);  // the budget, and the compile and clean-up around it
+  // The budget counts from loading; compiling beside busy processes alone took over 2 s.
+  CHECK(v.stages.total_s - v.stages.compile_s < 3.0 + 1.5);  // the budget, and clean-up after it
 }
 
 TEST_CASE("a derived budget ends a candidate that sleeps just under the per-call limit in every call") {
