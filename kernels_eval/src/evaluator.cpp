@@ -35,9 +35,6 @@ constexpr int kHostNullCalls = 9;
 // still checked for unwritten outputs, and the compared ones are chosen after the calls.
 constexpr int kGpuVerifiedTimedCalls = 4;
 
-// The least a derived evaluation budget allows: a loaded machine can slow an honest evaluation several times over.
-constexpr double kMinEvaluationBudgetSeconds = 30.0;
-
 }  // namespace
 
 fs::path default_include_dir() {
@@ -544,7 +541,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   ctx.started = load_start;
   ctx.planned_calls = ctx.trials + 1 + 8 + ctx.warmup * ctx.sets() + (gpu ? 1 : 8) * ctx.timed;
   ctx.budget_derived = options.evaluation_budget_s <= 0.0;
-  ctx.budget_s = ctx.budget_derived ? kMinEvaluationBudgetSeconds : options.evaluation_budget_s;
+  ctx.budget_s = ctx.budget_derived ? options.min_evaluation_budget_s : options.evaluation_budget_s;
 
   // 4. Correctness.
   auto correctness_start = Clock::now();

@@ -50,7 +50,7 @@ struct StageContext {
   // The evaluation's wall-clock budget: a fixed one, or derived once the reference's own time is known.
   std::chrono::steady_clock::time_point started;
   double budget_s = 0.0;        // the budget in force (from `started`)
-  bool budget_derived = false;  // grows to its derived value at the first reference run
+  bool budget_derived = false;  // grows to its derived value at the first reference run (see derive_budget)
   int planned_calls = 0;        // calls the evaluation may make, for the derived budget
   double kernel_s = 0.0;  // time inside candidate and reference calls, summed by the stages
   // The task's own checks (its outputs move with its inputs; zeros do not pass) passed in an earlier evaluation:
@@ -73,6 +73,7 @@ struct StageContext {
   // worker synchronising the whole device. `flush`: empty the L2 first (GPU timing).
   bool call(int set, Verdict& v, double* seconds = nullptr, bool settle = false, bool flush = false);
   std::string budget_detail() const;
+  void derive_budget(const std::vector<torch::Tensor>& inputs, double first_run_s);
 };
 
 // With CRUCIBLE_TRACE_CALLS set, where a stage's wall time went, step by step: each mark ends a step (after a device

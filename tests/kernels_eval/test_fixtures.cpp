@@ -223,7 +223,33 @@ TEST_CASE("an evaluation that waits instead of working ends at its budget") {
   INFO(test::detail_of(v));
   CHECK(v.status == eval::Status::timeout);
   CHECK(v.has_reason("evaluation_budget"));
-  CHECK(v.stages.total_s < 3.0 + 2.0);  // the budget, and the compile and clean-up around it
+  // The budget counts from loading; compiling beside busy processes alone took over 2 s.
+  CHECK(v.stages.total_s - v.stages.compile_s < 3.0 + 1.5);  // the budget, and clean-up after it
+}
+
+TEST_CASE("a derived budget ends a candidate that sleeps just under the per-call limit in every call") {
+  // No CPU time and no call over its limit: only the budget stops it. The budget is derived (50 times the
+  // reference's time for every planned call, at least the floor); sized from the evaluation's first, cold reference
+  // run (1.5-21 ms by the wall clock for relu, whose warm runs take 0.15-2 ms of CPU) it let such a candidate run
+  // for minutes and be judged correct.
+  test::TestEvaluator t("derived_budget");
+  auto task = tasks::find_task("relu", test::tasks_dir());
+  auto options = test_options();
+  options.call_timeout_s = 1.0;
+  options.compile.extra_flags = {"-DSLEEP_MS=900"};
+  options.min_evaluation_budget_s = 2.0;
+  // 22 planned calls: a warm run of up to 2 ms derives at most 2.2 s.
+  options.correctness_trials = 2;
+  options.timing_trials = 1;
+  options.warmup_calls = 1;
+  const auto source = test::read_file(test::cpu_fixture("sleeps_in_calls"));
+  auto v = t.evaluator.evaluate(task, source, options);
+  INFO(test::detail_of(v));
+  CHECK(v.status == eval::Status::timeout);
+  CHECK(v.has_reason("evaluation_budget"));
+  // It did sleep: unbounded, its 7 calls or more would have taken over 6 s; the first two took 1.8 s.
+  CHECK(v.stages.kernel_s >= 1.5);
+  CHECK(v.stages.total_s - v.stages.compile_s < 2.2 + 1.5);  // the budget, and loading and clean-up around it
 }
 
 TEST_CASE("a task's own allowlist admits a library call the default gate refuses") {

@@ -1,4 +1,5 @@
-// GPU timing's small decisions from tables: when warm-up is over, and how far a spread set of samples is extended.
+// Timing's small decisions from tables: when warm-up is over, how far a spread set of samples is extended, and the
+// derived evaluation budget.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -76,4 +77,24 @@ TEST_CASE("a spread set of samples grows by at least one set, to its mode's span
   CHECK(extra_samples(extend_rule(true), 0.005, 50, 0.25, false, 0.0) == 0);
   CHECK(extra_samples(extend_rule(false), 0.0051, 5, 0.02, false, 0.0) == 0);
   CHECK(extra_samples(extend_rule(false), 0.011, 5, 0.02, false, 0.0) == 5);
+}
+
+TEST_CASE("a derived evaluation budget is 50 reference calls' time for every planned call, never below its floor") {
+  struct Row {
+    double floor_s, reference_s;
+    int planned;
+    double budget_s;
+  };
+  const Row rows[] = {
+      {30.0, 0.00015, 423, 30.0},   // a warm relu in full mode: the floor
+      {30.0, 0.021, 423, 444.15},   // the same relu's cold first run would have allowed minutes
+      {30.0, 0.002, 423, 42.3},     // a 2 ms reference: above the floor
+      {2.0, 0.002, 22, 2.2},
+      {2.0, 0.0, 22, 2.0},
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.reference_s);
+    CAPTURE(r.planned);
+    CHECK(derived_evaluation_budget(r.floor_s, r.reference_s, r.planned) == doctest::Approx(r.budget_s));
+  }
 }

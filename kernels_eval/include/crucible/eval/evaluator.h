@@ -34,9 +34,10 @@ struct EvalOptions {
   int input_sets = 3;           // timing rotates among these
   double call_timeout_s = 10.0;  // wall-clock limit of one call (and of loading)
   // Wall-clock limit of everything after compiling (load, correctness, timing): past it the verdict is timeout /
-  // evaluation_budget. 0 derives it: 30 s, or 50 times the reference's own time for every call the evaluation may
-  // make, whichever is more.
+  // evaluation_budget. 0 derives it: min_evaluation_budget_s, or 50 times the reference's own (warm) time for every
+  // call the evaluation may make, whichever is more.
   double evaluation_budget_s = 0.0;
+  double min_evaluation_budget_s = 30.0;  // the least a derived budget allows
   WorkerLimits limits;
   CompileOptions compile;
   // Which windows of the input pools a trial sees. Unset: a fresh random nonce per evaluation (recorded

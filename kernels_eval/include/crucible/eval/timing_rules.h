@@ -1,9 +1,16 @@
 #pragma once
-// Small decisions of GPU timing: how long it warms up, and how far a spread set of samples is extended.
+// Small decisions of timing: how long it warms up, how far a spread set of samples is extended (GPU), and how long a
+// whole evaluation may take.
 #include <algorithm>
 #include <cmath>
 
 namespace crucible::eval {
+
+// An evaluation's derived wall-clock budget: 50 times the reference's time for every call the evaluation may make, and
+// never less than `floor_s` (a loaded machine can slow an honest evaluation several times over).
+inline double derived_evaluation_budget(double floor_s, double reference_call_s, int planned_calls) {
+  return std::max(floor_s, 50.0 * reference_call_s * planned_calls);
+}
 
 // A count of calls and a stretch of wall time, whichever ends later, within a cap on calls. A count alone does not
 // do on a GPU: the first calls of a TriMul shape ran 1-3% slow for 15-80 ms (up to seven 10 ms calls), far past the
