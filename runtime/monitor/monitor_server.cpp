@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "http_guard/guarded_server.h"
 #include "monitor/monitor_view.h"
 
 namespace crucible::monitor {
@@ -26,14 +27,11 @@ bool same_secret(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
 struct MonitorServer::Impl {
+  explicit Impl(const http_guard::ServerLimits& limits) : server(limits) {}
   MonitorOptions options;
   std::shared_ptr<const LiveStatus> status;
-  httplib::Server server;
+  http_guard::GuardedServer server;
   std::thread thread;
   int port = 0;
 
@@ -41,10 +39,7 @@ struct MonitorServer::Impl {
     if (options.token.empty()) {
       // Without a token only loopback names may ask: a web page that rebinds its own name to 127.0.0.1 must not
       // read the run's records through the user's browser.
-      std::string host = req.get_header_value("Host");
-      if (!host.empty() && host.front() == '[') host = host.substr(1, host.find(']') - 1);
-      else if (const auto colon = host.rfind(':'); colon != std::string::npos) host = host.substr(0, colon);
-      if (is_loopback(host)) return true;
+      if (http_guard::is_loopback_host_header(req.get_header_value("Host"))) return true;
       res.status = 403;
       res.set_content("only loopback host names may ask without a token\n", "text/plain");
       return false;
@@ -60,7 +55,7 @@ struct MonitorServer::Impl {
 };
 
 MonitorServer::MonitorServer(MonitorOptions options, std::shared_ptr<const LiveStatus> status)
-    : impl_(std::make_unique<Impl>()) {
+    : impl_(std::make_unique<Impl>(options.limits)) {
   auto& im = *impl_;
   if (!is_loopback(options.host) && options.token.empty())
     throw std::invalid_argument("the monitor listens on " + options.host +

@@ -1,11 +1,14 @@
 #pragma once
 // The live view of a run over HTTP: GET / (the page), /status.json, /logs.json?actor=&node=&level=, and /metrics
 // (Prometheus). Loopback by default; bound elsewhere it requires a token (`?token=` or `Authorization: Bearer`).
-// Serves from its own threads; reads the live status and the run directory, never writes.
+// Serves from its own threads; reads the live status and the run directory, never writes. Takes no request bodies
+// and holds connections within bounds (http_guard/server_limits.h), so slow or large requests cannot starve it.
 #include <filesystem>
 #include <memory>
 #include <string>
 
+#include "http_guard/loopback_host.h"
+#include "http_guard/server_limits.h"
 #include "monitor/live_status.h"
 
 namespace crucible::monitor {
@@ -15,10 +18,11 @@ struct MonitorOptions {
   int port = 0;       // 0: any free port
   std::string token;  // required of every request when not empty
   std::filesystem::path run_dir;
+  http_guard::ServerLimits limits;
 };
 
-// Loopback addresses need no token: 127.0.0.0/8, ::1, localhost.
-bool is_loopback(const std::string& host);
+// Loopback addresses need no token: 127.0.0.0/8, ::1, localhost (parsed addresses and the exact name).
+inline bool is_loopback(const std::string& host) { return http_guard::is_loopback_host(host); }
 
 class MonitorServer {
  public:

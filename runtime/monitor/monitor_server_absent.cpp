@@ -5,10 +5,6 @@
 
 namespace crucible::monitor {
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
 struct MonitorServer::Impl {};
 
 MonitorServer::MonitorServer(MonitorOptions, std::shared_ptr<const LiveStatus>) {

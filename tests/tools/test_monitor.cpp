@@ -5,14 +5,19 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <regex>
+#include <thread>
 
 #include "cli_support.h"
+#include "monitor/monitor_server.h"
 #include "process_support.h"
 #include "run/jsonl.h"
 #include "support.h"
+#include "tools/loopback_socket.h"
 
 using namespace crucible;
 using nlohmann::json;
@@ -71,6 +76,30 @@ struct WatchedRun {
 
 bool have_chromium() { return std::system("command -v chromium > /dev/null 2>&1") == 0; }
 
+// A monitor served from this process over a scratch run directory, on a free loopback port.
+struct InProcessMonitor {
+  explicit InProcessMonitor(monitor::MonitorOptions options = {})
+      : scratch("monitor-inproc"), live(std::make_shared<monitor::LiveStatus>()), server([&] {
+          options.run_dir = scratch.path();
+          return monitor::MonitorServer(options, live);
+        }()) {}
+  test::ScratchDir scratch;
+  std::shared_ptr<monitor::LiveStatus> live;
+  monitor::MonitorServer server;
+};
+
+// The answer's status to a request sent whole on a raw socket (0: none within the limit).
+int status_of(int port, const std::string& request) {
+  test::LoopbackSocket s(port);
+  REQUIRE(s.ok());
+  REQUIRE(s.send_all(request));
+  return s.status();
+}
+
+std::string head(const std::string& method, const std::string& extra_headers) {
+  return method + " /status.json HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra_headers + "\r\n";
+}
+
 }  // namespace
 
 TEST_CASE("monitor: status, log tail and metrics are served while the run goes on") {
@@ -78,10 +107,15 @@ TEST_CASE("monitor: status, log tail and metrics are served while the run goes o
   WatchedRun run(scratch, kExperiment, {"--monitor", "0", "--quiet"});
   run.wait_for_steps(1);
   httplib::Client client("127.0.0.1", run.port);
-  auto status = client.Get("/status.json");
-  REQUIRE(status);
-  REQUIRE(status->status == 200);
-  const json s = json::parse(status->body);
+  // The step's line is written before the coordinator updates the live status and before the verdicts file is
+  // read back: wait for the state checked, not for a moment.
+  json s;
+  REQUIRE(test::eventually([&] {
+    auto status = client.Get("/status.json");
+    if (!status || status->status != 200) return false;
+    s = json::parse(status->body);
+    return s["live"]["units_committed"].get<int>() >= 1 && !s["curves"].empty() && !s["recent"].empty();
+  }, std::chrono::seconds(120), std::chrono::milliseconds(100)));
   CHECK(s["live"]["experiment"] == "watched");
   CHECK(s["live"]["units_total"] == 12);
   CHECK(s["live"]["units_committed"].get<int>() >= 1);
@@ -163,4 +197,123 @@ TEST_CASE("monitor: headless chromium renders the page during a run with the cur
   CHECK(png.rfind("\x89PNG", 0) == 0);
   CHECK(png.size() > 20000);  // a page with tables and charts, not a blank one
   MESSAGE("screenshot: " << png.size() << " bytes");
+}
+
+TEST_CASE("monitor: without a token only Host headers that name loopback are answered, decided on parsed addresses") {
+  InProcessMonitor m;
+  httplib::Client client("127.0.0.1", m.server.port());
+  const std::vector<std::pair<std::string, int>> cases{
+      {"127.0.0.1", 200},
+      {"127.0.0.1:8080", 200},
+      {"127.255.0.9:1", 200},
+      {"localhost:8080", 200},
+      {"LocalHost", 200},
+      {"[::1]:8080", 200},
+      {"[::1]", 200},
+      // Names a web page's author can register and point at 127.0.0.1 (DNS rebinding).
+      {"127.evil.example", 403},
+      {"127.0.0.1.attacker.example:80", 403},
+      {"127.0.0.1.attacker.example", 403},
+      {"localhost.attacker.example", 403},
+      {"evil.example:80", 403},
+      // Malformed, or not loopback.
+      {"[::1", 403},
+      {"[::1]x", 403},
+      {"127.0.0.1:80:80", 403},
+      {"127.0.0.1:port", 403},
+      {"::1", 403},
+      {"[127.0.0.1]", 403},
+      {"10.0.0.1", 403},
+  };
+  for (const auto& [host, expected] : cases) {
+    INFO("Host: " << host);
+    auto res = client.Get("/metrics", {{"Host", host}});
+    REQUIRE(res);
+    CHECK(res->status == expected);
+  }
+}
+
+TEST_CASE("monitor: a listen host is loopback only as a parsed address or the exact name localhost") {
+  const std::vector<std::pair<std::string, bool>> cases{
+      {"127.0.0.1", true},          {"127.1.2.3", true},       {"localhost", true},
+      {"::1", true},                {"[::1]", true},           {"::ffff:127.0.0.1", true},
+      {"127.evil.example", false},  {"127.0.0.1.attacker.example", false},
+      {"localhost.example", false}, {"0.0.0.0", false},        {"::", false},
+      {"", false},                  {"128.0.0.1", false},      {"127.0.0.1 ", false},
+  };
+  for (const auto& [host, loopback] : cases) {
+    INFO("host: " << host);
+    CHECK(monitor::is_loopback(host) == loopback);
+  }
+  // Such a name needs a token like any other non-loopback address: it is refused before anything is bound.
+  monitor::MonitorOptions options;
+  options.host = "127.evil.example";
+  CHECK_THROWS_AS(monitor::MonitorServer(options, std::make_shared<monitor::LiveStatus>()), std::invalid_argument);
+}
+
+TEST_CASE("monitor: request bodies are refused from the request head, before they are read") {
+  InProcessMonitor m;
+  const int port = m.server.port();
+  // Each head is sent with no body after it: an answer proves the server did not wait for the body.
+  CHECK(status_of(port, head("POST", "Content-Length: 314572800\r\n")) == 413);
+  CHECK(status_of(port, head("GET", "Content-Length: 5000\r\n")) == 413);
+  CHECK(status_of(port, head("PUT", "Content-Length: 99999999999999999999999\r\n")) == 413);
+  CHECK(status_of(port, head("POST", "Transfer-Encoding: chunked\r\n") + "10\r\n0123456789abcdef\r\n") == 411);
+  CHECK(status_of(port, head("POST", "")) == 411);
+  CHECK(status_of(port, head("POST", "Content-Length: 12\r\nContent-Encoding: gzip\r\n")) == 415);
+  CHECK(status_of(port, head("POST", "Content-Length: 1x\r\n")) == 400);
+  CHECK(status_of(port, head("POST", "Content-Length: 5000\r\nExpect: 100-continue\r\n")) == 413);
+  // A small body is read, and the request goes on to routing (no route takes a POST).
+  CHECK(status_of(port, head("POST", "Content-Length: 2\r\n") + "{}") == 404);
+  CHECK(status_of(port, head("GET", "")) == 200);
+
+  // A chunked body streamed without pause is not taken in: the server answers and closes while it is being sent.
+  test::LoopbackSocket streamer(port);
+  REQUIRE(streamer.ok());
+  std::string chunk(1 << 20, 'x');
+  std::string body;
+  for (int i = 0; i < 64; ++i) body += "100000\r\n" + chunk + "\r\n";
+  body += "0\r\n\r\n";
+  CHECK_FALSE(streamer.send_all(head("POST", "Transfer-Encoding: chunked\r\n") + body));
+}
+
+TEST_CASE("monitor: slow clients neither starve a probe nor hold their connection past the request deadline") {
+  InProcessMonitor m;
+  const int port = m.server.port();
+  // More connections than cpp-httplib's default 8 threads, each sending a header line and never the end of the head.
+  constexpr int kSlow = 10;
+  std::vector<std::unique_ptr<test::LoopbackSocket>> slow;
+  for (int i = 0; i < kSlow; ++i) {
+    slow.push_back(std::make_unique<test::LoopbackSocket>(port));
+    REQUIRE(slow.back()->ok());
+    REQUIRE(slow.back()->send_all("GET /status.json HTTP/1.1\r\nHost: 127.0.0.1\r\n"));
+  }
+  std::atomic<bool> stop{false};
+  std::thread dribbler([&] {
+    for (int line = 0; !stop; ++line) {
+      for (auto& s : slow) s->send_all("X-Slow: " + std::to_string(line) + "\r\n", std::chrono::milliseconds(100));
+      for (int i = 0; i < 10 && !stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  struct Stop {
+    std::atomic<bool>& flag;
+    std::thread& thread;
+    ~Stop() {
+      flag = true;
+      thread.join();
+    }
+  } stop_dribbler{stop, dribbler};
+
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(std::chrono::seconds(20));
+  const auto asked = std::chrono::steady_clock::now();
+  auto probe = client.Get("/status.json");
+  const auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+  REQUIRE(probe);
+  CHECK(probe->status == 200);
+  MESSAGE("probe answered in " << waited << " s beside " << kSlow << " slow connections");
+  // The probe did not wait for the slow connections to be dropped: they are all still held.
+  for (auto& s : slow) CHECK_FALSE(s->peer_spoke());
+  // Still dribbling, each is dropped once the request deadline has passed (five seconds; generous bound here).
+  for (auto& s : slow) CHECK(test::eventually([&] { return s->peer_spoke(); }, std::chrono::seconds(60)));
 }
