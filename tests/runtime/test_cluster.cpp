@@ -41,11 +41,12 @@ class Cluster {
   fs::path run_dir() const { return path("run"); }
   std::string address() const { return host_ + ":" + std::to_string(port_); }
 
-  // A best-of-N sweep of relu and softmax with k samples each, judged on the CPU by nodes only.
-  void start_run(int k, double node_timeout_s = 10, const std::string& extra = "", const std::string& seeds = "[1]") {
+  // A best-of-N sweep with k samples a task (relu and softmax unless `tasks` says), judged on the CPU by nodes only.
+  void start_run(int k, double node_timeout_s = 10, const std::string& extra = "", const std::string& seeds = "[1]",
+                 const std::string& tasks = "names = [\"relu\", \"softmax\"]\n") {
     const fs::path file = path("experiment.toml");
     test::write_file(file, "[experiment]\nname = \"cluster\"\nmode = \"best_of_n\"\nseeds = " + seeds +
-                           "\n[tasks]\nnames = [\"relu\", \"softmax\"]\n"
+                           "\n[tasks]\n" + tasks +
                            "[best_of_n]\nk = " + std::to_string(k) + "\ngroup_size = 4\n"
                            "[eval]\ndevices = []\nbackend = \"cpu\"\nmode = \"fast\"\ncorrectness_trials = 1\n"
                            "timing_trials = 3\n[cluster]\nlisten = \"" + address() + "\"\nsecret_file = \"" +
@@ -369,4 +370,32 @@ TEST_CASE("over TLS: nodes with a certificate from the run's CA join, one from a
   CHECK(per_node.size() == 1);
   CHECK(per_node.count("node-a"));
   CHECK(test::read_file(cluster.run_dir() / "logs" / "node.log").find("(TLS)") != std::string::npos);
+}
+
+TEST_CASE("a node judges an imported task whose TorchScript reference it reads from its copy of the tasks dir") {
+  Cluster cluster("cluster-imported");
+  // The run's tasks: a copy of the TorchScript fixture; the node gets its own copy, as a second host would.
+  for (const char* dir : {"tasks", "node-tasks"}) {
+    fs::create_directories(cluster.path(dir));
+    for (const char* file : {"bias_relu.toml", "bias_relu.pt"})
+      fs::copy_file(fs::path(CRUCIBLE_SOURCE_DIR) / "tests/fixtures/torchscript" / file, cluster.path(dir) / file);
+  }
+  fs::create_directories(cluster.path("replay/bias_relu"));
+  test::write_file(cluster.path("replay/bias_relu/a.cpp"),
+                   "#include <crucible/kernel.h>\n"
+                   "CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_tensor* out, int32_t,"
+                   " void*) {\n  const float* x = static_cast<const float*>(in[0].data);\n"
+                   "  const float* b = static_cast<const float*>(in[1].data);\n"
+                   "  float* y = static_cast<float*>(out[0].data);\n"
+                   "  const int64_t m = in[0].shape[0], n = in[0].shape[1];\n"
+                   "  for (int64_t i = 0; i < m * n; ++i) { float v = x[i] + b[i % n]; y[i] = v > 0.f ? v : 0.f; }\n"
+                   "  return 0;\n}\n");
+  cluster.start_run(4, 10,
+                    "[policy]\nkind = \"replay\"\nreplay_dir = \"" + cluster.path("replay").string() + "\"\n",
+                    "[1]", "names = [\"bias_relu\"]\ndir = \"" + cluster.path("tasks").string() + "\"\n");
+  cluster.start_node("node-a", {"--tasks-dir", cluster.path("node-tasks").string()});
+  cluster.finishes();
+  const auto records = cluster.candidates();
+  CHECK(check_exactly_once(records, 4).at("node-a") == 4);
+  for (const auto& c : records) CHECK(c["status"] == "correct");
 }
