@@ -97,35 +97,6 @@ class InlineQueue : public httplib::TaskQueue {
   void shutdown() override {}
 };
 
-}  // namespace
-
-bool ConnectionAdmission::admit(const std::string& client) {
-  std::lock_guard lock(mutex_);
-  auto& mine = per_client_[client];
-  if (open_ >= limits_.max_connections || mine >= limits_.max_per_client) {
-    if (mine == 0) per_client_.erase(client);
-    return false;
-  }
-  ++mine;
-  ++open_;
-  return true;
-}
-
-void ConnectionAdmission::release(const std::string& client) {
-  std::lock_guard lock(mutex_);
-  const auto it = per_client_.find(client);
-  if (it == per_client_.end()) return;
-  if (--it->second == 0) per_client_.erase(it);
-  --open_;
-}
-
-std::size_t ConnectionAdmission::open() const {
-  std::lock_guard lock(mutex_);
-  return open_;
-}
-
-namespace {
-
 // The socket as httplib reads and writes it: buffered (httplib reads a request's head a byte at a time), with a
 // deadline and a byte limit for the head, then a deadline for the body.
 class DeadlineStream : public httplib::Stream {
@@ -204,7 +175,7 @@ thread_local Connection* t_connection = nullptr;
 
 }  // namespace
 
-GuardedHttpServer::GuardedHttpServer(ConnectionLimits limits) : limits_(limits), admission_(limits) {
+GuardedHttpServer::GuardedHttpServer(ConnectionLimits limits) : limits_(limits), admission_({limits.max_connections, limits.max_per_client}) {
   new_task_queue = [] { return new InlineQueue; };
   set_payload_max_length(limits_.max_body_bytes);
   // Only for the Keep-Alive header it writes: serve() runs the connection's loop with these.
@@ -296,7 +267,7 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   std::string client;
   int port = 0;
   peer_or_local(sock, true, client, port);
-  if (stopping_ || !admission_.admit(client)) {
+  if (stopping_ || !admission_.try_admit(client)) {
     refuse(sock);
     return false;
   }

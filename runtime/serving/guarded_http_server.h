@@ -7,6 +7,8 @@
 // its client is still connected, so that work for a client that went away stops.
 #include <httplib.h>
 
+#include "http_guard/connection_limits.h"
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -31,22 +33,6 @@ struct ConnectionLimits {
   std::size_t max_requests_per_connection = 100;
 };
 
-// Places for connections, per client address and in all. Thread-safe.
-class ConnectionAdmission {
- public:
-  explicit ConnectionAdmission(const ConnectionLimits& limits) : limits_(limits) {}
-  // Takes a place for `client`; false, taking none, when the server or that client is at its limit.
-  bool admit(const std::string& client);
-  void release(const std::string& client);
-  std::size_t open() const;
-
- private:
-  ConnectionLimits limits_;
-  mutable std::mutex mutex_;
-  std::map<std::string, std::size_t> per_client_;
-  std::size_t open_ = 0;
-};
-
 class GuardedHttpServer : public httplib::Server {
  public:
   using BodyHandler = std::function<void(const httplib::Request&, httplib::Response&, const std::string& body)>;
@@ -64,7 +50,7 @@ class GuardedHttpServer : public httplib::Server {
 
   // On a handler's thread: whether its client has closed its connection, or the server is shutting down.
   static bool client_gone();
-  std::size_t open_connections() const { return admission_.open(); }
+  std::size_t open_connections() const { return admission_.held(); }
 
  private:
   bool process_and_close_socket(socket_t sock) override;
@@ -73,7 +59,7 @@ class GuardedHttpServer : public httplib::Server {
   HandlerResponse screen(const httplib::Request& req, httplib::Response& res);
 
   ConnectionLimits limits_;
-  ConnectionAdmission admission_;
+  http_guard::ConnectionCounter admission_;
   std::map<std::string, std::set<std::string>> methods_;  // path -> methods it answers
   std::atomic<bool> stopping_{false};
   mutable std::mutex mutex_;

@@ -117,7 +117,7 @@ TEST_CASE("guarded http server: connection places per client and in all") {
   serving::ConnectionLimits limits;
   limits.max_connections = 3;
   limits.max_per_client = 2;
-  serving::ConnectionAdmission admission(limits);
+  http_guard::ConnectionCounter admission({limits.max_connections, limits.max_per_client});
   struct Step {
     bool admit;  // admit, or release
     const char* client;
@@ -128,10 +128,10 @@ TEST_CASE("guarded http server: connection places per client and in all") {
                         {false, "a", true}, {true, "c", true}, {true, "b", false}};
   for (const auto& s : steps) {
     CAPTURE(s.client);
-    if (s.admit) CHECK(admission.admit(s.client) == s.expected);
+    if (s.admit) CHECK(admission.try_admit(s.client) == s.expected);
     else admission.release(s.client);
   }
-  CHECK(admission.open() == 3);
+  CHECK(admission.held() == 3);
 }
 
 TEST_CASE("guarded http server: bodies over the limit are refused before they are read, chunked ones at the limit") {
