@@ -66,7 +66,8 @@ std::map<std::string, std::vector<Kernel>> correct_kernels(const fs::path& run, 
       const std::string file = text_at(c, "source_file"), task = text_at(c, "task");
       if (speedup < a.min_speedup || !tasks.count(task) || !seen.insert(file).second) continue;
       try {
-        found[task].push_back({speedup, run::read_recorded_source(seed.path(), file)});
+        std::string source = run::read_recorded_source(seed.path(), file);  // read first: a refused one adds no task
+        found[task].push_back({speedup, std::move(source)});
       } catch (const run::RecordedFileError& e) {
         std::cerr << "skipped: " << e.what() << "\n";
       }
@@ -88,6 +89,7 @@ int sft_data(const SftDataArgs& a) {
     if (!out) throw std::invalid_argument("cannot write " + a.out);
     std::size_t pairs = 0;
     for (auto& [task, kernels] : found) {
+      if (kernels.empty()) continue;
       std::sort(kernels.begin(), kernels.end(), [](const Kernel& x, const Kernel& y) { return x.speedup > y.speedup; });
       kernels.resize(std::min<std::size_t>(kernels.size(), static_cast<std::size_t>(a.top)));
       const std::string prompt = policy::kernel_prompt(tasks.at(task), std::string(eval::backend_name(backend)), contract);
