@@ -11,11 +11,7 @@ problems=$(realpath "$1")
 out=$(realpath -m "$2")
 steps=${3:-import own small}
 mkdir -p "$out"
-if [ ! -x build-gpu/tools/crucible ]; then
-  start=$(date +%s)
-  bash tools/gpu_node/build.sh > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
-  echo "build: $(( $(date +%s) - start )) s"
-fi
+bash tools/gpu_node/ensure_built.sh "$out"
 export CRUCIBLE_PYTHON=${CRUCIBLE_PYTHON:-$(command -v python3)}
 tasks_dir=${TASKS_DIR:-$out/tasks}
 names=$(ls "$problems"/*.py | sed -E 's|.*/([0-9]+)_.*|"kb_l1_\1"|' | paste -sd, | sed 's/,/, /g')

@@ -11,11 +11,7 @@ out=$(realpath -m "$2")
 shift 2
 steps=${*:-import check sweep}
 mkdir -p "$out"
-if [ ! -x build-gpu/tools/crucible ]; then
-  start=$(date +%s)
-  bash tools/gpu_node/build.sh > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
-  echo "build: $(( $(date +%s) - start )) s"
-fi
+bash tools/gpu_node/ensure_built.sh "$out"
 export CRUCIBLE_PYTHON=${CRUCIBLE_PYTHON:-$(command -v python3)}
 for step in $steps; do
   start=$(date +%s)

@@ -130,23 +130,29 @@ void allow_basics(Program& p, pid_t self) {
     allow(p, nr);
 }
 
+// What dlopen and the worker's own reply need: read-only opens, reads, file status, one send on the socket.
+void allow_loading(Program& p, int socket_fd, pid_t self) {
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
+  const uint32_t write_flags = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND;
+  kill_if_flags(p, SYS_open, 1, write_flags);
+  kill_if_flags(p, SYS_openat, 2, write_flags);
+  allow_if_arg_equals(p, SYS_sendto, 0, static_cast<uint32_t>(socket_fd));
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
+  allow_basics(p, self);
+  for (long nr : {SYS_read, SYS_pread64, SYS_close, SYS_fstat, SYS_newfstatat, SYS_statx, SYS_lseek, SYS_getrandom,
+                  SYS_clock_gettime})
+    allow(p, nr);
+}
+
 }  // namespace
 
 bool install_load_stage_filter(int socket_fd, const std::vector<long>& extra, const std::vector<int>& ioctl_fds,
                                const SoftRefusals& soft) {
   Program p;
   check_arch(p);
-  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
-  // What dlopen and the worker's own reply need: read-only opens, reads, file status, one send on the socket.
-  const uint32_t write_flags = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND;
-  kill_if_flags(p, SYS_open, 1, write_flags);
-  kill_if_flags(p, SYS_openat, 2, write_flags);
-  allow_if_arg_equals(p, SYS_sendto, 0, static_cast<uint32_t>(socket_fd));
-  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
-  allow_basics(p, getpid());
-  for (long nr : {SYS_read, SYS_pread64, SYS_close, SYS_fstat, SYS_newfstatat, SYS_statx, SYS_lseek, SYS_getrandom,
-                  SYS_clock_gettime, SYS_prctl, SYS_seccomp})
-    allow(p, nr);
+  allow_loading(p, socket_fd, getpid());
+  allow(p, SYS_prctl);  // the run stage's own filter is installed from here
+  allow(p, SYS_seccomp);
   // The device's needs come before the abort path, whose write and rt_sigaction rules refuse other arguments: a
   // device that needs write on any descriptor (the CUDA driver reports faults that way) must match first.
   allow_device_needs(p, extra, ioctl_fds, soft);
@@ -171,18 +177,9 @@ bool install_reuse_stage_filter(int socket_fd, pid_t self, const std::vector<lon
                                 const std::vector<int>& ioctl_fds) {
   Program p;
   check_arch(p);
-  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
   // What loading the next candidate needs (as in the load stage), without prctl and seccomp: a candidate cannot
   // change the process's own settings, or stack a filter, for the next one.
-  const uint32_t write_flags = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND;
-  kill_if_flags(p, SYS_open, 1, write_flags);
-  kill_if_flags(p, SYS_openat, 2, write_flags);
-  allow_if_arg_equals(p, SYS_sendto, 0, static_cast<uint32_t>(socket_fd));
-  stmt(p, BPF_LD | BPF_W | BPF_ABS, kNr);
-  allow_basics(p, self);
-  for (long nr : {SYS_read, SYS_pread64, SYS_close, SYS_fstat, SYS_newfstatat, SYS_statx, SYS_lseek, SYS_getrandom,
-                  SYS_clock_gettime})
-    allow(p, nr);
+  allow_loading(p, socket_fd, self);
   allow_device_needs(p, extra, ioctl_fds, {});  // before the abort path, as above
   allow_abort_path(p);
   stmt(p, BPF_RET | BPF_K, kRefuse);
