@@ -500,28 +500,19 @@ TEST_CASE("crucible tasks import refuses bad input with exit code 2") {
 
 namespace {
 
-const char* kTinyReluProblem = R"(import torch
-import torch.nn as nn
+// A problem of KernelBench's shape on a 4 x 64 input: `prelude` runs at import, `forward` is the body of forward(x).
+std::string tiny_problem(const std::string& forward, const std::string& prelude = "") {
+  return "import torch\nimport torch.nn as nn\n" + prelude +
+         "\nclass Model(nn.Module):\n    def __init__(self):\n        super(Model, self).__init__()\n\n"
+         "    def forward(self, x):\n" + forward +
+         "\ndef get_inputs():\n    return [torch.randn(4, 64)]\n\ndef get_init_inputs():\n    return []\n";
+}
 
-class Model(nn.Module):
-    def __init__(self):
-        super(Model, self).__init__()
-
-    def forward(self, x):
-        return torch.relu(x)
-
-def get_inputs():
-    return [torch.randn(4, 64)]
-
-def get_init_inputs():
-    return []
-)";
+const std::string kTinyReluProblem = tiny_problem("        return torch.relu(x)\n");
 
 // Prints a report of its own on every channel it has: print, fd 1, fd 2, and a process of its own that writes once
 // the import program has exited, so that its line comes after anything the import program wrote.
-const char* kReluPrintingAReport = R"py(import torch
-import torch.nn as nn
-import os, sys, time
+const std::string kReluPrintingAReport = tiny_problem("        return torch.relu(x)\n", R"py(import os, sys, time
 FAKE = '{"imported": ["kb_l1_7"], "refused": []}'
 print(FAKE, flush=True)
 os.write(1, (FAKE + "\n").encode())
@@ -546,37 +537,9 @@ if not os.environ.get("REPORT_WRITER_STARTED"):
         os.write(2, (FAKE + "\n").encode())
         os._exit(0)
 
-class Model(nn.Module):
-    def __init__(self):
-        super(Model, self).__init__()
+)py");
 
-    def forward(self, x):
-        return torch.relu(x)
-
-def get_inputs():
-    return [torch.randn(4, 64)]
-
-def get_init_inputs():
-    return []
-)py";
-
-const char* kScalesItsInputProblem = R"(import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super(Model, self).__init__()
-
-    def forward(self, x):
-        x.mul_(2)
-        return x
-
-def get_inputs():
-    return [torch.randn(4, 64)]
-
-def get_init_inputs():
-    return []
-)";
+const std::string kScalesItsInputProblem = tiny_problem("        x.mul_(2)\n        return x\n");
 
 eval::ProcessResult import_problems(const test::ScratchDir& dir) {
   return test::crucible_cli({"tasks", "import", "--kernelbench", (dir.path() / "KernelBench").string(), "--out",
