@@ -23,8 +23,8 @@
 #include <thread>
 
 #include "crucible/eval/evaluator.h"
-#include "lm/device_memory.h"
-#include "lm_policy/lm_policy.h"
+#include "lm/kernels/device_memory.h"
+#include "lm/policy/lm_policy.h"
 #include "policy/search_policy.h"
 #include "tasks/task_loader.h"
 

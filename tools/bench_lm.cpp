@@ -13,9 +13,9 @@
 #include <sstream>
 #include <thread>
 
-#include "lm/device_memory.h"
-#include "lm/generator.h"
-#include "lm/transformer.h"
+#include "lm/kernels/device_memory.h"
+#include "lm/generation/generator.h"
+#include "lm/model/transformer.h"
 
 using namespace crucible::lm;
 

@@ -17,7 +17,7 @@
 #include <regex>
 #include <thread>
 
-#include "lm/language_model.h"
+#include "lm/model/language_model.h"
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;

@@ -33,7 +33,7 @@
 #include "monitor/monitor_server.h"
 #include "actors/node/actor_system_config.h"
 #include "policy/kernel_templates.h"
-#include "lm_policy/lm_policy.h"
+#include "lm/policy/lm_policy.h"
 #include "policy/replay_policy.h"
 #include "policy/search_policy.h"
 #include "run/run_directory.h"

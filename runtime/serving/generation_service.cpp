@@ -4,8 +4,8 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "lm/lora.h"
-#include "lm/transformer.h"
+#include "lm/model/lora.h"
+#include "lm/model/transformer.h"
 
 namespace crucible::serving {
 

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "lm/language_model.h"
+#include "lm/model/language_model.h"
 
 namespace crucible::serving {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/language_model.h"
+#include "lm/model/language_model.h"
 
 namespace crucible::serving {
 

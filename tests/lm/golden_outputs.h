@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "lm/lm_support.h"
-#include "lm_format/safetensors.h"
-#include "lm/torch_tensors.h"
+#include "lm/format/safetensors.h"
+#include "lm/model/torch_tensors.h"
 
 namespace crucible::test {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "lm_format/safetensors.h"
+#include "lm/format/safetensors.h"
 
 #include "support.h"
 

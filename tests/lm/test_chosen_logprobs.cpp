@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <doctest/doctest.h>
 
-#include "lm/chosen_logprobs.h"
+#include "lm/training/chosen_logprobs.h"
 
 using namespace crucible::lm;
 

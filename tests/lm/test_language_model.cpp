@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
-#include "lm/language_model.h"
+#include "lm/model/language_model.h"
 #include "lm/lm_support.h"
-#include "lm_format/safetensors.h"
+#include "lm/format/safetensors.h"
 
 using namespace crucible;
 using namespace crucible::lm;

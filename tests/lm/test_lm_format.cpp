@@ -3,10 +3,10 @@
 
 #include <cstring>
 
-#include "lm_format/completion_text.h"
-#include "lm_format/model_config.h"
-#include "lm_format/model_files.h"
-#include "lm_format/safetensors.h"
+#include "lm/format/completion_text.h"
+#include "lm/format/model_config.h"
+#include "lm/format/model_files.h"
+#include "lm/format/safetensors.h"
 #include "lm/lm_support.h"
 
 using namespace crucible;

@@ -11,13 +11,13 @@
 #include <optional>
 
 #include "crucible/eval/evaluator.h"
-#include "lm/decode_kernels.h"
-#include "lm/generator.h"
-#include "lm/lora.h"
+#include "lm/kernels/decode_kernels.h"
+#include "lm/generation/generator.h"
+#include "lm/model/lora.h"
 #include "lm/golden_outputs.h"
-#include "lm/rotary.h"
-#include "lm/sampling_params.h"
-#include "lm/transformer.h"
+#include "lm/model/rotary.h"
+#include "lm/generation/sampling_params.h"
+#include "lm/model/transformer.h"
 
 using namespace crucible;
 using namespace crucible::lm;

@@ -10,12 +10,12 @@
 #include <optional>
 #include <set>
 
-#include "lm/decode_step.h"
-#include "lm/generator.h"
-#include "lm/sampler.h"
+#include "lm/generation/decode_step.h"
+#include "lm/generation/generator.h"
+#include "lm/generation/sampler.h"
 #include "lm/golden_outputs.h"
 #include "lm/tokenizer/bpe_tokenizer.h"
-#include "lm/transformer.h"
+#include "lm/model/transformer.h"
 
 using namespace crucible;
 using namespace crucible::lm;

@@ -9,7 +9,7 @@
 
 #include "lm/lm_support.h"
 #include "policy/kernel_prompt.h"
-#include "lm_policy/lm_policy.h"
+#include "lm/policy/lm_policy.h"
 #include "support.h"
 #include "tasks/task_loader.h"
 

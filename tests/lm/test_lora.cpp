@@ -8,13 +8,13 @@
 
 #include <random>
 
-#include "lm/block_checkpoint.h"
-#include "lm/generator.h"
+#include "lm/training/block_checkpoint.h"
+#include "lm/generation/generator.h"
 #include "lm/golden_outputs.h"
-#include "lm/lora.h"
-#include "lm/lora_trainer.h"
-#include "lm/policy_loss.h"
-#include "lm/transformer.h"
+#include "lm/model/lora.h"
+#include "lm/training/lora_trainer.h"
+#include "lm/training/policy_loss.h"
+#include "lm/model/transformer.h"
 #include "support.h"
 
 using namespace crucible;

@@ -6,11 +6,11 @@
 #include <doctest/doctest.h>
 
 #include "lm/golden_outputs.h"
-#include "lm/lora.h"
-#include "lm/lora_trainer.h"
-#include "lm/policy_loss.h"
-#include "lm/self_distillation.h"
-#include "lm/transformer.h"
+#include "lm/model/lora.h"
+#include "lm/training/lora_trainer.h"
+#include "lm/training/policy_loss.h"
+#include "lm/training/self_distillation.h"
+#include "lm/model/transformer.h"
 #include "support.h"
 
 using namespace crucible;

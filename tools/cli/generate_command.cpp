@@ -8,8 +8,8 @@
 #include "cli/commands.h"
 #include "crucible/eval/device.h"
 #include "crucible/eval/evaluator.h"
-#include "lm/language_model.h"
-#include "lm_format/safetensors.h"
+#include "lm/model/language_model.h"
+#include "lm/format/safetensors.h"
 
 namespace crucible::cli {
 namespace {

@@ -5,9 +5,9 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "lm/language_model.h"
-#include "lm/lora.h"
-#include "lm/sft.h"
+#include "lm/model/language_model.h"
+#include "lm/model/lora.h"
+#include "lm/training/sft.h"
 
 namespace crucible::cli {
 namespace {

@@ -1,0 +1,253 @@
+#include "lm/model/lora.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "lm/format/safetensors.h"
+#include "lm/model/torch_tensors.h"
+
+namespace crucible::lm {
+namespace {
+
+constexpr std::size_t kTargets = kLoraTargets.size();
+
+// (in, out) features of a target's linear layer.
+std::pair<int64_t, int64_t> dims(const ModelConfig& c, LoraTarget t) {
+  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  switch (t) {
+    case LoraTarget::q: return {c.hidden_size, q};
+    case LoraTarget::k:
+    case LoraTarget::v: return {c.hidden_size, kv};
+    case LoraTarget::o: return {q, c.hidden_size};
+    case LoraTarget::gate:
+    case LoraTarget::up: return {c.hidden_size, c.intermediate_size};
+    case LoraTarget::down: return {c.intermediate_size, c.hidden_size};
+  }
+  return {0, 0};
+}
+
+std::string peft_key(int64_t layer, LoraTarget t, const char* ab) {
+  const bool attention = t == LoraTarget::q || t == LoraTarget::k || t == LoraTarget::v || t == LoraTarget::o;
+  return "base_model.model.model.layers." + std::to_string(layer) + (attention ? ".self_attn." : ".mlp.") +
+         lora_module_name(t) + ".lora_" + ab + ".weight";
+}
+
+}  // namespace
+
+std::optional<LoraTarget> lora_target_named(const std::string& name) {
+  for (auto t : kLoraTargets)
+    if (name == lora_module_name(t)) return t;
+  return std::nullopt;
+}
+
+std::vector<LoraTarget> lora_targets_named(const std::vector<std::string>& names) {
+  std::vector<LoraTarget> out;
+  for (const auto& name : names) {
+    auto t = lora_target_named(name);
+    if (!t) throw std::invalid_argument("unknown LoRA target '" + name + "' (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+    out.push_back(*t);
+  }
+  return out;
+}
+
+const char* lora_module_name(LoraTarget t) {
+  switch (t) {
+    case LoraTarget::q: return "q_proj";
+    case LoraTarget::k: return "k_proj";
+    case LoraTarget::v: return "v_proj";
+    case LoraTarget::o: return "o_proj";
+    case LoraTarget::gate: return "gate_proj";
+    case LoraTarget::up: return "up_proj";
+    case LoraTarget::down: return "down_proj";
+  }
+  return "?";
+}
+
+double LoraConfig::scale() const {
+  return use_rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / static_cast<double>(rank);
+}
+
+LoraAdapter LoraAdapter::create(const ModelConfig& model, const LoraConfig& config, c10::Device device,
+                                c10::ScalarType dtype, uint64_t seed) {
+  if (config.rank <= 0) throw std::invalid_argument("LoRA rank must be positive");
+  LoraAdapter adapter;
+  adapter.config_ = config;
+  adapter.layers_ = model.num_layers;
+  adapter.pairs_.assign(model.num_layers * kTargets, std::nullopt);
+  auto generator = at::detail::createCPUGenerator(seed);
+  for (int64_t layer = 0; layer < model.num_layers; ++layer) {
+    for (auto t : config.targets) {
+      const auto [in, out] = dims(model, t);
+      const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+      auto a = at::empty({config.rank, in}, at::kFloat).uniform_(-bound, bound, generator);
+      LoraPair pair{a.to(device, dtype).set_requires_grad(true),
+                    at::zeros({out, config.rank}, at::TensorOptions().dtype(dtype).device(device)).set_requires_grad(true)};
+      adapter.pairs_[layer * kTargets + static_cast<std::size_t>(t)] = std::move(pair);
+    }
+  }
+  return adapter;
+}
+
+const LoraPair* LoraAdapter::find(int64_t layer, LoraTarget target) const {
+  const auto& p = pairs_[layer * kTargets + static_cast<std::size_t>(target)];
+  return p ? &*p : nullptr;
+}
+
+at::Tensor LoraAdapter::delta(int64_t layer, LoraTarget target, const at::Tensor& x) const {
+  const auto* p = find(layer, target);
+  if (!p) return {};
+  const auto input = training_ && config_.dropout > 0 ? at::dropout(x, config_.dropout, /*train=*/true) : x;
+  // An adapter trains in float32 on a bfloat16 model, but is applied in the model's dtype: casting its two small
+  // matrices (differentiably) costs far less than casting every activation to float32 and multiplying there (on a
+  // GPU without TF32, float32 products run on the slow path: they took about a quarter of a GRPO step).
+  const auto dtype = x.scalar_type();
+  return at::linear(at::linear(input, p->a.to(dtype)), (p->b * config_.scale()).to(dtype));
+}
+
+at::Tensor LoraAdapter::plus_deltas(int64_t layer, const at::Tensor& x, const at::Tensor& out,
+                                    std::initializer_list<std::pair<LoraTarget, int64_t>> targets) const {
+  const auto dtype = x.scalar_type();
+  if (training_ && config_.dropout > 0) {
+    // Each target draws its own dropout mask, as PEFT's modules do: one delta per target.
+    std::vector<at::Tensor> parts;
+    bool any = false;
+    for (const auto& [target, width] : targets) {
+      auto d = delta(layer, target, x);
+      any |= d.defined();
+      auto shape = x.sizes().vec();
+      shape.back() = width;
+      parts.push_back(d.defined() ? d : at::zeros(shape, x.options()));
+    }
+    return any ? out + at::cat(parts, -1) : out;
+  }
+  std::vector<at::Tensor> a, b;
+  bool any = false;
+  const int64_t rank = config_.rank, in = x.size(-1);
+  for (const auto& [target, width] : targets) {
+    const auto* p = find(layer, target);
+    any |= p != nullptr;
+    // A target left out adds nothing: zero rows of A and a zero block of B.
+    a.push_back(p ? p->a.to(dtype) : at::zeros({rank, in}, x.options()));
+    b.push_back(p ? (p->b * config_.scale()).to(dtype) : at::zeros({width, rank}, x.options()));
+  }
+  if (!any) return out;
+  const auto x2 = x.reshape({-1, in});
+  const auto xa = a.size() == 1 ? at::mm(x2, a[0].t()) : at::mm(x2, at::cat(a, 0).t());
+  const auto bb = b.size() == 1 ? b[0] : at::block_diag(b);
+  return at::addmm(out.reshape({-1, out.size(-1)}), xa, bb.t()).view(out.sizes());
+}
+
+std::vector<at::Tensor> LoraAdapter::parameters() const {
+  std::vector<at::Tensor> out;
+  for (const auto& p : pairs_)
+    if (p) {
+      out.push_back(p->a);
+      out.push_back(p->b);
+    }
+  return out;
+}
+
+void LoraAdapter::copy_from(const LoraAdapter& other) {
+  at::NoGradGuard no_grad;
+  const auto mine = parameters(), theirs = other.parameters();
+  if (mine.size() != theirs.size()) throw ModelFormatError("adapter does not match: different targets or layers");
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    if (mine[i].sizes() != theirs[i].sizes()) throw ModelFormatError("adapter does not match: a different rank");
+    mine[i].copy_(theirs[i]);
+  }
+}
+
+LoraAdapter LoraAdapter::clone() const {
+  LoraAdapter copy = *this;
+  for (auto& p : copy.pairs_)
+    if (p) p = LoraPair{p->a.detach().clone().set_requires_grad(true), p->b.detach().clone().set_requires_grad(true)};
+  return copy;
+}
+
+void LoraAdapter::save_peft(const std::filesystem::path& dir, const std::string& base_model) const {
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> modules;
+  for (auto t : config_.targets) modules.push_back(lora_module_name(t));
+  nlohmann::json cfg = {{"peft_type", "LORA"},       {"task_type", "CAUSAL_LM"},
+                        {"r", config_.rank},          {"lora_alpha", config_.alpha},
+                        {"lora_dropout", config_.dropout}, {"use_rslora", config_.use_rslora},
+                        {"target_modules", modules},  {"bias", "none"},
+                        {"fan_in_fan_out", false},    {"inference_mode", true},
+                        {"base_model_name_or_path", base_model}};
+  std::ofstream(dir / "adapter_config.json") << cfg.dump(2) << "\n";
+  std::vector<TensorBytes> tensors;
+  for (int64_t layer = 0; layer < layers_; ++layer)
+    for (auto t : kLoraTargets)
+      if (const auto* p = find(layer, t)) {
+        tensors.push_back(tensor_to_bytes(peft_key(layer, t, "A"), p->a.detach().to(at::kFloat)));
+        tensors.push_back(tensor_to_bytes(peft_key(layer, t, "B"), p->b.detach().to(at::kFloat)));
+      }
+  write_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
+}
+
+LoraAdapter LoraAdapter::load_peft(const std::filesystem::path& dir, const ModelConfig& model, c10::Device device,
+                                   c10::ScalarType dtype) {
+  const auto config_path = dir / "adapter_config.json";
+  const auto where = config_path.string();
+  nlohmann::json cfg;
+  try {
+    cfg = nlohmann::json::parse(std::ifstream(config_path));
+  } catch (const std::exception& e) {
+    throw ModelFormatError(where + ": cannot read the adapter config (" + e.what() + ")");
+  }
+  LoraConfig config;
+  try {
+    if (cfg.value("peft_type", "LORA") != "LORA") throw ModelFormatError(where + ": peft_type is not LORA");
+    config.rank = cfg.at("r").get<int64_t>();
+    config.alpha = cfg.at("lora_alpha").get<double>();
+    config.dropout = cfg.value("lora_dropout", 0.0);
+    config.use_rslora = cfg.value("use_rslora", false);
+    if (cfg.value("bias", std::string("none")) != "none") throw ModelFormatError(where + ": LoRA biases are not supported");
+    if (cfg.value("fan_in_fan_out", false)) throw ModelFormatError(where + ": fan_in_fan_out is not supported");
+    // Variants that change the computation are refused rather than silently ignored.
+    for (const char* key : {"layers_to_transform", "modules_to_save", "layer_replication", "target_parameters"})
+      if (cfg.contains(key) && !cfg[key].is_null()) throw ModelFormatError(where + ": " + key + " is not supported");
+    for (const char* key : {"use_dora", "lora_bias"})
+      if (cfg.value(key, false)) throw ModelFormatError(where + ": " + key + " is not supported");
+    for (const char* key : {"rank_pattern", "alpha_pattern"})
+      if (cfg.contains(key) && !cfg[key].empty()) throw ModelFormatError(where + ": " + key + " is not supported");
+    if (!cfg.at("target_modules").is_array())
+      throw ModelFormatError(where + ": target_modules must be a list (regular expressions are not supported)");
+    config.targets.clear();
+    for (const auto& m : cfg["target_modules"]) {
+      const auto t = lora_target_named(m.get<std::string>());
+      if (!t) throw ModelFormatError(where + ": target module '" + m.get<std::string>() + "' is not supported");
+      config.targets.push_back(*t);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw ModelFormatError(where + ": malformed adapter config (" + e.what() + ")");
+  }
+  const auto file = SafetensorsFile::open(dir / "adapter_model.safetensors");
+  LoraAdapter adapter;
+  adapter.config_ = config;
+  adapter.layers_ = model.num_layers;
+  adapter.pairs_.assign(model.num_layers * kTargets, std::nullopt);
+  for (int64_t layer = 0; layer < model.num_layers; ++layer) {
+    for (auto t : config.targets) {
+      const auto [in, out] = dims(model, t);
+      auto read = [&](const char* ab, std::vector<int64_t> shape) {
+        const auto key = peft_key(layer, t, ab);
+        const auto* view = file->find(key);
+        if (!view) throw ModelFormatError(file->path().string() + ": missing tensor " + key);
+        if (view->shape != shape)
+          throw ModelFormatError(file->path().string() + ": tensor " + key + " does not fit this model and rank");
+        return view_to_tensor(*view).to(device, dtype, false, true).set_requires_grad(true);
+      };
+      adapter.pairs_[layer * kTargets + static_cast<std::size_t>(t)] =
+          LoraPair{read("A", {config.rank, in}), read("B", {out, config.rank})};
+    }
+  }
+  return adapter;
+}
+
+}  // namespace crucible::lm

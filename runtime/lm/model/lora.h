@@ -1,0 +1,63 @@
+#pragma once
+// LoRA adapters on the transformer's linear layers (q, k, v, o, gate, up, down): W x + scale * B (A dropout(x)),
+// with the base weights frozen. The adapter can be switched off per forward pass (the base model, for a KL
+// penalty without a second copy), merged into the weights for fast sampling, and saved or loaded in PEFT's
+// format (adapter_config.json + adapter_model.safetensors with PEFT's key names).
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <array>
+#include <filesystem>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lm/model/lora_config.h"
+#include "lm/format/model_config.h"
+
+namespace crucible::lm {
+
+// One adapted layer: A [rank, in], B [out, rank].
+struct LoraPair {
+  at::Tensor a, b;
+};
+
+class LoraAdapter {
+ public:
+  // PEFT's initialisation: A Kaiming-uniform (a = sqrt(5)), B zero, so a fresh adapter changes nothing.
+  static LoraAdapter create(const ModelConfig& model, const LoraConfig& config, c10::Device device,
+                            c10::ScalarType dtype, uint64_t seed);
+  // Throws ModelFormatError for a missing or mismatched adapter (wrong rank, shape or module).
+  static LoraAdapter load_peft(const std::filesystem::path& dir, const ModelConfig& model, c10::Device device,
+                               c10::ScalarType dtype);
+  void save_peft(const std::filesystem::path& dir, const std::string& base_model = "") const;
+
+  // scale * B (A dropout(x)) for one layer and target, or an undefined tensor when it is not adapted.
+  at::Tensor delta(int64_t layer, LoraTarget target, const at::Tensor& x) const;
+  // out + the deltas of `targets`, which sit side by side (of the given widths) in out's last dimension, as a
+  // fused projection (q, k, v; gate, up) lays them out. Without dropout every target reads the same x: their A
+  // matrices are stacked into one product, and their scaled B matrices into one block-diagonal matrix whose product
+  // is added into `out` by the GEMM itself, instead of a delta per target, a concatenation and an addition.
+  at::Tensor plus_deltas(int64_t layer, const at::Tensor& x, const at::Tensor& out,
+                         std::initializer_list<std::pair<LoraTarget, int64_t>> targets) const;
+  const LoraPair* find(int64_t layer, LoraTarget target) const;
+  std::vector<at::Tensor> parameters() const;  // every A and B, in a fixed order
+  LoraAdapter clone() const;                   // a deep copy (for a per-task fork)
+  void copy_from(const LoraAdapter& other);    // values into this adapter's own tensors (an optimizer keeps them)
+
+  const LoraConfig& config() const { return config_; }
+  bool enabled() const { return enabled_; }
+  void set_enabled(bool on) { enabled_ = on; }
+  bool training() const { return training_; }
+  void set_training(bool on) { training_ = on; }  // dropout only while training
+
+ private:
+  LoraConfig config_;
+  int64_t layers_ = 0;
+  std::vector<std::optional<LoraPair>> pairs_;  // [layer * 7 + target]
+  bool enabled_ = true;
+  bool training_ = false;
+};
+
+}  // namespace crucible::lm

@@ -1,0 +1,413 @@
+#include "lm/model/transformer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/version.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "lm/training/block_checkpoint.h"
+#include "lm/kernels/decode_kernels.h"
+#include "lm/model/lora.h"
+#include "lm/format/model_files.h"
+#include "lm/model/torch_tensors.h"
+
+namespace crucible::lm {
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << ']';
+  return s.str();
+}
+
+class WeightReader {
+ public:
+  WeightReader(const ModelFiles& files, const LoadOptions& options) : files_(files), options_(options) {}
+
+  at::Tensor operator()(const std::string& name, std::vector<int64_t> shape) const {
+    const auto& view = files_.require(name);
+    if (view.shape != shape)
+      throw ModelFormatError(files_.dir().string() + ": tensor " + name + " has shape " + shape_text(view.shape) +
+                             ", the config implies " + shape_text(shape));
+    const auto host = view_to_tensor(view);
+    if (!at::isFloatingType(host.scalar_type()))
+      throw ModelFormatError(files_.dir().string() + ": tensor " + name + " has dtype " + dtype_name(view.dtype));
+    return host.to(options_.device, options_.dtype, /*non_blocking=*/false, /*copy=*/true);
+  }
+  bool has(const std::string& name) const { return files_.find(name) != nullptr; }
+
+ private:
+  const ModelFiles& files_;
+  const LoadOptions& options_;
+};
+
+// LibTorch 2.5 and later: scaled_dot_product_attention takes grouped key heads (enable_gqa) and picks a fused causal
+// kernel (flash attention) when given no mask.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#define CRUCIBLE_SDPA_GQA 1
+#else
+#define CRUCIBLE_SDPA_GQA 0
+#endif
+// LibTorch 2.1 and later: scaled_dot_product_attention, with boolean or additive masks.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#define CRUCIBLE_SDPA 1
+#else
+#define CRUCIBLE_SDPA 0
+#endif
+
+// scaled_dot_product_attention turns a boolean mask into an additive one (0 where a query attends, -inf elsewhere,
+// in the query's dtype) at every call, two kernels a layer; made once per forward pass instead.
+at::Tensor additive_mask(const at::Tensor& mask, c10::ScalarType dtype) {
+  return at::zeros(mask.sizes(), mask.options().dtype(dtype))
+      .masked_fill_(at::logical_not(mask), -std::numeric_limits<double>::infinity());
+}
+
+at::Tensor scaled_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                            double scale) {
+#if CRUCIBLE_SDPA
+  return at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale);
+#else
+  auto scores = at::matmul(q, k.transpose(-1, -2)) * scale;
+  scores = scores.masked_fill(at::logical_not(mask), -std::numeric_limits<float>::infinity());
+  auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  return at::matmul(probs, v);
+#endif
+}
+
+}  // namespace
+
+at::Tensor causal_mask(const at::Tensor& query_slots, const at::Tensor& key_valid, int64_t visible) {
+  const auto key_slots = at::arange(visible, query_slots.options()).view({1, visible});
+  const auto queries = query_slots.view({-1, 1});
+  const auto causal = key_slots <= queries;
+  const auto own = key_slots == queries;
+  const auto valid = key_valid.narrow(1, 0, visible).view({key_valid.size(0), 1, 1, visible});
+  return (causal & valid) | own;
+}
+
+AttentionInputs whole_sequences(const at::Tensor& valid) {
+  const int64_t B = valid.size(0), T = valid.size(1);
+  AttentionInputs attention;
+  attention.slots = at::arange(T, valid.options().dtype(at::kLong));
+  attention.positions = attention.slots.unsqueeze(0).expand({B, T});
+  attention.visible = T;
+  attention.mask = causal_mask(attention.slots, valid, T);
+  // No row has a valid token after an invalid one.
+  attention.causal_prefix =
+      T < 2 || !(valid.narrow(1, 1, T - 1) & at::logical_not(valid.narrow(1, 0, T - 1))).any().item<bool>();
+  return attention;
+}
+
+Transformer Transformer::load(const std::filesystem::path& model_dir, const LoadOptions& options) {
+  const auto config = load_model_config(model_dir);
+  const auto files = ModelFiles::open(model_dir);
+  return from_files(config, files, options);
+}
+
+Transformer Transformer::from_files(const ModelConfig& c, const ModelFiles& files, const LoadOptions& options) {
+  Transformer t;
+  t.config_ = c;
+  t.options_ = options;
+  const WeightReader read(files, options);
+  const int64_t hidden = c.hidden_size, q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
+  auto& w = t.weights_;
+  w.embed = read("model.embed_tokens.weight", {c.vocab_size, hidden});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const auto p = "model.layers." + std::to_string(i) + ".";
+    BlockWeights b;
+    b.input_norm = read(p + "input_layernorm.weight", {hidden});
+    b.post_attention_norm = read(p + "post_attention_layernorm.weight", {hidden});
+    const auto q = read(p + "self_attn.q_proj.weight", {q_dim, hidden});
+    const auto k = read(p + "self_attn.k_proj.weight", {kv_dim, hidden});
+    const auto v = read(p + "self_attn.v_proj.weight", {kv_dim, hidden});
+    b.qkv = at::cat({q, k, v});
+    if (c.attention_bias) {
+      const auto q_bias = read(p + "self_attn.q_proj.bias", {q_dim});
+      const auto k_bias = read(p + "self_attn.k_proj.bias", {kv_dim});
+      const auto v_bias = read(p + "self_attn.v_proj.bias", {kv_dim});
+      b.qkv_bias = at::cat({q_bias, k_bias, v_bias});
+    }
+    b.o = read(p + "self_attn.o_proj.weight", {hidden, q_dim});
+    if (c.architecture == Architecture::llama && c.attention_bias) b.o_bias = read(p + "self_attn.o_proj.bias", {hidden});
+    const auto gate = read(p + "mlp.gate_proj.weight", {c.intermediate_size, hidden});
+    const auto up = read(p + "mlp.up_proj.weight", {c.intermediate_size, hidden});
+    b.gate_up = at::cat({gate, up});
+    b.down = read(p + "mlp.down_proj.weight", {hidden, c.intermediate_size});
+    if (c.mlp_bias) {
+      const auto gate_bias = read(p + "mlp.gate_proj.bias", {c.intermediate_size});
+      const auto up_bias = read(p + "mlp.up_proj.bias", {c.intermediate_size});
+      b.gate_up_bias = at::cat({gate_bias, up_bias});
+      b.down_bias = read(p + "mlp.down_proj.bias", {hidden});
+    }
+    w.blocks.push_back(std::move(b));
+  }
+  w.final_norm = read("model.norm.weight", {hidden});
+  if (c.tie_word_embeddings) {
+    w.lm_head = w.embed;
+  } else {
+    w.lm_head = read("lm_head.weight", {c.vocab_size, hidden});
+  }
+  t.rotary_ = RotaryTable(c, options.device, options.dtype);
+  return t;
+}
+
+KvCache Transformer::make_cache(int64_t batch, int64_t capacity) const {
+  KvCache cache;
+  cache.batch = batch;
+  cache.capacity = capacity;
+  const auto opts = at::TensorOptions().dtype(options_.dtype).device(options_.device);
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    cache.keys.push_back(at::zeros({batch, config_.num_kv_heads, capacity, config_.head_dim}, opts));
+    cache.values.push_back(at::zeros({batch, config_.num_kv_heads, capacity, config_.head_dim}, opts));
+  }
+  return cache;
+}
+
+at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  // One fused kernel where LibTorch has it (float32 accumulation; the weight multiplies before the final
+  // rounding, so bfloat16 results can differ from transformers' in the last bit).
+  if (x.is_cuda()) return at::rms_norm(x, {x.size(-1)}, weight, config_.rms_norm_eps);
+#endif
+  auto xf = x.to(at::kFloat);
+  xf = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + config_.rms_norm_eps);
+  return weight * xf.to(x.scalar_type());
+}
+
+const LoraAdapter* Transformer::active_adapter() const {
+  return adapter_ && adapter_->enabled() && !adapter_folded() ? adapter_ : nullptr;
+}
+
+bool Transformer::adapter_folded() const { return folded_ && folded_ == adapter_ && adapter_->enabled(); }
+
+const BlockWeights& Transformer::block_weights(int64_t layer) const {
+  return adapter_folded() ? folded_blocks_[layer] : weights_.blocks[layer];
+}
+
+namespace {
+
+// x W^T (+ bias). A batch-1 decode step's row goes through the one-row kernel (cuBLAS runs these GEMVs well below
+// the GPU's memory bandwidth).
+at::Tensor project(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (small_linear_serves(x, weight, bias)) return small_linear(x, weight, bias, {});
+  return at::linear(x, weight, bias);
+}
+
+// residual + x W^T (+ bias). Without a bias the GEMM adds the residual in its epilogue: one kernel instead of two,
+// twice a layer, in a decode step that is mostly small kernels.
+at::Tensor linear_onto(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (small_linear_serves(x, weight, bias, residual)) return small_linear(x, weight, bias, residual);
+  if (bias.defined()) return residual + at::linear(x, weight, bias);
+  return at::addmm(residual.reshape({-1, weight.size(0)}), x.reshape({-1, x.size(-1)}), weight.t())
+      .view(residual.sizes());
+}
+
+}  // namespace
+
+at::Tensor Transformer::normed_projection(const at::Tensor& x, const at::Tensor& norm, const at::Tensor& weight,
+                                          const at::Tensor& bias, at::Tensor& normed) const {
+  const auto folds = LinearFolds::rms_normed(norm, config_.rms_norm_eps);
+  if (!active_adapter() && small_linear_serves(x, weight, bias, {}, folds)) return small_linear(x, weight, bias, {}, folds);
+  normed = rms_norm(x, norm);
+  return project(normed, weight, bias);
+}
+
+at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& residual, const at::Tensor& norm,
+                                        const AttentionInputs& attention, const at::Tensor& cos,
+                                        const at::Tensor& signed_sin, at::Tensor& k_cache, at::Tensor& v_cache) const {
+  const auto& w = block_weights(layer);
+  const auto* lora = active_adapter();
+  const int64_t B = residual.size(0), T = residual.size(1), H = config_.num_heads, Hkv = config_.num_kv_heads,
+                D = config_.head_dim, G = H / Hkv, vis = attention.visible;
+  at::Tensor x;  // the normalised input, where it was made
+  auto qkv = normed_projection(residual, norm, w.qkv, w.qkv_bias, x);
+  if (lora) qkv = lora->plus_deltas(layer, x, qkv, {{LoraTarget::q, H * D}, {LoraTarget::k, Hkv * D}, {LoraTarget::v, Hkv * D}});
+  at::Tensor queries;  // [B, T, H, D], rotated
+  if (!cos.defined()) {  // a decode step with the fused kernels (hidden_states looked up no rotary rows)
+    queries = rotate_into_cache(qkv, attention.positions, attention.slots, rotary_.cos(), rotary_.signed_sin(), k_cache,
+                                v_cache, H, Hkv);
+  } else {
+    // Queries and keys rotate together: one set of kernels for both. Split rather than narrowed: a narrow's backward
+    // fills a whole-width zero gradient for each part, a split's joins the parts' gradients once.
+    const auto parts = qkv.split_with_sizes({(H + Hkv) * D, Hkv * D}, -1);
+    const auto qk = apply_rotary(parts[0].view({B, T, H + Hkv, D}), cos, signed_sin);
+    const auto v = parts[1].view({B, T, Hkv, D});
+    k_cache.index_copy_(2, attention.slots, qk.narrow(2, H, Hkv).transpose(1, 2));
+    v_cache.index_copy_(2, attention.slots, v.transpose(1, 2));
+    queries = qk.narrow(2, 0, H);
+  }
+
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  at::Tensor out;
+  if (T == 1 && attention.key_valid.defined() && !attention.mask.defined())
+    out = decode_attention(queries, k_cache, v_cache, attention.key_valid, attention.slots, vis, scale);
+#if CRUCIBLE_SDPA_GQA
+  if (!out.defined() && attention.causal_prefix)
+    out = at::scaled_dot_product_attention(queries.transpose(1, 2), k_cache.narrow(2, 0, vis),
+                                           v_cache.narrow(2, 0, vis), {}, 0.0, /*is_causal=*/true, scale,
+                                           /*enable_gqa=*/true)
+              .transpose(1, 2)
+              .reshape({B, T, H * D});
+#endif
+  if (!out.defined()) {
+    // Grouped-query attention without copying keys: the G query heads that share a key head become G x T
+    // query rows of that head (the mask's rows were repeated G times to match, once per forward pass).
+    const auto grouped = queries.transpose(1, 2).reshape({B, Hkv, G * T, D});
+    out = scaled_attention(grouped, k_cache.narrow(2, 0, vis), v_cache.narrow(2, 0, vis), attention.mask, scale)
+              .reshape({B, H, T, D})
+              .transpose(1, 2)
+              .reshape({B, T, H * D});
+  }
+  auto projected = linear_onto(residual, out, w.o, w.o_bias);
+  return lora ? lora->plus_deltas(layer, out, projected, {{LoraTarget::o, projected.size(-1)}}) : projected;
+}
+
+at::Tensor Transformer::mlp_block(int64_t layer, const at::Tensor& residual, const at::Tensor& norm) const {
+  const auto& w = block_weights(layer);
+  const auto* lora = active_adapter();
+  const int64_t I = config_.intermediate_size;
+  // One row without an adapter: the norm, the projection and the activation in one kernel.
+  const auto folds = LinearFolds::rms_normed(norm, config_.rms_norm_eps, /*gated=*/true);
+  at::Tensor hidden;
+  if (!lora && small_linear_serves(residual, w.gate_up, w.gate_up_bias, {}, folds)) {
+    hidden = small_linear(residual, w.gate_up, w.gate_up_bias, {}, folds);
+  } else {
+    at::Tensor x;  // the normalised input, where it was made
+    auto gate_up = normed_projection(residual, norm, w.gate_up, w.gate_up_bias, x);
+    if (lora) gate_up = lora->plus_deltas(layer, x, gate_up, {{LoraTarget::gate, I}, {LoraTarget::up, I}});
+    if (decode_kernels_serve(gate_up)) {
+      hidden = silu_times_up(gate_up);
+    } else {
+      const auto halves = gate_up.split(I, -1);
+      hidden = at::silu(halves[0]) * halves[1];
+    }
+  }
+  auto out = linear_onto(residual, hidden, w.down, w.down_bias);
+  return lora ? lora->plus_deltas(layer, hidden, out, {{LoraTarget::down, out.size(-1)}}) : out;
+}
+
+namespace {
+
+// Where each adapted target's rows sit in a block's fused matrices (q, k and v share one; gate and up another).
+struct TargetRows {
+  LoraTarget target;
+  at::Tensor BlockWeights::*matrix;
+  int64_t start, rows;
+};
+
+std::vector<TargetRows> target_rows(const ModelConfig& c) {
+  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, I = c.intermediate_size;
+  return {{LoraTarget::q, &BlockWeights::qkv, 0, q},         {LoraTarget::k, &BlockWeights::qkv, q, kv},
+          {LoraTarget::v, &BlockWeights::qkv, q + kv, kv},   {LoraTarget::o, &BlockWeights::o, 0, c.hidden_size},
+          {LoraTarget::gate, &BlockWeights::gate_up, 0, I},  {LoraTarget::up, &BlockWeights::gate_up, I, I},
+          {LoraTarget::down, &BlockWeights::down, 0, c.hidden_size}};
+}
+
+// W + scale * B A for one target's rows, summed in float32 and rounded once to W's dtype.
+at::Tensor plus_delta(const at::Tensor& w, const LoraPair& p, double scale) {
+  return at::addmm(w.to(at::kFloat), p.b.to(at::kFloat), p.a.to(at::kFloat), 1.0, scale).to(w.scalar_type());
+}
+
+}  // namespace
+
+void Transformer::merge_adapter(const LoraAdapter& adapter, int sign) {
+  at::NoGradGuard no_grad;
+  const double scale = sign * adapter.config().scale();
+  const auto targets = target_rows(config_);
+  for (int64_t layer = 0; layer < config_.num_layers; ++layer)
+    for (const auto& t : targets)
+      if (const auto* p = adapter.find(layer, t.target)) {
+        auto rows = (weights_.blocks[layer].*t.matrix).narrow(0, t.start, t.rows);
+        rows.copy_(plus_delta(rows, *p, scale));
+      }
+}
+
+bool Transformer::fold_adapter(const LoraAdapter* adapter) const {
+  folded_ = nullptr;
+  if (!adapter || !adapter->enabled()) return false;
+  c10::InferenceMode inference;
+  const double scale = adapter->config().scale();
+  const auto targets = target_rows(config_);
+  folded_blocks_.resize(weights_.blocks.size());
+  try {
+    for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+      const auto& base = weights_.blocks[layer];
+      // The norms and biases, and matrices with nothing adapted, are the base's own tensors. A matrix with an adapted
+      // slice gets a buffer of its own, kept from one fold to the next (CUDA graphs hold its address).
+      const BlockWeights previous = std::move(folded_blocks_[layer]);
+      auto& out = folded_blocks_[layer] = base;
+      for (const auto matrix : {&BlockWeights::qkv, &BlockWeights::o, &BlockWeights::gate_up, &BlockWeights::down}) {
+        const auto& w = base.*matrix;
+        bool adapted = false;
+        for (const auto& t : targets) adapted |= t.matrix == matrix && adapter->find(layer, t.target);
+        if (!adapted) continue;
+        const auto& kept = previous.*matrix;
+        auto& folded = out.*matrix;
+        folded = kept.defined() && !kept.is_same(w) ? kept : at::empty_like(w);
+        folded.copy_(w);
+        for (const auto& t : targets)
+          if (const auto* p = t.matrix == matrix ? adapter->find(layer, t.target) : nullptr)
+            folded.narrow(0, t.start, t.rows).copy_(plus_delta(w.narrow(0, t.start, t.rows), *p, scale));
+      }
+    }
+  } catch (const c10::OutOfMemoryError&) {
+    folded_blocks_.clear();
+    return false;
+  }
+  folded_ = adapter;
+  return true;
+}
+
+at::Tensor Transformer::block(int64_t layer, const at::Tensor& x, const AttentionInputs& attention, const at::Tensor& cos,
+                              const at::Tensor& signed_sin, at::Tensor& k_cache, at::Tensor& v_cache) const {
+  const auto& w = block_weights(layer);
+  const auto h = attention_block(layer, x, w.input_norm, attention, cos, signed_sin, k_cache, v_cache);
+  return mlp_block(layer, h, w.post_attention_norm);
+}
+
+at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionInputs& attention, KvCache& cache) const {
+  auto x = at::embedding(weights_.embed, tokens);
+  // A decode step with the fused kernels reads its rotary rows itself: no tables are looked up (cos stays undefined).
+  at::Tensor cos, signed_sin;
+  if (tokens.size(1) != 1 || !rotate_into_cache_serves(x, config_.head_dim))
+    std::tie(cos, signed_sin) = rotary_.lookup(attention.positions);
+  const int64_t G = config_.num_heads / config_.num_kv_heads;
+  AttentionInputs grouped = attention;
+  if (G > 1 && attention.mask.defined() && !(CRUCIBLE_SDPA_GQA && attention.causal_prefix)) grouped.mask = attention.mask.repeat({1, 1, G, 1});
+  if (CRUCIBLE_SDPA && grouped.mask.defined() && !attention.causal_prefix && decode_kernels_serve(x))
+    grouped.mask = additive_mask(grouped.mask, x.scalar_type());
+  const bool recompute = checkpoint_blocks_ && at::GradMode::is_enabled();
+  // A recomputed block gets gradients only through its input: the first block's must ask for them.
+  if (recompute && !x.requires_grad()) x = x.detach().requires_grad_(true);
+  for (std::size_t i = 0; i < weights_.blocks.size(); ++i) {
+    const auto layer = static_cast<int64_t>(i);
+    if (!recompute) {
+      x = block(layer, x, grouped, cos, signed_sin, cache.keys[i], cache.values[i]);
+      continue;
+    }
+    // The recomputation holds its own handles: the backward pass runs after this call (and `cache`) are gone.
+    x = checkpointed(x, [this, layer, grouped, c = cos, s = signed_sin, k = cache.keys[i],
+                         v = cache.values[i]](const at::Tensor& in) mutable { return block(layer, in, grouped, c, s, k, v); });
+  }
+  return rms_norm(x, weights_.final_norm);
+}
+
+at::Tensor Transformer::logits(const at::Tensor& hidden) const { return logits_in_model_dtype(hidden).to(at::kFloat); }
+
+at::Tensor Transformer::logits_in_model_dtype(const at::Tensor& hidden) const {
+  return project(hidden, weights_.lm_head, {});
+}
+
+at::Tensor Transformer::forward_full(const at::Tensor& tokens) const {
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  rotary_.reserve(T);
+  auto cache = make_cache(B, T);
+  const auto valid = at::ones({B, T}, at::TensorOptions().dtype(at::kBool).device(options_.device));
+  return logits(hidden_states(tokens.to(options_.device), whole_sequences(valid), cache));
+}
+
+}  // namespace crucible::lm
