@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "config/text_file.h"
+#include "config/toml_edit.h"
 #include "config/toml_reader.h"
 #include "tasks/task_loader.h"
 
@@ -439,7 +440,20 @@ std::string mode_name(Mode mode) {
   return "?";
 }
 
-Experiment parse_experiment(const std::string& text, const std::string& file) {
+namespace {
+
+void make_tasks_dir_absolute(Experiment& e, const std::filesystem::path& relative_to) {
+  if (relative_to.empty() || e.tasks.dir.empty() || std::filesystem::path(e.tasks.dir).is_absolute()) return;
+  std::error_code ec;
+  const auto base = std::filesystem::absolute(relative_to, ec);
+  if (ec) e.fail("tasks.dir", "cannot resolve " + e.tasks.dir + " against " + relative_to.string());
+  e.tasks.dir = (base / e.tasks.dir).lexically_normal().string();
+  e.text = config::with_string_value(e.text, e.file, "tasks.dir", e.tasks.dir);
+}
+
+}  // namespace
+
+Experiment parse_experiment(const std::string& text, const std::string& file, const std::filesystem::path& relative_to) {
   toml::table root = config::parse_toml_text(text, file);
   TableReader top(root, file);
   Experiment e;
@@ -485,6 +499,7 @@ Experiment parse_experiment(const std::string& text, const std::string& file) {
     e.fail("multi_turn.turns", "multi-turn groups must hold fewer than 1000 samples");
   if (e.advantage.kind == rewards::AdvantageKind::trloo && e.multi_turn.turns == 1)
     e.fail("advantage.kind", "trloo compares trajectories turn by turn: set [multi_turn] turns > 1 (or use rloo)");
+  make_tasks_dir_absolute(e, relative_to);
   // Checked once all tables are read, so the message can point at the key that matters.
   if (!e.tasks.dir.empty() && !std::filesystem::is_directory(e.tasks.dir))
     e.fail("tasks.dir", "not a directory: " + e.tasks.dir);
@@ -532,7 +547,8 @@ Experiment load_experiment(const std::filesystem::path& path) {
   } catch (const std::invalid_argument& e) {
     throw config::ConfigError(path.string(), 0, "", std::string("cannot read the experiment: ") + e.what());
   }
-  return parse_experiment(text, path.string());
+  const auto directory = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  return parse_experiment(text, path.string(), directory);
 }
 
 std::vector<eval::TaskSpec> resolve_tasks(const Experiment& e) {

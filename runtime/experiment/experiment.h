@@ -187,7 +187,11 @@ struct Experiment {
 };
 
 // Throws config::ConfigError (file, line, dotted key) on anything malformed, unknown or out of range.
-Experiment parse_experiment(const std::string& text, const std::string& file);
+// A relative tasks.dir is taken relative to `relative_to` when one is given (else to the current directory); it is
+// then made absolute in `dir` and in `text`, so a run's copy of the text names the same directory from anywhere.
+Experiment parse_experiment(const std::string& text, const std::string& file,
+                            const std::filesystem::path& relative_to = {});
+// Reads the file; a relative tasks.dir is relative to the file's directory.
 Experiment load_experiment(const std::filesystem::path& path);
 // The embedded default (configs/quickstart.toml, built in so a fresh checkout runs with no argument).
 const std::string& default_experiment_text();

@@ -540,3 +540,24 @@ TEST_CASE("run_root naming a file is refused with file, line and key") {
       with_experiment("name = \"t\"\nrun_root = \"" + (dir.path() / "new" / "runs").string() + "\"\n"), "ok.toml");
   CHECK_NOTHROW(experiment::check_run_root(fresh));
 }
+
+TEST_CASE("a relative tasks.dir is relative to the experiment file, and the text keeps it as an absolute path") {
+  test::ScratchDir dir("tasks-dir");
+  // A folder name TOML must escape, so the rewritten text is checked to parse back to the same directory.
+  const auto folder = dir.path() / "exp \"q\" \\ d";
+  std::filesystem::create_directories(folder / "my tasks");
+  const auto file = folder / "e.toml";
+  test::write_file(file, "[experiment]\nname = \"t\"\nmode = \"grpo\"\n\n[tasks]\nnames = [\"relu\"]\n"
+                         "dir = '''\nmy tasks'''  # a multi-line literal string\n\n[grpo]\nsteps = 2\n");
+  const auto e = experiment::load_experiment(file);
+  const auto expected = (folder / "my tasks").lexically_normal();
+  CHECK(std::filesystem::path(e.tasks.dir) == expected);
+  CHECK(e.key_lines.at("grpo.steps") == 11);
+  // The run's copy of the text: read from anywhere, it names the same folder, and later keys keep their lines.
+  const auto copy = experiment::parse_experiment(e.text, "copy.toml");
+  CHECK(std::filesystem::path(copy.tasks.dir) == expected);
+  CHECK(copy.key_lines.at("grpo.steps") == 11);
+  CHECK(copy.grpo.steps == 2);
+  // Text parsed without a file keeps today's meaning: relative to the current directory.
+  CHECK_THROWS_AS(experiment::parse_experiment(kMinimal + "dir = \"my tasks\"\n", "t.toml"), config::ConfigError);
+}
