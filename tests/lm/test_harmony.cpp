@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "lm/tokenizer/bpe_tokenizer.h"
 #include "lm/tokenizer/byte_level.h"
 #include "lm/tokenizer/chat_template.h"
+#include "lm/tokenizer/chat_reply.h"
 #include "lm/tokenizer/harmony_reply.h"
 
 namespace {
@@ -249,4 +251,38 @@ TEST_CASE("harmony: openai's example reply through the real gpt-oss tokenizer") 
   const auto prompt = tok->encode(rendered.text, rendered.template_spans, false);
   CHECK(prompt.back() == 173781);  // "assistant"
   CHECK(prompt[prompt.size() - 2] == 200006);
+}
+
+TEST_CASE("chat replies: the answer by format, thinking never taken for it") {
+  const Tokenizer& tok = tiny_harmony_tokenizer();
+  struct Case {
+    ChatFormat format;
+    std::string text;
+    std::optional<std::string> answer;
+    std::string error;
+  };
+  const std::vector<Case> cases{
+      {ChatFormat::chatml, "```cpp\nk\n```", "```cpp\nk\n```", ""},
+      {ChatFormat::llama3, "", "", ""},
+      {ChatFormat::qwen3, "<think>\n```cpp\ndraft\n```\n</think>\n\n```cpp\nk\n```", "```cpp\nk\n```", ""},
+      {ChatFormat::qwen3, "<think>\nstill thinking ```cpp\ndraft\n```", std::nullopt, "never closed its <think> block"},
+      {ChatFormat::qwen3, "answer with thinking off", "answer with thinking off", ""},
+      {ChatFormat::qwen3, "<think>a</think>b</think>c", "b</think>c", ""},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.text);
+    const auto answer = crucible::lm::reply_answer(c.format, {}, c.text, tok);
+    CHECK(answer.text == c.answer);
+    CHECK(answer.error.find(c.error) != std::string::npos);
+    CHECK(answer.text.has_value() == answer.error.empty());
+  }
+  // Harmony reads the tokens, not the text.
+  ReplyBuilder r{tok, {}};
+  r.marker("<|channel|>analysis<|message|>").text("draft").marker("<|end|><|start|>assistant<|channel|>final<|message|>");
+  r.text("kernel").marker("<|return|>");
+  const auto answer = crucible::lm::reply_answer(ChatFormat::harmony, r.ids, "ignored", tok);
+  CHECK(answer.text == std::optional<std::string>("kernel"));
+  CHECK(crucible::lm::reply_answer(ChatFormat::harmony, {}, "```cpp\nk\n```", tok).error == "the reply is empty: no harmony message");
+  CHECK(crucible::lm::reply_stop_tokens(ChatFormat::harmony) == std::vector<std::string>{"<|return|>", "<|call|>"});
+  CHECK(crucible::lm::reply_stop_tokens(ChatFormat::qwen3) == std::vector<std::string>{"<|im_end|>"});
 }
