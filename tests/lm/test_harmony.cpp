@@ -191,10 +191,15 @@ TEST_CASE("harmony: replies without a final message are classified") {
   // A final message written by another role does not count.
   cases.push_back({"a final message from the user role", ReplyBuilder{tok, {}}, "no message in the final channel"});
   cases.back().reply.marker("<|channel|>analysis<|message|>x<|end|><|start|>user<|channel|>final<|message|>y<|return|>");
+  // Plain text that ignores the format: one unfinished message with no channel, still the assistant's.
+  cases.push_back({"no harmony markers at all", ReplyBuilder{tok, {}}, "cut off before a final message (it stopped in the unnamed channel)"});
+  cases.back().reply.text("Here is the kernel: ```cpp\nk\n```");
   for (const Case& c : cases) {
     CAPTURE(c.name);
     const auto reply = crucible::lm::parse_harmony_reply(c.reply.ids, tok);
     CHECK(!reply.final_text);
+    for (const HarmonyMessage& m : reply.messages)
+      if (&m == &reply.messages.front()) CHECK(m.role == "assistant");
     CHECK_MESSAGE(reply.error.find(c.error) != std::string::npos, reply.error);
   }
 }

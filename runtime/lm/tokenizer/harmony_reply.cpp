@@ -34,12 +34,13 @@ std::vector<std::string> words_of(const std::string& text) {
 }
 
 // The header between <|start|> (or the reply's start) and <|message|>: "{role}[ to=R]<|channel|>{channel}[ to=R]
-// [<|constrain|>{type}]". The role part is empty for the first message, whose role the prompt gave.
-void read_header(const std::vector<TokenId>& header, const Markers& m, const Tokenizer& tokenizer, HarmonyMessage& out) {
+// [<|constrain|>{type}]". The first message has no role part: the prompt's "<|start|>assistant" gave its role.
+void read_header(const std::vector<TokenId>& header, const Markers& m, const Tokenizer& tokenizer, bool named_role,
+                 HarmonyMessage& out) {
   const auto channel_at = std::find(header.begin(), header.end(), m.channel);
   const auto channel_end = std::find(channel_at, header.end(), m.constrain);
   std::vector<std::string> words = words_of(tokenizer.decode({header.begin(), channel_at}));
-  if (!words.empty() && words.front().rfind("to=", 0) != 0) out.role = words.front();
+  if (named_role) out.role = !words.empty() && words.front().rfind("to=", 0) != 0 ? words.front() : "";
   if (channel_at != header.end()) {
     const auto channel_words = words_of(tokenizer.decode({channel_at + 1, channel_end}));
     if (!channel_words.empty()) out.channel = channel_words.front();
@@ -82,8 +83,7 @@ class ReplyReader {
  private:
   void close(HarmonyMessage::End end) {
     HarmonyMessage message;
-    if (named_role_) message.role.clear();  // a message after <|start|> names its own role
-    read_header(header_, m_, tokenizer_, message);
+    read_header(header_, m_, tokenizer_, named_role_, message);
     message.content = tokenizer_.decode(content_);
     message.end = end;
     messages_.push_back(std::move(message));
