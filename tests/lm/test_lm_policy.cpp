@@ -219,7 +219,7 @@ TEST_CASE("lm policy: malformed snapshots and settings are refused with the reas
   CHECK(policy::lm_policy_problem(settings, 0)->first == "device");
 }
 
-TEST_CASE("lm policy: a configured chat format renders the prompts; one the tokenizer cannot end is refused") {
+TEST_CASE("lm policy: a configured chat format renders the prompts, one the tokenizer cannot end is refused") {
   test::ScratchDir dir("lm-policy-chat-format");
   auto qwen3 = tiny_setup(dir.path() / "qwen3");
   qwen3.config.lm.chat_format = lm::ChatFormat::qwen3;
@@ -243,7 +243,7 @@ TEST_CASE("lm policy: a configured chat format renders the prompts; one the toke
   CHECK(error == "chat format harmony: the tokenizer has no <|return|> token");
 }
 
-TEST_CASE("lm policy: a harmony model's prompt carries the reasoning effort; replies are read as harmony") {
+TEST_CASE("lm policy: a harmony model's prompt carries the reasoning effort and its replies are read as harmony") {
   test::ScratchDir dir("lm-policy-harmony");
   auto setup = tiny_setup(dir.path() / "state");
   setup.config.lm.model = test::harmony_tiny_model(dir.path() / "model").string();
