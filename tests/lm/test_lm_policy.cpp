@@ -219,6 +219,54 @@ TEST_CASE("lm policy: malformed snapshots and settings are refused with the reas
   CHECK(policy::lm_policy_problem(settings, 0)->first == "device");
 }
 
+TEST_CASE("lm policy: a configured chat format renders the prompts, one the tokenizer cannot end is refused") {
+  test::ScratchDir dir("lm-policy-chat-format");
+  auto qwen3 = tiny_setup(dir.path() / "qwen3");
+  qwen3.config.lm.chat_format = lm::ChatFormat::qwen3;
+  policy::LmPolicy p(qwen3);
+  const auto relu = task("relu");
+  const std::string prompt = p.prompt_for(relu);
+  CHECK(prompt.rfind("<|im_start|>user\n", 0) == 0);  // Qwen3 has no default system prompt, ChatML would add one
+  CHECK(prompt.find("You are a helpful assistant.") == std::string::npos);
+  CHECK(prompt.size() >= 22);
+  CHECK(prompt.compare(prompt.size() - 22, 22, "<|im_start|>assistant\n") == 0);
+  for (const auto& s : p.sample(relu, 2)) CHECK(s.source.empty() != s.parse_error.empty());
+
+  auto harmony = tiny_setup(dir.path() / "harmony");
+  harmony.config.lm.chat_format = lm::ChatFormat::harmony;
+  std::string error;
+  try {
+    policy::LmPolicy refused(harmony);
+  } catch (const std::invalid_argument& e) {
+    error = e.what();
+  }
+  CHECK(error == "chat format harmony: the tokenizer has no <|return|> token");
+}
+
+TEST_CASE("lm policy: a harmony model's prompt carries the reasoning effort and its replies are read as harmony") {
+  test::ScratchDir dir("lm-policy-harmony");
+  auto setup = tiny_setup(dir.path() / "state");
+  setup.config.lm.model = test::harmony_tiny_model(dir.path() / "model").string();
+  setup.config.lm.reasoning_effort = lm::ReasoningEffort::high;
+  setup.config.lm.max_new_tokens = 64;
+  policy::LmPolicy p(setup);  // chat_format auto: the tokenizer's markers say harmony
+  const auto relu = task("relu");
+  const std::string prompt = p.prompt_for(relu);
+  CHECK(prompt.rfind("<|start|>system<|message|>", 0) == 0);
+  CHECK(prompt.find("\nReasoning: high\n") != std::string::npos);
+  const std::string end = "<|end|><|start|>assistant";
+  CHECK(prompt.compare(prompt.size() - end.size(), end.size(), end) == 0);
+  for (const auto& s : p.sample(relu, 16)) {
+    CHECK(s.source.empty() != s.parse_error.empty());
+    REQUIRE(!s.tokens.empty());
+    for (std::size_t i = 0; i + 1 < s.tokens.size(); ++i) CHECK((s.tokens[i] != 2 && s.tokens[i] != 999));  // stops
+    // <|end|> closes an analysis message; only the budget ends a reply whose last token it is.
+    if (s.tokens.back() == 997) CHECK(s.tokens.size() == 64u);
+    // The random model writes no final message with a code block: the reason is harmony's.
+    if (!s.parse_error.empty()) CHECK_MESSAGE(s.parse_error.find("final") != std::string::npos, s.parse_error);
+  }
+}
+
 TEST_CASE("lm policy: per-task adapters (ttt) fork from the start adapter and adapt independently") {
   test::ScratchDir dir("lm-policy-ttt");
   policy::LmPolicy p(tiny_setup(dir.path(), /*per_task=*/true));

@@ -214,6 +214,36 @@ max_logprob_mismatch = 0.5
   CHECK(std::string(err.what()).find("dropout must be 0") != std::string::npos);
 }
 
+TEST_CASE("a libtorch policy's chat format and reasoning effort: typed, auto by default, checked") {
+  const std::string lm = kMinimal + "[policy]\nkind = \"libtorch\"\nmodel = \"m\"\n";
+  auto m = experiment::parse_experiment(lm, "a").policy.lm;
+  CHECK(!m.chat_format);  // auto: the model's own
+  CHECK(m.reasoning_effort == lm::ReasoningEffort::medium);
+  m = experiment::parse_experiment(lm + "chat_format = \"harmony\"\nreasoning_effort = \"high\"\n", "b").policy.lm;
+  CHECK(m.chat_format == lm::ChatFormat::harmony);
+  CHECK(m.reasoning_effort == lm::ReasoningEffort::high);
+  m = experiment::parse_experiment(lm + "reasoning_effort = \"low\"\n", "c").policy.lm;  // auto may be harmony
+  CHECK(m.reasoning_effort == lm::ReasoningEffort::low);
+  CHECK(experiment::parse_experiment(lm + "chat_format = \"qwen3\"\n", "d").policy.lm.chat_format == lm::ChatFormat::qwen3);
+
+  struct Bad {
+    std::string text, key, says;
+  };
+  for (const auto& bad : std::vector<Bad>{
+           {lm + "chat_format = \"gpt-oss\"\n", "policy.chat_format", "auto, chatml, llama3, qwen3, harmony"},
+           {lm + "reasoning_effort = \"max\"\n", "policy.reasoning_effort", "low, medium, high"},
+           {lm + "chat_format = \"chatml\"\nreasoning_effort = \"high\"\n", "policy.reasoning_effort", "harmony"},
+           {kMinimal + "[policy]\nkind = \"search\"\nchat_format = \"harmony\"\n", "policy.chat_format", "libtorch"},
+           {kMinimal + "[policy]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\n"
+                       "reasoning_effort = \"high\"\n", "policy.reasoning_effort", "libtorch"},
+       }) {
+    CAPTURE(bad.text);
+    const auto err = failure(bad.text);
+    CHECK(err.key() == bad.key);
+    CHECK(std::string(err.what()).find(bad.says) != std::string::npos);
+  }
+}
+
 TEST_CASE("loss = sdpo: the teacher's feedback and the distillation's share, only with that loss") {
   const std::string lm = kMinimal + "[policy]\nkind = \"libtorch\"\nmodel = \"m\"\n[policy.train]\n";
   auto m = experiment::parse_experiment(lm + "loss = \"sdpo\"\n", "a").policy.lm;

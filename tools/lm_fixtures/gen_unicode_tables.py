@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Generates runtime/lm/tokenizer/unicode_tables.cpp from Python's unicodedata.
 
-The tokenizer needs: general categories L (letters) and N (numbers) and the White_Space property for the
-pre-tokenizer patterns (\\p{L}, \\p{N}, \\s), and canonical decompositions, canonical combining classes and
-primary composites for NFC. The output depends only on the Unicode version of this Python's unicodedata,
-which is written into the file.
+The tokenizer needs: general categories L (letters), N (numbers), Ll, Lu with Lt, and M (marks) and the
+White_Space property for the pre-tokenizer patterns (\\p{L}, \\p{N}, \\s, and o200k's case classes), and
+canonical decompositions, canonical combining classes and primary composites for NFC. The output depends
+only on the Unicode version of this Python's unicodedata, which is written into the file.
 Usage: python3 tools/lm_fixtures/gen_unicode_tables.py [OUT_FILE]
 """
 import pathlib
@@ -117,6 +117,9 @@ def range_table(name, ranges):
 def main():
     letters = ranges_of(lambda cp: unicodedata.category(chr(cp)).startswith("L"))
     numbers = ranges_of(lambda cp: unicodedata.category(chr(cp)).startswith("N"))
+    lowercase = ranges_of(lambda cp: unicodedata.category(chr(cp)) == "Ll")
+    upper_or_title = ranges_of(lambda cp: unicodedata.category(chr(cp)) in ("Lu", "Lt"))
+    marks = ranges_of(lambda cp: unicodedata.category(chr(cp)).startswith("M"))
     space_set = set(white_space())
     spaces = ranges_of(lambda cp: cp in space_set)
     ccc = combining_class_ranges()
@@ -144,6 +147,12 @@ const char32_t nfc_stable_below = {hex_cp(nfc_stable_below(compositions))};
 {range_table("letters", letters)}
 // General category N*.
 {range_table("numbers", numbers)}
+// General category Ll.
+{range_table("lowercase_letters", lowercase)}
+// General categories Lu and Lt.
+{range_table("upper_or_title_letters", upper_or_title)}
+// General category M*.
+{range_table("marks", marks)}
 // White_Space property (what Oniguruma's \\s matches on Unicode text).
 {range_table("white_space", spaces)}
 // Canonical combining classes other than 0.

@@ -8,6 +8,7 @@
 #include "lm/generation/generator.h"
 #include "lm/model/lora.h"
 #include "lm/model/transformer.h"
+#include "lm/tokenizer/chat_reply.h"
 
 namespace crucible::lm {
 
@@ -28,6 +29,24 @@ c10::ScalarType parse_dtype_option(const std::string& dtype, const c10::Device& 
   if (dtype == "bf16" || dtype == "bfloat16") return c10::kBFloat16;
   if (dtype == "f16" || dtype == "float16") return c10::kHalf;
   throw std::invalid_argument("unknown dtype '" + dtype + "' (auto, f32, bf16, f16)");
+}
+
+// The configured format, which the tokenizer must be able to end a reply in, or the model's own; none for a base model
+// whose tokenizer has no chat tokens (raw prompts only).
+std::optional<ChatFormat> chosen_chat_format(const std::optional<ChatFormat>& configured, const std::string& model_type,
+                                             const Tokenizer& tokenizer) {
+  if (configured) {
+    for (const std::string& stop : reply_stop_tokens(*configured))
+      if (!tokenizer.token_to_id(stop))
+        throw std::invalid_argument("chat format " + std::string(chat_format_name(*configured)) +
+                                    ": the tokenizer has no " + stop + " token");
+    return configured;
+  }
+  try {
+    return chat_format_for_model(model_type, tokenizer);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 bool starts_with(const std::vector<TokenId>& ids, const std::vector<TokenId>& prefix) {
@@ -54,11 +73,7 @@ LanguageModel LanguageModel::load(const std::filesystem::path& model_dir, const 
   LanguageModel lm;
   lm.impl_.reset(new Impl{Transformer::load(model_dir, load), Tokenizer::from_file((model_dir / "tokenizer.json").string()),
                           load_generation_defaults(model_dir), std::nullopt, nullptr, nullptr});
-  try {
-    lm.impl_->format = detect_chat_format(lm.impl_->tokenizer);
-  } catch (const std::exception&) {
-    lm.impl_->format = std::nullopt;  // a base model without a chat format: raw prompts only
-  }
+  lm.impl_->format = chosen_chat_format(options.chat_format, lm.impl_->model.config().model_type, lm.impl_->tokenizer);
   auto& impl = *lm.impl_;
   GeneratorOptions generator_options;
   generator_options.cuda_graphs = options.cuda_graphs;
@@ -70,7 +85,7 @@ LanguageModel LanguageModel::load(const std::filesystem::path& model_dir, const 
 }
 
 std::string LanguageModel::chat_prompt(const std::vector<ChatMessage>& messages, const ChatOptions& options) const {
-  if (!impl_->format) throw std::runtime_error("this tokenizer has no known chat format (ChatML or Llama-3)");
+  if (!impl_->format) throw std::runtime_error("this tokenizer has no known chat format (ChatML, Llama-3 or harmony)");
   return render_chat(*impl_->format, messages, options);
 }
 
@@ -82,13 +97,15 @@ std::string LanguageModel::user_prompt(const std::string& text, const std::strin
 
 std::optional<int32_t> LanguageModel::end_of_turn_id() const {
   if (!impl_->format) return std::nullopt;
-  return impl_->tokenizer.token_to_id(*impl_->format == ChatFormat::chatml ? "<|im_end|>" : "<|eot_id|>");
+  return impl_->tokenizer.token_to_id(reply_stop_tokens(*impl_->format).front());
 }
 
 std::vector<int64_t> LanguageModel::stop_token_ids() const {
   std::vector<int64_t> ids = impl_->model.config().eos_token_ids;
   ids.insert(ids.end(), impl_->defaults.eos_token_ids.begin(), impl_->defaults.eos_token_ids.end());
-  if (auto id = end_of_turn_id()) ids.push_back(*id);
+  if (impl_->format)  // harmony has two: <|return|> and a tool call's <|call|>
+    for (const std::string& stop : reply_stop_tokens(*impl_->format))
+      if (auto id = impl_->tokenizer.token_to_id(stop)) ids.push_back(*id);
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;
@@ -104,7 +121,7 @@ std::vector<int32_t> LanguageModel::encode_prompt(const std::string& text) const
 std::vector<int32_t> LanguageModel::encode_chat(const std::vector<ChatMessage>& messages, const ChatOptions& options,
                                                 bool specials_in_content) const {
   if (specials_in_content) return encode_prompt(chat_prompt(messages, options));
-  if (!impl_->format) throw std::runtime_error("this tokenizer has no known chat format (ChatML or Llama-3)");
+  if (!impl_->format) throw std::runtime_error("this tokenizer has no known chat format (ChatML, Llama-3 or harmony)");
   const auto chat = render_chat_spans(*impl_->format, messages, options);
   const auto prefix = impl_->tokenizer.encode("", /*add_special_tokens=*/true);
   auto ids = impl_->tokenizer.encode(chat.text, chat.template_spans, /*add_special_tokens=*/false);

@@ -20,6 +20,9 @@ struct LanguageModelOptions {
   std::string dtype = "auto";   // auto (float32 on the CPU, bfloat16 on CUDA), f32, bf16, f16
   bool cuda_graphs = true;
   int64_t max_batch = 0;  // rows decoded at once; more requests join as rows finish (0: one row per request)
+  // The chat format to render prompts in; empty: the model's (chat_format_for_model: harmony for gpt_oss, qwen3 for
+  // qwen3, else what the tokenizer's tokens say). A format whose stop tokens the tokenizer lacks is refused.
+  std::optional<ChatFormat> chat_format;
 };
 
 // Unset sampling values fall back to the directory's generation_config.json, then to temperature 1, no top-p/k.
@@ -101,7 +104,7 @@ class LanguageModel {
   const Transformer& transformer() const;
   std::optional<ChatFormat> chat_format() const;
   std::vector<int64_t> stop_token_ids() const;
-  // The chat format's end-of-turn token (<|im_end|>, <|eot_id|>), when the tokenizer has one.
+  // The chat format's end-of-turn token (<|im_end|>, <|eot_id|>, harmony's <|return|>), when the tokenizer has one.
   std::optional<int32_t> end_of_turn_id() const;
 
  private:

@@ -12,6 +12,7 @@
 #include "lm/model/language_model.h"
 #include "lm/model/lora.h"
 #include "lm/training/lora_trainer.h"
+#include "lm/tokenizer/chat_reply.h"
 #include "policy/kernel_prompt.h"
 
 namespace crucible::policy {
@@ -85,13 +86,25 @@ lm::TextRequest text_request(std::string prompt, const experiment::PolicyConfig&
   return r;
 }
 
+// Where the code is looked for: the reply's answer in its chat format (harmony's final channel, the text after Qwen3's
+// thinking), or the whole text for a base model.
+lm::ReplyAnswer answer_of(const lm::TextCompletion& c, const lm::LanguageModel& model) {
+  if (!model.chat_format()) return {c.text, ""};
+  const std::vector<lm::TokenId> tokens(c.tokens.begin(), c.tokens.end());
+  return lm::reply_answer(*model.chat_format(), tokens, c.text, model.tokenizer());
+}
+
 // A reply as a sample: its code (or why there is none), tokens and the model's log-probabilities.
-Sample sample_of(lm::TextCompletion& c, const std::string& task, uint64_t version, int max_new_tokens,
-                 const std::string& backend) {
+Sample sample_of(lm::TextCompletion& c, const lm::LanguageModel& model, const std::string& task, uint64_t version,
+                 int max_new_tokens, const std::string& backend) {
   Sample smp;
   smp.task = task;
   smp.policy_version = version;
-  if (auto code = extract_code(c.text, backend)) smp.source = std::move(*code);
+  const lm::ReplyAnswer answer = answer_of(c, model);
+  if (!answer.text)
+    smp.parse_error = answer.error + (c.finish_reason == "length" ? " (cut off at max_new_tokens = " +
+                                                                        std::to_string(max_new_tokens) + ")" : "");
+  else if (auto code = extract_code(*answer.text, backend)) smp.source = std::move(*code);
   else smp.parse_error = parse_failure(c, max_new_tokens);
   smp.output = std::move(c.text);
   smp.tokens = std::move(c.tokens);
@@ -147,7 +160,11 @@ struct LmPolicy::Impl {
 
   // A user turn as the model sees it; a base model without a chat format continues the text.
   std::string render(const std::string& user) const {
-    return model.chat_format() ? model.user_prompt(user, setup.config.lm.system_prompt) : user + "\n";
+    if (!model.chat_format()) return user + "\n";
+    lm::ChatOptions options;
+    if (!setup.config.lm.system_prompt.empty()) options.system_prompt = setup.config.lm.system_prompt;
+    options.reasoning_effort = setup.config.lm.reasoning_effort;
+    return model.chat_prompt({{"user", user}}, options);
   }
 
   // A rendered prompt with more text at the end of its user turn (a self-distillation teacher's context).
@@ -198,6 +215,7 @@ lm::LanguageModel load_model(const LmPolicySetup& setup) {
   mo.dtype = setup.config.lm.dtype;
   mo.cuda_graphs = setup.config.lm.cuda_graphs;
   mo.max_batch = setup.config.lm.max_batch;
+  mo.chat_format = setup.config.lm.chat_format;
   return lm::LanguageModel::load(setup.config.lm.model, mo);
 }
 
@@ -256,7 +274,7 @@ std::vector<Sample> LmPolicy::refine(const eval::TaskSpec& task, const std::vect
   auto completions = im.model.generate(requests);
   std::vector<Sample> out;
   for (std::size_t k = 0; k < completions.size(); ++k) {
-    out.push_back(sample_of(completions[k], task.name, version_, m.max_new_tokens, im.setup.backend));
+    out.push_back(sample_of(completions[k], im.model, task.name, version_, m.max_new_tokens, im.setup.backend));
     out.back().prompt = requests[k].prompt;
   }
   return out;
@@ -329,8 +347,8 @@ std::vector<std::vector<Sample>> LmPolicy::sample_groups(const std::vector<Group
     im.model.transformer().use_adapter(s.adapter.get());
     auto completions = im.model.generate(requests);
     for (std::size_t k = 0; k < completions.size(); ++k)
-      out[owner[k]].push_back(sample_of(completions[k], asks[owner[k]].task->name, version_, m.max_new_tokens,
-                                           im.setup.backend));
+      out[owner[k]].push_back(sample_of(completions[k], im.model, asks[owner[k]].task->name, version_,
+                                           m.max_new_tokens, im.setup.backend));
   }
   return out;
 }

@@ -2,6 +2,9 @@
 
 #include <stdexcept>
 
+#include "lm/tokenizer/chat_harmony.h"
+#include "lm/tokenizer/chat_qwen3.h"
+#include "lm/tokenizer/chat_writer.h"
 #include "lm/tokenizer/unicode_properties.h"
 #include "lm/tokenizer/utf8.h"
 
@@ -37,19 +40,6 @@ std::vector<ChatMessage> with_system_prompt(const std::vector<ChatMessage>& mess
   return out;
 }
 
-// Appends the template's own text (recorded as a span) or a message's text (not recorded).
-struct ChatWriter {
-  RenderedChat out;
-  void markup(const std::string& text) {
-    if (text.empty()) return;
-    auto& spans = out.template_spans;
-    if (!spans.empty() && spans.back().second == out.text.size()) spans.back().second += text.size();
-    else spans.emplace_back(out.text.size(), out.text.size() + text.size());
-    out.text += text;
-  }
-  void message(const std::string& text) { out.text += text; }
-};
-
 RenderedChat render_chatml(const std::vector<ChatMessage>& messages, const ChatOptions& options) {
   ChatWriter w;
   if (!messages.empty() && messages.front().role != "system")
@@ -62,7 +52,7 @@ RenderedChat render_chatml(const std::vector<ChatMessage>& messages, const ChatO
     w.markup("<|im_end|>\n");
   }
   if (options.add_generation_prompt) w.markup("<|im_start|>assistant\n");
-  return std::move(w.out);
+  return w.finish();
 }
 
 RenderedChat render_llama3(const std::vector<ChatMessage>& messages, const ChatOptions& options) {
@@ -76,16 +66,55 @@ RenderedChat render_llama3(const std::vector<ChatMessage>& messages, const ChatO
     w.markup("<|eot_id|>");
   }
   if (options.add_generation_prompt) w.markup("<|start_header_id|>assistant<|end_header_id|>\n\n");
-  return std::move(w.out);
+  return w.finish();
 }
 
 }  // namespace
 
+std::string_view reasoning_effort_name(ReasoningEffort effort) {
+  switch (effort) {
+    case ReasoningEffort::low: return "low";
+    case ReasoningEffort::medium: return "medium";
+    case ReasoningEffort::high: return "high";
+  }
+  throw std::logic_error("reasoning_effort_name: unknown effort");
+}
+
+std::optional<ReasoningEffort> parse_reasoning_effort(std::string_view name) {
+  for (ReasoningEffort effort : {ReasoningEffort::low, ReasoningEffort::medium, ReasoningEffort::high})
+    if (name == reasoning_effort_name(effort)) return effort;
+  return std::nullopt;
+}
+
+std::string_view chat_format_name(ChatFormat format) {
+  switch (format) {
+    case ChatFormat::chatml: return "chatml";
+    case ChatFormat::llama3: return "llama3";
+    case ChatFormat::qwen3: return "qwen3";
+    case ChatFormat::harmony: return "harmony";
+  }
+  throw std::logic_error("chat_format_name: unknown format");
+}
+
+std::optional<ChatFormat> parse_chat_format(std::string_view name) {
+  for (ChatFormat format : {ChatFormat::chatml, ChatFormat::llama3, ChatFormat::qwen3, ChatFormat::harmony})
+    if (name == chat_format_name(format)) return format;
+  return std::nullopt;
+}
+
 ChatFormat detect_chat_format(const Tokenizer& tokenizer) {
+  if (tokenizer.token_to_id("<|start|>") && tokenizer.token_to_id("<|channel|>") && tokenizer.token_to_id("<|message|>"))
+    return ChatFormat::harmony;
   if (tokenizer.token_to_id("<|im_start|>")) return ChatFormat::chatml;
   if (tokenizer.token_to_id("<|start_header_id|>")) return ChatFormat::llama3;
-  throw std::runtime_error("chat template: the tokenizer has neither <|im_start|> (ChatML) nor "
-                           "<|start_header_id|> (Llama-3); no known chat format");
+  throw std::runtime_error("chat template: the tokenizer has neither <|im_start|> (ChatML), <|start_header_id|> "
+                           "(Llama-3) nor <|start|><|channel|><|message|> (harmony); no known chat format");
+}
+
+ChatFormat chat_format_for_model(const std::string& model_type, const Tokenizer& tokenizer) {
+  if (model_type == "gpt_oss") return ChatFormat::harmony;
+  if (model_type == "qwen3") return ChatFormat::qwen3;
+  return detect_chat_format(tokenizer);
 }
 
 std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages, const ChatOptions& options) {
@@ -97,6 +126,8 @@ RenderedChat render_chat_spans(ChatFormat format, const std::vector<ChatMessage>
   switch (format) {
     case ChatFormat::chatml: return render_chatml(conversation, options);
     case ChatFormat::llama3: return render_llama3(conversation, options);
+    case ChatFormat::qwen3: return render_qwen3(conversation, options);
+    case ChatFormat::harmony: return render_harmony(conversation, options);
   }
   throw std::logic_error("render_chat: unknown chat format");
 }

@@ -18,6 +18,12 @@ constexpr std::string_view llama3_regex =
 constexpr std::string_view gpt2_regex =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+// o200k_harmony (gpt-oss): words split at case changes, digits in threes, '/' kept after punctuation.
+constexpr std::string_view o200k_regex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 constexpr char32_t not_a_character = 0xFFFFFFFF;  // stands for an invalid byte: no class matches it
 
 // A character of the text being split, with its byte extent.
@@ -32,7 +38,11 @@ class PatternMatcher {
 
   // End of the match that starts at `pos`, or `pos` when none does.
   std::size_t match_at(std::size_t pos) const {
-    return pattern_ == SplitPattern::gpt2 ? match_gpt2(pos) : match_qwen2_or_llama3(pos);
+    switch (pattern_) {
+      case SplitPattern::gpt2: return match_gpt2(pos);
+      case SplitPattern::o200k: return match_o200k(pos);
+      default: return match_qwen2_or_llama3(pos);
+    }
   }
 
  private:
@@ -51,6 +61,13 @@ class PatternMatcher {
   static bool newline(char32_t cp) { return cp == '\r' || cp == '\n'; }
   // [^\s\p{L}\p{N}]
   static bool other(char32_t cp) { return !space(cp) && !letter(cp) && !number(cp); }
+  // [^\r\n\p{L}\p{N}]: the one character allowed before a word
+  static bool word_prefix(char32_t cp) { return !newline(cp) && !letter(cp) && !number(cp); }
+  static bool mark(char32_t cp) { return cp != not_a_character && is_mark(cp); }
+  // o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]: a word's capitalised head (Lm, Lo and M belong to both classes)
+  static bool head(char32_t cp) { return (letter(cp) && !is_lowercase_letter(cp)) || mark(cp); }
+  // o200k's [\p{Ll}\p{Lm}\p{Lo}\p{M}]: a word's lower-case tail
+  static bool tail(char32_t cp) { return (letter(cp) && !is_upper_or_title_letter(cp)) || mark(cp); }
 
   template <class Predicate>
   std::size_t skip_while(std::size_t pos, Predicate predicate) const {
@@ -114,18 +131,67 @@ class PatternMatcher {
     const auto letter_prefix = [](char32_t cp) { return !newline(cp) && !letter(cp) && !number(cp); };
     if (const std::size_t end = match_prefixed_run(pos, letter_prefix, letter); end != pos) return end;
     // \p{N} or \p{N}{1,3}
-    const Char first = at(pos);
-    if (number(first.cp)) {
-      std::size_t end = first.end;
-      for (int taken = 1; pattern_ == SplitPattern::llama3 && taken < 3 && has(end) && number(at(end).cp); ++taken)
-        end = at(end).end;
-      return end;
-    }
+    if (const std::size_t end = match_digits(pos, pattern_ == SplitPattern::llama3 ? 3 : 1); end != pos) return end;
     //  ?[^\s\p{L}\p{N}]+[\r\n]*
     const auto ascii_space = [](char32_t cp) { return cp == ' '; };
     if (const std::size_t end = match_prefixed_run(pos, ascii_space, other); end != pos)
       return skip_while(end, newline);
     return match_white_space(pos, true);
+  }
+
+  // The optional contraction that may end an o200k word.
+  std::size_t with_contraction(std::size_t end) const {
+    return has(end) ? match_contraction(end, true) : end;
+  }
+
+  // [head]*[tail]+: the head run gives back characters until a tail character can follow, as backtracking does; the
+  // last head character that is also a tail one (Lm, Lo, M) is the latest place the tail can start.
+  std::size_t match_head_then_tail(std::size_t start) const {
+    std::size_t pos = start, last_tail_in_head = std::string_view::npos;
+    while (has(pos)) {
+      const Char c = at(pos);
+      if (!head(c.cp)) break;
+      if (tail(c.cp)) last_tail_in_head = pos;
+      pos = c.end;
+    }
+    if (has(pos) && tail(at(pos).cp)) return with_contraction(skip_while(pos, tail));
+    if (last_tail_in_head == std::string_view::npos) return start;
+    return with_contraction(skip_while(last_tail_in_head, tail));
+  }
+
+  // [head]+[tail]*
+  std::size_t match_head_run(std::size_t start) const {
+    if (!has(start) || !head(at(start).cp)) return start;
+    return with_contraction(skip_while(skip_while(start, head), tail));
+  }
+
+  // [^\r\n\p{L}\p{N}]? before `word`: with the prefix character first (the greedy ?), then without it.
+  template <class Word>
+  std::size_t with_optional_prefix(std::size_t pos, Word word) const {
+    const Char first = at(pos);
+    if (word_prefix(first.cp) && has(first.end))
+      if (const std::size_t end = word(first.end); end != first.end) return end;
+    return word(pos);
+  }
+
+  std::size_t match_o200k(std::size_t pos) const {
+    const auto head_then_tail = [this](std::size_t start) { return match_head_then_tail(start); };
+    if (const std::size_t end = with_optional_prefix(pos, head_then_tail); end != pos) return end;
+    const auto head_run = [this](std::size_t start) { return match_head_run(start); };
+    if (const std::size_t end = with_optional_prefix(pos, head_run); end != pos) return end;
+    if (const std::size_t end = match_digits(pos, 3); end != pos) return end;
+    //  ?[^\s\p{L}\p{N}]+[\r\n/]*
+    const auto ascii_space = [](char32_t cp) { return cp == ' '; };
+    if (const std::size_t end = match_prefixed_run(pos, ascii_space, other); end != pos)
+      return skip_while(end, [](char32_t cp) { return newline(cp) || cp == '/'; });
+    return match_white_space(pos, true);
+  }
+
+  // \p{N}{1,most}
+  std::size_t match_digits(std::size_t pos, int most) const {
+    std::size_t end = pos;
+    for (int taken = 0; taken < most && has(end) && number(at(end).cp); ++taken) end = at(end).end;
+    return end;
   }
 
   std::size_t match_gpt2(std::size_t pos) const {
@@ -147,15 +213,16 @@ std::string_view split_pattern_regex(SplitPattern pattern) {
     case SplitPattern::qwen2: return qwen2_regex;
     case SplitPattern::llama3: return llama3_regex;
     case SplitPattern::gpt2: return gpt2_regex;
+    case SplitPattern::o200k: return o200k_regex;
   }
   throw std::logic_error("split_pattern_regex: unknown pattern");
 }
 
 SplitPattern split_pattern_from_regex(std::string_view regex) {
-  for (SplitPattern pattern : {SplitPattern::qwen2, SplitPattern::llama3, SplitPattern::gpt2})
+  for (SplitPattern pattern : {SplitPattern::qwen2, SplitPattern::llama3, SplitPattern::gpt2, SplitPattern::o200k})
     if (regex == split_pattern_regex(pattern)) return pattern;
   throw std::runtime_error("tokenizer.json: unsupported pre-tokenizer Split pattern: " + std::string(regex) +
-                           " (supported: the Qwen2, Llama-3 and GPT-2 patterns)");
+                           " (supported: the Qwen2, Llama-3, GPT-2 and o200k patterns)");
 }
 
 void for_each_split(std::string_view text, SplitPattern pattern, const std::function<void(std::string_view)>& emit) {

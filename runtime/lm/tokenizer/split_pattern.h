@@ -1,5 +1,5 @@
 #pragma once
-// The pre-tokenizer regexes of Qwen2, Llama-3 and GPT-2, matched by hand-written code that reproduces the
+// The pre-tokenizer regexes of Qwen2 (also Qwen3), Llama-3, GPT-2 and o200k (gpt-oss), matched by hand-written code that reproduces the
 // regex engine's leftmost-first alternation and backtracking for exactly these patterns.
 #include <functional>
 #include <string>
@@ -14,6 +14,8 @@ enum class SplitPattern {
            // punctuation runs with trailing newlines, whitespace runs
   llama3,  // Qwen2's pattern with digits in groups of up to three
   gpt2,    // case-sensitive contractions; letters, digits and punctuation each with an optional ' ' prefix
+  o200k,   // gpt-oss (o200k_harmony): words split before a capital (an upper-case head, a lower-case tail, an
+           // optional contraction), digits in groups of up to three, punctuation runs keeping trailing newlines and '/'
 };
 
 // The regex text each pattern stands for, as written in tokenizer.json.

@@ -43,6 +43,9 @@ extern const char32_t nfc_stable_below;
 
 extern const Table<CodePointRange> letters;
 extern const Table<CodePointRange> numbers;
+extern const Table<CodePointRange> lowercase_letters;       // Ll
+extern const Table<CodePointRange> upper_or_title_letters;  // Lu, Lt
+extern const Table<CodePointRange> marks;                   // M
 extern const Table<CodePointRange> white_space;
 extern const Table<CombiningClassRange> combining_classes;
 extern const char32_t* const decomposition_pool;
