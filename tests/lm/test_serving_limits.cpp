@@ -256,7 +256,7 @@ TEST_CASE("a chat message that types special tokens stays text unless the caller
   CHECK(count(model.encode_chat(injected, {}, /*specials_in_content=*/true)) == 4);
 }
 
-TEST_CASE("crucible serve: a client that disconnects cancels its sequences; SIGTERM ends the server while work runs") {
+TEST_CASE("crucible serve: a client that disconnects cancels its sequences, and SIGTERM ends the server while work runs") {
   test::ScratchDir scratch("serve-cancel");
   test::Child child({CRUCIBLE_CLI_PATH, "serve", "--model", test::lm_fixture("qwen2_tiny").string(), "--listen",
                      "127.0.0.1:0", "--max-batch", "16", "--batch-window-ms", "0"},

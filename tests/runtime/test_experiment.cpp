@@ -433,7 +433,7 @@ TEST_CASE("every count in an experiment is range-checked as read, before it is n
   });
 }
 
-TEST_CASE("seeds are integers; the name is one plain directory name; no string holds a NUL") {
+TEST_CASE("seeds are integers, the name is one plain directory name, and no string holds a NUL") {
   check_refusals({
       // 1e300 and inf ran as seed 0.
       {with_experiment("name = \"t\"\nseeds = [1e300]\n"), "experiment.seeds", 3, "found a float"},

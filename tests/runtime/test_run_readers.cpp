@@ -119,7 +119,7 @@ TEST_CASE("report: unreadable record lines are skipped one by one, counted and s
   CHECK(has_warning(r, "lone UTF-16 surrogate"));
 }
 
-TEST_CASE("jsonl: lone surrogate escapes become U+FFFD; pairs, escaped backslashes and text outside strings stay") {
+TEST_CASE("jsonl: lone surrogate escapes become U+FFFD, while pairs, escaped backslashes and text outside strings stay") {
   const std::pair<std::string, std::string> table[] = {
       {R"({"a":"x\ud800y"})", R"({"a":"x\ufffdy"})"},
       {R"({"a":"\udc00"})", R"({"a":"\ufffd"})"},
