@@ -176,6 +176,7 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
   setup.compile_device = e.eval.devices.empty() ? "" : e.eval.devices.front().name();
   setup.compile_locally = !e.eval.devices.empty();
   setup.source_extension = std::string(e.eval.source_extension());
+  setup.language = e.eval.language();
   setup.generator = generator;
   setup.normalizer = normalizer;
   setup.optimizer = optimizer;
