@@ -137,7 +137,8 @@ std::pair<std::shared_ptr<actors::GeneratorSetup>, std::shared_ptr<actors::Optim
   return {generator, optimizer};
 }
 
-actors::NormalizerSetup normalizer_setup(const experiment::Experiment& e, const std::map<std::string, eval::TaskSpec>& tasks) {
+actors::NormalizerSetup normalizer_setup(const experiment::Experiment& e,
+                                         const std::map<std::string, eval::TaskSpec>& tasks) {
   actors::NormalizerSetup setup{e.reward, e.advantage, e.task_baseline, e.multi_turn};
   if (e.judge.enabled) {
     setup.judge = policy::make_llm_judge(e.judge);
@@ -252,8 +253,9 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
   caf::actor_system system{config};
   auto telemetry = system.spawn(actors::telemetry, dir, request.quiet);
   // A judge waits on HTTP: then the normalizer gets a thread of its own.
-  auto normalizer = e.judge.enabled ? system.spawn<caf::detached>(actors::reward_normalizer, normalizer_setup(e, c.tasks))
-                                    : system.spawn(actors::reward_normalizer, normalizer_setup(e, c.tasks));
+  const auto scoring = normalizer_setup(e, c.tasks);
+  auto normalizer = e.judge.enabled ? system.spawn<caf::detached>(actors::reward_normalizer, scoring)
+                                    : system.spawn(actors::reward_normalizer, scoring);
   auto optimizer = system.spawn<caf::detached>(actors::optimizer, optimizer_setup);
   auto generator = system.spawn<caf::detached>(actors::rollout_generator, generator_setup);
   auto setup = coordinator_setup(c, std::move(units), std::move(committed));
