@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <iostream>
+#include <stdexcept>
 
 #include "actors/coordinator_state.h"
 #include "coordinator/candidate_ids.h"
