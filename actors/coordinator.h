@@ -23,7 +23,8 @@ struct CoordinatorSetup {
   std::set<std::string> committed;       // unit names done before this process started
   std::string compile_device;            // the device whose compiler options candidates are built with
   bool compile_locally = true;           // false: no local evaluator; candidates go to the nodes as source
-  std::string source_extension;          // "cpp" or "cu"
+  std::string source_extension;          // "cpp" or "cu": how telemetry stores the candidates' sources
+  std::string language = "cpu";          // what the candidates are written in ("cpu", "cuda", "triton")
   // PUCT state reuse ([search] kind = "puct"): groups after a task's first improve on states chosen from its archive.
   std::optional<search::PuctOptions> puct;
   // PUCT after --resume: the committed candidates of earlier units, in commit order, rebuild each task's archive.

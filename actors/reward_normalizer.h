@@ -1,6 +1,6 @@
 #pragma once
-// Reward normalizer: verdicts of one group in, a reward per sample and group-relative advantages out, with an
-// optional per-task running baseline applied before grouping, and an optional judge model's score added.
+// Reward normalizer: verdicts of one group in, a reward per sample and group-relative advantages out
+// (rewards::GroupScorer), with an optional judge model asked and its score added.
 #include <map>
 #include <memory>
 #include <string>

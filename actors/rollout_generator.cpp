@@ -16,29 +16,25 @@ struct Pending {
   caf::typed_response_promise<msg::Generated> promise;
 };
 
+// Each sample becomes a candidate as it is, tagged with its place in the batch.
 msg::Generated tag(const msg::GenerateRequest& request, std::vector<policy::Sample>& samples, double started) {
   msg::Generated out;
   out.unit = request.unit;
   out.started_at = started;
   for (uint32_t i = 0; i < samples.size(); ++i) {
     msg::Candidate c;
+    static_cast<policy::Sample&>(c) = std::move(samples[i]);
+    // The source stays byte for byte (it is compiled); the texts that go into records are made valid UTF-8.
+    c.output = eval::valid_utf8(c.output);
+    c.parse_error = eval::valid_utf8(c.parse_error);
+    c.task = request.task;
     c.id = request.first_id + i;
     c.step = request.step;
-    c.task = request.task;
     c.group = request.group;
     c.index = i;
-    c.policy_version = samples[i].policy_version;
-    // The source stays byte for byte (it is compiled); the texts that go into records are made valid UTF-8.
-    c.output = eval::valid_utf8(samples[i].output);
-    c.source = std::move(samples[i].source);
-    c.tokens = std::move(samples[i].tokens);
-    c.logprobs = std::move(samples[i].logprobs);
-    c.parse_error = eval::valid_utf8(samples[i].parse_error);
     c.turn = request.turn;
-    c.policy_error = samples[i].policy_error;
     c.trajectory = request.turn == 0 ? c.id : request.previous.at(i).trajectory;
     if (!request.previous.empty()) c.parent = static_cast<int64_t>(request.previous.at(i).id);
-    c.prompt = std::move(samples[i].prompt);
     out.candidates.push_back(std::move(c));
   }
   out.finished_at = wall_now();
@@ -51,16 +47,8 @@ caf::result<msg::Generated> refine(GeneratorSetup& setup, log::Logger& log, cons
     return caf::make_error(caf::sec::invalid_argument, "generator: one verdict per previous candidate");
   std::vector<policy::Attempt> attempts;
   for (std::size_t i = 0; i < request.previous.size(); ++i) {
-    const auto& c = request.previous[i];
-    policy::Sample previous;
-    previous.task = c.task;
-    previous.output = c.output;
-    previous.source = c.source;
-    previous.tokens = c.tokens;
-    previous.logprobs = c.logprobs;
-    previous.policy_version = c.policy_version;
-    previous.prompt = c.prompt;
-    attempts.push_back({std::move(previous), policy::feedback_of(request.verdicts[i])});
+    const policy::Sample& previous = request.previous[i];
+    attempts.push_back({previous, policy::feedback_of(request.verdicts[i])});
   }
   const double started = wall_now();
   std::vector<policy::Sample> samples;

@@ -6,32 +6,38 @@
 #include <string>
 #include <vector>
 
+#include "policy/sample.h"
+
+namespace crucible::policy {
+
+// The sample's own serialization, here beside the candidate it becomes (policy/ needs no CAF): the optimizer gets
+// samples back as they were generated.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Sample& x) {
+  return f(caf::meta::type_name("crucible.Sample"), x.task, x.output, x.source, x.tokens, x.logprobs, x.parse_error,
+           x.policy_version, x.prompt, x.policy_error, x.teacher_context);
+}
+
+}  // namespace crucible::policy
+
 namespace crucible::messages {
 
-// A policy's sample: the source it wrote for a task, tagged with where it belongs in a batch.
-struct Candidate {
+// A policy's sample, tagged with where it belongs in a batch: the one value that goes from the generator through
+// evaluation and scoring to training (which reads it as the policy::Sample it is).
+struct Candidate : policy::Sample {
   uint64_t id = 0;
   uint64_t step = 0;          // the mode's unit of work: GRPO step, best-of-N task, TTT (task, step)
-  std::string task;
   uint64_t group = 0;         // the task's group within a step (GRPO) or the sweep (best-of-N)
   uint32_t index = 0;         // position within the group
-  uint64_t policy_version = 0;
-  std::string output;         // the policy's raw output
-  std::string source;         // assembled from it
-  std::vector<int32_t> tokens;  // what the policy sampled (token ids, or the search policy's knob choices)
-  std::vector<float> logprobs;  // per token, when the policy has them
-  std::string parse_error;      // why the output held no source (then it is not compiled); empty: parsed
-  uint64_t trajectory = 0;      // multi-turn: the id of the trajectory's first turn (its own id at turn 0)
-  uint32_t turn = 0;            // multi-turn: 0 for the first sample, t for the t-th refinement
-  std::string prompt;           // a refinement's whole prompt, which training conditions on; empty: the task's
-  int64_t parent = -1;          // the candidate this one refines (a previous turn, or a state PUCT chose); -1: none
-  bool policy_error = false;    // no sample at all (a served model's server failed): parse_error says why
+  uint64_t trajectory = 0;    // multi-turn: the id of the trajectory's first turn (its own id at turn 0)
+  uint32_t turn = 0;          // multi-turn: 0 for the first sample, t for the t-th refinement
+  int64_t parent = -1;        // the candidate this one refines (a previous turn, or a state PUCT chose); -1: none
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Candidate& x) {
-  return f(caf::meta::type_name("crucible.Candidate"), x.id, x.step, x.task, x.group, x.index, x.policy_version,
-           x.output, x.source, x.tokens, x.logprobs, x.parse_error, x.trajectory, x.turn, x.prompt, x.parent, x.policy_error);
+  return f(caf::meta::type_name("crucible.Candidate"), static_cast<policy::Sample&>(x), x.id, x.step, x.group,
+           x.index, x.trajectory, x.turn, x.parent);
 }
 
 struct CompileRequest {

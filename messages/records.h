@@ -47,7 +47,7 @@ struct UnitRecord {
   bool train = false;
   double train_start = 0, train_end = 0;
   uint64_t policy_version_after = 0;  // the version this unit's update published (or the current one)
-  std::vector<TrainMetrics> train_metrics;
+  std::vector<policy::UpdateMetrics> train_metrics;
   double committed_at = 0;
 };
 

@@ -82,58 +82,70 @@ std::string task_source(const NodeRequest& r, const std::string& task) {
   return (std::filesystem::path(r.tasks_dir) / (task + ".toml")).string();
 }
 
-// One session: evaluators pull until the run ends or the coordinator is lost; heartbeats carry the log lines.
-SessionEnd serve(caf::scoped_actor& self, const gateway_actor& gateway, const msg::JoinAccepted& joined,
-                 const NodeRequest& r, const Evaluators& evaluators, const log::Logger& log) {
+// A session's pullers: per device as many as cluster::pullers_for says, sharing the device's one evaluator (one set
+// of workers and input pools); each monitored by `self`.
+struct Pullers {
+  std::vector<std::shared_ptr<actors::EvaluatorSetup>> setups;
+  std::set<caf::actor_addr> running;
+  std::shared_ptr<std::atomic<bool>> stop = std::make_shared<std::atomic<bool>>(false);
+};
+
+Pullers spawn_pullers(caf::scoped_actor& self, const msg::JoinAccepted& joined, const NodeRequest& r,
+                      const Evaluators& evaluators) {
   auto coordinator = caf::actor_cast<actors::coordinator_actor>(joined.coordinator);
   std::map<std::string, eval::TaskSpec> tasks;
   for (const auto& t : joined.tasks) tasks[t.name] = tasks::parse_task_text(t.toml, task_source(r, t.name));
   auto leases = std::make_shared<devices::DeviceLeases>();
-  auto stop = std::make_shared<std::atomic<bool>>(false);
-  std::vector<std::shared_ptr<actors::EvaluatorSetup>> setups;
-  std::set<caf::actor_addr> running;
+  Pullers out;
   for (const auto& device : r.devices) {
     const auto plan = cluster::pullers_for(device, r.compile_ahead);
-    // One evaluator per device, whatever the number of pullers: one set of workers and input pools.
-    const auto& shared = evaluators.at(device.name());
     for (int p = 0; p < plan.pullers; ++p) {
       auto s = std::make_shared<actors::EvaluatorSetup>();
       s->device = device.name();
       s->options = eval_options(joined.eval, device);
       s->tasks = tasks;
       s->leases = leases;
-      s->shared = shared;
+      s->shared = evaluators.at(device.name());
       s->build_beside_evaluation = plan.build_beside_evaluation;
       s->session = joined.session;
       s->pull_timeout = ms(std::max(0.5, joined.heartbeat_s * 2));
-      s->stop = stop;
+      s->stop = out.stop;
       auto evaluator = self->system().spawn<caf::detached>(actors::evaluator, coordinator, s);
       self->monitor(evaluator);
-      running.insert(evaluator.address());
-      setups.push_back(s);
+      out.running.insert(evaluator.address());
+      out.setups.push_back(s);
     }
   }
-  self->monitor(gateway);
-  SessionEnd end;
-  const auto beat = ms(joined.heartbeat_s);
-  const auto timeout = ms(joined.timeout_s);
+  return out;
+}
+
+// One heartbeat with the log lines waiting; on failure the lines go back to the outbox and the session ends.
+std::optional<SessionEnd> heartbeat(caf::scoped_actor& self, const gateway_actor& gateway,
+                                    const msg::JoinAccepted& joined, const NodeRequest& r) {
+  auto lines = r.outbox ? r.outbox->take(kLinesPerBeat) : std::vector<msg::LogLine>{};
+  auto sent = lines;
+  std::optional<SessionEnd> end;
+  self->request(gateway, ms(joined.timeout_s), msg::NodeHeartbeat{joined.session, std::move(sent)})
+      .receive([&](caf::ok_atom) {},
+               [&](caf::error& e) {
+                 if (r.outbox) r.outbox->put_back(std::move(lines));
+                 // The run may have ended while this beat was on its way (its notice still queued).
+                 end = SessionEnd{msg::cluster_code(e) == msg::cluster_error::run_over,
+                                  "heartbeat failed: " + self->system().render(e)};
+               });
+  return end;
+}
+
+// Beats until the gateway says the run is over, the gateway is lost, or every puller has stopped.
+SessionEnd beat_until_over(caf::scoped_actor& self, const gateway_actor& gateway, const msg::JoinAccepted& joined,
+                           const NodeRequest& r, Pullers& pullers) {
+  std::optional<SessionEnd> end;
   auto next_beat = Clock::now();
-  bool over = false;
-  while (!over) {
+  while (!end) {
     if (Clock::now() >= next_beat) {
-      auto lines = r.outbox ? r.outbox->take(kLinesPerBeat) : std::vector<msg::LogLine>{};
-      auto sent = lines;
-      self->request(gateway, timeout, msg::NodeHeartbeat{joined.session, std::move(sent)})
-          .receive([&](caf::ok_atom) {},
-                   [&](caf::error& e) {
-                     if (r.outbox) r.outbox->put_back(std::move(lines));
-                     end.reason = "heartbeat failed: " + self->system().render(e);
-                     // The run may have ended while this beat was on its way (its notice still queued).
-                     end.run_over = msg::cluster_code(e) == msg::cluster_error::run_over;
-                     over = true;
-                   });
-      next_beat = Clock::now() + beat;
-      if (over) break;
+      end = heartbeat(self, gateway, joined, r);
+      next_beat = Clock::now() + ms(joined.heartbeat_s);
+      if (end) break;
     }
     self->receive(
         [&](actors::over_atom, uint64_t session) {
@@ -141,32 +153,52 @@ SessionEnd serve(caf::scoped_actor& self, const gateway_actor& gateway, const ms
           // who reached this node's actor, is ignored.
           const auto& sender = self->current_sender();
           if (session != joined.session || !sender || sender->address() != gateway.address()) return;
-          end.reason = "the run is over";
-          end.run_over = true;
-          over = true;
+          end = SessionEnd{true, "the run is over"};
         },
         [&](caf::down_msg& down) {
-          if (down.source == gateway.address()) {
-            end.reason = "lost the coordinator's node (" + self->system().render(down.reason) + ")";
-            over = true;
-          } else if (running.erase(down.source) && running.empty()) {
-            end.reason = setups.front()->end_reason;
-            end.run_over = setups.front()->end_code == msg::cluster_error::run_over;
-            over = true;
-          }
+          if (down.source == gateway.address())
+            end = SessionEnd{false, "lost the coordinator's node (" + self->system().render(down.reason) + ")"};
+          else if (pullers.running.erase(down.source) && pullers.running.empty())
+            end = SessionEnd{pullers.setups.front()->end_code == msg::cluster_error::run_over,
+                             pullers.setups.front()->end_reason};
         },
         caf::after(std::max(std::chrono::milliseconds(1),
                             std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - Clock::now()))) >>
             [] {});
   }
+  return *end;
+}
+
+// One session: evaluators pull until the run ends or the coordinator is lost; heartbeats carry the log lines.
+SessionEnd serve(caf::scoped_actor& self, const gateway_actor& gateway, const msg::JoinAccepted& joined,
+                 const NodeRequest& r, const Evaluators& evaluators, const log::Logger& log) {
+  auto pullers = spawn_pullers(self, joined, r, evaluators);
+  self->monitor(gateway);
+  const SessionEnd end = beat_until_over(self, gateway, joined, r, pullers);
   // Evaluators finish the candidate in hand (its result is discarded by a coordinator that moved on) and stop.
-  stop->store(true);
+  pullers.stop->store(true);
   if (!end.run_over) self->send(gateway, actors::leave_atom_v, joined.session);
-  while (!running.empty())
-    self->receive([&](caf::down_msg& down) { running.erase(down.source); });
+  while (!pullers.running.empty())
+    self->receive([&](caf::down_msg& down) { pullers.running.erase(down.source); });
   self->demonitor(gateway.address());
   log.info("session ", joined.session, " ended: ", end.reason);
   return end;
+}
+
+// One kernels_eval evaluator per device for the node's life: its workers, input pools and reference timings serve
+// every session (each seed of a run is one), and a GPU is set up before the first candidate arrives. Throws what
+// preparing a device throws.
+Evaluators prepare_evaluators(const NodeRequest& r, const log::Logger& log) {
+  Evaluators evaluators;
+  for (const auto& device : r.devices) {
+    const auto started = Clock::now();
+    auto evaluator = std::make_shared<eval::Evaluator>(eval::EvaluatorConfig{});
+    evaluator->prepare(device.name());
+    if (device.is_cuda())
+      log.info("device ", device.name(), " ready in ", std::chrono::duration<double>(Clock::now() - started).count(), " s");
+    evaluators[device.name()] = std::move(evaluator);
+  }
+  return evaluators;
 }
 
 }  // namespace
@@ -180,20 +212,11 @@ NodeResult run_evaluator_node(const NodeRequest& r) {
   } catch (const std::exception& e) {
     return {2, e.what()};
   }
-  // One kernels_eval evaluator per device for the node's life: its workers, input pools and reference timings serve
-  // every session (each seed of a run is one), and a GPU is set up before the first candidate arrives.
   Evaluators evaluators;
-  for (const auto& device : r.devices) {
-    const auto started = Clock::now();
-    auto evaluator = std::make_shared<eval::Evaluator>(eval::EvaluatorConfig{});
-    try {
-      evaluator->prepare(device.name());
-    } catch (const std::exception& e) {
-      return {2, e.what()};
-    }
-    if (device.is_cuda())
-      log.info("device ", device.name(), " ready in ", std::chrono::duration<double>(Clock::now() - started).count(), " s");
-    evaluators[device.name()] = std::move(evaluator);
+  try {
+    evaluators = prepare_evaluators(r, log);
+  } catch (const std::exception& e) {
+    return {2, e.what()};
   }
   caf::actor_system_config config;
   configure_actor_system(config, 2);

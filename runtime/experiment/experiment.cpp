@@ -10,6 +10,7 @@
 #include "config/text_file.h"
 #include "config/toml_edit.h"
 #include "config/toml_reader.h"
+#include "coordinator/candidate_ids.h"  // header only: the bounds that keep candidate ids apart
 #include "tasks/task_loader.h"
 
 namespace crucible::experiment {
@@ -19,8 +20,10 @@ using config::TableReader;
 
 // Every count in an experiment has a documented upper bound (docs/experiments.md), checked here as it is read:
 // samples, steps and tokens bound the work a run asks for; workers and concurrent requests are threads.
-constexpr int kMaxSamples = 99'999;  // per group: candidates are numbered group * 100000 + index
+constexpr int kMaxSamples = coordinator::kMaxGroupSamples;  // per group: its candidates share one block of ids
 constexpr int kMaxSteps = 1'000'000;
+constexpr uint32_t kMaxTurns = 16;
+static_assert(kMaxTurns <= coordinator::kMaxTurns, "refinement turns must keep candidate ids apart");
 constexpr int kMaxTokens = 131'072;
 constexpr int kMaxThreads = 256;
 // The file's own bound, the same on every machine (a run directory stays readable anywhere); a run also keeps to
@@ -315,7 +318,7 @@ void read_search(TableReader t, SearchConfig& c) {
 }
 
 void read_multi_turn(TableReader t, rewards::MultiTurnSpec& m) {
-  m.turns = t.get_int_in<uint32_t>("turns", m.turns, 1, 16);
+  m.turns = t.get_int_in<uint32_t>("turns", m.turns, 1, kMaxTurns);
   m.returns = parse_choice(t, "returns", "per_turn", rewards::parse_turn_returns);
   m.gamma = number_in(t, "gamma", m.gamma, 0.0, 1.0);
   t.finish();
@@ -512,9 +515,10 @@ Experiment parse_experiment(const std::string& text, const std::string& file, co
     e.fail("eval.devices", "give at least one device (or let nodes evaluate: [cluster] listen)");
   if (e.search.kind == SearchKind::puct && e.mode == Mode::grpo)
     e.fail("search.kind", "puct reuses states within a task: use it with mode best_of_n or ttt");
-  // Refinement turns number their candidates in blocks of 1000 per group.
-  if (e.multi_turn.turns > 1 && std::max({e.grpo.group_size, e.best_of_n.group_size, e.ttt.rollouts}) >= 1000)
-    e.fail("multi_turn.turns", "multi-turn groups must hold fewer than 1000 samples");
+  // Refinement turns number their candidates in smaller blocks per group (coordinator/candidate_ids.h).
+  if (!coordinator::ids_fit(std::max({e.grpo.group_size, e.best_of_n.group_size, e.ttt.rollouts}), e.multi_turn.turns))
+    e.fail("multi_turn.turns", "multi-turn groups must hold fewer than " + std::to_string(coordinator::kIdsPerTurn) +
+                                   " samples");
   if (e.advantage.kind == rewards::AdvantageKind::trloo && e.multi_turn.turns == 1)
     e.fail("advantage.kind", "trloo compares trajectories turn by turn: set [multi_turn] turns > 1 (or use rloo)");
   make_tasks_dir_absolute(e, relative_to);

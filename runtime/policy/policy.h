@@ -9,43 +9,15 @@
 
 #include "crucible/eval/task_spec.h"
 #include "policy/feedback.h"
+#include "policy/sample.h"
+#include "policy/update_metrics.h"
 
 namespace crucible::policy {
-
-struct Sample {
-  std::string task;
-  std::string output;             // the policy's raw output (a model's text; the search policy's chosen knobs)
-  std::string source;             // the candidate source assembled from it
-  std::vector<int32_t> tokens;    // what was sampled: token ids, or one choice index per knob
-  std::vector<float> logprobs;    // per token: the policy's own log-probability (a model's, before temperature)
-  std::string parse_error;        // why no source could be assembled (recorded as a parse_error verdict); empty: ok
-  uint64_t policy_version = 0;
-  // A refinement turn's whole prompt as the model saw it (earlier code and feedback included), which training must
-  // condition on; empty: the task's own prompt.
-  std::string prompt;
-  // The policy could not produce a sample at all (a served model's server down or refusing): parse_error says why,
-  // and the record says policy_error instead of no_source.
-  bool policy_error = false;
-  // Self-distillation (SDPO): what this sample's teacher reads at the end of the prompt's user turn, filled in
-  // before an update (policy/teacher_context.h); empty: no teacher.
-  std::string teacher_context;
-};
 
 // One trajectory's previous turn and what the evaluator said about it: what a refinement turn improves on.
 struct Attempt {
   Sample previous;
   Feedback feedback;
-};
-
-// What an update measured, per adapter (a language model's task under ttt; "" for the one shared adapter).
-struct UpdateMetrics {
-  std::string adapter;
-  double loss = 0;
-  std::optional<double> kl;  // policy vs base, per completion token; unset where it was not measured
-  double entropy = 0, clip_fraction = 0, grad_norm = 0;
-  int64_t sequences = 0, tokens = 0, dropped_sequences = 0;
-  double distill_kl = 0;         // SDPO: mean KL(student || teacher) per taught completion token
-  int64_t taught_sequences = 0;  // SDPO: sequences that had a teacher
 };
 
 struct GroupAsk {

@@ -167,12 +167,22 @@ TEST_CASE("evaluation messages round-trip, and a verdict crosses field for field
 TEST_CASE("training messages round-trip") {
   msg::TrainBatch batch;
   batch.step = 4;
-  batch.samples = {{3, "relu", {0, 2}, {-0.1f, -2.0f}, -0.25}, {3, "gelu", {1, 1}, {}, 0.75}};
+  batch.samples.resize(2);
+  batch.samples[0].task = "relu";
+  batch.samples[0].tokens = {0, 2};
+  batch.samples[0].logprobs = {-0.1f, -2.0f};
+  batch.samples[0].policy_version = 3;
+  batch.samples[0].teacher_context = "A correct kernel for this task";
+  batch.samples[1].task = "gelu";
+  batch.samples[1].tokens = {1, 1};
+  batch.advantages = {-0.25, 0.75};
   auto b = round_trip(batch);
   REQUIRE(b.samples.size() == 2);
-  CHECK(b.samples[1].advantage == 0.75);
+  REQUIRE(b.advantages.size() == 2);
+  CHECK(b.advantages[1] == 0.75);
   CHECK(b.samples[0].policy_version == 3);
   CHECK(b.samples[0].tokens == std::vector<int32_t>{0, 2});
+  CHECK(b.samples[0].teacher_context == "A correct kernel for this task");
   CHECK(b.samples[1].task == "gelu");
   msg::PolicyPublished published{12, 4, 0.031, R"({"version":12})", {{"relu", 0.5, 0.0, 1.0, 0.0, 2.0, 8, 512, 1}}};
   auto p = round_trip(published);
@@ -182,6 +192,11 @@ TEST_CASE("training messages round-trip") {
   CHECK(p.metrics[0].adapter == "relu");
   CHECK(p.metrics[0].loss == 0.5);
   CHECK(p.metrics[0].dropped_sequences == 1);
+  REQUIRE(p.metrics[0].kl);
+  CHECK(*p.metrics[0].kl == 0.0);
+  // A KL that was not measured stays unmeasured, not zero.
+  published.metrics[0].kl.reset();
+  CHECK_FALSE(round_trip(published).metrics.at(0).kl);
 }
 
 TEST_CASE("coordination messages round-trip") {

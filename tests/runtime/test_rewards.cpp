@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "rewards/advantage.h"
+#include "rewards/group_scorer.h"
 #include "rewards/reward.h"
 
 using namespace crucible;
@@ -220,4 +221,53 @@ TEST_CASE("profiling: kernel coverage adds to a correct sample's reward and reje
   wrong.kernel_coverage = 1.0;
   CHECK(rewards::reward(wrong, spec) == 0.0);
   CHECK_FALSE(rewards::rejected_for_coverage(wrong, spec));
+}
+
+TEST_CASE("group scorer: which groups are judged, and a judge's scores added where they are numbers") {
+  struct ShareRow {
+    std::vector<eval::Status> statuses;
+    double share;
+  };
+  for (const auto& r : std::vector<ShareRow>{{{}, 0.0},
+                                             {{eval::Status::correct}, 1.0},
+                                             {{eval::Status::correct, eval::Status::incorrect,
+                                               eval::Status::compile_error, eval::Status::correct},
+                                              0.5}}) {
+    std::vector<eval::Verdict> group;
+    for (auto s : r.statuses) group.push_back(verdict(s));
+    CHECK(rewards::correct_share(group) == doctest::Approx(r.share));
+  }
+  rewards::ScoringSpec spec;
+  spec.judge_weight = 2.0;
+  rewards::GroupScorer scorer(spec);
+  const auto group = std::vector<eval::Verdict>{verdict(eval::Status::correct, 1.5), verdict(eval::Status::incorrect),
+                                                verdict(eval::Status::correct, 3.0)};
+  auto r = scorer.rewards(group);
+  CHECK(r == std::vector<double>{1.5, 0.0, 3.0});
+  scorer.add_judge_scores(r, {0.5, std::nan(""), 1.0});  // the second judgement failed: nothing added
+  CHECK(r == std::vector<double>{2.5, 0.0, 5.0});
+}
+
+TEST_CASE("group scorer: advantages of a group, with coverage rejection, turns and per-task baselines") {
+  rewards::ScoringSpec spec;
+  spec.reward.min_coverage = 0.6;
+  auto thin = verdict(eval::Status::correct, 4.0);
+  thin.kernel_coverage = 0.2;  // correct, but most of its time outside its own kernels
+  const std::vector<eval::Verdict> group{verdict(eval::Status::correct, 3.0), thin, verdict(eval::Status::incorrect)};
+  rewards::GroupScorer scorer(spec);
+  const auto r = scorer.rewards(group);
+  const auto a = scorer.advantages("relu", r, group, 1);
+  REQUIRE(a.size() == 3);
+  CHECK(a[0] != 0.0);
+  CHECK(a[1] == 0.0);  // rejected: trains nothing
+  CHECK(a[2] < 0.0);
+  CHECK(scorer.advantages("relu", r, group, 0) == a);  // no turns counts as one
+
+  spec.task_baseline = true;
+  rewards::GroupScorer with_baseline(spec), fresh(spec);
+  const std::vector<double> rewards{1.0, 2.0, 4.0};
+  const std::vector<eval::Verdict> plain(3, verdict(eval::Status::incorrect));
+  const auto relu = with_baseline.advantages("relu", rewards, plain, 1);
+  CHECK(with_baseline.advantages("relu", rewards, plain, 1) != relu);  // the task's baseline has moved
+  CHECK(with_baseline.advantages("gelu", rewards, plain, 1) == fresh.advantages("gelu", rewards, plain, 1));
 }

@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "config/toml_reader.h"
 #include "experiment/experiment.h"
-#include "actors/node/run_experiment.h"
+#include "actors/run/run_experiment.h"
 #include "report/run_record.h"
 
 namespace crucible::cli {

@@ -1,4 +1,4 @@
-#include "actors/node/archived_states.h"
+#include "actors/run/archived_states.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,7 +1,4 @@
-#include "actors/node/run_experiment.h"
-
-#include "actors/node/archived_states.h"
-
+#include "actors/run/run_experiment.h"
 
 #include <caf/all.hpp>
 
@@ -13,6 +10,7 @@
 #include <thread>
 
 #include "actors/compiler_pool.h"
+#include "actors/run/archived_states.h"
 #include "openai_policy/openai_policy.h"
 #include "actors/coordinator.h"
 #include "actors/evaluator.h"
@@ -101,87 +99,96 @@ std::string starting_snapshot(const experiment::Experiment& e, const run::RunDir
   return {};
 }
 
-RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, const std::vector<eval::TaskSpec>& tasks) {
-  const auto& e = request.experiment;
-  const fs::path seed_dir = request.dir / ("seed-" + std::to_string(seed));
-  auto dir = std::make_shared<run::RunDirectory>(fs::exists(seed_dir / "journal.jsonl") || fs::exists(seed_dir / "experiment.toml")
-                                                     ? run::RunDirectory::resume(seed_dir)
+std::shared_ptr<run::RunDirectory> open_seed_directory(const fs::path& seed_dir, const experiment::Experiment& e) {
+  const bool started = fs::exists(seed_dir / "journal.jsonl") || fs::exists(seed_dir / "experiment.toml");
+  return std::make_shared<run::RunDirectory>(started ? run::RunDirectory::resume(seed_dir)
                                                      : run::RunDirectory::create(seed_dir, e.text));
-  log::Logger log{"node"};
-  std::vector<std::string> names;
-  std::map<std::string, eval::TaskSpec> by_name;
-  for (const auto& t : tasks) names.push_back(t.name), by_name[t.name] = t;
-  auto units = modes::plan_units(e, names);
-  const std::set<std::string> committed(dir->committed().begin(), dir->committed().end());
-  log.info("seed ", seed, ": ", units.size(), " units, ", committed.size(), " committed before");
+}
 
-  auto leases = std::make_shared<devices::DeviceLeases>();
-  const std::string snapshot = starting_snapshot(e, *dir);
-  auto generator_setup = std::make_shared<actors::GeneratorSetup>();
-  generator_setup->policy = make_policy(e, seed, seed_dir);
-  generator_setup->tasks = by_name;
-  // The search and replay policies take microseconds of one core per step: no lease, so they never wait for a
-  // timing. A model sharing an evaluator's device holds that device's lease while it samples or trains, so no
-  // candidate is timed next to it.
-  const std::string policy_device = policy_lease(e);
-  generator_setup->policy_device = policy_device;
-  generator_setup->leases = leases;
-  auto optimizer_setup = std::make_shared<actors::OptimizerSetup>();
-  optimizer_setup->policy = make_policy(e, seed, seed_dir);
-  optimizer_setup->policy_device = policy_device;
-  optimizer_setup->leases = leases;
+// What a seed's actors share: its tasks by name and the devices' leases.
+struct SeedContext {
+  const RunRequest& request;
+  uint64_t seed = 0;
+  fs::path seed_dir;
+  std::map<std::string, eval::TaskSpec> tasks;
+  std::shared_ptr<devices::DeviceLeases> leases = std::make_shared<devices::DeviceLeases>();
+};
+
+// The generator's and the optimizer's copies of the policy, both from the seed's starting snapshot. The search and
+// replay policies take microseconds of one core per step: no lease, so they never wait for a timing. A model sharing
+// an evaluator's device holds that device's lease while it samples or trains, so no candidate is timed next to it.
+std::pair<std::shared_ptr<actors::GeneratorSetup>, std::shared_ptr<actors::OptimizerSetup>> make_policies(
+    const SeedContext& c, const run::RunDirectory& dir) {
+  const auto& e = c.request.experiment;
+  const std::string snapshot = starting_snapshot(e, dir);
+  auto generator = std::make_shared<actors::GeneratorSetup>();
+  auto optimizer = std::make_shared<actors::OptimizerSetup>();
+  generator->policy = make_policy(e, c.seed, c.seed_dir);
+  optimizer->policy = make_policy(e, c.seed, c.seed_dir);
+  generator->tasks = c.tasks;
+  generator->policy_device = optimizer->policy_device = policy_lease(e);
+  generator->leases = optimizer->leases = c.leases;
   if (!snapshot.empty()) {
-    generator_setup->policy->restore(snapshot);
-    optimizer_setup->policy->restore(snapshot);
+    generator->policy->restore(snapshot);
+    optimizer->policy->restore(snapshot);
   }
   // After restoring: a checkpoint may know fewer tasks than this experiment has.
-  for (const auto& t : tasks) optimizer_setup->policy->prepare(t);
+  for (const auto& [name, task] : c.tasks) optimizer->policy->prepare(task);
+  return {generator, optimizer};
+}
 
-  caf::actor_system_config config;
-  configure_actor_system(config, 1);
-  if (e.cluster.enabled())
-    node::enable_network(config, {{e.cluster.tls_certificate, e.cluster.tls_key, e.cluster.tls_ca},
-                                     e.cluster.heartbeat_s, 3 * e.cluster.node_timeout_s});
-  caf::actor_system system{config};
-  auto telemetry = system.spawn(actors::telemetry, dir, request.quiet);
-  actors::NormalizerSetup normalizer_setup{e.reward, e.advantage, e.task_baseline, e.multi_turn};
+actors::NormalizerSetup normalizer_setup(const experiment::Experiment& e,
+                                         const std::map<std::string, eval::TaskSpec>& tasks) {
+  actors::NormalizerSetup setup{e.reward, e.advantage, e.task_baseline, e.multi_turn};
   if (e.judge.enabled) {
-    normalizer_setup.judge = policy::make_llm_judge(e.judge);
-    normalizer_setup.judge_weight = e.judge.weight;
-    normalizer_setup.judge_when_correct_below = e.judge.when_correct_below;
-    normalizer_setup.judge_concurrency = e.judge.endpoint.concurrency;
-    for (const auto& t : tasks) normalizer_setup.tasks.emplace(t.name, t);
+    setup.judge = policy::make_llm_judge(e.judge);
+    setup.judge_weight = e.judge.weight;
+    setup.judge_when_correct_below = e.judge.when_correct_below;
+    setup.judge_concurrency = e.judge.endpoint.concurrency;
+    setup.tasks = tasks;
   }
-  // A judge waits on HTTP: then the normalizer gets a thread of its own.
-  auto normalizer = e.judge.enabled ? system.spawn<caf::detached>(actors::reward_normalizer, normalizer_setup)
-                                    : system.spawn(actors::reward_normalizer, normalizer_setup);
-  auto optimizer = system.spawn<caf::detached>(actors::optimizer, optimizer_setup);
-  auto generator = system.spawn<caf::detached>(actors::rollout_generator, generator_setup);
+  return setup;
+}
 
+actors::CoordinatorSetup coordinator_setup(const SeedContext& c, std::vector<modes::UnitPlan> units,
+                                           std::set<std::string> committed) {
+  const auto& e = c.request.experiment;
   actors::CoordinatorSetup setup;
   setup.mode = experiment::mode_name(e.mode);
-  setup.units = units;
+  setup.units = std::move(units);
   if (e.search.kind == experiment::SearchKind::puct) {
     setup.puct = search::PuctOptions{e.search.c};
-    if (!committed.empty()) setup.archived = archived_states(seed_dir);  // a resume keeps what was searched
+    if (!committed.empty()) setup.archived = archived_states(c.seed_dir);  // a resume keeps what was searched
   }
-  setup.live = request.live;
-  setup.seed = seed;
-  setup.seed_index = static_cast<std::size_t>(std::find(e.seeds.begin(), e.seeds.end(), seed) - e.seeds.begin());
+  setup.live = c.request.live;
+  setup.seed = c.seed;
+  setup.seed_index = static_cast<std::size_t>(std::find(e.seeds.begin(), e.seeds.end(), c.seed) - e.seeds.begin());
   setup.seeds = e.seeds.size();
-  setup.progress_lines = !request.quiet;
+  setup.progress_lines = !c.request.quiet;
   if (e.policy.kind == experiment::PolicyKind::libtorch && e.policy.lm.loss == experiment::Loss::sdpo)
     setup.teacher_feedback = e.policy.lm.sdpo_feedback;
-  setup.committed = committed;
+  setup.committed = std::move(committed);
   setup.compile_device = e.eval.devices.empty() ? "" : e.eval.devices.front().name();
   setup.compile_locally = !e.eval.devices.empty();
   setup.source_extension = std::string(e.eval.source_extension());
-  setup.generator = generator;
-  setup.normalizer = normalizer;
-  setup.optimizer = optimizer;
-  setup.telemetry = telemetry;
-  auto coordinator = actors::spawn_coordinator(system, std::move(setup));
+  setup.language = e.eval.language();
+  return setup;
+}
 
+// What the stage accounting (tools/bench_stages) needs to know about this node.
+struct NodeShape {
+  int compile_workers = 0, cores = 1;
+  std::size_t evaluators = 0;
+};
+
+void write_node_record(const fs::path& seed_dir, const NodeShape& n) {
+  std::ofstream(seed_dir / "node.json") << "{\"compile_workers\": " << n.compile_workers << ", \"evaluators\": "
+                                        << n.evaluators << ", \"cores\": " << n.cores << "}\n";
+}
+
+// The compile workers and one evaluator per device of this node.
+NodeShape spawn_evaluation(caf::actor_system& system, const SeedContext& c, actors::coordinator_actor coordinator) {
+  const auto& e = c.request.experiment;
   eval::EvaluatorConfig front_config;
   front_config.warm_workers = 0;
   front_config.gpu_warm_workers = 0;
@@ -201,41 +208,76 @@ RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, con
     auto s = std::make_shared<actors::EvaluatorSetup>();
     s->device = device.name();
     s->options = eval_options(settings, device);
-    s->tasks = by_name;
-    s->leases = leases;
+    s->tasks = c.tasks;
+    s->leases = c.leases;
     system.spawn<caf::detached>(actors::evaluator, coordinator, s);
   }
+  return {compile_workers, cores, e.eval.devices.size()};
+}
 
+// The run of this seed, from the coordinator's start to its outcome; then the nodes hear that it is over before the
+// connection closes (a node that misses it finds the port closed and waits for the next seed, or gives up).
+RunResult await_outcome(caf::actor_system& system, actors::coordinator_actor coordinator,
+                        const std::optional<actors::gateway_actor>& gateway) {
   RunResult result;
-  result.dir = request.dir;
-  std::optional<actors::gateway_actor> gateway;
-  if (e.cluster.enabled()) {
-    try {
-      gateway = open_gateway(system, e, coordinator, seed, last_seed, tasks, request.dir / "logs");
-    } catch (const std::exception& error) {
-      result.message = error.what();
-      caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
-      return result;
-    }
-  }
-
-  // What the stage accounting (tools/bench_stages) needs to know about this node.
-  std::ofstream(seed_dir / "node.json") << "{\"compile_workers\": " << compile_workers << ", \"evaluators\": "
-                                        << e.eval.devices.size() << ", \"cores\": " << cores << "}\n";
   caf::scoped_actor self{system};
   self->request(coordinator, caf::infinite, actors::run_atom_v)
       .receive([&](messages::RunOutcome& outcome) { result.ok = outcome.ok, result.message = outcome.message; },
                [&](caf::error& err) { result.message = "the coordinator failed: " + system.render(err); });
   if (gateway) {
-    // The nodes hear that the run is over before the connection closes; a node that misses it finds the port
-    // closed and waits for the next seed (or gives up).
     self->request(*gateway, std::chrono::seconds(2), actors::over_atom_v).receive([](caf::ok_atom) {}, [](caf::error&) {});
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     self->send_exit(*gateway, caf::exit_reason::user_shutdown);
   }
+  return result;
+}
+
+// One actor system per seed: telemetry, the reward normalizer, the optimizer and the generator, the coordinator
+// that drives them, this node's evaluation, and (with [cluster]) the gateway for evaluator nodes.
+RunResult run_seed(const RunRequest& request, uint64_t seed, bool last_seed, const std::vector<eval::TaskSpec>& tasks) {
+  const auto& e = request.experiment;
+  SeedContext c{request, seed, request.dir / ("seed-" + std::to_string(seed))};
+  auto dir = open_seed_directory(c.seed_dir, e);
+  std::vector<std::string> names;
+  for (const auto& t : tasks) names.push_back(t.name), c.tasks[t.name] = t;
+  auto units = modes::plan_units(e, names);
+  std::set<std::string> committed(dir->committed().begin(), dir->committed().end());
+  log::Logger{"node"}.info("seed ", seed, ": ", units.size(), " units, ", committed.size(), " committed before");
+  auto [generator_setup, optimizer_setup] = make_policies(c, *dir);
+
+  caf::actor_system_config config;
+  configure_actor_system(config, 1);
+  if (e.cluster.enabled())
+    node::enable_network(config, {{e.cluster.tls_certificate, e.cluster.tls_key, e.cluster.tls_ca},
+                                     e.cluster.heartbeat_s, 3 * e.cluster.node_timeout_s});
+  caf::actor_system system{config};
+  auto telemetry = system.spawn(actors::telemetry, dir, request.quiet);
+  // A judge waits on HTTP: then the normalizer gets a thread of its own.
+  const auto scoring = normalizer_setup(e, c.tasks);
+  auto normalizer = e.judge.enabled ? system.spawn<caf::detached>(actors::reward_normalizer, scoring)
+                                    : system.spawn(actors::reward_normalizer, scoring);
+  auto optimizer = system.spawn<caf::detached>(actors::optimizer, optimizer_setup);
+  auto generator = system.spawn<caf::detached>(actors::rollout_generator, generator_setup);
+  auto setup = coordinator_setup(c, std::move(units), std::move(committed));
+  setup.generator = generator, setup.normalizer = normalizer, setup.optimizer = optimizer, setup.telemetry = telemetry;
+  auto coordinator = actors::spawn_coordinator(system, std::move(setup));
+  const auto shape = spawn_evaluation(system, c, coordinator);
+
+  std::optional<actors::gateway_actor> gateway;
+  if (e.cluster.enabled()) {
+    try {
+      gateway = open_gateway(system, e, coordinator, seed, last_seed, tasks, request.dir / "logs");
+    } catch (const std::exception& error) {
+      caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
+      return {false, error.what(), request.dir};
+    }
+  }
+  write_node_record(c.seed_dir, shape);
+  auto result = await_outcome(system, coordinator, gateway);
+  result.dir = request.dir;
   for (const caf::actor& a : {caf::actor_cast<caf::actor>(telemetry), caf::actor_cast<caf::actor>(normalizer),
                               caf::actor_cast<caf::actor>(optimizer), caf::actor_cast<caf::actor>(generator)})
-    self->send_exit(a, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   return result;
 }
 
