@@ -326,6 +326,13 @@ TEST_CASE("gpt-oss LoRA on the router and experts: PEFT's layout, gradients thro
   CHECK(max_diff(model.forward_full(as_batch(ids)), with_adapter) == 0.0f);
   model.use_adapter(nullptr);
   CHECK(max_diff(model.forward_full(as_batch(ids)), with_adapter) > 1e-3f);
+  // Names as PEFT's target_parameters or a config give them; a bare word is not a parameter's name.
+  CHECK(lora_target_named("mlp.experts.gate_up_proj") == LoraTarget::experts_gate_up);
+  CHECK(lora_target_named("experts.down_proj") == LoraTarget::experts_down);
+  CHECK(lora_target_named("router.weight") == LoraTarget::router);
+  CHECK(lora_target_named("down_proj") == LoraTarget::down);
+  CHECK(!lora_target_named("weight"));
+  CHECK(!lora_target_named("xperts.down_proj"));
   // A dense model has no experts to adapt.
   const test::ScratchDir qwen_dir("qwen3-noexperts");
   const auto qwen = load_tiny(test::tiny_qwen3(), qwen_dir);

@@ -74,8 +74,8 @@ std::optional<LoraTarget> lora_target_named(const std::string& name) {
   for (auto t : kLoraTargets)
     if (name == lora_module_name(t)) return t;
   for (auto t : kLoraParameterTargets) {
-    const std::string full = lora_module_name(t);  // a dotted suffix of it names it too
-    if (!name.empty() && full.size() >= name.size() && full.compare(full.size() - name.size(), name.size(), name) == 0 &&
+    const std::string full = lora_module_name(t);  // a dotted suffix of it ("experts.down_proj") names it too
+    if (name.find('.') != std::string::npos && full.size() >= name.size() && full.compare(full.size() - name.size(), name.size(), name) == 0 &&
         (full.size() == name.size() || full[full.size() - name.size() - 1] == '.'))
       return t;
   }
