@@ -110,6 +110,19 @@ TEST_CASE("gpt-oss: a dense checkpoint packed to MXFP4 loads packed and gives th
   CHECK(packed.weights().blocks[1].moe.down.blocks.sizes().vec() == std::vector<int64_t>{4, 64, 1, 16});
   const auto ids = prompt_of(12, 48, 2);
   CHECK(max_diff(packed.forward_full(as_batch(ids)), dense.forward_full(as_batch(ids))) < 1e-5f);
+  // A scale byte of 255 is NaN in the MX format: refused at load, naming the tensor.
+  auto damaged = tensors;
+  for (auto& t : damaged)
+    if (t.name == "model.layers.1.mlp.experts.down_proj_scales") t.bytes[3] = std::byte{255};
+  const test::ScratchDir damaged_dir("gptoss-damaged");
+  write_safetensors(damaged_dir.path() / "model.safetensors", damaged);
+  std::filesystem::copy_file(dense_dir.path() / "config.json", damaged_dir.path() / "config.json");
+  try {
+    Transformer::load(damaged_dir.path());
+    FAIL("a NaN scale loaded");
+  } catch (const ModelFormatError& e) {
+    CHECK(std::string(e.what()).find("down_proj_scales: a scale of 255") != std::string::npos);
+  }
   // A dense model has nothing to pack.
   const test::ScratchDir qwen_dir("qwen3-nopack");
   const auto qwen = load_tiny(test::tiny_qwen3(), qwen_dir);

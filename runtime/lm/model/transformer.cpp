@@ -171,6 +171,9 @@ ExpertMatrix read_experts(const WeightReader& read, const std::string& name, int
     const int64_t n = in / kMxfp4BlockSize;
     m.blocks = read.raw(name + "_blocks", {experts, out, n, kMxfp4BlockSize / 2}, at::kByte);
     m.scales = read.raw(name + "_scales", {experts, out, n}, at::kByte);
+    // The MX format reserves scale 0xFF for NaN: a block under it has no values.
+    if (m.scales.eq(255).any().item<bool>())
+      throw ModelFormatError(name + "_scales: a scale of 255 (NaN in the MX format): the checkpoint is damaged");
     return m;
   }
   const auto* shape = read.shape_of(name);
