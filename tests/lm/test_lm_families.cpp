@@ -339,6 +339,17 @@ TEST_CASE("gpt-oss LoRA on the router and experts: PEFT's layout, gradients thro
   CHECK(max_diff(model.forward_full(as_batch(ids)), with_adapter) == 0.0f);
   model.use_adapter(nullptr);
   CHECK(max_diff(model.forward_full(as_batch(ids)), with_adapter) > 1e-3f);
+  // Only parameters adapted: PEFT then writes no target_modules (null); a parameter named as a module is refused.
+  auto peft_config = nlohmann::json::parse(test::read_file(saved.path() / "adapter_config.json"));
+  peft_config["target_modules"] = nullptr;
+  test::write_file(saved.path() / "adapter_config.json", peft_config.dump());
+  const auto experts_only = LoraAdapter::load_peft(saved.path(), model.config(), c10::Device(c10::kCPU), at::kFloat);
+  CHECK(experts_only.find(0, LoraTarget::q) == nullptr);
+  CHECK(experts_only.find(0, LoraTarget::experts_gate_up) != nullptr);
+  peft_config["target_modules"] = {"q_proj", "experts.down_proj"};
+  test::write_file(saved.path() / "adapter_config.json", peft_config.dump());
+  CHECK_THROWS_AS(LoraAdapter::load_peft(saved.path(), model.config(), c10::Device(c10::kCPU), at::kFloat),
+                  ModelFormatError);
   // Names as PEFT's target_parameters or a config give them; a bare word is not a parameter's name.
   CHECK(lora_target_named("mlp.experts.gate_up_proj") == LoraTarget::experts_gate_up);
   CHECK(lora_target_named("experts.down_proj") == LoraTarget::experts_down);

@@ -288,12 +288,16 @@ LoraAdapter LoraAdapter::load_peft(const std::filesystem::path& dir, const Model
       if (cfg.value(key, false)) throw ModelFormatError(where + ": " + key + " is not supported");
     for (const char* key : {"rank_pattern", "alpha_pattern"})
       if (cfg.contains(key) && !cfg[key].empty()) throw ModelFormatError(where + ": " + key + " is not supported");
-    if (!cfg.at("target_modules").is_array())
+    // An adapter of parameters only may name no modules (null), as PEFT writes it then.
+    const bool parameters_only = cfg.contains("target_parameters") && cfg["target_parameters"].is_array() &&
+                                 cfg.contains("target_modules") && cfg["target_modules"].is_null();
+    if (!parameters_only && !cfg.at("target_modules").is_array())
       throw ModelFormatError(where + ": target_modules must be a list (regular expressions are not supported)");
     config.targets.clear();
-    for (const auto& m : cfg["target_modules"]) {
+    for (const auto& m : parameters_only ? nlohmann::json::array() : cfg["target_modules"]) {
       const auto t = lora_target_named(m.get<std::string>());
-      if (!t) throw ModelFormatError(where + ": target module '" + m.get<std::string>() + "' is not supported");
+      if (!t || is_parameter_target(*t))
+        throw ModelFormatError(where + ": target module '" + m.get<std::string>() + "' is not supported");
       config.targets.push_back(*t);
     }
     // gpt-oss's router and experts, in the order given (it decides PEFT's key nesting).
