@@ -1,6 +1,7 @@
 // The plain-C++ side of the language model: safetensors, model directories, config.json, completion text.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "lm/format/completion_text.h"
@@ -177,8 +178,8 @@ TEST_CASE("config.json: unsupported or malformed configs name the key") {
   CHECK(config_error(R"({"model_type": "mistral"})").find("'mistral' is not supported") != std::string::npos);
   CHECK(config_error(R"({"model_type": "llama", "vocab_size": 10})").find("missing key 'hidden_size'") !=
         std::string::npos);
-  CHECK(config_error(kBaseConfig + R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})")
-            .find("rope type 'yarn'") != std::string::npos);
+  CHECK(config_error(kBaseConfig + R"(, "rope_scaling": {"rope_type": "dynamic", "factor": 4.0}})")
+            .find("rope type 'dynamic'") != std::string::npos);
   CHECK(config_error(kBaseConfig + R"(, "hidden_act": "gelu"})").find("hidden_act") != std::string::npos);
   CHECK(config_error(kBaseConfig + R"(, "use_sliding_window": true})").find("sliding-window") != std::string::npos);
   CHECK(config_error(kBaseConfig + R"(, "vocab_size": "ten"})").find("'vocab_size' has the wrong type") !=
@@ -187,6 +188,114 @@ TEST_CASE("config.json: unsupported or malformed configs name the key") {
                                                           "\"num_key_value_heads\": 3");
   CHECK(config_error(odd_heads + "}").find("multiple of num_key_value_heads") != std::string::npos);
   CHECK(config_error(kBaseConfig + "}").empty());
+}
+
+namespace {
+
+// gpt-oss-20b's config.json as transformers writes it, shrunk (two layers, four experts); `extra` is spliced in.
+std::string gpt_oss_config(const std::string& extra = "") {
+  return R"({"model_type": "gpt_oss", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 32,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+      "max_position_embeddings": 4096, "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 3,
+      "layer_types": ["sliding_attention", "full_attention"], "rms_norm_eps": 1e-5, "swiglu_limit": 7.0,
+      "rope_theta": 150000.0, "tie_word_embeddings": false, "hidden_act": "silu",
+      "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                       "truncate": false, "original_max_position_embeddings": 128})" +
+         extra + "}";
+}
+
+const std::string kQwen3Config =
+    R"({"model_type": "qwen3", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "max_position_embeddings": 256, "rope_theta": 1000000.0, "attention_bias": false,
+        "use_sliding_window": false, "sliding_window": null, "tie_word_embeddings": true,
+        "layer_types": ["full_attention", "full_attention"]})";
+
+// `text` with its first `from` replaced by `to`.
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("config.json: each family's attention and MLP layout, by table") {
+  struct Row {
+    std::string name, json;
+    Architecture arch;
+    bool qkv_bias, o_bias, qk_norm, sinks, moe;
+  };
+  const Row rows[] = {
+      {"qwen2", R"({"model_type": "qwen2", "vocab_size": 10, "hidden_size": 8, "intermediate_size": 16,
+          "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 32})",
+       Architecture::qwen2, true, false, false, false, false},
+      {"llama", kBaseConfig + "}", Architecture::llama, false, false, false, false, false},
+      {"llama with bias", kBaseConfig + R"(, "attention_bias": true})", Architecture::llama, true, true, false, false,
+       false},
+      {"qwen3", kQwen3Config, Architecture::qwen3, false, false, true, false, false},
+      {"gpt_oss", gpt_oss_config(), Architecture::gpt_oss, true, true, false, true, true},
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.name);
+    const auto c = parse_model_config(r.json);
+    CHECK(c.architecture == r.arch);
+    CHECK(c.attention_bias == r.qkv_bias);
+    CHECK(c.o_bias == r.o_bias);
+    CHECK(c.qk_norm == r.qk_norm);
+    CHECK(c.attention_sinks == r.sinks);
+    CHECK(c.moe.has_value() == r.moe);
+    CHECK(static_cast<int64_t>(c.layer_types.size()) == c.num_layers);
+  }
+}
+
+TEST_CASE("config.json: gpt-oss's experts, windows and YaRN keys") {
+  const auto c = parse_model_config(gpt_oss_config());
+  REQUIRE(c.moe);
+  CHECK(c.moe->num_experts == 4);
+  CHECK(c.moe->experts_per_token == 2);
+  CHECK(c.moe->swiglu_limit == 7.0);
+  CHECK(c.moe->swiglu_alpha == doctest::Approx(1.702));
+  CHECK(c.sliding_window == 3);
+  CHECK(c.layer_types == std::vector<AttentionKind>{AttentionKind::sliding, AttentionKind::full});
+  CHECK(!c.tie_word_embeddings);
+  CHECK(c.head_dim == 8);
+  REQUIRE(c.yarn);
+  CHECK(!c.rope_scaling);
+  CHECK(c.yarn->factor == 32.0);
+  CHECK(c.yarn->original_max_position_embeddings == 128.0);
+  CHECK(!c.yarn->truncate);
+  CHECK(c.yarn->attention_factor == doctest::Approx(0.1 * std::log(32.0) + 1.0));
+
+  // The original checkpoint's spelling, and no layer_types: even layers slide.
+  const auto older = replaced(replaced(gpt_oss_config(), R"("num_experts_per_tok": 2)", R"("experts_per_token": 3)"),
+                              R"("layer_types": ["sliding_attention", "full_attention"],)", "");
+  const auto o = parse_model_config(older);
+  CHECK(o.moe->experts_per_token == 3);
+  CHECK(o.layer_types == std::vector<AttentionKind>{AttentionKind::sliding, AttentionKind::full});
+  const auto mx = parse_model_config(gpt_oss_config(R"(, "quantization_config": {"quant_method": "mxfp4"})"));
+  CHECK(mx.moe);
+}
+
+TEST_CASE("config.json: what the new families cannot run is refused with the key named") {
+  const std::pair<std::string, std::string> rows[] = {
+      {gpt_oss_config(R"(, "num_local_experts": 0)"), "num_local_experts"},
+      {gpt_oss_config(R"(, "num_experts_per_tok": 9)"), "num_experts_per_tok"},
+      {gpt_oss_config(R"(, "sliding_window": 0)"), "sliding_window"},
+      {gpt_oss_config(R"(, "swiglu_alpha": 0)"), "swiglu_alpha"},
+      {gpt_oss_config(R"(, "layer_types": ["sliding_attention"])"), "layer_types has 1 entries"},
+      {gpt_oss_config(R"(, "layer_types": ["chunked_attention", "full_attention"])"), "'chunked_attention'"},
+      {gpt_oss_config(R"(, "quantization_config": {"quant_method": "fp8"})"), "quantization 'fp8'"},
+      {gpt_oss_config(R"(, "rope_scaling": {"rope_type": "yarn", "factor": -1.0})"), "yarn rope"},
+      {replaced(kQwen3Config, R"("use_sliding_window": false)", R"("use_sliding_window": true)"),
+       "sliding-window attention is not supported for qwen3"},
+      {replaced(kQwen3Config, R"(["full_attention")", R"(["sliding_attention")"), "not supported for qwen3 (layer_types)"},
+      {kBaseConfig + R"(, "quantization_config": {"quant_method": "mxfp4"}})", "quantization 'mxfp4'"},
+  };
+  for (const auto& [json, expected] : rows) {
+    CAPTURE(json);
+    CHECK(config_error(json).find(expected) != std::string::npos);
+  }
 }
 
 TEST_CASE("completion text: stop strings across token boundaries, the earliest wins, text cut before it") {

@@ -4,6 +4,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,7 +15,11 @@
 namespace crucible::lm {
 namespace {
 
-constexpr std::size_t kTargets = kLoraTargets.size();
+constexpr std::size_t kTargets = kLoraTargetCount;
+
+int64_t experts_of(const ModelConfig& c, LoraTarget t) {
+  return t == LoraTarget::experts_gate_up || t == LoraTarget::experts_down ? c.moe->num_experts : 1;
+}
 
 // (in, out) features of a target's linear layer.
 std::pair<int64_t, int64_t> dims(const ModelConfig& c, LoraTarget t) {
@@ -27,21 +32,53 @@ std::pair<int64_t, int64_t> dims(const ModelConfig& c, LoraTarget t) {
     case LoraTarget::gate:
     case LoraTarget::up: return {c.hidden_size, c.intermediate_size};
     case LoraTarget::down: return {c.intermediate_size, c.hidden_size};
+    case LoraTarget::router: return {c.hidden_size, c.moe->num_experts};
+    case LoraTarget::experts_gate_up: return {c.hidden_size, 2 * c.intermediate_size};
+    case LoraTarget::experts_down: return {c.intermediate_size, c.hidden_size};
   }
   return {0, 0};
 }
 
-std::string peft_key(int64_t layer, LoraTarget t, const char* ab) {
+// A mixture-of-experts model has no dense MLP: gate, up and down name nothing there (PEFT's "all-linear" adapts only
+// the attention of gpt-oss), so those targets adapt nothing rather than make matrices no forward pass reads.
+// The router and experts exist only there; a target a model lacks is refused where it is named explicitly.
+bool present(const ModelConfig& c, LoraTarget t) {
+  if (is_parameter_target(t)) return c.moe.has_value();
+  return !(c.moe && (t == LoraTarget::gate || t == LoraTarget::up || t == LoraTarget::down));
+}
+
+// PEFT's key of a target's A or B. Parameters adapted on one module nest their wrappers in the order
+// target_parameters lists them: the first listed sits innermost, one "base_layer." deeper per later one.
+std::string peft_key(int64_t layer, LoraTarget t, const char* ab, const std::vector<LoraTarget>& targets) {
+  const auto prefix = "base_model.model.model.layers." + std::to_string(layer);
+  const auto tail = std::string(".lora_") + ab + ".weight";
+  if (t == LoraTarget::router) return prefix + ".mlp.router" + tail;
+  if (t == LoraTarget::experts_gate_up || t == LoraTarget::experts_down) {
+    std::string nesting;
+    const auto at = std::find(targets.begin(), targets.end(), t);
+    for (auto later = at + 1; later < targets.end(); ++later)
+      if (*later == LoraTarget::experts_gate_up || *later == LoraTarget::experts_down) nesting += "base_layer.";
+    return prefix + ".mlp.experts." + nesting + tail.substr(1);
+  }
   const bool attention = t == LoraTarget::q || t == LoraTarget::k || t == LoraTarget::v || t == LoraTarget::o;
-  return "base_model.model.model.layers." + std::to_string(layer) + (attention ? ".self_attn." : ".mlp.") +
-         lora_module_name(t) + ".lora_" + ab + ".weight";
+  return prefix + (attention ? ".self_attn." : ".mlp.") + lora_module_name(t) + tail;
 }
 
 }  // namespace
 
+bool is_parameter_target(LoraTarget t) {
+  return t == LoraTarget::router || t == LoraTarget::experts_gate_up || t == LoraTarget::experts_down;
+}
+
 std::optional<LoraTarget> lora_target_named(const std::string& name) {
   for (auto t : kLoraTargets)
     if (name == lora_module_name(t)) return t;
+  for (auto t : kLoraParameterTargets) {
+    const std::string full = lora_module_name(t);  // a dotted suffix of it ("experts.down_proj") names it too
+    if (name.find('.') != std::string::npos && full.size() >= name.size() && full.compare(full.size() - name.size(), name.size(), name) == 0 &&
+        (full.size() == name.size() || full[full.size() - name.size() - 1] == '.'))
+      return t;
+  }
   return std::nullopt;
 }
 
@@ -49,7 +86,10 @@ std::vector<LoraTarget> lora_targets_named(const std::vector<std::string>& names
   std::vector<LoraTarget> out;
   for (const auto& name : names) {
     auto t = lora_target_named(name);
-    if (!t) throw std::invalid_argument("unknown LoRA target '" + name + "' (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+    if (!t)
+      throw std::invalid_argument("unknown LoRA target '" + name +
+                                  "' (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, mlp.router.weight, "
+                                  "mlp.experts.gate_up_proj, mlp.experts.down_proj)");
     out.push_back(*t);
   }
   return out;
@@ -64,6 +104,9 @@ const char* lora_module_name(LoraTarget t) {
     case LoraTarget::gate: return "gate_proj";
     case LoraTarget::up: return "up_proj";
     case LoraTarget::down: return "down_proj";
+    case LoraTarget::router: return "mlp.router.weight";
+    case LoraTarget::experts_gate_up: return "mlp.experts.gate_up_proj";
+    case LoraTarget::experts_down: return "mlp.experts.down_proj";
   }
   return "?";
 }
@@ -79,14 +122,23 @@ LoraAdapter LoraAdapter::create(const ModelConfig& model, const LoraConfig& conf
   adapter.config_ = config;
   adapter.layers_ = model.num_layers;
   adapter.pairs_.assign(model.num_layers * kTargets, std::nullopt);
+  for (auto t : config.targets) {
+    if (is_parameter_target(t) && !model.moe)
+      throw std::invalid_argument(std::string("LoRA target ") + lora_module_name(t) + ": this model has no experts");
+    // As PEFT: dropout cannot be applied inside a product with a parameter (x is not factored out).
+    if (is_parameter_target(t) && config.dropout > 0)
+      throw std::invalid_argument(std::string("LoRA target ") + lora_module_name(t) + " does not take dropout");
+  }
   auto generator = at::detail::createCPUGenerator(seed);
   for (int64_t layer = 0; layer < model.num_layers; ++layer) {
     for (auto t : config.targets) {
+      if (!present(model, t)) continue;
       const auto [in, out] = dims(model, t);
+      const int64_t width = config.rank * experts_of(model, t);  // PEFT: one rank-r pair per expert, side by side
       const double bound = 1.0 / std::sqrt(static_cast<double>(in));
-      auto a = at::empty({config.rank, in}, at::kFloat).uniform_(-bound, bound, generator);
+      auto a = at::empty({width, in}, at::kFloat).uniform_(-bound, bound, generator);
       LoraPair pair{a.to(device, dtype).set_requires_grad(true),
-                    at::zeros({out, config.rank}, at::TensorOptions().dtype(dtype).device(device)).set_requires_grad(true)};
+                    at::zeros({out, width}, at::TensorOptions().dtype(dtype).device(device)).set_requires_grad(true)};
       adapter.pairs_[layer * kTargets + static_cast<std::size_t>(t)] = std::move(pair);
     }
   }
@@ -107,6 +159,25 @@ at::Tensor LoraAdapter::delta(int64_t layer, LoraTarget target, const at::Tensor
   // GPU without TF32, float32 products run on the slow path: they took about a quarter of a GRPO step).
   const auto dtype = x.scalar_type();
   return at::linear(at::linear(input, p->a.to(dtype)), (p->b * config_.scale()).to(dtype));
+}
+
+at::Tensor LoraAdapter::plus_expert_delta(int64_t layer, LoraTarget target, int64_t expert, int64_t experts,
+                                          const at::Tensor& x, const at::Tensor& out) const {
+  const auto* p = find(layer, target);
+  if (!p) return out;
+  // PEFT's layout: A's rows are expert-major ([E, r] flattened), B's columns rank-major ([r, E] flattened).
+  const int64_t r = config_.rank, rows = p->b.size(0);
+  const auto dtype = x.scalar_type();
+  const auto a = p->a.narrow(0, expert * r, r).to(dtype);
+  const auto b = (p->b.view({rows, r, experts}).select(2, expert) * config_.scale()).to(dtype);
+  return out + at::linear(at::linear(x, a), b);
+}
+
+bool LoraAdapter::adapts_parameters() const {
+  for (int64_t layer = 0; layer < layers_; ++layer)
+    for (auto t : kLoraParameterTargets)
+      if (find(layer, t)) return true;
+  return false;
 }
 
 at::Tensor LoraAdapter::plus_deltas(int64_t layer, const at::Tensor& x, const at::Tensor& out,
@@ -171,21 +242,22 @@ LoraAdapter LoraAdapter::clone() const {
 
 void LoraAdapter::save_peft(const std::filesystem::path& dir, const std::string& base_model) const {
   std::filesystem::create_directories(dir);
-  std::vector<std::string> modules;
-  for (auto t : config_.targets) modules.push_back(lora_module_name(t));
+  std::vector<std::string> modules, parameters;
+  for (auto t : config_.targets) (is_parameter_target(t) ? parameters : modules).push_back(lora_module_name(t));
   nlohmann::json cfg = {{"peft_type", "LORA"},       {"task_type", "CAUSAL_LM"},
                         {"r", config_.rank},          {"lora_alpha", config_.alpha},
                         {"lora_dropout", config_.dropout}, {"use_rslora", config_.use_rslora},
                         {"target_modules", modules},  {"bias", "none"},
                         {"fan_in_fan_out", false},    {"inference_mode", true},
                         {"base_model_name_or_path", base_model}};
+  if (!parameters.empty()) cfg["target_parameters"] = parameters;
   std::ofstream(dir / "adapter_config.json") << cfg.dump(2) << "\n";
   std::vector<TensorBytes> tensors;
   for (int64_t layer = 0; layer < layers_; ++layer)
-    for (auto t : kLoraTargets)
+    for (auto t : config_.targets)
       if (const auto* p = find(layer, t)) {
-        tensors.push_back(tensor_to_bytes(peft_key(layer, t, "A"), p->a.detach().to(at::kFloat)));
-        tensors.push_back(tensor_to_bytes(peft_key(layer, t, "B"), p->b.detach().to(at::kFloat)));
+        tensors.push_back(tensor_to_bytes(peft_key(layer, t, "A", config_.targets), p->a.detach().to(at::kFloat)));
+        tensors.push_back(tensor_to_bytes(peft_key(layer, t, "B", config_.targets), p->b.detach().to(at::kFloat)));
       }
   write_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
 }
@@ -210,19 +282,33 @@ LoraAdapter LoraAdapter::load_peft(const std::filesystem::path& dir, const Model
     if (cfg.value("bias", std::string("none")) != "none") throw ModelFormatError(where + ": LoRA biases are not supported");
     if (cfg.value("fan_in_fan_out", false)) throw ModelFormatError(where + ": fan_in_fan_out is not supported");
     // Variants that change the computation are refused rather than silently ignored.
-    for (const char* key : {"layers_to_transform", "modules_to_save", "layer_replication", "target_parameters"})
+    for (const char* key : {"layers_to_transform", "modules_to_save", "layer_replication"})
       if (cfg.contains(key) && !cfg[key].is_null()) throw ModelFormatError(where + ": " + key + " is not supported");
     for (const char* key : {"use_dora", "lora_bias"})
       if (cfg.value(key, false)) throw ModelFormatError(where + ": " + key + " is not supported");
     for (const char* key : {"rank_pattern", "alpha_pattern"})
       if (cfg.contains(key) && !cfg[key].empty()) throw ModelFormatError(where + ": " + key + " is not supported");
-    if (!cfg.at("target_modules").is_array())
+    // An adapter of parameters only may name no modules (null), as PEFT writes it then.
+    const bool parameters_only = cfg.contains("target_parameters") && cfg["target_parameters"].is_array() &&
+                                 cfg.contains("target_modules") && cfg["target_modules"].is_null();
+    if (!parameters_only && !cfg.at("target_modules").is_array())
       throw ModelFormatError(where + ": target_modules must be a list (regular expressions are not supported)");
     config.targets.clear();
-    for (const auto& m : cfg["target_modules"]) {
+    for (const auto& m : parameters_only ? nlohmann::json::array() : cfg["target_modules"]) {
       const auto t = lora_target_named(m.get<std::string>());
-      if (!t) throw ModelFormatError(where + ": target module '" + m.get<std::string>() + "' is not supported");
+      if (!t || is_parameter_target(*t))
+        throw ModelFormatError(where + ": target module '" + m.get<std::string>() + "' is not supported");
       config.targets.push_back(*t);
+    }
+    // gpt-oss's router and experts, in the order given (it decides PEFT's key nesting).
+    if (cfg.contains("target_parameters") && !cfg["target_parameters"].is_null()) {
+      if (!cfg["target_parameters"].is_array()) throw ModelFormatError(where + ": target_parameters must be a list");
+      for (const auto& m : cfg["target_parameters"]) {
+        const auto t = lora_target_named(m.get<std::string>());
+        if (!t || !is_parameter_target(*t) || !model.moe)
+          throw ModelFormatError(where + ": target parameter '" + m.get<std::string>() + "' is not supported here");
+        config.targets.push_back(*t);
+      }
     }
   } catch (const nlohmann::json::exception& e) {
     throw ModelFormatError(where + ": malformed adapter config (" + e.what() + ")");
@@ -234,9 +320,11 @@ LoraAdapter LoraAdapter::load_peft(const std::filesystem::path& dir, const Model
   adapter.pairs_.assign(model.num_layers * kTargets, std::nullopt);
   for (int64_t layer = 0; layer < model.num_layers; ++layer) {
     for (auto t : config.targets) {
+      if (!present(model, t)) continue;
       const auto [in, out] = dims(model, t);
+      const int64_t width = config.rank * experts_of(model, t);
       auto read = [&](const char* ab, std::vector<int64_t> shape) {
-        const auto key = peft_key(layer, t, ab);
+        const auto key = peft_key(layer, t, ab, config.targets);
         const auto* view = file->find(key);
         if (!view) throw ModelFormatError(file->path().string() + ": missing tensor " + key);
         if (view->shape != shape)
@@ -244,7 +332,7 @@ LoraAdapter LoraAdapter::load_peft(const std::filesystem::path& dir, const Model
         return view_to_tensor(*view).to(device, dtype, false, true).set_requires_grad(true);
       };
       adapter.pairs_[layer * kTargets + static_cast<std::size_t>(t)] =
-          LoraPair{read("A", {config.rank, in}), read("B", {out, config.rank})};
+          LoraPair{read("A", {width, in}), read("B", {out, width})};
     }
   }
   return adapter;

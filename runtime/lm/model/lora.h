@@ -1,5 +1,6 @@
 #pragma once
-// LoRA adapters on the transformer's linear layers (q, k, v, o, gate, up, down): W x + scale * B (A dropout(x)),
+// LoRA adapters on the transformer's linear layers (q, k, v, o, gate, up, down) and on gpt-oss's router and experts
+// (as PEFT's target_parameters adapts them: per expert e, W_e + scale * B_e A_e): W x + scale * B (A dropout(x)),
 // with the base weights frozen. The adapter can be switched off per forward pass (the base model, for a KL
 // penalty without a second copy), merged into the weights for fast sampling, and saved or loaded in PEFT's
 // format (adapter_config.json + adapter_model.safetensors with PEFT's key names).
@@ -18,7 +19,8 @@
 
 namespace crucible::lm {
 
-// One adapted layer: A [rank, in], B [out, rank].
+// One adapted layer: A [rank, in], B [out, rank]. Experts, as PEFT stores them: A [E * rank, in] with expert e's
+// rows at [e * rank, (e + 1) * rank), B [out, rank * E] with expert e's columns at e, E + e, 2 E + e, ...
 struct LoraPair {
   at::Tensor a, b;
 };
@@ -41,6 +43,10 @@ class LoraAdapter {
   // is added into `out` by the GEMM itself, instead of a delta per target, a concatenation and an addition.
   at::Tensor plus_deltas(int64_t layer, const at::Tensor& x, const at::Tensor& out,
                          std::initializer_list<std::pair<LoraTarget, int64_t>> targets) const;
+  // out + expert `expert`'s (of `experts`) delta of an expert target on x [n, in]; out unchanged when not adapted.
+  at::Tensor plus_expert_delta(int64_t layer, LoraTarget target, int64_t expert, int64_t experts, const at::Tensor& x,
+                               const at::Tensor& out) const;
+  bool adapts_parameters() const;  // the router or experts of some layer (these cannot be folded or merged)
   const LoraPair* find(int64_t layer, LoraTarget target) const;
   std::vector<at::Tensor> parameters() const;  // every A and B, in a fixed order
   LoraAdapter clone() const;                   // a deep copy (for a per-task fork)
@@ -55,7 +61,7 @@ class LoraAdapter {
  private:
   LoraConfig config_;
   int64_t layers_ = 0;
-  std::vector<std::optional<LoraPair>> pairs_;  // [layer * 7 + target]
+  std::vector<std::optional<LoraPair>> pairs_;  // [layer * kLoraTargetCount + target]
   bool enabled_ = true;
   bool training_ = false;
 };

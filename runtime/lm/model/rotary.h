@@ -1,5 +1,5 @@
 #pragma once
-// Rotary position embeddings: inverse frequencies from rope_theta (with Llama-3's scaling when configured),
+// Rotary position embeddings: inverse frequencies from rope_theta (with Llama-3's or YaRN's scaling when configured),
 // and cos/sin tables by position, computed in float32 the way transformers does and cast to the model dtype.
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -12,6 +12,7 @@
 namespace crucible::lm {
 
 at::Tensor rope_inverse_frequencies(const ModelConfig& config);  // [D/2] float32, on the CPU
+double rope_attention_factor(const ModelConfig& config);         // what cos and sin are multiplied by (YaRN), else 1
 
 class RotaryTable {
  public:
@@ -27,6 +28,7 @@ class RotaryTable {
 
  private:
   at::Tensor inv_freq_;  // [D/2] float32 on the device
+  double attention_factor_ = 1.0;
   at::Tensor cos_, signed_sin_;  // [n, D] in the model dtype
   c10::ScalarType dtype_ = c10::kFloat;
 };

@@ -9,8 +9,10 @@
 
 #include "lm/training/block_checkpoint.h"
 #include "lm/kernels/decode_kernels.h"
-#include "lm/model/lora.h"
 #include "lm/format/model_files.h"
+#include "lm/model/lora.h"
+#include "lm/model/mxfp4.h"
+#include "lm/model/plain_attention.h"
 #include "lm/model/torch_tensors.h"
 
 namespace crucible::lm {
@@ -37,6 +39,19 @@ class WeightReader {
     if (!at::isFloatingType(host.scalar_type()))
       throw ModelFormatError(files_.dir().string() + ": tensor " + name + " has dtype " + dtype_name(view.dtype));
     return host.to(options_.device, options_.dtype, /*non_blocking=*/false, /*copy=*/true);
+  }
+  // Stored bytes as they are (MXFP4 blocks and scales, uint8), moved to the device.
+  at::Tensor raw(const std::string& name, std::vector<int64_t> shape, at::ScalarType dtype) const {
+    const auto& view = files_.require(name);
+    const auto host = view_to_tensor(view);
+    if (view.shape != shape || host.scalar_type() != dtype)
+      throw ModelFormatError(files_.dir().string() + ": tensor " + name + " is " + dtype_name(view.dtype) + " " +
+                             shape_text(view.shape) + ", the config implies " + shape_text(shape) + " (uint8 for MXFP4)");
+    return host.to(options_.device, dtype, /*non_blocking=*/false, /*copy=*/true);
+  }
+  const std::vector<int64_t>* shape_of(const std::string& name) const {
+    const auto* view = files_.find(name);
+    return view ? &view->shape : nullptr;
   }
   bool has(const std::string& name) const { return files_.find(name) != nullptr; }
 
@@ -108,12 +123,87 @@ Transformer Transformer::load(const std::filesystem::path& model_dir, const Load
   return from_files(config, files, options);
 }
 
+namespace {
+
+void read_attention(const WeightReader& read, const ModelConfig& c, const std::string& p, BlockWeights& b) {
+  const int64_t hidden = c.hidden_size, q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
+  const auto q = read(p + "self_attn.q_proj.weight", {q_dim, hidden});
+  const auto k = read(p + "self_attn.k_proj.weight", {kv_dim, hidden});
+  const auto v = read(p + "self_attn.v_proj.weight", {kv_dim, hidden});
+  b.qkv = at::cat({q, k, v});
+  if (c.attention_bias) {
+    const auto q_bias = read(p + "self_attn.q_proj.bias", {q_dim});
+    const auto k_bias = read(p + "self_attn.k_proj.bias", {kv_dim});
+    const auto v_bias = read(p + "self_attn.v_proj.bias", {kv_dim});
+    b.qkv_bias = at::cat({q_bias, k_bias, v_bias});
+  }
+  b.o = read(p + "self_attn.o_proj.weight", {hidden, q_dim});
+  if (c.o_bias) b.o_bias = read(p + "self_attn.o_proj.bias", {hidden});
+  if (c.qk_norm) {
+    b.q_norm = read(p + "self_attn.q_norm.weight", {c.head_dim});
+    b.k_norm = read(p + "self_attn.k_norm.weight", {c.head_dim});
+  }
+  if (c.attention_sinks) b.sinks = read(p + "self_attn.sinks", {c.num_heads});
+}
+
+void read_dense_mlp(const WeightReader& read, const ModelConfig& c, const std::string& p, BlockWeights& b) {
+  const int64_t hidden = c.hidden_size;
+  const auto gate = read(p + "mlp.gate_proj.weight", {c.intermediate_size, hidden});
+  const auto up = read(p + "mlp.up_proj.weight", {c.intermediate_size, hidden});
+  b.gate_up = at::cat({gate, up});
+  b.down = read(p + "mlp.down_proj.weight", {hidden, c.intermediate_size});
+  if (c.mlp_bias) {
+    const auto gate_bias = read(p + "mlp.gate_proj.bias", {c.intermediate_size});
+    const auto up_bias = read(p + "mlp.up_proj.bias", {c.intermediate_size});
+    b.gate_up_bias = at::cat({gate_bias, up_bias});
+    b.down_bias = read(p + "mlp.down_proj.bias", {hidden});
+  }
+}
+
+// One projection of every expert, [E, out, in]: MXFP4 `NAME_blocks` / `NAME_scales` kept packed, or a dense `NAME`
+// stored as transformers' experts multiply it ([E, in, out], x @ W; transposed once here), or already [E, out, in]
+// where the shapes tell the two apart.
+ExpertMatrix read_experts(const WeightReader& read, const std::string& name, int64_t experts, int64_t out, int64_t in) {
+  ExpertMatrix m;
+  if (read.has(name + "_blocks")) {
+    if (in % kMxfp4BlockSize != 0)
+      throw ModelFormatError(name + ": MXFP4 needs an input width that is a multiple of 32, not " + std::to_string(in));
+    const int64_t n = in / kMxfp4BlockSize;
+    m.blocks = read.raw(name + "_blocks", {experts, out, n, kMxfp4BlockSize / 2}, at::kByte);
+    m.scales = read.raw(name + "_scales", {experts, out, n}, at::kByte);
+    // The MX format reserves scale 0xFF for NaN: a block under it has no values.
+    if (m.scales.eq(255).any().item<bool>())
+      throw ModelFormatError(name + "_scales: a scale of 255 (NaN in the MX format): the checkpoint is damaged");
+    return m;
+  }
+  const auto* shape = read.shape_of(name);
+  if (shape && experts_stored_out_in(*shape, experts, out, in)) {
+    m.dense = read(name, {experts, out, in});
+  } else {
+    m.dense = read(name, {experts, in, out}).transpose(1, 2).contiguous();
+  }
+  return m;
+}
+
+void read_moe(const WeightReader& read, const ModelConfig& c, const std::string& p, BlockWeights& b) {
+  const int64_t E = c.moe->num_experts, hidden = c.hidden_size, I = c.intermediate_size;
+  auto& m = b.moe;
+  m.router = read(p + "mlp.router.weight", {E, hidden});
+  m.router_bias = read(p + "mlp.router.bias", {E});
+  m.gate_up = read_experts(read, p + "mlp.experts.gate_up_proj", E, 2 * I, hidden);
+  m.gate_up_bias = read(p + "mlp.experts.gate_up_proj_bias", {E, 2 * I});
+  m.down = read_experts(read, p + "mlp.experts.down_proj", E, hidden, I);
+  m.down_bias = read(p + "mlp.experts.down_proj_bias", {E, hidden});
+}
+
+}  // namespace
+
 Transformer Transformer::from_files(const ModelConfig& c, const ModelFiles& files, const LoadOptions& options) {
   Transformer t;
   t.config_ = c;
   t.options_ = options;
   const WeightReader read(files, options);
-  const int64_t hidden = c.hidden_size, q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
+  const int64_t hidden = c.hidden_size;
   auto& w = t.weights_;
   w.embed = read("model.embed_tokens.weight", {c.vocab_size, hidden});
   for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -121,27 +211,11 @@ Transformer Transformer::from_files(const ModelConfig& c, const ModelFiles& file
     BlockWeights b;
     b.input_norm = read(p + "input_layernorm.weight", {hidden});
     b.post_attention_norm = read(p + "post_attention_layernorm.weight", {hidden});
-    const auto q = read(p + "self_attn.q_proj.weight", {q_dim, hidden});
-    const auto k = read(p + "self_attn.k_proj.weight", {kv_dim, hidden});
-    const auto v = read(p + "self_attn.v_proj.weight", {kv_dim, hidden});
-    b.qkv = at::cat({q, k, v});
-    if (c.attention_bias) {
-      const auto q_bias = read(p + "self_attn.q_proj.bias", {q_dim});
-      const auto k_bias = read(p + "self_attn.k_proj.bias", {kv_dim});
-      const auto v_bias = read(p + "self_attn.v_proj.bias", {kv_dim});
-      b.qkv_bias = at::cat({q_bias, k_bias, v_bias});
-    }
-    b.o = read(p + "self_attn.o_proj.weight", {hidden, q_dim});
-    if (c.architecture == Architecture::llama && c.attention_bias) b.o_bias = read(p + "self_attn.o_proj.bias", {hidden});
-    const auto gate = read(p + "mlp.gate_proj.weight", {c.intermediate_size, hidden});
-    const auto up = read(p + "mlp.up_proj.weight", {c.intermediate_size, hidden});
-    b.gate_up = at::cat({gate, up});
-    b.down = read(p + "mlp.down_proj.weight", {hidden, c.intermediate_size});
-    if (c.mlp_bias) {
-      const auto gate_bias = read(p + "mlp.gate_proj.bias", {c.intermediate_size});
-      const auto up_bias = read(p + "mlp.up_proj.bias", {c.intermediate_size});
-      b.gate_up_bias = at::cat({gate_bias, up_bias});
-      b.down_bias = read(p + "mlp.down_proj.bias", {hidden});
+    read_attention(read, c, p, b);
+    if (c.moe) {
+      read_moe(read, c, p, b);
+    } else {
+      read_dense_mlp(read, c, p, b);
     }
     w.blocks.push_back(std::move(b));
   }
@@ -175,6 +249,8 @@ at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& weight) 
 #endif
   auto xf = x.to(at::kFloat);
   xf = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + config_.rms_norm_eps);
+  // gpt-oss multiplies by the weight in float32 and rounds once; the others round, then multiply.
+  if (config_.architecture == Architecture::gpt_oss) return (weight.to(at::kFloat) * xf).to(x.scalar_type());
   return weight * xf.to(x.scalar_type());
 }
 
@@ -234,7 +310,12 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& residua
     // Queries and keys rotate together: one set of kernels for both. Split rather than narrowed: a narrow's backward
     // fills a whole-width zero gradient for each part, a split's joins the parts' gradients once.
     const auto parts = qkv.split_with_sizes({(H + Hkv) * D, Hkv * D}, -1);
-    const auto qk = apply_rotary(parts[0].view({B, T, H + Hkv, D}), cos, signed_sin);
+    auto unrotated = parts[0].view({B, T, H + Hkv, D});
+    if (w.q_norm.defined()) {  // Qwen3: each head's query and key normalised before the rotation
+      const auto heads = unrotated.split_with_sizes({H, Hkv}, 2);
+      unrotated = at::cat({rms_norm(heads[0], w.q_norm), rms_norm(heads[1], w.k_norm)}, 2);
+    }
+    const auto qk = apply_rotary(unrotated, cos, signed_sin);
     const auto v = parts[1].view({B, T, Hkv, D});
     k_cache.index_copy_(2, attention.slots, qk.narrow(2, H, Hkv).transpose(1, 2));
     v_cache.index_copy_(2, attention.slots, v.transpose(1, 2));
@@ -243,7 +324,8 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& residua
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   at::Tensor out;
-  if (T == 1 && attention.key_valid.defined() && !attention.mask.defined())
+  if (plain_attention(layer)) out = sink_or_window_attention(layer, queries, attention, k_cache, v_cache);
+  if (!out.defined() && T == 1 && attention.key_valid.defined() && !attention.mask.defined())
     out = decode_attention(queries, k_cache, v_cache, attention.key_valid, attention.slots, vis, scale);
 #if CRUCIBLE_SDPA_GQA
   if (!out.defined() && attention.causal_prefix)
@@ -266,9 +348,25 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& residua
   return lora ? lora->plus_deltas(layer, out, projected, {{LoraTarget::o, projected.size(-1)}}) : projected;
 }
 
+bool Transformer::plain_attention(int64_t layer) const {
+  return config_.attention_sinks || config_.layer_types[layer] == AttentionKind::sliding;
+}
+
+at::Tensor Transformer::sink_or_window_attention(int64_t layer, const at::Tensor& queries,
+                                                 const AttentionInputs& attention, const at::Tensor& k_cache,
+                                                 const at::Tensor& v_cache) const {
+  // hidden_states leaves these layers' mask as given: [B, 1, T, visible] bool, or none in a fused decode step.
+  auto mask = attention.mask.defined() ? attention.mask : causal_mask(attention.slots, attention.key_valid, attention.visible);
+  if (config_.layer_types[layer] == AttentionKind::sliding)
+    mask = sliding_window_mask(mask, attention.slots, config_.sliding_window);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  return lm::plain_attention(queries, k_cache, v_cache, mask, block_weights(layer).sinks, scale, attention.visible);
+}
+
 at::Tensor Transformer::mlp_block(int64_t layer, const at::Tensor& residual, const at::Tensor& norm) const {
   const auto& w = block_weights(layer);
   const auto* lora = active_adapter();
+  if (w.moe.defined()) return residual + moe_forward(w.moe, *config_.moe, rms_norm(residual, norm), lora, layer);
   const int64_t I = config_.intermediate_size;
   // One row without an adapter: the norm, the projection and the activation in one kernel.
   const auto folds = LinearFolds::rms_normed(norm, config_.rms_norm_eps, /*gated=*/true);
@@ -315,6 +413,8 @@ at::Tensor plus_delta(const at::Tensor& w, const LoraPair& p, double scale) {
 }  // namespace
 
 void Transformer::merge_adapter(const LoraAdapter& adapter, int sign) {
+  if (adapter.adapts_parameters())
+    throw std::invalid_argument("merge_adapter: router and expert adapters cannot be merged (experts stay packed)");
   at::NoGradGuard no_grad;
   const double scale = sign * adapter.config().scale();
   const auto targets = target_rows(config_);
@@ -328,7 +428,8 @@ void Transformer::merge_adapter(const LoraAdapter& adapter, int sign) {
 
 bool Transformer::fold_adapter(const LoraAdapter* adapter) const {
   folded_ = nullptr;
-  if (!adapter || !adapter->enabled()) return false;
+  // Router and expert deltas are added in each pass: the experts stay packed, so there is nothing to fold them into.
+  if (!adapter || !adapter->enabled() || adapter->adapts_parameters()) return false;
   c10::InferenceMode inference;
   const double scale = adapter->config().scale();
   const auto targets = target_rows(config_);
@@ -373,7 +474,8 @@ at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionI
   auto x = at::embedding(weights_.embed, tokens);
   // A decode step with the fused kernels reads its rotary rows itself: no tables are looked up (cos stays undefined).
   at::Tensor cos, signed_sin;
-  if (tokens.size(1) != 1 || !rotate_into_cache_serves(x, config_.head_dim))
+  // Qwen3's norms come between the projection and the rotation, which the fused rotation does not do.
+  if (tokens.size(1) != 1 || config_.qk_norm || !rotate_into_cache_serves(x, config_.head_dim))
     std::tie(cos, signed_sin) = rotary_.lookup(attention.positions);
   const int64_t G = config_.num_heads / config_.num_kv_heads;
   AttentionInputs grouped = attention;
@@ -385,13 +487,14 @@ at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionI
   if (recompute && !x.requires_grad()) x = x.detach().requires_grad_(true);
   for (std::size_t i = 0; i < weights_.blocks.size(); ++i) {
     const auto layer = static_cast<int64_t>(i);
+    const auto& inputs = plain_attention(layer) ? attention : grouped;  // the plain path groups its own mask
     if (!recompute) {
-      x = block(layer, x, grouped, cos, signed_sin, cache.keys[i], cache.values[i]);
+      x = block(layer, x, inputs, cos, signed_sin, cache.keys[i], cache.values[i]);
       continue;
     }
     // The recomputation holds its own handles: the backward pass runs after this call (and `cache`) are gone.
-    x = checkpointed(x, [this, layer, grouped, c = cos, s = signed_sin, k = cache.keys[i],
-                         v = cache.values[i]](const at::Tensor& in) mutable { return block(layer, in, grouped, c, s, k, v); });
+    x = checkpointed(x, [this, layer, inputs, c = cos, s = signed_sin, k = cache.keys[i],
+                         v = cache.values[i]](const at::Tensor& in) mutable { return block(layer, in, inputs, c, s, k, v); });
   }
   return rms_norm(x, weights_.final_norm);
 }

@@ -1,8 +1,9 @@
 #pragma once
-// The decoder-only transformer of the Qwen2 and Llama families, in LibTorch: embedding, N blocks of
+// The decoder-only transformer of the Qwen2, Llama, Qwen3 and gpt-oss families, in LibTorch: embedding, N blocks of
 // (RMSNorm -> grouped-query attention with rotary positions -> residual, RMSNorm -> SwiGLU MLP -> residual),
-// a final RMSNorm and the LM head (tied to the embedding or not). The same code runs on the CPU in float32
-// and on CUDA in bfloat16.
+// a final RMSNorm and the LM head (tied to the embedding or not). Qwen3 normalises each head's query and key before
+// the rotation; gpt-oss adds attention sinks, sliding-window layers and a mixture of experts (moe.h) in place of
+// the MLP. The same code runs on the CPU in float32 and on CUDA in bfloat16.
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
@@ -10,8 +11,9 @@
 #include <filesystem>
 #include <vector>
 
-#include "lm/model/kv_cache.h"
 #include "lm/format/model_config.h"
+#include "lm/model/kv_cache.h"
+#include "lm/model/moe.h"
 #include "lm/model/rotary.h"
 
 namespace crucible::lm {
@@ -29,8 +31,11 @@ struct BlockWeights {
   at::Tensor input_norm, post_attention_norm;
   at::Tensor qkv, qkv_bias;  // [ (H + 2 Hkv) D, hidden ]; bias undefined without attention_bias
   at::Tensor o, o_bias;
-  at::Tensor gate_up, gate_up_bias;  // [ 2 I, hidden ]
+  at::Tensor q_norm, k_norm;  // [D], Qwen3's per-head norms; undefined otherwise
+  at::Tensor sinks;           // [H], gpt-oss's sink logits; undefined otherwise
+  at::Tensor gate_up, gate_up_bias;  // [ 2 I, hidden ]; undefined with experts
   at::Tensor down, down_bias;
+  MoeWeights moe;  // gpt-oss's router and experts in place of gate_up and down
 };
 
 struct ModelWeights {
@@ -94,7 +99,8 @@ class Transformer {
   bool activation_checkpointing() const { return checkpoint_blocks_; }
 
   // Adds (sign +1) or removes (sign -1) scale * B A to the base weights, for sampling without the extra matmuls.
-  // Removing restores the weights up to rounding in the model dtype.
+  // Removing restores the weights up to rounding in the model dtype. Throws std::invalid_argument for an adapter on
+  // gpt-oss's router or experts (the experts stay packed: their deltas are added in each pass instead).
   void merge_adapter(const LoraAdapter& adapter, int sign = +1);
 
   // Folds `adapter`'s current values into a copy of the weights it adapts (W + scale * B A, rounded once to the model
@@ -102,7 +108,7 @@ class Transformer {
   // runs the base model's kernels. The copy keeps its addresses from one fold to the next (CUDA graphs read it); fold
   // again after the adapter changes. nullptr ends it. For inference only: no gradient reaches a folded adapter.
   // Returns false, with nothing folded and the copy freed, where the device has no memory for the copy: forward
-  // passes then add the deltas as before.
+  // passes then add the deltas as before. Also false, with nothing folded, for an adapter on the router or experts.
   bool fold_adapter(const LoraAdapter* adapter) const;
   bool adapter_folded() const;
 
@@ -113,6 +119,11 @@ class Transformer {
                              const AttentionInputs& attention, const at::Tensor& cos, const at::Tensor& signed_sin,
                              at::Tensor& k_cache, at::Tensor& v_cache) const;
   at::Tensor mlp_block(int64_t layer, const at::Tensor& residual, const at::Tensor& norm) const;
+  // Queries [B, T, H, D] against the cache in plain ops: sinks, sliding windows (attention_block's fallback).
+  at::Tensor sink_or_window_attention(int64_t layer, const at::Tensor& queries, const AttentionInputs& attention,
+                                      const at::Tensor& k_cache, const at::Tensor& v_cache) const;
+  // Whether a layer's attention needs that fallback (the fused kernels and SDPA take neither sinks nor windows).
+  bool plain_attention(int64_t layer) const;
   // rms_norm(x, norm) W^T (+ bias): one kernel where the one-row kernel takes it and no adapter needs the normalised
   // input; otherwise `normed` gets that input.
   at::Tensor normed_projection(const at::Tensor& x, const at::Tensor& norm, const at::Tensor& weight,

@@ -1,0 +1,71 @@
+#include "lm/model/moe.h"
+
+#include <ATen/ATen.h>
+
+#include "lm/model/lora.h"
+#include "lm/model/mxfp4.h"
+
+namespace crucible::lm {
+
+at::Tensor ExpertMatrix::expert(int64_t e, c10::ScalarType dtype) const {
+  if (!packed()) return dense[e];
+  return mxfp4_decode(blocks[e], scales[e], dtype);
+}
+
+int64_t ExpertMatrix::rows() const { return packed() ? blocks.size(1) : dense.size(1); }
+
+int64_t ExpertMatrix::cols() const { return packed() ? blocks.size(2) * kMxfp4BlockSize : dense.size(2); }
+
+bool experts_stored_out_in(const std::vector<int64_t>& shape, int64_t experts, int64_t out, int64_t in) {
+  return in != out && shape == std::vector<int64_t>{experts, out, in};
+}
+
+Routing route_tokens(const at::Tensor& router_logits, int64_t k) {
+  const auto top = at::topk(router_logits, k, -1);
+  return {std::get<1>(top), at::softmax(std::get<0>(top), -1)};
+}
+
+at::Tensor clamped_swiglu(const at::Tensor& gate_up, const MoeConfig& config) {
+  const int64_t n = gate_up.size(-1) / 2;
+  const auto pairs = gate_up.unflatten(-1, {n, 2});  // columns alternate gate, linear
+  const auto gate = pairs.select(-1, 0).clamp_max(config.swiglu_limit);
+  const auto linear = pairs.select(-1, 1).clamp(-config.swiglu_limit, config.swiglu_limit);
+  return (linear + 1) * (gate * at::sigmoid(gate * config.swiglu_alpha));
+}
+
+namespace {
+
+// One expert on the rows routed to it: [n, hidden] -> [n, hidden].
+at::Tensor expert_forward(const MoeWeights& w, const MoeConfig& config, int64_t e, const at::Tensor& x,
+                          const LoraAdapter* lora, int64_t layer) {
+  const int64_t E = config.num_experts;
+  auto gate_up = at::linear(x, w.gate_up.expert(e, x.scalar_type()), w.gate_up_bias[e]);
+  if (lora) gate_up = lora->plus_expert_delta(layer, LoraTarget::experts_gate_up, e, E, x, gate_up);
+  const auto hidden = clamped_swiglu(gate_up, config);
+  const auto out = at::linear(hidden, w.down.expert(e, x.scalar_type()), w.down_bias[e]);
+  return lora ? lora->plus_expert_delta(layer, LoraTarget::experts_down, e, E, hidden, out) : out;
+}
+
+}  // namespace
+
+at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& config, const at::Tensor& x, const LoraAdapter* lora,
+                       int64_t layer) {
+  const auto flat = x.reshape({-1, x.size(-1)});
+  auto logits = at::linear(flat, w.router, w.router_bias);
+  if (lora) logits = lora->plus_deltas(layer, flat, logits, {{LoraTarget::router, logits.size(-1)}});
+  const auto routing = route_tokens(logits, config.experts_per_token);
+  auto out = at::zeros_like(flat);
+  // Only the experts some token chose run (one host sync for the list): each on its tokens, weighted, summed in.
+  const auto chosen = std::get<0>(at::_unique(routing.experts.reshape({-1}))).to(at::kCPU);
+  for (int64_t i = 0; i < chosen.numel(); ++i) {
+    const int64_t e = chosen[i].item<int64_t>();
+    const auto hits = (routing.experts == e).nonzero();  // [n, 2]: token, rank
+    const auto tokens = hits.select(1, 0);
+    const auto weight = routing.weights.index({tokens, hits.select(1, 1)}).unsqueeze(-1);
+    const auto y = expert_forward(w, config, e, flat.index_select(0, tokens), lora, layer);
+    out = out.index_add(0, tokens, (y * weight).to(out.scalar_type()));
+  }
+  return out.view(x.sizes());
+}
+
+}  // namespace crucible::lm

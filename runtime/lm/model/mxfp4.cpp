@@ -1,0 +1,62 @@
+#include "lm/model/mxfp4.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+
+namespace crucible::lm {
+namespace {
+
+at::Tensor code_values(const at::Device& device) {
+  return at::tensor(at::ArrayRef<float>(kMxfp4Values.data(), kMxfp4Values.size()), at::kFloat).to(device);
+}
+
+// Codes [..., 32] (0..15) as bytes [..., 16]: code 2i in the low nibble of byte i, code 2i + 1 in the high one.
+at::Tensor pack_nibbles(const at::Tensor& codes) {
+  const auto pairs = codes.to(at::kByte).view({-1, kMxfp4BlockSize / 2, 2});
+  return at::bitwise_or(pairs.select(-1, 0), at::bitwise_left_shift(pairs.select(-1, 1), 4));
+}
+
+}  // namespace
+
+Mxfp4Tensor mxfp4_encode(const at::Tensor& values) {
+  const int64_t cols = values.size(-1);
+  if (cols % kMxfp4BlockSize != 0) throw std::invalid_argument("mxfp4_encode: the last dimension is not a multiple of 32");
+  auto shape = values.sizes().vec();
+  const auto v = values.to(at::kFloat).reshape({-1, kMxfp4BlockSize});  // one row per block
+  const auto amax = v.abs().amax(-1, /*keepdim=*/true);
+  // The shared exponent: floor(log2(amax)) - 2 (e2m1's largest exponent), within the scale byte's range.
+  auto exponent = (at::floor(at::log2(amax)) - 2).clamp(-127, 127);
+  exponent = at::where(amax > 0, exponent, at::full_like(exponent, -127));
+  const auto scaled = v / at::exp2(exponent);
+  // The nearest of the 8 magnitudes, the sign bit apart; of two equally near, the even code (round half to even).
+  const auto magnitudes = code_values(values.device()).narrow(0, 0, 8);
+  const auto distance = (scaled.abs().unsqueeze(-1) - magnitudes).abs();
+  const auto farther = distance > distance.amin(-1, /*keepdim=*/true);
+  const auto odd = at::arange(8, values.options().dtype(at::kLong)).remainder(2);
+  const auto nearest = (farther.to(at::kLong) * 2 + odd).argmin(-1);  // 0..7
+  const auto negative = at::signbit(scaled) & (nearest > 0);
+  const auto codes = nearest + negative.to(at::kLong) * 8;
+  shape.back() = cols / kMxfp4BlockSize;
+  auto block_shape = shape;
+  block_shape.push_back(kMxfp4BlockSize / 2);
+  return {pack_nibbles(codes).view(block_shape), (exponent + 127).to(at::kByte).view(shape)};
+}
+
+at::Tensor mxfp4_decode(const at::Tensor& blocks, const at::Tensor& scales, c10::ScalarType dtype) {
+  if (blocks.scalar_type() != at::kByte || scales.scalar_type() != at::kByte)
+    throw std::invalid_argument("mxfp4_decode: blocks and scales must be uint8");
+  if (blocks.dim() < 2 || blocks.size(-1) != kMxfp4BlockSize / 2 || blocks.sizes().slice(0, blocks.dim() - 1).vec() != scales.sizes().vec())
+    throw std::invalid_argument("mxfp4_decode: blocks must be [..., n, 16] and scales [..., n]");
+  const auto low = at::bitwise_and(blocks, 0x0F);
+  const auto high = at::bitwise_right_shift(blocks, 4);
+  const auto codes = at::stack({low, high}, -1).to(at::kLong);  // [..., n, 16, 2]: low nibble first
+  const auto lut = code_values(blocks.device());
+  auto values = lut.index({codes.reshape({-1})}).view(codes.sizes()).flatten(-2);  // [..., n, 32]
+  values = values * at::exp2(scales.to(at::kFloat) - 127).unsqueeze(-1);  // ldexp: exact, a power of two
+  auto shape = scales.sizes().vec();
+  shape.back() *= kMxfp4BlockSize;
+  return values.reshape(shape).to(dtype);
+}
+
+}  // namespace crucible::lm

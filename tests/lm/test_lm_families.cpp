@@ -1,0 +1,400 @@
+// Qwen3 and gpt-oss on tiny random models (float32 on the CPU): the model's logits against a plain reference written
+// from the architectures' definitions (tiny_families.h), and cached decoding against whole-sequence passes.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/InferenceMode.h>
+#include <doctest/doctest.h>
+
+#include "lm/generation/generator.h"
+#include "lm/format/model_files.h"
+#include "lm/model/mxfp4_checkpoint.h"
+#include "lm/model/rotary.h"
+#include "lm/model/lora.h"
+#include "lm/model/transformer.h"
+#include "lm/tiny_families.h"
+#include "lm/training/policy_loss.h"
+#include "lm/training/lora_trainer.h"
+
+using namespace crucible;
+using namespace crucible::lm;
+
+namespace {
+
+float max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<float>(); }
+
+at::Tensor as_batch(const std::vector<int64_t>& ids) {
+  return at::tensor(ids, at::kLong).view({1, static_cast<int64_t>(ids.size())});
+}
+
+std::vector<int64_t> prompt_of(int64_t n, int64_t vocab, int64_t salt) {
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < n; ++i) ids.push_back(1 + (i * 7 + salt * 13) % (vocab - 1));
+  return ids;
+}
+
+Transformer load_tiny(const test::TinyModel& m, const test::ScratchDir& dir, bool mxfp4 = false) {
+  test::write_model_dir(m, dir.path(), mxfp4);
+  return Transformer::load(dir.path());
+}
+
+GenerationRequest greedy(std::vector<int64_t> prompt, int64_t n) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.max_new_tokens = n;
+  return r;
+}
+
+// Each greedy token is the argmax of a whole-sequence pass over the prompt and the tokens before it.
+void check_greedy_against_full_passes(const Transformer& model, const std::vector<int64_t>& prompt,
+                                      const std::vector<int64_t>& tokens) {
+  auto seq = prompt;
+  for (const auto t : tokens) {
+    const auto logits = model.forward_full(as_batch(seq))[0][-1];
+    CHECK(logits.argmax().item<int64_t>() == t);
+    seq.push_back(t);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("qwen3: logits at every position equal the reference, with each head's query and key normalised") {
+  c10::InferenceMode guard;
+  const auto m = test::tiny_qwen3();
+  const test::ScratchDir dir("qwen3");
+  const auto model = load_tiny(m, dir);
+  CHECK(model.config().qk_norm);
+  for (const int64_t n : {1, 5, 17}) {
+    CAPTURE(n);
+    const auto ids = prompt_of(n, 48, n);
+    CHECK(max_diff(model.forward_full(as_batch(ids))[0], test::reference_logits(m, ids)) < 1e-4f);
+  }
+  // The norms matter: the same weights read as Qwen2 (no norms, no bias) give other logits.
+  auto unnormed = m;
+  for (auto& [name, t] : unnormed.weights)
+    if (name.find("_norm.weight") != std::string::npos && name.find("self_attn") != std::string::npos) t = at::ones_like(t);
+  const auto ids = prompt_of(9, 48, 3);
+  CHECK(max_diff(test::reference_logits(unnormed, ids), test::reference_logits(m, ids)) > 1e-2f);
+}
+
+TEST_CASE("gpt-oss: logits at every position equal the reference (sinks, a window shorter than the prompt, YaRN, "
+          "routed experts), dense and MXFP4") {
+  c10::InferenceMode guard;
+  const auto m = test::tiny_gpt_oss();
+  const test::ScratchDir dense_dir("gptoss-dense"), packed_dir("gptoss-mxfp4");
+  const auto dense = load_tiny(m, dense_dir);
+  const auto packed = load_tiny(m, packed_dir, /*mxfp4=*/true);
+  CHECK(!dense.weights().blocks[0].moe.gate_up.packed());
+  REQUIRE(packed.weights().blocks[0].moe.gate_up.packed());
+  CHECK((packed.weights().blocks[0].moe.down.blocks.scalar_type() == at::kByte));
+  for (const int64_t n : {1, 3, 4, 19}) {
+    CAPTURE(n);
+    const auto ids = prompt_of(n, 48, n);
+    const auto expected = test::reference_logits(m, ids);
+    CHECK(max_diff(dense.forward_full(as_batch(ids))[0], expected) < 1e-4f);
+    CHECK(max_diff(packed.forward_full(as_batch(ids))[0], expected) < 1e-4f);
+  }
+}
+
+TEST_CASE("gpt-oss: a dense checkpoint packed to MXFP4 loads packed and gives the dense model's logits") {
+  c10::InferenceMode guard;
+  const auto m = test::tiny_gpt_oss();
+  const test::ScratchDir dense_dir("gptoss-topack"), packed_dir("gptoss-packed");
+  const auto dense = load_tiny(m, dense_dir);
+  const auto tensors = mxfp4_checkpoint_tensors(dense.config(), ModelFiles::open(dense_dir.path()));
+  write_safetensors(packed_dir.path() / "model.safetensors", tensors);
+  std::filesystem::copy_file(dense_dir.path() / "config.json", packed_dir.path() / "config.json");
+  const auto packed = Transformer::load(packed_dir.path());
+  CHECK(packed.weights().blocks[1].moe.down.packed());
+  CHECK(packed.weights().blocks[1].moe.down.blocks.sizes().vec() == std::vector<int64_t>{4, 64, 1, 16});
+  const auto ids = prompt_of(12, 48, 2);
+  CHECK(max_diff(packed.forward_full(as_batch(ids)), dense.forward_full(as_batch(ids))) < 1e-5f);
+  // A scale byte of 255 is NaN in the MX format: refused at load, naming the tensor.
+  auto damaged = tensors;
+  for (auto& t : damaged)
+    if (t.name == "model.layers.1.mlp.experts.down_proj_scales") t.bytes[3] = std::byte{255};
+  const test::ScratchDir damaged_dir("gptoss-damaged");
+  write_safetensors(damaged_dir.path() / "model.safetensors", damaged);
+  std::filesystem::copy_file(dense_dir.path() / "config.json", damaged_dir.path() / "config.json");
+  try {
+    Transformer::load(damaged_dir.path());
+    FAIL("a NaN scale loaded");
+  } catch (const ModelFormatError& e) {
+    CHECK(std::string(e.what()).find("down_proj_scales: a scale of 255") != std::string::npos);
+  }
+  // A dense model has nothing to pack.
+  const test::ScratchDir qwen_dir("qwen3-nopack");
+  const auto qwen = load_tiny(test::tiny_qwen3(), qwen_dir);
+  CHECK_THROWS_AS(mxfp4_checkpoint_tensors(qwen.config(), ModelFiles::open(qwen_dir.path())), ModelFormatError);
+}
+
+TEST_CASE("gpt-oss: the reference itself depends on sinks, the window and YaRN (the comparison above can fail)") {
+  c10::InferenceMode guard;
+  const auto m = test::tiny_gpt_oss();
+  const auto ids = prompt_of(19, 48, 5);
+  const auto base = test::reference_logits(m, ids);
+  auto no_sinks = m;
+  for (auto& [name, t] : no_sinks.weights)
+    if (name.find("sinks") != std::string::npos) t = at::full_like(t, -1e9);
+  auto full = m;
+  full.config["layer_types"] = {"full_attention", "full_attention"};
+  auto plain_rope = m;
+  plain_rope.config.erase("rope_scaling");
+  for (const auto* variant : {&no_sinks, &full, &plain_rope}) CHECK(max_diff(test::reference_logits(*variant, ids), base) > 1e-3f);
+}
+
+TEST_CASE("qwen3 and gpt-oss: greedy decoding with the cache follows whole-sequence passes, alone and batched") {
+  c10::InferenceMode guard;
+  for (const bool gpt_oss : {false, true}) {
+    CAPTURE(gpt_oss);
+    const auto m = gpt_oss ? test::tiny_gpt_oss() : test::tiny_qwen3();
+    const test::ScratchDir dir("families-greedy");
+    const auto model = load_tiny(m, dir, gpt_oss);
+    Generator generator(model, [](int64_t) { return std::string(); });
+    // Prompts of 2, 5 and 11 tokens, 12 new tokens: decode steps well past the 3-token window, left-padded together.
+    std::vector<GenerationRequest> batch;
+    for (const int64_t n : {2, 5, 11}) batch.push_back(greedy(prompt_of(n, 48, n), 12));
+    const auto together = generator.generate(batch);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      CAPTURE(i);
+      const auto alone = generator.generate({batch[i]})[0];
+      CHECK(alone.tokens.size() == 12);
+      CHECK(together[i].tokens == alone.tokens);
+      check_greedy_against_full_passes(model, batch[i].prompt, alone.tokens);
+    }
+  }
+}
+
+TEST_CASE("yarn: inverse frequencies and the attention factor as gpt-oss defines them") {
+  const auto config = parse_model_config(test::tiny_gpt_oss().config.dump());
+  const auto [expected, concentration] = test::ref_inverse_frequencies(test::tiny_gpt_oss().config);
+  CHECK(max_diff(rope_inverse_frequencies(config), expected) < 1e-7f);
+  CHECK(rope_attention_factor(config) == doctest::Approx(concentration));
+  // The ramp sits inside the head: the first frequency is kept, the last divided by the factor.
+  const auto plain = 1.0 / std::pow(150000.0, 14.0 / 16);
+  CHECK(rope_inverse_frequencies(config)[0].item<float>() == doctest::Approx(1.0));
+  CHECK(rope_inverse_frequencies(config)[7].item<float>() == doctest::Approx(plain / 32));
+}
+
+namespace {
+
+double sequence_logprob(const Transformer& model, const std::vector<int64_t>& ids) {
+  const auto t = at::tensor(ids, at::kLong).view({1, -1});
+  return token_logprobs(model, t, at::ones_like(t).to(at::kBool)).logprobs.sum().item<double>();
+}
+
+LoraAdapter random_adapter(const Transformer& model, std::vector<LoraTarget> targets) {
+  LoraConfig config;
+  config.rank = 4;
+  config.alpha = 8;
+  config.targets = std::move(targets);
+  auto adapter = LoraAdapter::create(model.config(), config, c10::Device(c10::kCPU), at::kFloat, 3);
+  at::NoGradGuard no_grad;
+  auto g = at::detail::createCPUGenerator(9);
+  for (auto& p : adapter.parameters())
+    if (p.abs().sum().item<double>() == 0) p.normal_(0, 0.2, g);
+  return adapter;
+}
+
+}  // namespace
+
+TEST_CASE("gpt-oss and qwen3 LoRA: gradients through sinks, windows, q/k norms and the MXFP4 experts match finite "
+          "differences") {
+  for (const bool gpt_oss : {false, true}) {
+    CAPTURE(gpt_oss);
+    const auto m = gpt_oss ? test::tiny_gpt_oss() : test::tiny_qwen3();
+    const test::ScratchDir dir("families-grad");
+    auto model = load_tiny(m, dir, gpt_oss);
+    // Layer 0's q and v feed everything after them: the second layer's window, sinks and experts.
+    auto adapter = random_adapter(model, {LoraTarget::q, LoraTarget::v, LoraTarget::o});
+    model.use_adapter(&adapter);
+    const auto ids = prompt_of(11, 48, 4);
+    const auto params = adapter.parameters();  // q A, q B, v A, v B, o A, o B of layer 0, then layer 1
+    const auto t = at::tensor(ids, at::kLong).view({1, -1});
+    token_logprobs(model, t, at::ones_like(t).to(at::kBool)).logprobs.sum().backward();
+    int checked = 0;
+    for (const auto& [index, flat] : std::vector<std::pair<std::size_t, int64_t>>{{0, 3}, {0, 70}, {3, 5}, {5, 9}, {7, 11}}) {
+      auto p = params[index];
+      const double analytic = p.grad().view(-1)[flat].item<double>();
+      const double h = 1e-2;
+      double plus, minus;
+      {
+        at::NoGradGuard no_grad;
+        const float original = p.view(-1)[flat].item<float>();
+        p.view(-1)[flat].fill_(original + h);
+        plus = sequence_logprob(model, ids);
+        p.view(-1)[flat].fill_(original - h);
+        minus = sequence_logprob(model, ids);
+        p.view(-1)[flat].fill_(original);
+      }
+      CAPTURE(index);
+      CHECK(analytic == doctest::Approx((plus - minus) / (2 * h)).epsilon(0.03).scale(1.0));
+      checked += std::abs(analytic) > 1e-3;
+    }
+    CHECK(checked >= 3);
+  }
+}
+
+TEST_CASE("gpt-oss LoRA: no dense MLP to adapt; a GRPO step with KL trains the attention and saves as PEFT") {
+  const auto m = test::tiny_gpt_oss();
+  const test::ScratchDir dir("gptoss-grpo"), saved("gptoss-adapter");
+  auto model = load_tiny(m, dir, /*mxfp4=*/true);
+  LoraConfig config;  // every target named, as "all-linear" would
+  config.rank = 4;
+  auto adapter = LoraAdapter::create(model.config(), config, c10::Device(c10::kCPU), at::kFloat, 1);
+  CHECK(adapter.find(0, LoraTarget::q) != nullptr);
+  CHECK(adapter.find(0, LoraTarget::gate) == nullptr);
+  CHECK(adapter.find(1, LoraTarget::down) == nullptr);
+  CHECK(adapter.parameters().size() == 2 * 4 * 2);  // A and B of q, k, v, o in two layers
+  TrainerOptions options;
+  options.learning_rate = 1e-2;
+  options.loss.kl_coef = 0.1;
+  LoraTrainer trainer(model, adapter, options);
+  SequenceBatch batch;
+  for (int64_t i = 0; i < 4; ++i) {
+    batch.sequences.push_back(prompt_of(8 + i, 48, i));
+    batch.prompt_lengths.push_back(5);
+    batch.advantages.push_back(i % 2 ? 1.0f : -1.0f);
+  }
+  const auto first = trainer.policy_step(batch);
+  CHECK(first.grad_norm > 0);
+  const auto second = trainer.policy_step(batch);
+  REQUIRE(second.kl);
+  CHECK(*second.kl > 0);
+  adapter.save_peft(saved.path());
+  const auto loaded = LoraAdapter::load_peft(saved.path(), model.config(), c10::Device(c10::kCPU), at::kFloat);
+  const auto ids = prompt_of(9, 48, 1);
+  at::NoGradGuard no_grad;
+  model.use_adapter(&adapter);
+  const auto trained = model.forward_full(as_batch(ids));
+  model.use_adapter(&loaded);
+  CHECK(max_diff(model.forward_full(as_batch(ids)), trained) == 0.0f);
+}
+
+TEST_CASE("gpt-oss LoRA on the router and experts: PEFT's layout, gradients through the dequantised experts, files") {
+  const auto m = test::tiny_gpt_oss();
+  const test::ScratchDir dir("gptoss-experts-lora"), saved("gptoss-experts-adapter");
+  auto model = load_tiny(m, dir, /*mxfp4=*/true);
+  auto adapter = random_adapter(model, {LoraTarget::q, LoraTarget::router, LoraTarget::experts_gate_up,
+                                        LoraTarget::experts_down});
+  // PEFT's shapes: A [E r, in], B [out, r E] (4 experts, rank 4, hidden 64, expert width 32).
+  const auto* gate_up = adapter.find(1, LoraTarget::experts_gate_up);
+  REQUIRE(gate_up);
+  CHECK(gate_up->a.sizes().vec() == std::vector<int64_t>{16, 64});
+  CHECK(gate_up->b.sizes().vec() == std::vector<int64_t>{64, 16});
+  CHECK(adapter.find(0, LoraTarget::router)->b.sizes().vec() == std::vector<int64_t>{4, 4});
+  CHECK(adapter.adapts_parameters());
+  CHECK(!model.fold_adapter(&adapter));
+  CHECK_THROWS_AS(model.merge_adapter(adapter), std::invalid_argument);
+
+  // Expert e's delta is B[:, e::E] A[e r : (e + 1) r], as PEFT's einsum over its reshaped matrices gives it.
+  const int64_t e = 2, r = 4, E = 4;
+  const auto x = at::randn({3, 64});
+  const auto mine = adapter.plus_expert_delta(1, LoraTarget::experts_gate_up, e, E, x, at::zeros({3, 64}));
+  const auto b_e = gate_up->b.view({64, r, E}).select(2, e);
+  const auto a_e = gate_up->a.view({E, r, 64})[e];
+  CHECK(max_diff(mine, at::matmul(x, at::matmul(b_e, a_e).t()) * adapter.config().scale()) < 1e-5f);
+
+  model.use_adapter(&adapter);
+  const auto ids = prompt_of(10, 48, 6);
+  const auto params = adapter.parameters();  // per layer: q A, q B, router A, router B, gate_up A, B, down A, B
+  const auto t = at::tensor(ids, at::kLong).view({1, -1});
+  token_logprobs(model, t, at::ones_like(t).to(at::kBool)).logprobs.sum().backward();
+  int checked = 0;
+  for (const auto& [index, flat] : std::vector<std::pair<std::size_t, int64_t>>{
+           {3, 5}, {5, 70}, {5, 200}, {7, 33}, {13, 100}, {15, 7}}) {
+    auto p = params[index];
+    const double analytic = p.grad().view(-1)[flat].item<double>();
+    const double h = 1e-2;
+    double plus, minus;
+    {
+      at::NoGradGuard no_grad;
+      const float original = p.view(-1)[flat].item<float>();
+      p.view(-1)[flat].fill_(original + h);
+      plus = sequence_logprob(model, ids);
+      p.view(-1)[flat].fill_(original - h);
+      minus = sequence_logprob(model, ids);
+      p.view(-1)[flat].fill_(original);
+    }
+    CAPTURE(index);
+    CAPTURE(flat);
+    CHECK(analytic == doctest::Approx((plus - minus) / (2 * h)).epsilon(0.05).scale(1.0));
+    checked += std::abs(analytic) > 1e-3;
+  }
+  CHECK(checked >= 3);
+
+  // Saved with PEFT's names (gate_up listed first, so its wrapper is the inner one) and loaded back exactly.
+  adapter.save_peft(saved.path());
+  const auto file = SafetensorsFile::open(saved.path() / "adapter_model.safetensors");
+  CHECK(file->find("base_model.model.model.layers.1.mlp.router.lora_A.weight"));
+  CHECK(file->find("base_model.model.model.layers.1.mlp.experts.base_layer.lora_A.weight"));
+  CHECK(file->find("base_model.model.model.layers.1.mlp.experts.lora_B.weight"));
+  CHECK(file->find("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"));
+  const auto loaded = LoraAdapter::load_peft(saved.path(), model.config(), c10::Device(c10::kCPU), at::kFloat);
+  CHECK(loaded.find(1, LoraTarget::experts_down)->b.equal(adapter.find(1, LoraTarget::experts_down)->b));
+  at::NoGradGuard no_grad;
+  const auto with_adapter = model.forward_full(as_batch(ids));
+  model.use_adapter(&loaded);
+  CHECK(max_diff(model.forward_full(as_batch(ids)), with_adapter) == 0.0f);
+  model.use_adapter(nullptr);
+  CHECK(max_diff(model.forward_full(as_batch(ids)), with_adapter) > 1e-3f);
+  // Only parameters adapted: PEFT then writes no target_modules (null); a parameter named as a module is refused.
+  auto peft_config = nlohmann::json::parse(test::read_file(saved.path() / "adapter_config.json"));
+  peft_config["target_modules"] = nullptr;
+  test::write_file(saved.path() / "adapter_config.json", peft_config.dump());
+  const auto experts_only = LoraAdapter::load_peft(saved.path(), model.config(), c10::Device(c10::kCPU), at::kFloat);
+  CHECK(experts_only.find(0, LoraTarget::q) == nullptr);
+  CHECK(experts_only.find(0, LoraTarget::experts_gate_up) != nullptr);
+  peft_config["target_modules"] = {"q_proj", "experts.down_proj"};
+  test::write_file(saved.path() / "adapter_config.json", peft_config.dump());
+  CHECK_THROWS_AS(LoraAdapter::load_peft(saved.path(), model.config(), c10::Device(c10::kCPU), at::kFloat),
+                  ModelFormatError);
+  // Names as PEFT's target_parameters or a config give them; a bare word is not a parameter's name.
+  CHECK(lora_target_named("mlp.experts.gate_up_proj") == LoraTarget::experts_gate_up);
+  CHECK(lora_target_named("experts.down_proj") == LoraTarget::experts_down);
+  CHECK(lora_target_named("router.weight") == LoraTarget::router);
+  CHECK(lora_target_named("down_proj") == LoraTarget::down);
+  CHECK(!lora_target_named("weight"));
+  CHECK(!lora_target_named("xperts.down_proj"));
+  // A dense model has no experts to adapt.
+  const test::ScratchDir qwen_dir("qwen3-noexperts");
+  const auto qwen = load_tiny(test::tiny_qwen3(), qwen_dir);
+  LoraConfig experts_on_dense;
+  experts_on_dense.targets = {LoraTarget::experts_down};
+  CHECK_THROWS_AS(LoraAdapter::create(qwen.config(), experts_on_dense, c10::Device(c10::kCPU), at::kFloat, 1),
+                  std::invalid_argument);
+}
+
+TEST_CASE("qwen3 and gpt-oss in bfloat16 stay within 5% of the float32 reference; a float32 adapter trains on them") {
+  for (const bool gpt_oss : {false, true}) {
+    CAPTURE(gpt_oss);
+    const auto m = gpt_oss ? test::tiny_gpt_oss() : test::tiny_qwen3();
+    const test::ScratchDir dir("families-bf16");
+    test::write_model_dir(m, dir.path(), gpt_oss);
+    LoadOptions options;
+    options.dtype = at::kBFloat16;
+    const auto model = Transformer::load(dir.path(), options);
+    const auto ids = prompt_of(15, 48, 8);
+    const auto expected = test::reference_logits(m, ids);
+    {
+      c10::InferenceMode guard;
+      const auto logits = model.forward_full(as_batch(ids))[0];
+      CHECK((logits.scalar_type() == at::kFloat));
+      CHECK(max_diff(logits, expected) < 0.05f * expected.abs().max().item<float>());
+      Generator generator(model, [](int64_t) { return std::string(); });
+      CHECK(generator.generate({greedy(ids, 6)})[0].tokens.size() == 6);
+    }
+    auto targets = std::vector<LoraTarget>{LoraTarget::q, LoraTarget::v};
+    if (gpt_oss) targets.insert(targets.end(), {LoraTarget::router, LoraTarget::experts_gate_up, LoraTarget::experts_down});
+    auto adapter = random_adapter(model, targets);
+    model.use_adapter(&adapter);
+    const auto t = as_batch(ids);
+    token_logprobs(model, t, at::ones_like(t).to(at::kBool)).logprobs.sum().backward();
+    for (const auto& p : adapter.parameters()) {
+      REQUIRE(p.grad().defined());
+      CHECK((p.grad().scalar_type() == at::kFloat));
+      CHECK(at::isfinite(p.grad()).all().item<bool>());
+    }
+  }
+}
