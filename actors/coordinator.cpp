@@ -138,9 +138,9 @@ void cluster_event(Self self, msg::ClusterEvent event) {
 
 // A reply with no usable source is judged here, without a compile or an evaluator: it is the policy's failure.
 msg::VerdictReport parse_error_verdict(const msg::Candidate& c, double at) {
-  auto report = msg::report(c.id, eval::verdict_without_evaluation(c.task, "policy", eval::Status::parse_error,
-                                                                   c.policy_error ? "policy_error" : "no_source",
-                                                                   c.parse_error));
+  const auto code = c.policy_error ? eval::ReasonCode::policy_error : eval::ReasonCode::no_source;
+  auto report = msg::report(
+      c.id, eval::verdict_without_evaluation(c.task, std::nullopt, eval::Status::parse_error, code, c.parse_error));
   report.started_at = report.finished_at = at;
   return report;
 }
@@ -341,7 +341,7 @@ std::map<uint64_t, std::string> teacher_contexts(Self self, std::size_t unit) {
   auto& st = self->state;
   std::map<uint64_t, std::string> out;
   if (!st.setup.teacher_feedback) return out;
-  const std::string backend = st.setup.source_extension == "cu" ? "cuda" : "cpu";
+  const std::string backend(eval::candidate_language(st.setup.backend, st.setup.kind));
   for (const auto& g : st.pipeline->plan(unit).groups) {
     const auto& ids = st.pipeline->group(unit, g.group);
     std::vector<policy::GroupAttempt> group;
@@ -405,7 +405,8 @@ void commit(Self self, std::size_t unit) {
                          st.setup.seed,          st.setup.seed_index,
                          std::max<std::size_t>(1, st.setup.seeds)};
   self->request(st.setup.telemetry, caf::infinite,
-                msg::CommitUnit{u, st.setup.source_extension, st.snapshots[unit], std::move(progress)})
+                msg::CommitUnit{u, std::string(eval::source_extension(st.setup.backend, st.setup.kind)),
+                                st.snapshots[unit], std::move(progress)})
       .then(
           [=](committed_atom) {
             auto& s = self->state;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "eval_values.h"
+
 namespace crucible::messages {
 
 // A policy's sample: the source it wrote for a task, tagged with where it belongs in a batch.
@@ -37,7 +39,7 @@ typename Inspector::result_type inspect(Inspector& f, Candidate& x) {
 struct CompileRequest {
   uint64_t candidate_id = 0;
   std::string source;
-  std::string device;  // the device the candidate will run on: it decides the compiler and architecture
+  eval::Device device;  // the device the candidate will run on: it decides the compiler and architecture
 };
 
 template <class Inspector>

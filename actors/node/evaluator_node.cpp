@@ -74,7 +74,7 @@ struct SessionEnd {
   std::string reason;
 };
 
-using Evaluators = std::map<std::string, std::shared_ptr<eval::Evaluator>>;  // by device name
+using Evaluators = std::map<eval::Device, std::shared_ptr<eval::Evaluator>>;
 
 // A task's text comes from the coordinator; files it names relative to itself are looked up in the node's tasks dir.
 std::string task_source(const NodeRequest& r, const std::string& task) {
@@ -95,11 +95,10 @@ SessionEnd serve(caf::scoped_actor& self, const gateway_actor& gateway, const ms
   for (const auto& device : r.devices) {
     const auto plan = cluster::pullers_for(device, r.compile_ahead);
     // One evaluator per device, whatever the number of pullers: one set of workers and input pools.
-    const auto& shared = evaluators.at(device.name());
+    const auto& shared = evaluators.at(device);
     for (int p = 0; p < plan.pullers; ++p) {
       auto s = std::make_shared<actors::EvaluatorSetup>();
-      s->device = device.name();
-      s->options = eval_options(joined.eval, device);
+      s->options = eval::options_for(joined.eval, device);
       s->tasks = tasks;
       s->leases = leases;
       s->shared = shared;
@@ -187,13 +186,13 @@ NodeResult run_evaluator_node(const NodeRequest& r) {
     const auto started = Clock::now();
     auto evaluator = std::make_shared<eval::Evaluator>(eval::EvaluatorConfig{});
     try {
-      evaluator->prepare(device.name());
+      evaluator->prepare(device);
     } catch (const std::exception& e) {
       return {2, e.what()};
     }
     if (device.is_cuda())
       log.info("device ", device.name(), " ready in ", std::chrono::duration<double>(Clock::now() - started).count(), " s");
-    evaluators[device.name()] = std::move(evaluator);
+    evaluators[device] = std::move(evaluator);
   }
   caf::actor_system_config config;
   configure_actor_system(config, 2);
