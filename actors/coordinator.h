@@ -21,10 +21,11 @@ struct CoordinatorSetup {
   std::string mode;                      // for progress lines
   std::vector<modes::UnitPlan> units;    // modes::plan_units
   std::set<std::string> committed;       // unit names done before this process started
-  std::string compile_device;            // the device whose compiler options candidates are built with
+  eval::Device compile_device;           // the device whose compiler options candidates are built with
   bool compile_locally = true;           // false: no local evaluator; candidates go to the nodes as source
-  std::string source_extension;          // "cpp" or "cu": how telemetry stores the candidates' sources
-  std::string language = "cpu";          // what the candidates are written in ("cpu", "cuda", "triton")
+  // What candidates are written in: their sources' file extension, and the language a teacher's code block is in.
+  eval::Backend backend = eval::Backend::cpu;
+  eval::CandidateKind kind = eval::CandidateKind::native;
   // PUCT state reuse ([search] kind = "puct"): groups after a task's first improve on states chosen from its archive.
   std::optional<search::PuctOptions> puct;
   // PUCT after --resume: the committed candidates of earlier units, in commit order, rebuild each task's archive.

@@ -21,9 +21,9 @@ const std::string& task_of_group(const modes::UnitPlan& plan, uint64_t group) {
 
 // A reply with no usable source is judged here, without a compile or an evaluator: it is the policy's failure.
 msg::VerdictReport parse_error_verdict(const msg::Candidate& c, double at) {
-  auto report = msg::report(c.id, eval::verdict_without_evaluation(c.task, "policy", eval::Status::parse_error,
-                                                                   c.policy_error ? "policy_error" : "no_source",
-                                                                   c.parse_error));
+  const auto code = c.policy_error ? eval::ReasonCode::policy_error : eval::ReasonCode::no_source;
+  auto report = msg::report(
+      c.id, eval::verdict_without_evaluation(c.task, std::nullopt, eval::Status::parse_error, code, c.parse_error));
   report.started_at = report.finished_at = at;
   return report;
 }
@@ -150,7 +150,8 @@ msg::TrainBatch train_batch(CoordinatorState& st, std::size_t unit) {
       return policy::GroupAttempt{t.verdict ? &t.verdict->verdict : nullptr,
                                   t.candidate.source.empty() ? t.candidate.output : t.candidate.source, t.reward};
     };
-    contexts = core::unit_teacher_contexts(groups, attempt_of, *st.setup.teacher_feedback, st.setup.language);
+    contexts = core::unit_teacher_contexts(groups, attempt_of, *st.setup.teacher_feedback,
+                                              std::string(eval::candidate_language(st.setup.backend, st.setup.kind)));
   }
   for (uint64_t id : st.pipeline->candidates(unit)) {
     const auto& t = st.candidates.at(id);
@@ -202,7 +203,7 @@ void commit(Self self, std::size_t unit) {
   st.progress.reset(wall_now());  // the commit's own progress line follows
   if (st.setup.live) st.setup.live->update([&](monitor::LiveSnapshot& s) { s.candidates_done += ids.size(); });
   self->request(st.setup.telemetry, caf::infinite,
-                msg::CommitUnit{u, st.setup.source_extension, st.snapshots[unit], progress(st)})
+                msg::CommitUnit{u, std::string(eval::source_extension(st.setup.backend, st.setup.kind)), st.snapshots[unit], progress(st)})
       .then(
           [=](committed_atom) {
             auto& s = self->state;

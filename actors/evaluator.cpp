@@ -10,9 +10,9 @@ namespace crucible::actors {
 namespace {
 
 // Not the candidate's fault, yet it must not stop the run: classified, kept, and visible in the record.
-eval::Verdict evaluator_error(const msg::EvalRequest& request, const std::string& device, const std::string& what) {
+eval::Verdict evaluator_error(const msg::EvalRequest& request, eval::Device device, const std::string& what) {
   return eval::verdict_without_evaluation(request.candidate.task, device, eval::Status::runtime_error,
-                                          "evaluator_error", what);
+                                          eval::ReasonCode::evaluator_error, what);
 }
 
 // Where a candidate's time went before its evaluation, for the node's log: a node that builds slower than its device
@@ -24,7 +24,7 @@ struct Spent {
 
 // The verdict, and in `learned` the reference timings for the task that the request did not bring (for the
 // coordinator to hand on).
-eval::Verdict judge(eval::Evaluator& evaluator, const EvaluatorSetup& setup, const msg::EvalRequest& request,
+eval::Verdict evaluate(eval::Evaluator& evaluator, const EvaluatorSetup& setup, const msg::EvalRequest& request,
                     std::vector<eval::SharedTiming>& learned, Spent& spent) {
   auto task = setup.tasks.find(request.candidate.task);
   try {
@@ -34,7 +34,7 @@ eval::Verdict judge(eval::Evaluator& evaluator, const EvaluatorSetup& setup, con
     if (setup.build_beside_evaluation) evaluator.compile(request.candidate.source, setup.options);
     const double wait_start = wall_now();
     spent.build_s = wait_start - build_start;
-    auto lease = setup.leases->acquire(setup.device);
+    auto lease = setup.leases->acquire(setup.options.device);
     spent.wait_s = wall_now() - wait_start;
     evaluator.adopt_timings(request.reference_timings);
     auto verdict = evaluator.evaluate(task->second, request.candidate.source, setup.options);
@@ -45,21 +45,21 @@ eval::Verdict judge(eval::Evaluator& evaluator, const EvaluatorSetup& setup, con
     }
     return verdict;
   } catch (const std::exception& e) {
-    return evaluator_error(request, setup.device, e.what());
+    return evaluator_error(request, setup.options.device, e.what());
   }
 }
 
 }  // namespace
 
 void evaluator(caf::blocking_actor* self, coordinator_actor coordinator, std::shared_ptr<EvaluatorSetup> setup) {
-  log::Logger log{"evaluator." + setup->device};
+  log::Logger log{"evaluator." + setup->options.device.name()};
   const auto owned = setup->shared ? setup->shared : std::make_shared<eval::Evaluator>(setup->config);
   eval::Evaluator& evaluator = *owned;
   log.info("ready");
   const caf::duration timeout = setup->pull_timeout ? caf::duration{*setup->pull_timeout} : caf::duration{caf::infinite};
   bool running = true;
   while (running && !setup->stop->load()) {
-    self->request(coordinator, timeout, pull_eval_atom_v, setup->device, setup->session)
+    self->request(coordinator, timeout, pull_eval_atom_v, setup->options.device.name(), setup->session)
         .receive(
             [&](msg::EvalRequest& request) {
               const double start = wall_now();
@@ -67,18 +67,19 @@ void evaluator(caf::blocking_actor* self, coordinator_actor coordinator, std::sh
               std::vector<eval::SharedTiming> learned;
               Spent spent;
               try {
-                report = msg::report(request.candidate.id, judge(evaluator, *setup, request, learned, spent));
+                report = msg::report(request.candidate.id, evaluate(evaluator, *setup, request, learned, spent));
                 report.reference_timings = std::move(learned);
               } catch (const std::exception& e) {
                 log.error("candidate ", request.candidate.id, ": ", e.what(), "; recorded as evaluator_error");
-                report = msg::report(request.candidate.id, evaluator_error(request, setup->device, e.what()));
+                report = msg::report(request.candidate.id, evaluator_error(request, setup->options.device, e.what()));
               }
-              report.verdict.device = setup->device;
+              report.verdict.device = setup->options.device;
               report.started_at = start;
               report.finished_at = wall_now();
               const auto& v = report.verdict;
               log.info("candidate ", request.candidate.id, " (", request.candidate.task, "): ", eval::status_name(v.status),
-                       v.reasons.empty() ? "" : " " + v.reasons.front().code, " in ", report.finished_at - start,
+                       v.reasons.empty() ? "" : " " + std::string(eval::reason_code_name(v.reasons.front().code)),
+                       " in ", report.finished_at - start,
                        " s (built in ", spent.build_s, " s, waited ", spent.wait_s, " s for the device)");
               self->send(coordinator, std::move(report));
             },

@@ -1,6 +1,6 @@
 #pragma once
 // Evaluator, one per device (or a few per GPU on a node, to build ahead): pulls the next candidate from the
-// coordinator whenever it is free, judges it with kernels_eval's sandboxed workers while holding its device's lease,
+// coordinator whenever it is free, evaluates it with kernels_eval's sandboxed workers while holding its device's lease,
 // and sends the verdict back.
 #include <atomic>
 #include <chrono>
@@ -17,8 +17,7 @@
 namespace crucible::actors {
 
 struct EvaluatorSetup {
-  std::string device;
-  eval::EvalOptions options;
+  eval::EvalOptions options;  // options.device: the device it evaluates on, and whose lease it holds meanwhile
   eval::EvaluatorConfig config;
   // Evaluators of one device on a node may share one kernels_eval evaluator (its workers, pools and reference
   // timings); the device's lease keeps their evaluations apart. Unset: the actor makes its own from `config`.

@@ -18,7 +18,7 @@ struct GatewaySetup {
   std::string secret;
   coordinator_actor coordinator;
   std::string run;  // for the nodes' logs: experiment name and seed
-  eval::EvalSettings eval;
+  eval::RunEvalSettings eval;
   std::vector<msg::TaskText> tasks;
   double heartbeat_s = 1.0, timeout_s = 10.0;
   bool last_run = true;

@@ -71,7 +71,7 @@ caf::result<msg::Generated> refine(GeneratorSetup& setup, log::Logger& log, cons
 generator_actor::behavior_type rollout_generator(generator_actor::pointer self, std::shared_ptr<GeneratorSetup> setup) {
   auto log = std::make_shared<log::Logger>("generator");
   auto pending = std::make_shared<std::vector<Pending>>();
-  log->info("policy version ", setup->policy->version(), setup->policy_device.empty() ? "" : " on " + setup->policy_device);
+  log->info("policy version ", setup->policy->version(), setup->policy_device ? " on " + setup->policy_device->name() : "");
   return {
       [=](msg::GenerateRequest& request) -> caf::result<msg::Generated> {
         if (setup->tasks.find(request.task) == setup->tasks.end())

@@ -3,6 +3,7 @@
 // tags them as candidates; restores each policy version the optimizer publishes.
 #include <memory>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "actors/interfaces.h"
@@ -15,7 +16,7 @@ namespace crucible::actors {
 struct GeneratorSetup {
   std::unique_ptr<policy::Policy> policy;
   std::map<std::string, eval::TaskSpec> tasks;
-  std::string policy_device;       // where the policy computes, leased while it does; empty: nowhere to guard
+  std::optional<eval::Device> policy_device;  // where the policy computes, leased while it does; none: nowhere to guard
   std::shared_ptr<devices::DeviceLeases> leases;  // shared with evaluators on the same device
 };
 

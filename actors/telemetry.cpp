@@ -52,9 +52,12 @@ std::string record_json(msg::CandidateRecord& r, const msg::UnitRecord& unit, co
     return candidate_record_json(r, unit);
   } catch (const std::exception& e) {
     log.error("candidate ", r.candidate.id, ": its record failed (", e.what(), "); recorded as evaluator_error");
+    // Where it was evaluated, if it was, stays in the record.
+    const std::optional<eval::Device> device = r.verdict ? r.verdict->verdict.device : std::nullopt;
     r.verdict = msg::report(r.candidate.id,
-                            eval::verdict_without_evaluation(r.candidate.task, "", eval::Status::runtime_error,
-                                                             "evaluator_error", std::string("record failed: ") + e.what()));
+                            eval::verdict_without_evaluation(r.candidate.task, device, eval::Status::runtime_error,
+                                                             eval::ReasonCode::evaluator_error,
+                                                             std::string("record failed: ") + e.what()));
     return candidate_record_json(r, unit);
   }
 }

@@ -62,17 +62,16 @@ std::string candidate_record_json(const msg::CandidateRecord& t, const msg::Unit
   }
   if (t.verdict) {
     const auto& v = t.verdict->verdict;
+    const json verdict = json::parse(eval::to_json(v, -1));
     j["status"] = eval::status_name(v.status);
-    json reasons = json::array();
-    for (const auto& r : v.reasons) reasons.push_back({{"code", r.code}, {"detail", r.detail}});
-    j["reasons"] = reasons;
-    j["device"] = v.device;
+    j["reasons"] = verdict["reasons"];
+    j["device"] = verdict["device"];
     j["node"] = t.verdict->node;
     j["candidate_median_us"] = v.candidate_time ? json(v.candidate_time->median_us) : json(nullptr);
     j["candidate_cv"] = v.candidate_time ? json(v.candidate_time->cv) : json(nullptr);
     j["reference_median_us"] = v.reference_time ? json(v.reference_time->median_us) : json(nullptr);
     j["speedup"] = v.speedup ? json(*v.speedup) : json(nullptr);
-    j["verdict"] = json::parse(eval::to_json(v, -1));
+    j["verdict"] = verdict;
   }
   j["reward"] = t.reward;
   j["advantage"] = or_null(t.advantage);
@@ -102,7 +101,7 @@ json node_metrics(const std::vector<const msg::CandidateRecord*>& traces) {
     if (n.is_null()) n = {{"candidates", 0}, {"evaluation_seconds", 0.0}, {"evaluator_errors", 0}};
     n["candidates"] = n["candidates"].get<int>() + 1;
     n["evaluation_seconds"] = n["evaluation_seconds"].get<double>() + (v.finished_at - v.started_at);
-    const bool failed = v.verdict.has_reason("evaluator_error");
+    const bool failed = v.verdict.has_reason(eval::ReasonCode::evaluator_error);
     n["evaluator_errors"] = n["evaluator_errors"].get<int>() + (failed ? 1 : 0);
   }
   return nodes;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "eval_values.h"
 #include "policy/sample.h"
 
 namespace crucible::policy {
@@ -43,7 +44,7 @@ typename Inspector::result_type inspect(Inspector& f, Candidate& x) {
 struct CompileRequest {
   uint64_t candidate_id = 0;
   std::string source;
-  std::string device;  // the device the candidate will run on: it decides the compiler and architecture
+  eval::Device device;  // the device the candidate will run on: it decides the compiler and architecture
 };
 
 template <class Inspector>

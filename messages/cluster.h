@@ -9,24 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "crucible/eval/eval_settings.h"
-
-namespace crucible::eval {
-
-// A device and how candidates are judged in this run (the experiment's [eval] settings), as they cross between
-// nodes. Defined here, in the types' own namespace, so kernels_eval needs no CAF.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, Device& x) {
-  return f(caf::meta::type_name("crucible.Device"), x.backend, x.index);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, EvalSettings& x) {
-  return f(caf::meta::type_name("crucible.EvalSettings"), x.backend, x.kind, x.mode, x.launches, x.sizes, x.correctness_trials,
-           x.timing_trials, x.call_timeout_s, x.evaluation_budget_s);
-}
-
-}  // namespace crucible::eval
+#include "eval_values.h"
 
 namespace crucible::messages {
 
@@ -99,7 +82,7 @@ struct JoinAccepted {
   uint64_t session = 0;
   caf::strong_actor_ptr coordinator;
   std::string run;  // experiment name and seed, for the node's log
-  eval::EvalSettings eval;
+  eval::RunEvalSettings eval;
   std::vector<TaskText> tasks;
   double heartbeat_s = 1.0, timeout_s = 10.0;
   bool last_run = true;  // no further seed follows this run on this coordinator node

@@ -17,6 +17,7 @@
 #include "candidate.h"
 #include "crucible/eval/shared_timing.h"
 #include "crucible/eval/verdict.h"
+#include "eval_values.h"
 
 namespace crucible::eval {
 
@@ -64,6 +65,8 @@ typename Inspector::result_type inspect(Inspector& f, Verdict& x) {
   auto candidate_time = out(x.candidate_time), reference_time = out(x.reference_time);
   auto event_median = out(x.candidate_event_median_us), coverage = out(x.kernel_coverage);
   auto speedup = out(x.speedup), gflops = out(x.gflops), gbps = out(x.gbps), spread = out(x.speedup_spread);
+  auto device = out(x.device);
+  auto mode = out(x.mode);
   auto in = [&] {
     const auto back = [](auto& o, const auto& c) {
       if (c) o = *c;
@@ -72,9 +75,10 @@ typename Inspector::result_type inspect(Inspector& f, Verdict& x) {
     back(x.candidate_time, candidate_time), back(x.reference_time, reference_time);
     back(x.candidate_event_median_us, event_median), back(x.kernel_coverage, coverage);
     back(x.speedup, speedup), back(x.gflops, gflops), back(x.gbps, gbps), back(x.speedup_spread, spread);
+    back(x.device, device), back(x.mode, mode);
     return caf::error{};
   };
-  return f(caf::meta::type_name("crucible.Verdict"), x.status, x.task, x.device, x.mode, x.launches, x.reasons, x.compile,
+  return f(caf::meta::type_name("crucible.Verdict"), x.status, x.task, device, mode, x.launches, x.reasons, x.compile,
            x.trials, candidate_time, reference_time, event_median, coverage, speedup, spread, gflops, gbps, x.shapes,
            x.threads,
            x.seed, x.stages, caf::meta::load_callback(in));
@@ -89,7 +93,7 @@ typename Inspector::result_type inspect(Inspector& f, SharedTiming& x) {
 
 namespace crucible::messages {
 
-// The evaluator judges it on its own device under the run's settings, which it was set up with. With it come the
+// The evaluator evaluates it on its own device under the run's settings, which it was set up with. With it come the
 // reference timings other evaluators measured for its task (shared_timing.h), which an evaluator of the same GPU
 // model and settings uses instead of timing the reference itself.
 struct EvalRequest {
@@ -105,7 +109,7 @@ typename Inspector::result_type inspect(Inspector& f, EvalRequest& x) {
 // One candidate's verdict, where and when it was reached.
 struct VerdictReport {
   uint64_t candidate_id = 0;
-  eval::Verdict verdict;                       // verdict.device: the evaluator that judged it ("policy": unparsed)
+  eval::Verdict verdict;                       // verdict.device: where it was evaluated (none: never evaluated)
   std::string node;                            // its node ("local": the coordinator's); set by the coordinator
   double started_at = 0.0, finished_at = 0.0;  // wall clock of the evaluator's node, seconds since the epoch
   // The GPU reference timings its evaluator knows for the task, for the coordinator to hand on; not recorded.

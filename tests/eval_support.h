@@ -20,7 +20,7 @@ struct TestEvaluator {
 
 inline std::string detail_of(const eval::Verdict& v) {
   std::string s = std::string(eval::status_name(v.status)) + ":";
-  for (const auto& r : v.reasons) s += " [" + r.code + "] " + r.detail;
+  for (const auto& r : v.reasons) s += " [" + std::string(eval::reason_code_name(r.code)) + "] " + r.detail;
   return s;
 }
 
@@ -28,7 +28,7 @@ inline std::string detail_of(const eval::Verdict& v) {
 inline eval::EvalOptions gpu_options(const std::string& sizes, double call_timeout_s = 5.0,
                                      double compile_time_limit_s = 60.0) {
   eval::EvalOptions o;
-  o.device = "cuda:0";
+  o.device = eval::Device::cuda(0);
   o.sizes = sizes;
   o.call_timeout_s = call_timeout_s;
   o.compile.time_limit_s = compile_time_limit_s;

@@ -94,10 +94,11 @@ int main(int argc, char** argv) {
   bench::exit_on_help(argc, argv,
                       "usage: bench_compile [--backend cpu|cuda] [--count N] [--jobs J] [--arch sm_90] "
                       "[--source variants|shipped]");
-  std::string backend = "cuda", arch = "sm_90", source = "variants";
+  std::string arch = "sm_90", source = "variants";
+  eval::Backend backend = eval::Backend::cuda;
   int count = 16, jobs = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--backend")) backend = argv[i + 1];
+    if (!std::strcmp(argv[i], "--backend")) backend = eval::parse_backend(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--count")) count = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--jobs")) jobs = std::max(1, std::atoi(argv[i + 1]));
     else if (!std::strcmp(argv[i], "--arch")) arch = argv[i + 1];
@@ -109,13 +110,14 @@ int main(int argc, char** argv) {
   options.backend = backend;
   options.cuda_arch = arch;
   std::vector<std::string> sources;
-  if (source == "shipped" && backend == "cuda") {
+  if (source == "shipped" && backend == eval::Backend::cuda) {
     sources = shipped_cuda_candidates();
   } else {
-    for (int i = 0; i < count; ++i) sources.push_back(backend == "cuda" ? bench::relu_variant(i) : cpu_variant(i));
+    for (int i = 0; i < count; ++i)
+      sources.push_back(backend == eval::Backend::cuda ? bench::relu_variant(i) : cpu_variant(i));
   }
   std::vector<Row> rows;
-  if (backend == "cuda") {
+  if (backend == eval::Backend::cuda) {
     // Split first: the whole builds then run on page caches the split builds warmed no more than they need.
     options.split_cuda = true;
     rows.push_back(measure("split", compiler, options, sources, jobs));
@@ -124,7 +126,8 @@ int main(int argc, char** argv) {
   } else {
     rows.push_back(measure("g++", compiler, options, sources, jobs));
   }
-  std::printf("backend=%s arch=%s source=%s candidates=%zu jobs=%d\n\n", backend.c_str(), arch.c_str(),
+  std::printf("backend=%s arch=%s source=%s candidates=%zu jobs=%d\n\n", std::string(eval::backend_name(backend)).c_str(),
+              arch.c_str(),
               source.c_str(), sources.size(), jobs);
   std::printf("| build | built | median s | min s | max s | wall s (per candidate) | paths taken |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");

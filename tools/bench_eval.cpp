@@ -35,15 +35,16 @@ int main(int argc, char** argv) {
   eval::EvalOptions options;
   int repeats = 3;
   std::string only_task;  // empty: every task
+  std::string device = "cpu";
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--mode") && i + 1 < argc) options.mode = !std::strcmp(argv[++i], "full") ? eval::Mode::full : eval::Mode::fast;
+    if (!std::strcmp(argv[i], "--mode") && i + 1 < argc) options.mode = !std::strcmp(argv[++i], "full") ? eval::EvalDepth::full : eval::EvalDepth::fast;
     else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--device") && i + 1 < argc) options.device = argv[++i];
+    else if (!std::strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
     else if (!std::strcmp(argv[i], "--sizes") && i + 1 < argc) options.sizes = argv[++i];
     else if (!std::strcmp(argv[i], "--task") && i + 1 < argc) only_task = argv[++i];
   }
-  bench::exit_unless_device_usable(options.device);
-  const bool gpu = options.device != "cpu";
+  options.device = bench::usable_device(device);
+  const bool gpu = options.device.is_cuda();
   fs::path tasks_dir = tasks::default_tasks_dir();
   fs::path candidates = tasks_dir.parent_path() / "candidates" / (gpu ? "cuda" : "cpu");
   fs::path cache = fs::temp_directory_path() / ("crucible-bench-cache-" + std::to_string(::getpid()));
@@ -52,8 +53,8 @@ int main(int argc, char** argv) {
   eval::Evaluator evaluator(config);
 
   std::printf("device=%s sizes=%s mode=%s, warm = median of %d repeats after the cold run; times in ms\n",
-              options.device.c_str(), options.sizes.empty() ? "(device's own)" : options.sizes.c_str(),
-              options.mode == eval::Mode::full ? "full" : "fast", repeats);
+              options.device.name().c_str(), options.sizes.empty() ? "(device's own)" : options.sizes.c_str(),
+              options.mode == eval::EvalDepth::full ? "full" : "fast", repeats);
   std::printf("%-14s %-8s %8s | %7s %6s %7s %7s %7s %8s | %8s %8s %7s\n", "task", "status", "compile", "load",
               "gate", "correct", "timing", "kernel", "overhead", "cand_us", "ref_us", "speedup");
   std::vector<double> compiles, overheads;

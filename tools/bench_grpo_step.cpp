@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
   b.jobs = jobs;
   b.policy_only = policy_only;
   b.evaluator = &evaluator;
-  b.options.device = device;
+  b.options.device = setup.config.lm.device;
   b.search = &search;
   evaluator.evaluate(tasks.front(), search.sample(tasks.front(), 1).front().source, b.options);
 

@@ -82,12 +82,12 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--launches")) launches = eval::parse_launches(argv[i + 1]);
     ++i;
   }
-  bench::exit_unless_device_usable(device);
+  const eval::Device where = bench::usable_device(device);
   const fs::path tasks_dir = tasks::default_tasks_dir();
   const bool triton = kind == eval::CandidateKind::triton;
   if (candidate.empty())
-    candidate = (tasks_dir.parent_path() / "candidates" / (triton ? "triton" : device == "cpu" ? "cpu" : "cuda") /
-                 (task_name + (triton ? ".py" : device == "cpu" ? ".cpp" : ".cu"))).string();
+    candidate = (tasks_dir.parent_path() / "candidates" / std::string(eval::candidate_language(where.backend, kind)) /
+                 (task_name + "." + std::string(eval::source_extension(where.backend, kind)))).string();
   std::ifstream in(candidate);
   std::ostringstream text;
   text << in.rdbuf();
@@ -99,8 +99,8 @@ int main(int argc, char** argv) {
   auto evaluator = std::make_unique<eval::Evaluator>(config);
   eval::EvalOptions options;
   options.kind = kind;
-  options.mode = eval::Mode::full;
-  options.device = device;
+  options.mode = eval::EvalDepth::full;
+  options.device = where;
   options.sizes = sizes;
   options.verified_timed_calls = verified;
   options.launches = launches;
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
     if (v.speedup) speedups.push_back(*v.speedup);
     if (v.reference_time) references.push_back(v.reference_time->median_us);
     std::string reasons;
-    for (const auto& reason : v.reasons) reasons += reason.code + " ";
+    for (const auto& reason : v.reasons) reasons += std::string(eval::reason_code_name(reason.code)) + " ";
     std::printf("%-4d %-8s %12.2f %7.2f%% %12.2f %12.2f %8.3f %7.1f%% %s\n", r,
                 std::string(eval::status_name(v.status)).c_str(), v.candidate_time->median_us,
                 100 * v.candidate_time->cv, v.candidate_event_median_us.value_or(0.0),

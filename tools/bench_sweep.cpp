@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--trials")) trials = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--verified")) verified = std::atoi(argv[i + 1]);
   }
-  bench::exit_unless_device_usable(device);
+  const eval::Device where = bench::usable_device(device);
   if (!emit.empty()) {
     fs::create_directories(emit);
     for (int i = 0; i < count; ++i) std::ofstream(fs::path(emit) / ("variant_" + std::to_string(i) + ".cu")) << bench::relu_variant(i);
@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
   auto start = Clock::now();
   eval::Evaluator evaluator(config);
   eval::EvalOptions options;
-  options.mode = eval::Mode::full;  // 5 correctness trials, 50 timed
-  options.device = device;
+  options.mode = eval::EvalDepth::full;  // 5 correctness trials, 50 timed
+  options.device = where;
   options.sizes = sizes;
   options.correctness_trials = trials;
   options.verified_timed_calls = verified;
@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
   const double setup_s = std::chrono::duration<double>(Clock::now() - start).count();
   if (warmup.status != eval::Status::correct) {
     std::printf("warm-up candidate: %s\n", std::string(eval::status_name(warmup.status)).c_str());
-    for (const auto& r : warmup.reasons) std::printf("  %s: %s\n", r.code.c_str(), r.detail.c_str());
+    for (const auto& r : warmup.reasons)
+      std::printf("  %s: %s\n", std::string(eval::reason_code_name(r.code)).c_str(), r.detail.c_str());
     return 1;
   }
   // Compile in parallel into the shared cache; the evaluator then finds each candidate compiled.

@@ -7,20 +7,6 @@
 
 namespace crucible::node {
 
-eval::EvalOptions eval_options(const eval::EvalSettings& s, const eval::Device& device) {
-  eval::EvalOptions o;
-  o.mode = s.mode;
-  o.launches = s.launches;
-  o.kind = s.kind;
-  o.device = device.name();
-  o.sizes = s.sizes;
-  o.correctness_trials = s.correctness_trials;
-  o.timing_trials = s.timing_trials;
-  o.call_timeout_s = s.call_timeout_s;
-  o.evaluation_budget_s = s.evaluation_budget_s;
-  return o;
-}
-
 std::vector<messages::TaskText> task_texts(const std::vector<eval::TaskSpec>& tasks) {
   std::vector<messages::TaskText> out;
   for (const auto& t : tasks) out.push_back({t.name, config::read_text_file(t.source_path)});

@@ -1,6 +1,7 @@
 #pragma once
 // What an evaluator needs to know of a run, whichever node it is on: the experiment's [eval] settings and its
-// tasks' text travel to evaluator nodes, and both sides turn them into the same evaluation options.
+// tasks' text travel to evaluator nodes, and both sides make the same evaluation options of them
+// (eval::options_for).
 #include <string>
 #include <vector>
 
@@ -10,8 +11,6 @@
 
 namespace crucible::node {
 
-// The options an evaluator on `device` judges with under the run's settings.
-eval::EvalOptions eval_options(const eval::EvalSettings& settings, const eval::Device& device);
 // Each task's file as written (read from TaskSpec::source_path).
 std::vector<messages::TaskText> task_texts(const std::vector<eval::TaskSpec>& tasks);
 

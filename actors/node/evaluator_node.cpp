@@ -74,7 +74,7 @@ struct SessionEnd {
   std::string reason;
 };
 
-using Evaluators = std::map<std::string, std::shared_ptr<eval::Evaluator>>;  // by device name
+using Evaluators = std::map<eval::Device, std::shared_ptr<eval::Evaluator>>;
 
 // A task's text comes from the coordinator; files it names relative to itself are looked up in the node's tasks dir.
 std::string task_source(const NodeRequest& r, const std::string& task) {
@@ -101,11 +101,10 @@ Pullers spawn_pullers(caf::scoped_actor& self, const msg::JoinAccepted& joined, 
     const auto plan = cluster::pullers_for(device, r.compile_ahead);
     for (int p = 0; p < plan.pullers; ++p) {
       auto s = std::make_shared<actors::EvaluatorSetup>();
-      s->device = device.name();
-      s->options = eval_options(joined.eval, device);
+      s->options = eval::options_for(joined.eval, device);
       s->tasks = tasks;
       s->leases = leases;
-      s->shared = evaluators.at(device.name());
+      s->shared = evaluators.at(device);
       s->build_beside_evaluation = plan.build_beside_evaluation;
       s->session = joined.session;
       s->pull_timeout = ms(std::max(0.5, joined.heartbeat_s * 2));
@@ -193,10 +192,10 @@ Evaluators prepare_evaluators(const NodeRequest& r, const log::Logger& log) {
   for (const auto& device : r.devices) {
     const auto started = Clock::now();
     auto evaluator = std::make_shared<eval::Evaluator>(eval::EvaluatorConfig{});
-    evaluator->prepare(device.name());
+    evaluator->prepare(device);
     if (device.is_cuda())
       log.info("device ", device.name(), " ready in ", std::chrono::duration<double>(Clock::now() - started).count(), " s");
-    evaluators[device.name()] = std::move(evaluator);
+    evaluators[device] = std::move(evaluator);
   }
   return evaluators;
 }

@@ -37,8 +37,9 @@ std::vector<actors::CoordinatorSetup::ArchivedState> archived_states(const std::
     }
     if (r.contains("reasons") && r["reasons"].is_array())
       for (const auto& reason : r["reasons"])
-        v.reasons.push_back({value_or<std::string>(reason, "code", ""), value_or<std::string>(reason, "detail", "")});
-    if (!v.reasons.empty() && v.reasons.front().code == "policy_error") continue;
+        v.reasons.push_back(eval::reason_from_text(value_or<std::string>(reason, "code", ""),
+                                                   value_or<std::string>(reason, "detail", "")));
+    if (!v.reasons.empty() && v.reasons.front().code == eval::ReasonCode::policy_error) continue;
     if (r.contains("speedup") && r["speedup"].is_number()) v.speedup = r["speedup"].get<double>();
     if (r.contains("verdict") && r["verdict"].is_object()) {
       const auto& verdict = r["verdict"];

@@ -71,7 +71,7 @@ std::unique_ptr<policy::Policy> make_policy(const experiment::Experiment& e, uin
     s.config = e.policy;
     s.backend = e.eval.language();
     s.state_dir = seed_dir / "policy";
-    s.per_task_adapters = e.mode == experiment::Mode::ttt;
+    s.per_task_adapters = e.mode == experiment::RunMode::ttt;
     s.seed = seed;
     return std::make_unique<policy::LmPolicy>(std::move(s));
   }
@@ -86,10 +86,11 @@ std::unique_ptr<policy::Policy> make_policy(const experiment::Experiment& e, uin
   return std::make_unique<policy::SearchPolicy>(seed, o);
 }
 
-std::string policy_lease(const experiment::Experiment& e) {
-  if (e.policy.kind != experiment::PolicyKind::libtorch) return "";
+std::optional<eval::Device> policy_lease(const experiment::Experiment& e) {
+  if (e.policy.kind != experiment::PolicyKind::libtorch) return std::nullopt;
   const auto& d = e.eval.devices;
-  return std::find(d.begin(), d.end(), e.policy.lm.device) != d.end() ? e.policy.lm.device.name() : "";
+  if (std::find(d.begin(), d.end(), e.policy.lm.device) == d.end()) return std::nullopt;
+  return e.policy.lm.device;
 }
 
 // The policy a seed starts from: the last committed snapshot of a resumed run, else the checkpoint, else fresh.
@@ -154,7 +155,7 @@ actors::CoordinatorSetup coordinator_setup(const SeedContext& c, std::vector<mod
                                            std::set<std::string> committed) {
   const auto& e = c.request.experiment;
   actors::CoordinatorSetup setup;
-  setup.mode = experiment::mode_name(e.mode);
+  setup.mode = experiment::run_mode_name(e.mode);
   setup.units = std::move(units);
   if (e.search.kind == experiment::SearchKind::puct) {
     setup.puct = search::PuctOptions{e.search.c};
@@ -168,10 +169,10 @@ actors::CoordinatorSetup coordinator_setup(const SeedContext& c, std::vector<mod
   if (e.policy.kind == experiment::PolicyKind::libtorch && e.policy.lm.loss == experiment::Loss::sdpo)
     setup.teacher_feedback = e.policy.lm.sdpo_feedback;
   setup.committed = std::move(committed);
-  setup.compile_device = e.eval.devices.empty() ? "" : e.eval.devices.front().name();
+  if (!e.eval.devices.empty()) setup.compile_device = e.eval.devices.front();
   setup.compile_locally = !e.eval.devices.empty();
-  setup.source_extension = std::string(e.eval.source_extension());
-  setup.language = e.eval.language();
+  setup.backend = e.eval.backend;
+  setup.kind = e.eval.kind;
   return setup;
 }
 
@@ -200,14 +201,13 @@ NodeShape spawn_evaluation(caf::actor_system& system, const SeedContext& c, acto
   const int compile_workers = e.eval.devices.empty()        ? 0
                               : e.eval.compile_workers > 0 ? e.eval.compile_workers
                                                            : std::max(1, cores - cpu_evaluators);
-  const eval::EvalSettings& settings = e.eval;
+  const eval::RunEvalSettings& settings = e.eval;
   for (int i = 0; i < compile_workers; ++i)
     system.spawn<caf::detached>(actors::compile_worker, coordinator, front,
-                                eval_options(settings, e.eval.devices.front()), i);
+                                eval::options_for(settings, e.eval.devices.front()), i);
   for (const auto& device : e.eval.devices) {
     auto s = std::make_shared<actors::EvaluatorSetup>();
-    s->device = device.name();
-    s->options = eval_options(settings, device);
+    s->options = eval::options_for(settings, device);
     s->tasks = c.tasks;
     s->leases = c.leases;
     system.spawn<caf::detached>(actors::evaluator, coordinator, s);
@@ -386,7 +386,7 @@ RunResult run_experiment(const RunRequest& request) {
         monitor::MonitorOptions{e.monitor.host, e.monitor.port, token ? token : "", request.dir}, with_live.live);
     with_live.live->update([&](monitor::LiveSnapshot& s) {
       s.experiment = e.name;
-      s.mode = experiment::mode_name(e.mode);
+      s.mode = experiment::run_mode_name(e.mode);
       s.seeds = e.seeds.size();
       s.started_at = actors::wall_now();
     });

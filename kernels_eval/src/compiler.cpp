@@ -197,50 +197,183 @@ Compiler::Compiler(fs::path cache_dir, fs::path include_dir)
 
 std::vector<std::string> Compiler::flags(const CompileOptions& o) const {
   std::vector<std::string> f;
-  if (o.backend == "cpu") {
+  if (o.backend == Backend::cpu) {
     // Hidden visibility keeps everything but the contract's entry points out of the export table;
     // -fno-gnu-unique stops static locals of inline functions from becoming global unique symbols.
     f = {cxx_path(), "-std=c++17", "-O3", "-march=native", "-fPIC", "-shared", "-fvisibility=hidden",
          "-fvisibility-inlines-hidden", "-fno-gnu-unique", "-I" + std::string(kIncludeDir),
          "-Wl,--version-script=" + std::string(kExportsFile)};
-  } else if (o.backend == "cuda") {
+  } else {
     // The CUDA runtime is linked as a shared library so that what a candidate calls from it shows up by
-    // name in its import table, where the static gate can judge it (statically linked, cudart's own
+    // name in its import table, where the static gate can check it (statically linked, cudart's own
     // imports of threads, files and sockets would hide the candidate's).
     f = {nvcc_path(), "-std=c++17", "-O3", "-arch=" + o.cuda_arch, "-shared", "-cudart", "shared",
          "-Xcompiler", "-fPIC,-fvisibility=hidden,-fvisibility-inlines-hidden,-fno-gnu-unique",
          "-I" + std::string(kIncludeDir), "-Xlinker", "--version-script=" + std::string(kExportsFile)};
-  } else {
-    throw std::invalid_argument("unknown compile backend '" + o.backend + "'");
   }
   f.insert(f.end(), o.extra_flags.begin(), o.extra_flags.end());
   return f;
 }
 
-const std::string& Compiler::compiler_version(const std::string& backend) {
+const std::string& Compiler::compiler_version(const std::string& tool) {
   std::lock_guard lock(mutex_);
-  auto it = versions_.find(backend);
+  auto it = versions_.find(tool);
   if (it != versions_.end()) return it->second;
-  std::string tool = backend == "cuda" ? nvcc_path() : cxx_path();  // "cxx": the host half's g++
   ProcessLimits limits;
   limits.wall_seconds = 20;
   ProcessResult r = run_process({tool, "--version"}, limits);
-  return versions_[backend] = r.ok() ? r.output : "unknown " + tool;
+  return versions_[tool] = r.ok() ? r.output : "unknown " + tool;
 }
 
 std::string Compiler::cache_key(const std::string& source, const CompileOptions& o) {
   std::string material = source;
   material += '\0';
   for (const auto& flag : flags(o)) material += flag + '\n';
-  material += '\0' + compiler_version(o.backend) + '\0' + header_text_;
+  material += '\0' + compiler_version(o.backend == Backend::cuda ? nvcc_path() : cxx_path()) + '\0' + header_text_;
   // A split build is another build of the same source: its own entry (benchmarks compare the two).
-  if (o.backend == "cuda" && o.split_cuda)
-    material += std::string("\0split\0", 7) + fast_launch_text_ + '\0' + compiler_version("cxx") + nvrtc_path();
+  if (o.backend == Backend::cuda && o.split_cuda)  // the host half is g++'s
+    material += std::string("\0split\0", 7) + fast_launch_text_ + '\0' + compiler_version(cxx_path()) + nvrtc_path();
   return sha256_hex(material);
 }
 
+namespace {
+
+// Where a build's outcome is kept: the shared object, or the log of a deterministic failure.
+struct CacheEntry {
+  fs::path so, failure;
+};
+
+CacheEntry cache_entry(const fs::path& cache_dir, const std::string& hash) {
+  const fs::path dir = cache_dir / hash.substr(0, 2);
+  fs::create_directories(dir);
+  return {dir / (hash + ".so"), dir / (hash + ".fail")};
+}
+
+// True when the cache already holds the outcome (built, or failed for good), which `result` then carries.
+bool from_cache(const CacheEntry& entry, CompileResult& result) {
+  if (fs::exists(entry.so)) {
+    touch_cache_entry(entry.so);
+    result.outcome = CompileResult::Outcome::ok;
+    result.cached = true;
+    return true;
+  }
+  if (!fs::exists(entry.failure)) return false;
+  touch_cache_entry(entry.failure);
+  result.outcome = CompileResult::Outcome::failed;
+  result.cached = true;
+  result.log = valid_utf8(read_file(entry.failure));  // a failure cached before logs were made valid
+  return true;
+}
+
+const char* source_name(const CompileOptions& o) {
+  return o.backend == Backend::cuda ? "candidate.cu" : "candidate.cpp";
+}
+
+// The build directory: the contract's headers, the export script and the source, owned by the unprivileged
+// identity when the compiler runs as it. Throws what went wrong.
+void prepare_build_dir(const fs::path& work, const std::string& source, const CompileOptions& o, bool unprivileged,
+                       const std::string& header_text, const std::string& fast_launch_text) {
+  fs::create_directories(work / kIncludeDir / "crucible");
+  write_file_atomically(work / kIncludeDir / "crucible" / "kernel.h", header_text);
+  if (o.backend == Backend::cuda)
+    write_file_atomically(work / kIncludeDir / "crucible" / "fast_launch.h", fast_launch_text);
+  write_file_atomically(work / kExportsFile, kExportsScript);
+  write_file_atomically(work / source_name(o), source);
+  if (unprivileged && chown(work.c_str(), kUnprivilegedId, kUnprivilegedId) != 0)
+    throw std::runtime_error(std::string("chown: ") + std::strerror(errno));
+}
+
+// Every compiler step runs the same way: limits, an unprivileged identity, a scrubbed environment, Landlock.
+ProcessResult run_compiler_step(const std::vector<std::string>& step, const CompileOptions& o, const fs::path& work,
+                                bool unprivileged) {
+  std::vector<std::string> argv = step;
+  argv.front() = resolve_in_path(argv.front());
+  ProcessLimits limits;
+  limits.wall_seconds = o.time_limit_s;
+  limits.address_space_bytes = o.backend == Backend::cuda ? 0 : o.memory_limit_bytes;  // nvcc reserves huge VM
+  limits.file_size_bytes = o.max_binary_bytes;
+  // Compiles are throughput work; timing runs on the same cores and must not wait for them.
+  limits.nice = 10;
+  limits.unprivileged = unprivileged && reachable_by_others(argv.front());
+  // Nothing of the evaluator's environment (tokens, proxies, paths to private files) reaches the compiler.
+  limits.environment = {"PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + work.string(),
+                        "TMPDIR=" + work.string(), "LC_ALL=C"};
+  limits.files = toolchain_files(argv.front(), work);
+  return run_process(argv, limits, work.string());
+}
+
+// The build: a CUDA candidate in two halves where the source allows it, else one compiler run over the whole file.
+ProcessResult build(const std::string& source, const CompileOptions& o, const std::vector<std::string>& whole,
+                    const fs::path& work, bool unprivileged, CompileResult& result) {
+  auto run_step = [&](const std::vector<std::string>& step) { return run_compiler_step(step, o, work, unprivileged); };
+  if (o.backend == Backend::cuda && o.split_cuda) {
+    const fs::path toolkit = toolkit_dir();
+    SplitToolchain tools{nvcc_path(), cxx_path(), nvrtc_path(), o.cuda_arch, toolkit / "include", toolkit_lib_dir(),
+                         o.extra_flags};
+    SplitBuild split = build_split(source, tools, work, run_step);
+    result.path = split.path;
+    result.whole_because = split.why_not;
+    if (split.kind == SplitBuild::Kind::device_failed) return split.failure;
+    if (split.kind == SplitBuild::Kind::built) {
+      ProcessResult r;
+      r.exit_code = 0;
+      r.output = split.log;
+      return r;
+    }
+  }
+  std::vector<std::string> argv = whole;
+  argv.insert(argv.end(), {source_name(o), "-o", "candidate.so"});
+  return run_step(argv);
+}
+
+// A build that did not produce the shared object: the environment's fault, the time limit, or the candidate's
+// (cached when deterministic: a compiler that ran out of memory or crashed may not fail next time).
+void record_failure(const ProcessResult& r, const CompileOptions& o, const fs::path& failure_file,
+                    CompileResult& result) {
+  const std::string environment = r.timed_out ? std::string() : environment_failure(r);
+  if (!environment.empty()) {
+    result.outcome = CompileResult::Outcome::environment_error;
+    result.log = environment + "\n" + excerpt(r.output);
+    return;
+  }
+  if (r.timed_out) {
+    result.outcome = CompileResult::Outcome::timed_out;
+    result.log = "compile time limit of " + std::to_string(o.time_limit_s) + " s exceeded\n" + excerpt(r.output);
+    return;
+  }
+  result.outcome = CompileResult::Outcome::failed;
+  result.log = excerpt(r.output);
+  const bool transient = r.signal != 0 || r.output.find("Killed signal") != std::string::npos ||
+                         r.output.find("internal compiler error") != std::string::npos ||
+                         r.output.find("out of memory") != std::string::npos ||
+                         r.output.find("memory exhausted") != std::string::npos;
+  if (r.signal) result.log += "\ncompiler killed by signal " + std::to_string(r.signal) + " (memory or size limit)";
+  if (transient) return;
+  try {
+    write_file_atomically(failure_file, result.log);
+  } catch (const std::exception&) {  // a full cache disk loses the record, not the verdict
+  }
+}
+
+// Copied into the cache beside its final name, then renamed: the build directory may be on another file system.
+// False (and `result` says why) when the cache cannot take it.
+bool store_built(const fs::path& work, const fs::path& so, CompileResult& result) {
+  fs::path staged = so;
+  staged += ".tmp" + std::to_string(getpid());
+  std::error_code ec, ignored;
+  fs::copy_file(work / "candidate.so", staged, fs::copy_options::overwrite_existing, ec);
+  if (!ec) fs::rename(staged, so, ec);
+  if (!ec) return true;
+  fs::remove(staged, ignored);
+  result.outcome = CompileResult::Outcome::environment_error;
+  result.log = "cannot store the compiled candidate in the cache: " + ec.message();
+  return false;
+}
+
+}  // namespace
+
 CompileResult Compiler::compile(const std::string& source, const CompileOptions& o) {
-  auto start = std::chrono::steady_clock::now();
+  const auto start = std::chrono::steady_clock::now();
   CompileResult result;
   auto finish = [&]() -> CompileResult {
     result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -253,24 +386,9 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
     return finish();
   }
   result.hash = cache_key(source, o);
-  fs::path dir = cache_dir_ / result.hash.substr(0, 2);
-  fs::create_directories(dir);
-  fs::path so = dir / (result.hash + ".so");
-  fs::path failure = dir / (result.hash + ".fail");
-  result.so_path = so;
-  if (fs::exists(so)) {
-    touch_cache_entry(so);
-    result.outcome = CompileResult::Outcome::ok;
-    result.cached = true;
-    return finish();
-  }
-  if (fs::exists(failure)) {
-    touch_cache_entry(failure);
-    result.outcome = CompileResult::Outcome::failed;
-    result.cached = true;
-    result.log = valid_utf8(read_file(failure));  // a failure cached before logs were made valid
-    return finish();
-  }
+  const CacheEntry entry = cache_entry(cache_dir_, result.hash);
+  result.so_path = entry.so;
+  if (from_cache(entry, result)) return finish();
 
   // Build in a private directory, then publish with a rename so concurrent compiles never see half a file.
   fs::path work;
@@ -283,110 +401,37 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
   }
   std::error_code ignored;
   auto cleanup = [&] { fs::remove_all(work, ignored); };
-  const std::string tool = resolve_in_path(flags(o).front());
+  const std::vector<std::string> whole = flags(o);
   // As root, the compiler runs as nobody when it can reach its toolchain that way (docs/evaluation.md).
-  const bool unprivileged = geteuid() == 0 && reachable_by_others(tool);
+  const bool unprivileged = geteuid() == 0 && reachable_by_others(resolve_in_path(whole.front()));
   try {
-    fs::create_directories(work / kIncludeDir / "crucible");
-    write_file_atomically(work / kIncludeDir / "crucible" / "kernel.h", header_text_);
-    if (o.backend == "cuda") write_file_atomically(work / kIncludeDir / "crucible" / "fast_launch.h", fast_launch_text_);
-    write_file_atomically(work / kExportsFile, kExportsScript);
-    write_file_atomically(work / (o.backend == "cuda" ? "candidate.cu" : "candidate.cpp"), source);
-    if (unprivileged && chown(work.c_str(), kUnprivilegedId, kUnprivilegedId) != 0)
-      throw std::runtime_error(std::string("chown: ") + std::strerror(errno));
+    prepare_build_dir(work, source, o, unprivileged, header_text_, fast_launch_text_);
   } catch (const std::exception& e) {
     cleanup();
     result.outcome = CompileResult::Outcome::environment_error;
     result.log = std::string("cannot prepare the build directory: ") + e.what();
     return finish();
   }
-
-  // Every compiler step runs the same way: limits, an unprivileged identity, a scrubbed environment, Landlock.
-  auto run_step = [&](const std::vector<std::string>& step) {
-    std::vector<std::string> argv = step;
-    argv.front() = resolve_in_path(argv.front());
-    ProcessLimits limits;
-    limits.wall_seconds = o.time_limit_s;
-    limits.address_space_bytes = o.backend == "cuda" ? 0 : o.memory_limit_bytes;  // nvcc reserves huge VM
-    limits.file_size_bytes = o.max_binary_bytes;
-    // Compiles are throughput work; timing runs on the same cores and must not wait for them.
-    limits.nice = 10;
-    limits.unprivileged = unprivileged && reachable_by_others(argv.front());
-    // Nothing of the evaluator's environment (tokens, proxies, paths to private files) reaches the compiler.
-    limits.environment = {"PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + work.string(),
-                          "TMPDIR=" + work.string(), "LC_ALL=C"};
-    limits.files = toolchain_files(argv.front(), work);
-    return run_process(argv, limits, work.string());
-  };
-  std::vector<std::string> whole = flags(o);
-  whole.insert(whole.end(), {o.backend == "cuda" ? "candidate.cu" : "candidate.cpp", "-o", "candidate.so"});
-
-  ProcessResult r;
-  std::string split_log;
-  bool built = false;
-  if (o.backend == "cuda" && o.split_cuda) {
-    const fs::path toolkit = toolkit_dir();
-    SplitToolchain tools{nvcc_path(), cxx_path(), nvrtc_path(), o.cuda_arch, toolkit / "include", toolkit_lib_dir(),
-                         o.extra_flags};
-    SplitBuild split = build_split(source, tools, work, run_step);
-    result.path = split.path;
-    result.whole_because = split.why_not;
-    if (split.kind == SplitBuild::Kind::device_failed) {
-      r = split.failure;
-      built = true;
-    } else if (split.kind == SplitBuild::Kind::built) {
-      r.exit_code = 0;
-      r.output = split.log;
-      built = true;
-    }
-  }
-  if (!built) r = run_step(whole);
-  const std::string environment = r.timed_out ? std::string() : environment_failure(r);
-  if (!environment.empty()) {
-    result.outcome = CompileResult::Outcome::environment_error;
-    result.log = environment + "\n" + excerpt(r.output);
-  } else if (r.timed_out) {
-    result.outcome = CompileResult::Outcome::timed_out;
-    result.log = "compile time limit of " + std::to_string(o.time_limit_s) + " s exceeded\n" + excerpt(r.output);
-  } else if (!r.ok() || !fs::exists(work / "candidate.so")) {
-    result.outcome = CompileResult::Outcome::failed;
+  const ProcessResult r = build(source, o, whole, work, unprivileged, result);
+  const bool failed = r.timed_out || !environment_failure(r).empty() || !r.ok() || !fs::exists(work / "candidate.so");
+  if (failed) {
+    record_failure(r, o, entry.failure, result);
+  } else if (store_built(work, entry.so, result)) {
+    result.outcome = CompileResult::Outcome::ok;
     result.log = excerpt(r.output);
-    // Deterministic failures are cached too; a compiler that ran out of memory or crashed may not fail
-    // next time, so those are not.
-    bool transient = r.signal != 0 || r.output.find("Killed signal") != std::string::npos ||
-                     r.output.find("internal compiler error") != std::string::npos ||
-                     r.output.find("out of memory") != std::string::npos ||
-                     r.output.find("memory exhausted") != std::string::npos;
-    if (r.signal) result.log += "\ncompiler killed by signal " + std::to_string(r.signal) + " (memory or size limit)";
-    if (!transient) {
-      try {
-        write_file_atomically(failure, result.log);
-      } catch (const std::exception&) {  // a full cache disk loses the record, not the verdict
-      }
-    }
-  } else {
-    // Copied into the cache beside its final name, then renamed: the build directory may be on another file system.
-    fs::path staged = so;
-    staged += ".tmp" + std::to_string(getpid());
-    std::error_code ec;
-    fs::copy_file(work / "candidate.so", staged, fs::copy_options::overwrite_existing, ec);
-    if (!ec) fs::rename(staged, so, ec);
-    if (ec) {
-      fs::remove(staged, ignored);
-      result.outcome = CompileResult::Outcome::environment_error;
-      result.log = "cannot store the compiled candidate in the cache: " + ec.message();
-    } else {
-      result.outcome = CompileResult::Outcome::ok;
-      result.log = excerpt(r.output);
-      // The new entry is the newest: pruning never takes it.
-      if (++compiles_since_prune_ >= kPruneEvery || fs::file_size(so, ec) > (std::uintmax_t{16} << 20)) {
-        compiles_since_prune_ = 0;
-        prune_cache(cache_dir_, max_cache_bytes_);
-      }
-    }
+    prune_after_store(entry.so);
   }
   cleanup();
   return finish();
+}
+
+// The new entry is the newest: pruning never takes it.
+void Compiler::prune_after_store(const fs::path& so) {
+  std::error_code ec;
+  if (++compiles_since_prune_ >= kPruneEvery || fs::file_size(so, ec) > (std::uintmax_t{16} << 20)) {
+    compiles_since_prune_ = 0;
+    prune_cache(cache_dir_, max_cache_bytes_);
+  }
 }
 
 }  // namespace crucible::eval

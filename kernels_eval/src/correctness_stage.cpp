@@ -92,18 +92,18 @@ bool run_trial(StageContext& ctx, Verdict& v, int trial, const std::vector<torch
 
 void explain(const TrialOutcome& t, Verdict& v) {
   std::string where = "trial " + std::to_string(t.report.trial) + ": ";
-  if (t.mutated) v.reasons.push_back({"input_mutated", where + "an input was modified by the candidate"});
+  if (t.mutated) v.reasons.push_back({ReasonCode::input_mutated, where + "an input was modified by the candidate"});
   if (t.out_of_bounds)
-    v.reasons.push_back({"out_of_bounds_write", where + "the candidate wrote past the end of an output"});
+    v.reasons.push_back({ReasonCode::out_of_bounds_write, where + "the candidate wrote past the end of an output"});
   if (t.unwritten > 0)
-    v.reasons.push_back({"output_unwritten", where + std::to_string(t.unwritten) + " output elements never written"});
+    v.reasons.push_back({ReasonCode::output_unwritten, where + std::to_string(t.unwritten) + " output elements never written"});
   if (t.disagree)
-    v.reasons.push_back({"nondeterministic", where + "the same inputs gave different outputs on two calls "
+    v.reasons.push_back({ReasonCode::nondeterministic, where + "the same inputs gave different outputs on two calls "
                                                      "(stale memory or state kept between calls)"});
   if (t.unwritten == 0 && t.nan_mismatched > 0)
-    v.reasons.push_back({"nan", where + std::to_string(t.nan_mismatched) + " NaN outputs"});
+    v.reasons.push_back({ReasonCode::nan, where + std::to_string(t.nan_mismatched) + " NaN outputs"});
   if (!t.mutated && !t.out_of_bounds && t.unwritten == 0 && !t.disagree && t.nan_mismatched == 0)
-    v.reasons.push_back({"mismatch", where + std::to_string(t.report.mismatched) + " of " +
+    v.reasons.push_back({ReasonCode::mismatch, where + std::to_string(t.report.mismatched) + " of " +
                                          std::to_string(t.report.elements) + " elements outside tolerance"});
 }
 
@@ -171,7 +171,7 @@ bool check_correctness(StageContext& ctx, Verdict& v) {
     // Copies and fills count as foreign too; a rounding margin only.
     if (ctx.gpu->own_kernels_only && *v.kernel_coverage < 0.999) {
       v.status = Status::rejected;
-      v.reasons.push_back({"foreign_kernels", std::to_string(static_cast<int>(100 * (1.0 - *v.kernel_coverage) + 0.5)) +
+      v.reasons.push_back({ReasonCode::foreign_kernels, std::to_string(static_cast<int>(100 * (1.0 - *v.kernel_coverage) + 0.5)) +
                                                   "% of the GPU time was in kernels that are not the candidate's own "
                                                   "Triton kernels (PyTorch or a library did the work)"});
       return false;

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "crucible/eval/cuda_split.h"
-#include "crucible/eval/elf_symbols.h"
+#include "elf_symbols.h"
 
 namespace crucible::eval {
 namespace fs = std::filesystem;

@@ -13,17 +13,45 @@ Backend parse_backend(std::string_view text) {
   throw std::invalid_argument("unknown backend '" + std::string(text) + "' (cpu, cuda)");
 }
 
+namespace {
+
+// Each kind: its name, and the file extension of its sources; empty: the backend's own (native C++ or CUDA C++).
+struct KindRow {
+  CandidateKind kind;
+  std::string_view name, extension;
+};
+constexpr KindRow kKinds[] = {
+    {CandidateKind::native, "native", ""},
+    {CandidateKind::triton, "triton", "py"},
+};
+
+const KindRow& row_of(CandidateKind kind) {
+  for (const auto& row : kKinds)
+    if (row.kind == kind) return row;
+  return kKinds[0];
+}
+
+}  // namespace
+
 std::string_view source_extension(Backend backend, CandidateKind kind) {
-  if (kind == CandidateKind::triton) return "py";
+  const auto& row = row_of(kind);
+  if (!row.extension.empty()) return row.extension;
   return backend == Backend::cuda ? "cu" : "cpp";
 }
 
-std::string_view candidate_kind_name(CandidateKind kind) { return kind == CandidateKind::triton ? "triton" : "native"; }
+std::string_view candidate_language(Backend backend, CandidateKind kind) {
+  return kind == CandidateKind::native ? backend_name(backend) : row_of(kind).name;
+}
+
+std::string_view candidate_kind_name(CandidateKind kind) { return row_of(kind).name; }
 
 CandidateKind parse_candidate_kind(std::string_view text) {
-  if (text == "native") return CandidateKind::native;
-  if (text == "triton") return CandidateKind::triton;
-  throw std::invalid_argument("unknown candidate kind '" + std::string(text) + "' (expected native or triton)");
+  std::string known;
+  for (const auto& row : kKinds) {
+    if (row.name == text) return row.kind;
+    known += (known.empty() ? "" : " or ") + std::string(row.name);
+  }
+  throw std::invalid_argument("unknown candidate kind '" + std::string(text) + "' (expected " + known + ")");
 }
 
 std::string Device::name() const { return is_cuda() ? "cuda:" + std::to_string(index) : "cpu"; }
@@ -43,11 +71,11 @@ Device parse_device(std::string_view text, bool allow_bare_cuda) {
   throw std::invalid_argument("unknown device '" + std::string(text) + "' (cpu, cuda:N)");
 }
 
-std::string_view mode_name(Mode mode) { return mode == Mode::full ? "full" : "fast"; }
+std::string_view eval_depth_name(EvalDepth depth) { return depth == EvalDepth::full ? "full" : "fast"; }
 
-Mode parse_mode(std::string_view text) {
-  if (text == "fast") return Mode::fast;
-  if (text == "full") return Mode::full;
+EvalDepth parse_eval_depth(std::string_view text) {
+  if (text == "fast") return EvalDepth::fast;
+  if (text == "full") return EvalDepth::full;
   throw std::invalid_argument("unknown mode '" + std::string(text) + "' (fast, full)");
 }
 
@@ -57,6 +85,13 @@ Launches parse_launches(std::string_view text) {
   if (text == "eager") return Launches::eager;
   if (text == "queued") return Launches::queued;
   throw std::invalid_argument("unknown launches '" + std::string(text) + "' (eager, queued)");
+}
+
+EvalOptions options_for(const RunEvalSettings& run, Device device) {
+  EvalOptions options;
+  static_cast<RunEvalSettings&>(options) = run;
+  options.device = device;
+  return options;
 }
 
 }  // namespace crucible::eval

@@ -6,7 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "crucible/eval/elf_symbols.h"
+#include "elf_symbols.h"
 #include "crucible/eval/static_gate.h"
 
 namespace crucible::eval {

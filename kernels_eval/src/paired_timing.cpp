@@ -1,4 +1,4 @@
-#include "crucible/eval/paired_timing.h"
+#include "paired_timing.h"
 
 #include <algorithm>
 #include <cmath>
@@ -43,7 +43,7 @@ double PairedSamples::half_width() const {
   return n >= 2 ? 1.57 * spread() / std::sqrt(static_cast<double>(n)) : INFINITY;
 }
 
-PairedVerdict judge(const PairedSamples& samples, const PairedTimingRule& rule) {
+PairedVerdict assess_pairs(const PairedSamples& samples, const PairedTimingRule& rule) {
   const auto n = static_cast<int>(samples.size());
   const bool tight = samples.half_width() <= rule.tight;
   if (n >= std::max(rule.max_pairs, rule.min_pairs)) return tight ? PairedVerdict::tight : PairedVerdict::noisy;

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "crucible/eval/timing_rules.h"
+#include "timing_rules.h"
 #include "stages.h"
 
 namespace crucible::eval {
@@ -145,23 +145,23 @@ std::string StageContext::budget_detail() const {
 
 bool classify_failure(const CallOutcome& out, Verdict& v) {
   using K = CallOutcome::Kind;
-  auto fail = [&](Status status, const char* code) {
+  auto fail = [&](Status status, ReasonCode code) {
     v.status = status;
     v.reasons.push_back({code, out.detail});
     return true;
   };
   switch (out.kind) {
     case K::ok: return false;
-    case K::candidate_error: return fail(Status::runtime_error, out.rc != 0 ? "nonzero_return" : "load_failed");
-    case K::crashed: return fail(Status::runtime_error, "crash");
-    case K::forbidden_syscall: return fail(Status::rejected, "forbidden_syscall");
-    case K::timed_out: return fail(Status::timeout, "wall_timeout");
-    case K::cpu_limit: return fail(Status::timeout, "cpu_time_limit");
-    case K::worker_lost: return fail(Status::runtime_error, "worker_lost");
-    case K::unsealed: return fail(Status::rejected, "unsealed");
-    case K::budget: return fail(Status::timeout, "evaluation_budget");
+    case K::candidate_error: return fail(Status::runtime_error, out.rc != 0 ? ReasonCode::nonzero_return : ReasonCode::load_failed);
+    case K::crashed: return fail(Status::runtime_error, ReasonCode::crash);
+    case K::forbidden_syscall: return fail(Status::rejected, ReasonCode::forbidden_syscall);
+    case K::timed_out: return fail(Status::timeout, ReasonCode::wall_timeout);
+    case K::cpu_limit: return fail(Status::timeout, ReasonCode::cpu_time_limit);
+    case K::worker_lost: return fail(Status::runtime_error, ReasonCode::worker_lost);
+    case K::unsealed: return fail(Status::rejected, ReasonCode::unsealed);
+    case K::budget: return fail(Status::timeout, ReasonCode::evaluation_budget);
     case K::device_error:
-      return fail(Status::runtime_error, out.rc == 2 /* cudaErrorMemoryAllocation */ ? "out_of_memory" : "cuda_error");
+      return fail(Status::runtime_error, out.rc == 2 /* cudaErrorMemoryAllocation */ ? ReasonCode::out_of_memory : ReasonCode::cuda_error);
   }
   return true;
 }

@@ -108,7 +108,7 @@ const std::vector<Category>& forbidden_categories() {
   return categories;
 }
 
-bool allowed_by_default(const std::string& symbol, const std::string& backend) {
+bool allowed_by_default(const std::string& symbol, Backend backend) {
   static const std::set<std::string> plain = [] {
     std::set<std::string> names(kPlainAllowed.begin(), kPlainAllowed.end());
     for (std::string f : kMath) {
@@ -119,7 +119,7 @@ bool allowed_by_default(const std::string& symbol, const std::string& backend) {
     return names;
   }();
   if (plain.count(symbol)) return true;
-  if (backend == "cuda" && std::find(kCudaAllowed.begin(), kCudaAllowed.end(), symbol) != kCudaAllowed.end())
+  if (backend == Backend::cuda && std::find(kCudaAllowed.begin(), kCudaAllowed.end(), symbol) != kCudaAllowed.end())
     return true;
   // operator new / delete (all overloads), type info and vtables (data), std exception throw helpers,
   // the out-of-line parts of std containers, vectorised libm.
@@ -171,19 +171,19 @@ std::vector<Reason> check_shared_object(const std::filesystem::path& so_path, co
   std::vector<Reason> reasons;
   std::error_code ec;
   auto size = std::filesystem::file_size(so_path, ec);
-  if (ec) return {{"malformed_binary", "cannot stat " + so_path.string()}};
+  if (ec) return {{ReasonCode::malformed_binary, "cannot stat " + so_path.string()}};
   if (size > policy.max_binary_bytes)
-    return {{"binary_too_large", std::to_string(size) + " bytes; the limit is " +
+    return {{ReasonCode::binary_too_large, std::to_string(size) + " bytes; the limit is " +
                                      std::to_string(policy.max_binary_bytes)}};
   DynamicSymbols symbols;
   try {
     symbols = read_dynamic_symbols(so_path);
   } catch (const std::exception& e) {
-    return {{"malformed_binary", e.what()}};
+    return {{ReasonCode::malformed_binary, e.what()}};
   }
   for (const auto& s : symbols.imports) {
     std::string why = classify_import(s, policy);
-    if (!why.empty()) reasons.push_back({"forbidden_import", readable_symbol(s) + " (" + why + ")"});
+    if (!why.empty()) reasons.push_back({ReasonCode::forbidden_import, readable_symbol(s) + " (" + why + ")"});
   }
   // Linker-defined section markers are harmless; anything else beyond the entry point could interpose
   // on the harness's own functions.
@@ -191,10 +191,10 @@ std::vector<Reason> check_shared_object(const std::filesystem::path& so_path, co
                                                      "_end"};
   for (const auto& s : symbols.exports)
     if (!allowed_exports.count(s))
-      reasons.push_back({"forbidden_export", readable_symbol(s) + " is exported, and only the contract's entry point "
+      reasons.push_back({ReasonCode::forbidden_export, readable_symbol(s) + " is exported, and only the contract's entry point "
                                              "may be (it could stand in for the harness's own functions)"});
   if (std::find(symbols.exports.begin(), symbols.exports.end(), "crucible_forward") == symbols.exports.end())
-    reasons.push_back({"missing_entry_point", "crucible_forward is not exported: is it declared with CRUCIBLE_API "
+    reasons.push_back({ReasonCode::missing_entry_point, "crucible_forward is not exported: is it declared with CRUCIBLE_API "
                                               "and the contract's signature?"});
   return reasons;
 }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "crucible/eval/task_spec.h"
-#include "crucible/eval/worker_process.h"
+#include "worker_process.h"
 #include "cuda/device_checks.h"
 
 namespace crucible::eval {

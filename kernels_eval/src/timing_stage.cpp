@@ -13,8 +13,8 @@
 #include <optional>
 #include <random>
 
-#include "crucible/eval/paired_timing.h"
-#include "crucible/eval/timing_rules.h"
+#include "paired_timing.h"
+#include "timing_rules.h"
 #include "stages.h"
 
 namespace crucible::eval {
@@ -65,7 +65,7 @@ struct Snapshot {
   std::vector<torch::Tensor> inputs, outputs;
 };
 
-void flag(Verdict& v, const char* code, const std::string& detail) {
+void flag(Verdict& v, ReasonCode code, const std::string& detail) {
   if (v.status != Status::correct) return;
   v.status = Status::incorrect;
   v.reasons.push_back({code, detail});
@@ -78,7 +78,7 @@ void verify_snapshots(StageContext& ctx, Verdict& v, std::vector<Snapshot>& snap
     for (std::size_t k = 0; k < refs.size(); ++k) {
       Comparison c = compare(snap.outputs[k], refs[k], ctx.tolerance(k));
       if (!c.passed)
-        flag(v, "skipped_work", "timed call " + std::to_string(snap.call) + ": " + std::to_string(c.mismatched) +
+        flag(v, ReasonCode::skipped_work, "timed call " + std::to_string(snap.call) + ": " + std::to_string(c.mismatched) +
                                     " of " + std::to_string(c.elements) + " elements wrong (correct only when checked?)");
     }
   }
@@ -93,7 +93,7 @@ void verify_in_place(StageContext& ctx, Verdict& v, int call, const std::vector<
   for (std::size_t k = 0; k < refs.size(); ++k) {
     Comparison c = compare(view_tensor(ctx.arena(), outputs[k]), refs[k], ctx.tolerance(k));
     if (!c.passed)
-      flag(v, "skipped_work", "timed call " + std::to_string(call) + ": " + std::to_string(c.mismatched) + " of " +
+      flag(v, ReasonCode::skipped_work, "timed call " + std::to_string(call) + ": " + std::to_string(c.mismatched) + " of " +
                                   std::to_string(c.elements) + " elements wrong (correct only when checked?)");
   }
 }
@@ -118,7 +118,7 @@ bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::T
   auto verify = pick_verified(calls, sets, ctx.verified, ctx.seed);
   std::vector<Snapshot> snapshots;
   double worker_cpu = cpu_clock ? ctx.worker.cpu_seconds_when_idle() : 0.0;
-  for (int i = 0; pairing ? judge(pairs, *pairing) == PairedVerdict::more : i < calls; ++i) {
+  for (int i = 0; pairing ? assess_pairs(pairs, *pairing) == PairedVerdict::more : i < calls; ++i) {
     const int s = i % sets, pattern = i % 2;
     const uint64_t poison_seed = ctx.seed * 0x100000001b3ULL + stream++;
     if (sampled) {
@@ -130,7 +130,7 @@ bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::T
     } else {
       // The largest input is about to be replaced: whatever an earlier call did to it is checked first.
       if (!same_bytes(arena, layout.inputs[s][largest], current[s][largest]))
-        flag(v, "input_mutated", "an input was modified during timing");
+        flag(v, ReasonCode::input_mutated, "an input was modified during timing");
       current[s][largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++);
       write_tensor(arena, layout.inputs[s][largest], current[s][largest]);
       for (const auto& slot : layout.outputs[s]) poison(arena, slot, pattern);
@@ -154,7 +154,7 @@ bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::T
       unwritten += sampled ? count_poisoned_sampled(arena, slot, pattern, poison_seed, kSampledBlock)
                            : count_poisoned(arena, slot, pattern);
     if (unwritten > 0)
-      flag(v, "skipped_work", "timed call " + std::to_string(i) + ": " + std::to_string(unwritten) +
+      flag(v, ReasonCode::skipped_work, "timed call " + std::to_string(i) + ": " + std::to_string(unwritten) +
                                   (sampled ? " of the sampled output elements never written"
                                            : " output elements never written"));
     steps.mark("count_poisoned");
@@ -189,7 +189,7 @@ bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::T
       // slow on) and put back later must not pass.
       for (std::size_t k = 0; k < inputs.size(); ++k)
         if (!same_bytes(arena, layout.inputs[s][k], current[s][k]))
-          flag(v, "input_mutated", "an input was modified while the reference was timed on it");
+          flag(v, ReasonCode::input_mutated, "an input was modified while the reference was timed on it");
       pairs.add(seconds * 1e6, reference_us);
       steps.mark("paired_reference");
       if (trace_calls())
@@ -302,6 +302,47 @@ std::optional<double> choose_refresh(StageContext& ctx, std::vector<std::vector<
   return center;
 }
 
+// Warm-up: every set in turn; with sampled checks (calls of milliseconds on GB tensors) the count is one call, and
+// the time the rule adds on a GPU.
+bool warm_up(StageContext& ctx, Verdict& v, bool sampled) {
+  const int sets = ctx.sets();
+  const WarmupRule rule = warmup_rule(ctx, sampled ? 1 : ctx.warmup * sets);
+  const auto started = std::chrono::steady_clock::now();
+  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
+  for (int w = 0; !warmed_up(rule, w, elapsed()); ++w)
+    if (!ctx.call(w % sets, v)) return false;
+  return true;
+}
+
+// CPU: a speedup the paired samples could not pin down is still reported, with the reason.
+void note_noisy_pairs(Verdict& v, const PairedSamples& pairs, const PairedTimingRule& pairing) {
+  v.speedup_spread = pairs.spread();
+  if (assess_pairs(pairs, pairing) != PairedVerdict::noisy) return;
+  v.reasons.push_back({ReasonCode::timing_noisy,
+                       "after " + std::to_string(pairs.size()) + " paired samples the median speedup is known only "
+                       "within " + std::to_string(static_cast<int>(pairs.half_width() * 100 + 0.5)) +
+                           "% (pairs spread by " + std::to_string(static_cast<int>(pairs.spread() * 100 + 0.5)) +
+                           "%)"});
+}
+
+// After the timed calls: every input as written (the largest one by its fingerprint where checks are sampled), and
+// every output's guard intact.
+void check_after_timing(StageContext& ctx, Verdict& v, const std::vector<std::vector<torch::Tensor>>& current,
+                        const std::vector<std::vector<WrittenInput>>& written, bool sampled) {
+  const ArenaRef arena = ctx.arena();
+  const auto& layout = ctx.layout;
+  const std::size_t largest = largest_input(layout.inputs[0]);
+  for (int s = 0; s < ctx.sets(); ++s) {
+    for (std::size_t i = 0; i < current[s].size(); ++i)
+      if (!(sampled && i == largest ? input_intact(arena, layout.inputs[s][i], written[s][i], ctx.input_key)
+                                    : same_bytes(arena, layout.inputs[s][i], current[s][i])))
+        flag(v, ReasonCode::input_mutated, "an input was modified during timing");
+    for (const auto& slot : layout.outputs[s])
+      if (!guard_intact(arena, slot))
+        flag(v, ReasonCode::out_of_bounds_write, "a write past the end of an output during timing");
+  }
+}
+
 }  // namespace
 
 bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std::string& key) {
@@ -325,15 +366,7 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
   if (ctx.gpu && ctx.timed > 0) sampled_center = choose_refresh(ctx, current, written, stream, known, key);
   steps.mark("choose_refresh");
 
-  // Warm-up: every set in turn; with sampled checks (calls of milliseconds on GB tensors) the count is one call, and
-  // the time the rule adds on a GPU.
-  {
-    const WarmupRule rule = warmup_rule(ctx, sampled_center ? 1 : ctx.warmup * sets);
-    const auto started = std::chrono::steady_clock::now();
-    const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
-    for (int w = 0; !warmed_up(rule, w, elapsed()); ++w)
-      if (!ctx.call(w % sets, v)) return false;
-  }
+  if (!warm_up(ctx, v, sampled_center.has_value())) return false;
   steps.mark("warmup");
 
   // The CPU pairs every candidate sample with a reference sample; a GPU times its reference once per task.
@@ -359,28 +392,12 @@ bool measure_timing(StageContext& ctx, Verdict& v, TaskTimings& known, const std
       std::fprintf(stderr, "timed calls spread by %.2f%%, %d more taken: %.2f%% over all\n", first_cv * 100, extra,
                    summarize_times(samples).cv * 100);
   }
-  if (paired) {
-    v.speedup_spread = pairs.spread();
-    if (judge(pairs, pairing) == PairedVerdict::noisy)
-      v.reasons.push_back({"timing_noisy", "after " + std::to_string(pairs.size()) + " paired samples the median "
-                                               "speedup is known only within " +
-                                               std::to_string(static_cast<int>(pairs.half_width() * 100 + 0.5)) +
-                                               "% (pairs spread by " +
-                                               std::to_string(static_cast<int>(pairs.spread() * 100 + 0.5)) + "%)"});
-  }
+  if (paired) note_noisy_pairs(v, pairs, pairing);
   v.candidate_time = summarize_times(samples);
   v.candidate_time->retaken = extra > 0;
   if (ctx.gpu && !ctx.gpu->event_samples_us.empty())
     v.candidate_event_median_us = summarize_times(ctx.gpu->event_samples_us).median_us;
-  const std::size_t largest = largest_input(layout.inputs[0]);
-  for (int s = 0; s < sets; ++s) {
-    for (std::size_t i = 0; i < current[s].size(); ++i)
-      if (!(sampled_center && i == largest ? input_intact(arena, layout.inputs[s][i], written[s][i], ctx.input_key)
-                                           : same_bytes(arena, layout.inputs[s][i], current[s][i])))
-        flag(v, "input_mutated", "an input was modified during timing");
-    for (const auto& slot : layout.outputs[s])
-      if (!guard_intact(arena, slot)) flag(v, "out_of_bounds_write", "a write past the end of an output during timing");
-  }
+  check_after_timing(ctx, v, current, written, sampled_center.has_value());
   steps.mark("final_checks");
 
   if (paired) {

@@ -16,6 +16,7 @@
 #include "crucible/eval/scratch_dirs.h"
 #include "crucible/eval/subprocess.h"
 #include "crucible/eval/utf8_text.h"
+#include "worker_process.h"
 
 namespace crucible::eval {
 namespace fs = std::filesystem;
@@ -92,7 +93,7 @@ std::optional<json> run_gate(const std::string& python, const fs::path& candidat
 std::vector<Reason> refusals_of(const json& verdict) {
   std::vector<Reason> refusals;
   for (const auto& x : verdict["refusals"])
-    refusals.push_back({x["code"].get<std::string>(), valid_utf8(x["detail"].get<std::string>())});
+    refusals.push_back(reason_from_text(x["code"].get<std::string>(), valid_utf8(x["detail"].get<std::string>())));
   return refusals;
 }
 
@@ -307,7 +308,7 @@ TritonBuild build_triton_candidate(const TritonPython& python, const std::string
     b.outcome = TritonBuild::Outcome::environment_error;
     return done();
   }
-  // A candidate that fails when run (not when compiled) is judged by the worker, which sees the same failure; the
+  // A candidate that fails when run (not when compiled) is reported by the worker, which sees the same failure; the
   // sets after the failing one are compiled when they are evaluated.
   b.outcome = TritonBuild::Outcome::ok;
   prune_cache(cache_dir, options.max_cache_bytes);  // this build is the newest entry: never the one taken

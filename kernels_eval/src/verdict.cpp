@@ -28,17 +28,22 @@ Status parse_status(std::string_view name) {
   throw std::invalid_argument("unknown verdict status '" + std::string(name) + "'");
 }
 
-bool Verdict::has_reason(std::string_view code) const {
+Reason reason_from_text(std::string_view code, std::string detail) {
+  if (auto known = parse_reason_code(code)) return {*known, std::move(detail)};
+  return {ReasonCode::unrecognized, std::string(code) + ": " + detail};
+}
+
+bool Verdict::has_reason(ReasonCode code) const {
   return std::any_of(reasons.begin(), reasons.end(), [&](const Reason& r) { return r.code == code; });
 }
 
-Verdict verdict_without_evaluation(std::string task, std::string device, Status status, std::string code,
+Verdict verdict_without_evaluation(std::string task, std::optional<Device> device, Status status, ReasonCode code,
                                    std::string detail) {
   Verdict v;
   v.task = std::move(task);
-  v.device = std::move(device);
+  v.device = device;
   v.status = status;
-  v.reasons.push_back({std::move(code), std::move(detail)});
+  v.reasons.push_back({code, std::move(detail)});
   return v;
 }
 

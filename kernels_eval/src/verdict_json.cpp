@@ -17,13 +17,14 @@ std::string to_json(const Verdict& v, int indent) {
   json j;
   j["status"] = std::string(status_name(v.status));
   j["task"] = v.task;
-  j["device"] = v.device;
-  j["mode"] = v.mode;
+  // A verdict reached without evaluating names the policy whose reply it is about, as records always have.
+  j["device"] = v.device ? v.device->name() : "policy";
+  j["mode"] = v.mode ? std::string(eval_depth_name(*v.mode)) : "";
   j["launches"] = std::string(launches_name(v.launches));
   j["threads"] = v.threads;
   j["seed"] = v.seed;
   json reasons = json::array();
-  for (const auto& r : v.reasons) reasons.push_back({{"code", r.code}, {"detail", r.detail}});
+  for (const auto& r : v.reasons) reasons.push_back({{"code", reason_code_name(r.code)}, {"detail", r.detail}});
   j["reasons"] = reasons;
   j["compile"] = {{"cached", v.compile.cached},
                   {"seconds", v.compile.seconds},

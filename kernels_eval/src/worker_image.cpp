@@ -1,4 +1,4 @@
-#include "crucible/eval/worker_image.h"
+#include "worker_image.h"
 
 #include <cstdio>
 #include <fstream>

@@ -1,4 +1,4 @@
-#include "crucible/eval/worker_process.h"
+#include "worker_process.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -25,7 +25,7 @@
 #include "crucible/eval/scratch_dirs.h"
 #include "crucible/eval/task_spec.h"
 #include "crucible/eval/worker_protocol.h"
-#include "crucible/eval/worker_self_test.h"
+#include "worker_self_test.h"
 #include "fd_passing.h"
 
 extern char** environ;
@@ -549,8 +549,6 @@ CallOutcome WorkerProcess::call(int set, double timeout_s, bool then_sync, bool 
 }
 
 CallOutcome WorkerProcess::ring_and_wait(int set, double timeout_s, bool then_sync, bool profile) {
-  // On a shared CPU the worker runs only when this thread gives way.
-  auto wait_a_moment = [this] { sharing_cpu_ ? static_cast<void>(sched_yield()) : __builtin_ia32_pause(); };
   if (!arena_ || reaped_) return {CallOutcome::Kind::worker_lost, 0, 0.0, "worker is not loaded"};
   auto* c = control(arena_);
   uint32_t seq = ++sequence_;
@@ -559,70 +557,85 @@ CallOutcome WorkerProcess::ring_and_wait(int set, double timeout_s, bool then_sy
   const bool hold = holding_ && set != sets_;
   c->hold = hold ? 1 : 0;
   auto start = Clock::now();
-  auto deadline = start + std::chrono::duration<double>(timeout_s);
+  const auto deadline = start + std::chrono::duration<double>(timeout_s);
   ring(c, seq);
-  double launch_seconds = -1.0;
-  if (hold) {
-    // Held: wait for the candidate to return from launching, then release its GPU work and time from there. A
-    // candidate that waits for its own GPU work never returns while held: released after a while, timed from the
-    // doorbell (its work may not have been held at all: the worker says so only by returning), and no later call of
-    // this worker is held.
-    const auto give_up = start + std::chrono::duration<double>(kHoldLimitSeconds);
-    while (c->launched.load(std::memory_order_acquire) != seq && c->done.load(std::memory_order_acquire) != seq &&
-           Clock::now() < give_up)
-      wait_a_moment();
-    const auto released = Clock::now();
-    release_->release.store(seq, std::memory_order_seq_cst);
-    if (c->launched.load(std::memory_order_acquire) == seq) {
-      launch_seconds = std::chrono::duration<double>(released - start).count();
-      start = released;
-    } else {
-      holding_ = false;
-    }
-  }
+  const double launch_seconds = hold ? release_held(c, seq, start) : -1.0;
+  const CallClock clock{start, deadline, timeout_s};
+  if (auto ended = wait_done(c, seq, clock)) return *ended;
+  const int rc = c->rc;
+  if (then_sync && rc == 0)
+    if (auto ended = wait_synced(c, clock)) return *ended;
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return call_outcome(c, rc, set, profile, seconds, launch_seconds, start);
+}
 
-  // Spin for precise end times; after 50 ms, poll every 50 us (under 0.1% of such a call).
+// Held: wait for the candidate to return from launching, then release its GPU work and time from there. A candidate
+// that waits for its own GPU work never returns while held: released after a while, timed from the doorbell (its
+// work may not have been held at all: the worker says so only by returning), and no later call of this worker is held.
+double WorkerProcess::release_held(proto::Control* c, uint32_t seq, Clock::time_point& start) {
+  const auto give_up = start + std::chrono::duration<double>(kHoldLimitSeconds);
+  while (c->launched.load(std::memory_order_acquire) != seq && c->done.load(std::memory_order_acquire) != seq &&
+         Clock::now() < give_up)
+    wait_a_moment();
+  const auto released = Clock::now();
+  release_->release.store(seq, std::memory_order_seq_cst);
+  if (c->launched.load(std::memory_order_acquire) != seq) {
+    holding_ = false;
+    return -1.0;
+  }
+  const double launch_seconds = std::chrono::duration<double>(released - start).count();
+  start = released;
+  return launch_seconds;
+}
+
+// Spin for precise end times; after 50 ms (from the doorbell, or a held call's release), poll every 50 us (under
+// 0.1% of such a call).
+std::optional<CallOutcome> WorkerProcess::wait_done(proto::Control* c, uint32_t seq, const CallClock& clock) {
+  const auto [start, deadline, timeout_s] = clock;
   for (uint64_t spin = 1;; ++spin) {
-    if (c->done.load(std::memory_order_acquire) == seq) break;
-    if ((spin & 0x3fff) == 0) {
-      auto now = Clock::now();
-      if (reap(false)) {
-        return lost(std::chrono::duration<double>(now - start).count());
-      }
-      if (now > deadline) {
-        terminate();
-        return {CallOutcome::Kind::timed_out, 0, timeout_s,
-                "no result within the wall-clock limit of " + std::to_string(timeout_s) + " s; worker killed"};
-      }
-      if (now - start > std::chrono::milliseconds(50)) {
-        timespec pause{0, 50000};
-        nanosleep(&pause, nullptr);
-      }
-    } else {
+    if (c->done.load(std::memory_order_acquire) == seq) return std::nullopt;
+    if ((spin & 0x3fff) != 0) {
       wait_a_moment();
+      continue;
+    }
+    auto now = Clock::now();
+    if (reap(false)) return lost(std::chrono::duration<double>(now - start).count());
+    if (now > deadline) {
+      terminate();
+      return CallOutcome{CallOutcome::Kind::timed_out, 0, timeout_s,
+                         "no result within the wall-clock limit of " + std::to_string(timeout_s) + " s; worker killed"};
+    }
+    if (now - start > std::chrono::milliseconds(50)) {
+      timespec pause{0, 50000};
+      nanosleep(&pause, nullptr);
     }
   }
-  int rc = c->rc;
-  if (then_sync && rc == 0) {
-    // Same doorbell, one more round: answered only once the candidate has returned.
-    uint32_t sync_seq = ++sequence_;
-    c->set = sets_;
-    ring(c, sync_seq);
-    for (uint64_t spin = 1; c->done.load(std::memory_order_acquire) != sync_seq; ++spin) {
-      if ((spin & 0x3fff) != 0) {
-        wait_a_moment();
-        continue;
-      }
-      if (reap(false)) {
-        return lost(std::chrono::duration<double>(Clock::now() - start).count());
-      }
-      if (Clock::now() > deadline) {
-        terminate();
-        return {CallOutcome::Kind::timed_out, 0, timeout_s, "the candidate kept working past the wall-clock limit"};
-      }
+}
+
+// Same doorbell, one more round: answered only once the candidate has returned.
+std::optional<CallOutcome> WorkerProcess::wait_synced(proto::Control* c, const CallClock& clock) {
+  const auto [start, deadline, timeout_s] = clock;
+  uint32_t sync_seq = ++sequence_;
+  c->set = sets_;
+  ring(c, sync_seq);
+  for (uint64_t spin = 1; c->done.load(std::memory_order_acquire) != sync_seq; ++spin) {
+    if ((spin & 0x3fff) != 0) {
+      wait_a_moment();
+      continue;
+    }
+    if (reap(false)) return lost(std::chrono::duration<double>(Clock::now() - start).count());
+    if (Clock::now() > deadline) {
+      terminate();
+      return CallOutcome{CallOutcome::Kind::timed_out, 0, timeout_s,
+                         "the candidate kept working past the wall-clock limit"};
     }
   }
-  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return std::nullopt;
+}
+
+// What the worker said of the call: its return code (read when the call was done), the device's error, its times.
+CallOutcome WorkerProcess::call_outcome(proto::Control* c, int rc, int set, bool profile, double seconds,
+                                        double launch_seconds, Clock::time_point start) {
   if (rc == proto::kDeviceErrorRc) {
     // The worker ends itself: its CUDA context cannot be trusted after an error.
     std::string text(c->cuda_error_text, strnlen(c->cuda_error_text, sizeof c->cuda_error_text));

@@ -5,7 +5,9 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
-#include <string>
+#include <optional>
+
+#include "crucible/eval/device.h"
 
 namespace crucible::devices {
 
@@ -13,8 +15,8 @@ class DeviceLeases {
  public:
   class Lease {
    public:
-    Lease(DeviceLeases* owner, std::string device) : owner_(owner), device_(std::move(device)) {}
-    Lease(Lease&& other) noexcept : owner_(other.owner_), device_(std::move(other.device_)) { other.owner_ = nullptr; }
+    Lease(DeviceLeases* owner, eval::Device device) : owner_(owner), device_(device) {}
+    Lease(Lease&& other) noexcept : owner_(other.owner_), device_(other.device_) { other.owner_ = nullptr; }
     Lease(const Lease&) = delete;
     Lease& operator=(const Lease&) = delete;
     Lease& operator=(Lease&&) = delete;
@@ -24,22 +26,22 @@ class DeviceLeases {
 
    private:
     DeviceLeases* owner_;
-    std::string device_;
+    eval::Device device_;
   };
 
-  // Blocks until the device is free; the lease ends with the returned object. An empty device name is no device
-  // (a policy that computes nowhere worth guarding) and returns at once.
-  Lease acquire(const std::string& device);
+  // Blocks until the device is free; the lease ends with the returned object. No device (a policy that computes
+  // nowhere worth guarding) returns at once.
+  Lease acquire(std::optional<eval::Device> device);
   // Seconds callers spent waiting for each device, for the run's stage accounting.
-  double waited_seconds(const std::string& device) const;
+  double waited_seconds(eval::Device device) const;
 
  private:
-  void release(const std::string& device);
+  void release(eval::Device device);
 
   mutable std::mutex mutex_;
   std::condition_variable freed_;
-  std::map<std::string, bool> held_;
-  std::map<std::string, double> waited_;
+  std::map<eval::Device, bool> held_;
+  std::map<eval::Device, double> waited_;
 };
 
 }  // namespace crucible::devices

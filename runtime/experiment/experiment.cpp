@@ -52,10 +52,10 @@ auto parse_choice(TableReader& t, const std::string& key, const std::string& fal
   }
 }
 
-Mode parse_mode(const std::string& name) {
-  if (name == "grpo") return Mode::grpo;
-  if (name == "best_of_n") return Mode::best_of_n;
-  if (name == "ttt") return Mode::ttt;
+RunMode parse_run_mode(const std::string& name) {
+  if (name == "grpo") return RunMode::grpo;
+  if (name == "best_of_n") return RunMode::best_of_n;
+  if (name == "ttt") return RunMode::ttt;
   throw std::invalid_argument("unknown mode '" + name + "' (grpo, best_of_n, ttt)");
 }
 
@@ -85,7 +85,7 @@ std::vector<uint64_t> read_seeds(TableReader& t) {
 
 void read_experiment_table(TableReader t, Experiment& e) {
   e.name = run_name(t);
-  e.mode = parse_choice(t, "mode", "grpo", parse_mode);
+  e.mode = parse_choice(t, "mode", "grpo", parse_run_mode);
   if (t.has("seeds")) {
     e.seeds = read_seeds(t);
     if (e.seeds.empty()) t.fail("seeds", "give at least one seed");
@@ -358,7 +358,8 @@ void read_eval(TableReader t, EvalConfig& c) {
   c.kind = parse_choice(t, "candidate", "native", [](const std::string& v) { return eval::parse_candidate_kind(v); });
   if (c.kind == eval::CandidateKind::triton && c.backend != eval::Backend::cuda)
     t.fail("candidate", "Triton candidates run on GPU devices (backend cuda)");
-  c.mode = parse_choice(t, "mode", std::string(eval::mode_name(c.mode)), [](const std::string& v) { return eval::parse_mode(v); });
+  c.mode = parse_choice(t, "mode", std::string(eval::eval_depth_name(c.mode)),
+                        [](const std::string& v) { return eval::parse_eval_depth(v); });
   c.launches = parse_choice(t, "launches", "eager", [](const std::string& v) { return eval::parse_launches(v); });
   if (c.launches == eval::Launches::queued && c.kind != eval::CandidateKind::triton)
     t.fail("launches", "queued launches hold Triton candidates' GPU calls (candidate = \"triton\", CUDA devices); "
@@ -452,11 +453,11 @@ std::string normalization_name(Normalization n) {
   return "?";
 }
 
-std::string mode_name(Mode mode) {
+std::string run_mode_name(RunMode mode) {
   switch (mode) {
-    case Mode::grpo: return "grpo";
-    case Mode::best_of_n: return "best_of_n";
-    case Mode::ttt: return "ttt";
+    case RunMode::grpo: return "grpo";
+    case RunMode::best_of_n: return "best_of_n";
+    case RunMode::ttt: return "ttt";
   }
   return "?";
 }
@@ -513,7 +514,7 @@ Experiment parse_experiment(const std::string& text, const std::string& file, co
   top.finish();
   if (e.eval.devices.empty() && !e.cluster.enabled())
     e.fail("eval.devices", "give at least one device (or let nodes evaluate: [cluster] listen)");
-  if (e.search.kind == SearchKind::puct && e.mode == Mode::grpo)
+  if (e.search.kind == SearchKind::puct && e.mode == RunMode::grpo)
     e.fail("search.kind", "puct reuses states within a task: use it with mode best_of_n or ttt");
   // Refinement turns number their candidates in smaller blocks per group (coordinator/candidate_ids.h).
   if (!coordinator::ids_fit(std::max({e.grpo.group_size, e.best_of_n.group_size, e.ttt.rollouts}), e.multi_turn.turns))

@@ -19,7 +19,9 @@
 
 namespace crucible::experiment {
 
-enum class Mode { grpo, best_of_n, ttt };
+// What a run does with its candidates (the top-level `mode`): trains a policy on them (GRPO), keeps the best of N
+// samples, or trains per task at test time (TTT). Not how thoroughly each is evaluated (eval::EvalDepth).
+enum class RunMode { grpo, best_of_n, ttt };
 
 // Where samples come from: the embedded search over kernel templates, sources from files, or a language model.
 enum class PolicyKind { search, replay, libtorch, openai };
@@ -136,7 +138,7 @@ struct TttConfig {
 };
 
 // The run's evaluation settings (what travels to evaluator nodes) and this node's own part: its devices.
-struct EvalConfig : eval::EvalSettings {
+struct EvalConfig : eval::RunEvalSettings {
   std::vector<eval::Device> devices{eval::Device::cpu()};  // one evaluator each; may be empty when nodes evaluate
   int compile_workers = 0;                                  // 0: one per core
 };
@@ -166,7 +168,7 @@ struct ClusterConfig {
 
 struct Experiment {
   std::string name;
-  Mode mode = Mode::grpo;
+  RunMode mode = RunMode::grpo;
   std::vector<uint64_t> seeds{1};
   TaskSelection tasks;
   PolicyConfig policy;
@@ -211,7 +213,7 @@ void check_run_root(const Experiment& experiment);
 // "HOST:PORT" (a name, an IPv4 address, or an IPv6 one in brackets); throws std::invalid_argument.
 std::pair<std::string, uint16_t> parse_host_port(const std::string& text);
 
-std::string mode_name(Mode mode);
+std::string run_mode_name(RunMode mode);
 std::string policy_kind_name(PolicyKind kind);
 std::string loss_name(Loss loss);
 std::string normalization_name(Normalization normalization);

@@ -128,15 +128,15 @@ json summarise_nodes(const std::filesystem::path& seed_dir, const std::vector<js
 std::string write_run_summary(const std::filesystem::path& dir, const experiment::Experiment& e) {
   json summary;
   summary["experiment"] = e.name;
-  summary["mode"] = experiment::mode_name(e.mode);
+  summary["mode"] = experiment::run_mode_name(e.mode);
   std::ostringstream text;
   for (uint64_t seed : e.seeds) {
     const auto units = run::read_jsonl(dir / ("seed-" + std::to_string(seed)) / "steps.jsonl", true);
     text << "seed " << seed << " (" << units.size() << " units):\n";
     switch (e.mode) {
-      case experiment::Mode::grpo: summary["seeds"][std::to_string(seed)] = summarise_grpo(units, text); break;
-      case experiment::Mode::best_of_n: summary["seeds"][std::to_string(seed)] = summarise_best_of_n(units, text); break;
-      case experiment::Mode::ttt: summary["seeds"][std::to_string(seed)] = summarise_ttt(units, text); break;
+      case experiment::RunMode::grpo: summary["seeds"][std::to_string(seed)] = summarise_grpo(units, text); break;
+      case experiment::RunMode::best_of_n: summary["seeds"][std::to_string(seed)] = summarise_best_of_n(units, text); break;
+      case experiment::RunMode::ttt: summary["seeds"][std::to_string(seed)] = summarise_ttt(units, text); break;
     }
     auto nodes = summarise_nodes(dir / ("seed-" + std::to_string(seed)), units, text);
     if (!nodes.empty()) summary["seeds"][std::to_string(seed)]["nodes"] = nodes;

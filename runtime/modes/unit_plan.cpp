@@ -71,9 +71,9 @@ std::vector<UnitPlan> plan_ttt(const experiment::TttConfig& c, const std::vector
 std::vector<UnitPlan> plan_units(const experiment::Experiment& e, const std::vector<std::string>& tasks) {
   std::vector<UnitPlan> units;
   switch (e.mode) {
-    case experiment::Mode::grpo: units = plan_grpo(e.grpo, tasks); break;
-    case experiment::Mode::best_of_n: units = plan_best_of_n(e.best_of_n, tasks); break;
-    case experiment::Mode::ttt: units = plan_ttt(e.ttt, tasks); break;
+    case experiment::RunMode::grpo: units = plan_grpo(e.grpo, tasks); break;
+    case experiment::RunMode::best_of_n: units = plan_best_of_n(e.best_of_n, tasks); break;
+    case experiment::RunMode::ttt: units = plan_ttt(e.ttt, tasks); break;
   }
   for (auto& u : units) {
     u.turns = e.multi_turn.turns;

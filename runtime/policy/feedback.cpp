@@ -40,7 +40,7 @@ Feedback feedback_of(const eval::Verdict& v) {
 std::string feedback_text(const Feedback& f) {
   std::string out = "The evaluator's verdict on your previous kernel:\n";
   out += "status: " + std::string(eval::status_name(f.status));
-  if (!f.reason.empty()) out += " (" + bounded(f.reason, 64) + ")";
+  if (f.reason) out += " (" + std::string(eval::reason_code_name(*f.reason)) + ")";
   out += "\n";
   if (!f.detail.empty()) out += "detail: " + bounded(f.detail, kFeedbackDetailBytes) + "\n";
   if (!f.compile_log.empty()) out += "compiler output:\n" + bounded(f.compile_log, kFeedbackLogBytes) + "\n";

@@ -12,7 +12,7 @@ namespace crucible::policy {
 
 struct Feedback {
   eval::Status status = eval::Status::runtime_error;
-  std::string reason;        // the first reason's code ("mismatch", "compiler_error", ...); empty: none
+  std::optional<eval::ReasonCode> reason;  // the first reason's code (mismatch, compiler_error, ...), if any
   std::string detail;        // its detail: the first mismatch, the refused import, ... (untrusted, bounded)
   std::string compile_log;   // the compiler's excerpt when the build failed (untrusted, bounded)
   std::optional<double> speedup;

@@ -170,7 +170,7 @@ void budget_tables(const std::vector<RunRecord>& runs, Report& r) {
   for (const auto& run : runs) {
     const Budget b = budget_of(run);
     const double per_task = run.tasks.empty() || run.seeds.empty() ? 0 : b.samples / (run.tasks.size() * run.seeds.size());
-    budget.rows.push_back({label_of(run), experiment::mode_name(run.experiment.mode), double(run.seeds.size()),
+    budget.rows.push_back({label_of(run), experiment::run_mode_name(run.experiment.mode), double(run.seeds.size()),
                            double(run.tasks.size()), b.samples, per_task, b.tokens, b.compile_seconds,
                            b.evaluation_seconds});
     struct NodeSum {

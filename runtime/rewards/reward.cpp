@@ -24,7 +24,7 @@ std::string reward_kind_name(RewardKind kind) {
 namespace {
 
 bool timing_noisy(const eval::Verdict& v) {
-  return std::any_of(v.reasons.begin(), v.reasons.end(), [](const auto& r) { return r.code == "timing_noisy"; });
+  return v.has_reason(eval::ReasonCode::timing_noisy);
 }
 
 // The kind's reward, before profiling terms.

@@ -94,7 +94,6 @@ struct Fixture : test_coordinator_fixture<Config> {
     setup.mode = "best_of_n";
     setup.units = modes::plan_units(e, {"relu"});
     setup.compile_locally = false;  // candidates go out as source, as to evaluator nodes
-    setup.source_extension = "cpp";
     setup.generator = generator;
     setup.normalizer = normalizer;
     setup.optimizer = optimizer;

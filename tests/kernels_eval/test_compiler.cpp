@@ -78,7 +78,7 @@ TEST_CASE("the CUDA backend builds with nvcc where the toolkit exists, GPU or no
   test::ScratchDir cache("compile-cuda");
   eval::Compiler compiler(cache.path(), eval::default_include_dir());
   eval::CompileOptions options;
-  options.backend = "cuda";
+  options.backend = eval::Backend::cuda;
   const char* source = R"(#include <crucible/kernel.h>
 __global__ void relu(const float* x, float* y, long n) {
   long i = blockIdx.x * (long)blockDim.x + threadIdx.x; if (i < n) y[i] = x[i] > 0 ? x[i] : 0; }

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "crucible/eval/evaluator.h"
 #include "crucible/eval/landlock.h"
@@ -25,46 +26,46 @@ struct Expectation {
   const char* fixture;
   const char* task;
   eval::Status status;
-  const char* reason;  // null: the verdict carries no reason (correct)
+  std::optional<eval::ReasonCode> reason;  // none: the verdict carries no reason (correct)
   bool fault;  // the worker's context is gone: check that the next candidate evaluates normally
 };
 
 const Expectation kExpectations[] = {
-    {"wrong_result", "relu", eval::Status::incorrect, "mismatch", false},
-    {"half_unwritten", "relu", eval::Status::incorrect, "output_unwritten", false},
-    {"input_mutated", "relu", eval::Status::incorrect, "input_mutated", false},
-    {"cached_output", "relu", eval::Status::incorrect, "mismatch", false},
-    {"stale_memory", "relu", eval::Status::incorrect, "nondeterministic", false},
-    {"precision_downgrade", "relu", eval::Status::incorrect, "mismatch", false},
-    {"constant_output", "mse_loss", eval::Status::incorrect, "mismatch", false},
-    {"lazy_when_timed", "matmul", eval::Status::incorrect, "skipped_work", false},
-    {"skips_when_timed", "relu", eval::Status::incorrect, "skipped_work", false},
-    {"oob_write", "relu", eval::Status::incorrect, "out_of_bounds_write", false},
-    {"illegal_address", "relu", eval::Status::runtime_error, "cuda_error", true},
-    {"device_trap", "relu", eval::Status::runtime_error, "cuda_error", true},
-    {"device_assert", "relu", eval::Status::runtime_error, "cuda_error", true},
-    {"out_of_memory", "relu", eval::Status::runtime_error, "out_of_memory", true},
-    {"endless_kernel", "relu", eval::Status::timeout, "wall_timeout", true},
-    {"nonzero_return", "relu", eval::Status::runtime_error, "nonzero_return", false},
-    {"raw_syscall", "relu", eval::Status::rejected, "forbidden_syscall", true},
+    {"wrong_result", "relu", eval::Status::incorrect, eval::ReasonCode::mismatch, false},
+    {"half_unwritten", "relu", eval::Status::incorrect, eval::ReasonCode::output_unwritten, false},
+    {"input_mutated", "relu", eval::Status::incorrect, eval::ReasonCode::input_mutated, false},
+    {"cached_output", "relu", eval::Status::incorrect, eval::ReasonCode::mismatch, false},
+    {"stale_memory", "relu", eval::Status::incorrect, eval::ReasonCode::nondeterministic, false},
+    {"precision_downgrade", "relu", eval::Status::incorrect, eval::ReasonCode::mismatch, false},
+    {"constant_output", "mse_loss", eval::Status::incorrect, eval::ReasonCode::mismatch, false},
+    {"lazy_when_timed", "matmul", eval::Status::incorrect, eval::ReasonCode::skipped_work, false},
+    {"skips_when_timed", "relu", eval::Status::incorrect, eval::ReasonCode::skipped_work, false},
+    {"oob_write", "relu", eval::Status::incorrect, eval::ReasonCode::out_of_bounds_write, false},
+    {"illegal_address", "relu", eval::Status::runtime_error, eval::ReasonCode::cuda_error, true},
+    {"device_trap", "relu", eval::Status::runtime_error, eval::ReasonCode::cuda_error, true},
+    {"device_assert", "relu", eval::Status::runtime_error, eval::ReasonCode::cuda_error, true},
+    {"out_of_memory", "relu", eval::Status::runtime_error, eval::ReasonCode::out_of_memory, true},
+    {"endless_kernel", "relu", eval::Status::timeout, eval::ReasonCode::wall_timeout, true},
+    {"nonzero_return", "relu", eval::Status::runtime_error, eval::ReasonCode::nonzero_return, false},
+    {"raw_syscall", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_syscall, true},
     // Known gap (docs/cuda.md): a CUDA worker's filters allow `write`, because the driver writes to its own
     // descriptors when a kernel faults. A constructor's forged verdict therefore lands in the worker's stdout, which
     // is /dev/null: harmless, and the candidate is judged on its kernel. A stray byte on the socket is seen as a
     // protocol break: the worker is killed, nothing hangs. Measured on the H100 on 2026-11-22.
-    {"constructor_forges_output", "relu", eval::Status::correct, nullptr, false},
-    {"constructor_breaks_protocol", "relu", eval::Status::runtime_error, "worker_lost", true},
-    {"calls_system", "relu", eval::Status::rejected, "forbidden_import", false},
-    {"calls_fork", "relu", eval::Status::rejected, "forbidden_import", false},
-    {"opens_file", "relu", eval::Status::rejected, "forbidden_import", false},
-    {"opens_socket", "relu", eval::Status::rejected, "forbidden_import", false},
-    {"side_stream", "relu", eval::Status::rejected, "forbidden_import", false},
-    {"device_sync", "relu", eval::Status::rejected, "forbidden_import", false},
-    {"host_thread", "relu", eval::Status::rejected, "forbidden_import", false},
-    {"cublas_call", "matmul", eval::Status::rejected, "forbidden_import", false},
+    {"constructor_forges_output", "relu", eval::Status::correct, std::nullopt, false},
+    {"constructor_breaks_protocol", "relu", eval::Status::runtime_error, eval::ReasonCode::worker_lost, true},
+    {"calls_system", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_import, false},
+    {"calls_fork", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_import, false},
+    {"opens_file", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_import, false},
+    {"opens_socket", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_import, false},
+    {"side_stream", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_import, false},
+    {"device_sync", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_import, false},
+    {"host_thread", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_import, false},
+    {"cublas_call", "matmul", eval::Status::rejected, eval::ReasonCode::forbidden_import, false},
     // The version script keeps its second entry point local: only crucible_forward is exported.
-    {"extra_export", "relu", eval::Status::correct, nullptr, false},
-    {"compile_error", "relu", eval::Status::compile_error, "compiler_error", false},
-    {"compile_bomb", "relu", eval::Status::compile_error, "compile_timeout", false},
+    {"extra_export", "relu", eval::Status::correct, std::nullopt, false},
+    {"compile_error", "relu", eval::Status::compile_error, eval::ReasonCode::compiler_error, false},
+    {"compile_bomb", "relu", eval::Status::compile_error, eval::ReasonCode::compile_timeout, false},
 };
 // The CPU suite's timing_tamper has no CUDA twin: a CUDA candidate's tensors are device memory, nowhere near the
 // doorbell page it abused, and every CUDA call ends with a device synchronisation in the worker. Hidden work is
@@ -84,7 +85,7 @@ TEST_CASE("gpu: every CUDA hack and fault fixture gets its exact verdict, and th
     auto verdict = evaluator.evaluate(task, cuda_fixture(e.fixture), fixture_options);
     INFO("fixture ", std::string(e.fixture), " -> ", test::detail_of(verdict));
     CHECK(verdict.status == e.status);
-    if (e.reason) CHECK(verdict.has_reason(e.reason));
+    if (e.reason) CHECK(verdict.has_reason(*e.reason));
     if (!e.fault) continue;
     auto after = evaluator.evaluate(relu, cuda_candidate("relu"), options);
     INFO("correct candidate after ", std::string(e.fixture), " -> ", test::detail_of(after));
@@ -133,7 +134,7 @@ TEST_CASE("gpu: a CUDA candidate's static constructor can open no file beyond wh
   INFO(test::detail_of(verdict));
   if (eval::landlock_abi() == 0) {
     MESSAGE("skipped: this kernel has no Landlock; the constructor's opens succeed (docs/evaluation.md)");
-    CHECK(verdict.has_reason("nonzero_return"));
+    CHECK(verdict.has_reason(eval::ReasonCode::nonzero_return));
     return;
   }
   CHECK(verdict.status == eval::Status::correct);
@@ -148,7 +149,7 @@ TEST_CASE("gpu: every shipped naive CUDA candidate is correct at the tasks' CUDA
     auto verdict = evaluator.evaluate(task, test::read_file(entry.path()), test::gpu_options("cuda"));
     INFO(name, " -> ", test::detail_of(verdict));
     CHECK(verdict.status == eval::Status::correct);
-    CHECK(verdict.device == "cuda:0");
+    CHECK(verdict.device == eval::Device::cuda(0));
     REQUIRE(verdict.candidate_time.has_value());
     CHECK(verdict.candidate_time->median_us > 0.0);
     CHECK(verdict.speedup.has_value());
@@ -203,17 +204,18 @@ TEST_CASE("gpu: at KernelBench's relu size (6.4 GB) timed calls checked at sampl
   auto& evaluator = t.evaluator;
   auto relu = tasks::find_task("relu", test::tasks_dir());
   auto options = test::gpu_options("cuda", 10.0);
-  options.mode = eval::Mode::full;
+  options.mode = eval::EvalDepth::full;
   auto honest = evaluator.evaluate(relu, cuda_candidate("relu"), options);
   INFO("honest: ", test::detail_of(honest));
   CHECK(honest.status == eval::Status::correct);
   struct Row {
     const char* fixture;
-    const char* reason;
+    eval::ReasonCode reason;
   };
   // Skips after the correctness calls; recomputes only the poisoned elements; replays a kept answer.
-  for (const Row& row : {Row{"skips_when_timed", "skipped_work"}, Row{"patches_poison", "skipped_work"},
-                         Row{"cached_output", "mismatch"}}) {
+  for (const Row& row : {Row{"skips_when_timed", eval::ReasonCode::skipped_work},
+                         Row{"patches_poison", eval::ReasonCode::skipped_work},
+                         Row{"cached_output", eval::ReasonCode::mismatch}}) {
     auto verdict = evaluator.evaluate(relu, cuda_fixture(row.fixture), options);
     INFO(row.fixture, ": ", test::detail_of(verdict));
     CHECK(verdict.status == eval::Status::incorrect);
@@ -255,20 +257,20 @@ TEST_CASE("gpu: a reference timing one evaluator measured is used by another of 
 TEST_CASE("gpu: timed calls that spread past the bound are extended, and the verdict says so") {
   test::TestEvaluator t("gpu-retake");
   auto relu = tasks::find_task("relu", test::tasks_dir());
-  for (auto mode : {eval::Mode::fast, eval::Mode::full}) {
+  for (auto mode : {eval::EvalDepth::fast, eval::EvalDepth::full}) {
     auto options = test::gpu_options("cpu");
     options.mode = mode;
     auto steady = t.evaluator.evaluate(relu, cuda_candidate("relu"), options);
     auto uneven = t.evaluator.evaluate(relu, cuda_fixture("uneven_calls"), options);
-    INFO(eval::mode_name(mode), ": ", test::detail_of(steady), " / ", test::detail_of(uneven));
+    INFO(eval::eval_depth_name(mode), ": ", test::detail_of(steady), " / ", test::detail_of(uneven));
     REQUIRE(uneven.status == eval::Status::correct);
     REQUIRE(uneven.candidate_time.has_value());
     CHECK(uneven.candidate_time->retaken);
     CHECK(uneven.candidate_time->cv > 0.01);  // every call spreads: the whole of them still does
     // Microsecond calls: full mode's extension stops at four sets of 50, fast mode's at a second set of 5.
-    CHECK(uneven.candidate_time->trials == (mode == eval::Mode::full ? 200 : 10));
+    CHECK(uneven.candidate_time->trials == (mode == eval::EvalDepth::full ? 200 : 10));
     CHECK(steady.candidate_time->trials == (steady.candidate_time->retaken ? uneven.candidate_time->trials
-                                                                           : (mode == eval::Mode::full ? 50 : 5)));
+                                                                           : (mode == eval::EvalDepth::full ? 50 : 5)));
     CHECK(eval::to_json(uneven, -1).find("\"retaken\":true") != std::string::npos);
     REQUIRE(steady.status == eval::Status::correct);
   }

@@ -29,7 +29,7 @@ bool toolkit_present() {
 
 eval::CompileOptions cuda_options() {
   eval::CompileOptions options;
-  options.backend = "cuda";
+  options.backend = eval::Backend::cuda;
   return options;
 }
 
@@ -191,7 +191,7 @@ TEST_CASE("split builds of the shipped CUDA candidates pass the static gate and 
   eval::Compiler compiler(cache.path(), eval::default_include_dir());
   const auto options = cuda_options();
   eval::GatePolicy gate;
-  gate.backend = "cuda";
+  gate.backend = eval::Backend::cuda;
   int built = 0;
   for (const auto& entry : std::filesystem::directory_iterator(test::source_dir() / "configs" / "candidates" / "cuda")) {
     std::ifstream in(entry.path());

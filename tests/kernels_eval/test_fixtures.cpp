@@ -18,39 +18,39 @@ struct Expectation {
   const char* fixture;
   const char* task;
   eval::Status status;
-  const char* reason;  // a reason code the verdict must carry
+  eval::ReasonCode reason;  // a reason the verdict must carry
 };
 
 const Expectation kExpectations[] = {
-    {"wrong_result", "relu", eval::Status::incorrect, "mismatch"},
-    {"half_unwritten", "relu", eval::Status::incorrect, "output_unwritten"},
-    {"input_mutated", "relu", eval::Status::incorrect, "input_mutated"},
-    {"cached_by_pointer", "relu", eval::Status::incorrect, "mismatch"},
-    {"stale_memory", "relu", eval::Status::incorrect, "nondeterministic"},
-    {"precision_downgrade", "relu", eval::Status::incorrect, "mismatch"},
-    {"constant_output", "mse_loss", eval::Status::incorrect, "mismatch"},
-    {"lazy_when_timed", "matmul", eval::Status::incorrect, "skipped_work"},
-    {"skips_when_timed", "relu", eval::Status::incorrect, "skipped_work"},
-    {"segfault", "relu", eval::Status::runtime_error, "crash"},
-    {"uncaught_exception", "relu", eval::Status::runtime_error, "crash"},
-    {"huge_allocation", "relu", eval::Status::runtime_error, "crash"},
-    {"nonzero_return", "relu", eval::Status::runtime_error, "nonzero_return"},
-    {"infinite_loop", "relu", eval::Status::timeout, "wall_timeout"},
-    {"calls_system", "relu", eval::Status::rejected, "forbidden_import"},
-    {"calls_fork", "relu", eval::Status::rejected, "forbidden_import"},
-    {"opens_file", "relu", eval::Status::rejected, "forbidden_import"},
-    {"opens_socket", "relu", eval::Status::rejected, "forbidden_import"},
-    {"spawns_thread", "relu", eval::Status::rejected, "forbidden_import"},
-    {"library_call", "matmul", eval::Status::rejected, "forbidden_import"},
+    {"wrong_result", "relu", eval::Status::incorrect, eval::ReasonCode::mismatch},
+    {"half_unwritten", "relu", eval::Status::incorrect, eval::ReasonCode::output_unwritten},
+    {"input_mutated", "relu", eval::Status::incorrect, eval::ReasonCode::input_mutated},
+    {"cached_by_pointer", "relu", eval::Status::incorrect, eval::ReasonCode::mismatch},
+    {"stale_memory", "relu", eval::Status::incorrect, eval::ReasonCode::nondeterministic},
+    {"precision_downgrade", "relu", eval::Status::incorrect, eval::ReasonCode::mismatch},
+    {"constant_output", "mse_loss", eval::Status::incorrect, eval::ReasonCode::mismatch},
+    {"lazy_when_timed", "matmul", eval::Status::incorrect, eval::ReasonCode::skipped_work},
+    {"skips_when_timed", "relu", eval::Status::incorrect, eval::ReasonCode::skipped_work},
+    {"segfault", "relu", eval::Status::runtime_error, eval::ReasonCode::crash},
+    {"uncaught_exception", "relu", eval::Status::runtime_error, eval::ReasonCode::crash},
+    {"huge_allocation", "relu", eval::Status::runtime_error, eval::ReasonCode::crash},
+    {"nonzero_return", "relu", eval::Status::runtime_error, eval::ReasonCode::nonzero_return},
+    {"infinite_loop", "relu", eval::Status::timeout, eval::ReasonCode::wall_timeout},
+    {"calls_system", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_import},
+    {"calls_fork", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_import},
+    {"opens_file", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_import},
+    {"opens_socket", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_import},
+    {"spawns_thread", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_import},
+    {"library_call", "matmul", eval::Status::rejected, eval::ReasonCode::forbidden_import},
     // Its malloc stays local (the version script exports only the entry point), and it writes nothing.
-    {"extra_export", "relu", eval::Status::incorrect, "output_unwritten"},
-    {"raw_syscall", "relu", eval::Status::rejected, "forbidden_syscall"},
-    {"constructor_forges_output", "relu", eval::Status::rejected, "forbidden_syscall"},
-    {"constructor_breaks_protocol", "relu", eval::Status::rejected, "forbidden_syscall"},
-    {"raises_sigxcpu", "relu", eval::Status::runtime_error, "crash"},
-    {"keeps_load_stage", "relu", eval::Status::rejected, "unsealed"},
-    {"compile_error", "relu", eval::Status::compile_error, "compiler_error"},
-    {"compile_bomb", "relu", eval::Status::compile_error, "compile_timeout"},
+    {"extra_export", "relu", eval::Status::incorrect, eval::ReasonCode::output_unwritten},
+    {"raw_syscall", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_syscall},
+    {"constructor_forges_output", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_syscall},
+    {"constructor_breaks_protocol", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_syscall},
+    {"raises_sigxcpu", "relu", eval::Status::runtime_error, eval::ReasonCode::crash},
+    {"keeps_load_stage", "relu", eval::Status::rejected, eval::ReasonCode::unsealed},
+    {"compile_error", "relu", eval::Status::compile_error, eval::ReasonCode::compiler_error},
+    {"compile_bomb", "relu", eval::Status::compile_error, eval::ReasonCode::compile_timeout},
 };
 
 eval::EvalOptions test_options() {
@@ -95,10 +95,10 @@ TEST_CASE("every hack and fault fixture gets its exact verdict, then a correct c
   INFO(test::detail_of(good));
   CHECK(good.status == eval::Status::correct);
   // A busy moment may leave the speedup noisy (said, not hidden); nothing else may be wrong with it.
-  for (const auto& reason : good.reasons) CHECK(reason.code == "timing_noisy");
+  for (const auto& reason : good.reasons) CHECK(reason.code == eval::ReasonCode::timing_noisy);
   REQUIRE(good.speedup.has_value());
   CHECK(*good.speedup > 0.0);
-  CHECK(evaluator.pool().started() > static_cast<int>(std::size(kExpectations)) / 2);
+  CHECK(evaluator.cpu_worker_counts().started > static_cast<int>(std::size(kExpectations)) / 2);
 }
 
 TEST_CASE("a static constructor can open no file beyond what loading needs (Landlock)") {
@@ -109,7 +109,7 @@ TEST_CASE("a static constructor can open no file beyond what loading needs (Land
   INFO(test::detail_of(verdict));
   if (eval::landlock_abi() == 0) {
     MESSAGE("skipped: this kernel has no Landlock; the constructor's opens succeed (docs/evaluation.md)");
-    CHECK(verdict.has_reason("nonzero_return"));
+    CHECK(verdict.has_reason(eval::ReasonCode::nonzero_return));
     return;
   }
   CHECK(verdict.status == eval::Status::correct);
@@ -141,7 +141,7 @@ TEST_CASE("a take-over of the doorbell is timed no faster than an honest candida
   test::TestEvaluator t("takeover");
   auto& evaluator = t.evaluator;
   auto options = test_options();
-  options.mode = eval::Mode::full;
+  options.mode = eval::EvalDepth::full;
   const auto takeover = test::read_file(test::cpu_fixture("doorbell_takeover"));
   struct Variant {
     const char* task;
@@ -165,7 +165,7 @@ TEST_CASE("a take-over of the doorbell is timed no faster than an honest candida
       // It computes the right answers, so it is correct, timed with its spinning charged; on a busy machine the
       // spinning can instead exhaust the evaluation's budget. Either way it earns nothing an honest kernel does not.
       if (a.status == eval::Status::timeout) {
-        CHECK(a.has_reason("evaluation_budget"));
+        CHECK(a.has_reason(eval::ReasonCode::evaluation_budget));
         continue;
       }
       REQUIRE(a.status == eval::Status::correct);
@@ -183,7 +183,7 @@ TEST_CASE("a take-over of the doorbell is timed no faster than an honest candida
   auto holes = evaluator.evaluate(task, takeover, punch);
   INFO(test::detail_of(holes));
   CHECK(holes.status == eval::Status::rejected);
-  CHECK(holes.has_reason("forbidden_syscall"));
+  CHECK(holes.has_reason(eval::ReasonCode::forbidden_syscall));
 }
 
 TEST_CASE("signals a candidate sends itself are crashes, and a forged load reply is read within its array") {
@@ -199,15 +199,15 @@ TEST_CASE("signals a candidate sends itself are crashes, and a forged load reply
   auto sys = evaluator.evaluate(task, test::read_file(test::cpu_fixture("raises_sigxcpu")), options);
   INFO(test::detail_of(sys));
   CHECK(sys.status == eval::Status::runtime_error);
-  CHECK_FALSE(sys.has_reason("forbidden_syscall"));
+  CHECK_FALSE(sys.has_reason(eval::ReasonCode::forbidden_syscall));
 
   options.compile.extra_flags = {"-DNO_NUL"};
   auto forged = evaluator.evaluate(task, test::read_file(test::cpu_fixture("keeps_load_stage")), options);
   INFO(test::detail_of(forged));
   CHECK(forged.status == eval::Status::runtime_error);
-  REQUIRE(forged.has_reason("load_failed"));
+  REQUIRE(forged.has_reason(eval::ReasonCode::load_failed));
   for (const auto& r : forged.reasons)
-    if (r.code == "load_failed") {
+    if (r.code == eval::ReasonCode::load_failed) {
       CHECK(r.detail.size() <= 320);
       CHECK(r.detail.find_first_not_of("A", r.detail.find(": ") + 2) == std::string::npos);  // only its own text
     }
@@ -222,7 +222,7 @@ TEST_CASE("an evaluation that waits instead of working ends at its budget") {
   auto v = evaluator.evaluate(task, test::read_file(test::cpu_fixture("sleeps_in_calls")), options);
   INFO(test::detail_of(v));
   CHECK(v.status == eval::Status::timeout);
-  CHECK(v.has_reason("evaluation_budget"));
+  CHECK(v.has_reason(eval::ReasonCode::evaluation_budget));
   // The budget counts from loading; compiling beside busy processes alone took over 2 s.
   CHECK(v.stages.total_s - v.stages.compile_s < 3.0 + 1.5);  // the budget, and clean-up after it
 }
@@ -246,7 +246,7 @@ TEST_CASE("a derived budget ends a candidate that sleeps just under the per-call
   auto v = t.evaluator.evaluate(task, source, options);
   INFO(test::detail_of(v));
   CHECK(v.status == eval::Status::timeout);
-  CHECK(v.has_reason("evaluation_budget"));
+  CHECK(v.has_reason(eval::ReasonCode::evaluation_budget));
   // It did sleep: unbounded, its 7 calls or more would have taken over 6 s; the first two took 1.8 s.
   CHECK(v.stages.kernel_s >= 1.5);
   CHECK(v.stages.total_s - v.stages.compile_s < 2.2 + 1.5);  // the budget, and loading and clean-up around it
@@ -259,7 +259,7 @@ TEST_CASE("a task's own allowlist admits a library call the default gate refuses
   task.allow_imports = {"cblas_sgemm"};
   auto verdict = evaluator.evaluate(task, test::read_file(test::cpu_fixture("library_call")), test_options());
   // Past the gate; the worker cannot resolve the symbol without a BLAS library, which is a load failure.
-  CHECK_FALSE(verdict.has_reason("forbidden_import"));
+  CHECK_FALSE(verdict.has_reason(eval::ReasonCode::forbidden_import));
   CHECK(verdict.status == eval::Status::runtime_error);
-  CHECK(verdict.has_reason("load_failed"));
+  CHECK(verdict.has_reason(eval::ReasonCode::load_failed));
 }

@@ -1,7 +1,7 @@
 // When paired CPU samples are enough, and what their median speedup and spread are, from hand-made samples.
 #include <doctest/doctest.h>
 
-#include "crucible/eval/paired_timing.h"
+#include "paired_timing.h"
 
 using namespace crucible::eval;
 
@@ -50,6 +50,6 @@ TEST_CASE("pairs are taken until the median is tight, and no longer than the lim
   for (const Row& row : rows) {
     rule.min_candidate_s = row.min_candidate_s;
     CAPTURE(row.n);
-    CHECK(judge(pairs_with(row.n, row.ratios), rule) == row.expected);
+    CHECK(assess_pairs(pairs_with(row.n, row.ratios), rule) == row.expected);
   }
 }

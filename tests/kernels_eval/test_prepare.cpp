@@ -10,9 +10,9 @@
 
 using namespace crucible;
 
-TEST_CASE("an evaluator prepared for the CPU, then evaluating there, judges as before") {
+TEST_CASE("an evaluator prepared for the CPU, then evaluating there, evaluates as before") {
   test::TestEvaluator t("prepare-cpu");
-  CHECK_NOTHROW(t.evaluator.prepare("cpu"));
+  CHECK_NOTHROW(t.evaluator.prepare(eval::Device::cpu()));
   auto relu = tasks::find_task("relu", test::tasks_dir());
   auto source = test::read_file(test::source_dir() / "configs" / "candidates" / "cpu" / "relu.cpp");
   CHECK(t.evaluator.evaluate(relu, source).status == eval::Status::correct);
@@ -22,11 +22,12 @@ TEST_CASE("an evaluator prepared for a GPU sets it up, or says why it cannot, na
   test::TestEvaluator t("prepare-gpu");
   bool usable = true;
   try {
-    t.evaluator.prepare("cuda:0");
+    t.evaluator.prepare(eval::Device::cuda(0));
   } catch (const std::invalid_argument& e) {
     usable = false;
     CHECK(std::string(e.what()).find("device cuda:0: ") == 0);  // e.g. "...: this LibTorch has no CUDA"
   }
-  if (usable) CHECK_NOTHROW(t.evaluator.prepare("cuda:0"));  // once set up, kept
-  CHECK_THROWS_AS(t.evaluator.prepare("tpu:0"), std::invalid_argument);
+  if (usable) CHECK_NOTHROW(t.evaluator.prepare(eval::Device::cuda(0)));  // once set up, kept
+  // A name that is no device is refused where it is read, before any evaluator sees it.
+  CHECK_THROWS_AS(eval::parse_device("tpu:0"), std::invalid_argument);
 }

@@ -22,7 +22,7 @@ TEST_CASE("every task's shipped CPU candidate is correct") {
     REQUIRE(std::filesystem::exists(candidate));
     auto v = evaluator.evaluate(task, test::read_file(candidate), options);
     std::string why;
-    for (const auto& r : v.reasons) why += r.code + ": " + r.detail + "; ";
+    for (const auto& r : v.reasons) why += std::string(eval::reason_code_name(r.code)) + ": " + r.detail + "; ";
     INFO(why);
     CHECK(v.status == eval::Status::correct);
     ++evaluated;

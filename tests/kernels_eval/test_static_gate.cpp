@@ -34,7 +34,7 @@ TEST_CASE("imports are classified by what they would let a candidate do") {
   CHECK(eval::classify_import("cudaLaunchKernel", cpu) == "not allowlisted");
 
   eval::GatePolicy cuda;
-  cuda.backend = "cuda";
+  cuda.backend = eval::Backend::cuda;
   CHECK(eval::classify_import("cudaLaunchKernel", cuda).empty());
   CHECK(eval::classify_import("cudaStreamCreate", cuda) == "cuda stream/event/graph");
   // Pinning host memory for the device: the way a candidate could try to write a page its worker maps read-only.
@@ -65,15 +65,15 @@ TEST_CASE("malformed or foreign files are refused, not trusted") {
   test::write_file(garbage, std::string(64, 'x'));
   auto reasons = eval::check_shared_object(garbage, {});
   REQUIRE(reasons.size() == 1);
-  CHECK(reasons[0].code == "malformed_binary");
+  CHECK(reasons[0].code == eval::ReasonCode::malformed_binary);
 
   auto truncated = dir.path() / "truncated.so";
   test::write_file(truncated, std::string("\x7f" "ELF\x02\x01\x01", 7) + std::string(20, '\0'));
-  CHECK(eval::check_shared_object(truncated, {})[0].code == "malformed_binary");
+  CHECK(eval::check_shared_object(truncated, {})[0].code == eval::ReasonCode::malformed_binary);
 
   eval::GatePolicy tiny;
   tiny.max_binary_bytes = 10;
-  CHECK(eval::check_shared_object(garbage, tiny)[0].code == "binary_too_large");
+  CHECK(eval::check_shared_object(garbage, tiny)[0].code == eval::ReasonCode::binary_too_large);
 }
 
 TEST_CASE("a shared object without crucible_forward is refused") {
@@ -83,7 +83,7 @@ TEST_CASE("a shared object without crucible_forward is refused") {
   REQUIRE(built.ok());
   auto reasons = eval::check_shared_object(built.so_path, {});
   bool missing = false;
-  for (const auto& r : reasons) missing |= r.code == "missing_entry_point";
+  for (const auto& r : reasons) missing |= r.code == eval::ReasonCode::missing_entry_point;
   CHECK(missing);
 }
 
@@ -92,18 +92,18 @@ bool have_nvcc() { return std::filesystem::exists("/usr/local/cuda/bin/nvcc") ||
 
 std::vector<eval::Reason> gate_cuda_source(eval::Compiler& compiler, const std::string& source) {
   eval::CompileOptions options;
-  options.backend = "cuda";
+  options.backend = eval::Backend::cuda;
   auto built = compiler.compile(source, options);
   INFO(built.log);
   REQUIRE(built.ok());
   eval::GatePolicy policy;
-  policy.backend = "cuda";
+  policy.backend = eval::Backend::cuda;
   return eval::check_shared_object(built.so_path, policy);
 }
 
 std::string joined(const std::vector<eval::Reason>& reasons) {
   std::string all;
-  for (const auto& r : reasons) all += r.code + ": " + r.detail + "; ";
+  for (const auto& r : reasons) all += std::string(eval::reason_code_name(r.code)) + ": " + r.detail + "; ";
   return all;
 }
 }  // namespace

@@ -37,7 +37,7 @@ TEST_CASE("a verdict serialises to JSON with its status first and its reasons") 
   Verdict v;
   v.status = Status::incorrect;
   v.task = "relu";
-  v.reasons.push_back({"input_mutated", "trial 0: \"x\" changed"});
+  v.reasons.push_back({ReasonCode::input_mutated, "trial 0: \"x\" changed"});
   auto text = to_json(v, -1);
   CHECK(text.rfind("{\"status\":\"incorrect\"", 0) == 0);
   CHECK(text.find("\"code\":\"input_mutated\"") != std::string::npos);

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "crucible/eval/timing_rules.h"
+#include "timing_rules.h"
 
 using namespace crucible::eval;
 

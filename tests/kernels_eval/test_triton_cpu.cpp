@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "crucible/eval/evaluator.h"
+#include "crucible/eval/triton_candidate.h"
 #include "crucible/eval/landlock.h"
 #include "crucible/eval/subprocess.h"
 #include "eval_support.h"
@@ -23,7 +24,7 @@ TEST_CASE("triton: a Triton candidate on the CPU is rejected, saying it needs a 
   auto source = test::read_file(test::source_dir() / "configs" / "candidates" / "triton" / "relu.py");
   auto v = t.evaluator.evaluate(relu, source, options);
   CHECK(v.status == eval::Status::rejected);
-  REQUIRE(v.has_reason("triton_unavailable"));
+  REQUIRE(v.has_reason(eval::ReasonCode::triton_unavailable));
   CHECK(test::detail_of(v).find("GPU") != std::string::npos);
 }
 
@@ -52,7 +53,7 @@ TEST_CASE("triton: the gate runs from C++ and returns the refusals of a hostile 
                                     {eval::DType::float32}, error);
   REQUIRE(error.empty());
   REQUIRE_FALSE(refusals.empty());
-  CHECK(refusals[0].code == "side_stream");
+  CHECK(refusals[0].code == eval::ReasonCode::side_stream);
   auto none = eval::triton_gate("/usr/bin/python3",
                                 test::read_file(test::source_dir() / "configs/candidates/triton/softmax.py"),
                                 {eval::DType::float32}, error);

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "crucible/eval/evaluator.h"
+#include "crucible/eval/triton_candidate.h"
 #include "crucible/eval/verdict_json.h"
 #include "eval_support.h"
 #include "tasks/task_loader.h"
@@ -38,35 +39,35 @@ struct Expectation {
   const char* fixture;
   const char* task;
   eval::Status status;
-  const char* reason;
+  eval::ReasonCode reason;
   bool fault;  // the worker's context is gone: the next candidate must evaluate normally
 };
 
 const Expectation kExpectations[] = {
-    {"torch_fallback", "relu", eval::Status::rejected, "torch_compute", false},
-    {"decoy_kernel", "relu", eval::Status::rejected, "unlaunched_kernel", false},
-    {"side_stream", "relu", eval::Status::rejected, "side_stream", false},
-    {"host_thread", "relu", eval::Status::rejected, "forbidden_import", false},
-    {"spawns_process", "relu", eval::Status::rejected, "forbidden_import", false},
-    {"timer_monkeypatch", "relu", eval::Status::rejected, "monkeypatch", false},
-    {"replay_by_pointer", "relu", eval::Status::rejected, "cross_call_state", false},
-    {"replay_on_function", "relu", eval::Status::rejected, "monkeypatch", false},
-    {"lazy_subclass", "relu", eval::Status::rejected, "tensor_subclass", false},
-    {"precision_tf32", "matmul", eval::Status::rejected, "precision_downgrade", false},
-    {"precision_half", "relu", eval::Status::rejected, "precision_downgrade", false},
-    {"exception_fallback", "relu", eval::Status::rejected, "exception_fallback", false},
-    {"harness_reach", "relu", eval::Status::rejected, "harness_reach", false},
-    {"dynamic_code", "relu", eval::Status::rejected, "dynamic_code", false},
-    {"syntax_error", "relu", eval::Status::rejected, "syntax_error", false},
-    {"missing_entry_point", "relu", eval::Status::rejected, "missing_entry_point", false},
-    {"skips_half", "relu", eval::Status::incorrect, "output_unwritten", false},
-    {"lazy_never_launches", "relu", eval::Status::incorrect, "output_unwritten", false},
-    {"input_mutated", "relu", eval::Status::incorrect, "input_mutated", false},
-    {"constant_output", "relu", eval::Status::incorrect, "mismatch", false},
-    {"torch_by_indexing", "relu", eval::Status::rejected, "foreign_kernels", false},
-    {"illegal_address", "relu", eval::Status::runtime_error, "cuda_error", true},
-    {"raises", "relu", eval::Status::runtime_error, "nonzero_return", false},
-    {"compile_error", "relu", eval::Status::compile_error, "compiler_error", false},
+    {"torch_fallback", "relu", eval::Status::rejected, eval::ReasonCode::torch_compute, false},
+    {"decoy_kernel", "relu", eval::Status::rejected, eval::ReasonCode::unlaunched_kernel, false},
+    {"side_stream", "relu", eval::Status::rejected, eval::ReasonCode::side_stream, false},
+    {"host_thread", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_import, false},
+    {"spawns_process", "relu", eval::Status::rejected, eval::ReasonCode::forbidden_import, false},
+    {"timer_monkeypatch", "relu", eval::Status::rejected, eval::ReasonCode::monkeypatch, false},
+    {"replay_by_pointer", "relu", eval::Status::rejected, eval::ReasonCode::cross_call_state, false},
+    {"replay_on_function", "relu", eval::Status::rejected, eval::ReasonCode::monkeypatch, false},
+    {"lazy_subclass", "relu", eval::Status::rejected, eval::ReasonCode::tensor_subclass, false},
+    {"precision_tf32", "matmul", eval::Status::rejected, eval::ReasonCode::precision_downgrade, false},
+    {"precision_half", "relu", eval::Status::rejected, eval::ReasonCode::precision_downgrade, false},
+    {"exception_fallback", "relu", eval::Status::rejected, eval::ReasonCode::exception_fallback, false},
+    {"harness_reach", "relu", eval::Status::rejected, eval::ReasonCode::harness_reach, false},
+    {"dynamic_code", "relu", eval::Status::rejected, eval::ReasonCode::dynamic_code, false},
+    {"syntax_error", "relu", eval::Status::rejected, eval::ReasonCode::syntax_error, false},
+    {"missing_entry_point", "relu", eval::Status::rejected, eval::ReasonCode::missing_entry_point, false},
+    {"skips_half", "relu", eval::Status::incorrect, eval::ReasonCode::output_unwritten, false},
+    {"lazy_never_launches", "relu", eval::Status::incorrect, eval::ReasonCode::output_unwritten, false},
+    {"input_mutated", "relu", eval::Status::incorrect, eval::ReasonCode::input_mutated, false},
+    {"constant_output", "relu", eval::Status::incorrect, eval::ReasonCode::mismatch, false},
+    {"torch_by_indexing", "relu", eval::Status::rejected, eval::ReasonCode::foreign_kernels, false},
+    {"illegal_address", "relu", eval::Status::runtime_error, eval::ReasonCode::cuda_error, true},
+    {"raises", "relu", eval::Status::runtime_error, eval::ReasonCode::nonzero_return, false},
+    {"compile_error", "relu", eval::Status::compile_error, eval::ReasonCode::compiler_error, false},
 };
 
 }  // namespace
@@ -177,9 +178,9 @@ TEST_CASE("triton gpu: a TriMul candidate the gate refuses is refused once, befo
   INFO(test::detail_of(verdict));
   CHECK(verdict.status == eval::Status::rejected);
   REQUIRE(!verdict.reasons.empty());
-  CHECK(verdict.reasons.front().code == "forbidden_import");
+  CHECK(verdict.reasons.front().code == eval::ReasonCode::forbidden_import);
   CHECK(verdict.trials.empty());
   CHECK(verdict.shapes.empty());
   CHECK(verdict.stages.correctness_s == 0.0);
-  CHECK(verdict.device == "cuda:0");
+  CHECK(verdict.device == eval::Device::cuda(0));
 }

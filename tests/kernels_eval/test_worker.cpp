@@ -13,7 +13,7 @@
 #include "crucible/eval/evaluator.h"
 #include "crucible/eval/scratch_dirs.h"
 #include "crucible/eval/task_spec.h"
-#include "crucible/eval/worker_process.h"
+#include "worker_process.h"
 #include "support.h"
 
 using namespace crucible;

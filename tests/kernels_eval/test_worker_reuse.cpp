@@ -9,8 +9,8 @@
 
 #include "crucible/eval/compiler.h"
 #include "crucible/eval/evaluator.h"
-#include "crucible/eval/worker_image.h"
-#include "crucible/eval/worker_process.h"
+#include "worker_image.h"
+#include "worker_process.h"
 #include "support.h"
 
 using namespace crucible;

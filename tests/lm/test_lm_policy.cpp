@@ -107,7 +107,7 @@ TEST_CASE("lm policy: a refinement turn's prompt carries the previous code and i
   attempt.previous.source = "CRUCIBLE_API int crucible_forward() { return 0; } // PREVIOUS_CODE";
   eval::Verdict v;
   v.status = eval::Status::incorrect;
-  v.reasons.push_back({"mismatch", "trial 0: output y differs at 7 elements"});
+  v.reasons.push_back({eval::ReasonCode::mismatch, "trial 0: output y differs at 7 elements"});
   attempt.feedback = policy::feedback_of(v);
   const std::string prompt = p.refinement_prompt(relu, attempt);
   CHECK(prompt.find("<|im_start|>user") != std::string::npos);

@@ -90,8 +90,8 @@ TEST_CASE("candidate and compile messages round-trip") {
   CHECK(c.logprobs == std::vector<float>{-0.5f, -1.25f, -0.125f});
   CHECK(c.parse_error == "the reply has no complete fenced code block");
 
-  msg::CompileRequest request{42, "source text", "cuda:1"};
-  CHECK(round_trip(request).device == "cuda:1");
+  msg::CompileRequest request{42, "source text", eval::Device::cuda(1)};
+  CHECK(round_trip(request).device == eval::Device::cuda(1));
   msg::CompileDone done{42, true, false, 1.25, "ab12", "warning: unused"};
   auto d = round_trip(done);
   CHECK(d.ok);
@@ -112,7 +112,7 @@ TEST_CASE("evaluation messages round-trip, and a verdict crosses field for field
 
   eval::Verdict v;
   v.status = eval::Status::incorrect;
-  v.reasons = {{"skipped_work", "timed call 3: 12 elements wrong"}};
+  v.reasons = {{eval::ReasonCode::skipped_work, "timed call 3: 12 elements wrong"}};
   v.compile.seconds = 0.9;
   eval::TimingStats t;
   t.median_us = 123.5;
@@ -124,7 +124,8 @@ TEST_CASE("evaluation messages round-trip, and a verdict crosses field for field
   v.seed = 5;
   v.trials = {{0, true, 1e-7, 2e-7, 0, 4096}, {1, false, 0.5, 1.0, 12, 4096}};
   v.stages.total_s = 0.25;
-  v.device = "cuda:1";
+  v.device = eval::Device::cuda(1);
+  v.mode = eval::EvalDepth::full;
   v.shapes = {{"n256_b2", 4600.5, 2033.0, 0.006, 0.002}, {"n1024_b1", 103217.8, 34207.9, 0.001, 0.003}};
   auto sent = msg::report(42, v);
   sent.reference_timings = {timing};
@@ -134,8 +135,9 @@ TEST_CASE("evaluation messages round-trip, and a verdict crosses field for field
   CHECK(report.reference_timings[0].reference.median_us == 41.5);
   const auto& back = report.verdict;
   CHECK(back.status == eval::Status::incorrect);
-  CHECK(back.has_reason("skipped_work"));
-  CHECK(back.device == "cuda:1");
+  CHECK(back.has_reason(eval::ReasonCode::skipped_work));
+  CHECK(back.device == eval::Device::cuda(1));
+  CHECK(back.mode == eval::EvalDepth::full);
   REQUIRE(back.candidate_time.has_value());
   CHECK(back.candidate_time->median_us == 123.5);
   CHECK(back.speedup.value_or(0.0) == 1.7);
@@ -156,9 +158,10 @@ TEST_CASE("evaluation messages round-trip, and a verdict crosses field for field
   auto none = round_trip(msg::report(1, bare)).verdict;
   CHECK_FALSE(none.candidate_time.has_value());
   CHECK_FALSE(none.speedup.has_value());
+  CHECK_FALSE(none.device.has_value());  // never evaluated on a device
   // Texts a candidate chose arrive as valid UTF-8.
   eval::Verdict odd;
-  odd.reasons = {{"forbidden_import", "symbol \xFF\xFE"}};
+  odd.reasons = {{eval::ReasonCode::forbidden_import, "symbol \xFF\xFE"}};
   CHECK(msg::report(2, odd).verdict.reasons[0].detail == "symbol \xEF\xBF\xBD\xEF\xBF\xBD");
   CHECK_THROWS_AS(eval::parse_status("great"), std::invalid_argument);
   CHECK(eval::parse_status("parse_error") == eval::Status::parse_error);
@@ -295,8 +298,8 @@ TEST_CASE("cluster messages round-trip: a node's join, its heartbeat with log li
   msg::JoinAccepted accepted;
   accepted.session = 7;
   accepted.run = "sweep seed 1";
-  accepted.eval = {eval::Backend::cuda, eval::CandidateKind::triton, eval::Mode::full, eval::Launches::queued, "cpu", 3,
-                   20, 5.0};
+  accepted.eval = {eval::Backend::cuda, eval::CandidateKind::triton, eval::EvalDepth::full, eval::Launches::queued, "cpu",
+                   3, 20, 5.0};
   accepted.tasks = {{"relu", "name = \"relu\"\n"}};
   accepted.heartbeat_s = 0.5;
   accepted.last_run = false;
@@ -304,7 +307,7 @@ TEST_CASE("cluster messages round-trip: a node's join, its heartbeat with log li
   CHECK(a.session == 7);
   CHECK(a.eval.timing_trials == 20);
   CHECK(a.eval.backend == eval::Backend::cuda);
-  CHECK(a.eval.mode == eval::Mode::full);
+  CHECK(a.eval.mode == eval::EvalDepth::full);
   CHECK(a.eval.launches == eval::Launches::queued);
   CHECK(a.eval.kind == eval::CandidateKind::triton);
   CHECK(a.tasks.at(0).toml == "name = \"relu\"\n");

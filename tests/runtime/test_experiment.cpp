@@ -34,7 +34,7 @@ config::ConfigError failure(const std::string& text) {
 TEST_CASE("the built-in quickstart is a valid GRPO experiment over CPU tasks") {
   auto e = experiment::parse_experiment(experiment::default_experiment_text(), "<quickstart>");
   CHECK(e.name == "quickstart");
-  CHECK(e.mode == experiment::Mode::grpo);
+  CHECK(e.mode == experiment::RunMode::grpo);
   CHECK(e.grpo.max_staleness == 1);
   CHECK(e.eval.devices == std::vector<eval::Device>{eval::Device::cpu()});
   CHECK(experiment::resolve_tasks(e).size() == e.tasks.names.size());

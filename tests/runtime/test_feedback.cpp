@@ -30,10 +30,10 @@ TEST_CASE("feedback text: each verdict says its status, the first reason and wha
   auto gpu = correct;
   gpu.kernel_coverage = 0.875;
   auto mismatch = verdict(eval::Status::incorrect);
-  mismatch.reasons.push_back({"mismatch", "trial 0: output y differs at 12 elements (max abs error 0.5)"});
+  mismatch.reasons.push_back({eval::ReasonCode::mismatch, "trial 0: output y differs at 12 elements (max abs error 0.5)"});
   mismatch.speedup = 9.0;  // never shown for a wrong kernel
   auto build = verdict(eval::Status::compile_error);
-  build.reasons.push_back({"compiler_error", "the compiler failed"});
+  build.reasons.push_back({eval::ReasonCode::compiler_error, "the compiler failed"});
   build.compile.log_excerpt = "candidate.cpp:3:1: error: expected ';'";
   const Row rows[] = {
       {"correct on a CPU", correct,
@@ -60,7 +60,7 @@ TEST_CASE("feedback text from hostile compiler output is bounded, valid UTF-8 an
   std::string log;
   for (int i = 0; i < 2000; ++i) log += "err\x1b[31m\xff\xfe line " + std::to_string(i) + "\r\n";
   v.compile.log_excerpt = log;
-  v.reasons.push_back({"compiler_error\x07", std::string(5000, 'd')});
+  v.reasons.push_back({eval::ReasonCode::compiler_error, std::string(5000, 'd')});
   const std::string text = policy::feedback_text(policy::feedback_of(v));
   CHECK(text.size() < 2200);
   CHECK(eval::valid_utf8(text) == text);

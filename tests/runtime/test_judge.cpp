@@ -45,7 +45,7 @@ TEST_CASE("judge schedule and prompt: groups below the correct share are judged,
   CHECK(judge::judge_group(1.0, 1.5));        // above 1: always
   eval::Verdict v;
   v.status = eval::Status::incorrect;
-  v.reasons.push_back({"mismatch", "differs at 3 elements"});
+  v.reasons.push_back({eval::ReasonCode::mismatch, "differs at 3 elements"});
   const auto prompt = judge::judge_prompt(tasks::find_task("relu", test::tasks_dir()), "THE_SOURCE", v);
   CHECK(prompt.find("Task: relu") != std::string::npos);
   CHECK(prompt.find("THE_SOURCE") != std::string::npos);

@@ -68,7 +68,7 @@ TEST_CASE("a noisy timing counts as parity at best in every reward kind") {
     eval::TimingStats reference;
     reference.median_us = row.reference_us;
     v.reference_time = reference;
-    if (row.noisy) v.reasons.push_back({"timing_noisy", "pairs spread"});
+    if (row.noisy) v.reasons.push_back({eval::ReasonCode::timing_noisy, "pairs spread"});
     rewards::RewardSpec spec;
     spec.kind = row.kind;
     CAPTURE(rewards::reward_kind_name(row.kind));

@@ -10,6 +10,7 @@
 #include "crucible/eval/compiler.h"
 #include "crucible/eval/cuda_split.h"
 #include "crucible/eval/static_gate.h"
+#include "crucible/eval/triton_candidate.h"
 #include "crucible/eval/evaluator.h"
 #include "policy/kernel_templates.h"
 #include "policy/search_policy.h"
@@ -173,10 +174,10 @@ TEST_CASE("CUDA template candidates build with nvcc at the knobs' extremes and b
   test::ScratchDir cache("policy-cuda-compile");
   eval::Compiler compiler(cache.path(), eval::default_include_dir());
   eval::CompileOptions options;
-  options.backend = "cuda";
+  options.backend = eval::Backend::cuda;
   options.cuda_arch = "sm_90";
   eval::GatePolicy gate;
-  gate.backend = "cuda";
+  gate.backend = eval::Backend::cuda;
   int compiled = 0;
   for (const auto& name : policy::covered_tasks("cuda")) {
     auto task = tasks::find_task(name, test::tasks_dir());

@@ -13,7 +13,7 @@ eval::Verdict verdict(eval::Status status, std::optional<double> speedup = std::
   eval::Verdict v;
   v.status = status;
   v.speedup = speedup;
-  if (status == eval::Status::incorrect) v.reasons.push_back({"mismatch", "output y differs at 3 elements"});
+  if (status == eval::Status::incorrect) v.reasons.push_back({eval::ReasonCode::mismatch, "output y differs at 3 elements"});
   return v;
 }
 

@@ -18,12 +18,22 @@ inline void exit_on_help(int argc, char** argv, const char* usage) {
     }
 }
 
-inline void exit_unless_device_usable(const std::string& device) {
-  if (device.rfind("cuda", 0) == 0 && eval::cuda_devices() == 0) {
-    std::fprintf(stderr, "no usable CUDA GPU here for --device %s (use --device cpu where the benchmark has one)\n",
-                 device.c_str());
+// The --device argument as a device ("cpu", "cuda" or "cuda:N"); exits 2 saying why when it names none, or a GPU
+// this machine does not have.
+inline eval::Device usable_device(const std::string& text) {
+  eval::Device device;
+  try {
+    device = eval::parse_device(text, /*allow_bare_cuda=*/true);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s\n", e.what());
     std::exit(2);
   }
+  if (device.is_cuda() && eval::cuda_devices() == 0) {
+    std::fprintf(stderr, "no usable CUDA GPU here for --device %s (use --device cpu where the benchmark has one)\n",
+                 text.c_str());
+    std::exit(2);
+  }
+  return device;
 }
 
 }  // namespace crucible::bench

@@ -37,7 +37,8 @@ struct EvalArgs {
 
 void print_human(const eval::Verdict& v) {
   std::printf("%s: %s\n", v.task.c_str(), std::string(eval::status_name(v.status)).c_str());
-  for (const auto& r : v.reasons) std::printf("  reason %-18s %s\n", r.code.c_str(), r.detail.c_str());
+  for (const auto& r : v.reasons)
+    std::printf("  reason %-18s %s\n", std::string(eval::reason_code_name(r.code)).c_str(), r.detail.c_str());
   std::printf("  compile %.3f s%s\n", v.compile.seconds, v.compile.cached ? " (cached)" : "");
   if (v.status == eval::Status::compile_error && !v.compile.log_excerpt.empty())
     std::printf("%s\n", v.compile.log_excerpt.c_str());
@@ -74,14 +75,19 @@ int run_eval(const EvalArgs& a) {
                 << (std::filesystem::is_directory(a.candidate, ec) ? " (a directory, not a source file)" : "") << "\n";
       return 2;
     }
+    const eval::Device device = eval::parse_device(a.device, /*allow_bare_cuda=*/true);
     // A CUDA source on the CPU device fails in the compiler with "cuda_runtime.h not found"; say so first.
     const auto ext = std::filesystem::path(a.candidate).extension();
-    if (ext == ".cu" && a.device == "cpu") {
+    if (ext == ".cu" && !device.is_cuda()) {
       std::cerr << "error: " << a.candidate << " is CUDA source (.cu); evaluate it with --device cuda (or cuda:N) on a "
                 << "machine with a GPU, or write the CPU candidate in C++ (.cpp)\n";
       return 2;
     }
-    if (a.launches == "queued" && (a.device == "cpu" || (a.kind.empty() ? ext != ".py" : a.kind != "triton"))) {
+    const eval::CandidateKind kind = !a.kind.empty() ? eval::parse_candidate_kind(a.kind)
+                                     : ext == ".py"  ? eval::CandidateKind::triton
+                                                     : eval::CandidateKind::native;
+    const eval::Launches launches = eval::parse_launches(a.launches);
+    if (launches == eval::Launches::queued && (!device.is_cuda() || kind != eval::CandidateKind::triton)) {
       std::cerr << "error: --launches queued holds Triton candidates' GPU calls (a .py candidate, --device cuda); "
                 << "CUDA C++ candidates are timed as launched\n";
       return 2;
@@ -93,13 +99,11 @@ int run_eval(const EvalArgs& a) {
     if (!a.cache_dir.empty()) config.cache_dir = a.cache_dir;
     eval::Evaluator evaluator(config);
     eval::EvalOptions options;
-    options.mode = eval::parse_mode(a.mode);
-    options.launches = eval::parse_launches(a.launches);
-    options.device = a.device;
+    options.mode = eval::parse_eval_depth(a.mode);
+    options.launches = launches;
+    options.device = device;
     options.sizes = a.sizes;
-    options.kind = !a.kind.empty() ? eval::parse_candidate_kind(a.kind)
-                   : ext == ".py"  ? eval::CandidateKind::triton
-                                   : eval::CandidateKind::native;
+    options.kind = kind;
     options.seed = a.seed;
     options.call_timeout_s = a.timeout_s;
     options.evaluation_budget_s = a.budget_s;

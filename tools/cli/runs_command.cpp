@@ -78,7 +78,7 @@ int runs(const std::string& dir) {
     try {
       const auto run = report::load_run(path);
       std::printf("%-40s %-10s %6zu %6zu %-9s %s\n", printable(path.string()).c_str(),
-                  experiment::mode_name(run.experiment.mode).c_str(), run.tasks.size(), run.seeds.size(),
+                  experiment::run_mode_name(run.experiment.mode).c_str(), run.tasks.size(), run.seeds.size(),
                   status_of(run).c_str(), best_results(run).c_str());
     } catch (const std::exception& e) {
       std::printf("%-40s unreadable: %s\n", printable(path.string()).c_str(), printable(e.what()).c_str());

@@ -8,7 +8,7 @@ kernel whose specialisation does not change between shapes is compiled once.
 Usage: python3 -I compile.py --candidate PATH --cache DIR --device N --shapes JSON
   JSON: a list of shape sets, each {"inputs": [[dtype, [dims]], ...], "outputs": [...]}, dtype a crucible_dtype number.
 Prints one JSON object: {"compiled": N, "kind": KIND, "error": TEXT}: the first N shape sets were compiled; KIND is ""
-(all were), "run" (the candidate failed when run on set N-1, after Triton compiled what it launched: the worker judges
+(all were), "run" (the candidate failed when run on set N-1, after Triton compiled what it launched: the worker reports
 it, as it sees the same failure), "compile" (Triton refused it on set N) or "environment" (the machine failed).
 """
 import json

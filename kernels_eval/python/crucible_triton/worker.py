@@ -65,7 +65,7 @@ class Worker:
             raise RuntimeError("the worker protocol's Python mirror does not match the native layout")
         os.environ["TRITON_CACHE_DIR"] = arg("--warm-cache")
         os.environ["PATH"] = "/usr/local/cuda/bin:/usr/bin:/bin"  # gcc (Triton's driver library) runs `as` from PATH
-        os.environ["TRITON_F32_DEFAULT"] = "ieee"  # float32 tasks are judged at float32 precision, TF32 off
+        os.environ["TRITON_F32_DEFAULT"] = "ieee"  # float32 tasks are evaluated at float32 precision, TF32 off
         global torch, triton
         import torch
         import triton
@@ -186,7 +186,7 @@ class Worker:
             forward(inputs, outputs)  # loads the compiled kernels from the cache while files may still be read
             torch.cuda.synchronize()
         except Exception:
-            pass  # judged on the calls the evaluator makes, which fail the same way (an error, a lost context)
+            pass  # decided by the calls the evaluator makes, which fail the same way (an error, a lost context)
         self.forward = forward
         if not self.reply(True, ""):
             return 8

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "crucible/eval/worker_self_test.h"
+#include "worker_self_test.h"
 #ifdef CRUCIBLE_WITH_CUPTI
 #include "kernel_coverage.h"
 #endif

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "crucible/eval/worker_self_test.h"
+#include "worker_self_test.h"
 #include "self_test_device.h"
 
 namespace crucible::eval::worker {

@@ -1,7 +1,7 @@
 // The CPU worker: tensors live in the shared host arena and a call is a plain function call.
 #include "worker_device.h"
 
-#include "crucible/eval/worker_self_test.h"
+#include "worker_self_test.h"
 
 namespace crucible::eval::worker {
 

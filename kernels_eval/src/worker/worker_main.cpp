@@ -256,6 +256,88 @@ bool setup_done(uint32_t& seq) {
   return true;
 }
 
+// Null calls, served by trusted code before any of the candidate's code exists in this process. 0, or the exit code.
+int serve_null_calls(uint32_t count, uint32_t& seq) {
+  auto* c = g_control;
+  for (uint32_t i = 0; i < count; ++i, ++seq) {
+    wait_for_call(seq);
+    bool usable = device::run_call(nullptr, nullptr, 0, nullptr, 0, c);
+    c->done.store(seq, std::memory_order_release);
+    if (!usable) return fail(12, std::string("device: ") + c->cuda_error_text);
+  }
+  return 0;
+}
+
+// The worker confined before the candidate's library is loaded: its file rules (built while every path may still be
+// opened: as root, the cache directory may be closed to nobody), root given up, its limits, no capabilities, and the
+// load-stage filter. `so_path` becomes what the dynamic linker is to open. 0, or the exit code.
+int confine(const proto::LoadRequest& request, bool reusable, const device::SyscallNeeds& needs, std::string& so_path) {
+  int file_rules = -1;
+  if (landlock_abi() > 0) {
+    std::string error;
+    FileRules rules = loadable_files(request.so_path);
+    rules.read_write = device::device_files();
+    // A reusable worker's later candidates are copied into the directory of its first (its private one).
+    if (reusable) rules.read_only.push_back(std::filesystem::path(request.so_path).parent_path().string());
+    file_rules = build_file_rules(rules, error);
+    if (file_rules < 0) return fail(15, "cannot confine the worker's files: " + error);
+  }
+  so_path = request.so_path;
+  if (device::drops_identity() && geteuid() == 0) {
+    const int so_fd = open(request.so_path, O_RDONLY | O_CLOEXEC);
+    if (so_fd < 0) return fail(6, std::string("cannot open the candidate's library: ") + std::strerror(errno));
+    if (!become_nobody()) return fail(14, "cannot give up root");
+    so_path = "/proc/self/fd/" + std::to_string(so_fd);
+  }
+  // Limits first (the load-stage filter forbids changing them), generous enough for the library itself.
+  if (device::limits_address_space()) {
+    rlim_t address_space = current_address_space() + request.memory_limit_bytes + (rlim_t{256} << 20);
+    limit(RLIMIT_AS, address_space, address_space);
+  }
+  // A reusable worker's soft limit is raised from outside for each candidate (no privilege needed below the hard
+  // one); SIGXCPU at the soft limit ends it, as no candidate may change that signal's disposition.
+  limit(RLIMIT_CPU, request.cpu_seconds, reusable ? RLIM_INFINITY : request.cpu_seconds + 1);
+  limit(RLIMIT_FSIZE, 0, 0);
+  limit(RLIMIT_NPROC, 0, 0);
+  limit(RLIMIT_CORE, 0, 0);
+  drop_capabilities();
+  if (file_rules >= 0) {
+    if (!enter_file_rules(file_rules)) return fail(15, "cannot confine the worker's files (Landlock)");
+    close(file_rules);
+  }
+  if (!install_load_stage_filter(proto::kSocketFd, needs.syscalls, needs.ioctl_fds))
+    return fail(5, "cannot install the load-stage seccomp filter");
+  return 0;
+}
+
+// The candidate's calls, until the evaluator says goodbye (or, for a reusable worker, a reset fails or no next
+// candidate comes). Returns the worker's exit code.
+int serve_calls(const proto::LoadRequest& first, char* tensor_base, Loaded& loaded, const std::string& so_path,
+                bool reusable, uint32_t seq) {
+  auto* c = g_control;
+  auto next = std::make_unique<proto::LoadRequest>();
+  for (;; ++seq) {
+    wait_for_call(seq);
+    int32_t set = c->set;
+    if (set == static_cast<int32_t>(loaded.sets)) {  // a sync: acknowledges that every earlier call has returned
+      c->done.store(seq, std::memory_order_release);
+      continue;
+    }
+    if (reusable && set == proto::kResetCall) {
+      const bool clean = reset(loaded, next->magic ? next->so_path : so_path, c);
+      c->done.store(seq, std::memory_order_release);
+      if (!clean || !next_candidate(first, tensor_base, *next, loaded)) return 0;  // the evaluator ends it
+      continue;
+    }
+    if (set < 0 || static_cast<uint32_t>(set) > loaded.sets) return 0;  // the parent's way of saying goodbye
+    const uint32_t ni = loaded.inputs, no = loaded.outputs;
+    crucible_tensor* in = &loaded.tensors[set * (ni + no)];
+    bool usable = device::run_call(loaded.forward, in, static_cast<int32_t>(ni), in + ni, static_cast<int32_t>(no), c);
+    c->done.store(seq, std::memory_order_release);
+    if (!usable) _exit(13);  // the CUDA context is lost (the error is in the control block): no teardown
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -288,16 +370,8 @@ int main(int argc, char** argv) {
   char* tensor_base = device::attach_tensors(*request, static_cast<char*>(base), device_error);
   if (!tensor_base) return fail(11, device_error);
 
-  // Null calls, served by trusted code before any of the candidate's code exists in this process.
-  auto* c = g_control;
   uint32_t seq = 1;
-  for (uint32_t i = 0; i < request->null_calls; ++i, ++seq) {
-    wait_for_call(seq);
-    bool usable = device::run_call(nullptr, nullptr, 0, nullptr, 0, c);
-    c->done.store(seq, std::memory_order_release);
-    if (!usable) return fail(12, std::string("device: ") + c->cuda_error_text);
-  }
-
+  if (int rc = serve_null_calls(request->null_calls, seq)) return rc;
   // Read from /proc/self/fd, which the file rules close.
   const device::SyscallNeeds needs = device::syscall_needs();
   // The C and C++ runtime an honest candidate's library may name, mapped before the file rules close the library
@@ -305,75 +379,16 @@ int main(int argc, char** argv) {
   // nodes searched the library directories for a whole-file build's libstdc++.so.6, and Landlock refused them.)
   for (const char* runtime : {"libstdc++.so.6", "libgcc_s.so.1", "libm.so.6"}) dlopen(runtime, RTLD_NOW | RTLD_LOCAL);
   if (reusable && !setup_done(seq)) return fail(16, "device: cannot record its state for reuse");
-  // Built while the worker may still open every path (as root, the cache directory may be closed to nobody);
-  // entered just before loading.
-  int file_rules = -1;
-  if (landlock_abi() > 0) {
-    std::string error;
-    FileRules rules = loadable_files(request->so_path);
-    rules.read_write = device::device_files();
-    // A reusable worker's later candidates are copied into the directory of its first (its private one).
-    if (reusable) rules.read_only.push_back(std::filesystem::path(request->so_path).parent_path().string());
-    file_rules = build_file_rules(rules, error);
-    if (file_rules < 0) return fail(15, "cannot confine the worker's files: " + error);
-  }
-
-  std::string so_path = request->so_path;
-  if (device::drops_identity() && geteuid() == 0) {
-    const int so_fd = open(request->so_path, O_RDONLY | O_CLOEXEC);
-    if (so_fd < 0) return fail(6, std::string("cannot open the candidate's library: ") + std::strerror(errno));
-    if (!become_nobody()) return fail(14, "cannot give up root");
-    so_path = "/proc/self/fd/" + std::to_string(so_fd);
-  }
-
-  // Limits first (the load-stage filter forbids changing them), generous enough for the library itself.
-  if (device::limits_address_space()) {
-    rlim_t address_space = current_address_space() + request->memory_limit_bytes + (rlim_t{256} << 20);
-    limit(RLIMIT_AS, address_space, address_space);
-  }
-  // A reusable worker's soft limit is raised from outside for each candidate (no privilege needed below the hard
-  // one); SIGXCPU at the soft limit ends it, as no candidate may change that signal's disposition.
-  limit(RLIMIT_CPU, request->cpu_seconds, reusable ? RLIM_INFINITY : request->cpu_seconds + 1);
-  limit(RLIMIT_FSIZE, 0, 0);
-  limit(RLIMIT_NPROC, 0, 0);
-  limit(RLIMIT_CORE, 0, 0);
-  drop_capabilities();
-  if (file_rules >= 0) {
-    if (!enter_file_rules(file_rules)) return fail(15, "cannot confine the worker's files (Landlock)");
-    close(file_rules);
-  }
-  if (!install_load_stage_filter(proto::kSocketFd, needs.syscalls, needs.ioctl_fds))
-    return fail(5, "cannot install the load-stage seccomp filter");
+  std::string so_path;
+  if (int rc = confine(*request, reusable, needs, so_path)) return rc;
 
   Loaded loaded;
   std::string load_error;
   if (!load_candidate(so_path, *request, tensor_base, loaded, load_error)) return fail(6, load_error);
-
   if (!reply_load(true, "")) return 8;
   if (!reusable) close(proto::kSocketFd);
   const bool sealed = reusable ? install_reuse_stage_filter(proto::kSocketFd, getpid(), needs.syscalls, needs.ioctl_fds)
                                : install_run_stage_filter(getpid(), needs.syscalls, needs.ioctl_fds);
   if (!sealed) return 9;
-
-  auto next = std::make_unique<proto::LoadRequest>();
-  for (;; ++seq) {
-    wait_for_call(seq);
-    int32_t set = c->set;
-    if (set == static_cast<int32_t>(loaded.sets)) {  // a sync: acknowledges that every earlier call has returned
-      c->done.store(seq, std::memory_order_release);
-      continue;
-    }
-    if (reusable && set == proto::kResetCall) {
-      const bool clean = reset(loaded, next->magic ? next->so_path : so_path, c);
-      c->done.store(seq, std::memory_order_release);
-      if (!clean || !next_candidate(*request, tensor_base, *next, loaded)) return 0;  // the evaluator ends it
-      continue;
-    }
-    if (set < 0 || static_cast<uint32_t>(set) > loaded.sets) return 0;  // the parent's way of saying goodbye
-    const uint32_t ni = loaded.inputs, no = loaded.outputs;
-    crucible_tensor* in = &loaded.tensors[set * (ni + no)];
-    bool usable = device::run_call(loaded.forward, in, static_cast<int32_t>(ni), in + ni, static_cast<int32_t>(no), c);
-    c->done.store(seq, std::memory_order_release);
-    if (!usable) _exit(13);  // the CUDA context is lost (the error is in the control block): no teardown
-  }
+  return serve_calls(*request, tensor_base, loaded, so_path, reusable, seq);
 }

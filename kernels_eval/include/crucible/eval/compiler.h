@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "crucible/eval/compile_cache.h"
+#include "crucible/eval/device.h"
 
 namespace crucible::eval {
 
@@ -19,7 +20,7 @@ enum class CompilePath { whole, split_nvrtc, split_nvcc };
 const char* to_string(CompilePath path);
 
 struct CompileOptions {
-  std::string backend = "cpu";  // "cpu" (g++) or "cuda" (nvcc)
+  Backend backend = Backend::cpu;  // cpu: g++; cuda: nvcc
   std::string cuda_arch = "sm_90";
   // CUDA: build in two halves where the source allows it (about 3x faster); the whole-file nvcc build otherwise.
   bool split_cuda = true;
@@ -60,14 +61,17 @@ class Compiler {
   void set_max_cache_bytes(std::uintmax_t bytes) { max_cache_bytes_ = bytes; }
 
  private:
-  const std::string& compiler_version(const std::string& backend);
+  // Every so many new entries (or after a large one), the cache is pruned to its bound.
+  void prune_after_store(const std::filesystem::path& so);
+  // `tool --version`, asked once per tool.
+  const std::string& compiler_version(const std::string& tool);
 
   std::filesystem::path cache_dir_;
   std::filesystem::path include_dir_;
   std::string header_text_;
   std::string fast_launch_text_;  // crucible/fast_launch.h, the host half's prelude
   std::mutex mutex_;
-  std::map<std::string, std::string> versions_;
+  std::map<std::string, std::string> versions_;  // by tool
   std::atomic<int> compiles_since_prune_{0};
   std::uintmax_t max_cache_bytes_ = default_cache_max_bytes();
 };

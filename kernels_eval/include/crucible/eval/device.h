@@ -13,15 +13,18 @@ std::string_view backend_name(Backend backend);
 // "cpu" or "cuda"; throws std::invalid_argument otherwise.
 Backend parse_backend(std::string_view text);
 // What a candidate is written in. Native: C++ (CPU) or CUDA C++, by the backend; triton: Python with Triton kernels,
-// on a GPU only.
+// on a GPU only. A kind's names and file extension are one row of a table (device.cpp).
 enum class CandidateKind { native, triton };
 
 std::string_view candidate_kind_name(CandidateKind kind);
-// "native" or "triton"; throws std::invalid_argument otherwise.
+// A kind's name ("native", "triton"); throws std::invalid_argument naming the known ones otherwise.
 CandidateKind parse_candidate_kind(std::string_view text);
 
 // The file extension of a candidate's source: "cpp", "cu", or "py" for Triton.
 std::string_view source_extension(Backend backend, CandidateKind kind = CandidateKind::native);
+// What policies write candidates in, as prompts and kernel templates name it: "cpu" (C++), "cuda" (CUDA C++), or the
+// kind's own name ("triton").
+std::string_view candidate_language(Backend backend, CandidateKind kind);
 
 struct Device {
   Backend backend = Backend::cpu;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 namespace crucible::eval {
 
@@ -13,5 +14,11 @@ std::string_view dtype_name(DType t);
 std::optional<DType> parse_dtype(std::string_view name);
 std::size_t dtype_size(DType t);
 bool is_floating(DType t);
+
+// A tensor's element type and concrete shape.
+struct TensorShape {
+  DType dtype;
+  std::vector<int64_t> shape;
+};
 
 }  // namespace crucible::eval

@@ -1,12 +1,8 @@
 #pragma once
 // Evaluates one candidate against one task: compile, static gate, sandboxed load, correctness, timing.
-// Plain C++ surface; LibTorch stays inside the implementation.
-#include <cstdint>
+// Plain C++ surface; LibTorch, the workers and the stages stay inside the implementation.
 #include <filesystem>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -15,36 +11,10 @@
 #include "crucible/eval/eval_settings.h"
 #include "crucible/eval/shared_timing.h"
 #include "crucible/eval/task_spec.h"
-#include "crucible/eval/triton_candidate.h"
 #include "crucible/eval/verdict.h"
-#include "crucible/eval/worker_process.h"
+#include "crucible/eval/worker_counts.h"
 
 namespace crucible::eval {
-
-struct EvalOptions {
-  Mode mode = Mode::fast;
-  Launches launches = Launches::eager;  // GPU calls: see eval_settings.h
-  CandidateKind kind = CandidateKind::native;  // triton: Python with Triton kernels, GPU devices only
-  std::string device = "cpu";  // or "cuda" / "cuda:N"
-  std::string sizes;            // the task's size set to use ("cpu", "cuda"); empty: the device's own
-  // Negative values take the mode's defaults: fast 2 / 5 / 1, full 5 / 50 / 3.
-  int correctness_trials = -1;
-  int timing_trials = -1;
-  int warmup_calls = -1;
-  int input_sets = 3;           // timing rotates among these
-  double call_timeout_s = 10.0;  // wall-clock limit of one call (and of loading)
-  // Wall-clock limit of everything after compiling (load, correctness, timing): past it the verdict is timeout /
-  // evaluation_budget. 0 derives it: min_evaluation_budget_s, or 50 times the reference's own (warm) time for every
-  // call the evaluation may make, whichever is more.
-  double evaluation_budget_s = 0.0;
-  double min_evaluation_budget_s = 30.0;  // the least a derived budget allows
-  WorkerLimits limits;
-  CompileOptions compile;
-  // Which windows of the input pools a trial sees. Unset: a fresh random nonce per evaluation (recorded
-  // in the verdict), so no candidate can carry answers for known inputs.
-  std::optional<uint64_t> seed;
-  int verified_timed_calls = -1;  // timed calls checked in full: at least one per input set; full mode all on the CPU, 4 on a GPU
-};
 
 // The task itself is unusable (no reference, degenerate outputs): not a verdict on the candidate.
 class TaskError : public std::runtime_error {
@@ -52,6 +22,8 @@ class TaskError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What an evaluator (one per process, or one per device on a node) is made with: where it keeps its cache and finds
+// its worker binaries, and how many workers it starts ahead. Not what any evaluation asks for (EvalOptions).
 struct EvaluatorConfig {
   std::filesystem::path cache_dir = default_cache_dir();
   std::filesystem::path include_dir;  // empty: default_include_dir()
@@ -64,16 +36,12 @@ struct EvaluatorConfig {
   int threads = 1;  // LibTorch threads for references; candidates run single-threaded too
 };
 
-struct GpuResources;
-struct StageContext;
-namespace cuda {
-struct DeviceInfo;
-}
-
 class Evaluator {
  public:
   explicit Evaluator(EvaluatorConfig config = {});
   ~Evaluator();
+  Evaluator(const Evaluator&) = delete;
+  Evaluator& operator=(const Evaluator&) = delete;
 
   Verdict evaluate(const TaskSpec& task, const std::string& source, const EvalOptions& options = {});
   // Stage 1 alone, with exactly the options evaluate() would use (the device's architecture included), so a
@@ -84,7 +52,7 @@ class Evaluator {
   // LibTorch's, its spare workers (returning once they have started) and its L2 flush buffer (otherwise the first
   // compile waits for them, to learn the architecture). Nothing on the CPU. Throws what an evaluation on the device
   // would (no such device, no CUDA worker), and when none of the spare workers starts.
-  void prepare(const std::string& device);
+  void prepare(Device device);
 
   // GPU reference timings this evaluator knows for a task (measured or adopted), to hand to evaluators of the same
   // GPU model; and such timings taken in, keeping any it measured itself. Returns how many it took. Neither may run
@@ -93,33 +61,15 @@ class Evaluator {
   int adopt_timings(const std::vector<SharedTiming>& timings);
 
   // What became of a GPU's CUDA workers so far (started, reused, resets refused); all zero before its first use.
-  WorkerPool::Counts gpu_worker_counts(int device);
-  Compiler& compiler() { return compiler_; }
-  WorkerPool& pool() { return pool_; }
-  const EvaluatorConfig& config() const { return config_; }
+  WorkerCounts gpu_worker_counts(int device);
+  // What became of the CPU's candidate workers so far.
+  WorkerCounts cpu_worker_counts() const;
+  const EvaluatorConfig& config() const;
+
+  struct Impl;  // kernels_eval/src/evaluator_impl.h
 
  private:
-  EvaluatorConfig config_;
-  Compiler compiler_;
-  WorkerPool pool_;
-  SharedArena arena_;
-  struct Cache;  // input pools, reference timings and GPU resources, reused across candidates
-  std::unique_ptr<Cache> cache_;
-  std::mutex gpu_mutex_;  // compile() may ask for a GPU's architecture from other threads
-  GpuResources& gpu_resources(int device);  // under gpu_mutex_
-  std::string timing_key(const TaskSpec& task, const cuda::DeviceInfo* gpu, const std::string& pool_device,
-                         const std::string& size_set, const StageContext& ctx, int arena_sets);
-  CompileOptions compile_options(const std::string& source, const EvalOptions& options, const cuda::DeviceInfo* gpu);
-  Verdict evaluate_cases(const TaskSpec& task, const std::vector<ShapeCase>& cases, const std::string& size_set,
-                         const std::string& source, const EvalOptions& options);
-  std::optional<TritonBuild> prebuild_triton(const TaskSpec& task, const std::vector<ShapeCase>& cases,
-                                             const std::string& size_set, const std::string& source,
-                                             const EvalOptions& options);
-  // A Triton candidate's gate and compile step, and the pool of Triton workers that will run it. False: the verdict
-  // is decided (rejected, compile_error).
-  bool build_triton(const std::string& source, const EvalOptions& options, GpuResources* gpu,
-                    const std::vector<TensorShape>& in_shapes, const std::vector<TensorShape>& out_shapes, Verdict& v,
-                    std::filesystem::path& candidate_path, WorkerPool*& pool);
+  std::unique_ptr<Impl> impl_;
 };
 
 std::filesystem::path default_include_dir();

@@ -1,7 +1,7 @@
 #pragma once
 // Runs a task's reference alone on a device, at that device's size set: does it load, run, give the declared
 // outputs, and fit? The check an imported task gets where it will be evaluated (an imported TorchScript program
-// on a GPU node, where it was traced with that node's PyTorch), before any candidate is judged against it.
+// on a GPU node, where it was traced with that node's PyTorch), before any candidate is evaluated against it.
 #include <string>
 
 #include "crucible/eval/device.h"

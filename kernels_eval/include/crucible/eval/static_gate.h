@@ -20,7 +20,7 @@ struct DynamicSymbols {
 DynamicSymbols read_dynamic_symbols(const std::filesystem::path& so_path);
 
 struct GatePolicy {
-  std::string backend = "cpu";
+  Backend backend = Backend::cpu;
   std::vector<std::string> extra_allowed_imports;  // from the task
   std::size_t max_binary_bytes = std::size_t{64} << 20;
 };

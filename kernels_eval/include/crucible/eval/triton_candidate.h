@@ -11,7 +11,6 @@
 #include "crucible/eval/device.h"
 #include "crucible/eval/dtype.h"
 #include "crucible/eval/verdict.h"
-#include "crucible/eval/worker_process.h"
 
 namespace crucible::eval {
 

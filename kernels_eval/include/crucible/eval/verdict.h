@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "crucible/eval/device.h"
 #include "crucible/eval/eval_settings.h"
+#include "crucible/eval/reason_code.h"
 
 namespace crucible::eval {
 
@@ -16,11 +18,14 @@ enum class Status { correct, incorrect, compile_error, rejected, runtime_error, 
 std::string_view status_name(Status s);
 Status parse_status(std::string_view name);  // the inverse of status_name; throws std::invalid_argument
 
-// A machine-readable code ("input_mutated", "forbidden_import", ...) and a human-readable detail.
+// A machine-readable code (input_mutated, forbidden_import, ...) and a human-readable detail.
 struct Reason {
-  std::string code;
+  ReasonCode code = ReasonCode::evaluator_error;
   std::string detail;
 };
+// A reason as read from text (a record, the Triton gate's report): a name this build does not know becomes
+// `unrecognized`, its detail led by the name, so nothing read is lost.
+Reason reason_from_text(std::string_view code, std::string detail);
 
 struct CompileReport {
   bool cached = false;
@@ -76,8 +81,10 @@ struct ShapeTime {
 struct Verdict {
   Status status = Status::runtime_error;
   std::string task;
-  std::string device;
-  std::string mode;
+  // Where and how thoroughly it was evaluated; unset for a verdict reached without evaluating (a reply with no
+  // source, an evaluator's failure before its device was known).
+  std::optional<Device> device;
+  std::optional<EvalDepth> mode;
   Launches launches = Launches::eager;  // how GPU calls were timed (eval_settings.h)
   std::vector<Reason> reasons;
   CompileReport compile;
@@ -101,12 +108,12 @@ struct Verdict {
   uint64_t seed = 0;  // reproduces the inputs with EvalOptions::seed
   StageTimes stages;
 
-  bool has_reason(std::string_view code) const;
+  bool has_reason(ReasonCode code) const;
 };
 
 // A verdict the runtime reaches without evaluating: a reply with no source (parse_error), or a failure around the
 // candidate rather than in it (runtime_error with reason evaluator_error). One reason, no measurements.
-Verdict verdict_without_evaluation(std::string task, std::string device, Status status, std::string code,
+Verdict verdict_without_evaluation(std::string task, std::optional<Device> device, Status status, ReasonCode code,
                                    std::string detail);
 
 }  // namespace crucible::eval

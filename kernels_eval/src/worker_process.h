@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <array>
+#include <chrono>
 #include <algorithm>
 #include <deque>
 #include <filesystem>
@@ -18,13 +19,16 @@
 #include <vector>
 
 #include "crucible/eval/dtype.h"
-#include "crucible/eval/worker_image.h"
+#include "crucible/eval/eval_settings.h"
+#include "crucible/eval/worker_counts.h"
+#include "worker_image.h"
 
 namespace crucible::eval {
 
 namespace protocol {
 struct ReleasePage;
 struct LoadRequest;
+struct Control;
 }
 
 struct ArenaTensor {
@@ -45,17 +49,8 @@ struct ArenaLayout {
   int sets() const { return static_cast<int>(inputs.size()); }
 };
 
-struct TensorShape {
-  DType dtype;
-  std::vector<int64_t> shape;
-};
-
 ArenaLayout plan_arena(const std::vector<TensorShape>& inputs, const std::vector<TensorShape>& outputs, int sets);
 
-struct WorkerLimits {
-  std::size_t memory_bytes = std::size_t{1} << 30;  // beyond the arena and the loaded libraries
-  unsigned cpu_seconds = 120;
-};
 
 // How a load or a call ended.
 struct CallOutcome {
@@ -180,6 +175,21 @@ class WorkerProcess {
   void terminate();
   CallOutcome record(CallOutcome outcome);
   CallOutcome ring_and_wait(int set, double timeout_s, bool then_sync, bool profile);  // notes an outcome that was not ok: the worker is no longer clean
+  // The steps of ring_and_wait: a held call's release (its launching's seconds, or -1; `start` moves to the release),
+  // waiting for the call and for the sync after it (an outcome only when the worker timed out or was lost), and what
+  // the worker said of the call.
+  double release_held(protocol::Control* c, uint32_t seq, std::chrono::steady_clock::time_point& start);
+  struct CallClock {
+    std::chrono::steady_clock::time_point start;
+    decltype(start + std::chrono::duration<double>()) deadline;  // counts from the doorbell
+    double timeout_s;
+  };
+  std::optional<CallOutcome> wait_done(protocol::Control* c, uint32_t seq, const CallClock& clock);
+  std::optional<CallOutcome> wait_synced(protocol::Control* c, const CallClock& clock);
+  CallOutcome call_outcome(protocol::Control* c, int rc, int set, bool profile, double seconds, double launch_seconds,
+                           std::chrono::steady_clock::time_point start);
+  // On a shared CPU the worker runs only when this thread gives way.
+  void wait_a_moment() const { sharing_cpu_ ? static_cast<void>(sched_yield()) : __builtin_ia32_pause(); }
   std::filesystem::path stage_candidate(const std::filesystem::path& so_path);
   CallOutcome load_first(const std::filesystem::path& so_path, const ArenaLayout& layout, SharedArena& arena,
                          const WorkerLimits& limits, double timeout_s, const DeviceShare* device, int host_null_calls);
@@ -240,10 +250,7 @@ class WorkerPool {
   // more is reset and kept for the next acquire(); any other, or one whose reset finds anything amiss, is ended.
   void recycle(std::unique_ptr<WorkerProcess> worker, bool clean, double timeout_s);
   // What became of the workers: started (each a CUDA context for a CUDA worker), reused, reset refused.
-  struct Counts {
-    int started = 0, reused = 0, resets_passed = 0, resets_refused = 0, ended = 0;
-    std::string last_refusal;
-  };
+  using Counts = WorkerCounts;
   Counts counts() const;
   // Waits, up to the start timeout in all, until the spares have said hello, and returns how many did: a node that
   // joins before its spares are up pays their start in its first evaluation, with every other node's spares starting

@@ -36,6 +36,6 @@ class PairedSamples {
 enum class PairedVerdict { more, tight, noisy };
 
 // After each pair: go on, stop with a trustworthy median, or stop with one that is not (`timing_noisy`).
-PairedVerdict judge(const PairedSamples& samples, const PairedTimingRule& rule);
+PairedVerdict assess_pairs(const PairedSamples& samples, const PairedTimingRule& rule);
 
 }  // namespace crucible::eval
