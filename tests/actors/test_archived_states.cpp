@@ -2,7 +2,7 @@
 // reason codes as values.
 #include <doctest/doctest.h>
 
-#include "actors/node/archived_states.h"
+#include "actors/run/archived_states.h"
 #include "support.h"
 
 using namespace crucible;

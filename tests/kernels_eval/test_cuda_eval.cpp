@@ -127,6 +127,42 @@ TEST_CASE("gpu: a worker serves correct candidates in turn, and one that leaves 
   judge(cuda_candidate("relu"));
 }
 
+TEST_CASE("gpu: what one candidate tries to leave for the next (limits, a hung kernel, stray writes) never reaches it") {
+  test::TestEvaluator t("gpu-reuse-leftovers");
+  auto& evaluator = t.evaluator;
+  const auto options = test::gpu_options("cpu");
+  auto relu = tasks::find_task("relu", test::tasks_dir());
+  auto evaluate = [&](const std::string& source) {
+    auto verdict = evaluator.evaluate(relu, source, options);
+    INFO(test::detail_of(verdict));
+    return verdict;
+  };
+  auto correct_after = [&](const char* fixture) {
+    auto verdict = evaluate(cuda_candidate("relu"));
+    INFO("the honest candidate after ", fixture, ": ", test::detail_of(verdict));
+    CHECK(verdict.status == eval::Status::correct);
+    return evaluator.gpu_worker_counts(0);
+  };
+  correct_after("nothing");
+  // Device limits: refused before it runs, by the symbol gate.
+  const auto limits = evaluate(cuda_fixture("changes_limits"));
+  CHECK(limits.status == eval::Status::rejected);
+  CHECK(limits.has_reason(eval::ReasonCode::forbidden_import));
+  const auto before_hang = correct_after("changes_limits");
+  // A kernel that never ends: its worker is killed, never reset, and the next candidate gets a fresh one.
+  CHECK(evaluate(cuda_fixture("endless_kernel")).status == eval::Status::timeout);
+  const auto after_hang = correct_after("endless_kernel");
+  CHECK(after_hang.started > before_hang.started);
+  // Writes far past the output, into whatever the worker keeps there: not correct, and the next candidate is.
+  CHECK(evaluate(cuda_fixture("spills_far")).status != eval::Status::correct);
+  correct_after("spills_far");
+  CHECK(evaluate(cuda_fixture("oob_write")).status != eval::Status::correct);
+  correct_after("oob_write");
+  // A host thread left running: refused by the symbol gate.
+  CHECK(evaluate(cuda_fixture("host_thread")).status == eval::Status::rejected);
+  correct_after("host_thread");
+}
+
 TEST_CASE("gpu: a CUDA candidate's static constructor can open no file beyond what loading needs (Landlock)") {
   test::TestEvaluator t("gpu-landlock");
   auto relu = tasks::find_task("relu", test::tasks_dir());
