@@ -68,11 +68,14 @@ std::vector<lm::TextCompletion> GenerationService::generate(const std::string& n
   while (done.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
     const bool stopping = stopping_;
     if (!stopping && !(abandoned && abandoned())) continue;
+    {
+      // Counted before the rows are told to stop: whoever sees them stopped also sees why.
+      std::lock_guard lock(mutex_);
+      const auto queued = std::find_if(queue_.begin(), queue_.end(), [&](const auto& job) { return job.get() == mine; });
+      if (queued != queue_.end()) queue_.erase(queued);
+      if (!stopping) ++stats_.abandoned;
+    }
     cancelled->store(true);  // the decoding thread stops its rows at their next step
-    std::lock_guard lock(mutex_);
-    const auto queued = std::find_if(queue_.begin(), queue_.end(), [&](const auto& job) { return job.get() == mine; });
-    if (queued != queue_.end()) queue_.erase(queued);
-    if (!stopping) ++stats_.abandoned;
     throw GenerationCancelled(stopping ? "the server is stopping" : "the client went away");
   }
   auto completions = done.get();

@@ -284,8 +284,10 @@ TEST_CASE("crucible serve: a client that disconnects cancels its sequences, and 
     REQUIRE(test::eventually([&] { return health().value("decoding", 0) == 8; }, std::chrono::seconds(60)));
   }  // gone
   REQUIRE(test::eventually([&] { return health().value("decoding", -1) == 0; }, std::chrono::seconds(60)));
-  CHECK(health()["cancelled_sequences"] == 8);
-  CHECK(health()["abandoned"] == 1);
+  const auto after = health();
+  INFO(after.dump());
+  CHECK(after["cancelled_sequences"] == 8);
+  CHECK(after["abandoned"] == 1);
   // Work running when SIGTERM comes is cancelled: its client is answered, and the server ends.
   RawClient staying(port);
   REQUIRE(staying.send_all(post));
