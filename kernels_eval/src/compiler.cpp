@@ -75,6 +75,7 @@ constexpr const char* kExportsFile = "exports.map";
 // namespace std included, which has default visibility) stays local, so nothing it defines can interpose on the
 // harness.
 constexpr const char* kExportsScript = "{\n  global: crucible_forward;\n  local: *;\n};\n";
+constexpr const char* kExtensionExportsScript = "{\n  global: PyInit_*;\n  local: *;\n};\n";
 
 // Every directory above `path` can be searched by others, and the file itself read and run by them: an unprivileged
 // compiler can run from here.
@@ -290,7 +291,7 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
     fs::create_directories(work / kIncludeDir / "crucible");
     write_file_atomically(work / kIncludeDir / "crucible" / "kernel.h", header_text_);
     if (o.backend == "cuda") write_file_atomically(work / kIncludeDir / "crucible" / "fast_launch.h", fast_launch_text_);
-    write_file_atomically(work / kExportsFile, kExportsScript);
+    write_file_atomically(work / kExportsFile, o.python_extension ? kExtensionExportsScript : kExportsScript);
     write_file_atomically(work / (o.backend == "cuda" ? "candidate.cu" : "candidate.cpp"), source);
     if (unprivileged && chown(work.c_str(), kUnprivilegedId, kUnprivilegedId) != 0)
       throw std::runtime_error(std::string("chown: ") + std::strerror(errno));
@@ -316,6 +317,7 @@ CompileResult Compiler::compile(const std::string& source, const CompileOptions&
     limits.environment = {"PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + work.string(),
                           "TMPDIR=" + work.string(), "LC_ALL=C"};
     limits.files = toolchain_files(argv.front(), work);
+    for (const auto& dir : o.read_only_dirs) limits.files->read_only.push_back(dir);
     return run_process(argv, limits, work.string());
   };
   std::vector<std::string> whole = flags(o);

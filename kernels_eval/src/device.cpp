@@ -14,16 +14,25 @@ Backend parse_backend(std::string_view text) {
 }
 
 std::string_view source_extension(Backend backend, CandidateKind kind) {
-  if (kind == CandidateKind::triton) return "py";
+  if (kind == CandidateKind::triton || kind == CandidateKind::kernelbench) return "py";
   return backend == Backend::cuda ? "cu" : "cpp";
 }
 
-std::string_view candidate_kind_name(CandidateKind kind) { return kind == CandidateKind::triton ? "triton" : "native"; }
+std::string_view candidate_kind_name(CandidateKind kind) {
+  switch (kind) {
+    case CandidateKind::triton: return "triton";
+    case CandidateKind::kernelbench: return "kernelbench";
+    case CandidateKind::native: break;
+  }
+  return "native";
+}
 
 CandidateKind parse_candidate_kind(std::string_view text) {
   if (text == "native") return CandidateKind::native;
   if (text == "triton") return CandidateKind::triton;
-  throw std::invalid_argument("unknown candidate kind '" + std::string(text) + "' (expected native or triton)");
+  if (text == "kernelbench") return CandidateKind::kernelbench;
+  throw std::invalid_argument("unknown candidate kind '" + std::string(text) +
+                              "' (expected native, triton or kernelbench)");
 }
 
 std::string Device::name() const { return is_cuda() ? "cuda:" + std::to_string(index) : "cpu"; }

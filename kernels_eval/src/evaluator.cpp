@@ -406,9 +406,12 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
   // triton_candidate.h); a native one is compiled, then gated on its shared object.
   std::filesystem::path candidate_path;
   WorkerPool* triton_pool = nullptr;
+  WorkerPool* kernelbench_pool = nullptr;
   if (options.kind == CandidateKind::triton) {
     if (!build_triton(source, options, gpu, in_shapes, out_shapes, v, candidate_path, triton_pool))
       return finish();
+  } else if (options.kind == CandidateKind::kernelbench) {
+    if (!build_kernelbench(task, size_set, source, options, v, candidate_path, kernelbench_pool)) return finish();
   } else {
     CompileOptions copts = compile_options(source, options, gpu ? &gpu->info : nullptr);
     CompileResult compiled = compiler_.compile(source, copts);
@@ -503,7 +506,7 @@ Verdict Evaluator::evaluate(const TaskSpec& task, const std::string& source, con
       std::fprintf(stderr, "load: null call %.1f us, null launch %.1f us\n", gpu_stage.null_call_s * 1e6,
                    gpu_stage.null_launch_s * 1e6);
   } else {
-    worker = pool_.acquire();
+    worker = kernelbench_pool ? kernelbench_pool->acquire() : pool_.acquire();
     // Candidate and reference are timed in turns on one core (see share_cpu); a reference on several threads
     // needs the others.
     if (config_.threads == 1) worker->share_cpu();

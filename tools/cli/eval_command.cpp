@@ -22,7 +22,8 @@ struct EvalArgs {
   std::string mode = "fast";
   std::string launches = "eager";
   std::string sizes;
-  std::string kind;  // empty: by the file's extension (.py: triton)
+  std::string kind;  // empty: by the file (.py: kernelbench when it defines ModelNew, else triton)
+  std::string torch_ops = "allow";  // kernelbench: PyTorch operators inside ModelNew
   std::string tasks_dir;
   std::string cache_dir;
   bool json = false;
@@ -63,6 +64,13 @@ void print_human(const eval::Verdict& v) {
               1e3 * v.stages.overhead_s, 1e3 * v.stages.total_s);
 }
 
+// A .py file is KernelBench's format when it defines ModelNew, else a Triton candidate; anything else is native.
+eval::CandidateKind kind_of_file(const std::string& extension, const std::string& source) {
+  if (extension != ".py") return eval::CandidateKind::native;
+  return source.find("class ModelNew") != std::string::npos ? eval::CandidateKind::kernelbench
+                                                             : eval::CandidateKind::triton;
+}
+
 int run_eval(const EvalArgs& a) {
   try {
     auto dir = a.tasks_dir.empty() ? tasks::default_tasks_dir() : std::filesystem::path(a.tasks_dir);
@@ -97,9 +105,8 @@ int run_eval(const EvalArgs& a) {
     options.launches = eval::parse_launches(a.launches);
     options.device = a.device;
     options.sizes = a.sizes;
-    options.kind = !a.kind.empty() ? eval::parse_candidate_kind(a.kind)
-                   : ext == ".py"  ? eval::CandidateKind::triton
-                                   : eval::CandidateKind::native;
+    options.kind = !a.kind.empty() ? eval::parse_candidate_kind(a.kind) : kind_of_file(ext.string(), source.str());
+    options.forbid_torch_ops = a.torch_ops == "forbid";
     options.seed = a.seed;
     options.call_timeout_s = a.timeout_s;
     options.evaluation_budget_s = a.budget_s;
@@ -137,8 +144,14 @@ Run add_eval_command(CLI::App& app) {
   cmd->add_option("--device", args->device, "cpu, cuda or cuda:N (GPU N, with a CUDA build)")->capture_default_str();
   cmd->add_option("--sizes", args->sizes, "The task's size set: cpu or cuda (default: the device's own)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--kind", args->kind, "native (C++ or CUDA C++) or triton (Python); default: triton for .py files")
-      ->check(CLI::IsMember({"native", "triton"}));
+  cmd->add_option("--kind", args->kind,
+                  "native (C++ or CUDA C++), triton (Python) or kernelbench (KernelBench's ModelNew format); default: "
+                  "kernelbench for .py files that define ModelNew, triton for other .py files")
+      ->check(CLI::IsMember({"native", "triton", "kernelbench"}));
+  cmd->add_option("--torch-ops", args->torch_ops,
+                  "kernelbench: allow (PyTorch operators may stay inside ModelNew, as KernelBench allows) or forbid")
+      ->check(CLI::IsMember({"allow", "forbid"}))
+      ->capture_default_str();
   cmd->add_option("--mode", args->mode, "fast (2 checks, 5 timed) or full (5 checks, 50 timed)")
       ->check(CLI::IsMember({"fast", "full"}))
       ->capture_default_str();

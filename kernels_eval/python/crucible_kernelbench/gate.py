@@ -163,9 +163,12 @@ class Gate(ast.NodeVisitor):
             for t in target.elts:
                 self.check_target(t, node)
         elif isinstance(target, ast.Attribute):
-            on_self = isinstance(target.value, ast.Name) and target.value.id == "self"
+            root = target.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            on_self = isinstance(root, ast.Name) and root.id == "self"
             if on_self and self.method == "__init__":
-                return
+                return  # building the module: self.conv.weight = nn.Parameter(...) included
             code = "forward_state" if on_self else "monkeypatch"
             self.refuse(code, node, f"assignment to .{target.attr}: only __init__ may set the module's attributes")
         elif isinstance(target, ast.Subscript) and self.method not in (None, "__init__"):

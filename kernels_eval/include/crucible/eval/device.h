@@ -13,11 +13,12 @@ std::string_view backend_name(Backend backend);
 // "cpu" or "cuda"; throws std::invalid_argument otherwise.
 Backend parse_backend(std::string_view text);
 // What a candidate is written in. Native: C++ (CPU) or CUDA C++, by the backend; triton: Python with Triton kernels,
-// on a GPU only.
-enum class CandidateKind { native, triton };
+// on a GPU only; kernelbench: KernelBench's answer format, a Python file defining ModelNew whose kernels come from
+// load_inline (CPU and GPU) or @triton.jit (GPU).
+enum class CandidateKind { native, triton, kernelbench };
 
 std::string_view candidate_kind_name(CandidateKind kind);
-// "native" or "triton"; throws std::invalid_argument otherwise.
+// "native", "triton" or "kernelbench"; throws std::invalid_argument otherwise.
 CandidateKind parse_candidate_kind(std::string_view text);
 
 // The file extension of a candidate's source: "cpp", "cu", or "py" for Triton.

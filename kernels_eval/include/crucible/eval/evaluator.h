@@ -25,6 +25,9 @@ struct EvalOptions {
   Mode mode = Mode::fast;
   Launches launches = Launches::eager;  // GPU calls: see eval_settings.h
   CandidateKind kind = CandidateKind::native;  // triton: Python with Triton kernels, GPU devices only
+  // kernelbench: PyTorch operators inside ModelNew are refused ([eval] torch_ops = "forbid"), as Crucible's own
+  // contract refuses them; by default they are allowed, as KernelBench allows them.
+  bool forbid_torch_ops = false;
   std::string device = "cpu";  // or "cuda" / "cuda:N"
   std::string sizes;            // the task's size set to use ("cpu", "cuda"); empty: the device's own
   // Negative values take the mode's defaults: fast 2 / 5 / 1, full 5 / 50 / 3.
@@ -117,6 +120,11 @@ class Evaluator {
                                              const EvalOptions& options);
   // A Triton candidate's gate and compile step, and the pool of Triton workers that will run it. False: the verdict
   // is decided (rejected, compile_error).
+  // A KernelBench candidate's gate, extraction and extension builds (kernelbench_candidate.h), its plan for the task,
+  // and the pool of KernelBench workers that will run it. False: the verdict is decided.
+  bool build_kernelbench(const TaskSpec& task, const std::string& size_set, const std::string& source,
+                         const EvalOptions& options, Verdict& v, std::filesystem::path& plan_path, WorkerPool*& pool);
+  std::unique_ptr<WorkerPool> kernelbench_workers_;  // made on the first KernelBench candidate
   bool build_triton(const std::string& source, const EvalOptions& options, GpuResources* gpu,
                     const std::vector<TensorShape>& in_shapes, const std::vector<TensorShape>& out_shapes, Verdict& v,
                     std::filesystem::path& candidate_path, WorkerPool*& pool);
