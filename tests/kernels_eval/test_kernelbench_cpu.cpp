@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <utility>
 
 #include "cli_support.h"
@@ -147,10 +149,14 @@ TEST_CASE("kernelbench: KernelBench's own one-shot answers pass the gate") {
     MESSAGE("skipped: no KernelBench checkout at " << prompts.string() << " (set CRUCIBLE_KERNELBENCH_DIR)");
     return;
   }
-  for (const char* example : {"model_new_ex_add.py", "model_new_ex_add_triton.py", "model_new_ex_0.py",
-                              "model_new_ex_1.py", "model_new_ex_2.py"}) {
+  // The one-shot answers per backend and the few-shot ones (model_new_ex_0.py and _2.py are an empty file and a
+  // template with placeholders, not answers).
+  for (const std::string example : {"model_new_ex_add.py", "model_new_ex_add_triton.py", "model_new_ex_1.py",
+                                    "few_shot/model_new_ex_add.py", "few_shot/model_new_ex_flash_attn.py",
+                                    "few_shot/model_new_ex_fuse_gelu.py", "few_shot/model_new_ex_mnist2.py",
+                                    "few_shot/model_new_ex_tiled_matmul.py"}) {
     CAPTURE(example);
-    if (!fs::exists(prompts / example)) continue;
+    REQUIRE(fs::exists(prompts / example));
     CHECK(codes_of(analyze(test::read_file(prompts / example))).empty());
   }
 }
@@ -298,13 +304,23 @@ ImportedTasks& imported() {
   return *t;
 }
 
-eval::Verdict evaluate_fixture(test::TestEvaluator& t, const std::string& task, const std::string& fixture) {
+// One compile cache for every evaluation below: the precompiled torch/extension.h and the extensions are built once.
+eval::Evaluator& shared_evaluator() {
+  static eval::Evaluator evaluator([] {
+    eval::EvaluatorConfig config;
+    config.cache_dir = imported().dir.path() / "eval-cache";
+    return config;
+  }());
+  return evaluator;
+}
+
+eval::Verdict evaluate_fixture(const std::string& task, const std::string& fixture) {
   const auto spec = tasks::find_task(task, imported().tasks);
   eval::EvalOptions options;
   options.kind = eval::CandidateKind::kernelbench;
   options.call_timeout_s = 60.0;
   options.compile.time_limit_s = 600.0;  // the first build also precompiles torch/extension.h
-  return t.evaluator.evaluate(spec, test::read_file(test::source_dir() / "tests/fixtures/kernelbench" / fixture),
+  return shared_evaluator().evaluate(spec, test::read_file(test::source_dir() / "tests/fixtures/kernelbench" / fixture),
                               options);
 }
 
@@ -315,7 +331,6 @@ TEST_CASE("kernelbench: a cpp_sources ModelNew on KernelBench's ReLU is correct,
     MESSAGE("skipped: " << imported().skipped);
     return;
   }
-  test::TestEvaluator t("kb-relu");
   const std::vector<std::tuple<std::string, eval::Status, std::string>> rows{
       {"relu/ok.py", eval::Status::correct, ""},
       {"relu/fallback_to_torch.py", eval::Status::rejected, "no_custom_work"},
@@ -328,7 +343,7 @@ TEST_CASE("kernelbench: a cpp_sources ModelNew on KernelBench's ReLU is correct,
   };
   for (const auto& [fixture, status, code] : rows) {
     CAPTURE(fixture);
-    const auto v = evaluate_fixture(t, "kb_l1_19", fixture);
+    const auto v = evaluate_fixture("kb_l1_19", fixture);
     INFO(test::detail_of(v));
     CHECK(v.status == status);
     if (!code.empty()) CHECK(v.has_reason(code));
@@ -340,11 +355,10 @@ TEST_CASE("kernelbench: a compiler error in load_inline's sources is a compile_e
     MESSAGE("skipped: " << imported().skipped);
     return;
   }
-  test::TestEvaluator t("kb-compile-error");
   const std::string source = test::read_file(test::source_dir() / "tests/fixtures/kernelbench/relu/compile_error.py");
   const auto at = source.find("x.numel()");
   const auto line = 1 + std::count(source.begin(), source.begin() + static_cast<std::ptrdiff_t>(at), '\n');
-  const auto v = evaluate_fixture(t, "kb_l1_19", "relu/compile_error.py");
+  const auto v = evaluate_fixture("kb_l1_19", "relu/compile_error.py");
   INFO(test::detail_of(v));
   CHECK(v.status == eval::Status::compile_error);
   CHECK(v.has_reason("compiler_error"));
@@ -361,7 +375,6 @@ TEST_CASE("kernelbench: parameters are set by name from the reference's, and a m
     MESSAGE("skipped: " << imported().skipped);
     return;
   }
-  test::TestEvaluator t("kb-params");
   const std::vector<std::tuple<std::string, eval::Status, std::string>> rows{
       {"gemm_multiply_leaky_relu/ok.py", eval::Status::correct, ""},
       {"gemm_multiply_leaky_relu/renamed_parameter.py", eval::Status::rejected, "missing_parameter"},
@@ -369,9 +382,33 @@ TEST_CASE("kernelbench: parameters are set by name from the reference's, and a m
   };
   for (const auto& [fixture, status, code] : rows) {
     CAPTURE(fixture);
-    const auto v = evaluate_fixture(t, "kb_l2_12", fixture);
+    const auto v = evaluate_fixture("kb_l2_12", fixture);
     INFO(test::detail_of(v));
     CHECK(v.status == status);
     if (!code.empty()) CHECK(v.has_reason(code));
   }
+}
+
+TEST_CASE("kernelbench: crucible eval judges a directory of answers, taking ModelNew files as this kind") {
+  if (!imported().skipped.empty()) {
+    MESSAGE("skipped: " << imported().skipped);
+    return;
+  }
+  const fs::path answers = imported().dir.path() / "answers";
+  fs::create_directories(answers);
+  for (const char* fixture : {"ok.py", "zeroed_output.py"})
+    fs::copy_file(test::source_dir() / "tests/fixtures/kernelbench/relu" / fixture, answers / fixture);
+  auto r = test::crucible_cli({"eval", "--tasks-dir", imported().tasks.string(), "--task", "kb_l1_19", "--candidates",
+                               answers.string(), "--json", "--compile-timeout", "600"},
+                              (imported().dir.path() / "eval-cache").string(), 900);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::map<std::string, std::string> status;
+  std::stringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line.front() == '{') {
+      const auto j = nlohmann::json::parse(line);
+      status[fs::path(j["candidate"].get<std::string>()).filename().string()] = j["status"].get<std::string>();
+    }
+  CHECK(status == std::map<std::string, std::string>{{"ok.py", "correct"}, {"zeroed_output.py", "incorrect"}});
 }
