@@ -72,6 +72,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   const fs::path cache = eval::make_scratch_dir("bench-kb-compile");
+  // Readable by others: as root the compiler runs as nobody, and a header it cannot read is not used.
+  fs::permissions(cache, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                             fs::perms::others_read | fs::perms::others_exec);
   eval::Compiler compiler(cache, eval::default_include_dir());
   std::printf("python: %s (%s)\n", python->executable.c_str(), python->versions.c_str());
   const double pch = build_seconds(*python, compiler, variant(text.str(), -1, true), options);

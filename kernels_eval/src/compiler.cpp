@@ -79,16 +79,6 @@ constexpr const char* kExtensionExportsScript = "{\n  global: PyInit_*;\n  local
 
 // Every directory above `path` can be searched by others, and the file itself read and run by them: an unprivileged
 // compiler can run from here.
-bool reachable_by_others(const fs::path& path) {
-  std::error_code ec;
-  fs::path p = fs::canonical(path, ec);
-  if (ec) return false;
-  if ((fs::status(p, ec).permissions() & fs::perms::others_exec) == fs::perms::none) return false;
-  for (p = p.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
-    if ((fs::status(p, ec).permissions() & fs::perms::others_exec) == fs::perms::none) return false;
-  return true;
-}
-
 // What a compiler may reach (Landlock): the system's programs and libraries, a CUDA toolkit installed elsewhere
 // (the tree above .../bin/nvcc, recognised by its nvvm/ directory; nothing else outside /usr is granted, so a g++ in
 // a home directory or a Python environment does not open that tree), its build directory (which holds the contract
@@ -159,6 +149,16 @@ fs::path toolkit_lib_dir() {
 }
 
 }  // namespace
+
+bool reachable_by_others(const fs::path& path) {
+  std::error_code ec;
+  fs::path p = fs::canonical(path, ec);
+  if (ec) return false;
+  if ((fs::status(p, ec).permissions() & fs::perms::others_exec) == fs::perms::none) return false;
+  for (p = p.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
+    if ((fs::status(p, ec).permissions() & fs::perms::others_exec) == fs::perms::none) return false;
+  return true;
+}
 
 const char* to_string(CompilePath path) {
   switch (path) {

@@ -2,6 +2,7 @@
 // extraction of load_inline's sources by tables, the extension symbol gate, and whole evaluations on KernelBench
 // problems imported from ../shared/kernelbench (skipped, saying so, where it or Debian's PyTorch is absent).
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -13,6 +14,7 @@
 #include "cli_support.h"
 #include "crucible/eval/evaluator.h"
 #include "crucible/eval/kernelbench_candidate.h"
+#include "crucible/eval/scratch_dirs.h"
 #include "crucible/eval/static_gate.h"
 #include "crucible/eval/subprocess.h"
 #include "eval_support.h"
@@ -411,4 +413,26 @@ TEST_CASE("kernelbench: crucible eval judges a directory of answers, taking Mode
       status[fs::path(j["candidate"].get<std::string>()).filename().string()] = j["status"].get<std::string>();
     }
   CHECK(status == std::map<std::string, std::string>{{"ok.py", "correct"}, {"zeroed_output.py", "incorrect"}});
+}
+
+TEST_CASE("kernelbench: an extension builds when the compile cache is private to root (unprivileged compiler)") {
+  if (geteuid() != 0 || !python_has_torch()) {
+    MESSAGE("skipped: needs root (the compiler then runs as nobody) and /usr/bin/python3 with torch");
+    return;
+  }
+  std::string why;
+  const auto python = eval::find_kernelbench_python(why);
+  REQUIRE(python);
+  // A scratch directory is the owner's alone (0700): the compiler, run as nobody, cannot read below it.
+  const fs::path cache = eval::make_scratch_dir("kb-private-cache");
+  REQUIRE((fs::status(cache).permissions() & fs::perms::others_exec) == fs::perms::none);
+  eval::Compiler compiler(cache, eval::default_include_dir());
+  eval::KernelBenchBuildOptions options;
+  options.time_limit_s = 600.0;
+  const auto built = eval::build_kernelbench_candidate(
+      *python, compiler, test::read_file(test::source_dir() / "tests/fixtures/kernelbench/relu/ok.py"), options);
+  INFO(built.compile.log);
+  CHECK(built.outcome == eval::KernelBenchBuild::Outcome::ok);
+  std::error_code ignored;
+  fs::remove_all(cache, ignored);
 }

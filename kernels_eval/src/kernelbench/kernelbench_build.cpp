@@ -21,6 +21,9 @@ namespace crucible::eval {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+// Defined beside the compiler (compiler.cpp), which decides by it whether it may run as nobody.
+bool reachable_by_others(const fs::path& path);
+
 namespace {
 
 std::string read_text(const fs::path& path) {
@@ -137,6 +140,24 @@ fs::path store_candidate(const fs::path& cache_dir, const std::string& source, c
   return path;
 }
 
+// As root, the compiler runs as nobody (compiler.cpp): what it includes must be reachable by others. A compile cache
+// private to root (0700) holds a precompiled header the compiler cannot open, and -include of it would fail the
+// build: such a header is not used (the build is slower, never wrong).
+bool usable_by_compiler(const fs::path& header) {
+  return !header.empty() && (geteuid() != 0 || reachable_by_others(header.parent_path()));
+}
+
+// The worker's PyTorch headers, where the unprivileged compiler cannot read them (a Python environment under /root):
+// not the candidate's fault, so an environment error naming the directory, never a compile error.
+std::string unreadable_by_compiler(const std::vector<std::string>& include_dirs) {
+  if (geteuid() != 0) return {};
+  for (const auto& dir : include_dirs)
+    if (fs::exists(dir) && !reachable_by_others(dir))
+      return "PyTorch's headers at " + dir + " cannot be read by the compiler, which runs as nobody: install the "
+             "worker's Python where others can read it";
+  return {};
+}
+
 // One extension's unit through the compiler and the symbol gate; false with the build's outcome set otherwise.
 bool build_extension(const KernelBenchPython& python, Compiler& compiler, const KernelBenchBuildOptions& options,
                      const json& ext, KernelBenchBuild& b) {
@@ -148,8 +169,13 @@ bool build_extension(const KernelBenchPython& python, Compiler& compiler, const 
     return false;
   }
   CompileOptions o = extension_options(python, options, cuda);
+  if (const std::string why = unreadable_by_compiler(python.include_dirs); !why.empty()) {
+    b.compile.log = why;
+    b.outcome = KernelBenchBuild::Outcome::environment_error;
+    return false;
+  }
   if (!cuda && options.precompiled_header)
-    if (const fs::path pch = precompiled_extension_header(compiler, o); !pch.empty()) {
+    if (const fs::path pch = precompiled_extension_header(compiler, o); usable_by_compiler(pch)) {
       o.extra_flags.insert(o.extra_flags.end(), {"-include", pch.string()});
       o.read_only_dirs.push_back(pch.parent_path().string());
     }
