@@ -262,6 +262,17 @@ TEST_CASE("kernelbench: an extension may use PyTorch's C++ API and is still refu
   CHECK(eval::classify_import("_ZN2at4_ops4relu4callERKNS_6TensorE", eval::GatePolicy{}) == "library");
 }
 
+TEST_CASE("kernelbench: a compile pool builds nothing ahead (the extensions are built when it is evaluated)") {
+  test::TestEvaluator t("kb-compile-ahead");
+  eval::EvalOptions options;
+  options.kind = eval::CandidateKind::kernelbench;
+  auto r = t.evaluator.compile(test::read_file(test::source_dir() / "tests/fixtures/kernelbench/relu/ok.py"), options);
+  INFO(r.log);
+  CHECK(r.ok());
+  CHECK(r.so_path.empty());
+  CHECK(r.log.find("KernelBench") != std::string::npos);
+}
+
 TEST_CASE("kernelbench: a worker's classified refusals become the verdict's status and reason") {
   const std::vector<std::tuple<std::string, eval::Status, std::optional<eval::ReasonCode>>> rows{
       {"no_custom_work: none ran", eval::Status::rejected, C::no_custom_work},
