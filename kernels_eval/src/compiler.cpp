@@ -75,18 +75,8 @@ constexpr const char* kExportsFile = "exports.map";
 // namespace std included, which has default visibility) stays local, so nothing it defines can interpose on the
 // harness.
 constexpr const char* kExportsScript = "{\n  global: crucible_forward;\n  local: *;\n};\n";
-
-// Every directory above `path` can be searched by others, and the file itself read and run by them: an unprivileged
-// compiler can run from here.
-bool reachable_by_others(const fs::path& path) {
-  std::error_code ec;
-  fs::path p = fs::canonical(path, ec);
-  if (ec) return false;
-  if ((fs::status(p, ec).permissions() & fs::perms::others_exec) == fs::perms::none) return false;
-  for (p = p.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
-    if ((fs::status(p, ec).permissions() & fs::perms::others_exec) == fs::perms::none) return false;
-  return true;
-}
+// A Python extension module (a KernelBench candidate's load_inline sources) exports its module's PyInit_ alone.
+constexpr const char* kExtensionExportsScript = "{\n  global: PyInit_*;\n  local: *;\n};\n";
 
 // What a compiler may reach (Landlock): the system's programs and libraries, a CUDA toolkit installed elsewhere
 // (the tree above .../bin/nvcc, recognised by its nvvm/ directory; nothing else outside /usr is granted, so a g++ in
@@ -158,6 +148,18 @@ fs::path toolkit_lib_dir() {
 }
 
 }  // namespace
+
+// Every directory above `path` can be searched by others, and the file itself read and run by them: an unprivileged
+// compiler can run from here. Also used by the KernelBench build (kernelbench_build.cpp).
+bool reachable_by_others(const fs::path& path) {
+  std::error_code ec;
+  fs::path p = fs::canonical(path, ec);
+  if (ec) return false;
+  if ((fs::status(p, ec).permissions() & fs::perms::others_exec) == fs::perms::none) return false;
+  for (p = p.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
+    if ((fs::status(p, ec).permissions() & fs::perms::others_exec) == fs::perms::none) return false;
+  return true;
+}
 
 const char* to_string(CompilePath path) {
   switch (path) {
@@ -277,7 +279,7 @@ void prepare_build_dir(const fs::path& work, const std::string& source, const Co
   write_file_atomically(work / kIncludeDir / "crucible" / "kernel.h", header_text);
   if (o.backend == Backend::cuda)
     write_file_atomically(work / kIncludeDir / "crucible" / "fast_launch.h", fast_launch_text);
-  write_file_atomically(work / kExportsFile, kExportsScript);
+  write_file_atomically(work / kExportsFile, o.python_extension ? kExtensionExportsScript : kExportsScript);
   write_file_atomically(work / source_name(o), source);
   if (unprivileged && chown(work.c_str(), kUnprivilegedId, kUnprivilegedId) != 0)
     throw std::runtime_error(std::string("chown: ") + std::strerror(errno));
@@ -299,6 +301,7 @@ ProcessResult run_compiler_step(const std::vector<std::string>& step, const Comp
   limits.environment = {"PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + work.string(),
                         "TMPDIR=" + work.string(), "LC_ALL=C"};
   limits.files = toolchain_files(argv.front(), work);
+  for (const auto& dir : o.read_only_dirs) limits.files->read_only.push_back(dir);  // a Python extension's headers
   return run_process(argv, limits, work.string());
 }
 

@@ -23,6 +23,7 @@ struct KindRow {
 constexpr KindRow kKinds[] = {
     {CandidateKind::native, "native", ""},
     {CandidateKind::triton, "triton", "py"},
+    {CandidateKind::kernelbench, "kernelbench", "py"},
 };
 
 const KindRow& row_of(CandidateKind kind) {

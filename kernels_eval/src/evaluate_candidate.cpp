@@ -130,10 +130,8 @@ Verdict Evaluator::Impl::evaluate(const TaskSpec& task, const std::string& sourc
   auto shapes = shapes_at(task, e.size_set);
   e.in_shapes = std::move(shapes.inputs), e.out_shapes = std::move(shapes.outputs);
 
-  // 1-2. Compile and gate. A Triton candidate is gated on its source, then compiled by Triton (see
-  // triton_candidate.h); a native one is compiled, then gated on its shared object.
-  const bool built = options.kind == CandidateKind::triton ? build_triton(e) : build_native(e);
-  if (!built) return finished(e);
+  // 1-2. Compile and gate.
+  if (!build(e)) return finished(e);
   e.v.seed = options.seed ? *options.seed : random_word();
   // 3. Load into a sandboxed worker; 4-5. correctness and timing.
   if (!load(e)) return finished(e);
@@ -152,6 +150,18 @@ Verdict Evaluator::Impl::evaluate(const TaskSpec& task, const std::string& sourc
     e.gpu->workers->recycle(std::move(e.worker), e.v.status == Status::correct, options.call_timeout_s);
   }
   return finished(e);
+}
+
+// A Triton candidate is gated on its source, then compiled by Triton (see triton_candidate.h); a KernelBench one is
+// gated on its source, then its load_inline extensions compiled and gated (kernelbench_candidate.h); a native one is
+// compiled, then gated on its shared object.
+bool Evaluator::Impl::build(Evaluation& e) {
+  switch (e.options.kind) {
+    case CandidateKind::triton: return build_triton(e);
+    case CandidateKind::kernelbench: return build_kernelbench(e);
+    case CandidateKind::native: break;
+  }
+  return build_native(e);
 }
 
 bool Evaluator::Impl::build_native(Evaluation& e) {
@@ -188,7 +198,7 @@ bool Evaluator::Impl::load(Evaluation& e) {
 }
 
 CallOutcome Evaluator::Impl::load_on_cpu(Evaluation& e) {
-  e.worker = pool.acquire();
+  e.worker = e.kernelbench_pool ? e.kernelbench_pool->acquire() : pool.acquire();
   // Candidate and reference are timed in turns on one core (see share_cpu); a reference on several threads
   // needs the others.
   if (config.threads == 1) e.worker->share_cpu();

@@ -218,11 +218,14 @@ CompileOptions Evaluator::Impl::compile_options(const std::string& source, const
 }
 
 CompileResult Evaluator::Impl::compile(const std::string& source, const EvalOptions& options) {
-  // A Triton candidate is compiled at its task's shapes, which only its evaluation knows: nothing to build ahead.
-  if (options.kind == CandidateKind::triton) {
+  // A Triton candidate is compiled at its task's shapes, which only its evaluation knows; a KernelBench one's
+  // extensions are built by its evaluation, after the gate has read its source: nothing to build ahead for either.
+  if (options.kind != CandidateKind::native) {
     CompileResult nothing;
     nothing.outcome = CompileResult::Outcome::ok;
-    nothing.log = "a Triton candidate is compiled when it is evaluated, at its task's shapes";
+    nothing.log = options.kind == CandidateKind::triton
+                      ? "a Triton candidate is compiled when it is evaluated, at its task's shapes"
+                      : "a KernelBench candidate's extensions are built when it is evaluated";
     return nothing;
   }
   return compiler.compile(source, compile_options(source, options, nullptr));

@@ -1,7 +1,7 @@
 #pragma once
 // The evaluator's insides: what it keeps across candidates (workers, input pools, reference timings, each GPU's
 // resources), and the steps one evaluation goes through (evaluate_candidate.cpp, evaluate_triton.cpp,
-// evaluate_shapes.cpp).
+// evaluate_kernelbench.cpp, evaluate_shapes.cpp).
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -62,9 +62,11 @@ struct Evaluation {
   std::string size_set;
   ReferenceFn reference;
   std::vector<TensorShape> in_shapes, out_shapes;
-  // Built: the shared object (or a Triton candidate's module) and, for Triton, the pool of workers that runs it.
+  // Built: the shared object (a Triton candidate's module, a KernelBench candidate's plan) and, for Python
+  // candidates, the pool of workers that runs it.
   std::filesystem::path candidate_path;
   WorkerPool* triton_pool = nullptr;
+  WorkerPool* kernelbench_pool = nullptr;  // a KernelBench candidate's: candidate_path is then its plan
   // Loaded.
   Clock::time_point load_start;
   int arena_sets = 1;
@@ -85,6 +87,7 @@ struct Evaluator::Impl {
   SharedArena arena;
   EvaluatorCache cache;
   std::mutex gpu_mutex;  // compile() may ask for a GPU's architecture from other threads
+  std::unique_ptr<WorkerPool> kernelbench_workers;  // made on the first KernelBench candidate, under gpu_mutex
 
   Verdict evaluate(const TaskSpec& task, const std::string& source, const EvalOptions& options);
   CompileResult compile(const std::string& source, const EvalOptions& options);
@@ -99,6 +102,8 @@ struct Evaluator::Impl {
   // The steps of evaluate(). A step that returns false has decided the verdict.
   bool build_native(Evaluation& e);
   bool build_triton(Evaluation& e);
+  bool build_kernelbench(Evaluation& e);  // evaluate_kernelbench.cpp
+  bool build(Evaluation& e);  // by the candidate's kind
   bool load(Evaluation& e);
   CallOutcome load_on_gpu(Evaluation& e);
   CallOutcome load_on_cpu(Evaluation& e);

@@ -7,7 +7,7 @@ namespace {
 
 using C = ReasonCode;
 // The names records have always carried: a name, once written, never changes (old runs must still read).
-constexpr NameTable<ReasonCode, 48> kNames{{
+constexpr NameTable<ReasonCode, 64> kNames{{
     {C::source_too_large, "source_too_large"},
     {C::compile_timeout, "compile_timeout"},
     {C::compiler_error, "compiler_error"},
@@ -31,6 +31,22 @@ constexpr NameTable<ReasonCode, 48> kNames{{
     {C::harness_reach, "harness_reach"},
     {C::precision_downgrade, "precision_downgrade"},
     {C::syntax_error, "syntax_error"},
+    {C::missing_model_new, "missing_model_new"},
+    {C::no_custom_kernel, "no_custom_kernel"},
+    {C::foreign_class, "foreign_class"},
+    {C::forward_state, "forward_state"},
+    {C::reference_model, "reference_model"},
+    {C::dynamic_source, "dynamic_source"},
+    {C::duplicate_extension, "duplicate_extension"},
+    {C::needs_gpu, "needs_gpu"},
+    {C::kernelbench_unavailable, "kernelbench_unavailable"},
+    {C::missing_parameter, "missing_parameter"},
+    {C::parameter_shape, "parameter_shape"},
+    {C::no_custom_work, "no_custom_work"},
+    {C::output_count, "output_count"},
+    {C::output_type, "output_type"},
+    {C::output_shape, "output_shape"},
+    {C::python_exception, "python_exception"},
     {C::load_failed, "load_failed"},
     {C::nonzero_return, "nonzero_return"},
     {C::crash, "crash"},

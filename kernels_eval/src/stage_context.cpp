@@ -4,6 +4,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "crucible/eval/kernelbench_candidate.h"
 #include "timing_rules.h"
 #include "stages.h"
 
@@ -152,7 +153,13 @@ bool classify_failure(const CallOutcome& out, Verdict& v) {
   };
   switch (out.kind) {
     case K::ok: return false;
-    case K::candidate_error: return fail(Status::runtime_error, out.rc != 0 ? ReasonCode::nonzero_return : ReasonCode::load_failed);
+    case K::candidate_error:
+      if (auto refusal = kernelbench_refusal(out.detail)) {  // a KernelBench worker's classified refusal
+        v.status = refusal->first;
+        v.reasons.push_back(refusal->second);
+        return true;
+      }
+      return fail(Status::runtime_error, out.rc != 0 ? ReasonCode::nonzero_return : ReasonCode::load_failed);
     case K::crashed: return fail(Status::runtime_error, ReasonCode::crash);
     case K::forbidden_syscall: return fail(Status::rejected, ReasonCode::forbidden_syscall);
     case K::timed_out: return fail(Status::timeout, ReasonCode::wall_timeout);

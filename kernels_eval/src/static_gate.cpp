@@ -152,20 +152,56 @@ std::string readable_symbol(const std::string& symbol) {
   return out == symbol ? out : out + " [" + symbol.substr(0, kMax) + "]";
 }
 
+// What a Python extension may import although a plain candidate may not: PyTorch's own C++ API (the tensors it is
+// handed are PyTorch's) and std::ostream on strings (TORCH_CHECK's messages). Standard streams themselves stay
+// refused by name (std::cout...).
+bool extension_may_import(std::string_view symbol) {
+  for (std::string_view p : {"_ZN2at", "_ZN5torch", "_ZN3c10", "_ZNK2at", "_ZNK3c10", "_ZNK5torch", "_ZNSo", "_ZNSi",
+                             "_ZStlsISt11char_traits"})
+    if (starts_with(symbol, p)) return true;
+  return false;
+}
+
+// PyTorch's own ways to another stream, an event or a graph, refused in an extension as cudaStream* is.
+bool torch_stream_symbol(std::string_view symbol) {
+  for (std::string_view s : {"getStreamFromPool", "getStreamFromExternal", "setCurrentCUDAStream", "CUDAEvent",
+                             "CUDAGraph", "device_synchronize", "stream_synchronize"})
+    if (contains(symbol, s)) return true;
+  return false;
+}
+
 }  // namespace
 
 std::string classify_import(const std::string& symbol, const GatePolicy& policy) {
   const auto& extra = policy.extra_allowed_imports;
   if (std::find(extra.begin(), extra.end(), symbol) != extra.end()) return {};
+  if (policy.python_extension && torch_stream_symbol(symbol)) return "cuda stream/event/graph";
+  if (policy.python_extension && extension_may_import(symbol)) return {};
   for (const auto& category : forbidden_categories()) {
     if (std::find(category.exact.begin(), category.exact.end(), symbol) != category.exact.end())
       return std::string(category.name);
     for (auto p : category.prefixes)
       if (starts_with(symbol, p)) return std::string(category.name);
   }
-  if (allowed_by_default(symbol, policy.backend)) return {};
+  if (allowed_by_default(symbol, policy.backend) || policy.python_extension) return {};
   return "not allowlisted";
 }
+
+namespace {
+// An extension's one entry point is its module's PyInit_<name>.
+std::vector<Reason> check_extension_exports(const std::vector<std::string>& exports, std::vector<Reason> reasons) {
+  static const std::set<std::string> markers{"_init", "_fini", "__bss_start", "_edata", "_end"};
+  bool entry = false;
+  for (const auto& s : exports) {
+    if (starts_with(s, "PyInit_")) entry = true;
+    else if (!markers.count(s))
+      reasons.push_back({ReasonCode::forbidden_export,
+                         readable_symbol(s) + " is exported, and only the module's PyInit_ may be"});
+  }
+  if (!entry) reasons.push_back({ReasonCode::missing_entry_point, "the extension exports no PyInit_ function"});
+  return reasons;
+}
+}  // namespace
 
 std::vector<Reason> check_shared_object(const std::filesystem::path& so_path, const GatePolicy& policy) {
   std::vector<Reason> reasons;
@@ -185,6 +221,7 @@ std::vector<Reason> check_shared_object(const std::filesystem::path& so_path, co
     std::string why = classify_import(s, policy);
     if (!why.empty()) reasons.push_back({ReasonCode::forbidden_import, readable_symbol(s) + " (" + why + ")"});
   }
+  if (policy.python_extension) return check_extension_exports(symbols.exports, std::move(reasons));
   // Linker-defined section markers are harmless; anything else beyond the entry point could interpose
   // on the harness's own functions.
   static const std::set<std::string> allowed_exports{"crucible_forward", "_init", "_fini", "__bss_start", "_edata",

@@ -642,6 +642,9 @@ CallOutcome WorkerProcess::call_outcome(proto::Control* c, int rc, int set, bool
     terminate();
     return {CallOutcome::Kind::device_error, c->cuda_error, seconds, text};
   }
+  if (rc == proto::kRefusalRc)
+    return {CallOutcome::Kind::candidate_error, rc, seconds,
+            std::string(c->cuda_error_text, strnlen(c->cuda_error_text, sizeof c->cuda_error_text))};
   if (rc != 0)
     return {CallOutcome::Kind::candidate_error, rc, seconds, "crucible_forward returned " + std::to_string(rc)};
   CallOutcome out{CallOutcome::Kind::ok, 0, seconds, {}};

@@ -69,6 +69,7 @@ TEST_CASE("each candidate kind has one name, one file extension and one language
       {Backend::cpu, CandidateKind::native, "native", "cpp", "cpu"},
       {Backend::cuda, CandidateKind::native, "native", "cu", "cuda"},
       {Backend::cuda, CandidateKind::triton, "triton", "py", "triton"},
+      {Backend::cpu, CandidateKind::kernelbench, "kernelbench", "py", "kernelbench"},
   };
   for (const auto& row : rows) {
     INFO(row.name, " on ", backend_name(row.backend));

@@ -4,6 +4,8 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "config/toml_reader.h"
@@ -18,11 +20,13 @@ namespace {
 struct EvalArgs {
   std::string task;
   std::string candidate;
+  std::string candidates;  // the batch form: a directory of candidate files
   std::string device = "cpu";
   std::string mode = "fast";
   std::string launches = "eager";
   std::string sizes;
-  std::string kind;  // empty: by the file's extension (.py: triton)
+  std::string kind;  // empty: by the file (.py: kernelbench when it defines ModelNew, else triton)
+  std::string torch_ops = "allow";  // kernelbench: PyTorch operators inside ModelNew
   std::string tasks_dir;
   std::string cache_dir;
   bool json = false;
@@ -64,10 +68,90 @@ void print_human(const eval::Verdict& v) {
               1e3 * v.stages.overhead_s, 1e3 * v.stages.total_s);
 }
 
+// A .py file is KernelBench's format when it defines ModelNew, else a Triton candidate; anything else is native.
+eval::CandidateKind kind_of_file(const std::string& extension, const std::string& source) {
+  if (extension != ".py") return eval::CandidateKind::native;
+  return source.find("class ModelNew") != std::string::npos ? eval::CandidateKind::kernelbench
+                                                             : eval::CandidateKind::triton;
+}
+
+eval::EvaluatorConfig evaluator_config(const EvalArgs& a) {
+  eval::EvaluatorConfig config;
+  if (!a.cache_dir.empty()) config.cache_dir = a.cache_dir;
+  return config;
+}
+
+// The candidate's kind: as --kind says, else by its file.
+eval::CandidateKind candidate_kind(const EvalArgs& a, const std::string& extension, const std::string& source) {
+  return !a.kind.empty() ? eval::parse_candidate_kind(a.kind) : kind_of_file(extension, source);
+}
+
+eval::EvalOptions eval_options(const EvalArgs& a, eval::Device device, eval::CandidateKind kind) {
+  eval::RunEvalSettings run;
+  run.backend = device.backend;
+  run.kind = kind;
+  run.mode = eval::parse_eval_depth(a.mode);
+  run.launches = eval::parse_launches(a.launches);
+  run.sizes = a.sizes;
+  run.correctness_trials = a.correctness_trials;
+  run.timing_trials = a.timing_trials;
+  run.call_timeout_s = a.timeout_s;
+  run.evaluation_budget_s = a.budget_s;
+  eval::EvalOptions options = eval::options_for(run, device);
+  options.forbid_torch_ops = a.torch_ops == "forbid";
+  options.seed = a.seed;
+  options.compile.time_limit_s = a.compile_timeout_s;
+  options.limits.memory_bytes = a.memory_mb << 20;
+  return options;
+}
+
+// The batch form: every candidate file of a directory (.py, .cpp, .cu), in name order, by one evaluator. One line per
+// file (or one JSON object per line, with "candidate" added); a file that cannot be judged is reported and skipped.
+int run_batch(const EvalArgs& a, const eval::TaskSpec& task) {
+  const eval::Device device = eval::parse_device(a.device, /*allow_bare_cuda=*/true);
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(a.candidates, ec))
+    if (e.is_regular_file() && (e.path().extension() == ".py" || e.path().extension() == ".cpp" ||
+                                e.path().extension() == ".cu"))
+      files.push_back(e.path());
+  if (ec || files.empty()) {
+    std::cerr << "error: no candidate files (.py, .cpp, .cu) in " << a.candidates << "\n";
+    return 2;
+  }
+  std::sort(files.begin(), files.end());
+  eval::Evaluator evaluator(evaluator_config(a));
+  for (const auto& file : files) {
+    std::ifstream in(file, std::ios::binary);
+    std::ostringstream source;
+    source << in.rdbuf();
+    const std::string text = source.str();
+    const eval::CandidateKind kind = candidate_kind(a, file.extension().string(), text);
+    const eval::Verdict v = evaluator.evaluate(task, text, eval_options(a, device, kind));
+    if (a.json) {
+      auto j = nlohmann::json::parse(eval::to_json(v));
+      j["candidate"] = file.string();
+      std::cout << j.dump() << std::endl;
+      continue;
+    }
+    std::printf("%s: %s", file.filename().c_str(), std::string(eval::status_name(v.status)).c_str());
+    for (const auto& r : v.reasons)
+      std::printf(" [%s] %s", std::string(eval::reason_code_name(r.code)).c_str(), r.detail.substr(0, 160).c_str());
+    if (v.speedup) std::printf(" speedup %.3fx", *v.speedup);
+    std::printf("\n");
+  }
+  return 0;
+}
+
 int run_eval(const EvalArgs& a) {
   try {
     auto dir = a.tasks_dir.empty() ? tasks::default_tasks_dir() : std::filesystem::path(a.tasks_dir);
     eval::TaskSpec task = tasks::find_task(a.task, dir);
+    if (a.candidate.empty() == a.candidates.empty()) {
+      std::cerr << "error: give one of --candidate FILE or --candidates DIR\n";
+      return 2;
+    }
+    if (!a.candidates.empty()) return run_batch(a, task);
     std::error_code ec;
     std::ifstream in(a.candidate, std::ios::binary);
     if (!std::filesystem::is_regular_file(a.candidate, ec) || !in) {
@@ -83,34 +167,18 @@ int run_eval(const EvalArgs& a) {
                 << "machine with a GPU, or write the CPU candidate in C++ (.cpp)\n";
       return 2;
     }
-    const eval::CandidateKind kind = !a.kind.empty() ? eval::parse_candidate_kind(a.kind)
-                                     : ext == ".py"  ? eval::CandidateKind::triton
-                                                     : eval::CandidateKind::native;
+    std::ostringstream source;
+    source << in.rdbuf();
+    const eval::CandidateKind kind = candidate_kind(a, ext.string(), source.str());
     const eval::Launches launches = eval::parse_launches(a.launches);
     if (launches == eval::Launches::queued && (!device.is_cuda() || kind != eval::CandidateKind::triton)) {
       std::cerr << "error: --launches queued holds Triton candidates' GPU calls (a .py candidate, --device cuda); "
                 << "CUDA C++ candidates are timed as launched\n";
       return 2;
     }
-    std::ostringstream source;
-    source << in.rdbuf();
 
-    eval::EvaluatorConfig config;
-    if (!a.cache_dir.empty()) config.cache_dir = a.cache_dir;
-    eval::Evaluator evaluator(config);
-    eval::EvalOptions options;
-    options.mode = eval::parse_eval_depth(a.mode);
-    options.launches = launches;
-    options.device = device;
-    options.sizes = a.sizes;
-    options.kind = kind;
-    options.seed = a.seed;
-    options.call_timeout_s = a.timeout_s;
-    options.evaluation_budget_s = a.budget_s;
-    options.compile.time_limit_s = a.compile_timeout_s;
-    options.limits.memory_bytes = a.memory_mb << 20;
-    options.timing_trials = a.timing_trials;
-    options.correctness_trials = a.correctness_trials;
+    eval::Evaluator evaluator(evaluator_config(a));
+    const eval::EvalOptions options = eval_options(a, device, kind);
     log::Logger log{"eval"};
     log.debug("evaluating ", a.candidate, " on task ", task.name, " (", task.source_path, ")");
     eval::Verdict verdict = evaluator.evaluate(task, source.str(), options);
@@ -137,12 +205,21 @@ Run add_eval_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "Evaluate one candidate: compile, gate, sandboxed run, correctness, timing");
   cmd->add_option("--task", args->task, "Task name (in the tasks dir) or path to a task .toml")->required();
   // Checked in run_eval, so a missing file is bad input (exit 2) with a plain message, as everywhere else.
-  cmd->add_option("--candidate", args->candidate, "Candidate source file")->required();
+  cmd->add_option("--candidate", args->candidate, "Candidate source file");
+  cmd->add_option("--candidates", args->candidates,
+                  "A directory of candidate files (.py, .cpp, .cu), each judged on the task: one line (or JSON object) "
+                  "per file, e.g. a model's KernelBench answers to one problem");
   cmd->add_option("--device", args->device, "cpu, cuda or cuda:N (GPU N, with a CUDA build)")->capture_default_str();
   cmd->add_option("--sizes", args->sizes, "The task's size set: cpu or cuda (default: the device's own)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--kind", args->kind, "native (C++ or CUDA C++) or triton (Python); default: triton for .py files")
-      ->check(CLI::IsMember({"native", "triton"}));
+  cmd->add_option("--kind", args->kind,
+                  "native (C++ or CUDA C++), triton (Python) or kernelbench (KernelBench's ModelNew format); default: "
+                  "kernelbench for .py files that define ModelNew, triton for other .py files")
+      ->check(CLI::IsMember({"native", "triton", "kernelbench"}));
+  cmd->add_option("--torch-ops", args->torch_ops,
+                  "kernelbench: allow (PyTorch operators may stay inside ModelNew, as KernelBench allows) or forbid")
+      ->check(CLI::IsMember({"allow", "forbid"}))
+      ->capture_default_str();
   cmd->add_option("--mode", args->mode, "fast (2 checks, 5 timed) or full (5 checks, 50 timed)")
       ->check(CLI::IsMember({"fast", "full"}))
       ->capture_default_str();

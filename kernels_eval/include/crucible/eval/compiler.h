@@ -29,6 +29,10 @@ struct CompileOptions {
   std::size_t memory_limit_bytes = std::size_t{4} << 30;
   std::size_t max_source_bytes = 256 * 1024;
   std::size_t max_binary_bytes = std::size_t{64} << 20;
+  // A Python extension module (a KernelBench candidate's load_inline sources): it exports PyInit_<name> instead of
+  // crucible_forward, and the compiler may read `read_only_dirs` (the Python's and PyTorch's headers) too.
+  bool python_extension = false;
+  std::vector<std::string> read_only_dirs;
 };
 
 struct CompileResult {

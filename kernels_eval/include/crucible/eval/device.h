@@ -13,14 +13,16 @@ std::string_view backend_name(Backend backend);
 // "cpu" or "cuda"; throws std::invalid_argument otherwise.
 Backend parse_backend(std::string_view text);
 // What a candidate is written in. Native: C++ (CPU) or CUDA C++, by the backend; triton: Python with Triton kernels,
-// on a GPU only. A kind's names and file extension are one row of a table (device.cpp).
-enum class CandidateKind { native, triton };
+// on a GPU only; kernelbench: KernelBench's answer format, a Python file defining ModelNew whose kernels come from
+// load_inline (CPU and GPU) or @triton.jit (GPU). A kind's names and file extension are one row of a table
+// (device.cpp).
+enum class CandidateKind { native, triton, kernelbench };
 
 std::string_view candidate_kind_name(CandidateKind kind);
-// A kind's name ("native", "triton"); throws std::invalid_argument naming the known ones otherwise.
+// A kind's name ("native", "triton", "kernelbench"); throws std::invalid_argument naming the known ones otherwise.
 CandidateKind parse_candidate_kind(std::string_view text);
 
-// The file extension of a candidate's source: "cpp", "cu", or "py" for Triton.
+// The file extension of a candidate's source: "cpp", "cu", or "py" for Triton and KernelBench.
 std::string_view source_extension(Backend backend, CandidateKind kind = CandidateKind::native);
 // What policies write candidates in, as prompts and kernel templates name it: "cpu" (C++), "cuda" (CUDA C++), or the
 // kind's own name ("triton").

@@ -35,7 +35,8 @@ Launches parse_launches(std::string_view text);
 // receive it: one type on every side (its CAF inspect lives in messages/, so kernels_eval stays free of CAF).
 struct RunEvalSettings {
   Backend backend = Backend::cpu;  // what candidates are written for
-  CandidateKind kind = CandidateKind::native;  // triton: Python with Triton kernels (backend cuda)
+  // triton: Python with Triton kernels (backend cuda); kernelbench: a KernelBench ModelNew file (docs/kernelbench.md)
+  CandidateKind kind = CandidateKind::native;
   EvalDepth mode = EvalDepth::fast;
   Launches launches = Launches::eager;
   std::string sizes;               // the tasks' size set; empty: the backend's own
@@ -60,6 +61,9 @@ struct WorkerLimits {
 // when `sizes` is empty), and what only a single evaluation sets.
 struct EvalOptions : RunEvalSettings {
   Device device;  // the CPU unless set
+  // kernelbench: PyTorch operators inside ModelNew are refused (`crucible eval --torch-ops forbid`), as Crucible's
+  // own contract refuses them; by default they are allowed, as KernelBench allows them.
+  bool forbid_torch_ops = false;
   // Negative values take the mode's defaults: fast 1, full 3.
   int warmup_calls = -1;
   int input_sets = 3;           // timing rotates among these

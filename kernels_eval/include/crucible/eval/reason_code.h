@@ -15,6 +15,10 @@ enum class ReasonCode {
   // The static gate of a Triton candidate's source.
   torch_compute, tensor_subclass, no_triton_kernel, unlaunched_kernel, forbidden_decorator, cross_call_state,
   exception_fallback, side_stream, monkeypatch, dynamic_code, harness_reach, precision_downgrade, syntax_error,
+  // The static gate and extraction of a KernelBench candidate (docs/kernelbench.md), and what its worker refuses.
+  missing_model_new, no_custom_kernel, foreign_class, forward_state, reference_model, dynamic_source,
+  duplicate_extension, needs_gpu, kernelbench_unavailable, missing_parameter, parameter_shape, no_custom_work,
+  output_count, output_type, output_shape, python_exception,
   // Loading and calling the candidate in its worker.
   load_failed, nonzero_return, crash, forbidden_syscall, wall_timeout, cpu_time_limit, worker_lost, unsealed,
   evaluation_budget, out_of_memory, cuda_error,

@@ -23,6 +23,10 @@ struct GatePolicy {
   Backend backend = Backend::cpu;
   std::vector<std::string> extra_allowed_imports;  // from the task
   std::size_t max_binary_bytes = std::size_t{64} << 20;
+  // A Python extension module built from a KernelBench candidate's load_inline sources: it may import PyTorch,
+  // pybind11, Python and the C++ library (its entry point is PyInit_<name>), and is still refused processes,
+  // threads, files, sockets, dynamic loading, clocks, signals and streams, events or graphs (CUDA's or PyTorch's).
+  bool python_extension = false;
 };
 
 // Why a symbol is refused, e.g. "process", "thread", "file", "network", "dynamic loading", "time",

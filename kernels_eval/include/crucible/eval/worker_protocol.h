@@ -26,6 +26,9 @@ constexpr int32_t kResetCall = 2000;
 constexpr int32_t kSetupDoneCall = 2001;
 // rc of a call that ended in a CUDA error; the worker has written the error into the control block and exits.
 constexpr int32_t kDeviceErrorRc = -1000001;
+// A Python worker refused the call with a classified reason (a KernelBench ModelNew whose forward did no custom
+// work, returned the wrong shapes or raised): "code: detail" is in cuda_error_text.
+constexpr int32_t kRefusalRc = -1000002;
 
 struct TensorDesc {
   int32_t dtype;

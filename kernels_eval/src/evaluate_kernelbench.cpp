@@ -1,0 +1,91 @@
+// The evaluator's KernelBench steps 1-2: the candidate built (kernelbench_candidate.h), its plan for the task
+// written, and the pool of KernelBench workers that loads it. Loading, correctness and timing are the evaluator's
+// own, as for every other candidate.
+#include <algorithm>
+
+#include "crucible/eval/kernelbench_candidate.h"
+#include "evaluator_impl.h"
+
+namespace crucible::eval {
+namespace fs = std::filesystem;
+
+namespace {
+
+// What a build's outcome makes of the verdict: true when the candidate can be loaded.
+bool accept_kernelbench_build(const KernelBenchBuild& built, Verdict& v) {
+  v.compile = {built.compile.cached, built.seconds, built.compile.hash, built.compile.log};
+  v.stages.compile_s = built.seconds;
+  switch (built.outcome) {
+    case KernelBenchBuild::Outcome::ok: return true;
+    case KernelBenchBuild::Outcome::rejected:
+      v.status = Status::rejected;
+      v.reasons = built.refusals;
+      return false;
+    case KernelBenchBuild::Outcome::source_too_large:
+      v.status = Status::rejected;
+      v.reasons.push_back({ReasonCode::source_too_large, built.compile.log});
+      return false;
+    case KernelBenchBuild::Outcome::compile_error:
+      v.status = Status::compile_error;
+      v.reasons.push_back(built.compile.outcome == CompileResult::Outcome::timed_out
+                              ? Reason{ReasonCode::compile_timeout, "compile time limit exceeded"}
+                              : Reason{ReasonCode::compiler_error, "the compiler reported errors in the load_inline sources "
+                                                         "(see compile log; lines are the candidate file's)"});
+      return false;
+    case KernelBenchBuild::Outcome::environment_error:
+      v.status = Status::compile_error;
+      v.reasons.push_back({ReasonCode::compile_environment, "not the candidate's fault, and not cached: " + built.compile.log});
+      return false;
+  }
+  return false;
+}
+
+std::vector<DType> task_dtypes(const TaskSpec& task) {
+  std::vector<DType> dtypes;
+  for (const auto* group : {&task.inputs, &task.outputs})
+    for (const auto& t : *group) dtypes.push_back(t.dtype);
+  return dtypes;
+}
+
+// A worker imports PyTorch before it says hello: seconds on a loaded machine.
+std::unique_ptr<WorkerPool> kernelbench_worker_pool(const KernelBenchPython& python, const fs::path& support) {
+  return std::make_unique<WorkerPool>(
+      python.executable, 1,
+      std::vector<std::string>{"-I", (default_python_dir() / "crucible_kernelbench" / "worker.py").string(),
+                               "--support", support.string()},
+      120.0);
+}
+
+}  // namespace
+
+bool Evaluator::Impl::build_kernelbench(Evaluation& e) {
+  auto refuse = [&](const std::string& why) {
+    e.v.status = Status::rejected;
+    e.v.reasons.push_back({ReasonCode::kernelbench_unavailable, why});
+    return false;
+  };
+  if (e.gpu)
+    return refuse("KernelBench candidates are evaluated on the CPU in this build (cpp_sources only); the GPU worker "
+                  "is not wired in yet");
+  std::string why;
+  const auto python = find_kernelbench_python(why);
+  if (!python) return refuse(why);
+  const fs::path support = default_python_worker_support();
+  if (support.empty() || !fs::exists(support))
+    return refuse("the Python worker's support library is missing (" + support.string() + ")");
+  KernelBenchBuildOptions b;
+  b.backend = Backend::cpu;
+  b.forbid_torch_ops = e.options.forbid_torch_ops;
+  b.dtypes = task_dtypes(e.task);
+  b.time_limit_s = std::max(e.options.compile.time_limit_s, 120.0);  // torch/extension.h is a large header
+  b.max_source_bytes = e.options.compile.max_source_bytes;
+  const KernelBenchBuild built = build_kernelbench_candidate(*python, compiler, e.source, b);
+  if (!accept_kernelbench_build(built, e.v)) return false;
+  e.candidate_path = write_kernelbench_plan(built, e.task, e.size_set);  // what the worker is asked to load
+  std::lock_guard<std::mutex> lock(gpu_mutex);
+  if (!kernelbench_workers) kernelbench_workers = kernelbench_worker_pool(*python, support);
+  e.kernelbench_pool = kernelbench_workers.get();
+  return true;
+}
+
+}  // namespace crucible::eval

@@ -1,0 +1,257 @@
+// A KernelBench-format candidate's build: gate and extraction (Python's ast, in a process of its own), each extracted
+// extension compiled by Crucible's compiler against the worker's PyTorch with a precompiled torch/extension.h, and
+// the symbol gate on every module built.
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "crucible/eval/kernelbench_candidate.h"
+#include "crucible/eval/scratch_dirs.h"
+#include "crucible/eval/static_gate.h"
+#include "crucible/eval/subprocess.h"
+#include "crucible/eval/triton_candidate.h"
+#include "crucible/eval/utf8_text.h"
+
+namespace crucible::eval {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// Defined beside the compiler (compiler.cpp), which decides by it whether it may run as nobody.
+bool reachable_by_others(const fs::path& path);
+
+namespace {
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The analysis's JSON (the last line that is one), or nothing with `error` set.
+std::optional<json> run_analysis(const std::string& python, const fs::path& candidate,
+                                 const KernelBenchBuildOptions& options, const fs::path& out, std::string& error) {
+  std::string dtypes;
+  for (DType d : options.dtypes) dtypes += (dtypes.empty() ? "" : ",") + std::string(dtype_name(d));
+  std::vector<std::string> argv{python, "-I", (default_python_dir() / "crucible_kernelbench" / "analyze.py").string(),
+                                candidate.string(), "--dtypes", dtypes, "--torch-ops",
+                                options.forbid_torch_ops ? "forbid" : "allow"};
+  if (!out.empty()) argv.insert(argv.end(), {"--out", out.string()});
+  else argv.push_back("--units");
+  ProcessLimits limits;
+  limits.wall_seconds = 30.0;
+  limits.address_space_bytes = std::size_t{2} << 30;
+  limits.max_output_bytes = 4 << 20;
+  limits.environment = {"PATH=/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE=1"};
+  ProcessResult r = run_process(argv, limits);
+  std::optional<json> found;
+  std::stringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line.front() == '{')
+      if (json j = json::parse(line, nullptr, false); !j.is_discarded()) found = std::move(j);
+  if (!r.ok() || !found) error = "the KernelBench analysis did not run: " + valid_utf8(r.output.substr(0, 500));
+  return r.ok() ? found : std::nullopt;
+}
+
+std::vector<Reason> refusals_of(const json& analysis) {
+  std::vector<Reason> refusals;
+  for (const auto& x : analysis["refusals"])
+    refusals.push_back(reason_from_text(x["code"].get<std::string>(), valid_utf8(x["detail"].get<std::string>())));
+  return refusals;
+}
+
+// What every extension is compiled with, beyond the compiler's own flags: the PyTorch and Python headers of the
+// worker's interpreter, its C++ ABI, and its libraries (found already loaded by the worker, by soname).
+CompileOptions extension_options(const KernelBenchPython& python, const KernelBenchBuildOptions& options, bool cuda) {
+  CompileOptions o;
+  o.backend = cuda ? Backend::cuda : Backend::cpu;
+  o.cuda_arch = options.cuda_arch;
+  o.split_cuda = false;  // the whole unit is one module: its bindings and its kernels
+  o.python_extension = true;
+  o.time_limit_s = options.time_limit_s;
+  o.max_source_bytes = options.max_source_bytes;
+  for (const auto& dir : python.include_dirs) o.extra_flags.push_back("-isystem" + dir);
+  o.extra_flags.push_back("-D_GLIBCXX_USE_CXX11_ABI=" + std::to_string(python.cxx11_abi));
+  o.extra_flags.push_back("-DTORCH_API_INCLUDE_EXTENSION_H");
+  o.read_only_dirs = python.include_dirs;
+  for (const auto& dir : python.library_dirs) o.read_only_dirs.push_back(dir);
+  return o;
+}
+
+void add_link_flags(const KernelBenchPython& python, CompileOptions& o) {
+  const bool cuda = o.backend == Backend::cuda;
+  auto linker = [&](const std::string& flag) {
+    if (cuda) o.extra_flags.push_back("-Xlinker");
+    o.extra_flags.push_back(cuda ? flag : "-Wl," + flag);
+  };
+  linker("--no-as-needed");
+  for (const auto& dir : python.library_dirs) o.extra_flags.push_back("-L" + dir);
+  for (const char* lib : {"-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"}) o.extra_flags.push_back(lib);
+  if (cuda)
+    for (const char* lib : {"-lc10_cuda", "-ltorch_cuda"}) o.extra_flags.push_back(lib);
+}
+
+}  // namespace
+
+// torch/extension.h precompiled once per set of flags (trusted: PyTorch's headers only), in the compile cache. Used
+// by the CPU build through -include; a header that does not match is ignored by g++ (the build is then as slow as
+// without, never wrong). Empty when it could not be made.
+fs::path precompiled_extension_header(Compiler& compiler, const CompileOptions& o) {
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::vector<std::string> argv = compiler.flags(o);
+  std::string material;
+  for (const auto& a : argv) material += a + '\n';
+  const fs::path dir = compiler.cache_dir() / "kernelbench-pch" / sha256_hex(material).substr(0, 24);
+  const fs::path header = dir / "torch_extension.h";
+  std::error_code ec;
+  if (fs::exists(dir / "torch_extension.h.gch", ec)) return header;
+  fs::create_directories(dir, ec);
+  std::ofstream(header) << "#include <torch/extension.h>\n";
+  const fs::path staged = dir / ("torch_extension.h.gch.tmp" + std::to_string(getpid()));
+  for (auto it = argv.begin(); it != argv.end();)
+    it = (*it == "-shared" || it->rfind("-Wl,", 0) == 0) ? argv.erase(it) : it + 1;
+  argv.insert(argv.end(), {"-x", "c++-header", header.string(), "-o", staged.string()});
+  ProcessLimits limits;
+  limits.wall_seconds = 600.0;
+  limits.nice = 10;
+  limits.environment = {"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C"};
+  if (!run_process(argv, limits).ok()) return {};
+  fs::rename(staged, dir / "torch_extension.h.gch", ec);
+  return ec ? fs::path() : header;
+}
+
+namespace {
+
+// Writes the candidate once into its own directory of the cache (the worker reads it there).
+fs::path store_candidate(const fs::path& cache_dir, const std::string& source, const KernelBenchPython& python) {
+  const fs::path dir = cache_dir / "kernelbench" / sha256_hex(source + "\n" + python.executable + "\n" + python.versions);
+  fs::create_directories(dir);
+  const fs::path path = dir / "candidate.py";
+  if (!fs::exists(path)) {
+    const fs::path tmp = dir / ("candidate.py." + std::to_string(getpid()) + ".tmp");
+    std::ofstream(tmp, std::ios::binary) << source;
+    fs::rename(tmp, path);
+  }
+  touch_cache_entry(dir);
+  return path;
+}
+
+// As root, the compiler runs as nobody (compiler.cpp): what it includes must be reachable by others. A compile cache
+// private to root (0700) holds a precompiled header the compiler cannot open, and -include of it would fail the
+// build: such a header is not used (the build is slower, never wrong).
+bool usable_by_compiler(const fs::path& header) {
+  return !header.empty() && (geteuid() != 0 || reachable_by_others(header.parent_path()));
+}
+
+// The worker's PyTorch headers, where the unprivileged compiler cannot read them (a Python environment under /root):
+// not the candidate's fault, so an environment error naming the directory, never a compile error.
+std::string unreadable_by_compiler(const std::vector<std::string>& include_dirs) {
+  if (geteuid() != 0) return {};
+  for (const auto& dir : include_dirs)
+    if (fs::exists(dir) && !reachable_by_others(dir))
+      return "PyTorch's headers at " + dir + " cannot be read by the compiler, which runs as nobody: install the "
+             "worker's Python where others can read it";
+  return {};
+}
+
+// One extension's unit through the compiler and the symbol gate; false with the build's outcome set otherwise.
+bool build_extension(const KernelBenchPython& python, Compiler& compiler, const KernelBenchBuildOptions& options,
+                     const json& ext, KernelBenchBuild& b) {
+  const bool cuda = ext["cuda"].get<bool>();
+  if (cuda && options.backend != Backend::cuda) {
+    b.outcome = KernelBenchBuild::Outcome::rejected;
+    b.refusals.push_back({ReasonCode::needs_gpu, "load_inline('" + ext["name"].get<std::string>() + "') has cuda_sources: "
+                          "it runs on a GPU node (cpp_sources alone run on the CPU)"});
+    return false;
+  }
+  CompileOptions o = extension_options(python, options, cuda);
+  if (const std::string why = unreadable_by_compiler(python.include_dirs); !why.empty()) {
+    b.compile.log = why;
+    b.outcome = KernelBenchBuild::Outcome::environment_error;
+    return false;
+  }
+  if (!cuda && options.precompiled_header)
+    if (const fs::path pch = precompiled_extension_header(compiler, o); usable_by_compiler(pch)) {
+      o.extra_flags.insert(o.extra_flags.end(), {"-include", pch.string()});
+      o.read_only_dirs.push_back(pch.parent_path().string());
+    }
+  add_link_flags(python, o);
+  b.compile = compiler.compile(read_text(ext["file"].get<std::string>()), o);
+  switch (b.compile.outcome) {
+    case CompileResult::Outcome::ok: break;
+    case CompileResult::Outcome::source_too_large: b.outcome = KernelBenchBuild::Outcome::source_too_large; return false;
+    case CompileResult::Outcome::environment_error: b.outcome = KernelBenchBuild::Outcome::environment_error; return false;
+    default: b.outcome = KernelBenchBuild::Outcome::compile_error; return false;
+  }
+  GatePolicy policy{options.backend, {}, o.max_binary_bytes};
+  policy.python_extension = true;
+  b.refusals = check_shared_object(b.compile.so_path, policy);
+  if (!b.refusals.empty()) {
+    b.outcome = KernelBenchBuild::Outcome::rejected;
+    return false;
+  }
+  b.extensions.push_back({ext["name"].get<std::string>(), ext["functions"].get<std::vector<std::string>>(),
+                          b.compile.so_path});
+  return true;
+}
+
+}  // namespace
+
+KernelBenchBuild build_kernelbench_candidate(const KernelBenchPython& python, Compiler& compiler,
+                                             const std::string& source, const KernelBenchBuildOptions& options) {
+  KernelBenchBuild b;
+  const auto start = std::chrono::steady_clock::now();
+  auto done = [&](KernelBenchBuild::Outcome outcome) {
+    b.outcome = outcome;
+    b.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return b;
+  };
+  if (source.size() > options.max_source_bytes) {
+    b.compile.log = "source is " + std::to_string(source.size()) + " bytes (limit " +
+                    std::to_string(options.max_source_bytes) + ")";
+    return done(KernelBenchBuild::Outcome::source_too_large);
+  }
+  const fs::path units = make_scratch_dir("kernelbench");
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ignored;
+      fs::remove_all(dir, ignored);
+    }
+  } cleanup{units};
+  try {
+    b.candidate_path = store_candidate(compiler.cache_dir(), source, python);
+  } catch (const std::exception& e) {
+    b.compile.log = std::string("cannot store the candidate: ") + e.what();
+    return done(KernelBenchBuild::Outcome::environment_error);
+  }
+  auto analysis = run_analysis(python.executable, b.candidate_path, options, units, b.compile.log);
+  if (!analysis) return done(KernelBenchBuild::Outcome::environment_error);
+  b.refusals = refusals_of(*analysis);
+  b.kernels = (*analysis)["kernels"].get<std::vector<std::string>>();
+  if (!b.refusals.empty()) return done(KernelBenchBuild::Outcome::rejected);
+  for (const auto& ext : (*analysis)["extensions"])
+    if (!build_extension(python, compiler, options, ext, b)) return done(b.outcome);
+  return done(KernelBenchBuild::Outcome::ok);
+}
+
+std::vector<Reason> kernelbench_analyze(const std::string& python, const std::string& source,
+                                        const KernelBenchBuildOptions& options,
+                                        std::vector<std::pair<std::string, std::string>>* units, std::string& error) {
+  const fs::path dir = make_scratch_dir("kernelbench-gate");
+  std::ofstream(dir / "candidate.py", std::ios::binary) << source;
+  auto analysis = run_analysis(python, dir / "candidate.py", options, {}, error);
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+  if (!analysis) return {};
+  if (units)
+    for (const auto& ext : (*analysis)["extensions"])
+      if (ext.contains("unit")) units->emplace_back(ext["name"].get<std::string>(), ext["unit"].get<std::string>());
+  return refusals_of(*analysis);
+}
+
+}  // namespace crucible::eval

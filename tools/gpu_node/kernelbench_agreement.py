@@ -1,0 +1,134 @@
+"""KernelBench's own evaluator and Crucible's, side by side, on the same KernelBench-format answers (GPU node).
+
+For every answer file ANSWERS/<task>/<name>.py (task as `crucible tasks import` names it: kb_l1_19 is level 1,
+problem 19), runs KernelBench's eval_kernel_against_ref (from a KernelBench checkout's src/, 5 correctness trials,
+100 timed trials, as its scripts do) and `crucible eval --kind kernelbench --json` on the node's GPU at the task's CUDA
+sizes, and prints one row per answer: each side's verdict and speedup, and Crucible's reference time beside
+KernelBench's published H100 time (timing/H100_Modal). KernelBench's package imports requests and pydantic at module
+level; where the node lacks them, pydantic's BaseModel is replaced by a plain class and requests by an empty module,
+which eval.py does not call.
+
+Usage: python3 tools/gpu_node/kernelbench_agreement.py --kernelbench KB_CHECKOUT --tasks TASKS_DIR --answers DIR
+           [--crucible build/tools/crucible] [--device 0] [--json OUT.json]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import types
+
+
+def kernelbench_eval_module(checkout):
+    """KernelBench's eval.py, importable with only PyTorch and numpy installed."""
+    sys.path.insert(0, os.path.join(checkout, "src"))
+    try:
+        import pydantic  # noqa: F401
+    except ImportError:
+        fake = types.ModuleType("pydantic")
+
+        class BaseModel:
+            def __init__(self, **kwargs):
+                for k, v in type(self).__dict__.items():
+                    if not k.startswith("_") and not callable(v):
+                        setattr(self, k, v)
+                for k, v in kwargs.items():
+                    setattr(self, k, v)
+        fake.BaseModel = BaseModel
+        sys.modules["pydantic"] = fake
+    for name in ("requests", "dotenv", "tqdm", "openai", "litellm"):
+        try:
+            __import__(name)
+        except ImportError:
+            stub = types.ModuleType(name)
+            stub.load_dotenv = lambda *a, **k: None
+            stub.tqdm = lambda x, *a, **k: x
+            sys.modules[name] = stub
+    from kernelbench import eval as kb_eval
+    return kb_eval
+
+
+def problem_file(checkout, task):
+    level, problem = task.split("_")[1][1:], task.split("_")[2]
+    folder = os.path.join(checkout, "KernelBench", f"level{level}")
+    for name in os.listdir(folder):
+        if name.split("_")[0] == problem:
+            return os.path.join(folder, name)
+    raise FileNotFoundError(f"no problem {problem} in {folder}")
+
+
+def published_time_ms(checkout, task, problem_path):
+    level = task.split("_")[1][1:]
+    for root, _, files in os.walk(os.path.join(checkout, "timing", "H100_Modal")):
+        for f in files:
+            if f.endswith(".json") and "baseline_time_torch" in f and "compile" not in f:
+                with open(os.path.join(root, f)) as fh:
+                    data = json.load(fh)
+                entry = data.get(f"level{level}", {}).get(os.path.basename(problem_path))
+                if entry:
+                    return entry.get("mean")
+    return None
+
+
+def kernelbench_verdict(kb_eval, problem_src, answer_src, device):
+    try:
+        r = kb_eval.eval_kernel_against_ref(problem_src, answer_src, num_correct_trials=5, num_perf_trials=100,
+                                            measure_performance=True, device=device)
+    except Exception as e:  # KernelBench raises on some compile failures
+        return {"status": "error", "detail": f"{type(e).__name__}: {e}"[:200]}
+    if r is None:
+        return {"status": "error", "detail": "no result"}
+    status = "correct" if r.correctness else ("incorrect" if r.compiled else "compile_error")
+    speedup = r.ref_runtime / r.runtime if r.correctness and r.runtime > 0 and r.ref_runtime > 0 else None
+    return {"status": status, "speedup": speedup, "runtime_us": r.runtime, "ref_runtime_us": r.ref_runtime}
+
+
+def crucible_verdict(crucible, tasks, task, answer, device):
+    argv = [crucible, "eval", "--kind", "kernelbench", "--tasks-dir", tasks, "--task", task, "--candidate", answer,
+            "--device", f"cuda:{device}", "--mode", "full", "--json", "--compile-timeout", "600"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        return {"status": "error", "detail": (r.stderr or r.stdout)[-300:]}
+    v = json.loads(lines[-1])
+    ref = v.get("reference_time") or {}
+    return {"status": v["status"], "speedup": v.get("speedup"), "reasons": [x["code"] for x in v.get("reasons", [])],
+            "ref_us": ref.get("median_us"), "coverage": v.get("kernel_coverage")}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--kernelbench", required=True)
+    p.add_argument("--tasks", required=True)
+    p.add_argument("--answers", required=True)
+    p.add_argument("--crucible", default="build/tools/crucible")
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--json")
+    a = p.parse_args()
+    kb_eval = kernelbench_eval_module(a.kernelbench)
+    rows = []
+    for task in sorted(os.listdir(a.answers)):
+        problem = problem_file(a.kernelbench, task)
+        with open(problem) as f:
+            problem_src = f.read()
+        for name in sorted(os.listdir(os.path.join(a.answers, task))):
+            answer = os.path.join(a.answers, task, name)
+            with open(answer) as f:
+                answer_src = f.read()
+            rows.append({"task": task, "answer": name,
+                         "kernelbench": kernelbench_verdict(kb_eval, problem_src, answer_src, a.device),
+                         "crucible": crucible_verdict(a.crucible, a.tasks, task, answer, a.device),
+                         "published_ms": published_time_ms(a.kernelbench, task, problem)})
+            r = rows[-1]
+            fmt = lambda s: f"{s:.3f}x" if s else "-"  # noqa: E731
+            print(f"{task:10} {name:32} KB {r['kernelbench']['status']:13} {fmt(r['kernelbench'].get('speedup')):>8}"
+                  f"  Crucible {r['crucible']['status']:13} {fmt(r['crucible'].get('speedup')):>8}"
+                  f"  ref {r['crucible'].get('ref_us') or 0:9.1f} us  published {r['published_ms'] or 0:8.3f} ms"
+                  f"  {','.join(r['crucible'].get('reasons', []))}", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
