@@ -102,8 +102,9 @@ char process_state(pid_t pid) {  // 'T' stopped, 'S' asleep...; 0 when gone
 }
 
 // A signal is delivered when the process next runs: its state is looked at for up to a second.
+// Bounds are generous: a loaded 2-core machine can take seconds to schedule a signalled process.
 bool comes_to(pid_t pid, char state) {
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < 1000; ++i) {
     if (process_state(pid) == state) return true;
     usleep(10000);
   }
@@ -155,7 +156,7 @@ ForkedEvaluator fork_evaluator(Start start) {
 
 // Gone, or a zombie that init has not reaped yet, within five seconds (it is init's child once its parent died).
 bool ends_soon(pid_t pid) {
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < 600; ++i) {
     const char state = process_state(pid);
     if (state == 0 || state == 'Z') return true;
     usleep(50000);
