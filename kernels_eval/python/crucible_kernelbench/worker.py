@@ -34,7 +34,7 @@ sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from crucible_triton import confine, protocol  # noqa: E402
-from crucible_triton.worker import SYS, Timespec, load_module, one_line  # noqa: E402
+from crucible_triton.worker import SYS, load_module, one_line, sleep_until_go  # noqa: E402
 
 REFUSAL_RC = -1000002  # protocol::kRefusalRc: the call was refused; "code: detail" is in cuda_error_text
 EXCEPTION_RC = 1
@@ -303,20 +303,7 @@ class Worker:
 
     # ---- helpers -------------------------------------------------------------------------------------------------
     def wait_for_call(self, expected):
-        """Sleeps on the futex (a spinning worker would spend the CPU time its calls are timed by); ends with a
-        vanished evaluator."""
-        c = self.control
-        address = ctypes.c_void_p(ctypes.addressof(c) + protocol.Control.go.offset)
-        second = Timespec(1, 0)
-        while c.go != expected:
-            c.worker_sleeping = 1
-            seen = c.go
-            if seen != expected:
-                self.libc.syscall(ctypes.c_long(SYS["futex"]), address, ctypes.c_int(0), ctypes.c_uint32(seen),
-                                  ctypes.byref(second), None, ctypes.c_int(0))
-            c.worker_sleeping = 0
-            if os.getppid() != self.parent:
-                os._exit(0)
+        sleep_until_go(self.control, self.libc, self.parent, expected)
 
     def needs(self):
         # Beyond the Triton worker's: what importing a module built for this interpreter asks of the kernel (its

@@ -45,6 +45,22 @@ def arg(name, default=None):
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
 
 
+
+def sleep_until_go(control, libc, parent, expected):
+    """Sleeps on the control block's futex until the evaluator rings call `expected` (a spinning worker would spend
+    the CPU time its calls are timed by); ends the process when the evaluator that started it is gone."""
+    address = ctypes.c_void_p(ctypes.addressof(control) + protocol.Control.go.offset)
+    second = Timespec(1, 0)
+    while control.go != expected:
+        control.worker_sleeping = 1
+        seen = control.go
+        if seen != expected:
+            libc.syscall(ctypes.c_long(SYS["futex"]), address, ctypes.c_int(0), ctypes.c_uint32(seen),
+                         ctypes.byref(second), None, ctypes.c_int(0))
+        control.worker_sleeping = 0
+        if os.getppid() != parent:
+            os._exit(0)
+
 class Worker:
     def __init__(self):
         self.device = int(arg("--device", "0"))
@@ -313,17 +329,7 @@ class Worker:
         while time.monotonic() - start < 0.25:
             if c.go == expected:
                 return
-        address = ctypes.c_void_p(ctypes.addressof(c) + protocol.Control.go.offset)
-        second = Timespec(1, 0)
-        while c.go != expected:
-            c.worker_sleeping = 1
-            seen = c.go
-            if seen != expected:
-                self.libc.syscall(ctypes.c_long(SYS["futex"]), address, ctypes.c_int(0), ctypes.c_uint32(seen),
-                                  ctypes.byref(second), None, ctypes.c_int(0))
-            c.worker_sleeping = 0
-            if os.getppid() != self.parent:
-                os._exit(0)
+        sleep_until_go(c, self.libc, self.parent, expected)
 
     def attach(self, request):
         if request.cuda_device < 0:
