@@ -5,6 +5,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 #include "crucible/eval/kernelbench_candidate.h"
 #include "crucible/eval/subprocess.h"
@@ -16,16 +17,22 @@ using json = nlohmann::json;
 
 namespace {
 
-// The interpreter to probe: the environment's choice, else Debian's (its python3-torch is what the CPU nodes
-// have), else the first python3 on PATH.
-std::string kernelbench_python_path() {
-  if (const char* env = std::getenv("CRUCIBLE_KERNELBENCH_PYTHON")) return env;
-  if (access("/usr/bin/python3", X_OK) == 0) return "/usr/bin/python3";
+// The interpreters to probe, in order: the environment's choice alone, else Debian's (its python3-torch is what the
+// CPU nodes have), then the first python3 on PATH (a GPU node's, with its own PyTorch).
+std::vector<std::string> kernelbench_python_candidates() {
+  if (const char* env = std::getenv("CRUCIBLE_KERNELBENCH_PYTHON")) return {env};
+  std::vector<std::string> out;
+  if (access("/usr/bin/python3", X_OK) == 0) out.push_back("/usr/bin/python3");
   const char* path = std::getenv("PATH");
   std::stringstream dirs(path ? path : "/usr/bin:/bin");
-  for (std::string dir; std::getline(dirs, dir, ':');)
-    if (!dir.empty() && access((fs::path(dir) / "python3").c_str(), X_OK) == 0) return (fs::path(dir) / "python3").string();
-  return {};
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const auto python = (fs::path(dir) / "python3").string();
+    if (!dir.empty() && access(python.c_str(), X_OK) == 0 && python != "/usr/bin/python3") {
+      out.push_back(python);
+      break;
+    }
+  }
+  return out;
 }
 
 constexpr const char* kProbe =
@@ -81,7 +88,10 @@ std::optional<KernelBenchPython> find_kernelbench_python(std::string& why) {
   std::lock_guard<std::mutex> lock(mutex);
   if (!probed) {
     probed = true;
-    found = probe(kernelbench_python_path(), reason);
+    const auto candidates = kernelbench_python_candidates();
+    if (candidates.empty()) found = probe("", reason);
+    for (const auto& python : candidates)
+      if ((found = probe(python, reason))) break;  // the first that imports PyTorch; else the last one's reason
   }
   why = reason;
   return found;
