@@ -73,7 +73,10 @@ CompileOptions extension_options(const KernelBenchPython& python, const KernelBe
   o.python_extension = true;
   o.time_limit_s = options.time_limit_s;
   o.max_source_bytes = options.max_source_bytes;
-  for (const auto& dir : python.include_dirs) o.extra_flags.push_back("-isystem" + dir);
+  for (const auto& dir : python.include_dirs) {  // two arguments: nvcc refuses "-isystemDIR", g++ takes either
+    o.extra_flags.push_back("-isystem");
+    o.extra_flags.push_back(dir);
+  }
   o.extra_flags.push_back("-D_GLIBCXX_USE_CXX11_ABI=" + std::to_string(python.cxx11_abi));
   o.extra_flags.push_back("-DTORCH_API_INCLUDE_EXTENSION_H");
   o.read_only_dirs = python.include_dirs;
