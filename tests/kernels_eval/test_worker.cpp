@@ -185,8 +185,9 @@ TEST_CASE("an evaluator killed outright leaves no worker and no directory behind
   waitpid(evaluator.pid, nullptr, 0);
   // The worker sees its socket close (not loaded yet) and exits.
   CHECK(ends_soon(worker_pid));
-  // The next evaluator removes what the killed one left.
-  CHECK(eval::remove_orphaned_scratch_dirs("worker") >= 1);
+  // The next evaluator removes what the killed one left (another evaluator starting on this machine at the same
+  // time may be the one that removes it, so the count of this call is not asserted).
+  eval::remove_orphaned_scratch_dirs("worker");
   CHECK(count_dirs() == 0);
 }
 
