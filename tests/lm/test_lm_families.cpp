@@ -10,6 +10,7 @@
 #include "lm/format/model_files.h"
 #include "lm/model/mxfp4_checkpoint.h"
 #include "lm/model/rotary.h"
+#include "lm/finite_difference.h"
 #include "lm/model/lora.h"
 #include "lm/model/transformer.h"
 #include "lm/tiny_families.h"
@@ -179,11 +180,6 @@ TEST_CASE("yarn: inverse frequencies and the attention factor as gpt-oss defines
 
 namespace {
 
-double sequence_logprob(const Transformer& model, const std::vector<int64_t>& ids) {
-  const auto t = at::tensor(ids, at::kLong).view({1, -1});
-  return token_logprobs(model, t, at::ones_like(t).to(at::kBool)).logprobs.sum().item<double>();
-}
-
 LoraAdapter random_adapter(const Transformer& model, std::vector<LoraTarget> targets) {
   LoraConfig config;
   config.rank = 4;
@@ -217,19 +213,9 @@ TEST_CASE("gpt-oss and qwen3 LoRA: gradients through sinks, windows, q/k norms a
     for (const auto& [index, flat] : std::vector<std::pair<std::size_t, int64_t>>{{0, 3}, {0, 70}, {3, 5}, {5, 9}, {7, 11}}) {
       auto p = params[index];
       const double analytic = p.grad().view(-1)[flat].item<double>();
-      const double h = 1e-2;
-      double plus, minus;
-      {
-        at::NoGradGuard no_grad;
-        const float original = p.view(-1)[flat].item<float>();
-        p.view(-1)[flat].fill_(original + h);
-        plus = sequence_logprob(model, ids);
-        p.view(-1)[flat].fill_(original - h);
-        minus = sequence_logprob(model, ids);
-        p.view(-1)[flat].fill_(original);
-      }
+      const double numeric = test::numeric_gradient(model, ids, p, flat);
       CAPTURE(index);
-      CHECK(analytic == doctest::Approx((plus - minus) / (2 * h)).epsilon(0.03).scale(1.0));
+      CHECK(analytic == doctest::Approx(numeric).epsilon(0.03).scale(1.0));
       checked += std::abs(analytic) > 1e-3;
     }
     CHECK(checked >= 3);
@@ -306,20 +292,10 @@ TEST_CASE("gpt-oss LoRA on the router and experts: PEFT's layout, gradients thro
            {3, 5}, {5, 70}, {5, 200}, {7, 33}, {13, 100}, {15, 7}}) {
     auto p = params[index];
     const double analytic = p.grad().view(-1)[flat].item<double>();
-    const double h = 1e-2;
-    double plus, minus;
-    {
-      at::NoGradGuard no_grad;
-      const float original = p.view(-1)[flat].item<float>();
-      p.view(-1)[flat].fill_(original + h);
-      plus = sequence_logprob(model, ids);
-      p.view(-1)[flat].fill_(original - h);
-      minus = sequence_logprob(model, ids);
-      p.view(-1)[flat].fill_(original);
-    }
+    const double numeric = test::numeric_gradient(model, ids, p, flat);
     CAPTURE(index);
     CAPTURE(flat);
-    CHECK(analytic == doctest::Approx((plus - minus) / (2 * h)).epsilon(0.05).scale(1.0));
+    CHECK(analytic == doctest::Approx(numeric).epsilon(0.05).scale(1.0));
     checked += std::abs(analytic) > 1e-3;
   }
   CHECK(checked >= 3);

@@ -11,6 +11,7 @@
 #include "lm/training/block_checkpoint.h"
 #include "lm/generation/generator.h"
 #include "lm/golden_outputs.h"
+#include "lm/finite_difference.h"
 #include "lm/model/lora.h"
 #include "lm/training/lora_trainer.h"
 #include "lm/training/policy_loss.h"
@@ -64,12 +65,6 @@ SequenceBatch greedy_batch(const test::GoldenOutputs& g, std::size_t prompt, int
   return batch;
 }
 
-double sequence_logprob(const Transformer& model, const std::vector<int64_t>& ids) {
-  const auto t = at::tensor(ids, at::kLong).view({1, -1});
-  const auto lp = token_logprobs(model, t, at::ones_like(t).to(at::kBool)).logprobs;
-  return lp.sum().item<double>();
-}
-
 }  // namespace
 
 TEST_CASE("lora: a fresh adapter is the base model, switched off it is the base model again") {
@@ -100,19 +95,8 @@ TEST_CASE("lora: gradients of A and B match finite differences") {
   for (const auto& [index, flat] : probes) {
     auto p = params[index];
     const double analytic = p.grad().view(-1)[flat].item<double>();
-    const double h = 1e-2;
-    double plus, minus;
-    {
-      at::NoGradGuard no_grad;
-      const float original = p.view(-1)[flat].item<float>();
-      p.view(-1)[flat].fill_(original + h);
-      plus = sequence_logprob(model, ids);
-      p.view(-1)[flat].fill_(original - h);
-      minus = sequence_logprob(model, ids);
-      p.view(-1)[flat].fill_(original);
-    }
-    const double numeric = (plus - minus) / (2 * h);
-    CAPTURE(index);
+    const double numeric = test::numeric_gradient(model, ids, p, flat);
+        CAPTURE(index);
     CAPTURE(flat);
     CHECK(analytic == doctest::Approx(numeric).epsilon(0.03).scale(1.0));
     checked += std::abs(analytic) > 1e-3;
