@@ -36,6 +36,9 @@ std::string variant(const std::string& answer, int i, bool pch) {
   return out;
 }
 
+// How the last build went: the compiler's path (CUDA: in halves, or the whole unit by nvcc, and why).
+std::string g_path;
+
 double build_seconds(const eval::KernelBenchPython& python, eval::Compiler& compiler, const std::string& source,
                      const eval::KernelBenchBuildOptions& options) {
   const auto built = eval::build_kernelbench_candidate(python, compiler, source, options);
@@ -45,6 +48,8 @@ double build_seconds(const eval::KernelBenchPython& python, eval::Compiler& comp
       std::fprintf(stderr, "  %s: %s\n", std::string(eval::reason_code_name(r.code)).c_str(), r.detail.c_str());
     std::exit(1);
   }
+  g_path = eval::to_string(built.compile.path);
+  if (!built.compile.whole_because.empty()) g_path += " (" + built.compile.whole_because.substr(0, 160) + ")";
   return built.seconds;
 }
 
@@ -67,7 +72,7 @@ int main(int argc, char** argv) {
   std::ostringstream text;
   text << in.rdbuf();
   std::string why;
-  const auto python = eval::find_kernelbench_python(why);
+  const auto python = eval::find_kernelbench_python(why, options.backend == eval::Backend::cuda);
   if (!python) {
     std::fprintf(stderr, "%s\n", why.c_str());
     return 1;
@@ -79,13 +84,14 @@ int main(int argc, char** argv) {
   eval::Compiler compiler(cache, eval::default_include_dir());
   std::printf("python: %s (%s)\n", python->executable.c_str(), python->versions.c_str());
   const double pch = build_seconds(*python, compiler, variant(text.str(), -1, true), options);
-  std::printf("first build, precompiling torch/extension.h: %.2f s\n", pch);
+  std::printf("first build, precompiling torch/extension.h: %.2f s, %s\n", pch, g_path.c_str());
   for (bool with_pch : {true, false}) {
     options.precompiled_header = with_pch;
     std::vector<double> times;
     for (int i = 0; i < count; ++i) {
       times.push_back(build_seconds(*python, compiler, variant(text.str(), i, with_pch), options));
-      std::printf("  %s build %d: %.2f s\n", with_pch ? "precompiled-header" : "plain", i, times.back());
+      std::printf("  %s build %d: %.2f s, %s\n", with_pch ? "precompiled-header" : "plain", i, times.back(),
+                  g_path.c_str());
     }
     std::printf("%s: median %.2f s over %d\n", with_pch ? "with the precompiled header" : "without it", median(times),
                 count);

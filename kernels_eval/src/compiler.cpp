@@ -147,6 +147,18 @@ fs::path toolkit_lib_dir() {
   return root / "lib64";
 }
 
+
+// The tools and flags of a split CUDA build for these options.
+SplitToolchain split_toolchain(const CompileOptions& o) {
+  SplitToolchain tools{nvcc_path(), cxx_path(), nvrtc_path(), o.cuda_arch, toolkit_dir() / "include", toolkit_lib_dir(),
+                       o.python_extension ? std::vector<std::string>{} : o.extra_flags};
+  tools.python_extension = o.python_extension;
+  tools.host_flags = o.split_extras.host;
+  tools.device_flags = o.split_extras.device;
+  tools.link_flags = o.split_extras.link;
+  return tools;
+}
+
 }  // namespace
 
 // Every directory above `path` can be searched by others, and the file itself read and run by them: an unprivileged
@@ -217,6 +229,10 @@ std::vector<std::string> Compiler::flags(const CompileOptions& o) const {
   return f;
 }
 
+std::vector<std::string> Compiler::split_host_flags(const CompileOptions& o) const {
+  return split_host_command(split_toolchain(o));
+}
+
 const std::string& Compiler::compiler_version(const std::string& tool) {
   std::lock_guard lock(mutex_);
   auto it = versions_.find(tool);
@@ -235,6 +251,8 @@ std::string Compiler::cache_key(const std::string& source, const CompileOptions&
   // A split build is another build of the same source: its own entry (benchmarks compare the two).
   if (o.backend == Backend::cuda && o.split_cuda)  // the host half is g++'s
     material += std::string("\0split\0", 7) + fast_launch_text_ + '\0' + compiler_version(cxx_path()) + nvrtc_path();
+  for (const auto* flags : {&o.split_extras.host, &o.split_extras.device, &o.split_extras.link})
+    for (const auto& flag : *flags) material += '\0' + flag;
   return sha256_hex(material);
 }
 
@@ -310,10 +328,7 @@ ProcessResult build(const std::string& source, const CompileOptions& o, const st
                     const fs::path& work, bool unprivileged, CompileResult& result) {
   auto run_step = [&](const std::vector<std::string>& step) { return run_compiler_step(step, o, work, unprivileged); };
   if (o.backend == Backend::cuda && o.split_cuda) {
-    const fs::path toolkit = toolkit_dir();
-    SplitToolchain tools{nvcc_path(), cxx_path(), nvrtc_path(), o.cuda_arch, toolkit / "include", toolkit_lib_dir(),
-                         o.extra_flags};
-    SplitBuild split = build_split(source, tools, work, run_step);
+    SplitBuild split = build_split(source, split_toolchain(o), work, run_step);
     result.path = split.path;
     result.whole_because = split.why_not;
     if (split.kind == SplitBuild::Kind::device_failed) return split.failure;

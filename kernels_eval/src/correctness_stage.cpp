@@ -176,6 +176,15 @@ bool check_correctness(StageContext& ctx, Verdict& v) {
                                                   "Triton kernels (PyTorch or a library did the work)"});
       return false;
     }
+    if (*v.kernel_coverage < ctx.gpu->min_own_share) {
+      v.status = Status::rejected;
+      v.reasons.push_back({ReasonCode::no_custom_work,
+                           std::to_string(static_cast<int>(100 * *v.kernel_coverage + 0.5)) +
+                               "% of the GPU time was in the candidate's own kernels (the floor is " +
+                               std::to_string(static_cast<int>(100 * ctx.gpu->min_own_share + 0.5)) +
+                               "%): PyTorch or a library did the work"});
+      return false;
+    }
   }
   return true;
 }

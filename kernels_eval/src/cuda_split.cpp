@@ -192,7 +192,7 @@ class Splitter {
       return out;
     }
     pair_brackets();
-    scan_scope(0, t_.size(), 0);
+    scan_scope(0, t_.size(), 0, false);
     for (const Token& tok : t_)
       if (tok.kind == Kind::identifier && untranslated_kernel_api(text(tok)))
         refuse_host(std::string(text(tok)) + " takes a kernel or device symbol from host code");
@@ -284,7 +284,7 @@ class Splitter {
   };
 
   // Declarations of a namespace, class or the file, tokens [i, end).
-  void scan_scope(std::size_t i, std::size_t end, int depth) {
+  void scan_scope(std::size_t i, std::size_t end, int depth, bool class_scope) {
     if (depth > kMaxScopeDepth) return refuse_both("namespaces or classes nested more than 64 deep");
     while (i < end) {
       if (t_[i].kind == Kind::directive) {
@@ -349,19 +349,37 @@ class Splitter {
         if (d.memory) refuse_host("__constant__ or __managed__ memory (the host part would need its symbol)");
         if (d.shared) refuse_host("a __shared__ variable outside a kernel");
         if (d.device && !d.params) refuse_host("a __device__ variable (the host part would need its symbol)");
+        if (!class_scope && host_only_declaration(d, i, j))
+          device_edits_.push_back({t_[i].begin, t_[j].end, keeping_lines(s_, t_[i].begin, t_[j].end, "")});
         i = j + 1;
         continue;
       }
       const std::size_t close = match(j);
       if (close == npos || close > end) return refuse_both("unbalanced braces");
       if (!d.params || d.initialiser || d.name_space || d.linkage) {  // a namespace, class or linkage block
-        scan_scope(j + 1, close, depth + 1);
+        scan_scope(j + 1, close, depth + 1, class_scope || (d.class_key && !d.name_space && !d.linkage));
         i = close + 1;
         continue;
       }
       function(d, i, j, close);
       i = close + 1;
     }
+  }
+
+  // Outside classes, what device code cannot use and NVRTC could not read without the host headers it lacks: a host
+  // function's declaration (`torch::Tensor f(torch::Tensor x);`, a Python extension's C++ sources), and a namespace
+  // of a host library brought in by name (`using namespace torch;`, `namespace py = pybind11;`). Tokens [i, j].
+  bool host_only_declaration(const Declaration& d, std::size_t i, std::size_t j) const {
+    for (std::size_t k = i; k < j; ++k)
+      if (is(k, "constexpr") || is(k, "typedef") || is(k, "static_assert")) return false;
+    if (d.params && !d.global && !d.device && !d.host && !d.initialiser && !d.class_key && !d.memory &&
+        !is(i, "using") && !d.name_space)
+      return true;
+    if (!is(i, "using") && !(d.name_space && is(i, "namespace"))) return false;
+    for (std::size_t k = i; k < j; ++k)
+      for (const char* library : {"torch", "at", "c10", "pybind11"})
+        if (is(k, library)) return true;
+    return false;
   }
 
   // A function definition: declaration tokens [first, body), body [body, close].

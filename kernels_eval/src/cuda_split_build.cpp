@@ -94,6 +94,14 @@ std::string blob_assembly(const std::vector<ElfSymbol>& device, const std::vecto
 
 }  // namespace
 
+std::vector<std::string> split_host_command(const SplitToolchain& tools) {
+  std::vector<std::string> argv{tools.cxx, "-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden",
+                                "-fvisibility-inlines-hidden", "-fno-gnu-unique", "-Wno-attributes", "-Iinclude",
+                                "-I" + tools.toolkit_include.string()};
+  argv.insert(argv.end(), tools.host_flags.begin(), tools.host_flags.end());
+  return argv;
+}
+
 SplitBuild build_split(const std::string& source, const SplitToolchain& tools, const fs::path& work,
                        const RunStep& run) {
   SplitBuild b;
@@ -117,9 +125,9 @@ SplitBuild build_split(const std::string& source, const SplitToolchain& tools, c
   // kernels for NVRTC, one after the other).
   ProcessResult host;
   std::thread host_compile([&] {
-    host = run({tools.cxx, "-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden",
-                "-fno-gnu-unique", "-Wno-attributes", "-Iinclude", "-I" + tools.toolkit_include.string(), "-c",
-                "host.cpp", "-o", "host.o"});
+    std::vector<std::string> argv = split_host_command(tools);
+    argv.insert(argv.end(), {"-c", "host.cpp", "-o", "host.o"});
+    host = run(argv);
   });
   ProcessResult device;
   b.path = CompilePath::split_nvcc;
@@ -145,6 +153,7 @@ SplitBuild build_split(const std::string& source, const SplitToolchain& tools, c
   if (b.path != CompilePath::split_nvrtc) {  // nvcc takes the candidate's file as written
     std::vector<std::string> argv = {tools.nvcc, "-std=c++17", "-O3", "-arch=" + tools.cuda_arch, "-cubin", "-Iinclude"};
     argv.insert(argv.end(), tools.extra_flags.begin(), tools.extra_flags.end());
+    argv.insert(argv.end(), tools.device_flags.begin(), tools.device_flags.end());
     argv.insert(argv.end(), {"candidate.cu", "-o", "device.cubin"});
     device = run(argv);
   }
@@ -167,10 +176,13 @@ SplitBuild build_split(const std::string& source, const SplitToolchain& tools, c
   }
   if (blob.empty()) return not_split("cannot bind the kernels: " + error);
   if (!write_text(work / "blob.s", blob)) return not_split("cannot write the kernel table");
-  // -z defs: a kernel the host code launches but the device code lacks fails here, not at load.
-  ProcessResult link = run({tools.cxx, "-shared", "-o", "candidate.so", "host.o", "blob.s",
-                            "-L" + tools.toolkit_lib.string(), "-lcudart", "-Wl,--version-script=exports.map",
-                            "-Wl,-z,defs"});
+  // -z defs: a kernel the host code launches but the device code lacks fails here, not at load. A Python
+  // extension leaves Python's symbols undefined; its kernels are checked by name when it loads.
+  std::vector<std::string> link_argv{tools.cxx, "-shared", "-o", "candidate.so", "host.o", "blob.s"};
+  link_argv.insert(link_argv.end(), tools.link_flags.begin(), tools.link_flags.end());
+  link_argv.insert(link_argv.end(), {"-L" + tools.toolkit_lib.string(), "-lcudart", "-Wl,--version-script=exports.map"});
+  if (!tools.python_extension) link_argv.push_back("-Wl,-z,defs");
+  ProcessResult link = run(link_argv);
   if (!link.ok()) return not_split("the halves did not link: " + first_line(link.output));
   b.kind = SplitBuild::Kind::built;
   return b;

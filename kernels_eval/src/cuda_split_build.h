@@ -18,7 +18,14 @@ struct SplitToolchain {
   std::string cuda_arch;
   std::filesystem::path toolkit_include, toolkit_lib;
   std::vector<std::string> extra_flags;  // the candidate's nvcc flags (NVRTC is then not used)
+  // A Python extension module (CompileOptions::SplitExtras): flags for the host half, for nvcc's device half, and
+  // for the link, which leaves Python's own symbols to the interpreter that imports it.
+  bool python_extension = false;
+  std::vector<std::string> host_flags, device_flags, link_flags;
 };
+
+// The host half's compile command, without its input and output: what a precompiled header for it is built with.
+std::vector<std::string> split_host_command(const SplitToolchain& tools);
 
 using RunStep = std::function<ProcessResult(const std::vector<std::string>& argv)>;
 

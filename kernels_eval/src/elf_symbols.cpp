@@ -70,8 +70,7 @@ bool for_each_symbol(const std::string& image, const Elf64_Ehdr& header, unsigne
 
 }  // namespace
 
-std::vector<ElfSymbol> read_symbol_table(const std::filesystem::path& path) {
-  const std::string image = read_image(path);
+std::vector<ElfSymbol> read_symbol_table_of_image(const std::string& image) {
   std::vector<ElfSymbol> symbols;
   for_each_symbol(image, read_header(image), SHT_SYMTAB, [&](const Elf64_Sym& sym, std::string name) {
     const unsigned bind = ELF64_ST_BIND(sym.st_info);
@@ -79,6 +78,27 @@ std::vector<ElfSymbol> read_symbol_table(const std::filesystem::path& path) {
                        sym.st_other});
   });
   return symbols;
+}
+
+std::vector<ElfSymbol> read_symbol_table(const std::filesystem::path& path) {
+  return read_symbol_table_of_image(read_image(path));
+}
+
+std::optional<std::string> bytes_at_symbol(const std::filesystem::path& path, const std::string& symbol) {
+  const std::string image = read_image(path);
+  const Elf64_Ehdr header = read_header(image);
+  std::optional<std::size_t> offset;
+  for_each_symbol(image, header, SHT_SYMTAB, [&](const Elf64_Sym& sym, const std::string& name) {
+    if (offset || name != symbol || sym.st_shndx == SHN_UNDEF || sym.st_shndx >= header.e_shnum) return;
+    const auto section = read_at<Elf64_Shdr>(image, header.e_shoff + sym.st_shndx * sizeof(Elf64_Shdr));
+    if (section.sh_type == SHT_NOBITS || sym.st_value < section.sh_addr ||
+        sym.st_value - section.sh_addr >= section.sh_size)
+      throw std::runtime_error("malformed ELF: " + symbol + " lies outside its section");
+    offset = section.sh_offset + (sym.st_value - section.sh_addr);
+  });
+  if (!offset) return std::nullopt;
+  if (*offset >= image.size()) throw std::runtime_error("malformed ELF: " + symbol + " lies past the end of the file");
+  return image.substr(*offset);
 }
 
 DynamicSymbols read_dynamic_symbols(const std::filesystem::path& so_path) {

@@ -19,6 +19,10 @@ constexpr int kHostNullCalls = 9;
 // call costs about what the candidate's does, so comparing all 50 would double the evaluation. Every timed call is
 // still checked for unwritten outputs, and the compared ones are chosen after the calls.
 constexpr int kGpuVerifiedTimedCalls = 4;
+// A KernelBench answer may keep PyTorch's operators (a cuDNN convolution beside its own fused epilogue), so its own
+// kernels' share of the GPU time is reported, and only a share this small is refused: a decoy kernel on a scrap
+// while PyTorch computes the answer.
+constexpr double kKernelBenchMinOwnShare = 0.05;
 
 // Set while a candidate is evaluated again in a fresh worker (see Evaluator::Impl::evaluate).
 thread_local bool t_fresh_worker = false;
@@ -136,7 +140,7 @@ Verdict Evaluator::Impl::evaluate(const TaskSpec& task, const std::string& sourc
   // 3. Load into a sandboxed worker; 4-5. correctness and timing.
   if (!load(e)) return finished(e);
   check_and_time(e);
-  if (e.gpu && !e.triton_pool) {
+  if (e.gpu && !e.python_pool) {
     // A reused worker's candidate that is not found correct is evaluated again in a fresh worker, whose verdict
     // stands: nothing an earlier candidate left behind can cost a later one its verdict.
     if (e.worker->uses() > 1 && e.v.status != Status::correct && !t_fresh_worker) {
@@ -198,7 +202,7 @@ bool Evaluator::Impl::load(Evaluation& e) {
 }
 
 CallOutcome Evaluator::Impl::load_on_cpu(Evaluation& e) {
-  e.worker = e.kernelbench_pool ? e.kernelbench_pool->acquire() : pool.acquire();
+  e.worker = e.python_pool ? e.python_pool->acquire() : pool.acquire();
   // Candidate and reference are timed in turns on one core (see share_cpu); a reference on several threads
   // needs the others.
   if (config.threads == 1) e.worker->share_cpu();
@@ -213,15 +217,18 @@ CallOutcome Evaluator::Impl::load_on_cpu(Evaluation& e) {
 CallOutcome Evaluator::Impl::load_on_gpu(Evaluation& e) {
   const bool trace = trace_calls();
   GpuResources& gpu = *e.gpu;
-  WorkerPool& workers = e.triton_pool ? *e.triton_pool : *gpu.workers;
+  WorkerPool& workers = e.python_pool ? *e.python_pool : *gpu.workers;
   e.worker = t_fresh_worker ? workers.acquire_fresh() : workers.acquire();
   if (trace) std::fprintf(stderr, "load: worker acquired after %.1f ms\n", since(e.load_start) * 1e3);
   gpu.tensors.reserve(e.layout.bytes);
   e.gpu_stage = {e.cuda_device(), gpu.tensors.data(), gpu.flush.get(), 0.0};
-  e.gpu_stage.own_kernels_only = e.triton_pool != nullptr;
+  // KernelBench lets an answer keep some of PyTorch's operators (and its allocations fill memory): there the
+  // profiler's share is reported, not enforced.
+  e.gpu_stage.own_kernels_only = e.options.kind == CandidateKind::triton;
+  if (e.options.kind == CandidateKind::kernelbench) e.gpu_stage.min_own_share = kKernelBenchMinOwnShare;
   // Held calls are trusted only where the candidate cannot reach its worker's control block: a CUDA C++ candidate
   // shares the worker's memory and could say it returned from launching while its work had run unheld.
-  const bool queued = e.options.launches == Launches::queued && e.triton_pool;
+  const bool queued = e.options.launches == Launches::queued && e.python_pool;
   if (queued && gpu.held->available()) e.gpu_stage.held = gpu.held.get();
   poison_outputs(e.layout, ArenaRef{e.gpu_stage.tensors, e.cuda_device()});
   cuda::synchronize();
@@ -297,7 +304,8 @@ void Evaluator::Impl::check_and_time(Evaluation& e) {
     const std::string key = timing_key(e, ctx);
     {
       // No spare worker makes its CUDA context while calls are timed (see WorkerPool::pause_starts).
-      StartsPaused paused(e.gpu ? std::vector<WorkerPool*>{e.gpu->workers.get(), e.gpu->triton_workers.get()}
+      StartsPaused paused(e.gpu ? std::vector<WorkerPool*>{e.gpu->workers.get(), e.gpu->triton_workers.get(),
+                                                            e.gpu->kernelbench_workers.get()}
                                 : std::vector<WorkerPool*>{});
       measure_timing(ctx, v, cache.timings, key);
     }

@@ -1,5 +1,5 @@
 // The evaluator's KernelBench steps 1-2: the candidate built (kernelbench_candidate.h), its plan for the task
-// written, and the pool of KernelBench workers that loads it. Loading, correctness and timing are the evaluator's
+// written, and the pool of KernelBench workers that loads it (the CPU's, or the GPU's Python workers). Loading, correctness and timing are the evaluator's
 // own, as for every other candidate.
 #include <algorithm>
 
@@ -47,13 +47,32 @@ std::vector<DType> task_dtypes(const TaskSpec& task) {
   return dtypes;
 }
 
-// A worker imports PyTorch before it says hello: seconds on a loaded machine.
+// A CPU worker imports PyTorch before it says hello: seconds on a loaded machine.
 std::unique_ptr<WorkerPool> kernelbench_worker_pool(const KernelBenchPython& python, const fs::path& support) {
   return std::make_unique<WorkerPool>(
       python.executable, 1,
       std::vector<std::string>{"-I", (default_python_dir() / "crucible_kernelbench" / "worker.py").string(),
                                "--support", support.string()},
       120.0);
+}
+
+// A GPU worker is the Triton worker's process (its own CUDA context, the trusted Triton warm-up) around a
+// KernelBench candidate: a few seconds to start, so two start ahead.
+std::unique_ptr<WorkerPool> kernelbench_gpu_worker_pool(const KernelBenchPython& python, const fs::path& support,
+                                                        int device, const fs::path& cache_dir) {
+  const fs::path warm_cache = cache_dir / "triton" / "worker-warm";
+  std::error_code ec;
+  fs::create_directories(warm_cache, ec);
+  return std::make_unique<WorkerPool>(
+      python.executable, gpu_warm_workers(2),
+      std::vector<std::string>{"-I", (default_python_dir() / "crucible_kernelbench" / "gpu_worker.py").string(),
+                               "--device", std::to_string(device), "--support", support.string(), "--warm-cache",
+                               warm_cache.string()},
+      120.0);
+}
+
+std::string cuda_arch_of(const cuda::DeviceInfo& info) {
+  return "sm_" + std::to_string(info.major) + std::to_string(info.minor);
 }
 
 }  // namespace
@@ -64,27 +83,34 @@ bool Evaluator::Impl::build_kernelbench(Evaluation& e) {
     e.v.reasons.push_back({ReasonCode::kernelbench_unavailable, why});
     return false;
   };
-  if (e.gpu)
-    return refuse("KernelBench candidates are evaluated on the CPU in this build (cpp_sources only); the GPU worker "
-                  "is not wired in yet");
   std::string why;
-  const auto python = find_kernelbench_python(why);
+  const auto python = find_kernelbench_python(why, e.gpu != nullptr);
   if (!python) return refuse(why);
   const fs::path support = default_python_worker_support();
   if (support.empty() || !fs::exists(support))
     return refuse("the Python worker's support library is missing (" + support.string() + ")");
   KernelBenchBuildOptions b;
-  b.backend = Backend::cpu;
+  b.backend = e.gpu ? Backend::cuda : Backend::cpu;
+  if (e.gpu) b.cuda_arch = cuda_arch_of(e.gpu->info);
   b.forbid_torch_ops = e.options.forbid_torch_ops;
   b.dtypes = task_dtypes(e.task);
   b.time_limit_s = std::max(e.options.compile.time_limit_s, 120.0);  // torch/extension.h is a large header
   b.max_source_bytes = e.options.compile.max_source_bytes;
   const KernelBenchBuild built = build_kernelbench_candidate(*python, compiler, e.source, b);
   if (!accept_kernelbench_build(built, e.v)) return false;
+  if (e.gpu && !built.kernels.empty())
+    return refuse("answers with @triton.jit kernels are not evaluated on the GPU yet (their kernels would have to "
+                  "be compiled before the sandboxed worker runs them); load_inline answers are");
   e.candidate_path = write_kernelbench_plan(built, e.task, e.size_set);  // what the worker is asked to load
   std::lock_guard<std::mutex> lock(gpu_mutex);
-  if (!kernelbench_workers) kernelbench_workers = kernelbench_worker_pool(*python, support);
-  e.kernelbench_pool = kernelbench_workers.get();
+  if (e.gpu) {
+    if (!e.gpu->kernelbench_workers)
+      e.gpu->kernelbench_workers = kernelbench_gpu_worker_pool(*python, support, e.gpu->device, config.cache_dir);
+    e.python_pool = e.gpu->kernelbench_workers.get();
+  } else {
+    if (!kernelbench_workers) kernelbench_workers = kernelbench_worker_pool(*python, support);
+    e.python_pool = kernelbench_workers.get();
+  }
   return true;
 }
 

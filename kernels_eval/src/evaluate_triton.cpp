@@ -101,7 +101,7 @@ bool Evaluator::Impl::build_triton(Evaluation& e) {
   std::lock_guard<std::mutex> lock(gpu_mutex);
   if (!e.gpu->triton_workers)
     e.gpu->triton_workers = triton_worker_pool(*python, support, e.gpu->device, config.cache_dir);
-  e.triton_pool = e.gpu->triton_workers.get();
+  e.python_pool = e.gpu->triton_workers.get();
   return true;
 }
 

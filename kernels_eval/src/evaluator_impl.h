@@ -29,7 +29,8 @@ struct GpuResources {
   int device = 0;
   cuda::DeviceInfo info;
   std::unique_ptr<WorkerPool> workers;
-  std::unique_ptr<WorkerPool> triton_workers;  // made on the first Triton candidate
+  std::unique_ptr<WorkerPool> triton_workers;       // made on the first Triton candidate
+  std::unique_ptr<WorkerPool> kernelbench_workers;  // made on the first KernelBench candidate
   cuda::SharedDeviceMemory tensors;
   SharedArena control;
   std::unique_ptr<cuda::L2Flush> flush;
@@ -63,10 +64,9 @@ struct Evaluation {
   ReferenceFn reference;
   std::vector<TensorShape> in_shapes, out_shapes;
   // Built: the shared object (a Triton candidate's module, a KernelBench candidate's plan) and, for Python
-  // candidates, the pool of workers that runs it.
+  // candidates (Triton, KernelBench), the pool of single-use Python workers that runs it.
   std::filesystem::path candidate_path;
-  WorkerPool* triton_pool = nullptr;
-  WorkerPool* kernelbench_pool = nullptr;  // a KernelBench candidate's: candidate_path is then its plan
+  WorkerPool* python_pool = nullptr;
   // Loaded.
   Clock::time_point load_start;
   int arena_sets = 1;
@@ -87,7 +87,7 @@ struct Evaluator::Impl {
   SharedArena arena;
   EvaluatorCache cache;
   std::mutex gpu_mutex;  // compile() may ask for a GPU's architecture from other threads
-  std::unique_ptr<WorkerPool> kernelbench_workers;  // made on the first KernelBench candidate, under gpu_mutex
+  std::unique_ptr<WorkerPool> kernelbench_workers;  // the CPU's, made on the first KernelBench candidate, under gpu_mutex
 
   Verdict evaluate(const TaskSpec& task, const std::string& source, const EvalOptions& options);
   CompileResult compile(const std::string& source, const EvalOptions& options);

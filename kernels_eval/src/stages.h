@@ -31,6 +31,9 @@ struct GpuStage {
   // Every kernel must be the candidate's own (a Triton candidate's, by name): PyTorch or a library doing the work
   // is refused rather than reported.
   bool own_kernels_only = false;
+  // Below this share of the GPU time in its own kernels, a candidate that may keep PyTorch's operators (KernelBench's
+  // format) did no real work of its own: a decoy beside PyTorch's. 0: not checked.
+  double min_own_share = 0.0;
 };
 
 struct StageContext {

@@ -162,6 +162,15 @@ bool extension_may_import(std::string_view symbol) {
   return false;
 }
 
+// Writing diagnostics to stderr, which PyTorch's and pybind11's headers compile into every extension (pybind11's GIL
+// checks, c10's registries). A worker's standard streams are /dev/null, and nothing here opens a stream: stdout and
+// stdin, fopen and fdopen stay refused.
+bool extension_diagnostic_output(std::string_view symbol) {
+  static const std::set<std::string_view> names{"stderr",  "fflush", "fprintf", "__fprintf_chk", "vfprintf",
+                                                "__vfprintf_chk", "fputs", "fputc", "fwrite", "putc"};
+  return names.count(symbol) > 0;
+}
+
 // PyTorch's own ways to another stream, an event or a graph, refused in an extension as cudaStream* is.
 bool torch_stream_symbol(std::string_view symbol) {
   for (std::string_view s : {"getStreamFromPool", "getStreamFromExternal", "setCurrentCUDAStream", "CUDAEvent",
@@ -176,7 +185,7 @@ std::string classify_import(const std::string& symbol, const GatePolicy& policy)
   const auto& extra = policy.extra_allowed_imports;
   if (std::find(extra.begin(), extra.end(), symbol) != extra.end()) return {};
   if (policy.python_extension && torch_stream_symbol(symbol)) return "cuda stream/event/graph";
-  if (policy.python_extension && extension_may_import(symbol)) return {};
+  if (policy.python_extension && (extension_may_import(symbol) || extension_diagnostic_output(symbol))) return {};
   for (const auto& category : forbidden_categories()) {
     if (std::find(category.exact.begin(), category.exact.end(), symbol) != category.exact.end())
       return std::string(category.name);

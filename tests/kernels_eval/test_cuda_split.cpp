@@ -76,6 +76,50 @@ TEST_CASE("the host half drops kernel bodies and rewrites launches, and the devi
   CHECK(lines(candidate_part) == lines(kRelu));
 }
 
+TEST_CASE("a Python extension's unit: host declarations and host libraries' namespaces leave the device half") {
+  constexpr const char* kUnit = R"(#include <torch/extension.h>
+using namespace torch;
+namespace py = pybind11;
+torch::Tensor relu_cuda(torch::Tensor x);
+template <typename T> T twice(T v);
+constexpr int kThreads(256);
+__device__ float clamp01(float v);
+__global__ void relu_kernel(const float* x, float* y, int64_t n);
+struct Pair { float a; float sum() const; };
+__device__ float clamp01(float v) { return fminf(fmaxf(v, 0.f), 1.f); }
+__global__ void relu_kernel(const float* x, float* y, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = clamp01(x[i]) * kThreads;
+}
+torch::Tensor relu_cuda(torch::Tensor x) {
+  auto y = torch::empty_like(x);
+  relu_kernel<<<1, kThreads>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+  return y;
+}
+PYBIND11_MODULE(relu_ext, m) { m.def("relu_cuda", &relu_cuda); }
+)";
+  const eval::CudaSplit split = eval::split_cuda_source(kUnit);
+  REQUIRE(split.host_ok());
+  REQUIRE(split.device_ok());
+  for (const char* gone : {"torch", "pybind11", "PYBIND11_MODULE", "twice"}) {
+    CAPTURE(gone);
+    CHECK_FALSE(contains(split.device, gone));
+  }
+  // What device code may use stays: device declarations, constants, classes whole.
+  for (const char* kept : {"__device__ float clamp01(float v);", "constexpr int kThreads(256);",
+                           "__global__ void relu_kernel(const float* x, float* y, int64_t n);",
+                           "struct Pair { float a; float sum() const; };", "y[i] = clamp01(x[i]) * kThreads;"}) {
+    CAPTURE(kept);
+    CHECK(contains(split.device, kept));
+  }
+  // The host half keeps its declarations and its bindings.
+  CHECK(contains(split.host, "torch::Tensor relu_cuda(torch::Tensor x);"));
+  CHECK(contains(split.host, "using namespace torch;"));
+  CHECK(contains(split.host, "PYBIND11_MODULE(relu_ext, m)"));
+  const std::string candidate_part = split.device.substr(split.device.find("#line 1 \"candidate.cu\"\n") + 23);
+  CHECK(lines(candidate_part) == lines(kUnit));
+}
+
 TEST_CASE("launch forms: qualified names, template arguments, two to four configuration values") {
   struct Row {
     const char* launch;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -13,6 +14,7 @@
 #include <utility>
 
 #include "cli_support.h"
+#include "crucible/eval/compiler.h"
 #include "crucible/eval/evaluator.h"
 #include "crucible/eval/kernelbench_candidate.h"
 #include "crucible/eval/scratch_dirs.h"
@@ -234,7 +236,7 @@ TEST_CASE("kernelbench: the extracted sources carry the candidate's line numbers
                      "#line 4 \"candidate.py\"\n\nint a;") == 0);
 }
 
-TEST_CASE("kernelbench: an extension may use PyTorch's C++ API and is still refused threads, files and streams") {
+TEST_CASE("kernelbench: an extension may use PyTorch's C++ API and stderr, and is still refused threads, files and streams") {
   eval::GatePolicy policy;
   policy.python_extension = true;
   const std::map<std::string, std::string> rows{
@@ -243,6 +245,12 @@ TEST_CASE("kernelbench: an extension may use PyTorch's C++ API and is still refu
       {"_ZN8pybind116detail11type_casterIN2at6TensorEvE4loadENS_6handleEb", ""},  // the bindings
       {"PyErr_SetString", ""},                                                 // Python's C API
       {"_ZNSo5flushEv", ""},                                                   // ostream on a string (TORCH_CHECK)
+      {"stderr", ""},                                                          // pybind11's GIL diagnostics
+      {"__fprintf_chk", ""},
+      {"fflush", ""},
+      {"stdout", "file"},                                                      // only stderr: a worker's is /dev/null
+      {"stdin", "file"},
+      {"fdopen", "file"},
       {"pthread_create", "thread"},
       {"fopen", "file"},
       {"_ZSt4cout", "file"},
@@ -258,8 +266,50 @@ TEST_CASE("kernelbench: an extension may use PyTorch's C++ API and is still refu
     CAPTURE(symbol);
     CHECK(eval::classify_import(symbol, policy) == category);
   }
-  // A plain candidate may not import PyTorch at all.
+  // A plain candidate may not import PyTorch at all, nor write to stderr.
   CHECK(eval::classify_import("_ZN2at4_ops4relu4callERKNS_6TensorE", eval::GatePolicy{}) == "library");
+  CHECK(eval::classify_import("stderr", eval::GatePolicy{}) == "file");
+}
+
+TEST_CASE("kernelbench: an extension's CUDA kernels are named as the profiler names them, C++ and extern \"C\" alike") {
+  if (!fs::exists("/usr/local/cuda/bin/nvcc")) {
+    MESSAGE("skipped: no CUDA toolkit at /usr/local/cuda");
+    return;
+  }
+  const fs::path dir = eval::make_scratch_dir("kb-kernel-names");
+  std::ofstream(dir / "k.cu") << "__global__ void scale(float* x) { x[threadIdx.x] *= 2; }\n"
+                                 "extern \"C\" __global__ void plain_c(int* y) { y[0] = 1; }\n"
+                                 "template <int N> __global__ void shifted(float* x) { x[N] = 0; }\n"
+                                 "__device__ float helper(float v) { return v + 1; }\n"
+                                 "void launch(float* x, int* y) { scale<<<1, 1>>>(x); plain_c<<<1, 1>>>(y); "
+                                 "shifted<3><<<1, 1>>>(x); }\n";
+  eval::ProcessLimits limits;
+  limits.wall_seconds = 300;
+  const auto r = eval::run_process({"/usr/local/cuda/bin/nvcc", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC",
+                                    "-cudart", "shared", (dir / "k.cu").string(), "-o", (dir / "k.so").string()},
+                                   limits);
+  REQUIRE_MESSAGE(r.ok(), r.output);
+  CHECK(eval::cuda_kernel_names(dir / "k.so") ==
+        std::vector<std::string>{"_Z5scalePf", "_Z7shiftedILi3EEvPf", "plain_c"});
+  CHECK(eval::cuda_kernel_names(dir / "k.cu").empty());  // not ELF: no names, no throw
+  fs::remove_all(dir);
+
+  // A split build launches from its embedded cubin: the names are that cubin's entry functions.
+  test::ScratchDir cache("kb-kernel-names-split");
+  eval::Compiler compiler(cache.path(), eval::default_include_dir());
+  eval::CompileOptions options;
+  options.backend = eval::Backend::cuda;
+  const auto split = compiler.compile(R"(#include <crucible/kernel.h>
+__global__ void relu(const float* x, float* y, long n) {
+  long i = blockIdx.x * (long)blockDim.x + threadIdx.x; if (i < n) y[i] = x[i] > 0 ? x[i] : 0; }
+CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_tensor* out, int32_t, void* stream) {
+  long n = in[0].shape[0];
+  relu<<<(n + 255) / 256, 256, 0, (cudaStream_t)stream>>>((const float*)in[0].data, (float*)out[0].data, n);
+  return 0;
+})", options);
+  REQUIRE_MESSAGE(split.ok(), split.log);
+  CHECK(split.path != eval::CompilePath::whole);
+  CHECK(eval::cuda_kernel_names(split.so_path) == std::vector<std::string>{"_Z4reluPKfPfl"});
 }
 
 TEST_CASE("kernelbench: a compile pool builds nothing ahead (the extensions are built when it is evaluated)") {

@@ -19,11 +19,9 @@ tensor's allocation and the copy into the evaluator's buffers are all part of a 
 
 Usage: python3 -I worker.py --support LIB
 """
-import ast
 import ctypes
 import errno
 import gc
-import json
 import mmap
 import os
 import resource
@@ -35,37 +33,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from crucible_triton import confine, protocol  # noqa: E402
 from crucible_triton.worker import SYS, load_module, one_line, sleep_until_go  # noqa: E402
+from crucible_kernelbench.model import LoadedModel, Refused, read_plan  # noqa: E402
 
-REFUSAL_RC = -1000002  # protocol::kRefusalRc: the call was refused; "code: detail" is in cuda_error_text
-EXCEPTION_RC = 1
-
-
-class Refused(Exception):
-    """A classified refusal: `code` is the verdict's reason code."""
-
-    def __init__(self, code, detail):
-        super().__init__(f"{code}: {detail}")
-        self.code, self.detail = code, detail
-
-
-def arg(name, default=None):
-    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
-
-
-class Extension:
-    """What the candidate's load_inline returns: the prebuilt module, with every call of its functions counted."""
-
-    def __init__(self, module, functions, counter):
-        for name in functions:
-            setattr(self, name, counted(getattr(module, name), counter))
-
-
-def counted(function, counter):
-    def call(*args, **kwargs):
-        counter[0] += 1
-        return function(*args, **kwargs)
-    call.__name__ = getattr(function, "__name__", "extension_function")
-    return call
 
 
 class Worker:
@@ -73,8 +42,7 @@ class Worker:
         self.support = ctypes.CDLL(arg("--support"))
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.parent = os.getppid()
-        self.calls_into_extensions = [0]
-        self.model = None
+        self.loaded = None
         global torch
         import torch
         # Imported here, trusted: on import it looks for a CUDA toolkit, running `which nvcc` where it finds none.
@@ -102,14 +70,14 @@ class Worker:
             self.control.done = seq
             seq += 1
         try:
-            plan = self.read_plan(request.so_path.decode())
+            plan = read_plan(request.so_path.decode())
         except (OSError, ValueError, KeyError) as e:
             return self.fail(6, "cannot read the candidate's plan: " + one_line(e))
         why = self.enter_load_stage(request, plan)
         if why:
             return self.fail(5, why)
         try:
-            self.load(plan)
+            self.loaded = LoadedModel(torch, plan, self.sets, load_module, count_calls=True)
         except Refused as e:
             return self.fail(7, str(e))
         except BaseException as e:  # the candidate's own failure, with its words
@@ -160,14 +128,6 @@ class Worker:
             raise RuntimeError("a tensor lies outside the arena")
         return flat.as_strided(shape, strides)
 
-    def read_plan(self, path):
-        with open(path) as f:
-            plan = json.load(f)
-        with open(plan["candidate"], "rb") as f:
-            plan["source"] = f.read().decode("utf-8", errors="replace")
-        plan["init_inputs"] = ast.literal_eval(plan["init_inputs"])  # the importer's record: literals only
-        return plan
-
     # ---- the load stage ------------------------------------------------------------------------------------------
     def enter_load_stage(self, request, plan):
         paths = confine.python_trees(os.path.dirname(HERE)) + [os.path.dirname(plan["candidate"])]
@@ -191,57 +151,6 @@ class Worker:
             return "cannot install the load-stage seccomp filter"
         return ""
 
-    def load(self, plan):
-        import importlib.util
-        prebuilt = {}
-        for ext in plan["extensions"]:
-            spec = importlib.util.spec_from_file_location(ext["name"], ext["path"])
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            missing = [f for f in ext["functions"] if not hasattr(module, f)]
-            if missing:
-                raise Refused("dynamic_source", f"the extension '{ext['name']}' does not define {missing[0]}")
-            prebuilt[ext["name"]] = Extension(module, ext["functions"], self.calls_into_extensions)
-        self.custom_kernels = bool(prebuilt) or bool(plan.get("kernels"))
-        torch.utils.cpp_extension.load_inline = lambda name, *args, **kwargs: self.prebuilt(prebuilt, name)
-        namespace = load_module("candidate.py", plan["source"])
-        model_class = namespace.get("ModelNew")
-        if model_class is None:
-            raise Refused("missing_model_new", "the candidate defines no ModelNew")
-        self.model = model_class(*plan["init_inputs"])
-        if not isinstance(self.model, torch.nn.Module):
-            raise Refused("missing_model_new", "ModelNew(...) is not an nn.Module")
-        self.bindings = [self.bind_state(plan, inputs) for inputs, _ in self.sets]
-        self.problem_inputs = plan["problem_inputs"]
-
-    def prebuilt(self, prebuilt, name):
-        if name not in prebuilt:
-            raise Refused("dynamic_source", f"load_inline('{name}') was not among the sources read before the run")
-        return prebuilt[name]
-
-    def bind_state(self, plan, inputs):
-        """For one input set: (owner module, leaf name, is buffer, value) for every parameter input of the task,
-        found in ModelNew by its name (module path with '.' as '_'), the same values the reference gets."""
-        own = {}
-        for kind, items in (("parameter", self.model.named_parameters()), ("buffer", self.model.named_buffers())):
-            for path, tensor in items:
-                own.setdefault(path.replace(".", "_"), (path, tensor, kind == "buffer"))
-        bound = []
-        for index, name in enumerate(plan["state"]):
-            value = inputs[plan["problem_inputs"] + index]
-            if name not in own:
-                raise Refused("missing_parameter", f"the reference has '{name}' and ModelNew has no parameter or "
-                              "buffer of that name (names are module paths, '.' read as '_')")
-            path, tensor, is_buffer = own[name]
-            if tuple(tensor.shape) != tuple(value.shape) or tensor.dtype != value.dtype:
-                raise Refused("parameter_shape", f"ModelNew's '{path}' is {list(tensor.shape)} {tensor.dtype}; "
-                              f"the reference's is {list(value.shape)} {value.dtype}")
-            owner_path, _, leaf = path.rpartition(".")
-            owner = self.model.get_submodule(owner_path) if owner_path else self.model
-            bound.append((owner, leaf, is_buffer,
-                          value if is_buffer else torch.nn.Parameter(value, requires_grad=False)))
-        return bound
-
     # ---- the run stage -------------------------------------------------------------------------------------------
     def serve(self, sets, seq):
         c = self.control
@@ -258,48 +167,21 @@ class Worker:
             seq += 1
 
     def call(self, s):
-        """One call: set s's parameters bound, forward run, its result checked and copied out. Null calls (s None)
-        take the same path around no model."""
+        """One call of set s; null calls (s None) take the same path around no model."""
         c = self.control
         try:
-            if s is None:
-                c.rc = 0
-                return
-            inputs, outputs = self.sets[s]
-            for owner, leaf, is_buffer, value in self.bindings[s]:
-                (owner._buffers if is_buffer else owner._parameters)[leaf] = value
-            before = self.calls_into_extensions[0]
-            with torch.no_grad():
-                result = self.model(*inputs[:self.problem_inputs])
-            self.deliver(result, outputs)
-            if self.calls_into_extensions[0] == before and not self.kernels_only_triton():
-                raise Refused("no_custom_work", "none of the extension's functions ran in this call (PyTorch did "
-                              "the work)")
+            if s is not None:
+                self.loaded.call(s)
             c.rc = 0
         except Refused as e:
             self.refuse(str(e))
         except BaseException as e:
             self.refuse("python_exception: " + one_line(e))
 
-    def kernels_only_triton(self):
-        return False  # Triton-format answers run on GPU nodes, where CUPTI counts their kernels
-
-    def deliver(self, result, outputs):
-        results = list(result) if isinstance(result, (tuple, list)) else [result]
-        if len(results) != len(outputs):
-            raise Refused("output_count", f"forward returned {len(results)} tensors; the task has {len(outputs)}")
-        for k, (r, out) in enumerate(zip(results, outputs)):
-            if not isinstance(r, torch.Tensor):
-                raise Refused("output_type", f"output {k} is a {type(r).__name__}, not a tensor")
-            if tuple(r.shape) != tuple(out.shape) or r.dtype != out.dtype:
-                raise Refused("output_shape", f"output {k} is {list(r.shape)} {r.dtype}; the task's is "
-                              f"{list(out.shape)} {out.dtype}")
-            out.copy_(r)
-
     def refuse(self, text):
         c = self.control
         c.cuda_error_text = text.encode("utf-8", errors="replace")[:250]
-        c.rc = REFUSAL_RC
+        c.rc = protocol.REFUSAL_RC
 
     # ---- helpers -------------------------------------------------------------------------------------------------
     def wait_for_call(self, expected):

@@ -11,6 +11,7 @@ MAX_SETS = 8
 IPC_HANDLE_BYTES = 64
 NULL_CALL = 1000
 DEVICE_ERROR_RC = -1000001
+REFUSAL_RC = -1000002  # the call was refused; "code: detail" is in the control block's cuda_error_text
 
 
 class TensorDesc(ctypes.Structure):

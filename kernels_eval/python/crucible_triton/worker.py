@@ -92,7 +92,7 @@ class Worker:
         torch.cuda.set_device(self.device)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        self.stream = torch.cuda.Stream(self.device)
+        self.stream = self.candidate_stream()
         torch.cuda.set_stream(self.stream)
         self.start_event = torch.cuda.Event(enable_timing=True)
         self.end_event = torch.cuda.Event(enable_timing=True)
@@ -162,17 +162,14 @@ class Worker:
             c.done = seq
             seq += 1
 
-        # The candidate, as the evaluator's compile step left it: its source and the names of its kernels.
+        # The candidate, as the evaluator's compile step left it.
         path = request.so_path.decode()
         candidate_dir = os.path.dirname(path)
         try:
-            with open(path, "rb") as f:
-                source = f.read().decode("utf-8", errors="replace")
-            with open(os.path.join(candidate_dir, "gate.json")) as f:
-                kernels = json.load(f)["kernels"]
+            self.read_candidate(path)
         except (OSError, ValueError, KeyError) as e:
             return self.fail(6, "cannot read the candidate: " + one_line(e))
-        for name in kernels:
+        for name in self.own_kernels:
             self.support.crucible_coverage_own_kernel(name.encode())
         os.environ["TRITON_CACHE_DIR"] = os.path.join(candidate_dir, "triton-cache")
         tensors = [[self.view(base, request.tensors[s][t]) for t in range(request.num_inputs + request.num_outputs)]
@@ -182,8 +179,7 @@ class Worker:
 
         # ---- 3. the load stage -----------------------------------------------------------------------------------
         needs, ioctl_fds = self.device_needs()
-        why = confine.confine(self.support, confine.worker_paths(os.path.dirname(HERE), candidate_dir,
-                                                                 arg("--warm-cache")))
+        why = confine.confine(self.support, self.readable_paths(candidate_dir))
         if why:
             return self.fail(15, "cannot confine the worker's files (Landlock): " + why)
         # Filters stack and the strictest answer wins: a soft refusal must be in every stage's filter.
@@ -193,17 +189,9 @@ class Worker:
         if self.seal(self.support.crucible_seal_load_stage, protocol.SOCKET_FD, load_extra, ioctl_fds, soft) != 0:
             return self.fail(5, "cannot install the load-stage seccomp filter")
         try:
-            module = load_module("candidate.py", source)  # the name the compile step used, and the user sees
-            forward = module["crucible_forward"]
+            self.load_candidate()
         except Exception as e:
-            return self.fail(7, "loading the candidate: " + one_line(e))
-        try:
-            inputs, outputs = self.sets[0]
-            forward(inputs, outputs)  # loads the compiled kernels from the cache while files may still be read
-            torch.cuda.synchronize()
-        except Exception:
-            pass  # decided by the calls the evaluator makes, which fail the same way (an error, a lost context)
-        self.forward = forward
+            return self.fail(7, self.load_failure(e))
         if not self.reply(True, ""):
             return 8
         sock.close()
@@ -230,11 +218,41 @@ class Worker:
             elif s < 0 or s > sets:
                 return 0  # the evaluator's way of saying goodbye
             else:
-                usable = self.call(self.forward, *self.sets[s])
+                usable = self.call(self.forward_for(s), *self.sets[s])
                 c.done = seq
                 if not usable:
                     os._exit(13)  # the CUDA context is lost (the error is in the control block)
             seq += 1
+
+    # ---- the candidate: what a Triton candidate is (a worker for another format overrides these) -----------------
+    def candidate_stream(self):
+        return torch.cuda.Stream(self.device)
+
+    def read_candidate(self, path):
+        """Its source and the names of its kernels, as the compile step wrote them."""
+        with open(path, "rb") as f:
+            self.source = f.read().decode("utf-8", errors="replace")
+        with open(os.path.join(os.path.dirname(path), "gate.json")) as f:
+            self.own_kernels = json.load(f)["kernels"]
+
+    def readable_paths(self, candidate_dir):
+        return confine.worker_paths(os.path.dirname(HERE), candidate_dir, arg("--warm-cache"))
+
+    def load_candidate(self):
+        module = load_module("candidate.py", self.source)  # the name the compile step used, and the user sees
+        self.forward = module["crucible_forward"]
+        try:
+            inputs, outputs = self.sets[0]
+            self.forward(inputs, outputs)  # loads the compiled kernels from the cache while files may still be read
+            torch.cuda.synchronize()
+        except Exception:
+            pass  # decided by the calls the evaluator makes, which fail the same way (an error, a lost context)
+
+    def load_failure(self, e):
+        return "loading the candidate: " + one_line(e)
+
+    def forward_for(self, s):
+        return self.forward
 
     def call(self, forward, inputs, outputs):
         c = self.control

@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <fstream>
+#include <cctype>
 #include <map>
+#include <set>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,6 +18,7 @@
 #include "crucible/eval/subprocess.h"
 #include "crucible/eval/triton_candidate.h"
 #include "crucible/eval/utf8_text.h"
+#include "elf_symbols.h"
 
 namespace crucible::eval {
 namespace fs = std::filesystem;
@@ -63,49 +66,66 @@ std::vector<Reason> refusals_of(const json& analysis) {
   return refusals;
 }
 
-// What every extension is compiled with, beyond the compiler's own flags: the PyTorch and Python headers of the
-// worker's interpreter, its C++ ABI, and its libraries (found already loaded by the worker, by soname).
+// What every compile of an extension needs beyond the compiler's own flags: the PyTorch and Python headers of the
+// worker's interpreter and its C++ ABI.
+std::vector<std::string> header_flags(const KernelBenchPython& python) {
+  std::vector<std::string> flags;
+  for (const auto& dir : python.include_dirs) {  // two arguments: nvcc refuses "-isystemDIR", g++ takes either
+    flags.push_back("-isystem");
+    flags.push_back(dir);
+  }
+  flags.push_back("-D_GLIBCXX_USE_CXX11_ABI=" + std::to_string(python.cxx11_abi));
+  flags.push_back("-DTORCH_API_INCLUDE_EXTENSION_H");
+  return flags;
+}
+
+// The libraries of the worker's PyTorch (found already loaded by the worker, by soname), as g++ takes them.
+std::vector<std::string> library_flags(const KernelBenchPython& python, bool cuda) {
+  std::vector<std::string> flags{"-Wl,--no-as-needed"};
+  for (const auto& dir : python.library_dirs) flags.push_back("-L" + dir);
+  for (const char* lib : {"-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"}) flags.push_back(lib);
+  if (cuda)
+    for (const char* lib : {"-lc10_cuda", "-ltorch_cuda"}) flags.push_back(lib);
+  return flags;
+}
+
 CompileOptions extension_options(const KernelBenchPython& python, const KernelBenchBuildOptions& options, bool cuda) {
   CompileOptions o;
   o.backend = cuda ? Backend::cuda : Backend::cpu;
   o.cuda_arch = options.cuda_arch;
-  o.split_cuda = false;  // the whole unit is one module: its bindings and its kernels
   o.python_extension = true;
   o.time_limit_s = options.time_limit_s;
   o.max_source_bytes = options.max_source_bytes;
-  for (const auto& dir : python.include_dirs) {  // two arguments: nvcc refuses "-isystemDIR", g++ takes either
-    o.extra_flags.push_back("-isystem");
-    o.extra_flags.push_back(dir);
-  }
-  o.extra_flags.push_back("-D_GLIBCXX_USE_CXX11_ABI=" + std::to_string(python.cxx11_abi));
-  o.extra_flags.push_back("-DTORCH_API_INCLUDE_EXTENSION_H");
+  o.extra_flags = header_flags(python);
   o.read_only_dirs = python.include_dirs;
   for (const auto& dir : python.library_dirs) o.read_only_dirs.push_back(dir);
+  // CUDA: in halves where the source allows (the host half by g++, with the precompiled header), else the whole unit
+  // by nvcc.
+  o.split_cuda = cuda;
+  if (cuda) o.split_extras = {header_flags(python), header_flags(python), library_flags(python, true)};
   return o;
 }
 
+// The whole build links the libraries too (nvcc passes linker flags on with -Xlinker).
 void add_link_flags(const KernelBenchPython& python, CompileOptions& o) {
   const bool cuda = o.backend == Backend::cuda;
-  auto linker = [&](const std::string& flag) {
-    if (cuda) o.extra_flags.push_back("-Xlinker");
-    o.extra_flags.push_back(cuda ? flag : "-Wl," + flag);
-  };
-  linker("--no-as-needed");
-  for (const auto& dir : python.library_dirs) o.extra_flags.push_back("-L" + dir);
-  for (const char* lib : {"-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"}) o.extra_flags.push_back(lib);
-  if (cuda)
-    for (const char* lib : {"-lc10_cuda", "-ltorch_cuda"}) o.extra_flags.push_back(lib);
+  for (const auto& flag : library_flags(python, cuda)) {
+    if (cuda && flag.rfind("-Wl,", 0) == 0) {
+      o.extra_flags.insert(o.extra_flags.end(), {"-Xlinker", flag.substr(4)});
+      continue;
+    }
+    o.extra_flags.push_back(flag);
+  }
 }
 
 }  // namespace
 
-// torch/extension.h precompiled once per set of flags (trusted: PyTorch's headers only), in the compile cache. Used
-// by the CPU build through -include; a header that does not match is ignored by g++ (the build is then as slow as
-// without, never wrong). Empty when it could not be made.
-fs::path precompiled_extension_header(Compiler& compiler, const CompileOptions& o) {
+// torch/extension.h precompiled once per compile command (trusted: PyTorch's headers only), in the compile cache: for
+// a CPU build's g++, and for a CUDA build's host half. A header that does not match is ignored by g++ (the build is
+// then as slow as without, never wrong). Empty when it could not be made.
+fs::path precompiled_extension_header(Compiler& compiler, std::vector<std::string> argv) {
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
-  std::vector<std::string> argv = compiler.flags(o);
   std::string material;
   for (const auto& a : argv) material += a + '\n';
   const fs::path dir = compiler.cache_dir() / "kernelbench-pch" / sha256_hex(material).substr(0, 24);
@@ -125,6 +145,57 @@ fs::path precompiled_extension_header(Compiler& compiler, const CompileOptions& 
   if (!run_process(argv, limits).ok()) return {};
   fs::rename(staged, dir / "torch_extension.h.gch", ec);
   return ec ? fs::path() : header;
+}
+
+namespace {
+
+// A whole nvcc build gives each kernel a host function of the kernel's own name and a launch stub named after it
+// (`__device_stub__Z1kPf` for `_Z1kPf`; for an extern "C" kernel `c_kernel`, `__device_stub__Z8c_kernelPi`): a name
+// counts when both are in the module's symbol table.
+std::vector<std::string> kernels_with_launch_stubs(const std::vector<ElfSymbol>& symbols) {
+  std::set<std::string> defined;
+  for (const auto& s : symbols)
+    if (s.defined) defined.insert(s.name);
+  const std::string stub = "__device_stub__";
+  std::set<std::string> names;
+  for (const auto& symbol : defined) {
+    const std::size_t at = symbol.find(stub);
+    if (at == std::string::npos || at == 0 || !std::isdigit(static_cast<unsigned char>(symbol[at - 1]))) continue;
+    std::size_t digits = at;  // the identifier's length precedes it
+    while (digits > 0 && std::isdigit(static_cast<unsigned char>(symbol[digits - 1]))) --digits;
+    if (at - digits > 6) continue;
+    const std::size_t length = std::stoul(symbol.substr(digits, at - digits));
+    if (length <= stub.size() || at + length > symbol.size()) continue;
+    const std::string inner = symbol.substr(at + stub.size(), length - stub.size());  // "Z1kPf"
+    if (defined.count("_" + inner)) names.insert("_" + inner);
+    std::size_t p = 1, n = 0;  // an extern "C" kernel: Z<length><name><parameters>
+    while (p < inner.size() && std::isdigit(static_cast<unsigned char>(inner[p])) && n < 100000)
+      n = n * 10 + static_cast<std::size_t>(inner[p++] - '0');
+    if (inner[0] == 'Z' && n > 0 && p + n <= inner.size() && defined.count(inner.substr(p, n)))
+      names.insert(inner.substr(p, n));
+  }
+  return {names.begin(), names.end()};
+}
+
+// A split build embeds its cubin (crucible/fast_launch.h): its entry functions are the kernels.
+std::vector<std::string> kernels_of_embedded_cubin(const fs::path& so_path) {
+  const auto cubin = bytes_at_symbol(so_path, "crucible_fast_cubin");
+  if (!cubin) return {};
+  std::set<std::string> names;
+  for (const auto& s : read_symbol_table_of_image(*cubin))
+    if (s.defined && (s.other & kCubinEntryFlag)) names.insert(s.name);
+  return {names.begin(), names.end()};
+}
+
+}  // namespace
+
+std::vector<std::string> cuda_kernel_names(const fs::path& so_path) {
+  try {
+    auto names = kernels_of_embedded_cubin(so_path);
+    return names.empty() ? kernels_with_launch_stubs(read_symbol_table(so_path)) : names;
+  } catch (const std::exception&) {
+    return {};  // no names: the profiler's share is then unknown, never wrong
+  }
 }
 
 namespace {
@@ -177,11 +248,16 @@ bool build_extension(const KernelBenchPython& python, Compiler& compiler, const 
     b.outcome = KernelBenchBuild::Outcome::environment_error;
     return false;
   }
-  if (!cuda && options.precompiled_header)
-    if (const fs::path pch = precompiled_extension_header(compiler, o); usable_by_compiler(pch)) {
-      o.extra_flags.insert(o.extra_flags.end(), {"-include", pch.string()});
+  if (options.precompiled_header) {
+    // The CPU's whole build, or the CUDA build's host half (nvcc's chain cannot use one).
+    auto& flags = cuda ? o.split_extras.host : o.extra_flags;
+    const fs::path pch =
+        precompiled_extension_header(compiler, cuda ? compiler.split_host_flags(o) : compiler.flags(o));
+    if (usable_by_compiler(pch)) {
+      flags.insert(flags.end(), {"-include", pch.string()});
       o.read_only_dirs.push_back(pch.parent_path().string());
     }
+  }
   add_link_flags(python, o);
   b.compile = compiler.compile(read_text(ext["file"].get<std::string>()), o);
   switch (b.compile.outcome) {
@@ -199,6 +275,8 @@ bool build_extension(const KernelBenchPython& python, Compiler& compiler, const 
   }
   b.extensions.push_back({ext["name"].get<std::string>(), ext["functions"].get<std::vector<std::string>>(),
                           b.compile.so_path});
+  if (cuda)
+    for (auto& name : cuda_kernel_names(b.compile.so_path)) b.cuda_kernels.push_back(std::move(name));
   return true;
 }
 

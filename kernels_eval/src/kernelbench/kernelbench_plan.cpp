@@ -37,7 +37,8 @@ std::string init_inputs(const TaskSpec& task, const std::string& size_set) {
 fs::path write_kernelbench_plan(const KernelBenchBuild& build, const TaskSpec& task, const std::string& size_set) {
   const int n = problem_inputs(task);
   json plan{{"candidate", build.candidate_path.string()}, {"init_inputs", init_inputs(task, size_set)},
-            {"problem_inputs", n}, {"kernels", build.kernels}};
+            {"problem_inputs", n}, {"kernels", build.kernels},
+            {"cuda_kernels", build.cuda_kernels}};
   json state = json::array();
   for (std::size_t i = static_cast<std::size_t>(n); i < task.inputs.size(); ++i) state.push_back(task.inputs[i].name);
   plan["state"] = state;

@@ -80,21 +80,25 @@ std::optional<KernelBenchPython> probe(const std::string& python, std::string& w
 
 }  // namespace
 
-std::optional<KernelBenchPython> find_kernelbench_python(std::string& why) {
+std::optional<KernelBenchPython> find_kernelbench_python(std::string& why, bool need_cuda) {
   static std::mutex mutex;
   static bool probed = false;
-  static std::optional<KernelBenchPython> found;
+  static std::vector<KernelBenchPython> found;  // every candidate that imports PyTorch, in order
   static std::string reason;
   std::lock_guard<std::mutex> lock(mutex);
   if (!probed) {
     probed = true;
     const auto candidates = kernelbench_python_candidates();
-    if (candidates.empty()) found = probe("", reason);
+    if (candidates.empty()) probe("", reason);
     for (const auto& python : candidates)
-      if ((found = probe(python, reason))) break;  // the first that imports PyTorch; else the last one's reason
+      if (auto p = probe(python, reason)) found.push_back(std::move(*p));  // else the last one's reason stays
   }
-  why = reason;
-  return found;
+  for (const auto& p : found)
+    if (p.cuda || !need_cuda) return p;
+  why = found.empty() ? reason
+                      : "no Python with a CUDA PyTorch (" + found.front().executable + " has " +
+                            found.front().versions + " without a GPU): set CRUCIBLE_KERNELBENCH_PYTHON";
+  return std::nullopt;
 }
 
 }  // namespace crucible::eval

@@ -33,6 +33,12 @@ struct CompileOptions {
   // crucible_forward, and the compiler may read `read_only_dirs` (the Python's and PyTorch's headers) too.
   bool python_extension = false;
   std::vector<std::string> read_only_dirs;
+  // What a split build of such a module needs beyond a plain candidate (its headers and precompiled header for the
+  // host half, its headers for nvcc's device half, its libraries for the link). `extra_flags` are then the whole
+  // build's alone, and do not keep NVRTC from the device half.
+  struct SplitExtras {
+    std::vector<std::string> host, device, link;
+  } split_extras;
 };
 
 struct CompileResult {
@@ -59,6 +65,8 @@ class Compiler {
 
   // The exact command line (without the source and output paths) that a backend uses.
   std::vector<std::string> flags(const CompileOptions& options) const;
+  // The command of a split CUDA build's host half (g++), without its input and output.
+  std::vector<std::string> split_host_flags(const CompileOptions& options) const;
   std::string cache_key(const std::string& source, const CompileOptions& options);
   const std::filesystem::path& cache_dir() const { return cache_dir_; }
   // The cache's size bound (least recently used entries go first); default: default_cache_max_bytes().

@@ -20,7 +20,8 @@
 namespace crucible::eval {
 
 // The Python that runs KernelBench workers and whose PyTorch the extensions are built against:
-// $CRUCIBLE_KERNELBENCH_PYTHON, else /usr/bin/python3 where it has torch, else python3 on PATH. Probed once.
+// $CRUCIBLE_KERNELBENCH_PYTHON, else /usr/bin/python3 where it has torch, else python3 on PATH; with `need_cuda`, the
+// first of them whose PyTorch sees a GPU. Probed once.
 struct KernelBenchPython {
   std::string executable;
   std::string versions;                    // "torch 1.13.0a0, python 3.11.2"
@@ -30,7 +31,7 @@ struct KernelBenchPython {
   int cxx11_abi = 1;
   bool cuda = false;                       // its PyTorch sees a GPU
 };
-std::optional<KernelBenchPython> find_kernelbench_python(std::string& why);
+std::optional<KernelBenchPython> find_kernelbench_python(std::string& why, bool need_cuda = false);
 
 struct KernelBenchExtension {
   std::string name;
@@ -44,6 +45,7 @@ struct KernelBenchBuild {
   std::filesystem::path candidate_path;  // <cache>/kernelbench/<hash>/candidate.py
   std::vector<KernelBenchExtension> extensions;
   std::vector<std::string> kernels;      // @triton.jit functions
+  std::vector<std::string> cuda_kernels;  // the extensions' CUDA kernels, by device name (the profiler's)
   std::vector<Reason> refusals;          // the gate's or the symbol gate's, when rejected
   CompileResult compile;                 // the last extension's compile (its log on compile_error)
   double seconds = 0.0;
@@ -68,6 +70,10 @@ KernelBenchBuild build_kernelbench_candidate(const KernelBenchPython& python, Co
 std::vector<Reason> kernelbench_analyze(const std::string& python, const std::string& source,
                                         const KernelBenchBuildOptions& options,
                                         std::vector<std::pair<std::string, std::string>>* units, std::string& error);
+
+// The CUDA kernels of a module nvcc built, by their device names (as a profiler reports them); empty when it has
+// none or its symbol table cannot be read.
+std::vector<std::string> cuda_kernel_names(const std::filesystem::path& so_path);
 
 // How the worker builds ModelNew for a task: get_init_inputs()'s values at the size set, how many inputs the problem's
 // forward takes, and the names of the parameter inputs after them (module paths, '.' as '_'). Written beside the

@@ -1,0 +1,89 @@
+"""crucible KernelBench GPU worker: runs one KernelBench-format candidate (`class ModelNew(nn.Module)` with CUDA
+extensions) on a GPU, in the Triton worker's process model (crucible_triton/worker.py: trusted start with its own
+CUDA context, device memory lent by the evaluator, the load stage confined by Landlock and sealed by seccomp, the run
+stage sealed tighter, each call bracketed by events and followed by a device synchronisation). What differs is the
+candidate: its plan is read, its prebuilt extensions imported and ModelNew built and bound to the task's parameters
+by name (model.py), exactly as on the CPU.
+
+Calls run on the device's default stream, as KernelBench runs them: its answers launch their kernels there
+(`kernel<<<grid, block>>>` without a stream), and a side stream would race with them. Timing that counts is the
+evaluator's own clock.
+
+Usage: python3 -I gpu_worker.py --device N --support LIB --warm-cache DIR
+"""
+import os
+import sys
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from crucible_kernelbench.model import LoadedModel, Refused, read_plan  # noqa: E402
+from crucible_triton import confine, protocol  # noqa: E402
+from crucible_triton import worker as triton_worker  # noqa: E402
+from crucible_triton.worker import load_module, one_line  # noqa: E402
+
+# What importing a module built for this interpreter asks of the kernel beyond a Triton candidate's: its identity
+# (getuid, getgid, geteuid, getegid) and uname, which reveal nothing its own /proc/self would not.
+EXTENSION_IMPORT_SYSCALLS = [102, 104, 107, 108, 63]
+FILE_READ_SYSCALLS = ["lseek", "fstat", "newfstatat", "pread64", "futex"]
+
+
+class GpuWorker(triton_worker.Worker):
+    def start_device(self):
+        super().start_device()
+        # Imported here, trusted: on import it looks for a CUDA toolkit (access(2), `which nvcc`), which the load
+        # stage's filter refuses.
+        import torch.utils.cpp_extension  # noqa: F401
+
+    def candidate_stream(self):
+        torch = triton_worker.torch
+        return torch.cuda.default_stream(self.device)
+
+    def read_candidate(self, path):
+        self.plan = read_plan(path)
+        self.own_kernels = list(self.plan.get("kernels", [])) + list(self.plan.get("cuda_kernels", []))
+        if not self.own_kernels:
+            self.coverage = False  # no names to tell its kernels from PyTorch's: the share is unknown, not zero
+
+    def readable_paths(self, candidate_dir):
+        paths = confine.worker_paths(os.path.dirname(HERE), candidate_dir, triton_worker.arg("--warm-cache"))
+        return paths + [os.path.dirname(e["path"]) for e in self.plan["extensions"]]
+
+    def device_needs(self):
+        needs, fds = super().device_needs()
+        return needs + EXTENSION_IMPORT_SYSCALLS + [triton_worker.SYS[n] for n in FILE_READ_SYSCALLS], fds
+
+    def load_candidate(self):
+        torch = triton_worker.torch
+        # Where the answer has extensions, a call must run one of their functions; an answer of Triton kernels
+        # alone is seen by the profiler instead.
+        self.loaded = LoadedModel(torch, self.plan, self.sets, load_module,
+                                  count_calls=bool(self.plan["extensions"]),
+                                  device=torch.device("cuda", self.device))
+
+    def load_failure(self, e):
+        return str(e) if isinstance(e, Refused) else "loading the candidate: " + one_line(e)
+
+    def forward_for(self, s):
+        return lambda inputs, outputs: self.call_model(s)
+
+    def call_model(self, s):
+        """One call; a refusal or the candidate's own exception is reported as a classified refusal. A CUDA error
+        propagates: the worker's call treats it as the device's (the context is lost)."""
+        try:
+            self.loaded.call(s)
+            return 0
+        except Refused as e:
+            return self.refuse(str(e))
+        except Exception as e:
+            if "CUDA" in one_line(e):
+                raise
+            return self.refuse("python_exception: " + one_line(e))
+
+    def refuse(self, text):
+        self.control.cuda_error_text = text.encode("utf-8", errors="replace")[:250]
+        return protocol.REFUSAL_RC
+
+
+if __name__ == "__main__":
+    sys.exit(GpuWorker().run())

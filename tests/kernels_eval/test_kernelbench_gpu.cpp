@@ -1,0 +1,112 @@
+// KernelBench-format answers with CUDA sources on a real GPU: KernelBench's ReLU (level 1, 19) imported with its
+// reference traced on the GPU, an honest answer judged correct, and each hack or mistake in
+// tests/fixtures/kernelbench/relu_cuda given its exact verdict; the worker's pool keeps serving after a lost context.
+// Needs a GPU, a Python whose PyTorch sees it, and KernelBench's problems (CRUCIBLE_KERNELBENCH_DIR, or
+// ../shared/kernelbench/KernelBench); skipped, saying which is missing, otherwise.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include "crucible/eval/evaluator.h"
+#include "crucible/eval/kernelbench_candidate.h"
+#include "eval_support.h"
+#include "tasks/kernelbench_import.h"
+#include "tasks/task_loader.h"
+
+using namespace crucible;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path kernelbench_problems() {
+  if (const char* env = std::getenv("CRUCIBLE_KERNELBENCH_DIR")) return env;
+  return test::source_dir().parent_path() / "shared" / "kernelbench" / "KernelBench";
+}
+
+struct ImportedRelu {
+  test::ScratchDir dir{"kb-gpu"};
+  std::optional<eval::TaskSpec> task;
+  std::string skipped;
+};
+
+ImportedRelu& imported() {
+  static std::unique_ptr<ImportedRelu> t = [] {
+    auto p = std::make_unique<ImportedRelu>();
+    std::string why;
+    const fs::path problem = kernelbench_problems() / "level1" / "19_ReLU.py";
+    const auto python = eval::find_kernelbench_python(why, true);
+    if (eval::cuda_devices() == 0) p->skipped = "no GPU";
+    else if (!python) p->skipped = why;
+    else if (!fs::exists(problem)) p->skipped = "no KernelBench problem at " + problem.string();
+    if (!p->skipped.empty()) return p;
+    tasks::KernelBenchImport request;
+    request.problems = {problem};
+    request.out = p->dir.path() / "tasks";
+    request.python = python->executable;
+    request.cuda = true;
+    const auto report = tasks::import_kernelbench(request);
+    if (report.imported.empty()) {
+      p->skipped = "the import refused 19_ReLU: " + tasks::report_json(report);
+      return p;
+    }
+    p->task = tasks::find_task(report.imported.front(), request.out);
+    return p;
+  }();
+  return *t;
+}
+
+eval::EvalOptions kernelbench_gpu_options() {
+  auto o = test::gpu_options("cuda", 10.0, 600.0);  // the first build also precompiles torch/extension.h
+  o.kind = eval::CandidateKind::kernelbench;
+  return o;
+}
+
+std::string fixture(const std::string& name) {
+  return test::read_file(test::source_dir() / "tests/fixtures/kernelbench/relu_cuda" / (name + ".py"));
+}
+
+struct Expectation {
+  const char* fixture;
+  eval::Status status;
+  std::optional<eval::ReasonCode> reason;
+};
+
+const Expectation kExpectations[] = {
+    {"ok", eval::Status::correct, std::nullopt},
+    {"stale_empty", eval::Status::incorrect, std::nullopt},
+    {"illegal_address", eval::Status::runtime_error, eval::ReasonCode::cuda_error},
+    {"ok", eval::Status::correct, std::nullopt},  // the pool serves on after a lost context
+    {"mutates_input", eval::Status::incorrect, eval::ReasonCode::input_mutated},
+    {"fallback_to_torch", eval::Status::rejected, eval::ReasonCode::no_custom_work},
+    {"decoy", eval::Status::rejected, eval::ReasonCode::no_custom_work},
+    {"side_stream", eval::Status::rejected, eval::ReasonCode::forbidden_import},
+    {"wrong_values", eval::Status::incorrect, eval::ReasonCode::mismatch},
+    {"compile_error", eval::Status::compile_error, eval::ReasonCode::compiler_error},
+};
+
+}  // namespace
+
+TEST_CASE("kernelbench gpu: CUDA answers to KernelBench's ReLU get their exact verdicts") {
+  auto& relu = imported();
+  if (!relu.skipped.empty()) {
+    MESSAGE("skipped: " << relu.skipped);
+    return;
+  }
+  test::TestEvaluator t("kb-gpu-eval");
+  for (const auto& e : kExpectations) {
+    CAPTURE(e.fixture);
+    const auto v = t.evaluator.evaluate(*relu.task, fixture(e.fixture), kernelbench_gpu_options());
+    INFO(test::detail_of(v));
+    INFO(v.compile.log_excerpt);
+    CHECK(v.status == e.status);
+    if (e.reason) CHECK(v.has_reason(*e.reason));
+    if (e.status == eval::Status::correct) {
+      CHECK(v.speedup.value_or(0.0) > 0.0);
+      CHECK(v.kernel_coverage.has_value());  // the profiler saw the extension's kernel as the candidate's own
+      if (v.kernel_coverage) CHECK(*v.kernel_coverage > 0.5);
+    }
+  }
+}
