@@ -98,8 +98,8 @@ TEST_CASE("kernelbench prompt: templates are filled as Python's str.format fills
 
 TEST_CASE("kernelbench prompt: the reply's Python code block is the candidate") {
   const std::string reply = "Here is the kernel.\n```python\nclass ModelNew:\n    pass\n```\nDone.";
-  auto code = policy::extract_code(reply, "triton");
+  auto code = policy::extract_code(reply, eval::CandidateLanguage{eval::Backend::cuda, eval::CandidateKind::kernelbench});
   REQUIRE(code);
   CHECK(code->find("class ModelNew") != std::string::npos);
-  CHECK_FALSE(policy::extract_code("```python\nclass ModelNew:\n", "triton"));  // cut off: no candidate
+  CHECK_FALSE(policy::extract_code("```python\nclass ModelNew:\n", eval::CandidateLanguage{eval::Backend::cuda, eval::CandidateKind::kernelbench}));  // cut off: no candidate
 }
