@@ -62,7 +62,8 @@ void append_utf8(std::string& out, char32_t code_point) {
   const int continuations = code_point < 0x800 ? 1 : code_point < 0x10000 ? 2 : 3;
   const unsigned lead_marks[] = {0, 0xC0, 0xE0, 0xF0};
   out.push_back(static_cast<char>(lead_marks[continuations] | (code_point >> (6 * continuations))));
-  for (int k = continuations - 1; k >= 0; --k) out.push_back(static_cast<char>(0x80 | ((code_point >> (6 * k)) & 0x3F)));
+  for (int k = continuations - 1; k >= 0; --k)
+    out.push_back(static_cast<char>(0x80 | ((code_point >> (6 * k)) & 0x3F)));
 }
 
 std::string replace_invalid_utf8(std::string_view bytes, Utf8Replacement policy) {

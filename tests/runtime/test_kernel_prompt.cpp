@@ -33,7 +33,8 @@ TEST_CASE("kernel prompt: an imported problem's parameters are named as inputs, 
   CHECK(prompt.find("training mode") != std::string::npos);
   CHECK(prompt.find("- x: float32 [M, N]\n- bias: float32 [N]\n") != std::string::npos);
   CHECK(prompt.find("M=64") != std::string::npos);
-  const auto shipped = policy::kernel_prompt(tasks::load_task_file(test::tasks_dir() / "relu.toml"), eval::CandidateLanguage::cpp(), "");
+  const auto shipped =
+      policy::kernel_prompt(tasks::load_task_file(test::tasks_dir() / "relu.toml"), eval::CandidateLanguage::cpp(), "");
   CHECK(shipped.find("named_parameters()") == std::string::npos);
 }
 
@@ -60,7 +61,8 @@ TEST_CASE("kernel prompt: Triton asks for Python in a python block, and a multi-
   CHECK(p.find("geometric mean") != std::string::npos);
   CHECK(p.find("n1024_b1_c384_nomask_normal") != std::string::npos);
   CHECK(p.find("crucible/kernel.h") == std::string::npos);
-  const auto code = policy::extract_code("Here:\n```python\nimport triton\n```\n```cpp\nint a;\n```\n", eval::CandidateLanguage::triton());
+  const auto code = policy::extract_code("Here:\n```python\nimport triton\n```\n```cpp\nint a;\n```\n",
+                                         eval::CandidateLanguage::triton());
   REQUIRE(code.has_value());
   CHECK(*code == "import triton\n");
   CHECK(policy::fenced_code("x = 1", eval::CandidateLanguage::triton()).rfind("```python\n", 0) == 0);

@@ -57,7 +57,8 @@ TEST_CASE("each backend covers its families, and the policy samples the backend 
                                  "softmax", "sum_dim"});
   CHECK(policy::covered_tasks(eval::CandidateLanguage::cuda_cpp()) ==
         std::vector<std::string>{"gelu", "matmul", "relu", "rmsnorm", "softmax"});
-  CHECK(policy::covered_tasks(eval::CandidateLanguage{eval::Backend::cpu, eval::CandidateKind::kernelbench}).empty());  // KernelBench has no templates
+  const eval::CandidateLanguage kernelbench{eval::Backend::cpu, eval::CandidateKind::kernelbench};
+  CHECK(policy::covered_tasks(kernelbench).empty());  // KernelBench has no templates
   for (const auto backend : {eval::CandidateLanguage::cpp(), eval::CandidateLanguage::cuda_cpp()})
     for (const auto& name : policy::covered_tasks(backend)) {
       auto task = tasks::find_task(name, test::tasks_dir());
@@ -71,7 +72,7 @@ TEST_CASE("each backend covers its families, and the policy samples the backend 
   CHECK(policy::template_for(conv2d, eval::CandidateLanguage::cuda_cpp()) == nullptr);
   auto layernorm = tasks::find_task("layernorm", test::tasks_dir());
   CHECK(policy::template_for(layernorm, eval::CandidateLanguage::cuda_cpp()) == nullptr);
-  CHECK(policy::template_for(layernorm, eval::CandidateLanguage{eval::Backend::cpu, eval::CandidateKind::kernelbench}) == nullptr);
+  CHECK(policy::template_for(layernorm, kernelbench) == nullptr);
 
   policy::SearchPolicyOptions cuda_options;
   cuda_options.language = eval::CandidateLanguage::cuda_cpp();
@@ -93,7 +94,7 @@ TEST_CASE("each backend covers its families, and the policy samples the backend 
   CHECK_THROWS_AS(cpu.restore(R"({"version": 1, "learning_rate": 0.5, "backend": "tpu", "logits": {}})"),
                   std::invalid_argument);
   policy::SearchPolicyOptions bad;
-  bad.language = eval::CandidateLanguage{eval::Backend::cpu, eval::CandidateKind::kernelbench};
+  bad.language = kernelbench;
   CHECK_THROWS_AS(policy::SearchPolicy(1, bad), std::invalid_argument);
 }
 
@@ -252,7 +253,8 @@ TEST_CASE("search policy: every Triton template, at every knob's every choice, p
       }
   }
   CHECK(sources >= 14);
-  CHECK(policy::covered_tasks(eval::CandidateLanguage::triton()) == std::vector<std::string>{"gelu", "log_softmax", "relu", "softmax"});
+  CHECK(policy::covered_tasks(eval::CandidateLanguage::triton()) ==
+        std::vector<std::string>{"gelu", "log_softmax", "relu", "softmax"});
   // The policy itself samples them.
   policy::SearchPolicyOptions o;
   o.language = eval::CandidateLanguage::triton();

@@ -46,7 +46,8 @@ TEST_CASE("teacher context: a successful sibling teaches the others, the best is
       {{{&slow, "FIRST", 1.0}, {&slow, "SECOND", 1.0}}, {"SECOND", "FIRST"}},  // ties: the earlier one ranks first
   };
   for (const auto& row : table) {
-    const auto contexts = policy::teacher_contexts(row.group, TeacherFeedback::successful_sibling, eval::CandidateLanguage::cuda_cpp());
+    const auto contexts =
+        policy::teacher_contexts(row.group, TeacherFeedback::successful_sibling, eval::CandidateLanguage::cuda_cpp());
     REQUIRE(contexts.size() == row.expect.size());
     for (std::size_t i = 0; i < contexts.size(); ++i) {
       CAPTURE(i);
