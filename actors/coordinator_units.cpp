@@ -151,7 +151,7 @@ msg::TrainBatch train_batch(CoordinatorState& st, std::size_t unit) {
                                   t.candidate.source.empty() ? t.candidate.output : t.candidate.source, t.reward};
     };
     contexts = core::unit_teacher_contexts(groups, attempt_of, *st.setup.teacher_feedback,
-                                              std::string(eval::candidate_language(st.setup.backend, st.setup.kind)));
+                                              eval::CandidateLanguage{st.setup.backend, st.setup.kind});
   }
   for (uint64_t id : st.pipeline->candidates(unit)) {
     const auto& t = st.candidates.at(id);

@@ -250,12 +250,12 @@ int main(int argc, char** argv) {
   setup.config.lm.micro_batch = micro_batch;
   setup.config.lm.activation_checkpointing = checkpointing;
   setup.config.lm.measure_kl = measure_kl;
-  setup.backend = "cuda";
+  setup.language = eval::CandidateLanguage::cuda_cpp();
   setup.state_dir = fs::path(state) / "grpo";
 
   // Stand-in kernels come from the search policy; the evaluator's GPU worker is warmed up once, untimed.
   policy::SearchPolicyOptions search_options;
-  search_options.backend = "cuda";
+  search_options.language = eval::CandidateLanguage::cuda_cpp();
   policy::SearchPolicy search(1, search_options);
   eval::EvaluatorConfig eval_config;
   eval_config.cache_dir = fs::path(state) / "cache";

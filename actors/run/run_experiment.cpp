@@ -41,6 +41,9 @@ namespace crucible::node {
 namespace fs = std::filesystem;
 namespace {
 
+// What the run's candidates are written in, as the policies take it.
+eval::CandidateLanguage candidate_language(const experiment::Experiment& e) { return {e.eval.backend, e.eval.kind}; }
+
 // The door for evaluator nodes, published on [cluster] listen. Throws std::runtime_error when it cannot listen.
 actors::gateway_actor open_gateway(caf::actor_system& system, const experiment::Experiment& e, actors::coordinator_actor coordinator,
                          uint64_t seed, bool last_run, const std::vector<eval::TaskSpec>& tasks,
@@ -69,20 +72,20 @@ std::unique_ptr<policy::Policy> make_policy(const experiment::Experiment& e, uin
   if (e.policy.kind == experiment::PolicyKind::libtorch) {
     policy::LmPolicySetup s;
     s.config = e.policy;
-    s.backend = e.eval.language();
+    s.language = candidate_language(e);
     s.state_dir = seed_dir / "policy";
     s.per_task_adapters = e.mode == experiment::RunMode::ttt;
     s.seed = seed;
     return std::make_unique<policy::LmPolicy>(std::move(s));
   }
   if (e.policy.kind == experiment::PolicyKind::openai)
-    return policy::make_openai_policy({e.policy, e.eval.language(), seed});
+    return policy::make_openai_policy({e.policy, candidate_language(e), seed});
   if (e.policy.kind == experiment::PolicyKind::replay)
-    return std::make_unique<policy::ReplayPolicy>(e.policy.replay_dir, std::string(e.eval.source_extension()));
+    return std::make_unique<policy::ReplayPolicy>(e.policy.replay_dir, candidate_language(e));
   policy::SearchPolicyOptions o;
   o.learning_rate = e.policy.learning_rate;
   o.temperature = e.policy.temperature;
-  o.backend = e.eval.language();
+  o.language = candidate_language(e);
   return std::make_unique<policy::SearchPolicy>(seed, o);
 }
 
@@ -320,7 +323,7 @@ std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
     e.fail("policy.checkpoint", "no such file: " + e.policy.checkpoint);
   if (e.policy.kind == experiment::PolicyKind::replay) {
     if (!fs::is_directory(e.policy.replay_dir)) e.fail("policy.replay_dir", "not a directory: " + e.policy.replay_dir);
-    policy::ReplayPolicy replay(e.policy.replay_dir, std::string(e.eval.source_extension()));
+    policy::ReplayPolicy replay(e.policy.replay_dir, candidate_language(e));
     for (const auto& t : tasks)
       if (replay.files_for(t.name).empty())
         e.fail("policy.replay_dir", "no candidates for task '" + t.name + "' in " + e.policy.replay_dir + "/" + t.name);
@@ -340,7 +343,7 @@ std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
     return tasks;  // the server is asked when sampling: one that is down gives recorded policy errors
   }
   for (const auto& t : tasks)
-    if (!policy::template_for(t, e.eval.language()))
+    if (!policy::template_for(t, candidate_language(e)))
       e.fail("tasks.names", "the search policy has no " + e.eval.language() + " template for task '" + t.name + "'");
   return tasks;
 }

@@ -4,7 +4,7 @@ namespace crucible::coordinator {
 
 std::map<uint64_t, std::string> unit_teacher_contexts(const std::vector<std::vector<uint64_t>>& groups,
                                                       const std::function<policy::GroupAttempt(uint64_t)>& attempt_of,
-                                                      policy::TeacherFeedback kind, const std::string& language) {
+                                                      policy::TeacherFeedback kind, eval::CandidateLanguage language) {
   std::map<uint64_t, std::string> out;
   for (const auto& ids : groups) {
     std::vector<policy::GroupAttempt> group;

@@ -12,9 +12,9 @@
 namespace crucible::coordinator {
 
 // `groups`: the unit's groups, each its candidates' ids; `attempt_of` what the teacher may read of one candidate;
-// `language` what the candidates are written in ("cpu", "cuda", "triton"), for the code fences. One entry per id.
+// `language` what the candidates are written in, for the code fences. One entry per id.
 std::map<uint64_t, std::string> unit_teacher_contexts(const std::vector<std::vector<uint64_t>>& groups,
                                                       const std::function<policy::GroupAttempt(uint64_t)>& attempt_of,
-                                                      policy::TeacherFeedback kind, const std::string& language);
+                                                      policy::TeacherFeedback kind, eval::CandidateLanguage language);
 
 }  // namespace crucible::coordinator

@@ -80,7 +80,7 @@ Sample OpenAiPolicy::complete_one(const eval::TaskSpec& task, const std::string&
     s.parse_error = reply.error;
     return s;
   }
-  if (auto code = extract_code(reply.text, setup_.backend)) s.source = std::move(*code);
+  if (auto code = extract_code(reply.text, setup_.language)) s.source = std::move(*code);
   else
     s.parse_error = reply.finish_reason == "length" ? "the reply was cut off at max_tokens = " +
                                                           std::to_string(client_.config().max_tokens) +
@@ -109,13 +109,13 @@ std::vector<Sample> OpenAiPolicy::complete(const eval::TaskSpec& task, const std
 }
 
 std::vector<Sample> OpenAiPolicy::sample(const eval::TaskSpec& task, int n) {
-  const std::string prompt = kernel_prompt(task, setup_.backend, contract_header_);
+  const std::string prompt = kernel_prompt(task, setup_.language, contract_header_);
   return complete(task, std::vector<std::string>(static_cast<std::size_t>(std::max(0, n)), prompt));
 }
 
 std::vector<Sample> OpenAiPolicy::refine(const eval::TaskSpec& task, const std::vector<Attempt>& attempts) {
   std::vector<std::string> prompts;
-  for (const auto& a : attempts) prompts.push_back(refinement_prompt(task, setup_.backend, contract_header_, a));
+  for (const auto& a : attempts) prompts.push_back(refinement_prompt(task, setup_.language, contract_header_, a));
   return complete(task, prompts);
 }
 

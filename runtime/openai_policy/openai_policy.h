@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "crucible/eval/candidate_language.h"
 #include "experiment/experiment.h"
 #include "judge/judge_reply.h"
 #include "openai_policy/chat_client.h"
@@ -18,7 +19,7 @@ namespace crucible::policy {
 
 struct OpenAiPolicySetup {
   experiment::PolicyConfig config;  // temperature and the [policy] openai keys
-  std::string backend = "cpu";      // which kernels to ask for: "cpu" (C++) or "cuda"
+  eval::CandidateLanguage language;  // which kernels to ask for (C++ by default)
   uint64_t seed = 1;
 };
 

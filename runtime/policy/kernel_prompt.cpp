@@ -28,15 +28,12 @@ constexpr const char* kTritonContract =
     "    # inputs, outputs: lists of torch tensors on the GPU, in the task's order; outputs are written in place.\n"
     "    # Launch your own @triton.jit kernels (they run on the current stream); return None.\n";
 
-std::string block_tag(const std::string& backend) {
-  return backend == "cuda" ? "cuda" : backend == "triton" ? "python" : "cpp";
-}
-
 }  // namespace
 
-std::string kernel_prompt(const eval::TaskSpec& task, const std::string& backend, const std::string& contract_header) {
-  const bool cuda = backend == "cuda", triton = backend == "triton";
-  const std::string sizes_set = triton ? "cuda" : backend;
+std::string kernel_prompt(const eval::TaskSpec& task, eval::CandidateLanguage language,
+                          const std::string& contract_header) {
+  const bool cuda = language.is_cuda_cpp(), triton = language.kind == eval::CandidateKind::triton;
+  const std::string sizes_set(eval::backend_name(language.backend));
   std::ostringstream p;
   p << "Write a fast " << (triton ? "Triton" : cuda ? "CUDA C++" : "C++") << " kernel for this task.\n\n";
   p << "Task: " << task.name << "\n" << task.description << "\n";
@@ -72,15 +69,15 @@ std::string kernel_prompt(const eval::TaskSpec& task, const std::string& backend
     return p.str();
   }
   p << "\nThe candidate contract (crucible/kernel.h):\n```c\n" << contract_header << "\n```\n";
-  p << "\nReply with one complete source file in a single ```" << block_tag(backend)
+  p << "\nReply with one complete source file in a single ```" << code_fence_tag(language)
     << " code block. It must #include \"crucible/kernel.h\", define crucible_forward"
     << (cuda ? " and launch its kernels on the given stream" : "")
     << ", compute the outputs itself (no library calls that do the work), and export nothing else.\n";
   return p.str();
 }
 
-std::optional<std::string> extract_code(const std::string& reply, const std::string& backend) {
-  const bool python = backend == "triton";
+std::optional<std::string> extract_code(const std::string& reply, eval::CandidateLanguage language) {
+  const bool python = language.is_python();
   std::optional<std::string> last;
   std::size_t pos = 0;
   while (true) {
@@ -99,17 +96,21 @@ std::optional<std::string> extract_code(const std::string& reply, const std::str
   return last;
 }
 
-std::string refinement_prompt(const eval::TaskSpec& task, const std::string& backend, const std::string& contract_header,
-                              const Attempt& attempt) {
+std::string code_fence_tag(eval::CandidateLanguage language) {
+  return language.is_python() ? "python" : language.is_cuda_cpp() ? "cuda" : "cpp";
+}
+
+std::string refinement_prompt(const eval::TaskSpec& task, eval::CandidateLanguage language,
+                              const std::string& contract_header, const Attempt& attempt) {
   const std::string& code = attempt.previous.source.empty() ? attempt.previous.output : attempt.previous.source;
-  return kernel_prompt(task, backend, contract_header) + "\n\nYour previous attempt:\n" + fenced_code(code, backend) +
+  return kernel_prompt(task, language, contract_header) + "\n\nYour previous attempt:\n" + fenced_code(code, language) +
          "\n\n" + feedback_text(attempt.feedback);
 }
 
-std::string fenced_code(const std::string& code, const std::string& backend) {
+std::string fenced_code(const std::string& code, eval::CandidateLanguage language) {
   constexpr std::size_t kCodeBytes = 16 * 1024;
   const std::string shown = code.size() > kCodeBytes ? eval::valid_utf8_prefix(code, kCodeBytes) + "\n// [cut]" : code;
-  return "```" + block_tag(backend) + "\n" + eval::valid_utf8(shown) + "\n```";
+  return "```" + code_fence_tag(language) + "\n" + eval::valid_utf8(shown) + "\n```";
 }
 
 }  // namespace crucible::policy

@@ -7,7 +7,7 @@
 namespace crucible::policy {
 namespace {
 
-const std::vector<const KernelTemplate*>& family_list(const std::string& backend) {
+const std::vector<const KernelTemplate*>& family_list(eval::CandidateLanguage language) {
   static const std::vector<const KernelTemplate*> none;
   static const auto cpu = [] {
     std::vector<const KernelTemplate*> all;
@@ -27,23 +27,27 @@ const std::vector<const KernelTemplate*>& family_list(const std::string& backend
       for (const KernelTemplate* t : family()) all.push_back(t);
     return all;
   }();
-  if (backend == "cpu") return cpu;
-  if (backend == "cuda") return cuda;
-  if (backend == "triton") return triton;
+  if (language == eval::CandidateLanguage::cpp()) return cpu;
+  if (language == eval::CandidateLanguage::cuda_cpp()) return cuda;
+  if (language.kind == eval::CandidateKind::triton) return triton;  // GPU only, whatever backend it is paired with
   return none;
 }
 
 }  // namespace
 
-const KernelTemplate* template_for(const eval::TaskSpec& task, const std::string& backend) {
-  for (const KernelTemplate* t : family_list(backend))
+std::vector<eval::CandidateLanguage> template_languages() {
+  return {eval::CandidateLanguage::cpp(), eval::CandidateLanguage::cuda_cpp(), eval::CandidateLanguage::triton()};
+}
+
+const KernelTemplate* template_for(const eval::TaskSpec& task, eval::CandidateLanguage language) {
+  for (const KernelTemplate* t : family_list(language))
     if (t->name == task.reference) return t;
   return nullptr;
 }
 
-std::vector<std::string> covered_tasks(const std::string& backend) {
+std::vector<std::string> covered_tasks(eval::CandidateLanguage language) {
   std::vector<std::string> names;
-  for (const KernelTemplate* t : family_list(backend)) names.push_back(t->name);
+  for (const KernelTemplate* t : family_list(language)) names.push_back(t->name);
   std::sort(names.begin(), names.end());
   return names;
 }

@@ -10,7 +10,8 @@
 namespace crucible::policy {
 namespace fs = std::filesystem;
 
-ReplayPolicy::ReplayPolicy(fs::path dir, std::string extension) : dir_(std::move(dir)), extension_(std::move(extension)) {
+ReplayPolicy::ReplayPolicy(fs::path dir, eval::CandidateLanguage language)
+    : dir_(std::move(dir)), extension_(eval::source_extension(language.backend, language.kind)) {
   if (!fs::is_directory(dir_)) throw std::invalid_argument("replay policy: no directory " + dir_.string());
 }
 

@@ -1,20 +1,22 @@
 #pragma once
-// A policy that replays candidates written elsewhere: <dir>/<task>/*.cpp (or *.cu), handed out in turn. It lets a
-// run judge a fixed set of outputs (an external model's, a benchmark's) with the full pipeline, and it is how tests
-// put crashing or hanging candidates into a live run. Updates only count versions: there is nothing to learn.
+// A policy that replays candidates written elsewhere: <dir>/<task>/*.cpp (*.cu or *.py: the language's source
+// extension), handed out in turn. It lets a run judge a fixed set of outputs (an external model's, a benchmark's)
+// with the full pipeline, and it is how tests put crashing or hanging candidates into a live run. Updates only count
+// versions: there is nothing to learn.
 #include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "crucible/eval/candidate_language.h"
 #include "policy/policy.h"
 
 namespace crucible::policy {
 
 class ReplayPolicy : public Policy {
  public:
-  // extension: "cpp" or "cu". Throws std::invalid_argument when dir is missing.
-  ReplayPolicy(std::filesystem::path dir, std::string extension);
+  // Replays the files of the language's source extension. Throws std::invalid_argument when dir is missing.
+  ReplayPolicy(std::filesystem::path dir, eval::CandidateLanguage language);
 
   std::vector<Sample> sample(const eval::TaskSpec& task, int n) override;
   void prepare(const eval::TaskSpec&) override {}

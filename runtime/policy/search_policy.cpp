@@ -20,24 +20,42 @@ std::vector<double> softmax(const std::vector<double>& logits) {
   return p;
 }
 
-const KernelTemplate& require_template(const eval::TaskSpec& task, const std::string& backend) {
-  const KernelTemplate* t = template_for(task, backend);
+const KernelTemplate& require_template(const eval::TaskSpec& task, eval::CandidateLanguage language) {
+  const KernelTemplate* t = template_for(task, language);
   if (!t)
-    throw std::invalid_argument("the search policy has no " + backend + " kernel template for task '" + task.name +
-                                "'");
+    throw std::invalid_argument("the search policy has no " + std::string(language.name()) +
+                                " kernel template for task '" + task.name + "'");
   return *t;
+}
+
+// The names of the languages with templates, for messages: "cpu, cuda or triton".
+std::string template_language_names() {
+  const auto languages = template_languages();
+  std::string names;
+  for (std::size_t i = 0; i < languages.size(); ++i)
+    names += (i == 0 ? "" : i + 1 == languages.size() ? " or " : ", ") + std::string(languages[i].name());
+  return names;
+}
+
+// A snapshot's language, by name; throws std::invalid_argument for one without templates.
+eval::CandidateLanguage template_language_named(const std::string& name) {
+  for (const auto& language : template_languages())
+    if (language.name() == name) return language;
+  throw std::invalid_argument("malformed search-policy snapshot: unknown backend '" + name + "' (" +
+                              template_language_names() + ")");
 }
 
 }  // namespace
 
 SearchPolicy::SearchPolicy(uint64_t seed, SearchPolicyOptions options) : rng_(seed), options_(options) {
   if (!(options_.temperature > 0.0)) throw std::invalid_argument("search policy: temperature must be > 0");
-  if (options_.backend != "cpu" && options_.backend != "cuda" && options_.backend != "triton")
-    throw std::invalid_argument("search policy: backend must be cpu, cuda or triton, not '" + options_.backend + "'");
+  if (covered_tasks(options_.language).empty())
+    throw std::invalid_argument("search policy: it has kernel templates in " + template_language_names() + ", not " +
+                                std::string(options_.language.name()));
 }
 
 std::vector<std::vector<double>>& SearchPolicy::logits_for(const eval::TaskSpec& task) {
-  const KernelTemplate& t = require_template(task, options_.backend);
+  const KernelTemplate& t = require_template(task, options_.language);
   auto& logits = logits_[task.name];
   if (logits.empty())
     for (const auto& knob : t.knobs) logits.emplace_back(knob.choices.size(), 0.0);
@@ -45,7 +63,7 @@ std::vector<std::vector<double>>& SearchPolicy::logits_for(const eval::TaskSpec&
   for (std::size_t k = 0; fits && k < logits.size(); ++k) fits = logits[k].size() == t.knobs[k].choices.size();
   if (!fits)  // e.g. restored from a snapshot of other templates
     throw std::invalid_argument("search policy: the logits of task '" + task.name + "' do not match its " +
-                                options_.backend + " template's knobs");
+                                std::string(options_.language.name()) + " template's knobs");
   return logits;
 }
 
@@ -74,7 +92,7 @@ Sample SearchPolicy::rendered(const eval::TaskSpec& task, const KernelTemplate& 
 }
 
 std::vector<Sample> SearchPolicy::sample(const eval::TaskSpec& task, int n) {
-  const KernelTemplate& t = require_template(task, options_.backend);
+  const KernelTemplate& t = require_template(task, options_.language);
   auto& logits = logits_for(task);
   std::vector<Sample> out;
   for (int s = 0; s < n; ++s) {
@@ -89,7 +107,7 @@ std::vector<Sample> SearchPolicy::sample(const eval::TaskSpec& task, int n) {
 }
 
 std::vector<Sample> SearchPolicy::refine(const eval::TaskSpec& task, const std::vector<Attempt>& attempts) {
-  const KernelTemplate& t = require_template(task, options_.backend);
+  const KernelTemplate& t = require_template(task, options_.language);
   auto& logits = logits_for(task);
   std::vector<Sample> out;
   for (const auto& attempt : attempts) {
@@ -153,7 +171,7 @@ std::string SearchPolicy::snapshot() const {
   j["version"] = version_;
   j["learning_rate"] = options_.learning_rate;
   j["temperature"] = options_.temperature;
-  j["backend"] = options_.backend;
+  j["backend"] = options_.language.name();
   j["logits"] = logits_;
   return j.dump();
 }
@@ -162,13 +180,12 @@ void SearchPolicy::restore(const std::string& text) {
   try {
     auto j = nlohmann::json::parse(text);
     auto logits = j.at("logits").get<std::map<std::string, std::vector<std::vector<double>>>>();
-    const std::string backend = j.value("backend", options_.backend);
-    if (backend != "cpu" && backend != "cuda" && backend != "triton")
-      throw std::invalid_argument("malformed search-policy snapshot: unknown backend '" + backend + "'");
+    const eval::CandidateLanguage language =
+        template_language_named(j.value("backend", std::string(options_.language.name())));
     version_ = j.at("version").get<uint64_t>();
     options_.learning_rate = j.at("learning_rate").get<double>();
     options_.temperature = j.value("temperature", options_.temperature);
-    options_.backend = backend;
+    options_.language = language;
     logits_ = std::move(logits);
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("malformed search-policy snapshot: ") + e.what());

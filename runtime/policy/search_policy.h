@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "crucible/eval/candidate_language.h"
 #include "crucible/eval/task_spec.h"
 #include "policy/policy.h"
 
@@ -19,7 +20,7 @@ struct KernelTemplate;
 struct SearchPolicyOptions {
   double learning_rate = 0.5;
   double temperature = 1.0;  // sampling divides the logits by it
-  std::string backend = "cpu";  // whose kernel templates to sample: "cpu", "cuda" or "triton"
+  eval::CandidateLanguage language;  // whose kernel templates to sample: C++ (the default), CUDA C++ or Triton
 };
 
 // A sample's tokens are its choice indices, one per knob; its output reads "knob=value ...".
@@ -27,7 +28,7 @@ class SearchPolicy : public Policy {
  public:
   explicit SearchPolicy(uint64_t seed, SearchPolicyOptions options = {});
 
-  // n candidates for the task; throws std::invalid_argument when no template of the backend covers it.
+  // n candidates for the task; throws std::invalid_argument when no template of the language covers it.
   std::vector<Sample> sample(const eval::TaskSpec& task, int n) override;
   // Local search: each attempt's knobs with some redrawn from the policy's distribution, never to the same value (one
   // knob after a correct attempt, two after a failed one: a failure is further from a good kernel).
@@ -38,7 +39,8 @@ class SearchPolicy : public Policy {
   uint64_t version() const override { return version_; }
 
   std::vector<double> probabilities(const std::string& task, std::size_t knob) const;
-  std::string snapshot() const override;          // JSON: version, options (backend too), logits per task and knob
+  // JSON: version, options (the language's name as "backend"), logits per task and knob
+  std::string snapshot() const override;
   void restore(const std::string& json) override;  // throws std::invalid_argument on malformed input
 
  private:

@@ -19,21 +19,21 @@ std::optional<TeacherFeedback> parse_teacher_feedback(std::string_view name) {
 
 namespace {
 
-std::string sibling_text(const GroupAttempt& sibling, const std::string& backend) {
+std::string sibling_text(const GroupAttempt& sibling, eval::CandidateLanguage language) {
   std::string speedup = "speedup not measured";
   if (sibling.verdict->speedup) {
     char buf[48];
     std::snprintf(buf, sizeof buf, "%.3fx faster than the reference", *sibling.verdict->speedup);
     speedup = buf;
   }
-  return "A correct kernel for this task (" + speedup + "):\n" + fenced_code(sibling.source, backend) +
+  return "A correct kernel for this task (" + speedup + "):\n" + fenced_code(sibling.source, language) +
          "\nWrite your own correct kernel.\n";
 }
 
 }  // namespace
 
 std::vector<std::string> teacher_contexts(const std::vector<GroupAttempt>& group, TeacherFeedback kind,
-                                          const std::string& backend) {
+                                          eval::CandidateLanguage language) {
   std::vector<std::string> out(group.size());
   if (kind == TeacherFeedback::execution) {
     for (std::size_t i = 0; i < group.size(); ++i)
@@ -53,7 +53,7 @@ std::vector<std::string> teacher_contexts(const std::vector<GroupAttempt>& group
   }
   for (std::size_t i = 0; i < group.size(); ++i) {
     const auto teacher = i == best ? second : best;
-    if (teacher) out[i] = sibling_text(group[*teacher], backend);
+    if (teacher) out[i] = sibling_text(group[*teacher], language);
   }
   return out;
 }

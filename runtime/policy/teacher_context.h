@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "crucible/eval/candidate_language.h"
 #include "crucible/eval/verdict.h"
 
 namespace crucible::policy {
@@ -25,8 +26,8 @@ struct GroupAttempt {
   double reward = 0.0;
 };
 
-// One context per member, in order; empty where the member gets no teacher. `backend` is "cpu" or "cuda".
+// One context per member, in order; empty where the member gets no teacher. `language` fences a sibling's code.
 std::vector<std::string> teacher_contexts(const std::vector<GroupAttempt>& group, TeacherFeedback kind,
-                                          const std::string& backend);
+                                          eval::CandidateLanguage language);
 
 }  // namespace crucible::policy

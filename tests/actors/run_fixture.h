@@ -77,7 +77,7 @@ struct Fixture : test_coordinator_fixture<Config> {
     e = experiment::parse_experiment(kExperiment, "dsl.toml");
     auto task = tasks::load_task_file(fs::path(CRUCIBLE_SOURCE_DIR) / "configs/tasks/relu.toml");
     policy::SearchPolicyOptions options;
-    options.backend = "cpu";
+    options.language = eval::CandidateLanguage::cpp();
     auto leases = std::make_shared<devices::DeviceLeases>();
     auto g = std::make_shared<GeneratorSetup>();
     g->policy = std::make_unique<policy::SearchPolicy>(1, options);

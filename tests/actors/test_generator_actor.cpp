@@ -14,7 +14,7 @@ struct GeneratorFixture : test_coordinator_fixture<Config> {
   GeneratorFixture() {
     auto task = tasks::load_task_file(fs::path(CRUCIBLE_SOURCE_DIR) / "configs/tasks/relu.toml");
     policy::SearchPolicyOptions options;
-    options.backend = "cpu";
+    options.language = eval::CandidateLanguage::cpp();
     auto g = std::make_shared<GeneratorSetup>();
     g->policy = std::make_unique<policy::SearchPolicy>(1, options);
     g->tasks[task.name] = task;

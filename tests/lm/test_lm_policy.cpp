@@ -51,9 +51,8 @@ TEST_CASE("lm policy: samples carry the reply, its tokens and log-probs, replies
   const auto relu = task("relu");
   const std::string prompt = p.prompt_for(relu);
   CHECK(prompt.find("<|im_start|>user") != std::string::npos);  // the fixture tokenizer speaks ChatML
-  CHECK(prompt.find(policy::kernel_prompt(relu, "cpu", test::read_file(test::source_dir() / "kernels_eval" /
-                                                                          "include" / "crucible" / "kernel.h"))) !=
-        std::string::npos);
+  const auto contract = test::read_file(test::source_dir() / "kernels_eval" / "include" / "crucible" / "kernel.h");
+  CHECK(prompt.find(policy::kernel_prompt(relu, eval::CandidateLanguage::cpp(), contract)) != std::string::npos);
   const auto samples = p.sample(relu, 3);
   REQUIRE(samples.size() == 3);
   for (const auto& s : samples) {

@@ -181,7 +181,7 @@ TEST_CASE("teacher contexts: decided group by group, one per candidate, fenced i
       {1, {&correct, "def best(): pass", 2.0}}, {2, {&wrong, "def worse(): pass", 0.0}}, {3, {&wrong, "x", 0.0}}};
   const auto attempt_of = [&](uint64_t id) { return attempts.at(id); };
   const auto contexts = unit_teacher_contexts({{1, 2}, {3}}, attempt_of, policy::TeacherFeedback::successful_sibling,
-                                              "triton");
+                                              eval::CandidateLanguage::triton());
   REQUIRE(contexts.size() == 3);
   CHECK(contexts.at(1).empty());  // the best has no second correct sibling to learn from
   CHECK(contexts.at(2).find("```python\ndef best(): pass\n```") != std::string::npos);

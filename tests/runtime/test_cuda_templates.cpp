@@ -44,11 +44,11 @@ eval::Sizes odd_cuda_sizes(const eval::TaskSpec& task) {
 TEST_CASE("gpu: sampled CUDA template candidates and the knobs' extremes are correct at the tasks' CUDA sizes") {
   test::TestEvaluator t("gpu-templates");
   policy::SearchPolicyOptions options;
-  options.backend = "cuda";
+  options.language = eval::CandidateLanguage::cuda_cpp();
   policy::SearchPolicy policy(2027, options);
-  for (const auto& name : policy::covered_tasks("cuda")) {
+  for (const auto& name : policy::covered_tasks(eval::CandidateLanguage::cuda_cpp())) {
     auto task = tasks::find_task(name, test::tasks_dir());
-    const auto* tmpl = policy::template_for(task, "cuda");
+    const auto* tmpl = policy::template_for(task, eval::CandidateLanguage::cuda_cpp());
     REQUIRE(tmpl != nullptr);
     std::vector<std::pair<std::string, std::string>> candidates;  // (what, source)
     auto combos = spanning_combinations(*tmpl);
@@ -72,10 +72,10 @@ TEST_CASE("gpu: every choice of every CUDA template's knobs is correct at odd si
     std::string what, source;
   };
   std::vector<Case> cases;
-  for (const auto& name : policy::covered_tasks("cuda")) {
+  for (const auto& name : policy::covered_tasks(eval::CandidateLanguage::cuda_cpp())) {
     auto task = tasks::find_task(name, test::tasks_dir());
     task.sizes["odd"] = odd_cuda_sizes(task);
-    const auto* tmpl = policy::template_for(task, "cuda");
+    const auto* tmpl = policy::template_for(task, eval::CandidateLanguage::cuda_cpp());
     REQUIRE(tmpl != nullptr);
     for (const auto& values : sweep_all() ? all_combinations(*tmpl) : spanning_combinations(*tmpl))
       cases.push_back({task, describe(*tmpl, values), tmpl->render(task, values)});

@@ -98,8 +98,9 @@ TEST_CASE("kernelbench prompt: templates are filled as Python's str.format fills
 
 TEST_CASE("kernelbench prompt: the reply's Python code block is the candidate") {
   const std::string reply = "Here is the kernel.\n```python\nclass ModelNew:\n    pass\n```\nDone.";
-  auto code = policy::extract_code(reply, "triton");
+  const eval::CandidateLanguage kernelbench{eval::Backend::cuda, eval::CandidateKind::kernelbench};
+  auto code = policy::extract_code(reply, kernelbench);
   REQUIRE(code);
   CHECK(code->find("class ModelNew") != std::string::npos);
-  CHECK_FALSE(policy::extract_code("```python\nclass ModelNew:\n", "triton"));  // cut off: no candidate
+  CHECK_FALSE(policy::extract_code("```python\nclass ModelNew:\n", kernelbench));  // cut off: no candidate
 }

@@ -52,12 +52,14 @@ TEST_CASE("the search policy samples reproducibly from uniform knob distribution
 }
 
 TEST_CASE("each backend covers its families, and the policy samples the backend it was given") {
-  CHECK(policy::covered_tasks("cpu") == std::vector<std::string>{"gelu", "layernorm", "log_softmax", "matmul",
-                                                                  "mse_loss", "relu", "rmsnorm", "softmax",
-                                                                  "sum_dim"});
-  CHECK(policy::covered_tasks("cuda") == std::vector<std::string>{"gelu", "matmul", "relu", "rmsnorm", "softmax"});
-  CHECK(policy::covered_tasks("tpu").empty());
-  for (const std::string backend : {"cpu", "cuda"})
+  CHECK(policy::covered_tasks(eval::CandidateLanguage::cpp()) ==
+        std::vector<std::string>{"gelu", "layernorm", "log_softmax", "matmul", "mse_loss", "relu", "rmsnorm",
+                                 "softmax", "sum_dim"});
+  CHECK(policy::covered_tasks(eval::CandidateLanguage::cuda_cpp()) ==
+        std::vector<std::string>{"gelu", "matmul", "relu", "rmsnorm", "softmax"});
+  const eval::CandidateLanguage kernelbench{eval::Backend::cpu, eval::CandidateKind::kernelbench};
+  CHECK(policy::covered_tasks(kernelbench).empty());  // KernelBench has no templates
+  for (const auto backend : {eval::CandidateLanguage::cpp(), eval::CandidateLanguage::cuda_cpp()})
     for (const auto& name : policy::covered_tasks(backend)) {
       auto task = tasks::find_task(name, test::tasks_dir());
       const auto* t = policy::template_for(task, backend);
@@ -66,21 +68,21 @@ TEST_CASE("each backend covers its families, and the policy samples the backend 
       for (const auto& knob : t->knobs) CHECK(knob.choices.size() >= 2);  // a knob with one choice is no knob
     }
   auto conv2d = tasks::find_task("conv2d", test::tasks_dir());
-  CHECK(policy::template_for(conv2d, "cpu") == nullptr);
-  CHECK(policy::template_for(conv2d, "cuda") == nullptr);
+  CHECK(policy::template_for(conv2d, eval::CandidateLanguage::cpp()) == nullptr);
+  CHECK(policy::template_for(conv2d, eval::CandidateLanguage::cuda_cpp()) == nullptr);
   auto layernorm = tasks::find_task("layernorm", test::tasks_dir());
-  CHECK(policy::template_for(layernorm, "cuda") == nullptr);
-  CHECK(policy::template_for(layernorm, "tpu") == nullptr);
+  CHECK(policy::template_for(layernorm, eval::CandidateLanguage::cuda_cpp()) == nullptr);
+  CHECK(policy::template_for(layernorm, kernelbench) == nullptr);
 
   policy::SearchPolicyOptions cuda_options;
-  cuda_options.backend = "cuda";
+  cuda_options.language = eval::CandidateLanguage::cuda_cpp();
   policy::SearchPolicy cuda(5, cuda_options);
   auto softmax = tasks::find_task("softmax", test::tasks_dir());
   auto samples = cuda.sample(softmax, 3);
   REQUIRE(samples.size() == 3);
   for (const auto& sample : samples) {
     CHECK(sample.source.find("__global__") != std::string::npos);
-    CHECK(sample.tokens.size() == policy::template_for(softmax, "cuda")->knobs.size());
+    CHECK(sample.tokens.size() == policy::template_for(softmax, eval::CandidateLanguage::cuda_cpp())->knobs.size());
   }
   CHECK_THROWS_AS(cuda.sample(layernorm, 1), std::invalid_argument);  // CPU only
   policy::SearchPolicy cpu(5);
@@ -92,7 +94,7 @@ TEST_CASE("each backend covers its families, and the policy samples the backend 
   CHECK_THROWS_AS(cpu.restore(R"({"version": 1, "learning_rate": 0.5, "backend": "tpu", "logits": {}})"),
                   std::invalid_argument);
   policy::SearchPolicyOptions bad;
-  bad.backend = "tpu";
+  bad.language = kernelbench;
   CHECK_THROWS_AS(policy::SearchPolicy(1, bad), std::invalid_argument);
 }
 
@@ -143,10 +145,10 @@ TEST_CASE("every choice of every CPU template's knobs renders a correct candidat
   shipped.timing_trials = odd.timing_trials = 1;
   odd.sizes = "odd";
   int evaluated = 0;
-  for (const auto& name : policy::covered_tasks("cpu")) {
+  for (const auto& name : policy::covered_tasks(eval::CandidateLanguage::cpp())) {
     auto task = tasks::find_task(name, test::tasks_dir());
     task.sizes["odd"] = odd_cpu_sizes(task);
-    const auto* t = policy::template_for(task, "cpu");
+    const auto* t = policy::template_for(task, eval::CandidateLanguage::cpp());
     REQUIRE(t != nullptr);
     const auto combos = sweep_all() ? all_combinations(*t) : spanning_combinations(*t);
     for (std::size_t c = 0; c < combos.size(); ++c) {
@@ -179,9 +181,9 @@ TEST_CASE("CUDA template candidates build with nvcc at the knobs' extremes and b
   eval::GatePolicy gate;
   gate.backend = eval::Backend::cuda;
   int compiled = 0;
-  for (const auto& name : policy::covered_tasks("cuda")) {
+  for (const auto& name : policy::covered_tasks(eval::CandidateLanguage::cuda_cpp())) {
     auto task = tasks::find_task(name, test::tasks_dir());
-    const auto* t = policy::template_for(task, "cuda");
+    const auto* t = policy::template_for(task, eval::CandidateLanguage::cuda_cpp());
     REQUIRE(t != nullptr);
     // All first choices, all last, and one diagonal in between.
     auto combos = spanning_combinations(*t);
@@ -233,9 +235,9 @@ TEST_CASE("refinement by local search: one knob moves after a correct attempt, t
 
 TEST_CASE("search policy: every Triton template, at every knob's every choice, passes the Triton gate") {
   int sources = 0;
-  for (const std::string& name : policy::covered_tasks("triton")) {
+  for (const std::string& name : policy::covered_tasks(eval::CandidateLanguage::triton())) {
     auto task = tasks::find_task(name, test::tasks_dir());
-    const policy::KernelTemplate* t = policy::template_for(task, "triton");
+    const policy::KernelTemplate* t = policy::template_for(task, eval::CandidateLanguage::triton());
     REQUIRE(t != nullptr);
     for (std::size_t k = 0; k < t->knobs.size(); ++k)
       for (int choice : t->knobs[k].choices) {
@@ -251,10 +253,11 @@ TEST_CASE("search policy: every Triton template, at every knob's every choice, p
       }
   }
   CHECK(sources >= 14);
-  CHECK(policy::covered_tasks("triton") == std::vector<std::string>{"gelu", "log_softmax", "relu", "softmax"});
+  CHECK(policy::covered_tasks(eval::CandidateLanguage::triton()) ==
+        std::vector<std::string>{"gelu", "log_softmax", "relu", "softmax"});
   // The policy itself samples them.
   policy::SearchPolicyOptions o;
-  o.backend = "triton";
+  o.language = eval::CandidateLanguage::triton();
   policy::SearchPolicy search(3, o);
   auto samples = search.sample(tasks::find_task("softmax", test::tasks_dir()), 2);
   REQUIRE(samples.size() == 2);
@@ -262,9 +265,9 @@ TEST_CASE("search policy: every Triton template, at every knob's every choice, p
 }
 
 TEST_CASE("every CUDA template's renders split into a host half and an NVRTC half") {
-  for (const auto& name : policy::covered_tasks("cuda")) {
+  for (const auto& name : policy::covered_tasks(eval::CandidateLanguage::cuda_cpp())) {
     const auto task = tasks::find_task(name, test::tasks_dir());
-    const auto* t = policy::template_for(task, "cuda");
+    const auto* t = policy::template_for(task, eval::CandidateLanguage::cuda_cpp());
     REQUIRE(t != nullptr);
     for (const auto& combo : spanning_combinations(*t)) {
       const auto split = eval::split_cuda_source(t->render(task, combo));

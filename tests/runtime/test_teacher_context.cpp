@@ -22,7 +22,7 @@ eval::Verdict verdict(eval::Status status, std::optional<double> speedup = std::
 TEST_CASE("teacher context: execution feedback is each sample's own verdict") {
   const auto wrong = verdict(eval::Status::incorrect), right = verdict(eval::Status::correct, 1.5);
   const auto contexts = policy::teacher_contexts({{&wrong, "code A", 0.0}, {&right, "code B", 1.5}, {nullptr, "", 0}},
-                                                 TeacherFeedback::execution, "cpu");
+                                                 TeacherFeedback::execution, eval::CandidateLanguage::cpp());
   REQUIRE(contexts.size() == 3);
   CHECK(contexts[0].find("status: incorrect (mismatch)") != std::string::npos);
   CHECK(contexts[0].find("differs at 3 elements") != std::string::npos);
@@ -46,7 +46,8 @@ TEST_CASE("teacher context: a successful sibling teaches the others, the best is
       {{{&slow, "FIRST", 1.0}, {&slow, "SECOND", 1.0}}, {"SECOND", "FIRST"}},  // ties: the earlier one ranks first
   };
   for (const auto& row : table) {
-    const auto contexts = policy::teacher_contexts(row.group, TeacherFeedback::successful_sibling, "cuda");
+    const auto contexts =
+        policy::teacher_contexts(row.group, TeacherFeedback::successful_sibling, eval::CandidateLanguage::cuda_cpp());
     REQUIRE(contexts.size() == row.expect.size());
     for (std::size_t i = 0; i < contexts.size(); ++i) {
       CAPTURE(i);

@@ -80,11 +80,11 @@ int sft_data(const SftDataArgs& a) {
   try {
     const fs::path run(a.run);
     const auto e = report::read_recorded_experiment(run);
-    const eval::Backend backend = e.eval.backend;
+    const eval::CandidateLanguage language{e.eval.backend, e.eval.kind};
     const auto tasks = run_tasks(run, e);
     auto found = correct_kernels(run, a, tasks);
     const std::string contract = config::read_text_file(eval::default_include_dir() / "crucible" / "kernel.h");
-    const std::string fence = backend == eval::Backend::cuda ? "```cuda\n" : "```cpp\n";
+    const std::string fence = "```" + policy::code_fence_tag(language) + "\n";
     std::ofstream out(a.out);
     if (!out) throw std::invalid_argument("cannot write " + a.out);
     std::size_t pairs = 0;
@@ -92,7 +92,7 @@ int sft_data(const SftDataArgs& a) {
       if (kernels.empty()) continue;
       std::sort(kernels.begin(), kernels.end(), [](const Kernel& x, const Kernel& y) { return x.speedup > y.speedup; });
       kernels.resize(std::min<std::size_t>(kernels.size(), static_cast<std::size_t>(a.top)));
-      const std::string prompt = policy::kernel_prompt(tasks.at(task), std::string(eval::backend_name(backend)), contract);
+      const std::string prompt = policy::kernel_prompt(tasks.at(task), language, contract);
       for (const auto& k : kernels) {
         std::string code = k.source;
         if (!code.empty() && code.back() != '\n') code += '\n';

@@ -96,7 +96,7 @@ lm::ReplyAnswer answer_of(const lm::TextCompletion& c, const lm::LanguageModel& 
 
 // A reply as a sample: its code (or why there is none), tokens and the model's log-probabilities.
 Sample sample_of(lm::TextCompletion& c, const lm::LanguageModel& model, const std::string& task, uint64_t version,
-                 int max_new_tokens, const std::string& backend) {
+                 int max_new_tokens, eval::CandidateLanguage language) {
   Sample smp;
   smp.task = task;
   smp.policy_version = version;
@@ -104,7 +104,7 @@ Sample sample_of(lm::TextCompletion& c, const lm::LanguageModel& model, const st
   if (!answer.text)
     smp.parse_error = answer.error + (c.finish_reason == "length" ? " (cut off at max_new_tokens = " +
                                                                         std::to_string(max_new_tokens) + ")" : "");
-  else if (auto code = extract_code(*answer.text, backend)) smp.source = std::move(*code);
+  else if (auto code = extract_code(*answer.text, language)) smp.source = std::move(*code);
   else smp.parse_error = parse_failure(c, max_new_tokens);
   smp.output = std::move(c.text);
   smp.tokens = std::move(c.tokens);
@@ -248,14 +248,14 @@ std::string LmPolicy::prompt_for(const eval::TaskSpec& task) {
   auto& im = *impl_;
   auto it = im.prompts.find(task.name);
   if (it != im.prompts.end()) return it->second;
-  const std::string prompt = im.render(kernel_prompt(task, im.setup.backend, im.contract_header));
+  const std::string prompt = im.render(kernel_prompt(task, im.setup.language, im.contract_header));
   im.prompt_tokens[task.name] = im.model.encode_prompt(prompt);
   return im.prompts[task.name] = prompt;
 }
 
 std::string LmPolicy::refinement_prompt(const eval::TaskSpec& task, const Attempt& attempt) {
   auto& im = *impl_;
-  return im.render(policy::refinement_prompt(task, im.setup.backend, im.contract_header, attempt));
+  return im.render(policy::refinement_prompt(task, im.setup.language, im.contract_header, attempt));
 }
 
 std::vector<Sample> LmPolicy::refine(const eval::TaskSpec& task, const std::vector<Attempt>& attempts) {
@@ -274,7 +274,7 @@ std::vector<Sample> LmPolicy::refine(const eval::TaskSpec& task, const std::vect
   auto completions = im.model.generate(requests);
   std::vector<Sample> out;
   for (std::size_t k = 0; k < completions.size(); ++k) {
-    out.push_back(sample_of(completions[k], im.model, task.name, version_, m.max_new_tokens, im.setup.backend));
+    out.push_back(sample_of(completions[k], im.model, task.name, version_, m.max_new_tokens, im.setup.language));
     out.back().prompt = requests[k].prompt;
   }
   return out;
@@ -348,7 +348,7 @@ std::vector<std::vector<Sample>> LmPolicy::sample_groups(const std::vector<Group
     auto completions = im.model.generate(requests);
     for (std::size_t k = 0; k < completions.size(); ++k)
       out[owner[k]].push_back(sample_of(completions[k], im.model, asks[owner[k]].task->name, version_,
-                                           m.max_new_tokens, im.setup.backend));
+                                           m.max_new_tokens, im.setup.language));
   }
   return out;
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "crucible/eval/candidate_language.h"
 #include "experiment/experiment.h"
 #include "policy/policy.h"
 
@@ -17,7 +18,7 @@ namespace crucible::policy {
 
 struct LmPolicySetup {
   experiment::PolicyConfig config;      // kind, temperature and the libtorch settings
-  std::string backend = "cpu";          // which kernels to ask for: "cpu" (C++) or "cuda"
+  eval::CandidateLanguage language;     // which kernels to ask for (C++ by default)
   std::filesystem::path state_dir;      // where updates are checkpointed: <state_dir>/v<version>/...
   bool per_task_adapters = false;       // ttt: each task forks its own adapter (and optimizer) from the start
   uint64_t seed = 1;

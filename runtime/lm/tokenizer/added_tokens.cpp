@@ -11,11 +11,9 @@ namespace {
 // Start of the whitespace that ends text[0, end).
 std::size_t start_of_trailing_white_space(std::string_view text, std::size_t end) {
   while (end > 0) {
-    std::size_t start = end - 1;
-    while (start > 0 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80 && end - start < 4) --start;
-    const Utf8Step step = read_utf8(text, start);
-    if (!step.valid || start + step.length != end || !is_white_space(step.code_point)) break;
-    end = start;
+    const Utf8Step step = read_utf8_before(text, end);
+    if (!step.valid || !is_white_space(step.code_point)) break;
+    end -= step.length;
   }
   return end;
 }

@@ -17,20 +17,20 @@ constexpr const char* chatml_default_system = "You are a helpful assistant.";
 bool is_python_space(char32_t cp) { return is_white_space(cp) || (cp >= 0x1C && cp <= 0x1F); }
 
 std::string trim_like_jinja(const std::string& text) {
-  std::size_t begin = 0, end = text.size();
-  while (begin < end) {
+  std::size_t begin = 0;
+  while (begin < text.size()) {
     const Utf8Step step = read_utf8(text, begin);
     if (!step.valid || !is_python_space(step.code_point)) break;
     begin += step.length;
   }
-  while (end > begin) {
-    std::size_t start = end - 1;
-    while (start > begin && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80 && end - start < 4) --start;
-    const Utf8Step step = read_utf8(text, start);
-    if (!step.valid || start + step.length != end || !is_python_space(step.code_point)) break;
-    end = start;
+  // Backwards over what the leading trim kept, so no character read here reaches before `begin`.
+  std::string_view kept = std::string_view(text).substr(begin);
+  while (!kept.empty()) {
+    const Utf8Step step = read_utf8_before(kept, kept.size());
+    if (!step.valid || !is_python_space(step.code_point)) break;
+    kept.remove_suffix(step.length);
   }
-  return text.substr(begin, end - begin);
+  return std::string(kept);
 }
 
 std::vector<ChatMessage> with_system_prompt(const std::vector<ChatMessage>& messages, const ChatOptions& options) {

@@ -1,23 +1,18 @@
 #pragma once
-// UTF-8 reading and writing on std::string bytes.
+// UTF-8 as the tokenizer reads it: the shared reader (crucible/eval/utf8_sequence.h) under the names the tokenizer
+// uses, plus the strict forms (text a tokenizer encodes must be valid; invalid text is an error, not repaired).
 #include <cstddef>
 #include <string>
 #include <string_view>
 
+#include "crucible/eval/utf8_sequence.h"
+
 namespace crucible::lm {
 
-// One step of reading UTF-8 at a position. When the bytes there are not a valid sequence, `length` is the
-// length of its longest valid-looking prefix (at least 1): the unit that one U+FFFD replaces.
-struct Utf8Step {
-  char32_t code_point = 0;
-  std::size_t length = 1;
-  bool valid = false;
-};
-
-// Reads the sequence that starts at bytes[pos] (pos < bytes.size()).
-Utf8Step read_utf8(std::string_view bytes, std::size_t pos);
-
-void append_utf8(std::string& out, char32_t code_point);
+using eval::append_utf8;
+using eval::read_utf8;
+using eval::read_utf8_before;
+using eval::Utf8Step;
 
 // Throws std::invalid_argument naming `what` and the byte offset of the first invalid sequence.
 void require_valid_utf8(std::string_view bytes, std::string_view what);
@@ -28,6 +23,8 @@ std::string encode_utf8(std::u32string_view code_points);
 
 // Replaces each invalid sequence with U+FFFD the way Rust's String::from_utf8_lossy does
 // (one replacement per maximal invalid prefix).
-std::string utf8_lossy(std::string_view bytes);
+inline std::string utf8_lossy(std::string_view bytes) {
+  return eval::replace_invalid_utf8(bytes, eval::Utf8Replacement::maximal_subpart);
+}
 
 }  // namespace crucible::lm
