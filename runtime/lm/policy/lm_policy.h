@@ -17,7 +17,8 @@ namespace crucible::policy {
 
 struct LmPolicySetup {
   experiment::PolicyConfig config;      // kind, temperature and the libtorch settings
-  std::string backend = "cpu";          // which kernels to ask for: "cpu" (C++) or "cuda"
+  // which kernels to ask for: "cpu" (C++), "cuda", "triton" or "kernelbench" (with config.prompt KernelBench's)
+  std::string backend = "cpu";
   std::filesystem::path state_dir;      // where updates are checkpointed: <state_dir>/v<version>/...
   bool per_task_adapters = false;       // ttt: each task forks its own adapter (and optimizer) from the start
   uint64_t seed = 1;
