@@ -28,7 +28,8 @@ typename Inspector::result_type inspect(Inspector& f, NodeDevice& x) {
            x.multiprocessors);
 }
 
-constexpr uint32_t kClusterProtocol = 3;  // 2: typed devices and settings, error codes; 3: shared reference timings
+// 2: typed devices and settings, error codes; 3: shared reference timings; 4: the settings' torch_ops
+constexpr uint32_t kClusterProtocol = 4;
 
 
 // Node -> gateway, first: who it is and its nonce.

@@ -16,7 +16,7 @@ typename Inspector::result_type inspect(Inspector& f, Device& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RunEvalSettings& x) {
   return f(caf::meta::type_name("crucible.RunEvalSettings"), x.backend, x.kind, x.mode, x.launches, x.sizes,
-           x.correctness_trials, x.timing_trials, x.call_timeout_s, x.evaluation_budget_s);
+           x.correctness_trials, x.timing_trials, x.call_timeout_s, x.evaluation_budget_s, x.forbid_torch_ops);
 }
 
 }  // namespace crucible::eval

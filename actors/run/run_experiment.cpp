@@ -329,6 +329,7 @@ std::vector<eval::TaskSpec> check_runnable(const experiment::Experiment& e) {
         e.fail("policy.replay_dir", "no candidates for task '" + t.name + "' in " + e.policy.replay_dir + "/" + t.name);
     return tasks;
   }
+  experiment::check_prompts(e, tasks);
   if (e.policy.kind == experiment::PolicyKind::libtorch) {
     if (auto problem = policy::lm_policy_problem(e.policy.lm, eval::cuda_devices()))
       e.fail("policy." + problem->first, problem->second);

@@ -88,6 +88,14 @@ Launches parse_launches(std::string_view text) {
   throw std::invalid_argument("unknown launches '" + std::string(text) + "' (eager, queued)");
 }
 
+bool parse_forbid_torch_ops(std::string_view text) {
+  if (text == "allow") return false;
+  if (text == "forbid") return true;
+  throw std::invalid_argument("unknown torch_ops '" + std::string(text) + "' (allow, forbid)");
+}
+
+std::string_view torch_ops_name(bool forbid_torch_ops) { return forbid_torch_ops ? "forbid" : "allow"; }
+
 EvalOptions options_for(const RunEvalSettings& run, Device device) {
   EvalOptions options;
   static_cast<RunEvalSettings&>(options) = run;

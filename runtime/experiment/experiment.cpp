@@ -238,6 +238,19 @@ void read_chat_format(TableReader& t, LmPolicyConfig& m) {
     t.fail("reasoning_effort", "only with chat_format = \"harmony\" (or \"auto\" on a gpt-oss model)");
 }
 
+constexpr const char* kPromptKeys[] = {"prompt", "kernelbench_dir", "kernelbench_backend", "kernelbench_option"};
+
+// The language-model policies' prompt. Which one is the default depends on [eval] candidate, read later:
+// resolve_prompt settles it once every table is read.
+void read_prompt(TableReader& t, policy::PromptSettings& prompt) {
+  prompt.kind = parse_choice(t, "prompt", "crucible", [](const std::string& v) { return policy::parse_prompt_kind(v); });
+  auto& kb = prompt.kernelbench;
+  kb.kernelbench_dir = t.get_string("kernelbench_dir", "");
+  kb.backend = t.get_string("kernelbench_backend", kb.backend);  // prompts.toml's own tables: checked when it is read
+  if (kb.backend.empty()) t.fail("kernelbench_backend", "name a backend of KernelBench's prompts (cuda, triton, ...)");
+  kb.option = one_of(t, "kernelbench_option", kb.option, {"zero_shot", "one_shot", "few_shot"});
+}
+
 void read_policy(TableReader t, PolicyConfig& p) {
   p.kind = parse_choice(t, "kind", policy_kind_name(p.kind), parse_policy_kind);
   p.replay_dir = t.get_string("replay_dir", "");
@@ -249,6 +262,7 @@ void read_policy(TableReader t, PolicyConfig& p) {
     // The OpenAI API (and vLLM, SGLang, crucible serve) accepts temperatures up to 2.
     if (p.temperature > 2.0) t.fail("temperature", "a served model accepts at most 2");
     read_openai(t, p.openai);
+    read_prompt(t, p.prompt);
     if (!p.checkpoint.empty()) t.fail("checkpoint", "a served model starts as the server has it");
     t.finish();
     return;
@@ -257,6 +271,8 @@ void read_policy(TableReader t, PolicyConfig& p) {
                           "max_tokens"})
     if (t.has(key)) t.fail(key, "only for kind = \"openai\"");
   if (p.kind != PolicyKind::libtorch) {
+    for (const char* key : kPromptKeys)
+      if (t.has(key)) t.fail(key, "only for the language-model policies (kind = \"libtorch\" or \"openai\")");
     for (const char* key : {"model", "device", "dtype", "adapter", "cuda_graphs", "max_new_tokens", "top_p", "top_k",
                             "system_prompt", "chat_format", "reasoning_effort", "lora", "train"})
       if (t.has(key)) t.fail(key, "only for kind = \"libtorch\"");
@@ -275,6 +291,7 @@ void read_policy(TableReader t, PolicyConfig& p) {
   m.top_k = t.get_int_in("top_k", m.top_k, 0, 1'000'000);
   m.system_prompt = t.get_string("system_prompt", "");
   read_chat_format(t, m);
+  read_prompt(t, p.prompt);
   if (!p.checkpoint.empty()) t.fail("checkpoint", "a libtorch policy starts from `adapter` (a PEFT directory)");
   if (auto lora = t.get_table("lora")) read_lora(*lora, m);
   if (auto train = t.get_table("train")) read_train(*train, m);
@@ -364,6 +381,10 @@ void read_eval(TableReader t, EvalConfig& c) {
   if (c.launches == eval::Launches::queued && c.kind != eval::CandidateKind::triton)
     t.fail("launches", "queued launches hold Triton candidates' GPU calls (candidate = \"triton\", CUDA devices); "
                        "CUDA C++ candidates are timed as launched");
+  c.forbid_torch_ops = parse_choice(t, "torch_ops", "allow",
+                                    [](const std::string& v) { return eval::parse_forbid_torch_ops(v); });
+  if (t.has("torch_ops") && c.kind != eval::CandidateKind::kernelbench)
+    t.fail("torch_ops", "PyTorch operators inside ModelNew: only with candidate = \"kernelbench\"");
   c.sizes = t.get_string("sizes", "");
   c.compile_workers = t.get_int_in("compile_workers", 0, 0, kMaxCompileWorkers);
   c.correctness_trials = trials(t, "correctness_trials", 100);
@@ -464,13 +485,46 @@ std::string run_mode_name(RunMode mode) {
 
 namespace {
 
-void make_tasks_dir_absolute(Experiment& e, const std::filesystem::path& relative_to) {
-  if (relative_to.empty() || e.tasks.dir.empty() || std::filesystem::path(e.tasks.dir).is_absolute()) return;
+// A directory named relative to the experiment file, made absolute in `dir` and in the text under `key`.
+void make_dir_absolute(Experiment& e, const std::string& key, std::string& dir, const std::filesystem::path& relative_to) {
+  if (relative_to.empty() || dir.empty() || std::filesystem::path(dir).is_absolute()) return;
   std::error_code ec;
   const auto base = std::filesystem::absolute(relative_to, ec);
-  if (ec) e.fail("tasks.dir", "cannot resolve " + e.tasks.dir + " against " + relative_to.string());
-  e.tasks.dir = (base / e.tasks.dir).lexically_normal().string();
-  e.text = config::with_string_value(e.text, e.file, "tasks.dir", e.tasks.dir);
+  if (ec) e.fail(key, "cannot resolve " + dir + " against " + relative_to.string());
+  dir = (base / dir).lexically_normal().string();
+  e.text = config::with_string_value(e.text, e.file, key, dir);
+}
+
+bool language_model_policy(const PolicyConfig& p) {
+  return p.kind == PolicyKind::libtorch || p.kind == PolicyKind::openai;
+}
+
+// KernelBench-format candidates are asked for with KernelBench's prompt, every other kind with Crucible's: the
+// default follows [eval] candidate, and a prompt that asks for another kind than the evaluator judges is refused.
+void resolve_prompt(Experiment& e, const std::filesystem::path& relative_to) {
+  if (!language_model_policy(e.policy)) return;
+  auto& prompt = e.policy.prompt;
+  const bool kernelbench_answers = e.eval.kind == eval::CandidateKind::kernelbench;
+  if (!e.key_lines.count("policy.prompt"))
+    prompt.kind = kernelbench_answers ? policy::PromptKind::kernelbench : policy::PromptKind::crucible;
+  if (prompt.kind == policy::PromptKind::kernelbench && !kernelbench_answers)
+    e.fail("policy.prompt", "KernelBench's prompt asks for a ModelNew file: set [eval] candidate = \"kernelbench\"");
+  if (prompt.kind == policy::PromptKind::crucible && kernelbench_answers)
+    e.fail("policy.prompt", "[eval] candidate = \"kernelbench\" is asked for with prompt = \"kernelbench\"");
+  if (prompt.kind == policy::PromptKind::crucible) {
+    for (const std::string key : {"policy.kernelbench_dir", "policy.kernelbench_backend", "policy.kernelbench_option"})
+      if (e.key_lines.count(key)) e.fail(key, "only with prompt = \"kernelbench\"");
+    return;
+  }
+  std::string dir = prompt.kernelbench.kernelbench_dir.string();
+  if (dir.empty()) {
+    const auto line = e.key_lines.count("policy") ? e.key_lines.at("policy") : 0;
+    throw config::ConfigError(e.file, line, "policy.kernelbench_dir",
+                              "KernelBench's prompt is read from a KernelBench checkout: name it (its root, which "
+                              "holds KernelBench/ and src/kernelbench/prompts/prompts.toml)");
+  }
+  make_dir_absolute(e, "policy.kernelbench_dir", dir, relative_to);
+  prompt.kernelbench.kernelbench_dir = dir;
 }
 
 }  // namespace
@@ -522,7 +576,8 @@ Experiment parse_experiment(const std::string& text, const std::string& file, co
                                    " samples");
   if (e.advantage.kind == rewards::AdvantageKind::trloo && e.multi_turn.turns == 1)
     e.fail("advantage.kind", "trloo compares trajectories turn by turn: set [multi_turn] turns > 1 (or use rloo)");
-  make_tasks_dir_absolute(e, relative_to);
+  make_dir_absolute(e, "tasks.dir", e.tasks.dir, relative_to);
+  resolve_prompt(e, relative_to);
   // Checked once all tables are read, so the message can point at the key that matters.
   if (!e.tasks.dir.empty() && !std::filesystem::is_directory(e.tasks.dir))
     e.fail("tasks.dir", "not a directory: " + e.tasks.dir);
@@ -610,6 +665,25 @@ std::vector<eval::TaskSpec> resolve_tasks(const Experiment& e) {
   }
   if (specs.empty()) e.fail("tasks", "the selection leaves no task");
   return specs;
+}
+
+void check_prompts(const Experiment& e, const std::vector<eval::TaskSpec>& tasks) {
+  if (!language_model_policy(e.policy) || e.policy.prompt.kind != policy::PromptKind::kernelbench) return;
+  try {  // the checkout first: without its prompts.toml no task's prompt can be built
+    policy::kernelbench_prompts_toml(e.policy.prompt.kernelbench.kernelbench_dir);
+  } catch (const policy::KernelBenchPromptError& err) {
+    e.fail("policy.kernelbench_dir", err.what());
+  }
+  const policy::TaskPrompter prompter(e.policy.prompt, {e.eval.backend, e.eval.kind}, "");
+  for (const auto& t : tasks) {
+    try {
+      prompter.prompt(t);
+    } catch (const policy::TaskPromptError& err) {
+      e.fail("tasks.names", err.what());
+    } catch (const policy::KernelBenchPromptError& err) {
+      e.fail("policy.kernelbench_dir", err.what());
+    }
+  }
 }
 
 }  // namespace crucible::experiment

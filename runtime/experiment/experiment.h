@@ -14,6 +14,7 @@
 #include "lm/tokenizer/chat_message.h"
 #include "lm/tokenizer/chat_template.h"
 #include "rewards/advantage.h"
+#include "policy/task_prompt.h"
 #include "policy/teacher_context.h"
 #include "rewards/reward.h"
 
@@ -109,6 +110,9 @@ struct PolicyConfig {
   std::string checkpoint;  // search: a snapshot file to start from (ttt), empty: fresh
   LmPolicyConfig lm;       // libtorch
   OpenAiConfig openai;     // openai
+  // libtorch and openai: which prompt the model is shown (`prompt`; KernelBench's for candidate = "kernelbench",
+  // Crucible's otherwise) and, for KernelBench's, `kernelbench_dir`, `kernelbench_backend`, `kernelbench_option`.
+  policy::PromptSettings prompt;
 };
 
 struct GrpoConfig {
@@ -220,5 +224,9 @@ std::string normalization_name(Normalization normalization);
 
 // The tasks the experiment names, loaded and in a fixed order; a split keeps the train or eval share.
 std::vector<eval::TaskSpec> resolve_tasks(const Experiment& experiment);
+
+// The language-model policies' prompt for every task, built before any work: a task with no KernelBench problem, or a
+// checkout that lacks what KernelBench's prompt needs, is a config::ConfigError naming the task or the checkout.
+void check_prompts(const Experiment& experiment, const std::vector<eval::TaskSpec>& tasks);
 
 }  // namespace crucible::experiment

@@ -9,7 +9,7 @@
 
 #include "config/text_file.h"
 #include "crucible/eval/evaluator.h"
-#include "policy/kernel_prompt.h"
+#include "policy/task_prompt.h"
 
 namespace crucible::policy {
 using nlohmann::json;
@@ -68,7 +68,8 @@ std::unique_ptr<judge::Judge> make_llm_judge(const experiment::JudgeConfig& conf
 OpenAiPolicy::OpenAiPolicy(OpenAiPolicySetup setup)
     : setup_(std::move(setup)),
       client_(setup_.config.openai),
-      contract_header_(config::read_text_file(eval::default_include_dir() / "crucible" / "kernel.h")) {}
+      prompter_(setup_.config.prompt, setup_.language,
+                config::read_text_file(eval::default_include_dir() / "crucible" / "kernel.h")) {}
 
 Sample OpenAiPolicy::complete_one(const eval::TaskSpec& task, const std::string& prompt, uint64_t seed) const {
   Sample s;
@@ -80,7 +81,7 @@ Sample OpenAiPolicy::complete_one(const eval::TaskSpec& task, const std::string&
     s.parse_error = reply.error;
     return s;
   }
-  if (auto code = extract_code(reply.text, setup_.language)) s.source = std::move(*code);
+  if (auto code = prompter_.code(reply.text)) s.source = std::move(*code);
   else
     s.parse_error = reply.finish_reason == "length" ? "the reply was cut off at max_tokens = " +
                                                           std::to_string(client_.config().max_tokens) +
@@ -109,13 +110,13 @@ std::vector<Sample> OpenAiPolicy::complete(const eval::TaskSpec& task, const std
 }
 
 std::vector<Sample> OpenAiPolicy::sample(const eval::TaskSpec& task, int n) {
-  const std::string prompt = kernel_prompt(task, setup_.language, contract_header_);
+  const std::string prompt = prompter_.prompt(task);
   return complete(task, std::vector<std::string>(static_cast<std::size_t>(std::max(0, n)), prompt));
 }
 
 std::vector<Sample> OpenAiPolicy::refine(const eval::TaskSpec& task, const std::vector<Attempt>& attempts) {
   std::vector<std::string> prompts;
-  for (const auto& a : attempts) prompts.push_back(refinement_prompt(task, setup_.language, contract_header_, a));
+  for (const auto& a : attempts) prompts.push_back(prompter_.refinement(task, a));
   return complete(task, prompts);
 }
 

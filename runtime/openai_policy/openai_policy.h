@@ -14,6 +14,7 @@
 #include "judge/judge_reply.h"
 #include "openai_policy/chat_client.h"
 #include "policy/policy.h"
+#include "policy/task_prompt.h"
 
 namespace crucible::policy {
 
@@ -31,7 +32,8 @@ std::unique_ptr<judge::Judge> make_llm_judge(const experiment::JudgeConfig& conf
 
 class OpenAiPolicy : public Policy {
  public:
-  // Reads the API key (environment variable or file); throws std::invalid_argument naming what is missing.
+  // Reads the API key (environment variable or file); throws std::invalid_argument naming what is missing, or a
+  // prompt that does not fit the candidates' kind.
   explicit OpenAiPolicy(OpenAiPolicySetup setup);
 
   std::vector<Sample> sample(const eval::TaskSpec& task, int n) override;
@@ -49,7 +51,7 @@ class OpenAiPolicy : public Policy {
 
   OpenAiPolicySetup setup_;
   ChatClient client_;
-  std::string contract_header_;
+  TaskPrompter prompter_;  // Crucible's prompt or KernelBench's ([policy] prompt)
   uint64_t version_ = 0;
   uint64_t draws_ = 0;
 };

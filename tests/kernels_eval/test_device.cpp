@@ -96,6 +96,7 @@ TEST_CASE("one evaluation's options are the run's settings on a device, with not
   run.timing_trials = 9;
   run.call_timeout_s = 4.5;
   run.evaluation_budget_s = 60.0;
+  run.forbid_torch_ops = true;
   const EvalOptions o = options_for(run, Device::cuda(2));
   CHECK(o.device == Device::cuda(2));
   CHECK(o.kind == CandidateKind::triton);
@@ -106,5 +107,6 @@ TEST_CASE("one evaluation's options are the run's settings on a device, with not
   CHECK(o.timing_trials == 9);
   CHECK(o.call_timeout_s == 4.5);
   CHECK(o.evaluation_budget_s == 60.0);
+  CHECK(o.forbid_torch_ops);
   CHECK(o.warmup_calls == -1);  // what only one evaluation sets keeps its default
 }

@@ -9,6 +9,7 @@
 
 #include "lm/lm_support.h"
 #include "policy/kernel_prompt.h"
+#include "policy/kernelbench_prompt.h"
 #include "lm/policy/lm_policy.h"
 #include "support.h"
 #include "tasks/task_loader.h"
@@ -67,6 +68,27 @@ TEST_CASE("lm policy: samples carry the reply, its tokens and log-probs, replies
     CHECK(!s.parse_error.empty());
   }
   CHECK(samples[0].tokens != samples[1].tokens);  // each sample draws its own seed
+}
+
+TEST_CASE("lm policy: with KernelBench's prompt, a task's prompt is kernelbench_prompt() around its problem file") {
+  test::ScratchDir dir("lm-policy-kernelbench");
+  const fs::path fixtures = test::source_dir() / "tests" / "fixtures" / "kernelbench";
+  auto setup = tiny_setup(dir.path());
+  setup.language = {eval::Backend::cpu, eval::CandidateKind::kernelbench};  // [eval] candidate = "kernelbench"
+  setup.config.prompt.kind = policy::PromptKind::kernelbench;
+  setup.config.prompt.kernelbench.kernelbench_dir = fixtures / "checkout";
+  policy::LmPolicy p(setup);
+  const auto kb_relu = tasks::load_task_file(fixtures / "tasks" / "kb_relu.toml");
+  const std::string expected = policy::kernelbench_prompt(
+      test::read_file(fixtures / "checkout" / "KernelBench" / "level1" / "19_ReLU.py"), setup.config.prompt.kernelbench);
+  const std::string prompt = p.prompt_for(kb_relu);
+  CHECK(prompt.find("<|im_start|>user\n" + expected) != std::string::npos);  // the user turn, in the chat format
+  CHECK(prompt.find("crucible_forward") == std::string::npos);               // not Crucible's contract
+  policy::Attempt attempt;
+  attempt.previous.source = "class ModelNew: pass\n";
+  CHECK(p.refinement_prompt(kb_relu, attempt).find("```python\nclass ModelNew: pass\n") != std::string::npos);
+  // A task that names no problem has no KernelBench prompt: the policy says so, naming it.
+  CHECK_THROWS_WITH_AS(p.prompt_for(task("layernorm")), doctest::Contains("'layernorm'"), std::invalid_argument);
 }
 
 TEST_CASE("lm policy: an update moves log-probs with the advantages and checkpoints into the state directory") {

@@ -10,12 +10,14 @@
 #include <atomic>
 #include <future>
 #include <map>
+#include <mutex>
 #include <regex>
 #include <thread>
 
 #include "cli_support.h"
 #include "lm/lm_support.h"
 #include "openai_policy/openai_policy.h"
+#include "policy/kernelbench_prompt.h"
 #include "process_support.h"
 #include "run/jsonl.h"
 #include "serving/generation_service.h"
@@ -427,7 +429,11 @@ struct FixedReplyServer {
   explicit FixedReplyServer(const std::string& content, int answered = -1, int port = 0) : answered(answered) {
     const json reply{{"choices", {{{"index", 0}, {"finish_reason", "stop"},
                                    {"message", {{"role", "assistant"}, {"content", content}}}}}}};
-    server.Post("/v1/chat/completions", [this, body = reply.dump()](const httplib::Request&, httplib::Response& res) {
+    server.Post("/v1/chat/completions", [this, body = reply.dump()](const httplib::Request& req, httplib::Response& res) {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        last_request = req.body;
+      }
       const int n = ++requests;
       if (this->answered >= 0 && n > this->answered) {
         res.status = 503;
@@ -449,6 +455,8 @@ struct FixedReplyServer {
   httplib::Server server;
   std::thread thread;
   std::atomic<int> requests{0};
+  std::mutex mutex;
+  std::string last_request;  // the last request's body, as the server received it
   const int answered;
   int port = 0;
 };
@@ -513,6 +521,69 @@ TEST_CASE("LLM-as-judge: a judge's score adds to the reward with its weight, a d
       CHECK(c["judge"]["note"].get<std::string>().find("judge_error: no answer from") == 0);
       CHECK(c["status"] == "correct");  // the candidate's own verdict is untouched
     }
+  }
+}
+
+TEST_CASE("the client policy with KernelBench's prompt sends it for the task's problem, and its Python block is the candidate") {
+  const fs::path fixtures = test::source_dir() / "tests/fixtures/kernelbench";
+  const std::string answer = test::read_file(fixtures / "relu" / "ok.py");
+  FixedReplyServer model("Fused and fast:\n```python\n" + answer + "```\nThat is all.");
+  policy::OpenAiPolicySetup setup = client(model.base_url());
+  setup.language = {eval::Backend::cpu, eval::CandidateKind::kernelbench};  // [eval] candidate = "kernelbench"
+  setup.config.prompt.kind = policy::PromptKind::kernelbench;
+  setup.config.prompt.kernelbench.kernelbench_dir = fixtures / "checkout";
+  policy::OpenAiPolicy p(setup);
+  const auto task = tasks::load_task_file(fixtures / "tasks" / "kb_relu.toml");
+  const auto samples = p.sample(task, 2);
+  REQUIRE(samples.size() == 2);
+  for (const auto& s : samples) {
+    CHECK(s.parse_error.empty());
+    CHECK(s.source == answer);
+  }
+  std::string sent;
+  {
+    std::lock_guard<std::mutex> lock(model.mutex);
+    sent = json::parse(model.last_request)["messages"].back()["content"].get<std::string>();
+  }
+  const std::string problem = test::read_file(fixtures / "checkout/KernelBench/level1/19_ReLU.py");
+  CHECK(sent == policy::kernelbench_prompt(problem, setup.config.prompt.kernelbench));
+}
+
+TEST_CASE("a run with a served model and KernelBench's prompt judges its ModelNew replies as KernelBench candidates") {
+  eval::ProcessLimits limits;
+  limits.wall_seconds = 60;
+  if (!eval::run_process({"/usr/bin/python3", "-c", "import torch"}, limits).ok()) {
+    MESSAGE("skipped: KernelBench-format candidates run in /usr/bin/python3 with torch, absent here");
+    return;
+  }
+  const fs::path fixtures = test::source_dir() / "tests/fixtures/kernelbench";
+  FixedReplyServer model("```python\n" + test::read_file(fixtures / "relu" / "ok.py") + "```\n");
+  test::ScratchDir scratch("serve-kernelbench");
+  const auto candidates = run_candidates(scratch, R"([experiment]
+name = "served-kb"
+mode = "best_of_n"
+[tasks]
+names = ["kb_relu"]
+dir = ")" + (fixtures / "tasks").string() + R"("
+[policy]
+kind = "openai"
+base_url = ")" + model.base_url() + R"("
+model = "m"
+kernelbench_dir = ")" + (fixtures / "checkout").string() + R"("
+[best_of_n]
+k = 2
+group_size = 2
+[eval]
+devices = ["cpu"]
+candidate = "kernelbench"
+mode = "fast"
+call_timeout_s = 60.0
+evaluation_budget_s = 600.0
+)");
+  REQUIRE(candidates.size() == 2);
+  for (const auto& c : candidates) {
+    CAPTURE(c.dump());
+    CHECK(c["status"] == "correct");
   }
 }
 

@@ -300,6 +300,7 @@ TEST_CASE("cluster messages round-trip: a node's join, its heartbeat with log li
   accepted.run = "sweep seed 1";
   accepted.eval = {eval::Backend::cuda, eval::CandidateKind::triton, eval::EvalDepth::full, eval::Launches::queued, "cpu",
                    3, 20, 5.0};
+  accepted.eval.forbid_torch_ops = true;
   accepted.tasks = {{"relu", "name = \"relu\"\n"}};
   accepted.heartbeat_s = 0.5;
   accepted.last_run = false;
@@ -310,6 +311,7 @@ TEST_CASE("cluster messages round-trip: a node's join, its heartbeat with log li
   CHECK(a.eval.mode == eval::EvalDepth::full);
   CHECK(a.eval.launches == eval::Launches::queued);
   CHECK(a.eval.kind == eval::CandidateKind::triton);
+  CHECK(a.eval.forbid_torch_ops);  // [eval] torch_ops reaches evaluator nodes
   CHECK(a.tasks.at(0).toml == "name = \"relu\"\n");
   CHECK_FALSE(a.last_run);
   auto beat = round_trip(msg::NodeHeartbeat{7, {{"evaluator.cuda:0", "2024-05-01T12:00:00.000 info  [gpu-a/x] y"}}});

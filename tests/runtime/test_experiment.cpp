@@ -68,6 +68,34 @@ TEST_CASE("Triton candidates are an [eval] choice for CUDA devices, refused on t
   CHECK(experiment::parse_experiment(kMinimal, "min.toml").eval.kind == eval::CandidateKind::native);
 }
 
+TEST_CASE("[eval] torch_ops: allow or forbid, typed once, for KernelBench-format candidates only") {
+  const std::string kb = kMinimal + "[eval]\ncandidate = \"kernelbench\"\n";
+  struct Row {
+    std::string text;
+    bool forbid;
+  };
+  for (const Row& row : {Row{kb, false}, Row{kb + "torch_ops = \"allow\"\n", false},
+                         Row{kb + "torch_ops = \"forbid\"\n", true}}) {
+    CAPTURE(row.text);
+    CHECK(experiment::parse_experiment(row.text, "kb.toml").eval.forbid_torch_ops == row.forbid);
+  }
+  struct Bad {
+    std::string text;
+    int64_t line;
+    std::string says;
+  };
+  for (const Bad& bad : {Bad{kb + "torch_ops = \"Forbid\"\n", 10, "unknown torch_ops 'Forbid' (allow, forbid)"},
+                         Bad{kb + "torch_ops = true\n", 10, "string"},
+                         Bad{kMinimal + "[eval]\ntorch_ops = \"forbid\"\n", 9, "candidate = \"kernelbench\""}}) {
+    CAPTURE(bad.text);
+    const auto e = failure(bad.text);
+    CHECK(e.file() == "bad.toml");
+    CHECK(e.line() == bad.line);
+    CHECK(e.key() == "eval.torch_ops");
+    CHECK(std::string(e.what()).find(bad.says) != std::string::npos);
+  }
+}
+
 TEST_CASE("how GPU calls are timed is an [eval] choice: eager by default, queued on request, nothing else") {
   CHECK(experiment::parse_experiment(kMinimal, "min.toml").eval.launches == eval::Launches::eager);
   auto queued = experiment::parse_experiment(

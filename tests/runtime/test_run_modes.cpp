@@ -437,6 +437,82 @@ group_size = 3
   CHECK(run.steps.size() == 2);
 }
 
+namespace {
+
+bool python_has_torch() {
+  eval::ProcessLimits limits;
+  limits.wall_seconds = 60;
+  return eval::run_process({"/usr/bin/python3", "-c", "import torch"}, limits).ok();
+}
+
+// A replay run over the KernelBench-style fixture task kb_relu with `[eval] candidate = "kernelbench"`: each answer
+// once. Returns, per answer file, its record's status and reason codes.
+using Verdicts = std::map<std::string, std::pair<std::string, std::set<std::string>>>;
+
+Verdicts kernelbench_replay(
+    const test::ScratchDir& scratch, const std::string& name, const std::vector<std::string>& answers,
+    const std::string& eval_keys) {
+  const fs::path fixtures = test::source_dir() / "tests/fixtures/kernelbench";
+  const fs::path replay = scratch.path() / (name + "-answers");
+  for (const auto& answer : answers) {
+    fs::create_directories(replay / "kb_relu");
+    fs::copy_file(fixtures / "relu" / answer, replay / "kb_relu" / answer);
+  }
+  const fs::path file = scratch.path() / (name + ".toml");
+  test::write_file(file, R"([experiment]
+name = ")" + name + R"("
+mode = "best_of_n"
+[tasks]
+names = ["kb_relu"]
+dir = ")" + (fixtures / "tasks").string() + R"("
+[policy]
+kind = "replay"
+replay_dir = ")" + replay.string() + R"("
+[best_of_n]
+k = )" + std::to_string(answers.size()) + "\ngroup_size = " + std::to_string(answers.size()) + "\n" + kFastEval +
+                             "candidate = \"kernelbench\"\ncall_timeout_s = 60.0\nevaluation_budget_s = 600.0\n" + eval_keys);
+  const fs::path dir = scratch.path() / name;
+  auto r = crucible_cli({"run", file.string(), "--out", dir.string()}, scratch.path() / "cache");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  Verdicts out;
+  for (const auto& c : read_jsonl(dir / "seed-1" / "candidates.jsonl")) {
+    std::set<std::string> codes;
+    for (const auto& reason : c["reasons"]) codes.insert(reason["code"].get<std::string>());
+    out[c["policy_output"]] = {c["status"], codes};
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a replay run judges KernelBench-format answers on the CPU, and torch_ops = forbid refuses PyTorch compute") {
+  if (!python_has_torch()) {
+    MESSAGE("skipped: KernelBench-format candidates run in /usr/bin/python3 with torch, absent here");
+    return;
+  }
+  test::ScratchDir scratch("run-kernelbench");  // one compile cache: torch/extension.h is precompiled once
+  // Status per answer, and a reason code each refusal must carry (a correct verdict may carry notes, such as noisy
+  // timing on a loaded machine).
+  using Expected = std::map<std::string, std::pair<std::string, std::string>>;
+  auto check = [](const Verdicts& got, const Expected& expected) {
+    REQUIRE(got.size() == expected.size());
+    for (const auto& [answer, want] : expected) {
+      CAPTURE(answer);
+      REQUIRE(got.count(answer));
+      CHECK(got.at(answer).first == want.first);
+      if (!want.second.empty()) CHECK(got.at(answer).second.count(want.second) == 1);
+    }
+  };
+  check(kernelbench_replay(scratch, "allow", {"ok.py", "fallback_to_torch.py", "try_except.py"}, ""),
+        {{"ok.py", {"correct", ""}},
+         {"fallback_to_torch.py", {"rejected", "no_custom_work"}},
+         {"try_except.py", {"rejected", "exception_fallback"}}});
+  // Forbidden, PyTorch's relu in forward is refused before anything runs; the honest answer stays correct.
+  check(kernelbench_replay(scratch, "forbid", {"ok.py", "fallback_to_torch.py"}, "torch_ops = \"forbid\"\n"),
+        {{"ok.py", {"correct", ""}}, {"fallback_to_torch.py", {"rejected", "torch_compute"}}});
+}
+
 TEST_CASE("bytes that are not UTF-8 in a compile log or a policy's output are recorded, never stop the run") {
   test::ScratchDir scratch("run-utf8");
   const fs::path replay = scratch.path() / "replay" / "relu";

@@ -97,8 +97,8 @@ eval::EvalOptions eval_options(const EvalArgs& a, eval::Device device, eval::Can
   run.timing_trials = a.timing_trials;
   run.call_timeout_s = a.timeout_s;
   run.evaluation_budget_s = a.budget_s;
+  run.forbid_torch_ops = eval::parse_forbid_torch_ops(a.torch_ops);
   eval::EvalOptions options = eval::options_for(run, device);
-  options.forbid_torch_ops = a.torch_ops == "forbid";
   options.seed = a.seed;
   options.compile.time_limit_s = a.compile_timeout_s;
   options.limits.memory_bytes = a.memory_mb << 20;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "crucible/eval/eval_settings.h"
 #include "crucible/eval/kernelbench_candidate.h"
 #include "crucible/eval/scratch_dirs.h"
 #include "crucible/eval/static_gate.h"
@@ -41,7 +42,7 @@ std::optional<json> run_analysis(const std::string& python, const fs::path& cand
   for (DType d : options.dtypes) dtypes += (dtypes.empty() ? "" : ",") + std::string(dtype_name(d));
   std::vector<std::string> argv{python, "-I", (default_python_dir() / "crucible_kernelbench" / "analyze.py").string(),
                                 candidate.string(), "--dtypes", dtypes, "--torch-ops",
-                                options.forbid_torch_ops ? "forbid" : "allow"};
+                                std::string(torch_ops_name(options.forbid_torch_ops))};
   if (!out.empty()) argv.insert(argv.end(), {"--out", out.string()});
   else argv.push_back("--units");
   ProcessLimits limits;

@@ -13,7 +13,7 @@
 #include "lm/model/lora.h"
 #include "lm/training/lora_trainer.h"
 #include "lm/tokenizer/chat_reply.h"
-#include "policy/kernel_prompt.h"
+#include "policy/task_prompt.h"
 
 namespace crucible::policy {
 namespace fs = std::filesystem;
@@ -96,7 +96,7 @@ lm::ReplyAnswer answer_of(const lm::TextCompletion& c, const lm::LanguageModel& 
 
 // A reply as a sample: its code (or why there is none), tokens and the model's log-probabilities.
 Sample sample_of(lm::TextCompletion& c, const lm::LanguageModel& model, const std::string& task, uint64_t version,
-                 int max_new_tokens, eval::CandidateLanguage language) {
+                 int max_new_tokens, const TaskPrompter& prompter) {
   Sample smp;
   smp.task = task;
   smp.policy_version = version;
@@ -104,7 +104,7 @@ Sample sample_of(lm::TextCompletion& c, const lm::LanguageModel& model, const st
   if (!answer.text)
     smp.parse_error = answer.error + (c.finish_reason == "length" ? " (cut off at max_new_tokens = " +
                                                                         std::to_string(max_new_tokens) + ")" : "");
-  else if (auto code = extract_code(*answer.text, language)) smp.source = std::move(*code);
+  else if (auto code = prompter.code(*answer.text)) smp.source = std::move(*code);
   else smp.parse_error = parse_failure(c, max_new_tokens);
   smp.output = std::move(c.text);
   smp.tokens = std::move(c.tokens);
@@ -150,7 +150,7 @@ struct LmPolicy::Impl {
   std::map<std::string, AdapterSlot> slots;
   std::map<std::string, std::string> prompts;                 // task -> rendered prompt
   std::map<std::string, std::vector<int32_t>> prompt_tokens;  // task -> its tokens
-  std::string contract_header;
+  std::optional<TaskPrompter> prompter;  // Crucible's prompt or KernelBench's ([policy] prompt)
   // Seeds come from (seed, version, task, draw): draws count per task within a version, so a resumed run samples
   // what the uninterrupted one would have.
   uint64_t draws_version = 0;
@@ -239,7 +239,7 @@ LmPolicy::LmPolicy(LmPolicySetup setup) {
     lora.targets = lm::lora_targets_named(m.lora_targets);
     im.start = std::make_unique<lm::LoraAdapter>(lm::LoraAdapter::create(im.model.config(), lora, o.device, at::kFloat, im.setup.seed));
   }
-  im.contract_header = read_contract_header();
+  im.prompter.emplace(im.setup.config.prompt, im.setup.language, read_contract_header());
 }
 
 LmPolicy::~LmPolicy() = default;
@@ -248,14 +248,14 @@ std::string LmPolicy::prompt_for(const eval::TaskSpec& task) {
   auto& im = *impl_;
   auto it = im.prompts.find(task.name);
   if (it != im.prompts.end()) return it->second;
-  const std::string prompt = im.render(kernel_prompt(task, im.setup.language, im.contract_header));
+  const std::string prompt = im.render(im.prompter->prompt(task));
   im.prompt_tokens[task.name] = im.model.encode_prompt(prompt);
   return im.prompts[task.name] = prompt;
 }
 
 std::string LmPolicy::refinement_prompt(const eval::TaskSpec& task, const Attempt& attempt) {
   auto& im = *impl_;
-  return im.render(policy::refinement_prompt(task, im.setup.language, im.contract_header, attempt));
+  return im.render(im.prompter->refinement(task, attempt));
 }
 
 std::vector<Sample> LmPolicy::refine(const eval::TaskSpec& task, const std::vector<Attempt>& attempts) {
@@ -274,7 +274,7 @@ std::vector<Sample> LmPolicy::refine(const eval::TaskSpec& task, const std::vect
   auto completions = im.model.generate(requests);
   std::vector<Sample> out;
   for (std::size_t k = 0; k < completions.size(); ++k) {
-    out.push_back(sample_of(completions[k], im.model, task.name, version_, m.max_new_tokens, im.setup.language));
+    out.push_back(sample_of(completions[k], im.model, task.name, version_, m.max_new_tokens, *im.prompter));
     out.back().prompt = requests[k].prompt;
   }
   return out;
@@ -348,7 +348,7 @@ std::vector<std::vector<Sample>> LmPolicy::sample_groups(const std::vector<Group
     auto completions = im.model.generate(requests);
     for (std::size_t k = 0; k < completions.size(); ++k)
       out[owner[k]].push_back(sample_of(completions[k], im.model, asks[owner[k]].task->name, version_,
-                                           m.max_new_tokens, im.setup.language));
+                                           m.max_new_tokens, *im.prompter));
   }
   return out;
 }

@@ -31,6 +31,12 @@ std::string_view launches_name(Launches launches);
 // "eager" or "queued"; throws std::invalid_argument otherwise.
 Launches parse_launches(std::string_view text);
 
+// Whether a KernelBench-format candidate's ModelNew may keep PyTorch operators (the [eval] table's `torch_ops`,
+// `crucible eval --torch-ops`): "allow" (false), as KernelBench allows them, or "forbid" (true), as Crucible's own
+// contract refuses them. Throws std::invalid_argument for any other name.
+bool parse_forbid_torch_ops(std::string_view text);
+std::string_view torch_ops_name(bool forbid_torch_ops);
+
 // What a run asks of every evaluation of its candidates, as the experiment's [eval] table says and as evaluator nodes
 // receive it: one type on every side (its CAF inspect lives in messages/, so kernels_eval stays free of CAF).
 struct RunEvalSettings {
@@ -43,6 +49,9 @@ struct RunEvalSettings {
   int correctness_trials = -1, timing_trials = -1;  // -1: the mode's defaults (fast 2 / 5, full 5 / 50)
   double call_timeout_s = 10.0;
   double evaluation_budget_s = 0.0;  // 0: derived from the task (see EvalOptions)
+  // kernelbench: PyTorch operators inside ModelNew are refused (`torch_ops = "forbid"`), as Crucible's own contract
+  // refuses them; by default they are allowed, as KernelBench allows them.
+  bool forbid_torch_ops = false;
 
   // The size set candidates are evaluated at.
   std::string size_set() const { return sizes.empty() ? std::string(backend_name(backend)) : sizes; }
@@ -61,9 +70,6 @@ struct WorkerLimits {
 // when `sizes` is empty), and what only a single evaluation sets.
 struct EvalOptions : RunEvalSettings {
   Device device;  // the CPU unless set
-  // kernelbench: PyTorch operators inside ModelNew are refused (`crucible eval --torch-ops forbid`), as Crucible's
-  // own contract refuses them; by default they are allowed, as KernelBench allows them.
-  bool forbid_torch_ops = false;
   // Negative values take the mode's defaults: fast 1, full 3.
   int warmup_calls = -1;
   int input_sets = 3;           // timing rotates among these
