@@ -37,6 +37,10 @@ from crucible_kernelbench.model import LoadedModel, Refused, read_plan  # noqa: 
 
 
 
+def arg(name, default=None):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
 class Worker:
     def __init__(self):
         self.support = ctypes.CDLL(arg("--support"))
