@@ -108,10 +108,12 @@ def main():
     kb_eval = kernelbench_eval_module(a.kernelbench)
     rows = []
     for task in sorted(os.listdir(a.answers)):
+        if not os.path.isdir(os.path.join(a.answers, task)):
+            continue  # a README beside the task folders
         problem = problem_file(a.kernelbench, task)
         with open(problem) as f:
             problem_src = f.read()
-        for name in sorted(os.listdir(os.path.join(a.answers, task))):
+        for name in sorted(n for n in os.listdir(os.path.join(a.answers, task)) if n.endswith(".py")):
             answer = os.path.join(a.answers, task, name)
             with open(answer) as f:
                 answer_src = f.read()
