@@ -82,6 +82,7 @@ const Expectation kExpectations[] = {
     {"mutates_input", eval::Status::incorrect, eval::ReasonCode::input_mutated},
     {"fallback_to_torch", eval::Status::rejected, eval::ReasonCode::no_custom_work},
     {"decoy", eval::Status::rejected, eval::ReasonCode::no_custom_work},
+    {"library_only", eval::Status::rejected, eval::ReasonCode::no_custom_work},
     {"side_stream", eval::Status::rejected, eval::ReasonCode::forbidden_import},
     {"wrong_values", eval::Status::incorrect, eval::ReasonCode::mismatch},
     {"compile_error", eval::Status::compile_error, eval::ReasonCode::compiler_error},

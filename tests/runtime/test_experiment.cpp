@@ -3,6 +3,7 @@
 
 #include "config/toml_reader.h"
 #include "experiment/experiment.h"
+#include "experiment_support.h"
 #include "support.h"
 
 using namespace crucible;
@@ -18,16 +19,7 @@ mode = "grpo"
 names = ["relu"]
 )";
 
-// Parses text expected to fail and returns the error.
-config::ConfigError failure(const std::string& text) {
-  try {
-    experiment::parse_experiment(text, "bad.toml");
-  } catch (const config::ConfigError& e) {
-    return e;
-  }
-  FAIL("parsed without error: " << text);
-  return config::ConfigError("", 0, "", "");
-}
+using test::failure;
 
 }  // namespace
 

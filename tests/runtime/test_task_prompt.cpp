@@ -10,6 +10,7 @@
 #include "config/toml_reader.h"
 #include "crucible/eval/subprocess.h"
 #include "experiment/experiment.h"
+#include "experiment_support.h"
 #include "policy/task_prompt.h"
 #include "support.h"
 #include "tasks/task_loader.h"
@@ -39,15 +40,7 @@ std::string served_kernelbench(const std::string& tasks, const std::string& task
 
 std::string with_checkout(const fs::path& checkout) { return "kernelbench_dir = \"" + checkout.string() + "\"\n"; }
 
-config::ConfigError failure(const std::string& text) {
-  try {
-    experiment::parse_experiment(text, "bad.toml");
-  } catch (const config::ConfigError& e) {
-    return e;
-  }
-  FAIL("parsed without error: " << text);
-  return config::ConfigError("", 0, "", "");
-}
+using test::failure;
 
 // What the experiment's policies show for its first task.
 std::string experiment_prompt(const experiment::Experiment& e) {

@@ -8,14 +8,21 @@ KernelBench's published H100 time (timing/H100_Modal). KernelBench's package imp
 level; where the node lacks them, pydantic's BaseModel is replaced by a plain class and requests by an empty module,
 which eval.py does not call.
 
+KernelBench's side builds each answer with load_inline (about 50 s on an H200): with --prebuild N (default 8) every
+answer's extensions are built first by N processes at once, each into a build directory of its own that the
+evaluation then finds up to date, so the side-by-side takes minutes rather than most of an hour.
+
 Usage: python3 tools/gpu_node/kernelbench_agreement.py --kernelbench KB_CHECKOUT --tasks TASKS_DIR --answers DIR
-           [--crucible build/tools/crucible] [--device 0] [--json OUT.json]
+           [--crucible build/tools/crucible] [--device 0] [--json OUT.json] [--prebuild N] [--build-root DIR]
 """
 import argparse
+import concurrent.futures
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
+import tempfile
 import types
 
 
@@ -70,10 +77,31 @@ def published_time_ms(checkout, task, problem_path):
     return None
 
 
-def kernelbench_verdict(kb_eval, problem_src, answer_src, device):
+def prebuild_one(checkout, answer_src, build_dir):
+    """One answer's load_inline extensions built into build_dir, in a process of its own: "" or what failed (the
+    evaluation reports it again)."""
+    kb_eval = kernelbench_eval_module(checkout)
+    try:
+        kb_eval.load_custom_model(answer_src, {}, build_dir)
+        return ""
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"[:200]
+
+
+def prebuild(checkout, jobs, answers):
+    """answers: [(answer_src, build_dir)]. Builds them `jobs` at a time."""
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = [pool.submit(prebuild_one, checkout, src, build_dir) for src, build_dir in answers]
+        for (src, build_dir), f in zip(answers, futures):
+            error = f.result()
+            print(f"prebuilt {build_dir}{': ' + error if error else ''}", flush=True)
+
+
+def kernelbench_verdict(kb_eval, problem_src, answer_src, device, build_dir):
     try:
         r = kb_eval.eval_kernel_against_ref(problem_src, answer_src, num_correct_trials=5, num_perf_trials=100,
-                                            measure_performance=True, device=device)
+                                            measure_performance=True, device=device, build_dir=build_dir)
     except Exception as e:  # KernelBench raises on some compile failures
         return {"status": "error", "detail": f"{type(e).__name__}: {e}"[:200]}
     if r is None:
@@ -96,6 +124,11 @@ def crucible_verdict(crucible, tasks, task, answer, device):
             "ref_us": ref.get("median_us"), "coverage": v.get("kernel_coverage")}
 
 
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--kernelbench", required=True)
@@ -104,29 +137,34 @@ def main():
     p.add_argument("--crucible", default="build/tools/crucible")
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--json")
+    p.add_argument("--prebuild", type=int, default=8)
+    p.add_argument("--build-root", default=None)
     a = p.parse_args()
     kb_eval = kernelbench_eval_module(a.kernelbench)
-    rows = []
+    build_root = a.build_root or tempfile.mkdtemp(prefix="kb-agreement-")
+    work = []  # (task, name, answer path, problem path)
     for task in sorted(os.listdir(a.answers)):
         if not os.path.isdir(os.path.join(a.answers, task)):
             continue  # a README beside the task folders
         problem = problem_file(a.kernelbench, task)
-        with open(problem) as f:
-            problem_src = f.read()
         for name in sorted(n for n in os.listdir(os.path.join(a.answers, task)) if n.endswith(".py")):
-            answer = os.path.join(a.answers, task, name)
-            with open(answer) as f:
-                answer_src = f.read()
-            rows.append({"task": task, "answer": name,
-                         "kernelbench": kernelbench_verdict(kb_eval, problem_src, answer_src, a.device),
-                         "crucible": crucible_verdict(a.crucible, a.tasks, task, answer, a.device),
-                         "published_ms": published_time_ms(a.kernelbench, task, problem)})
-            r = rows[-1]
-            fmt = lambda s: f"{s:.3f}x" if s else "-"  # noqa: E731
-            print(f"{task:10} {name:32} KB {r['kernelbench']['status']:13} {fmt(r['kernelbench'].get('speedup')):>8}"
-                  f"  Crucible {r['crucible']['status']:13} {fmt(r['crucible'].get('speedup')):>8}"
-                  f"  ref {r['crucible'].get('ref_us') or 0:9.1f} us  published {r['published_ms'] or 0:8.3f} ms"
-                  f"  {','.join(r['crucible'].get('reasons', []))}", flush=True)
+            work.append((task, name, os.path.join(a.answers, task, name), problem))
+    build_dir = {w[2]: os.path.join(build_root, f"{w[0]}-{w[1][:-3]}") for w in work}
+    if a.prebuild > 0:
+        prebuild(a.kernelbench, a.prebuild, [(read(w[2]), build_dir[w[2]]) for w in work])
+    rows = []
+    fmt = lambda s: f"{s:.3f}x" if s else "-"  # noqa: E731
+    for task, name, answer, problem in work:
+        rows.append({"task": task, "answer": name,
+                     "kernelbench": kernelbench_verdict(kb_eval, read(problem), read(answer), a.device,
+                                                        build_dir[answer]),
+                     "crucible": crucible_verdict(a.crucible, a.tasks, task, answer, a.device),
+                     "published_ms": published_time_ms(a.kernelbench, task, problem)})
+        r = rows[-1]
+        print(f"{task:10} {name:32} KB {r['kernelbench']['status']:13} {fmt(r['kernelbench'].get('speedup')):>8}"
+              f"  Crucible {r['crucible']['status']:13} {fmt(r['crucible'].get('speedup')):>8}"
+              f"  ref {r['crucible'].get('ref_us') or 0:9.1f} us  published {r['published_ms'] or 0:8.3f} ms"
+              f"  {','.join(r['crucible'].get('reasons', []))}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -41,9 +41,9 @@ class GpuWorker(triton_worker.Worker):
 
     def read_candidate(self, path):
         self.plan = read_plan(path)
+        # An extension without kernels of its own (its C++ calls PyTorch's operators) has none here: the profiler
+        # then finds no GPU time of its own, as is the case.
         self.own_kernels = list(self.plan.get("kernels", [])) + list(self.plan.get("cuda_kernels", []))
-        if not self.own_kernels:
-            self.coverage = False  # no names to tell its kernels from PyTorch's: the share is unknown, not zero
 
     def readable_paths(self, candidate_dir):
         paths = confine.worker_paths(os.path.dirname(HERE), candidate_dir, triton_worker.arg("--warm-cache"))
