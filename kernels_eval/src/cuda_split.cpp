@@ -346,11 +346,7 @@ class Splitter {
       }
       if (j >= end || is(j, "}")) return;  // the scope ends (a declaration without `;` is for the compilers to judge)
       if (is(j, ";")) {
-        if (d.memory) refuse_host("__constant__ or __managed__ memory (the host part would need its symbol)");
-        if (d.shared) refuse_host("a __shared__ variable outside a kernel");
-        if (d.device && !d.params) refuse_host("a __device__ variable (the host part would need its symbol)");
-        if (!class_scope && host_only_declaration(d, i, j))
-          device_edits_.push_back({t_[i].begin, t_[j].end, keeping_lines(s_, t_[i].begin, t_[j].end, "")});
+        declaration(d, i, j, class_scope);
         i = j + 1;
         continue;
       }
@@ -364,6 +360,15 @@ class Splitter {
       function(d, i, j, close);
       i = close + 1;
     }
+  }
+
+  // A declaration without a body, tokens [i, j] (`;` at j).
+  void declaration(const Declaration& d, std::size_t i, std::size_t j, bool class_scope) {
+    if (d.memory) refuse_host("__constant__ or __managed__ memory (the host part would need its symbol)");
+    if (d.shared) refuse_host("a __shared__ variable outside a kernel");
+    if (d.device && !d.params) refuse_host("a __device__ variable (the host part would need its symbol)");
+    if (!class_scope && host_only_declaration(d, i, j))
+      device_edits_.push_back({t_[i].begin, t_[j].end, keeping_lines(s_, t_[i].begin, t_[j].end, "")});
   }
 
   // Outside classes, what device code cannot use and NVRTC could not read without the host headers it lacks: a host

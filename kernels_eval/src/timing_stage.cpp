@@ -98,6 +98,50 @@ void verify_in_place(StageContext& ctx, Verdict& v, int call, const std::vector<
   }
 }
 
+// Before timed call with set s: the set's largest input made new (or, sampled, moved by a reflection whose change is
+// checked after the calls) and its outputs poisoned with `pattern`.
+void refresh_and_poison(StageContext& ctx, Verdict& v, int s, std::size_t largest, int pattern, uint64_t poison_seed,
+                        uint64_t& stream, std::vector<torch::Tensor>& current, std::vector<WrittenInput>& written,
+                        std::optional<double> sampled_center) {
+  const ArenaRef arena = ctx.arena();
+  const auto& layout = ctx.layout;
+  if (sampled_center) {
+    // A change that an earlier call made to the input stays a difference from the fingerprint, which the reflection
+    // moves by exactly its own change: checked after the calls.
+    reflect_sampled(arena, layout.inputs[s][largest], *sampled_center, ctx.seed * 0x100000001b3ULL + stream++,
+                    kSampledBlock, ctx.input_key, written[largest]);
+    for (const auto& slot : layout.outputs[s]) poison_sampled(arena, slot, pattern, poison_seed, kSampledBlock);
+    return;
+  }
+  // The largest input is about to be replaced: whatever an earlier call did to it is checked first.
+  if (!same_bytes(arena, layout.inputs[s][largest], current[largest]))
+    flag(v, ReasonCode::input_mutated, "an input was modified during timing");
+  current[largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++);
+  write_tensor(arena, layout.inputs[s][largest], current[largest]);
+  for (const auto& slot : layout.outputs[s]) poison(arena, slot, pattern);
+}
+
+// The reference's time on the very memory the candidate just read: the arena's views of set s's inputs. A
+// memory-bound kernel's time on this kind of machine depends on which pages its buffers landed on (by up to 50% on a
+// VM), so a reference reading buffers of its own drew another level for each evaluation and the speedup with it; on
+// the same pages that cancels out of the ratio.
+double paired_reference_us(StageContext& ctx, Verdict& v, int s, const std::vector<torch::Tensor>& current) {
+  const ArenaRef arena = ctx.arena();
+  std::vector<torch::Tensor> inputs;
+  for (const auto& slot : ctx.layout.inputs[s]) inputs.push_back(view_tensor(arena, slot));
+  // The candidate's inputs and outputs were just written by this process (new values, poison), on this core: an
+  // untimed run leaves the reference's in the same state, whatever the evaluator did since its last sample.
+  ctx.run_reference(inputs);
+  // The worker should sleep meanwhile; whatever it does instead is charged to its next sample.
+  const double reference_us = ctx.timed_reference(inputs) * 1e6;
+  // Shared with the worker, they are checked at once: an input changed under the reference (to values it is slow on)
+  // and put back later must not pass.
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    if (!same_bytes(arena, ctx.layout.inputs[s][k], current[k]))
+      flag(v, ReasonCode::input_mutated, "an input was modified while the reference was timed on it");
+  return reference_us;
+}
+
 // The timed calls. On the CPU each candidate sample is the worker's CPU time from the end of the previous sample to
 // the end of this call's sync, gaps included: whatever the worker does while the evaluator prepares the next call (a
 // take-over of the doorbell computing ahead) is charged to the call it serves, and the harness's own cost (null
@@ -121,20 +165,7 @@ bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::T
   for (int i = 0; pairing ? assess_pairs(pairs, *pairing) == PairedVerdict::more : i < calls; ++i) {
     const int s = i % sets, pattern = i % 2;
     const uint64_t poison_seed = ctx.seed * 0x100000001b3ULL + stream++;
-    if (sampled) {
-      // A change that an earlier call made to the input stays a difference from the fingerprint, which the reflection
-      // moves by exactly its own change: checked after the calls.
-      reflect_sampled(arena, layout.inputs[s][largest], *sampled_center, ctx.seed * 0x100000001b3ULL + stream++,
-                      kSampledBlock, ctx.input_key, written[s][largest]);
-      for (const auto& slot : layout.outputs[s]) poison_sampled(arena, slot, pattern, poison_seed, kSampledBlock);
-    } else {
-      // The largest input is about to be replaced: whatever an earlier call did to it is checked first.
-      if (!same_bytes(arena, layout.inputs[s][largest], current[s][largest]))
-        flag(v, ReasonCode::input_mutated, "an input was modified during timing");
-      current[s][largest] = ctx.pool.fresh(largest, ctx.seed * 0x100000001b3ULL + stream++);
-      write_tensor(arena, layout.inputs[s][largest], current[s][largest]);
-      for (const auto& slot : layout.outputs[s]) poison(arena, slot, pattern);
-    }
+    refresh_and_poison(ctx, v, s, largest, pattern, poison_seed, stream, current[s], written[s], sampled_center);
     steps.mark("refresh_and_poison");
     double seconds = 0.0;
     if (!ctx.call(s, v, &seconds, /*settle=*/true, /*flush=*/true)) return false;
@@ -174,22 +205,7 @@ bool timed_calls(StageContext& ctx, Verdict& v, std::vector<std::vector<torch::T
     }
     if (checked) steps.mark("verify");
     if (pairing) {
-      // The reference reads the very memory the candidate just read: the arena's views of this set's inputs. A
-      // memory-bound kernel's time on this kind of machine depends on which pages its buffers landed on (by up to 50%
-      // on a VM), so a reference reading buffers of its own drew another level for each evaluation and the speedup
-      // with it; on the same pages that cancels out of the ratio.
-      std::vector<torch::Tensor> inputs;
-      for (const auto& slot : layout.inputs[s]) inputs.push_back(view_tensor(arena, slot));
-      // The candidate's inputs and outputs were just written by this process (new values, poison), on this core:
-      // an untimed run leaves the reference's in the same state, whatever the evaluator did since its last sample.
-      ctx.run_reference(inputs);
-      // The worker should sleep meanwhile; whatever it does instead is charged to its next sample.
-      const double reference_us = ctx.timed_reference(inputs) * 1e6;
-      // Shared with the worker, they are checked at once: an input changed under the reference (to values it is
-      // slow on) and put back later must not pass.
-      for (std::size_t k = 0; k < inputs.size(); ++k)
-        if (!same_bytes(arena, layout.inputs[s][k], current[s][k]))
-          flag(v, ReasonCode::input_mutated, "an input was modified while the reference was timed on it");
+      const double reference_us = paired_reference_us(ctx, v, s, current[s]);
       pairs.add(seconds * 1e6, reference_us);
       steps.mark("paired_reference");
       if (trace_calls())
