@@ -58,18 +58,7 @@ std::unique_ptr<WorkerPool> kernelbench_worker_pool(const KernelBenchPython& pyt
 
 // A GPU worker is the Triton worker's process (its own CUDA context, the trusted Triton warm-up) around a
 // KernelBench candidate: a few seconds to start, so two start ahead.
-std::unique_ptr<WorkerPool> kernelbench_gpu_worker_pool(const KernelBenchPython& python, const fs::path& support,
-                                                        int device, const fs::path& cache_dir) {
-  const fs::path warm_cache = cache_dir / "triton" / "worker-warm";
-  std::error_code ec;
-  fs::create_directories(warm_cache, ec);
-  return std::make_unique<WorkerPool>(
-      python.executable, gpu_warm_workers(2),
-      std::vector<std::string>{"-I", (default_python_dir() / "crucible_kernelbench" / "gpu_worker.py").string(),
-                               "--device", std::to_string(device), "--support", support.string(), "--warm-cache",
-                               warm_cache.string()},
-      120.0);
-}
+constexpr int kKernelBenchGpuWarmWorkers = 2;
 
 std::string cuda_arch_of(const cuda::DeviceInfo& info) {
   return "sm_" + std::to_string(info.major) + std::to_string(info.minor);
@@ -105,7 +94,9 @@ bool Evaluator::Impl::build_kernelbench(Evaluation& e) {
   std::lock_guard<std::mutex> lock(gpu_mutex);
   if (e.gpu) {
     if (!e.gpu->kernelbench_workers)
-      e.gpu->kernelbench_workers = kernelbench_gpu_worker_pool(*python, support, e.gpu->device, config.cache_dir);
+      e.gpu->kernelbench_workers =
+          python_gpu_worker_pool(python->executable, "crucible_kernelbench/gpu_worker.py", kKernelBenchGpuWarmWorkers,
+                                 support, e.gpu->device, config.cache_dir);
     e.python_pool = e.gpu->kernelbench_workers.get();
   } else {
     if (!kernelbench_workers) kernelbench_workers = kernelbench_worker_pool(*python, support);

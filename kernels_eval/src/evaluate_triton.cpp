@@ -15,6 +15,18 @@ TritonShapeSet shapes_at(const TaskSpec& task, const std::string& size_set) {
   return set;
 }
 
+std::unique_ptr<WorkerPool> python_gpu_worker_pool(const std::string& python, const std::string& script, int warm,
+                                                   const fs::path& support, int device, const fs::path& cache_dir) {
+  const fs::path warm_cache = cache_dir / "triton" / "worker-warm";
+  std::error_code ec;
+  fs::create_directories(warm_cache, ec);
+  return std::make_unique<WorkerPool>(
+      python, gpu_warm_workers(warm),
+      std::vector<std::string>{"-I", (default_python_dir() / script).string(), "--device", std::to_string(device),
+                               "--support", support.string(), "--warm-cache", warm_cache.string()},
+      120.0);
+}
+
 TritonBuildOptions triton_build_options(const EvalOptions& options, const GpuResources& gpu) {
   TritonBuildOptions b;
   b.device = gpu.device;
@@ -64,18 +76,7 @@ namespace {
 // Each worker imports PyTorch and Triton and makes its own CUDA context: about 2.5 s, and a few hundred MB of GPU
 // memory. A multi-shape task takes a fresh worker for each shape every ~1.5 s, so three start ahead (with one, a
 // cached TriMul evaluation waited 1.6-2.4 s for each of its seven workers).
-std::unique_ptr<WorkerPool> triton_worker_pool(const TritonPython& python, const fs::path& support, int device,
-                                               const fs::path& cache_dir) {
-  const fs::path warm_cache = cache_dir / "triton" / "worker-warm";
-  std::error_code ec;
-  fs::create_directories(warm_cache, ec);
-  return std::make_unique<WorkerPool>(
-      python.executable, gpu_warm_workers(3),
-      std::vector<std::string>{"-I", (default_python_dir() / "crucible_triton" / "worker.py").string(), "--device",
-                               std::to_string(device), "--support", support.string(), "--warm-cache",
-                               warm_cache.string()},
-      120.0);
-}
+constexpr int kTritonWarmWorkers = 3;
 
 }  // namespace
 
@@ -100,7 +101,8 @@ bool Evaluator::Impl::build_triton(Evaluation& e) {
   e.candidate_path = built.candidate_path;
   std::lock_guard<std::mutex> lock(gpu_mutex);
   if (!e.gpu->triton_workers)
-    e.gpu->triton_workers = triton_worker_pool(*python, support, e.gpu->device, config.cache_dir);
+    e.gpu->triton_workers = python_gpu_worker_pool(python->executable, "crucible_triton/worker.py", kTritonWarmWorkers,
+                                                   support, e.gpu->device, config.cache_dir);
   e.python_pool = e.gpu->triton_workers.get();
   return true;
 }

@@ -129,6 +129,11 @@ bool accept_triton_build(const TritonBuild& built, Verdict& v);
 TritonShapeSet shapes_at(const TaskSpec& task, const std::string& size_set);
 TritonBuildOptions triton_build_options(const EvalOptions& options, const GpuResources& gpu);
 std::size_t bytes_of(const std::vector<TensorShape>& shapes);
+// A pool of single-use Python workers on a GPU (Triton and KernelBench candidates): `script` under the package
+// directory, `warm` started ahead, sharing the trusted Triton warm-up's cache.
+std::unique_ptr<WorkerPool> python_gpu_worker_pool(const std::string& python, const std::string& script, int warm,
+                                                   const std::filesystem::path& support, int device,
+                                                   const std::filesystem::path& cache_dir);
 // Spare workers started ahead per GPU pool: `fallback`, or CRUCIBLE_GPU_WARM_WORKERS (0: each started when needed).
 int gpu_warm_workers(int fallback);
 

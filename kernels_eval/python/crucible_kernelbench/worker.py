@@ -32,7 +32,8 @@ sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from crucible_triton import confine, protocol  # noqa: E402
-from crucible_triton.worker import SYS, load_module, one_line, sleep_until_go  # noqa: E402
+from crucible_triton.worker import (SYS, install_filter, load_module, one_line, send_load_reply,  # noqa: E402
+                                    sleep_until_go)
 from crucible_kernelbench.model import LoadedModel, Refused, read_plan  # noqa: E402
 
 
@@ -200,10 +201,7 @@ class Worker:
                                  "newfstatat", "pread64")] + [102, 104, 107, 108, 63, 237, 239]
 
     def seal(self, install, first, syscalls, soft):
-        s = (ctypes.c_long * len(syscalls))(*syscalls)
-        f = (ctypes.c_int * 1)()
-        k = (ctypes.c_long * len(soft))(*soft)
-        return install(first, s, len(syscalls), f, 0, k, len(soft) // 2)
+        return install_filter(install, first, syscalls, [], soft)
 
     def seal_run_stage(self):
         soft = [SYS["mkdir"], errno.EROFS, SYS["mkdirat"], errno.EROFS, SYS["rt_sigaction"], errno.EPERM,
@@ -212,12 +210,7 @@ class Worker:
         return self.seal(self.support.crucible_seal_run_stage, os.getpid(), self.needs(), soft)
 
     def reply(self, ok, error):
-        reply = protocol.LoadReply(protocol.MAGIC, 1 if ok else 0, error.encode("utf-8", errors="replace")[:1023])
-        try:
-            self.sock.send(bytes(reply))
-            return True
-        except OSError:
-            return False
+        return send_load_reply(self.sock, ok, error)
 
     def fail(self, code, error):
         self.reply(False, error)

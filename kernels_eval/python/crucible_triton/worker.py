@@ -380,18 +380,10 @@ class Worker:
         return needs, fds
 
     def seal(self, install, first, syscalls, fds, soft):
-        s = (ctypes.c_long * len(syscalls))(*syscalls)
-        f = (ctypes.c_int * max(len(fds), 1))(*fds)
-        k = (ctypes.c_long * len(soft))(*soft)
-        return install(first, s, len(syscalls), f, len(fds), k, len(soft) // 2)
+        return install_filter(install, first, syscalls, fds, soft)
 
     def reply(self, ok, error):
-        reply = protocol.LoadReply(protocol.MAGIC, 1 if ok else 0, error.encode("utf-8", errors="replace")[:1023])
-        try:
-            self.sock.send(bytes(reply))
-            return True
-        except OSError:
-            return False
+        return send_load_reply(self.sock, ok, error)
 
     def fail(self, code, error):
         self.reply(False, error)
@@ -412,6 +404,25 @@ class ArrayView:
     def __init__(self, pointer, shape, strides, typestr):
         self.__cuda_array_interface__ = {"shape": shape, "strides": strides, "typestr": typestr,
                                          "data": (pointer, False), "version": 2}
+
+
+def install_filter(install, first, syscalls, fds, soft):
+    """Installs a seccomp stage through the support library: the allowed system calls, the GPU's ioctl descriptors,
+    and (number, errno) pairs refused softly."""
+    s = (ctypes.c_long * max(len(syscalls), 1))(*syscalls)
+    f = (ctypes.c_int * max(len(fds), 1))(*fds)
+    k = (ctypes.c_long * max(len(soft), 1))(*soft)
+    return install(first, s, len(syscalls), f, len(fds), k, len(soft) // 2)
+
+
+def send_load_reply(sock, ok, error):
+    """The load stage's answer to the evaluator; False when it is gone."""
+    reply = protocol.LoadReply(protocol.MAGIC, 1 if ok else 0, error.encode("utf-8", errors="replace")[:1023])
+    try:
+        sock.send(bytes(reply))
+        return True
+    except OSError:
+        return False
 
 
 def load_module(path, source):
