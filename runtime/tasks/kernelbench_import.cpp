@@ -59,6 +59,12 @@ json read_report(const fs::path& file) {
   for (const auto& x : j["refused"])
     if (!x.is_object() || !x.value("problem", json()).is_string() || !x.value("reason", json()).is_string())
       return nullptr;
+  if (j.contains("without_cuda_reference")) {
+    if (!j["without_cuda_reference"].is_array()) return nullptr;
+    for (const auto& x : j["without_cuda_reference"])
+      if (!x.is_object() || !x.value("task", json()).is_string() || !x.value("reason", json()).is_string())
+        return nullptr;
+  }
   return j;
 }
 
@@ -118,6 +124,8 @@ ImportReport import_kernelbench(const KernelBenchImport& r) {
   ImportReport report;
   const json j = run_importer(r, importer, report);
   for (const auto& x : j["refused"]) report.refused.push_back({x.value("problem", ""), x.value("reason", "")});
+  for (const auto& x : j.value("without_cuda_reference", json::array()))
+    report.without_cuda_reference.push_back({x.value("task", ""), x.value("reason", "")});
   // Each written task must load here too: what the loader refuses is a refusal, not an imported task.
   for (const auto& x : j["imported"]) {
     const std::string name = x.get<std::string>();
@@ -134,7 +142,13 @@ ImportReport import_kernelbench(const KernelBenchImport& r) {
 std::string report_json(const ImportReport& report) {
   json refused = json::array();
   for (const auto& x : report.refused) refused.push_back({{"problem", x.problem}, {"reason", x.reason}});
-  return json{{"imported", report.imported}, {"refused", refused}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  json j{{"imported", report.imported}, {"refused", refused}};
+  if (!report.without_cuda_reference.empty()) {
+    json missing = json::array();
+    for (const auto& x : report.without_cuda_reference) missing.push_back({{"task", x.problem}, {"reason", x.reason}});
+    j["without_cuda_reference"] = missing;
+  }
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace crucible::tasks

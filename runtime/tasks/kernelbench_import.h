@@ -28,6 +28,9 @@ struct Refusal {
 struct ImportReport {
   std::vector<std::string> imported;  // task names, kb_l<level>_<id>
   std::vector<Refusal> refused;
+  // With cuda: imported tasks whose written sizes were not traced on the GPU (they run at their CPU sizes only);
+  // Refusal::problem holds the task's name.
+  std::vector<Refusal> without_cuda_reference;
   double seconds = 0;
   // The import program's log: its progress and diagnostics, and whatever the problems' own code printed (the report
   // itself comes through a file of its own, so this text is never parsed). The first 16 MiB.
@@ -42,7 +45,8 @@ std::filesystem::path default_kernelbench_importer();
 // refusal.
 ImportReport import_kernelbench(const KernelBenchImport& request);
 
-// {"imported": [...], "refused": [{"problem": ..., "reason": ...}]}
+// {"imported": [...], "refused": [{"problem": ..., "reason": ...}]}, and with cuda
+// "without_cuda_reference": [{"task": ..., "reason": ...}]
 std::string report_json(const ImportReport& report);
 
 }  // namespace crucible::tasks

@@ -777,6 +777,34 @@ class Helpers(unittest.TestCase):
         awkward = 'a "b" \\ c\n\x01'
         self.assertEqual(tomllib.loads("s = " + self.importer.toml_string(awkward))["s"], awkward)
 
+    def test_gpu_turns_never_overlap(self):
+        # Processes imported at once take the GPU one at a time: each holds its turn for a while and records when.
+        with tempfile.TemporaryDirectory() as d:
+            out, log = Path(d), Path(d) / "turns"
+            children = []
+            for _ in range(3):
+                pid = os.fork()
+                if pid == 0:
+                    with self.importer.gpu_turn(out):
+                        start = time.monotonic()
+                        time.sleep(0.2)
+                        with open(log, "a") as f:
+                            f.write(f"{start} {time.monotonic()}\n")
+                    os._exit(0)
+                children.append(pid)
+            for pid in children:
+                self.assertEqual(os.waitpid(pid, 0)[1], 0)
+            turns = sorted(tuple(map(float, line.split())) for line in log.read_text().splitlines())
+            self.assertEqual(len(turns), 3)
+            for before, after in zip(turns, turns[1:]):
+                self.assertLessEqual(before[1], after[0])
+
+    def test_report_names_tasks_without_a_cuda_reference_only_when_asked(self):
+        report = self.importer.report_text
+        self.assertNotIn("without_cuda_reference", json.loads(report([], [])))
+        missing = [{"task": "kb_l1_19", "reason": "not traced: OutOfMemoryError: CUDA out of memory"}]
+        self.assertEqual(json.loads(report([], [], missing))["without_cuda_reference"], missing)
+
 
 KERNELBENCH = next((p for p in KERNELBENCH_CANDIDATES if p.is_dir()), None)
 

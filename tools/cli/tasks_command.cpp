@@ -140,6 +140,8 @@ int import_tasks(const TasksArgs& a) {
   std::printf("imported %zu task(s) into %s in %.0f s; refused %zu\n", report.imported.size(), a.out.c_str(),
               report.seconds, report.refused.size());
   for (const auto& r : report.refused) std::printf("  refused %s: %s\n", r.problem.c_str(), r.reason.c_str());
+  for (const auto& r : report.without_cuda_reference)
+    std::printf("  %s has no CUDA reference (CPU sizes only): %s\n", r.problem.c_str(), r.reason.c_str());
   return 0;
 }
 

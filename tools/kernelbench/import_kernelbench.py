@@ -13,7 +13,8 @@ writes into DIR:
                        the written (CUDA) sizes where they could be computed, and where the task came from.
 
 FILE receives one JSON line, {"imported": [...], "refused": [{"problem": ..., "reason": ...}]}, once every problem
-is done. It is not stdout: whatever the problems' own code prints is log text, and goes to stderr with the
+is done; with --cuda also "without_cuda_reference": [{"task": ..., "reason": ...}] (imported tasks whose written
+sizes could not be traced on the GPU). It is not stdout: whatever the problems' own code prints is log text, and goes to stderr with the
 diagnostics. Exit status 0 when the import ran (refusals included), 2 for bad arguments or when the paths hold no
 problem file. A problem file whose path is not UTF-8 is refused by name; the report shows its other bytes as \\xNN.
 
@@ -26,6 +27,7 @@ import ast
 import contextlib
 import ctypes
 import dataclasses
+import fcntl
 import importlib.util
 import inspect
 import json
@@ -2023,7 +2025,8 @@ def spread_inputs(slots: List[InputSlot]) -> Tuple[List[InputSlot], str]:
 
 
 def import_problem(problem: Problem, out_dir: Path, cuda: bool = False) -> str:
-    """Writes the task's .cpu.pt and .toml, or raises Refused before writing either."""
+    """Writes the task's .cpu.pt and .toml, or raises Refused before writing either. Returns why the task has no
+    CUDA reference when one was asked for and could not be traced (the CPU task stands), else ""."""
     started = time.perf_counter()
     source = ProblemSource.read(problem)
     early_input_check(source)
@@ -2071,15 +2074,16 @@ def import_problem(problem: Problem, out_dir: Path, cuda: bool = False) -> str:
         if cuda and written is not None:
             cuda_program = program_path.with_name(problem.task_name + ".cuda.pt")
             temporary_cuda = cuda_program.with_name("." + cuda_program.name + ".tmp")
-            try:
-                cuda_reference = trace_on_cuda(source, slots, state, written, temporary_cuda)
-                os.replace(temporary_cuda, cuda_program)
-            except Exception as e:  # the CPU task stands; on a GPU it is refused with this reason
-                cuda_program, cuda_reference = None, f"not traced: {short_error(e)}"
-            finally:
-                if temporary_cuda.exists():
-                    temporary_cuda.unlink()
-                torch.cuda.empty_cache()
+            with gpu_turn(out_dir):
+                try:
+                    cuda_reference = trace_on_cuda(source, slots, state, written, temporary_cuda)
+                    os.replace(temporary_cuda, cuda_program)
+                except Exception as e:  # the CPU task stands; on a GPU it is refused with this reason
+                    cuda_program, cuda_reference = None, f"not traced: {short_error(e)}"
+                finally:
+                    if temporary_cuda.exists():
+                        temporary_cuda.unlink()
+                    torch.cuda.empty_cache()
         elif cuda:
             cuda_reference = "not traced: the written sizes are unknown"
         text = task_text(problem, source, slots, state, outputs, cpu_shapes, written, cuda_note, choice, verified,
@@ -2093,7 +2097,20 @@ def import_problem(problem: Problem, out_dir: Path, cuda: bool = False) -> str:
     os.replace(temporary_toml, toml_path)
     log(f"  {problem.task_name}: cpu sizes {choice.description}; {choice.probe.cpu_ms:.1f} ms eager; "
         f"{time.perf_counter() - started:.1f} s")
-    return problem.task_name
+    return cuda_reference if cuda and cuda_program is None else ""
+
+
+@contextlib.contextmanager
+def gpu_turn(out_dir: Path):
+    """One problem at a time on the GPU: problems imported at once share its memory, and at their written sizes
+    several together do not fit (eight KernelBench level-1 activations of 6.4 GB inputs each ran out of memory).
+    A lock file in the output directory, so it also holds between imports run side by side into one directory."""
+    with open(out_dir / ".gpu-turn.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def task_text(problem: Problem, source: ProblemSource, slots: List[InputSlot], state: List[StateInput],
@@ -2190,10 +2207,10 @@ def remove_stale_outputs(out_dir: Path, name: str) -> None:
 
 
 def run_all(problems: List[Problem], out_dir: Path, jobs: int, timeout: float,
-            cuda: bool = False) -> Tuple[List[Problem], List[dict]]:
+            cuda: bool = False) -> Tuple[List[Problem], List[dict], List[dict]]:
     context = multiprocessing.get_context("fork")
     pending, running = list(problems), []
-    imported, refused = [], []
+    imported, refused, without_cuda = [], [], []
     done = 0
     while pending or running:
         while pending and len(running) < jobs:
@@ -2214,12 +2231,15 @@ def run_all(problems: List[Problem], out_dir: Path, jobs: int, timeout: float,
             elapsed = time.monotonic() - r.started
             if kind == "imported":
                 imported.append(r.problem)
-                log(f"[{done}/{len(problems)}] {r.problem.task_name} imported ({elapsed:.1f} s)")
+                if detail:
+                    without_cuda.append({"task": r.problem.task_name, "reason": detail})
+                log(f"[{done}/{len(problems)}] {r.problem.task_name} imported ({elapsed:.1f} s)"
+                    + (f", without a CUDA reference: {detail}" if detail else ""))
             else:
                 remove_stale_outputs(out_dir, r.problem.task_name)
                 refused.append({"problem": display_path(r.problem.path), "reason": detail})
                 log(f"[{done}/{len(problems)}] {r.problem.task_name} refused ({elapsed:.1f} s): {detail}")
-    return imported, refused
+    return imported, refused, without_cuda
 
 
 def finished_outcome(r: Running, timeout: float) -> Optional[Tuple[str, str]]:
@@ -2288,13 +2308,16 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     return args
 
 
-def report_text(imported: List[Problem], refused: List[dict]) -> str:
+def report_text(imported: List[Problem], refused: List[dict], without_cuda: Optional[List[dict]] = None) -> str:
     """One JSON line. Reasons quote exceptions, which may hold undecodable bytes of paths (as lone surrogates) that
     no JSON reader accepts: those become backslash escapes."""
     def text(value: str) -> str:
         return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    return json.dumps({"imported": [p.task_name for p in imported],
-                       "refused": [{k: text(v) for k, v in r.items()} for r in refused]}) + "\n"
+    report = {"imported": [p.task_name for p in imported],
+              "refused": [{k: text(v) for k, v in r.items()} for r in refused]}
+    if without_cuda is not None:
+        report["without_cuda_reference"] = [{k: text(v) for k, v in r.items()} for r in without_cuda]
+    return json.dumps(report) + "\n"
 
 
 def write_report(path: Path, text: str) -> None:
@@ -2329,11 +2352,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.cuda and not torch.cuda.is_available():
         log("error: --cuda needs a PyTorch with a usable GPU")
         return 2
-    imported, problem_refusals = run_all(found.problems, args.out, args.jobs, args.timeout, args.cuda)
+    imported, problem_refusals, without_cuda = run_all(found.problems, args.out, args.jobs, args.timeout, args.cuda)
     imported.sort(key=lambda p: (p.level, p.id))
     refused = found.not_problems + found.refusals + problem_refusals
-    log(f"imported {len(imported)}, refused {len(refused)} in {time.monotonic() - started:.0f} s")
-    write_report(args.report, report_text(imported, refused))
+    log(f"imported {len(imported)}, refused {len(refused)} in {time.monotonic() - started:.0f} s"
+        + (f"; {len(without_cuda)} without a CUDA reference (they run at their CPU sizes only)" if without_cuda else ""))
+    write_report(args.report, report_text(imported, refused, without_cuda if args.cuda else None))
     return 0
 
 
