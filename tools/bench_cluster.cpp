@@ -2,7 +2,10 @@
 // coordinator added per candidate. Reads run directories (tools/gpu_node/bench_cluster.sh makes them) and prints a
 // table: throughput from the first hand-out to the last verdict, scaling against the first run, and per candidate
 // the hand-out-and-back time beyond the evaluation itself (the network round trip plus the coordinator's work), and
-// each node's idle gap between one verdict and its next candidate (its pull's round trip).
+// each node's idle gap between one verdict and its next candidate (its pull's round trip). Per node: candidates a
+// second, the load stage (a candidate waiting for a ready worker, then loading into it) and the CUDA contexts the
+// node created (its workers started, from the "worker counts" lines in RUN_DIR/node-outputs/, which
+// bench_cluster.sh keeps with CRUCIBLE_WORKER_COUNTS set).
 // Usage: bench_cluster LABEL=RUN_DIR [LABEL=RUN_DIR ...]
 #include <nlohmann/json.hpp>
 
@@ -39,11 +42,32 @@ struct Row {
   struct NodeTime {
     int candidates = 0;
     double first_out = 1e300, last_back = 0, evaluate_s = 0;
-    std::vector<double> evaluate_ms;
+    std::vector<double> evaluate_ms, load_ms;
+    int contexts = -1, reused = -1;  // from the node's worker counts; -1: not recorded
   };
   std::map<std::string, NodeTime> node_time;
   int waited_on_policy = 0;  // handed out within 50 ms of being generated: the policy, not a node, was the limit
 };
+
+// "worker counts cuda:0: started 5 reused 120 ..." lines of each node's output (NODE.out), summed over its GPUs.
+void read_worker_counts(const fs::path& outputs, std::map<std::string, Row::NodeTime>& nodes) {
+  if (!fs::is_directory(outputs)) return;
+  for (const auto& f : fs::directory_iterator(outputs)) {
+    auto it = nodes.find(f.path().stem().string());
+    if (it == nodes.end()) continue;
+    std::ifstream in(f.path());
+    for (std::string line; std::getline(in, line);) {
+      int started = 0, reused = 0;
+      const auto at = line.find("worker counts cuda:");
+      if (at == std::string::npos) continue;
+      const auto colon = line.find(": started ", at);
+      if (colon == std::string::npos || std::sscanf(line.c_str() + colon, ": started %d reused %d", &started, &reused) != 2)
+        continue;
+      it->second.contexts = std::max(it->second.contexts, 0) + started;
+      it->second.reused = std::max(it->second.reused, 0) + reused;
+    }
+  }
+}
 
 Row measure(const std::string& label, const fs::path& dir) {
   Row r;
@@ -71,10 +95,13 @@ Row measure(const std::string& label, const fs::path& dir) {
       nt.last_back = std::max(nt.last_back, back);
       nt.evaluate_s += end - start;
       nt.evaluate_ms.push_back(1000 * (end - start));
+      if (const auto& v = c["verdict"]; v.is_object() && v.contains("stages") && v["stages"].contains("load_s"))
+        nt.load_ms.push_back(1000 * v["stages"]["load_s"].get<double>());
       if (t.contains("generate") && t["generate"].is_array() && out - t["generate"][1].get<double>() < 0.05)
         ++r.waited_on_policy;
     }
   }
+  read_worker_counts(dir / "node-outputs", r.node_time);
   std::vector<double> gaps;
   for (auto& [evaluator, intervals] : busy) {
     std::sort(intervals.begin(), intervals.end());
@@ -94,6 +121,28 @@ Row measure(const std::string& label, const fs::path& dir) {
     if (cpu >> s && r.candidates) r.coordinator_cpu_ms = 1000 * s / static_cast<double>(r.candidates);
   }
   return r;
+}
+
+std::string count_text(int n) { return n < 0 ? "-" : std::to_string(n); }
+
+// Busy share: evaluation time over the node's span from the run's first hand-out to its own last verdict. A low
+// share with a late first hand-out is start-up; a low share throughout is waiting for work.
+void print_node_table(const std::vector<Row>& rows) {
+  std::printf("\n| run | node | candidates | candidates/s | first hand-out s | last verdict s | evaluating s | busy share | "
+              "evaluation p50 ms | load p50 / p90 ms | CUDA contexts created | workers reused |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const auto& r : rows) {
+    double start = 1e300;
+    for (const auto& [node, nt] : r.node_time) start = std::min(start, nt.first_out);
+    for (const auto& [node, nt] : r.node_time) {
+      const double span = nt.last_back - start;
+      std::printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.0f%% | %.0f | %.0f / %.0f | %s | %s |\n",
+                  r.label.c_str(), node.c_str(), nt.candidates, span > 0 ? nt.candidates / span : 0,
+                  nt.first_out - start, span, nt.evaluate_s, span > 0 ? 100 * nt.evaluate_s / span : 0,
+                  percentile(nt.evaluate_ms, 0.5), percentile(nt.load_ms, 0.5), percentile(nt.load_ms, 0.9),
+                  count_text(nt.contexts).c_str(), count_text(nt.reused).c_str());
+    }
+  }
 }
 
 }  // namespace
@@ -129,19 +178,6 @@ int main(int argc, char** argv) {
     for (const auto& [node, n] : r.per_node) std::printf(" %s %d", node.c_str(), n);
     std::printf("; %d candidates handed out within 50 ms of being generated\n", r.waited_on_policy);
   }
-  // Busy share: evaluation time over the node's span from the run's first hand-out to its own last verdict. A low
-  // share with a late first hand-out is start-up; a low share throughout is waiting for work.
-  std::printf("\n| run | node | candidates | first hand-out s | last verdict s | evaluating s | busy share | evaluation p50 ms | "
-              "\n|---|---|---|---|---|---|---|---|\n");
-  for (const auto& r : rows) {
-    double start = 1e300;
-    for (const auto& [node, nt] : r.node_time) start = std::min(start, nt.first_out);
-    for (const auto& [node, nt] : r.node_time) {
-      const double span = nt.last_back - start;
-      std::printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.0f%% | %.0f |\n", r.label.c_str(), node.c_str(),
-                  nt.candidates, nt.first_out - start, span, nt.evaluate_s, span > 0 ? 100 * nt.evaluate_s / span : 0,
-                  percentile(nt.evaluate_ms, 0.5));
-    }
-  }
+  print_node_table(rows);
   return 0;
 }

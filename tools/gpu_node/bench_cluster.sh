@@ -52,7 +52,7 @@ TOML
   for ((i = 0; i < n; i++)); do
     device=cpu
     [ "$backend" = cuda ] && device="cuda:$((i % gpus))"
-    CRUCIBLE_CACHE_DIR="$out/cache-$n-$i" "$crucible" node --join "127.0.0.1:$port" --devices "$device" \
+    CRUCIBLE_WORKER_COUNTS=1 CRUCIBLE_CACHE_DIR="$out/cache-$n-$i" "$crucible" node --join "127.0.0.1:$port" --devices "$device" \
       --secret-file "$out/secret" --name "gpu$i" --exit-when-done --give-up-after 60 ${NODE_ARGS:-} \
       ${TASKS_DIR:+--tasks-dir "$TASKS_DIR"} \
       > "$out/node-$n-$i.out" 2>&1 &
@@ -67,6 +67,9 @@ open(sys.argv[sys.argv.index("--out") + 1] + "/coordinator_cpu_seconds", "w").wr
 sys.exit(code)
 PY
   for p in "${pids[@]}"; do wait "$p" || echo "node $p exited with $?"; done
+  # Each node's output (its worker counts: the CUDA contexts it created) goes with the run for bench_cluster.
+  mkdir -p "$dir/node-outputs"
+  for ((i = 0; i < n; i++)); do cp "$out/node-$n-$i.out" "$dir/node-outputs/gpu$i.out" 2>/dev/null || true; done
   per_gpu=""
   [ "$backend" = cuda ] && [ "$n" -gt "$gpus" ] && per_gpu=" on $gpus GPUs"
   labels+=("$n nodes$per_gpu${LABEL:+ $LABEL}=$dir")
