@@ -312,8 +312,11 @@ ProcessResult run_compiler_step(const std::vector<std::string>& step, const Comp
   limits.wall_seconds = o.time_limit_s;
   limits.address_space_bytes = o.backend == Backend::cuda ? 0 : o.memory_limit_bytes;  // nvcc reserves huge VM
   limits.file_size_bytes = o.max_binary_bytes;
-  // Compiles are throughput work; timing runs on the same cores and must not wait for them.
-  limits.nice = 10;
+  // Compiles are throughput work and must not disturb this process's timing, yet must not starve under other load.
+  // CPU candidates are timed on these cores: the compile stops while that happens (ChildrenPaused). CUDA candidates
+  // are timed on the GPU and builds overlap that timing on purpose; nice keeps them off the launching thread's core.
+  limits.nice = o.backend == Backend::cuda ? 10 : 0;
+  limits.pausable = o.backend != Backend::cuda;
   limits.unprivileged = unprivileged && reachable_by_others(argv.front());
   // Nothing of the evaluator's environment (tokens, proxies, paths to private files) reaches the compiler.
   limits.environment = {"PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + work.string(),

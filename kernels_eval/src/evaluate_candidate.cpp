@@ -2,9 +2,11 @@
 // timing. Each step adds to the verdict; one that decides it ends the evaluation.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <random>
 
 #include "crucible/eval/static_gate.h"
+#include "crucible/eval/subprocess.h"
 #include "crucible/eval/utf8_text.h"
 #include "evaluator_impl.h"
 
@@ -307,6 +309,9 @@ void Evaluator::Impl::check_and_time(Evaluation& e) {
       StartsPaused paused(e.gpu ? std::vector<WorkerPool*>{e.gpu->workers.get(), e.gpu->triton_workers.get(),
                                                             e.gpu->kernelbench_workers.get()}
                                 : std::vector<WorkerPool*>{});
+      // A CPU candidate is timed on this host's cores: this process's compiles wait meanwhile.
+      std::optional<ChildrenPaused> compiles;
+      if (!e.gpu) compiles.emplace();
       measure_timing(ctx, v, cache.timings, key);
     }
     v.stages.timing_s = since(timing_start);

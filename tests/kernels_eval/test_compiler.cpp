@@ -92,18 +92,6 @@ CRUCIBLE_API int crucible_forward(const crucible_tensor* in, int32_t, crucible_t
   CHECK(r.ok());
 }
 
-TEST_CASE("run_process enforces its wall-clock limit on the whole process group") {
-  eval::ProcessLimits limits;
-  limits.wall_seconds = 0.5;
-  auto r = eval::run_process({"sh", "-c", "sleep 30 & sleep 30"}, limits);
-  CHECK(r.timed_out);
-  CHECK(r.seconds < 5.0);
-  auto ok = eval::run_process({"sh", "-c", "echo hello; exit 3"}, {});
-  CHECK_FALSE(ok.timed_out);
-  CHECK(ok.exit_code == 3);
-  CHECK(ok.output == "hello\n");
-}
-
 TEST_CASE("a candidate that includes a private file gets a compile error naming it, never its contents") {
   if (geteuid() != 0) {
     MESSAGE("skipped: not root (the compiler runs as this user, who may read its own private files; see "

@@ -15,6 +15,9 @@ struct ProcessLimits {
   std::size_t file_size_bytes = 0;      // 0: unlimited
   std::size_t max_output_bytes = 64 * 1024;
   int nice = 0;  // added to the child's scheduling niceness
+  // Stopped while a ChildrenPaused lives in this process (SIGSTOP to its process group), the time stopped not counted
+  // against wall_seconds: work such as compiles yields to this process's own timing, but not to anyone else's load.
+  bool pausable = false;
   // Started as root, the child gives up root for the unprivileged uid and gid 65534 ("nobody") before it runs:
   // owner permissions would otherwise let a compiler read root's private files into its error messages.
   bool unprivileged = false;
@@ -39,7 +42,18 @@ struct ProcessResult {
   static constexpr int kCannotConfine = 123, kCannotSetIdentity = 124, kCannotEnterDirectory = 126, kCannotExecute = 127;
 };
 
-// The child runs in its own process group, so a timeout kills the whole tree it started.
+// While one lives, this process's pausable children are stopped, those started meanwhile too; pauses from several
+// threads stack, and the children continue when the last one ends.
+class ChildrenPaused {
+ public:
+  ChildrenPaused();
+  ~ChildrenPaused();
+  ChildrenPaused(const ChildrenPaused&) = delete;
+  ChildrenPaused& operator=(const ChildrenPaused&) = delete;
+};
+
+// The child runs in its own process group, so a timeout kills the whole tree it started; when this process dies,
+// the child's supervisor kills that group too.
 ProcessResult run_process(const std::vector<std::string>& argv, const ProcessLimits& limits,
                           const std::string& working_dir = {});
 
