@@ -185,8 +185,15 @@ std::vector<ApiChoice> parse_response(Endpoint endpoint, const std::string& body
       text = &c["message"]["content"];
     else if (endpoint == Endpoint::completion && c.contains("text"))
       text = &c["text"];
-    if (!text || !text->is_string()) throw std::invalid_argument("a choice has no text");
-    choice.text = text->get<std::string>();
+    // A chat message whose content is null is a reply without an answer (cut off while reasoning): its text is empty.
+    const bool no_answer = endpoint == Endpoint::chat && text && text->is_null();
+    if (!text || (!text->is_string() && !no_answer)) throw std::invalid_argument("a choice has no text");
+    if (!no_answer) choice.text = text->get<std::string>();
+    if (endpoint == Endpoint::chat) {
+      const auto& m = c["message"];
+      for (const char* key : {"reasoning_content", "reasoning"})  // vLLM's name, then newer servers'
+        if (!choice.reasoning && m.contains(key) && m[key].is_string()) choice.reasoning = m[key].get<std::string>();
+    }
     if (c.contains("finish_reason") && c["finish_reason"].is_string()) choice.finish_reason = c["finish_reason"];
     if (c.contains("logprobs") && c["logprobs"].is_object()) {
       const auto& lp = c["logprobs"];

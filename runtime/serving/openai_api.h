@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "lm/model/language_model.h"
+#include "lm/tokenizer/chat_reply.h"
 
 namespace crucible::serving {
 
@@ -55,19 +56,22 @@ std::string error_json(const ApiError& error);
 // line), for answers the HTTP layer gives before a request reaches the API.
 ApiError http_status_error(int status);
 
-// One response for the request's n completions. `token_text` renders a token for logprobs.
+// One response for the request's n completions. `token_text` renders a token for logprobs. A chat choice's message
+// is `parts[i]` when given (its answer as "content", null when there is none, and its thinking as
+// "reasoning_content", as vLLM answers with a reasoning parser), else the completion's whole text.
 struct ResponseIds {
   std::string id;
   int64_t created = 0;
 };
 template <class TokenText>
 std::string response_json(const ApiRequest& request, const std::vector<lm::TextCompletion>& completions,
-                          const ResponseIds& ids, TokenText token_text);
+                          const ResponseIds& ids, TokenText token_text, const std::vector<lm::ReplyParts>& parts = {});
 
-// The same as server-sent events: per choice a role chunk (chat), its text and its finish reason, then [DONE].
+// The same as server-sent events: per choice a role chunk (chat), its reasoning and its text, and its finish reason,
+// then [DONE].
 template <class TokenText>
 std::string stream_events(const ApiRequest& request, const std::vector<lm::TextCompletion>& completions,
-                          const ResponseIds& ids, TokenText token_text);
+                          const ResponseIds& ids, TokenText token_text, const std::vector<lm::ReplyParts>& parts = {});
 
 // OpenAI's finish reasons from the generator's: stop_token and stop_string -> "stop", length -> "length".
 std::string finish_reason(const std::string& generator_reason);
@@ -75,7 +79,8 @@ std::string finish_reason(const std::string& generator_reason);
 // What a client reads back from a chat or completion response: each choice's text, finish reason and (when asked)
 // per-token log-probabilities. Throws ApiError for an error body, std::invalid_argument for anything malformed.
 struct ApiChoice {
-  std::string text;
+  std::string text;  // a chat message's content ("" when it is null: a reply without an answer)
+  std::optional<std::string> reasoning;  // a chat message's reasoning_content, when the server sent one
   std::string finish_reason;
   std::vector<float> logprobs;
 };

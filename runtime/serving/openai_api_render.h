@@ -18,11 +18,20 @@ nlohmann::json choice_logprobs(const ApiRequest& request, const lm::TextCompleti
   for (const auto& e : content) tokens.push_back(e["token"]), values.push_back(e["logprob"]);
   return {{"tokens", tokens}, {"token_logprobs", values}};
 }
+// A chat choice's message fields: content (null without an answer) and reasoning_content when there is thinking.
+inline nlohmann::json chat_fields(const lm::TextCompletion& c, const std::vector<lm::ReplyParts>& parts,
+                                  std::size_t i) {
+  using nlohmann::json;
+  if (i >= parts.size()) return {{"content", c.text}};
+  json fields{{"content", parts[i].content ? json(*parts[i].content) : json(nullptr)}};
+  if (parts[i].reasoning) fields["reasoning_content"] = *parts[i].reasoning;
+  return fields;
+}
 }  // namespace detail
 
 template <class TokenText>
 std::string response_json(const ApiRequest& request, const std::vector<lm::TextCompletion>& completions,
-                          const ResponseIds& ids, TokenText token_text) {
+                          const ResponseIds& ids, TokenText token_text, const std::vector<lm::ReplyParts>& parts) {
   using nlohmann::json;
   const bool chat = request.endpoint == Endpoint::chat;
   json choices = json::array();
@@ -30,7 +39,10 @@ std::string response_json(const ApiRequest& request, const std::vector<lm::TextC
   for (std::size_t i = 0; i < completions.size(); ++i) {
     const auto& c = completions[i];
     json choice{{"index", i}, {"finish_reason", finish_reason(c.finish_reason)}};
-    if (chat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}};
+      choice["message"].update(detail::chat_fields(c, parts, i));
+    }
     else choice["text"] = c.text;
     choice["logprobs"] = request.logprobs ? detail::choice_logprobs(request, c, token_text) : json(nullptr);
     choices.push_back(std::move(choice));
@@ -46,7 +58,7 @@ std::string response_json(const ApiRequest& request, const std::vector<lm::TextC
 
 template <class TokenText>
 std::string stream_events(const ApiRequest& request, const std::vector<lm::TextCompletion>& completions,
-                          const ResponseIds& ids, TokenText token_text) {
+                          const ResponseIds& ids, TokenText token_text, const std::vector<lm::ReplyParts>& parts) {
   using nlohmann::json;
   const bool chat = request.endpoint == Endpoint::chat;
   std::string out;
@@ -59,8 +71,14 @@ std::string stream_events(const ApiRequest& request, const std::vector<lm::TextC
     const auto& c = completions[i];
     if (chat) event({{"index", i}, {"delta", {{"role", "assistant"}}}, {"finish_reason", nullptr}});
     json text{{"index", i}, {"finish_reason", nullptr}};
-    if (chat) text["delta"] = {{"content", c.text}};
-    else text["text"] = c.text;
+    if (chat) {
+      json fields = detail::chat_fields(c, parts, i);
+      if (fields.contains("reasoning_content"))  // the thinking comes first, in a chunk of its own
+        event({{"index", i}, {"delta", {{"reasoning_content", fields["reasoning_content"]}}}, {"finish_reason", nullptr}});
+      text["delta"] = {{"content", fields["content"].is_null() ? json("") : fields["content"]}};
+    } else {
+      text["text"] = c.text;
+    }
     if (request.logprobs) text["logprobs"] = detail::choice_logprobs(request, c, token_text);
     event(std::move(text));
     json end{{"index", i}, {"finish_reason", finish_reason(c.finish_reason)}};

@@ -291,3 +291,53 @@ TEST_CASE("chat replies: the answer by format, thinking never taken for it") {
   CHECK(crucible::lm::reply_stop_tokens(ChatFormat::harmony) == std::vector<std::string>{"<|return|>", "<|call|>"});
   CHECK(crucible::lm::reply_stop_tokens(ChatFormat::qwen3) == std::vector<std::string>{"<|im_end|>"});
 }
+
+TEST_CASE("a reply trained after a harmony prompt is a final-channel message its parser reads back") {
+  const Tokenizer& tok = tiny_harmony_tokenizer();
+  CHECK(crucible::lm::reply_header(ChatFormat::chatml).empty());
+  CHECK(crucible::lm::reply_header(ChatFormat::qwen3).empty());
+  // What crucible sft --chat appends after a gpt-oss prompt: the header, the answer as text, harmony's end of turn.
+  std::vector<TokenId> reply = tok.encode(crucible::lm::reply_header(ChatFormat::harmony), false, true);
+  const auto answer = tok.encode("```cpp\nk\n``` <|return|> stays text", false, false);
+  reply.insert(reply.end(), answer.begin(), answer.end());
+  reply.push_back(*tok.token_to_id(crucible::lm::reply_stop_tokens(ChatFormat::harmony).front()));
+  const auto parsed = crucible::lm::parse_harmony_reply(reply, tok);
+  REQUIRE(parsed.final_text);
+  CHECK(*parsed.final_text == "```cpp\nk\n``` <|return|> stays text");
+  CHECK_FALSE(parsed.cut_off);
+}
+
+TEST_CASE("chat replies as a chat API shows them: the answer as content, the thinking as reasoning") {
+  const Tokenizer& tok = tiny_harmony_tokenizer();
+  struct Case {
+    ChatFormat format;
+    std::string text;
+    std::optional<std::string> content, reasoning;
+  };
+  const std::vector<Case> cases{
+      {ChatFormat::chatml, "```cpp\nk\n```", "```cpp\nk\n```", std::nullopt},
+      {ChatFormat::llama3, "<think>not a format that thinks</think>", "<think>not a format that thinks</think>",
+       std::nullopt},
+      {ChatFormat::qwen3, "<think>\nplan\n</think>\n\n```cpp\nk\n```", "```cpp\nk\n```", "plan"},
+      {ChatFormat::qwen3, "<think>\nstill planning", std::nullopt, "still planning"},
+      {ChatFormat::qwen3, "thinking off", "thinking off", std::nullopt},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.text);
+    const auto parts = crucible::lm::reply_parts(c.format, {}, c.text, tok);
+    CHECK(parts.content == c.content);
+    CHECK(parts.reasoning == c.reasoning);
+  }
+  // Harmony: every analysis message is reasoning, the final message the content; markers by token id only.
+  ReplyBuilder r{tok, {}};
+  r.marker("<|channel|>analysis<|message|>").text("first").marker("<|end|><|start|>assistant<|channel|>analysis<|message|>");
+  r.text("second").marker("<|end|><|start|>assistant<|channel|>final<|message|>").text("kernel").marker("<|return|>");
+  const auto parts = crucible::lm::reply_parts(ChatFormat::harmony, r.ids, "ignored", tok);
+  CHECK(parts.content == std::optional<std::string>("kernel"));
+  CHECK(parts.reasoning == std::optional<std::string>("first\n\nsecond"));
+  ReplyBuilder cut{tok, {}};
+  cut.marker("<|channel|>analysis<|message|>").text("only thinking");
+  const auto thinking = crucible::lm::reply_parts(ChatFormat::harmony, cut.ids, "", tok);
+  CHECK_FALSE(thinking.content);
+  CHECK(thinking.reasoning == std::optional<std::string>("only thinking"));
+}

@@ -256,6 +256,19 @@ TEST_CASE("gpt-oss LoRA: no dense MLP to adapt; a GRPO step with KL trains the a
   const auto trained = model.forward_full(as_batch(ids));
   model.use_adapter(&loaded);
   CHECK(max_diff(model.forward_full(as_batch(ids)), trained) == 0.0f);
+  // The same adapter as a checkpoint written with target_modules = "all-linear" (TTT-Discover's): the attention.
+  auto config_json = nlohmann::json::parse(test::read_file(saved.path() / "adapter_config.json"));
+  config_json["target_modules"] = "all-linear";
+  test::write_file(saved.path() / "adapter_config.json", config_json.dump());
+  const auto all_linear = LoraAdapter::load_peft(saved.path(), model.config(), c10::Device(c10::kCPU), at::kFloat);
+  CHECK(all_linear.parameters().size() == 2 * 4 * 2);
+  model.use_adapter(&all_linear);
+  CHECK(max_diff(model.forward_full(as_batch(ids)), trained) == 0.0f);
+  config_json["target_modules"] = ".*_proj";  // a regular expression: refused, naming the key
+  test::write_file(saved.path() / "adapter_config.json", config_json.dump());
+  CHECK_THROWS_WITH_AS(LoraAdapter::load_peft(saved.path(), model.config(), c10::Device(c10::kCPU), at::kFloat),
+                       doctest::Contains("target_modules"), ModelFormatError);
+  model.use_adapter(nullptr);
 }
 
 TEST_CASE("gpt-oss LoRA on the router and experts: PEFT's layout, gradients through the dequantised experts, files") {

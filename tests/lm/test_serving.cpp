@@ -166,6 +166,39 @@ TEST_CASE("openai api: requests parse into typed values, malformed ones are 400s
                   serving::ApiError);
 }
 
+TEST_CASE("openai api: a chat reply split into answer and reasoning is content and reasoning_content, both ways") {
+  const auto request = serving::parse_request(serving::Endpoint::chat, R"({"model": "m", "messages": [{"role": "user", "content": "hi"}]})");
+  lm::TextCompletion answered, thinking_only;
+  answered.text = "raw text of both channels";
+  answered.finish_reason = "stop_token";
+  thinking_only.text = "raw";
+  thinking_only.finish_reason = "length";
+  const std::vector<lm::ReplyParts> parts{{"```cpp\nk\n```", "plan the kernel"}, {std::nullopt, "still planning"}};
+  auto token_text = [](int32_t) { return std::string("t"); };
+  const auto body = serving::response_json(request, {answered, thinking_only}, {"chatcmpl-1", 0}, token_text, parts);
+  const auto message = json::parse(body)["choices"][1]["message"];
+  CHECK(message["content"].is_null());
+  CHECK(message["reasoning_content"] == "still planning");
+  const auto back = serving::parse_response(serving::Endpoint::chat, body);
+  REQUIRE(back.size() == 2);
+  CHECK(back[0].text == "```cpp\nk\n```");
+  CHECK(back[0].reasoning == std::optional<std::string>("plan the kernel"));
+  CHECK(back[1].text.empty());  // no answer: nothing a kernel could be taken from
+  CHECK(back[1].finish_reason == "length");
+  // Without parts the whole text is the content, and no reasoning is sent.
+  const auto whole = serving::parse_response(serving::Endpoint::chat,
+                                             serving::response_json(request, {answered}, {"c", 0}, token_text));
+  CHECK(whole[0].text == answered.text);
+  CHECK_FALSE(whole[0].reasoning);
+  // Streamed: the reasoning in a chunk of its own before the content.
+  const auto events = serving::stream_events(request, {answered}, {"c", 0}, token_text, parts);
+  const auto reasoning_at = events.find("\"reasoning_content\":\"plan the kernel\"");
+  const auto content_at = events.find("\"content\":\"```cpp");
+  CHECK(reasoning_at != std::string::npos);
+  CHECK(content_at != std::string::npos);
+  CHECK(reasoning_at < content_at);
+}
+
 TEST_CASE("generation service: a request that arrives while a batch decodes joins it, and is answered first") {
   serving::ServiceOptions options;
   options.model_name = "tiny";

@@ -43,6 +43,32 @@ TEST_CASE("shipped experiments parse") {
   }
 }
 
+TEST_CASE("the seeds' recipes with their own policy, gpt-oss-120b, say what the seeds ran") {
+  const auto grpo = experiment::load_experiment(test::source_dir() / "configs" / "grpo_gpt_oss_kernelbench.toml");
+  CHECK(grpo.policy.kind == experiment::PolicyKind::libtorch);
+  CHECK(grpo.policy.temperature == 0.25);
+  CHECK(grpo.policy.lm.max_new_tokens == 1024);
+  CHECK(grpo.policy.lm.lora_rank == 16);
+  CHECK(grpo.policy.lm.learning_rate == 1e-5);
+  CHECK(grpo.policy.lm.chat_format == lm::ChatFormat::harmony);
+  CHECK(grpo.policy.lm.reasoning_effort == lm::ReasoningEffort::medium);
+  CHECK(grpo.grpo.group_size == 8);
+  CHECK(grpo.grpo.batch_size == 8);
+  CHECK(grpo.eval.kind == eval::CandidateKind::kernelbench);
+  CHECK(grpo.tasks.levels == std::vector<int>{1});
+  const std::vector<std::string> attention_and_experts{"q_proj", "k_proj", "v_proj", "o_proj",
+                                                       "mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+  CHECK(grpo.policy.lm.lora_targets == attention_and_experts);
+  const auto ttt = experiment::load_experiment(test::source_dir() / "configs" / "ttt_trimul_gpt_oss.toml");
+  CHECK(ttt.policy.lm.lora_rank == 32);
+  CHECK(ttt.policy.lm.learning_rate == 4e-5);
+  CHECK(ttt.policy.lm.kl_coef == 0.1);
+  CHECK(ttt.policy.lm.reasoning_effort == lm::ReasoningEffort::high);
+  CHECK(ttt.advantage.kind == rewards::AdvantageKind::entropic_adaptive_beta);
+  CHECK(ttt.policy.lm.lora_targets == attention_and_experts);
+  CHECK_FALSE(experiment::resolve_tasks(ttt).empty());
+}
+
 TEST_CASE("Triton candidates are an [eval] choice for CUDA devices, refused on the CPU") {
   auto e = experiment::load_experiment(test::source_dir() / "configs" / "ttt_trimul.toml");
   CHECK(e.eval.kind == eval::CandidateKind::triton);

@@ -113,6 +113,16 @@ std::vector<lm::TextRequest> text_requests(const serving::ApiRequest& request, c
   return batch;
 }
 
+// A harmony model's chat replies split into their final answer and their analysis, as vLLM serves gpt-oss; other
+// formats' replies are sent whole.
+std::vector<lm::ReplyParts> chat_parts(const serving::ApiRequest& request, const std::vector<lm::TextCompletion>& done,
+                                       const lm::LanguageModel& model) {
+  std::vector<lm::ReplyParts> parts;
+  if (request.endpoint != serving::Endpoint::chat || model.chat_format() != lm::ChatFormat::harmony) return parts;
+  for (const auto& c : done) parts.push_back(lm::reply_parts(lm::ChatFormat::harmony, c.tokens, c.text, model.tokenizer()));
+  return parts;
+}
+
 // One completion request, answered while its client is connected: one that goes away cancels its sequences.
 void answer_completion(serving::GenerationService& service, serving::Endpoint endpoint, const std::string& body,
                        uint64_t id, bool specials_in_content, httplib::Response& res) {
@@ -126,10 +136,11 @@ void answer_completion(serving::GenerationService& service, serving::Endpoint en
     const serving::ResponseIds ids{(endpoint == serving::Endpoint::chat ? "chatcmpl-" : "cmpl-") + std::to_string(id),
                                    static_cast<int64_t>(std::time(nullptr))};
     auto token_text = [&](int32_t token) { return model.tokenizer().decode({token}); };
+    const auto parts = chat_parts(request, done, model);
     if (request.stream)
-      res.set_content(serving::stream_events(request, done, ids, token_text), "text/event-stream");
+      res.set_content(serving::stream_events(request, done, ids, token_text, parts), "text/event-stream");
     else
-      res.set_content(serving::response_json(request, done, ids, token_text), "application/json");
+      res.set_content(serving::response_json(request, done, ids, token_text, parts), "application/json");
   } catch (const serving::ApiError& e) {
     answer_error(res, e);
   } catch (const serving::GenerationCancelled& e) {  // the client went away (nobody reads this), or a shutdown

@@ -291,10 +291,15 @@ LoraAdapter LoraAdapter::load_peft(const std::filesystem::path& dir, const Model
     // An adapter of parameters only may name no modules (null), as PEFT writes it then.
     const bool parameters_only = cfg.contains("target_parameters") && cfg["target_parameters"].is_array() &&
                                  cfg.contains("target_modules") && cfg["target_modules"].is_null();
-    if (!parameters_only && !cfg.at("target_modules").is_array())
-      throw ModelFormatError(where + ": target_modules must be a list (regular expressions are not supported)");
+    // PEFT's "all-linear" names every linear layer but the output head: here the attention projections, and the
+    // dense MLP's where the model has one (present() skips those a mixture of experts lacks).
+    const bool all_linear = !parameters_only && cfg.at("target_modules") == "all-linear";
+    if (!parameters_only && !all_linear && !cfg.at("target_modules").is_array())
+      throw ModelFormatError(where + ": target_modules must be a list or \"all-linear\" (regular expressions are not "
+                                     "supported)");
     config.targets.clear();
-    for (const auto& m : parameters_only ? nlohmann::json::array() : cfg["target_modules"]) {
+    if (all_linear) config.targets.assign(kLoraTargets.begin(), kLoraTargets.end());
+    for (const auto& m : parameters_only || all_linear ? nlohmann::json::array() : cfg["target_modules"]) {
       const auto t = lora_target_named(m.get<std::string>());
       if (!t || is_parameter_target(*t))
         throw ModelFormatError(where + ": target module '" + m.get<std::string>() + "' is not supported");

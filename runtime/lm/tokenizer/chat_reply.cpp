@@ -22,7 +22,42 @@ ReplyAnswer qwen3_answer(const std::string& text) {
   return {text, ""};  // thinking off: the prompt already closed the block
 }
 
+// Qwen3's thinking: between <think> and the first </think> (or the reply's end, when it never closes).
+std::optional<std::string> qwen3_thinking(const std::string& text) {
+  const auto open = text.find("<think>");
+  const auto close = text.find("</think>");
+  if (open == std::string::npos || (close != std::string::npos && close < open)) return std::nullopt;
+  std::string thinking = text.substr(open + 7, close == std::string::npos ? std::string::npos : close - open - 7);
+  thinking.erase(0, std::min(thinking.find_first_not_of('\n'), thinking.size()));
+  thinking.erase(thinking.find_last_not_of('\n') + 1);
+  return thinking;
+}
+
+// Every analysis message's text, in order, a blank line between two.
+std::optional<std::string> harmony_analysis(const HarmonyReply& reply) {
+  std::optional<std::string> analysis;
+  for (const auto& m : reply.messages) {
+    if (m.channel != "analysis") continue;
+    analysis = analysis ? *analysis + "\n\n" + m.content : m.content;
+  }
+  return analysis;
+}
+
 }  // namespace
+
+ReplyParts reply_parts(ChatFormat format, const std::vector<TokenId>& tokens, const std::string& text,
+                       const Tokenizer& tokenizer) {
+  switch (format) {
+    case ChatFormat::chatml:
+    case ChatFormat::llama3: return {text, std::nullopt};
+    case ChatFormat::qwen3: return {qwen3_answer(text).text, qwen3_thinking(text)};
+    case ChatFormat::harmony: {
+      HarmonyReply reply = parse_harmony_reply(tokens, tokenizer);
+      return {std::move(reply.final_text), harmony_analysis(reply)};
+    }
+  }
+  throw std::logic_error("reply_parts: unknown chat format");
+}
 
 ReplyAnswer reply_answer(ChatFormat format, const std::vector<TokenId>& tokens, const std::string& text,
                          const Tokenizer& tokenizer) {
@@ -36,6 +71,10 @@ ReplyAnswer reply_answer(ChatFormat format, const std::vector<TokenId>& tokens, 
     }
   }
   throw std::logic_error("reply_answer: unknown chat format");
+}
+
+std::string reply_header(ChatFormat format) {
+  return format == ChatFormat::harmony ? "<|channel|>final<|message|>" : "";
 }
 
 std::vector<std::string> reply_stop_tokens(ChatFormat format) {

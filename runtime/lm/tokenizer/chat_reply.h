@@ -19,6 +19,21 @@ struct ReplyAnswer {
 ReplyAnswer reply_answer(ChatFormat format, const std::vector<TokenId>& tokens, const std::string& text,
                          const Tokenizer& tokenizer);
 
+// A reply as a chat API shows it (vLLM's reasoning parsers): the answer as content (nullopt when the reply has none:
+// cut off while thinking) and the thinking as reasoning (harmony's analysis messages, Qwen3's <think> block; nullopt
+// when there is none).
+struct ReplyParts {
+  std::optional<std::string> content;
+  std::optional<std::string> reasoning;
+};
+ReplyParts reply_parts(ChatFormat format, const std::vector<TokenId>& tokens, const std::string& text,
+                       const Tokenizer& tokenizer);
+
+// What a reply starts with when a model is trained to write an answer after the chat prompt (which ends where the
+// assistant's turn begins): harmony's final-channel header, "" for the other formats. Special tokens only: encode it
+// with special tokens parsed, and the answer after it as text.
+std::string reply_header(ChatFormat format);
+
 // The special tokens that end a reply in this format (<|im_end|>; <|eot_id|>; harmony's <|return|> and <|call|>, not
 // <|end|>, which only closes the analysis message before the final one).
 std::vector<std::string> reply_stop_tokens(ChatFormat format);

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "lm/model/lora.h"
+#include "lm/tokenizer/chat_reply.h"
 #include "lm/training/lora_trainer.h"
 
 namespace crucible::lm {
@@ -21,6 +22,11 @@ SequenceBatch tokenize(LanguageModel& model, const std::vector<SftExample>& exam
     const auto ids = model.encode_prompt(o.chat ? model.user_prompt(e.prompt, o.system_prompt) : e.prompt);
     std::vector<int64_t> seq(ids.begin(), ids.end());
     const auto prompt_length = static_cast<int64_t>(seq.size());
+    // In a chat, the reply as the format writes it: gpt-oss answers in harmony's final channel.
+    if (o.chat && model.chat_format()) {
+      const auto header = tok.encode(reply_header(*model.chat_format()), false, /*parse_special=*/true);
+      seq.insert(seq.end(), header.begin(), header.end());
+    }
     const auto completion = tok.encode(e.completion, false, /*parse_special=*/false);
     seq.insert(seq.end(), completion.begin(), completion.end());
     // The model learns to stop: the chat format's end-of-turn token, else the EOS.
