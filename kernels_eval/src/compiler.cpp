@@ -303,6 +303,18 @@ void prepare_build_dir(const fs::path& work, const std::string& source, const Co
     throw std::runtime_error(std::string("chown: ") + std::strerror(errno));
 }
 
+}  // namespace
+
+// Compiles are throughput work and must not disturb this process's timing, yet must not starve under other load.
+// CPU candidates are timed on these cores: the compile stops while that happens. CUDA candidates are timed on the
+// GPU and builds overlap that timing on purpose; nice keeps them off the launching thread's core.
+void set_build_priority(ProcessLimits& limits, Backend backend) {
+  limits.nice = backend == Backend::cuda ? 10 : 0;
+  limits.pausable = backend != Backend::cuda;
+}
+
+namespace {
+
 // Every compiler step runs the same way: limits, an unprivileged identity, a scrubbed environment, Landlock.
 ProcessResult run_compiler_step(const std::vector<std::string>& step, const CompileOptions& o, const fs::path& work,
                                 bool unprivileged) {
@@ -312,11 +324,7 @@ ProcessResult run_compiler_step(const std::vector<std::string>& step, const Comp
   limits.wall_seconds = o.time_limit_s;
   limits.address_space_bytes = o.backend == Backend::cuda ? 0 : o.memory_limit_bytes;  // nvcc reserves huge VM
   limits.file_size_bytes = o.max_binary_bytes;
-  // Compiles are throughput work and must not disturb this process's timing, yet must not starve under other load.
-  // CPU candidates are timed on these cores: the compile stops while that happens (ChildrenPaused). CUDA candidates
-  // are timed on the GPU and builds overlap that timing on purpose; nice keeps them off the launching thread's core.
-  limits.nice = o.backend == Backend::cuda ? 10 : 0;
-  limits.pausable = o.backend != Backend::cuda;
+  set_build_priority(limits, o.backend);
   limits.unprivileged = unprivileged && reachable_by_others(argv.front());
   // Nothing of the evaluator's environment (tokens, proxies, paths to private files) reaches the compiler.
   limits.environment = {"PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + work.string(),

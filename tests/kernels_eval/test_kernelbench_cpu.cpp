@@ -2,6 +2,8 @@
 // extraction of load_inline's sources by tables, the extension symbol gate, and whole evaluations on KernelBench
 // problems imported from ../shared/kernelbench (skipped, saying so, where it or Debian's PyTorch is absent).
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -345,26 +347,49 @@ TEST_CASE("kernelbench: a worker's classified refusals become the verdict's stat
 
 namespace {
 
-// KernelBench's ReLU (level 1, 19) and Gemm_Multiply_LeakyReLU (level 2, 12), imported once for every case below.
+// KernelBench's ReLU (level 1, 19) and Gemm_Multiply_LeakyReLU (level 2, 12), imported once for every case below,
+// and the compile cache beside them, shared by this build's test processes (each case runs in its own): the import
+// and the precompiled torch/extension.h take most of a case's time, and both are deterministic. The directory is
+// named after the import program and the CLI it ran with, so a changed importer imports afresh; one process imports
+// at a time (a lock file), and a marker file says the import is whole.
 struct ImportedTasks {
-  test::ScratchDir dir{"kb-kind"};
-  fs::path tasks = dir.path() / "tasks";
+  fs::path dir;
+  fs::path tasks;
   std::string skipped;
 };
+
+fs::path shared_import_dir() {
+  const fs::path cli = CRUCIBLE_CLI_PATH;
+  const std::string material = test::read_file(test::source_dir() / "tools/kernelbench/import_kernelbench.py") +
+                               std::to_string(fs::last_write_time(cli).time_since_epoch().count());
+  return cli.parent_path().parent_path() / "tests" / ("kb-kind-" + eval::sha256_hex(material).substr(0, 16));
+}
+
+std::string import_once(const fs::path& dir, const fs::path& tasks) {
+  const fs::path problems = shared_kernelbench() / "KernelBench";
+  if (!python_has_torch() || !fs::exists(problems)) return "needs /usr/bin/python3 with torch and ../shared/kernelbench";
+  fs::create_directories(dir);
+  const int lock = open((dir / ".lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (lock < 0 || flock(lock, LOCK_EX) != 0) return "cannot lock " + dir.string();
+  std::string skipped;
+  if (!fs::exists(dir / "imported")) {
+    auto r = test::crucible_cli({"tasks", "import", "--out", tasks.string(), "--json", "--kernelbench",
+                                 (problems / "level1/19_ReLU.py").string(),
+                                 (problems / "level2/12_Gemm_Multiply_LeakyReLU.py").string()},
+                                (dir / "cache").string(), 900);
+    if (r.exit_code != 0) skipped = "the import failed: " + r.output.substr(0, 2000);
+    else test::write_file(dir / "imported", "");
+  }
+  close(lock);
+  return skipped;
+}
 
 ImportedTasks& imported() {
   static std::unique_ptr<ImportedTasks> t = [] {
     auto p = std::make_unique<ImportedTasks>();
-    const fs::path problems = shared_kernelbench() / "KernelBench";
-    if (!python_has_torch() || !fs::exists(problems)) {
-      p->skipped = "needs /usr/bin/python3 with torch and ../shared/kernelbench";
-      return p;
-    }
-    auto r = test::crucible_cli({"tasks", "import", "--out", p->tasks.string(), "--json", "--kernelbench",
-                                 (problems / "level1/19_ReLU.py").string(),
-                                 (problems / "level2/12_Gemm_Multiply_LeakyReLU.py").string()},
-                                (p->dir.path() / "cache").string(), 900);
-    if (r.exit_code != 0) p->skipped = "the import failed: " + r.output.substr(0, 2000);
+    p->dir = shared_import_dir();
+    p->tasks = p->dir / "tasks";
+    p->skipped = import_once(p->dir, p->tasks);
     return p;
   }();
   return *t;
@@ -374,7 +399,7 @@ ImportedTasks& imported() {
 eval::Evaluator& shared_evaluator() {
   static eval::Evaluator evaluator([] {
     eval::EvaluatorConfig config;
-    config.cache_dir = imported().dir.path() / "eval-cache";
+    config.cache_dir = imported().dir / "eval-cache";
     return config;
   }());
   return evaluator;
@@ -460,13 +485,14 @@ TEST_CASE("kernelbench: crucible eval judges a directory of answers, taking Mode
     MESSAGE("skipped: " << imported().skipped);
     return;
   }
-  const fs::path answers = imported().dir.path() / "answers";
+  const test::ScratchDir scratch("kb-answers");
+  const fs::path answers = scratch.path() / "answers";
   fs::create_directories(answers);
   for (const char* fixture : {"ok.py", "zeroed_output.py"})
     fs::copy_file(test::source_dir() / "tests/fixtures/kernelbench/relu" / fixture, answers / fixture);
   auto r = test::crucible_cli({"eval", "--tasks-dir", imported().tasks.string(), "--task", "kb_l1_19", "--candidates",
                                answers.string(), "--json", "--compile-timeout", "600"},
-                              (imported().dir.path() / "eval-cache").string(), 900);
+                              (imported().dir / "eval-cache").string(), 900);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   std::map<std::string, std::string> status;

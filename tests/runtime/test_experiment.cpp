@@ -7,6 +7,7 @@
 #include "support.h"
 
 using namespace crucible;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -44,7 +45,13 @@ TEST_CASE("shipped experiments parse") {
 }
 
 TEST_CASE("the seeds' recipes with their own policy, gpt-oss-120b, say what the seeds ran") {
-  const auto grpo = experiment::load_experiment(test::source_dir() / "configs" / "grpo_gpt_oss_kernelbench.toml");
+  // The GRPO recipe looks its tasks up where `crucible tasks import` put KernelBench's level 1, beside the configs.
+  const test::ScratchDir checkout("gpt-oss-recipes");
+  fs::create_directories(checkout.path() / "configs");
+  fs::create_directories(checkout.path() / "tasks" / "kernelbench");
+  fs::copy_file(test::source_dir() / "configs" / "grpo_gpt_oss_kernelbench.toml",
+                checkout.path() / "configs" / "grpo_gpt_oss_kernelbench.toml");
+  const auto grpo = experiment::load_experiment(checkout.path() / "configs" / "grpo_gpt_oss_kernelbench.toml");
   CHECK(grpo.policy.kind == experiment::PolicyKind::libtorch);
   CHECK(grpo.policy.temperature == 0.25);
   CHECK(grpo.policy.lm.max_new_tokens == 1024);

@@ -124,7 +124,7 @@ void add_link_flags(const KernelBenchPython& python, CompileOptions& o) {
 // torch/extension.h precompiled once per compile command (trusted: PyTorch's headers only), in the compile cache: for
 // a CPU build's g++, and for a CUDA build's host half. A header that does not match is ignored by g++ (the build is
 // then as slow as without, never wrong). Empty when it could not be made.
-fs::path precompiled_extension_header(Compiler& compiler, std::vector<std::string> argv) {
+fs::path precompiled_extension_header(Compiler& compiler, std::vector<std::string> argv, Backend backend) {
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
   std::string material;
@@ -141,7 +141,7 @@ fs::path precompiled_extension_header(Compiler& compiler, std::vector<std::strin
   argv.insert(argv.end(), {"-x", "c++-header", header.string(), "-o", staged.string()});
   ProcessLimits limits;
   limits.wall_seconds = 600.0;
-  limits.nice = 10;
+  set_build_priority(limits, backend);
   limits.environment = {"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C"};
   if (!run_process(argv, limits).ok()) return {};
   fs::rename(staged, dir / "torch_extension.h.gch", ec);
@@ -253,7 +253,7 @@ bool build_extension(const KernelBenchPython& python, Compiler& compiler, const 
     // The CPU's whole build, or the CUDA build's host half (nvcc's chain cannot use one).
     auto& flags = cuda ? o.split_extras.host : o.extra_flags;
     const fs::path pch =
-        precompiled_extension_header(compiler, cuda ? compiler.split_host_flags(o) : compiler.flags(o));
+        precompiled_extension_header(compiler, cuda ? compiler.split_host_flags(o) : compiler.flags(o), o.backend);
     if (usable_by_compiler(pch)) {
       flags.insert(flags.end(), {"-include", pch.string()});
       o.read_only_dirs.push_back(pch.parent_path().string());

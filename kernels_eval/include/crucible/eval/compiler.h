@@ -11,6 +11,7 @@
 
 #include "crucible/eval/compile_cache.h"
 #include "crucible/eval/device.h"
+#include "crucible/eval/subprocess.h"
 
 namespace crucible::eval {
 
@@ -89,6 +90,9 @@ class Compiler {
 };
 
 std::filesystem::path default_cache_dir();
+// How a build shares the host with this evaluator's timing: a CPU build is stopped while a CPU candidate is timed
+// (ChildrenPaused) and otherwise runs at normal priority; a CUDA build overlaps GPU timing on purpose, at nice 10.
+void set_build_priority(ProcessLimits& limits, Backend backend);
 std::string sha256_hex(const std::string& data);
 
 }  // namespace crucible::eval
