@@ -89,11 +89,12 @@ TEST_CASE("a pausable child stops while this process times, and its stopped time
   const auto pid_file = dir.path() / "child";
   eval::ProcessLimits limits;
   limits.pausable = true;
-  limits.wall_seconds = 3.5;  // twenty 0.1 s sleeps take about 2 s; with a 3 s pause only the credit lets them finish
+  // Ten 0.1 s sleeps take about 1 s (2 s on a loaded machine); with a 4 s pause only the credit lets them finish.
+  limits.wall_seconds = 3.0;
   eval::ProcessResult result;
   std::thread runner([&] {
     result = eval::run_process(
-        {"sh", "-c", "echo $$ > '" + pid_file.string() + "'; i=0; while [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done"},
+        {"sh", "-c", "echo $$ > '" + pid_file.string() + "'; i=0; while [ $i -lt 10 ]; do sleep 0.1; i=$((i+1)); done"},
         limits);
   });
   const pid_t child = read_pid(pid_file);
@@ -102,7 +103,7 @@ TEST_CASE("a pausable child stops while this process times, and its stopped time
     eval::ChildrenPaused paused;
     std::this_thread::sleep_for(500ms);
     CHECK(process_state(child) == 'T');
-    std::this_thread::sleep_for(2500ms);
+    std::this_thread::sleep_for(3500ms);
   }
   runner.join();
   INFO(result.output);
