@@ -49,8 +49,10 @@ void stop_group(pid_t group, PausableGroup& g) {
   kill(-group, SIGSTOP);
 }
 
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
 void continue_group(pid_t group, PausableGroup& g) {
-  g.stopped_s += std::chrono::duration<double>(Clock::now() - g.stopped_at).count();
+  g.stopped_s += seconds_since(g.stopped_at);
   kill(-group, SIGCONT);
 }
 
@@ -68,7 +70,7 @@ double stopped_seconds(pid_t group) {
   const auto it = r.groups.find(group);
   if (it == r.groups.end()) return 0;
   double s = it->second.stopped_s;
-  if (r.pauses > 0) s += std::chrono::duration<double>(Clock::now() - it->second.stopped_at).count();
+  if (r.pauses > 0) s += seconds_since(it->second.stopped_at);
   return s;
 }
 
@@ -122,6 +124,12 @@ void close_inherited(int keep) {
 
 void kill_own_group(int) { kill(0, SIGKILL); }
 
+void default_action_for(int signal_number) {
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigaction(signal_number, &default_action, nullptr);
+}
+
 // The child stays as the group's supervisor and returns only in a forked program process. A parent-death signal
 // reaches only the direct child, so the supervisor turns it into SIGKILL for its whole group: a compiler driver's own
 // children (cc1plus, ptxas) go with it when the evaluator is killed outright. It waits for the program and ends as
@@ -138,9 +146,7 @@ void supervise(pid_t parent, int keep_fd) {
   const pid_t program = fork();
   if (program < 0) _exit(ProcessResult::kCannotExecute);
   if (program == 0) {
-    struct sigaction default_action {};
-    default_action.sa_handler = SIG_DFL;
-    sigaction(SIGTERM, &default_action, nullptr);
+    default_action_for(SIGTERM);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != supervisor) _exit(125);
     return;
@@ -153,9 +159,7 @@ void supervise(pid_t parent, int keep_fd) {
   const int signal_number = WTERMSIG(status);
   rlimit no_core{0, 0};
   setrlimit(RLIMIT_CORE, &no_core);  // the supervisor is a copy of the evaluator: never dump it
-  struct sigaction default_action {};
-  default_action.sa_handler = SIG_DFL;
-  sigaction(signal_number, &default_action, nullptr);
+  default_action_for(signal_number);
   kill(supervisor, signal_number);
   _exit(128 + signal_number);
 }

@@ -2311,12 +2311,11 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
 def report_text(imported: List[Problem], refused: List[dict], without_cuda: Optional[List[dict]] = None) -> str:
     """One JSON line. Reasons quote exceptions, which may hold undecodable bytes of paths (as lone surrogates) that
     no JSON reader accepts: those become backslash escapes."""
-    def text(value: str) -> str:
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    report = {"imported": [p.task_name for p in imported],
-              "refused": [{k: text(v) for k, v in r.items()} for r in refused]}
+    def escaped(rows: List[dict]) -> List[dict]:
+        return [{k: v.encode("utf-8", "backslashreplace").decode("utf-8") for k, v in r.items()} for r in rows]
+    report = {"imported": [p.task_name for p in imported], "refused": escaped(refused)}
     if without_cuda is not None:
-        report["without_cuda_reference"] = [{k: text(v) for k, v in r.items()} for r in without_cuda]
+        report["without_cuda_reference"] = escaped(without_cuda)
     return json.dumps(report) + "\n"
 
 
