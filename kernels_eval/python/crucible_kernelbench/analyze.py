@@ -4,7 +4,8 @@ compiler. Standard library only; nothing of the candidate is executed.
 
 Usage: python3 -I analyze.py CANDIDATE.py [--dtypes float32,...] [--torch-ops allow|forbid] [--out DIR]
 One JSON object on stdout: {"refusals": [...], "kernels": [...], "extensions": [{"name", "functions", "cuda",
-"cpp_file"}]}; with --out, each extension's translation unit is written to DIR/<name>.cpp (or .cu).
+"file", "lean_file"}]}; with --out, each extension's translation unit is written to DIR/<name>.cpp (or .cu), and
+its unit with Crucible's lean bindings to DIR/<name>.lean.cpp (.lean.cu).
 """
 import ast
 import json
@@ -29,20 +30,37 @@ def with_lines(source):
     return "".join(out)
 
 
-def translation_unit(ext):
+def translation_unit(ext, lean=False):
     """What load_inline builds, in one file: torch's extension header, the C++ sources, the CUDA sources (when any,
-    the whole unit is CUDA C++), and the Python bindings of `functions`."""
+    the whole unit is CUDA C++), and the Python bindings of `functions`: pybind11's, as load_inline writes them, or
+    (lean) Crucible's on Python's C API (kernels_eval/include/crucible/kernelbench/bindings.h), which build in a
+    fraction of the time."""
     parts = ["#include <torch/extension.h>\n"]
     if ext["cuda_sources"]:
         parts.append("#include <cuda.h>\n#include <cuda_runtime.h>\n")
     for source in ext["cpp_sources"] + ext["cuda_sources"]:
         parts.append(with_lines(source) + "\n")
     parts.append('\n#line 1 "crucible-bindings"\n')
-    parts.append(f"PYBIND11_MODULE({ext['name']}, m) {{\n")
-    for f in ext["functions"]:
-        parts.append(f'  m.def("{f}", &{f}, "{f}");\n')
-    parts.append("}\n")
+    parts.append(lean_bindings(ext) if lean else pybind11_bindings(ext))
     return "".join(parts)
+
+
+def pybind11_bindings(ext):
+    lines = [f"PYBIND11_MODULE({ext['name']}, m) {{\n"]
+    lines += [f'  m.def("{f}", &{f}, "{f}");\n' for f in ext["functions"]]
+    return "".join(lines) + "}\n"
+
+
+def lean_bindings(ext):
+    name = ext["name"]
+    lines = ["#include <crucible_bindings.h>\n", "static PyMethodDef crucible_methods[] = {\n"]
+    lines += [f'    crucible_bindings::method<&{f}>("{f}"),\n' for f in ext["functions"]]
+    lines.append("    {nullptr, nullptr, 0, nullptr}};\n")
+    lines.append(f'static PyModuleDef crucible_module = {{PyModuleDef_HEAD_INIT, "{name}", nullptr, -1, '
+                 "crucible_methods};\n")
+    lines.append(f'extern "C" __attribute__((visibility("default"))) PyObject* PyInit_{name}() {{\n'
+                 "  return crucible_bindings::make_module(&crucible_module);\n}\n")
+    return "".join(lines)
 
 
 def analyze(source, dtypes=(), forbid_torch_ops=False):
@@ -62,7 +80,7 @@ def analyze(source, dtypes=(), forbid_torch_ops=False):
                              "binds no functions"})
     return {"refusals": refusals[:20], "kernels": kernels, "extensions": [
         {"name": e["name"], "functions": e["functions"], "cuda": bool(e["cuda_sources"]),
-         "unit": translation_unit(e)} for e in extensions]}
+         "unit": translation_unit(e), "lean_unit": translation_unit(e, lean=True)} for e in extensions]}
 
 
 def main(argv):
@@ -76,13 +94,15 @@ def main(argv):
     result = analyze(source, dtypes, option("--torch-ops", "allow") == "forbid")
     out = option("--out", None)
     for ext in result["extensions"]:
-        unit = ext.pop("unit")
+        units = {"file": ext.pop("unit"), "lean_file": ext.pop("lean_unit")}
         if out and not result["refusals"]:
-            ext["file"] = os.path.join(out, ext["name"] + (".cu" if ext["cuda"] else ".cpp"))
-            with open(ext["file"], "w") as f:
-                f.write(unit)
+            suffix = ".cu" if ext["cuda"] else ".cpp"
+            for key, unit in units.items():
+                ext[key] = os.path.join(out, ext["name"] + (".lean" if key == "lean_file" else "") + suffix)
+                with open(ext[key], "w") as f:
+                    f.write(unit)
         elif "--units" in argv:
-            ext["unit"] = unit
+            ext["unit"] = units["file"]
     print(json.dumps(result))
     return 0
 

@@ -20,6 +20,7 @@
 #include "crucible/eval/triton_candidate.h"
 #include "crucible/eval/utf8_text.h"
 #include "elf_symbols.h"
+#include "extension_headers.h"
 
 namespace crucible::eval {
 namespace fs = std::filesystem;
@@ -121,33 +122,6 @@ void add_link_flags(const KernelBenchPython& python, CompileOptions& o) {
 
 }  // namespace
 
-// torch/extension.h precompiled once per compile command (trusted: PyTorch's headers only), in the compile cache: for
-// a CPU build's g++, and for a CUDA build's host half. A header that does not match is ignored by g++ (the build is
-// then as slow as without, never wrong). Empty when it could not be made.
-fs::path precompiled_extension_header(Compiler& compiler, std::vector<std::string> argv, Backend backend) {
-  static std::mutex mutex;
-  std::lock_guard<std::mutex> lock(mutex);
-  std::string material;
-  for (const auto& a : argv) material += a + '\n';
-  const fs::path dir = compiler.cache_dir() / "kernelbench-pch" / sha256_hex(material).substr(0, 24);
-  const fs::path header = dir / "torch_extension.h";
-  std::error_code ec;
-  if (fs::exists(dir / "torch_extension.h.gch", ec)) return header;
-  fs::create_directories(dir, ec);
-  std::ofstream(header) << "#include <torch/extension.h>\n";
-  const fs::path staged = dir / ("torch_extension.h.gch.tmp" + std::to_string(getpid()));
-  for (auto it = argv.begin(); it != argv.end();)
-    it = (*it == "-shared" || it->rfind("-Wl,", 0) == 0) ? argv.erase(it) : it + 1;
-  argv.insert(argv.end(), {"-x", "c++-header", header.string(), "-o", staged.string()});
-  ProcessLimits limits;
-  limits.wall_seconds = 600.0;
-  set_build_priority(limits, backend);
-  limits.environment = {"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C"};
-  if (!run_process(argv, limits).ok()) return {};
-  fs::rename(staged, dir / "torch_extension.h.gch", ec);
-  return ec ? fs::path() : header;
-}
-
 namespace {
 
 // A whole nvcc build gives each kernel a host function of the kernel's own name and a launch stub named after it
@@ -233,6 +207,62 @@ std::string unreadable_by_compiler(const std::vector<std::string>& include_dirs)
   return {};
 }
 
+// The CPU's whole build, or the CUDA build's host half (nvcc's chain cannot use a precompiled header).
+std::vector<std::string>& host_flags(CompileOptions& o) {
+  return o.backend == Backend::cuda ? o.split_extras.host : o.extra_flags;
+}
+
+std::vector<std::string> host_command(Compiler& compiler, const CompileOptions& o) {
+  return o.backend == Backend::cuda ? compiler.split_host_flags(o) : compiler.flags(o);
+}
+
+void use_precompiled_extension_header(Compiler& compiler, CompileOptions& o) {
+  const fs::path pch = precompiled_extension_header(compiler, host_command(compiler, o), o.backend);
+  if (!usable_by_compiler(pch)) return;
+  host_flags(o).insert(host_flags(o).end(), {"-include", pch.string()});
+  o.read_only_dirs.push_back(pch.parent_path().string());
+}
+
+// The lean kit's headers for every compile of the unit (g++'s, and nvcc's where the build is not split) and its glue
+// object for the link. False where there is no usable kit.
+bool use_lean_kit(const KernelBenchPython& python, Compiler& compiler, CompileOptions& o) {
+  const auto kit = lean_extension_kit(compiler, host_command(compiler, o), o.backend, python.versions);
+  if (!kit || !usable_by_compiler(kit->header)) return false;
+  const std::string dir = kit->dir.string(), glue = kit->glue_object.string();
+  host_flags(o).insert(host_flags(o).end(), {"-I", dir, "-include", kit->header.string()});
+  if (o.backend == Backend::cuda) {
+    o.split_extras.device.insert(o.split_extras.device.end(), {"-I", dir});
+    o.split_extras.link.insert(o.split_extras.link.begin(), glue);
+    o.extra_flags.insert(o.extra_flags.end(), {"-I", dir, glue});
+  } else {
+    o.extra_flags.push_back(glue);
+  }
+  o.read_only_dirs.push_back(dir);
+  return true;
+}
+
+// One extension's unit built: with Crucible's lean bindings where they build (a signature they cannot bind, or a part
+// of PyTorch's C++ API beyond torch/types.h, fails that build), else load_inline's unit with pybind11.
+CompileResult compile_extension(const KernelBenchPython& python, Compiler& compiler, const KernelBenchBuildOptions& options,
+                                const json& ext, CompileOptions o, bool& lean) {
+  lean = false;
+  if (options.extension_build == ExtensionBuild::lean) {
+    CompileOptions with_kit = o;
+    if (use_lean_kit(python, compiler, with_kit)) {
+      add_link_flags(python, with_kit);
+      CompileResult r = compiler.compile(read_text(ext["lean_file"].get<std::string>()), with_kit);
+      using O = CompileResult::Outcome;
+      if (r.outcome != O::failed && r.outcome != O::environment_error) {
+        lean = r.ok();
+        return r;
+      }
+    }
+  }
+  if (options.extension_build != ExtensionBuild::plain) use_precompiled_extension_header(compiler, o);
+  add_link_flags(python, o);
+  return compiler.compile(read_text(ext["file"].get<std::string>()), o);
+}
+
 // One extension's unit through the compiler and the symbol gate; false with the build's outcome set otherwise.
 bool build_extension(const KernelBenchPython& python, Compiler& compiler, const KernelBenchBuildOptions& options,
                      const json& ext, KernelBenchBuild& b) {
@@ -243,24 +273,15 @@ bool build_extension(const KernelBenchPython& python, Compiler& compiler, const 
                           "it runs on a GPU node (cpp_sources alone run on the CPU)"});
     return false;
   }
-  CompileOptions o = extension_options(python, options, cuda);
+  const CompileOptions o = extension_options(python, options, cuda);
   if (const std::string why = unreadable_by_compiler(python.include_dirs); !why.empty()) {
     b.compile.log = why;
     b.outcome = KernelBenchBuild::Outcome::environment_error;
     return false;
   }
-  if (options.precompiled_header) {
-    // The CPU's whole build, or the CUDA build's host half (nvcc's chain cannot use one).
-    auto& flags = cuda ? o.split_extras.host : o.extra_flags;
-    const fs::path pch =
-        precompiled_extension_header(compiler, cuda ? compiler.split_host_flags(o) : compiler.flags(o), o.backend);
-    if (usable_by_compiler(pch)) {
-      flags.insert(flags.end(), {"-include", pch.string()});
-      o.read_only_dirs.push_back(pch.parent_path().string());
-    }
-  }
-  add_link_flags(python, o);
-  b.compile = compiler.compile(read_text(ext["file"].get<std::string>()), o);
+  bool lean = false;
+  b.compile = compile_extension(python, compiler, options, ext, o, lean);
+  b.lean = (b.extensions.empty() || b.lean) && lean;
   switch (b.compile.outcome) {
     case CompileResult::Outcome::ok: break;
     case CompileResult::Outcome::source_too_large: b.outcome = KernelBenchBuild::Outcome::source_too_large; return false;

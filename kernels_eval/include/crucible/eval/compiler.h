@@ -70,6 +70,7 @@ class Compiler {
   std::vector<std::string> split_host_flags(const CompileOptions& options) const;
   std::string cache_key(const std::string& source, const CompileOptions& options);
   const std::filesystem::path& cache_dir() const { return cache_dir_; }
+  const std::filesystem::path& include_dir() const { return include_dir_; }
   // The cache's size bound (least recently used entries go first); default: default_cache_max_bytes().
   void set_max_cache_bytes(std::uintmax_t bytes) { max_cache_bytes_ = bytes; }
 

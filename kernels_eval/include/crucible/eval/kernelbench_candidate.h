@@ -2,8 +2,9 @@
 // KernelBench-format candidates: one Python file defining `class ModelNew(nn.Module)` whose kernels come from
 // torch.utils.cpp_extension.load_inline (or @triton.jit on a GPU). Their build: the static gate and the static
 // extraction of load_inline's sources (kernels_eval/python/crucible_kernelbench, nothing of the candidate runs),
-// then each extension compiled by Crucible's compiler (sandboxed, content-cached, with a precompiled
-// torch/extension.h) against the headers of the Python that will run the worker, and passed through the symbol gate.
+// then each extension compiled by Crucible's compiler (sandboxed, content-cached; with Crucible's own bindings
+// instead of pybind11 where they build, ExtensionBuild) against the headers of the Python that will run the worker,
+// and passed through the symbol gate.
 // The worker's load_inline returns those modules; it never compiles.
 #include <filesystem>
 #include <optional>
@@ -48,14 +49,20 @@ struct KernelBenchBuild {
   std::vector<std::string> cuda_kernels;  // the extensions' CUDA kernels, by device name (the profiler's)
   std::vector<Reason> refusals;          // the gate's or the symbol gate's, when rejected
   CompileResult compile;                 // the last extension's compile (its log on compile_error)
+  bool lean = false;                     // every extension was built with Crucible's lean bindings
   double seconds = 0.0;
 };
+
+// How an extension's unit is built. lean: with Crucible's bindings on Python's C API and torch/types.h, precompiled
+// (seconds), falling back to load_inline's own unit where that fails; precompiled: load_inline's unit with
+// torch/extension.h precompiled; plain: load_inline's unit as written (benchmarks compare the three).
+enum class ExtensionBuild { lean, precompiled, plain };
 
 struct KernelBenchBuildOptions {
   Backend backend = Backend::cpu;  // cpu: cpp_sources only; cuda: nvcc builds CUDA sources
   std::string cuda_arch = "sm_90";
   bool forbid_torch_ops = false;  // [eval] torch_ops = "forbid"
-  bool precompiled_header = true;
+  ExtensionBuild extension_build = ExtensionBuild::lean;
   std::vector<DType> dtypes;      // the task's, for the precision rules
   double time_limit_s = 120.0;
   std::size_t max_source_bytes = 256 * 1024;

@@ -1,0 +1,30 @@
+#pragma once
+// The trusted pieces a KernelBench extension is built with, made once per compile command and PyTorch and kept in
+// the compile cache: a precompiled torch/extension.h for load_inline's own unit, and the lean kit (torch/types.h
+// precompiled, a torch/extension.h that stands for it, Crucible's bindings header and the tensor glue object) for the
+// unit with Crucible's bindings. Only PyTorch's headers and the project's own files go into them.
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "crucible/eval/compiler.h"
+
+namespace crucible::eval {
+
+// torch/extension.h precompiled for `argv` (a g++ command without input and output); empty when it could not be made.
+// A header that does not match is ignored by g++ (the build is then as slow as without, never wrong).
+std::filesystem::path precompiled_extension_header(Compiler& compiler, std::vector<std::string> argv, Backend backend);
+
+struct LeanKit {
+  std::filesystem::path dir;           // -I: torch/extension.h (the stand-in) and crucible_bindings.h
+  std::filesystem::path header;        // -include: Python.h and torch/types.h, precompiled beside it when possible
+  std::filesystem::path glue_object;   // linked into every lean extension
+};
+
+// The lean kit for `argv` and `torch_versions` (the glue object is specific to one PyTorch build); nothing when the
+// glue could not be compiled (the build then uses load_inline's own bindings).
+std::optional<LeanKit> lean_extension_kit(Compiler& compiler, std::vector<std::string> argv, Backend backend,
+                                          const std::string& torch_versions);
+
+}  // namespace crucible::eval
