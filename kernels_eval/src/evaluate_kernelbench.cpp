@@ -5,6 +5,7 @@
 
 #include "crucible/eval/kernelbench_candidate.h"
 #include "evaluator_impl.h"
+#include "kernelbench/kernelbench_triton.h"
 
 namespace crucible::eval {
 namespace fs = std::filesystem;
@@ -64,6 +65,22 @@ std::string cuda_arch_of(const cuda::DeviceInfo& info) {
   return "sm_" + std::to_string(info.major) + std::to_string(info.minor);
 }
 
+// An answer with @triton.jit kernels on a GPU: Triton compiles them into the answer's cache before its worker (which
+// cannot run ptxas) loads them. The verdict's compile report covers both builds, its log Triton's where Triton failed.
+bool compile_triton_kernels(const Evaluation& e, const KernelBenchPython& python, const KernelBenchBuild& built,
+                            Verdict& v) {
+  const CompileReport extensions = v.compile;
+  const TritonBuild t = compile_kernelbench_triton(python, built, e.candidate_path, {e.in_shapes, e.out_shapes},
+                                                   triton_build_options(e.options, *e.gpu));
+  const bool ok = accept_triton_build(t, v);
+  v.compile.cached = t.cached && (built.extensions.empty() || extensions.cached);
+  v.compile.seconds += extensions.seconds;
+  v.stages.compile_s = v.compile.seconds;
+  if (!extensions.hash.empty()) v.compile.hash = extensions.hash;
+  if (ok) v.compile.log_excerpt = extensions.log_excerpt;
+  return ok;
+}
+
 }  // namespace
 
 bool Evaluator::Impl::build_kernelbench(Evaluation& e) {
@@ -87,10 +104,8 @@ bool Evaluator::Impl::build_kernelbench(Evaluation& e) {
   b.max_source_bytes = e.options.compile.max_source_bytes;
   const KernelBenchBuild built = build_kernelbench_candidate(*python, compiler, e.source, b);
   if (!accept_kernelbench_build(built, e.v)) return false;
-  if (e.gpu && !built.kernels.empty())
-    return refuse("answers with @triton.jit kernels are not evaluated on the GPU yet (their kernels would have to "
-                  "be compiled before the sandboxed worker runs them); load_inline answers are");
   e.candidate_path = write_kernelbench_plan(built, e.task, e.size_set);  // what the worker is asked to load
+  if (e.gpu && !built.kernels.empty() && !compile_triton_kernels(e, *python, built, e.v)) return false;
   std::lock_guard<std::mutex> lock(gpu_mutex);
   if (e.gpu) {
     if (!e.gpu->kernelbench_workers)

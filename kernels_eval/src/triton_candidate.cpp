@@ -12,11 +12,10 @@
 #include <sstream>
 
 #include "crucible/eval/compiler.h"
-#include "crucible/eval/landlock.h"
 #include "crucible/eval/scratch_dirs.h"
 #include "crucible/eval/subprocess.h"
 #include "crucible/eval/utf8_text.h"
-#include "worker_process.h"
+#include "triton_step.h"
 
 namespace crucible::eval {
 namespace fs = std::filesystem;
@@ -51,20 +50,6 @@ std::string resolve_python() {
   return {};
 }
 
-// The last line of a process's output that parses as a JSON object (Python may print warnings before it).
-std::optional<json> last_json(const std::string& output) {
-  std::stringstream lines(output);
-  std::optional<json> found;
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty() || line.front() != '{') continue;
-    try {
-      found = json::parse(line);
-    } catch (const json::exception&) {
-    }
-  }
-  return found;
-}
-
 // The gate needs no GPU and no third-party module: the standard library of any Python.
 ProcessLimits gate_limits() {
   ProcessLimits limits;
@@ -82,7 +67,7 @@ std::optional<json> run_gate(const std::string& python, const fs::path& candidat
   ProcessResult r = run_process({python, "-I", (default_python_dir() / "crucible_triton" / "gate.py").string(),
                                  candidate.string(), "--dtypes", names},
                                 gate_limits());
-  auto verdict = last_json(r.output);
+  auto verdict = last_json_line(r.output);
   if (!r.ok() || !verdict) {
     error = "the Triton gate did not run: " + valid_utf8(r.output.substr(0, 500));
     return std::nullopt;
@@ -121,7 +106,7 @@ std::optional<TritonPython> find_triton_python(std::string& why) {
           " 'cuda': torch.cuda.is_available(), 'executable': sys.executable,"
           " 'dirs': sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix} | set(site.getsitepackages()))}))\n";
       ProcessResult r = run_process({python, "-I", "-c", probe}, limits);
-      auto j = last_json(r.output);
+      auto j = last_json_line(r.output);
       if (!r.ok() || !j) {
         reason = python + " could not be asked for PyTorch and Triton: " + valid_utf8(r.output.substr(0, 300));
       } else if (j->contains("error")) {
@@ -152,38 +137,6 @@ std::vector<Reason> triton_gate(const std::string& python, const std::string& so
   return verdict ? refusals_of(*verdict) : std::vector<Reason>{};
 }
 
-namespace {
-
-json shapes_json(const TritonShapeSet& set) {
-  auto list = [](const std::vector<TensorShape>& ts) {
-    json a = json::array();
-    for (const auto& t : ts) a.push_back({static_cast<int>(t.dtype), t.shape});
-    return a;
-  };
-  return json{{"inputs", list(set.inputs)}, {"outputs", list(set.outputs)}};
-}
-
-// What Triton's compile step may reach (Landlock): the system's programs and libraries; the Python's own trees (its
-// prefixes and site-packages: PyTorch, Triton and Triton's ptxas) and our package; a CUDA toolkit; what the GPU
-// driver reads about the machine (/sys, /proc/driver/nvidia and a few /proc files that are not any process's); the
-// GPU's device files; its own directory (the candidate, Triton's cache, HOME and TMPDIR) to write; and its own
-// /proc/self, where cuInit names its threads. Not /etc beyond the linker's cache, /home, /root, /tmp or other
-// processes' /proc. What it runs is also only what the gate let through.
-FileRules compile_step_files(const TritonPython& python, const fs::path& dir) {
-  FileRules rules;
-  rules.read_only = system_files();
-  for (const auto& d : python.dirs) rules.read_only.push_back(d);
-  rules.read_only.push_back(default_python_dir().string());
-  std::error_code ec;
-  if (const fs::path toolkit = fs::canonical("/usr/local/cuda", ec); !ec) rules.read_only.push_back(toolkit.string());
-  rules.read_write = {dir.string()};
-  allow_gpu_driver(rules);
-  rules.own_proc = true;
-  return rules;
-}
-
-}  // namespace
-
 TritonBuild build_triton_candidate(const TritonPython& python, const std::string& source,
                                    const std::vector<TritonShapeSet>& shape_sets, const fs::path& cache_dir,
                                    const TritonBuildOptions& options) {
@@ -213,7 +166,7 @@ TritonBuild build_triton_candidate(const TritonPython& python, const std::string
   json missing = json::array();
   std::vector<fs::path> missing_markers;
   for (const auto& set : shape_sets) {
-    const json shapes = shapes_json(set);
+    const json shapes = triton_shapes_json({set}).front();
     const fs::path marker = dir / ("built-" + sha256_hex(shapes.dump()).substr(0, 16));
     if (fs::exists(marker, ec)) continue;
     missing.push_back(shapes);
@@ -261,52 +214,24 @@ TritonBuild build_triton_candidate(const TritonPython& python, const std::string
   }
 
   // 2. Compile: the candidate runs once on scratch tensors of the task's shapes, and Triton fills its cache.
-  ProcessLimits limits;
-  limits.wall_seconds = options.time_limit_s;
-  limits.file_size_bytes = std::size_t{256} << 20;
-  limits.max_output_bytes = 16 * 1024;
-  limits.environment = {"PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + dir.string(),
-                        "TMPDIR=" + (dir / "triton-cache").string(), "PYTHONDONTWRITEBYTECODE=1", kOneQueueContextEnv};
-  for (const char* name : {"CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"})
-    if (const char* value = std::getenv(name)) limits.environment.push_back(std::string(name) + "=" + value);
-  limits.files = compile_step_files(python, dir);
-  ProcessResult r = run_process({python.executable, "-I", (default_python_dir() / "crucible_triton" / "compile.py").string(),
-                                 "--candidate", b.candidate_path.string(), "--cache", (dir / "triton-cache").string(),
-                                 "--device", std::to_string(options.device), "--shapes", missing.dump()},
-                                limits, dir.string());
-  if (r.timed_out) {
-    b.outcome = TritonBuild::Outcome::timed_out;
-    b.log = "Triton's compilation took longer than " + std::to_string(options.time_limit_s) + " s";
-    return done();
-  }
-  auto result = last_json(r.output);
-  if (!result) {
-    b.outcome = TritonBuild::Outcome::environment_error;
-    b.log = "the Triton compile step ended without a result (exit " + std::to_string(r.exit_code) + ", signal " +
-            std::to_string(r.signal) + "): " + valid_utf8(r.output.substr(r.output.size() > 1500 ? r.output.size() - 1500 : 0));
-    return done();
-  }
-  // The step's output passed through the candidate's process: fields of the wrong type read as an environment
-  // failure, never as an exception here.
-  auto text_field = [&](const char* key, const char* fallback) {
-    const auto it = result->find(key);
-    return it != result->end() && it->is_string() ? it->get<std::string>() : std::string(fallback);
-  };
-  const auto compiled_field = result->find("compiled");
-  const std::size_t compiled =
-      compiled_field != result->end() && compiled_field->is_number_unsigned()
-          ? std::min(compiled_field->get<std::size_t>(), missing_markers.size())
-          : 0;
-  const std::string kind = text_field("kind", "environment");
-  for (std::size_t i = 0; i < compiled; ++i) std::ofstream(missing_markers[i]) << python.versions << "\n";
-  b.log = valid_utf8(text_field("error", ""));
-  if (kind == "compile") {
-    b.outcome = TritonBuild::Outcome::failed;
-    return done();
-  }
-  if (kind != "" && kind != "run") {  // "environment", or nothing the step would print
-    b.outcome = TritonBuild::Outcome::environment_error;
-    return done();
+  TritonStep step;
+  step.argv = {python.executable, "-I", (default_python_dir() / "crucible_triton" / "compile.py").string(),
+               "--candidate", b.candidate_path.string(), "--cache", (dir / "triton-cache").string(),
+               "--device", std::to_string(options.device), "--shapes", missing.dump()};
+  step.python_dirs = python.dirs;
+  step.work_dir = dir;
+  step.home = dir;
+  step.tmp_dir = dir / "triton-cache";
+  step.time_limit_s = options.time_limit_s;
+  const TritonStepResult r = run_triton_step(step, missing_markers.size());
+  for (std::size_t i = 0; i < r.compiled; ++i) std::ofstream(missing_markers[i]) << python.versions << "\n";
+  b.log = r.log;
+  switch (r.kind) {
+    case TritonStepResult::Kind::timed_out: b.outcome = TritonBuild::Outcome::timed_out; return done();
+    case TritonStepResult::Kind::compile_failed: b.outcome = TritonBuild::Outcome::failed; return done();
+    case TritonStepResult::Kind::environment: b.outcome = TritonBuild::Outcome::environment_error; return done();
+    case TritonStepResult::Kind::compiled:
+    case TritonStepResult::Kind::run_failed: break;
   }
   // A candidate that fails when run (not when compiled) is reported by the worker, which sees the same failure; the
   // sets after the failing one are compiled when they are evaluated.

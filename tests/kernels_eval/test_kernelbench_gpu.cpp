@@ -1,6 +1,7 @@
-// KernelBench-format answers with CUDA sources on a real GPU: KernelBench's ReLU (level 1, 19) imported with its
-// reference traced on the GPU, an honest answer judged correct, and each hack or mistake in
-// tests/fixtures/kernelbench/relu_cuda given its exact verdict; the worker's pool keeps serving after a lost context.
+// KernelBench-format answers on a real GPU: KernelBench's ReLU (level 1, 19) imported with its reference traced on
+// the GPU, an honest answer judged correct, and each hack or mistake given its exact verdict: CUDA sources
+// (tests/fixtures/kernelbench/relu_cuda; the worker's pool keeps serving after a lost context) and @triton.jit kernels
+// (tests/fixtures/kernelbench/relu_triton, compiled by the evaluator's Triton step before the worker loads them).
 // Needs a GPU, a Python whose PyTorch sees it, and KernelBench's problems (CRUCIBLE_KERNELBENCH_DIR, or
 // ../shared/kernelbench/KernelBench); skipped, saying which is missing, otherwise.
 #include <doctest/doctest.h>
@@ -64,8 +65,8 @@ eval::EvalOptions kernelbench_gpu_options() {
   return o;
 }
 
-std::string fixture(const std::string& name) {
-  return test::read_file(test::source_dir() / "tests/fixtures/kernelbench/relu_cuda" / (name + ".py"));
+std::string fixture(const std::string& name, const std::string& folder = "relu_cuda") {
+  return test::read_file(test::source_dir() / "tests/fixtures/kernelbench" / folder / (name + ".py"));
 }
 
 struct Expectation {
@@ -86,6 +87,13 @@ const Expectation kExpectations[] = {
     {"side_stream", eval::Status::rejected, eval::ReasonCode::forbidden_import},
     {"wrong_values", eval::Status::incorrect, eval::ReasonCode::mismatch},
     {"compile_error", eval::Status::compile_error, eval::ReasonCode::compiler_error},
+};
+
+const Expectation kTritonExpectations[] = {
+    {"ok", eval::Status::correct, std::nullopt},
+    {"compile_error", eval::Status::compile_error, eval::ReasonCode::compiler_error},  // Triton's, in the compile step
+    {"decoy", eval::Status::rejected, eval::ReasonCode::no_custom_work},  // the profiler: PyTorch did the work
+    {"wrong_values", eval::Status::incorrect, eval::ReasonCode::mismatch},
 };
 
 }  // namespace
@@ -110,4 +118,32 @@ TEST_CASE("kernelbench gpu: CUDA answers to KernelBench's ReLU get their exact v
       if (v.kernel_coverage) CHECK(*v.kernel_coverage > 0.5);
     }
   }
+}
+
+TEST_CASE("kernelbench gpu: Triton answers to KernelBench's ReLU get their exact verdicts") {
+  auto& relu = imported();
+  if (!relu.skipped.empty()) {
+    MESSAGE("skipped: " << relu.skipped);
+    return;
+  }
+  test::TestEvaluator t("kb-gpu-triton");
+  for (const auto& e : kTritonExpectations) {
+    CAPTURE(e.fixture);
+    const auto v = t.evaluator.evaluate(*relu.task, fixture(e.fixture, "relu_triton"), kernelbench_gpu_options());
+    INFO(test::detail_of(v));
+    INFO(v.compile.log_excerpt);
+    CHECK(v.status == e.status);
+    if (e.reason) CHECK(v.has_reason(*e.reason));
+    if (e.status == eval::Status::compile_error) CHECK(!v.compile.log_excerpt.empty());  // Triton's message
+    if (e.status == eval::Status::correct) {
+      CHECK(v.speedup.value_or(0.0) > 0.0);
+      CHECK(v.kernel_coverage.has_value());  // CUPTI saw relu_kernel under the name the gate read
+      if (v.kernel_coverage) CHECK(*v.kernel_coverage > 0.5);
+    }
+  }
+  // Judged again, the answer's kernels are found in its cache: the compile step does not run twice.
+  const auto again = t.evaluator.evaluate(*relu.task, fixture("ok", "relu_triton"), kernelbench_gpu_options());
+  INFO(test::detail_of(again));
+  CHECK(again.status == eval::Status::correct);
+  CHECK(again.compile.cached);
 }

@@ -8,6 +8,10 @@ KernelBench's published H100 time (timing/H100_Modal). KernelBench's package imp
 level; where the node lacks them, pydantic's BaseModel is replaced by a plain class and requests by an empty module,
 which eval.py does not call.
 
+KernelBench's backend is chosen per answer: one with @triton.jit kernels is evaluated with backend "triton", which
+imports it from a file (Triton reads a kernel's source through inspect, which code exec'd from a string lacks), also
+where it has load_inline extensions beside them; any other with "cuda".
+
 KernelBench's side builds each answer with load_inline (about 50 s on an H200): with --prebuild N (default 8) every
 answer's extensions are built first by N processes at once, each into a build directory of its own that the
 evaluation then finds up to date, so the side-by-side takes minutes rather than most of an hour.
@@ -16,6 +20,7 @@ Usage: python3 tools/gpu_node/kernelbench_agreement.py --kernelbench KB_CHECKOUT
            [--crucible build/tools/crucible] [--device 0] [--json OUT.json] [--prebuild N] [--build-root DIR]
 """
 import argparse
+import ast
 import concurrent.futures
 import json
 import multiprocessing
@@ -25,6 +30,9 @@ import sys
 import tempfile
 import types
 
+# KernelBench's evaluation sets CUDA_VISIBLE_DEVICES in this process for Triton answers; `crucible eval` gets the
+# environment this script started with, where --device N still names GPU N.
+STARTING_ENVIRONMENT = dict(os.environ)
 
 def kernelbench_eval_module(checkout):
     """KernelBench's eval.py, importable with only PyTorch and numpy installed."""
@@ -77,6 +85,18 @@ def published_time_ms(checkout, task, problem_path):
     return None
 
 
+def kernelbench_backend(answer_src):
+    """"triton" for an answer with a @triton.jit function (a decorator triton.jit or jit, called or not), else
+    "cuda"."""
+    for node in ast.walk(ast.parse(answer_src)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for d in node.decorator_list:
+                name = ast.unparse(d.func if isinstance(d, ast.Call) else d)
+                if name in ("triton.jit", "jit"):
+                    return "triton"
+    return "cuda"
+
+
 def prebuild_one(checkout, answer_src, build_dir):
     """One answer's load_inline extensions built into build_dir, in a process of its own: "" or what failed (the
     evaluation reports it again)."""
@@ -101,7 +121,8 @@ def prebuild(checkout, jobs, answers):
 def kernelbench_verdict(kb_eval, problem_src, answer_src, device, build_dir):
     try:
         r = kb_eval.eval_kernel_against_ref(problem_src, answer_src, num_correct_trials=5, num_perf_trials=100,
-                                            measure_performance=True, device=device, build_dir=build_dir)
+                                            measure_performance=True, device=device, build_dir=build_dir,
+                                            backend=kernelbench_backend(answer_src))
     except Exception as e:  # KernelBench raises on some compile failures
         return {"status": "error", "detail": f"{type(e).__name__}: {e}"[:200]}
     if r is None:
@@ -114,7 +135,7 @@ def kernelbench_verdict(kb_eval, problem_src, answer_src, device, build_dir):
 def crucible_verdict(crucible, tasks, task, answer, device):
     argv = [crucible, "eval", "--kind", "kernelbench", "--tasks-dir", tasks, "--task", task, "--candidate", answer,
             "--device", f"cuda:{device}", "--mode", "full", "--json", "--compile-timeout", "600"]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=1800, env=STARTING_ENVIRONMENT)
     lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
     if not lines:
         return {"status": "error", "detail": (r.stderr or r.stdout)[-300:]}
@@ -150,8 +171,9 @@ def main():
         for name in sorted(n for n in os.listdir(os.path.join(a.answers, task)) if n.endswith(".py")):
             work.append((task, name, os.path.join(a.answers, task, name), problem))
     build_dir = {w[2]: os.path.join(build_root, f"{w[0]}-{w[1][:-3]}") for w in work}
-    if a.prebuild > 0:
-        prebuild(a.kernelbench, a.prebuild, [(read(w[2]), build_dir[w[2]]) for w in work])
+    if a.prebuild > 0:  # load_inline answers only: Triton compiles when a kernel is first launched
+        prebuild(a.kernelbench, a.prebuild,
+                 [(read(w[2]), build_dir[w[2]]) for w in work if kernelbench_backend(read(w[2])) == "cuda"])
     rows = []
     fmt = lambda s: f"{s:.3f}x" if s else "-"  # noqa: E731
     for task, name, answer, problem in work:
@@ -161,7 +183,7 @@ def main():
                      "crucible": crucible_verdict(a.crucible, a.tasks, task, answer, a.device),
                      "published_ms": published_time_ms(a.kernelbench, task, problem)})
         r = rows[-1]
-        print(f"{task:10} {name:32} KB {r['kernelbench']['status']:13} {fmt(r['kernelbench'].get('speedup')):>8}"
+        print(f"{task:10} {name:32} {kernelbench_backend(read(answer)):6} KB {r['kernelbench']['status']:13} {fmt(r['kernelbench'].get('speedup')):>8}"
               f"  Crucible {r['crucible']['status']:13} {fmt(r['crucible'].get('speedup')):>8}"
               f"  ref {r['crucible'].get('ref_us') or 0:9.1f} us  published {r['published_ms'] or 0:8.3f} ms"
               f"  {','.join(r['crucible'].get('reasons', []))}", flush=True)

@@ -3,7 +3,9 @@ extensions) on a GPU, in the Triton worker's process model (crucible_triton/work
 CUDA context, device memory lent by the evaluator, the load stage confined by Landlock and sealed by seccomp, the run
 stage sealed tighter, each call bracketed by events and followed by a device synchronisation). What differs is the
 candidate: its plan is read, its prebuilt extensions imported and ModelNew built and bound to the task's parameters
-by name (model.py), exactly as on the CPU.
+by name (model.py), exactly as on the CPU. An answer's @triton.jit kernels were compiled into its build's
+triton-cache by the evaluator's compile step (compile_triton.py), where the Triton worker's TRITON_CACHE_DIR points;
+one call in the load stage loads them from there.
 
 Calls run on the device's default stream, as KernelBench runs them: its answers launch their kernels there
 (`kernel<<<grid, block>>>` without a stream), and a side stream would race with them. Timing that counts is the
@@ -60,6 +62,19 @@ class GpuWorker(triton_worker.Worker):
         self.loaded = LoadedModel(torch, self.plan, self.sets, load_module,
                                   count_calls=bool(self.plan["extensions"]),
                                   device=torch.device("cuda", self.device))
+        if self.plan.get("kernels"):
+            self.load_triton_kernels()
+
+    def load_triton_kernels(self):
+        """One call while files may still be read: Triton loads the answer's kernels from the cache its compile step
+        filled (compile_triton.py; TRITON_CACHE_DIR names it), as the run stage cannot open files and this process
+        never compiles. Whether the answer works is decided by the evaluator's calls, which fail the same way."""
+        torch = triton_worker.torch
+        try:
+            self.loaded.call(0)
+            torch.cuda.synchronize()
+        except Exception:
+            pass
 
     def load_failure(self, e):
         return str(e) if isinstance(e, Refused) else "loading the candidate: " + one_line(e)

@@ -32,15 +32,10 @@ def main():
     device = torch.device("cuda", int(arg("--device")))
     torch.cuda.set_device(device)
     torch.backends.cuda.matmul.allow_tf32 = False
-    dtypes = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16, 3: torch.float64, 4: torch.int32,
-              5: torch.int64, 6: torch.bool}
     shape_sets = json.loads(arg("--shapes"))
 
     def scratch(dtype, shape, fill):
-        t = dtypes[dtype]
-        if t.is_floating_point:
-            return torch.randn(shape, device=device, dtype=t) if fill else torch.empty(shape, device=device, dtype=t)
-        return torch.zeros(shape, device=device, dtype=t)
+        return scratch_tensor(torch, device, dtype, shape, fill)
 
     path = arg("--candidate")
     with open(path, "rb") as f:
@@ -62,6 +57,16 @@ def main():
         del inputs, outputs
         torch.cuda.empty_cache()  # one set's scratch at a time: the largest are GBs
     return {"compiled": len(shape_sets), "kind": "", "error": ""}
+
+
+def scratch_tensor(torch, device, dtype, shape, fill):
+    """A scratch tensor of a task's dtype (a crucible_dtype number) and shape: floating inputs random (`fill`), outputs
+    uninitialised, integers zero (valid as indices)."""
+    t = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16, 3: torch.float64, 4: torch.int32, 5: torch.int64,
+         6: torch.bool}[dtype]
+    if t.is_floating_point:
+        return torch.randn(shape, device=device, dtype=t) if fill else torch.empty(shape, device=device, dtype=t)
+    return torch.zeros(shape, device=device, dtype=t)
 
 
 def failure(e, path, index):
