@@ -16,8 +16,16 @@ KernelBench's side builds each answer with load_inline (about 50 s on an H200): 
 answer's extensions are built first by N processes at once, each into a build directory of its own that the
 evaluation then finds up to date, so the side-by-side takes minutes rather than most of an hour.
 
+KernelBench's problems draw their inputs with torch.rand on the CPU: a level-1 input (4096 x 393216) takes 16 s on
+one core, six draws per answer. Unless --inputs-on-cpu, KernelBench's evaluation runs with the GPU as PyTorch's
+default device, so the same calls draw the same distributions there (other values than the CPU's, seeded alike for
+the reference and the answer; parameters are made on the GPU too, from the same seed for Model and ModelNew).
+
 Usage: python3 tools/gpu_node/kernelbench_agreement.py --kernelbench KB_CHECKOUT --tasks TASKS_DIR --answers DIR
            [--crucible build/tools/crucible] [--device 0] [--json OUT.json] [--prebuild N] [--build-root DIR]
+           [--prebuild-only] [--only TASK,...] [--inputs-on-cpu]
+  --prebuild-only builds KernelBench's side into --build-root and stops; a later run with --prebuild 0 and the same
+  --build-root finds it built. --only judges the answers of these tasks alone.
 """
 import argparse
 import ast
@@ -118,11 +126,15 @@ def prebuild(checkout, jobs, answers):
             print(f"prebuilt {build_dir}{': ' + error if error else ''}", flush=True)
 
 
-def kernelbench_verdict(kb_eval, problem_src, answer_src, device, build_dir):
+def kernelbench_verdict(kb_eval, problem_src, answer_src, device, build_dir, inputs_on_gpu):
+    import contextlib
+    import torch
+    where = torch.device("cuda", device) if inputs_on_gpu else contextlib.nullcontext()
     try:
-        r = kb_eval.eval_kernel_against_ref(problem_src, answer_src, num_correct_trials=5, num_perf_trials=100,
-                                            measure_performance=True, device=device, build_dir=build_dir,
-                                            backend=kernelbench_backend(answer_src))
+        with where:
+            r = kb_eval.eval_kernel_against_ref(problem_src, answer_src, num_correct_trials=5, num_perf_trials=100,
+                                                measure_performance=True, device=device, build_dir=build_dir,
+                                                backend=kernelbench_backend(answer_src))
     except Exception as e:  # KernelBench raises on some compile failures
         return {"status": "error", "detail": f"{type(e).__name__}: {e}"[:200]}
     if r is None:
@@ -160,6 +172,9 @@ def main():
     p.add_argument("--json")
     p.add_argument("--prebuild", type=int, default=8)
     p.add_argument("--build-root", default=None)
+    p.add_argument("--prebuild-only", action="store_true")
+    p.add_argument("--only", default="")
+    p.add_argument("--inputs-on-cpu", action="store_true")
     a = p.parse_args()
     kb_eval = kernelbench_eval_module(a.kernelbench)
     build_root = a.build_root or tempfile.mkdtemp(prefix="kb-agreement-")
@@ -167,6 +182,8 @@ def main():
     for task in sorted(os.listdir(a.answers)):
         if not os.path.isdir(os.path.join(a.answers, task)):
             continue  # a README beside the task folders
+        if a.only and task not in a.only.split(","):
+            continue
         problem = problem_file(a.kernelbench, task)
         for name in sorted(n for n in os.listdir(os.path.join(a.answers, task)) if n.endswith(".py")):
             work.append((task, name, os.path.join(a.answers, task, name), problem))
@@ -174,12 +191,14 @@ def main():
     if a.prebuild > 0:  # load_inline answers only: Triton compiles when a kernel is first launched
         prebuild(a.kernelbench, a.prebuild,
                  [(read(w[2]), build_dir[w[2]]) for w in work if kernelbench_backend(read(w[2])) == "cuda"])
+    if a.prebuild_only:
+        return
     rows = []
     fmt = lambda s: f"{s:.3f}x" if s else "-"  # noqa: E731
     for task, name, answer, problem in work:
         rows.append({"task": task, "answer": name,
                      "kernelbench": kernelbench_verdict(kb_eval, read(problem), read(answer), a.device,
-                                                        build_dir[answer]),
+                                                        build_dir[answer], not a.inputs_on_cpu),
                      "crucible": crucible_verdict(a.crucible, a.tasks, task, answer, a.device),
                      "published_ms": published_time_ms(a.kernelbench, task, problem)})
         r = rows[-1]
