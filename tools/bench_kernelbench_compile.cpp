@@ -94,6 +94,7 @@ double timed_build(const eval::KernelBenchPython& python, const fs::path& kits, 
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each build's line as it ends (the tool runs under time limits)
   std::vector<fs::path> answers;
   std::vector<std::string> modes{"lean", "precompiled", "plain"};
   int count = 1;

@@ -523,6 +523,7 @@ TEST_CASE("kernelbench: an extension builds when the compile cache is private to
       *python, compiler, test::read_file(test::source_dir() / "tests/fixtures/kernelbench/relu/ok.py"), options);
   INFO(built.compile.log);
   CHECK(built.outcome == eval::KernelBenchBuild::Outcome::ok);
+  CHECK(built.lean);  // its made-once kit lives where the compiler can read it, outside the private cache
   std::error_code ignored;
   fs::remove_all(cache, ignored);
 }

@@ -42,6 +42,13 @@ import types
 # environment this script started with, where --device N still names GPU N.
 STARTING_ENVIRONMENT = dict(os.environ)
 
+def stub_attribute(name):
+    """`from openai import OpenAI` in KernelBench's utils: a class never used (dunder names stay missing)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return type(name, (), {})
+
+
 def kernelbench_eval_module(checkout):
     """KernelBench's eval.py, importable with only PyTorch and numpy installed."""
     sys.path.insert(0, os.path.join(checkout, "src"))
@@ -66,6 +73,7 @@ def kernelbench_eval_module(checkout):
             stub = types.ModuleType(name)
             stub.load_dotenv = lambda *a, **k: None
             stub.tqdm = lambda x, *a, **k: x
+            stub.__getattr__ = stub_attribute
             sys.modules[name] = stub
     from kernelbench import eval as kb_eval
     return kb_eval
@@ -148,10 +156,13 @@ def crucible_verdict(crucible, tasks, task, answer, device):
     argv = [crucible, "eval", "--kind", "kernelbench", "--tasks-dir", tasks, "--task", task, "--candidate", answer,
             "--device", f"cuda:{device}", "--mode", "full", "--json", "--compile-timeout", "600"]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=1800, env=STARTING_ENVIRONMENT)
-    lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
-    if not lines:
+    at = r.stdout.find("\n{") + 1 if not r.stdout.startswith("{") else 0  # the verdict: the JSON object it prints
+    try:
+        v = json.loads(r.stdout[at:]) if (at > 0 or r.stdout.startswith("{")) else None
+    except json.JSONDecodeError:
+        v = None
+    if not isinstance(v, dict) or "status" not in v:
         return {"status": "error", "detail": (r.stderr or r.stdout)[-300:]}
-    v = json.loads(lines[-1])
     ref = v.get("reference_time") or {}
     return {"status": v["status"], "speedup": v.get("speedup"), "reasons": [x["code"] for x in v.get("reasons", [])],
             "ref_us": ref.get("median_us"), "coverage": v.get("kernel_coverage")}

@@ -52,14 +52,16 @@ def pybind11_bindings(ext):
 
 
 def lean_bindings(ext):
+    """Everything in the module's init function: a split CUDA build keeps namespace-scope variables in the device half
+    too, and NVRTC knows nothing of Python."""
     name = ext["name"]
-    lines = ["#include <crucible_bindings.h>\n", "static PyMethodDef crucible_methods[] = {\n"]
-    lines += [f'    crucible_bindings::method<&{f}>("{f}"),\n' for f in ext["functions"]]
-    lines.append("    {nullptr, nullptr, 0, nullptr}};\n")
-    lines.append(f'static PyModuleDef crucible_module = {{PyModuleDef_HEAD_INIT, "{name}", nullptr, -1, '
-                 "crucible_methods};\n")
-    lines.append(f'extern "C" __attribute__((visibility("default"))) PyObject* PyInit_{name}() {{\n'
-                 "  return crucible_bindings::make_module(&crucible_module);\n}\n")
+    lines = ["#include <crucible_bindings.h>\n",
+             f'extern "C" __attribute__((visibility("default"))) PyObject* PyInit_{name}() {{\n',
+             "  static PyMethodDef methods[] = {\n"]
+    lines += [f'      crucible_bindings::method<&{f}>("{f}"),\n' for f in ext["functions"]]
+    lines.append("      {nullptr, nullptr, 0, nullptr}};\n")
+    lines.append(f'  static PyModuleDef module = {{PyModuleDef_HEAD_INIT, "{name}", nullptr, -1, methods}};\n')
+    lines.append("  return crucible_bindings::make_module(&module);\n}\n")
     return "".join(lines)
 
 

@@ -3,6 +3,7 @@
 // (and test processes sharing one cache) see it whole or not at all.
 #include "extension_headers.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -16,7 +17,24 @@
 namespace crucible::eval {
 namespace fs = std::filesystem;
 
+// Defined beside the compiler (compiler.cpp), which decides by it whether it may run as nobody.
+bool reachable_by_others(const fs::path& path);
+
 namespace {
+
+// Where the made-once pieces live. As root the compiler runs as nobody, and a compile cache under /root is out of its
+// reach: then a directory of this user's own in the system's temporary directory, which others may read and only
+// this user write (one that is not exactly that, made by someone else, is not used: the build is then slower).
+fs::path kit_root(const Compiler& compiler) {
+  if (geteuid() != 0 || reachable_by_others(compiler.cache_dir())) return compiler.cache_dir();
+  const fs::path dir = fs::temp_directory_path() / ("crucible-kits-" + std::to_string(geteuid()));
+  mkdir(dir.c_str(), 0755);
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022) != 0 ||
+      (st.st_mode & 005) != 005)
+    return compiler.cache_dir();
+  return dir;
+}
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -66,7 +84,7 @@ fs::path precompiled_extension_header(Compiler& compiler, std::vector<std::strin
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
   argv = compile_only(std::move(argv));
-  const fs::path dir = compiler.cache_dir() / "kernelbench-pch" / sha256_hex(material_of(argv, "")).substr(0, 24);
+  const fs::path dir = kit_root(compiler) / "kernelbench-pch" / sha256_hex(material_of(argv, "")).substr(0, 24);
   const fs::path header = dir / "torch_extension.h";
   std::error_code ec;
   if (fs::exists(dir / "torch_extension.h.gch", ec)) return header;
@@ -87,7 +105,7 @@ std::optional<LeanKit> lean_extension_kit(Compiler& compiler, std::vector<std::s
   if (stand_in.empty() || bindings.empty() || glue.empty()) return std::nullopt;
   const std::string material = material_of(argv, torch_versions + '\0' + stand_in + '\0' + bindings + '\0' + glue);
   LeanKit kit;
-  kit.dir = compiler.cache_dir() / "kernelbench-lean" / sha256_hex(material).substr(0, 24);
+  kit.dir = kit_root(compiler) / "kernelbench-lean" / sha256_hex(material).substr(0, 24);
   kit.header = kit.dir / "lean_prelude.h";
   kit.glue_object = kit.dir / "tensor_glue.o";
   std::error_code ec;

@@ -1,6 +1,7 @@
 #pragma once
 // The trusted pieces a KernelBench extension is built with, made once per compile command and PyTorch and kept in
-// the compile cache: a precompiled torch/extension.h for load_inline's own unit, and the lean kit (torch/types.h
+// the compile cache (or, where the unprivileged compiler cannot reach that, beside it in the system's temporary
+// directory): a precompiled torch/extension.h for load_inline's own unit, and the lean kit (torch/types.h
 // precompiled, a torch/extension.h that stands for it, Crucible's bindings header and the tensor glue object) for the
 // unit with Crucible's bindings. Only PyTorch's headers and the project's own files go into them.
 #include <filesystem>
