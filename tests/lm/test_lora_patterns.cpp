@@ -363,6 +363,7 @@ TEST_CASE("lora patterns: malformed patterns and tensors of the wrong rank are r
       {R"("rank_pattern": {"layers.0.self_attn.q_proj": 0})", "rank_pattern key 'layers.0.self_attn.q_proj': the rank must be positive"},
       {R"("rank_pattern": {"v_proj": -1})", "rank_pattern key 'v_proj': the rank must be positive"},
       {R"("rank_pattern": {"q_proj(": 2})", "rank_pattern key 'q_proj(' is not a valid regular expression"},
+      {"\"rank_pattern\": {\"" + std::string(300, 'a') + "\": 2}", "is longer than 256 bytes"},
       {R"("rank_pattern": {"layers.0.self_attn.q_proj": 2}, "alpha_pattern": {"[v": 2})",
        "alpha_pattern key '[v' is not a valid regular expression"},
       {R"("rank_pattern": {"layers.0.self_attn.q_proj": 2}, "alpha_pattern": {"v_proj": "x"})",

@@ -7,7 +7,14 @@ namespace {
 
 // PEFT's rf"(.*\.)?({key})$" under re.match: the whole name, or the part after some dot, is the key. std::regex_match
 // anchors both ends, which is what re.match plus "$" does on a name without newlines.
+// PEFT's keys are module names or short expressions over them. A longer one is refused before std::regex, whose
+// recursive matcher a hostile expression could drive past the stack.
+constexpr std::size_t kMaxKeyBytes = 256;
+
 std::regex compile_key(const std::string& key, const char* pattern_name) {
+  if (key.size() > kMaxKeyBytes)
+    throw std::invalid_argument(std::string(pattern_name) + " key '" + key.substr(0, 40) + "...' is longer than " +
+                                std::to_string(kMaxKeyBytes) + " bytes");
   try {
     return std::regex("(.*\\.)?(" + key + ")", std::regex::ECMAScript | std::regex::optimize);
   } catch (const std::regex_error& e) {
@@ -33,8 +40,14 @@ LoraPatterns::LoraPatterns(const LoraConfig& config) : config_(config) {
 }
 
 int64_t LoraPatterns::first_match(const std::vector<std::regex>& keys, const std::string& module_path) {
-  for (std::size_t i = 0; i < keys.size(); ++i)
-    if (std::regex_match(module_path, keys[i])) return static_cast<int64_t>(i);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    try {
+      if (std::regex_match(module_path, keys[i])) return static_cast<int64_t>(i);
+    } catch (const std::regex_error& e) {  // a key too complex to match (error_complexity, error_stack)
+      throw std::invalid_argument("pattern key " + std::to_string(i) + " cannot be matched against " + module_path +
+                                  " (" + e.what() + ")");
+    }
+  }
   return -1;
 }
 
