@@ -180,11 +180,15 @@ TEST_CASE("yarn: inverse frequencies and the attention factor as gpt-oss defines
 
 namespace {
 
-LoraAdapter random_adapter(const Transformer& model, std::vector<LoraTarget> targets) {
+LoraAdapter random_adapter(const Transformer& model, std::vector<LoraTarget> targets,
+                           std::vector<LoraRankOverride> rank_pattern = {},
+                           std::vector<LoraAlphaOverride> alpha_pattern = {}) {
   LoraConfig config;
   config.rank = 4;
   config.alpha = 8;
   config.targets = std::move(targets);
+  config.rank_pattern = std::move(rank_pattern);
+  config.alpha_pattern = std::move(alpha_pattern);
   auto adapter = LoraAdapter::create(model.config(), config, c10::Device(c10::kCPU), at::kFloat, 3);
   at::NoGradGuard no_grad;
   auto g = at::detail::createCPUGenerator(9);
@@ -353,6 +357,48 @@ TEST_CASE("gpt-oss LoRA on the router and experts: PEFT's layout, gradients thro
   experts_on_dense.targets = {LoraTarget::experts_down};
   CHECK_THROWS_AS(LoraAdapter::create(qwen.config(), experts_on_dense, c10::Device(c10::kCPU), at::kFloat, 1),
                   std::invalid_argument);
+}
+
+TEST_CASE("gpt-oss LoRA patterns: rank_pattern and alpha_pattern reach the router and experts by their paths") {
+  // PEFT matches a parameter target's keys against "model.layers.N.mlp.experts.gate_up_proj" (the module's path and
+  // the parameter's name), as it does a module's: the rank is per expert, the scale the pair's own.
+  const auto m = test::tiny_gpt_oss();
+  const test::ScratchDir dir("gptoss-pattern-lora"), saved("gptoss-pattern-adapter");
+  auto model = load_tiny(m, dir, /*mxfp4=*/true);
+  auto adapter = random_adapter(model, {LoraTarget::q, LoraTarget::router, LoraTarget::experts_gate_up,
+                                        LoraTarget::experts_down},
+                                {{"experts.gate_up_proj", 2}, {"layers.1.mlp.router.weight", 3}},
+                                {{"experts.down_proj", 16}});
+  const int64_t E = 4;
+  const auto* gate_up = adapter.find(1, LoraTarget::experts_gate_up);
+  REQUIRE(gate_up);
+  CHECK(gate_up->a.sizes().vec() == std::vector<int64_t>{2 * E, 64});
+  CHECK(gate_up->b.sizes().vec() == std::vector<int64_t>{64, 2 * E});
+  CHECK(gate_up->scale == 8.0 / 2);
+  CHECK(adapter.find(1, LoraTarget::router)->a.size(0) == 3);
+  CHECK(adapter.find(0, LoraTarget::router)->a.size(0) == 4);
+  CHECK(adapter.find(0, LoraTarget::experts_down)->a.size(0) == 4 * E);
+  CHECK(adapter.find(0, LoraTarget::experts_down)->scale == 16.0 / 4);
+
+  // Expert e's delta at rank 2: B[:, e::E] A[2e : 2e + 2], scaled by alpha / 2.
+  const int64_t e = 3, r = 2;
+  const auto x = at::randn({3, 64});
+  const auto mine = adapter.plus_expert_delta(1, LoraTarget::experts_gate_up, e, E, x, at::zeros({3, 64}));
+  const auto b_e = gate_up->b.view({64, r, E}).select(2, e);
+  const auto a_e = gate_up->a.view({E, r, 64})[e];
+  CHECK(max_diff(mine, at::matmul(x, at::matmul(b_e, a_e).t()) * (8.0 / 2)) < 1e-5f);
+
+  // Saved with the patterns and loaded back to the same logits.
+  adapter.save_peft(saved.path());
+  const auto loaded = LoraAdapter::load_peft(saved.path(), model.config(), c10::Device(c10::kCPU), at::kFloat);
+  CHECK(loaded.find(1, LoraTarget::router)->a.size(0) == 3);
+  CHECK(loaded.find(1, LoraTarget::experts_gate_up)->scale == 4.0);
+  at::NoGradGuard no_grad;
+  const auto ids = prompt_of(10, 48, 6);
+  model.use_adapter(&adapter);
+  const auto with_adapter = model.forward_full(as_batch(ids));
+  model.use_adapter(&loaded);
+  CHECK(max_diff(model.forward_full(as_batch(ids)), with_adapter) == 0.0f);
 }
 
 TEST_CASE("qwen3 and gpt-oss in bfloat16 stay within 5% of the float32 reference; a float32 adapter trains on them") {

@@ -239,7 +239,8 @@ TEST_CASE("lora: PEFT files round-trip exactly and mismatches are refused") {
   cfg.replace(cfg.find("\"r\": 4"), 6, "\"r\": 8");
   test::write_file(dir.path() / "a" / "adapter_config.json", cfg);
   CHECK_THROWS_WITH_AS(LoraAdapter::load_peft(dir.path() / "a", model.config(), c10::Device(c10::kCPU), at::kFloat),
-                       doctest::Contains("does not fit this model and rank"), ModelFormatError);
+                       doctest::Contains("lora_A.weight is [4, 64], but this model and the module's rank 8 need [8, 64]"),
+                       ModelFormatError);
 }
 
 TEST_CASE("lora: an adapter made by PEFT gives PEFT's logits") {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lm/format/safetensors.h"
+#include "lm/model/lora_pattern.h"
 #include "lm/model/torch_tensors.h"
 
 namespace crucible::lm {
@@ -64,7 +65,72 @@ std::string peft_key(int64_t layer, LoraTarget t, const char* ab, const std::vec
   return prefix + (attention ? ".self_attn." : ".mlp.") + lora_module_name(t) + tail;
 }
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// One layer's pair at its own rank: A Kaiming-uniform as PEFT initialises it, B zero.
+LoraPair fresh_pair(const ModelConfig& model, LoraTarget t, const LoraModuleSettings& settings, c10::Device device,
+                    c10::ScalarType dtype, at::Generator& generator) {
+  const auto [in, out] = dims(model, t);
+  const int64_t width = settings.rank * experts_of(model, t);  // PEFT: one rank-r pair per expert, side by side
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+  auto a = at::empty({width, in}, at::kFloat).uniform_(-bound, bound, generator);
+  return LoraPair{a.to(device, dtype).set_requires_grad(true),
+                  at::zeros({out, width}, at::TensorOptions().dtype(dtype).device(device)).set_requires_grad(true),
+                  settings.rank, settings.scale};
+}
+
+// PEFT's rank_pattern: an object of keys to positive integers, in the file's order (the first match wins, so the
+// order is kept). Absent or null is empty, as PEFT treats it.
+std::vector<LoraRankOverride> parse_rank_pattern(const nlohmann::ordered_json& cfg, const std::string& where) {
+  std::vector<LoraRankOverride> out;
+  if (!cfg.contains("rank_pattern") || cfg["rank_pattern"].is_null()) return out;
+  const auto& pattern = cfg["rank_pattern"];
+  if (!pattern.is_object()) throw ModelFormatError(where + ": rank_pattern must be an object of module patterns to ranks");
+  for (const auto& [key, value] : pattern.items()) {
+    if (!value.is_number_integer())
+      throw ModelFormatError(where + ": rank_pattern key '" + key + "': the rank must be an integer, not " + value.dump());
+    if (value.get<int64_t>() <= 0)
+      throw ModelFormatError(where + ": rank_pattern key '" + key + "': the rank must be positive, not " + value.dump());
+    out.push_back({key, value.get<int64_t>()});
+  }
+  return out;
+}
+
+std::vector<LoraAlphaOverride> parse_alpha_pattern(const nlohmann::ordered_json& cfg, const std::string& where) {
+  std::vector<LoraAlphaOverride> out;
+  if (!cfg.contains("alpha_pattern") || cfg["alpha_pattern"].is_null()) return out;
+  const auto& pattern = cfg["alpha_pattern"];
+  if (!pattern.is_object())
+    throw ModelFormatError(where + ": alpha_pattern must be an object of module patterns to alphas");
+  for (const auto& [key, value] : pattern.items()) {
+    if (!value.is_number())
+      throw ModelFormatError(where + ": alpha_pattern key '" + key + "': the alpha must be a number, not " + value.dump());
+    out.push_back({key, value.get<double>()});
+  }
+  return out;
+}
+
+// The patterns compiled, with a bad key reported as the file's error.
+LoraPatterns patterns_of_file(const LoraConfig& config, const std::string& where) {
+  try {
+    return LoraPatterns(config);
+  } catch (const std::invalid_argument& e) {
+    throw ModelFormatError(where + ": " + e.what());
+  }
+}
+
 }  // namespace
+
+std::string lora_module_path(int64_t layer, LoraTarget t) {
+  const auto prefix = "model.layers." + std::to_string(layer) + ".";
+  if (is_parameter_target(t)) return prefix + lora_module_name(t);  // "mlp.router.weight", "mlp.experts.down_proj"
+  const bool attention = t == LoraTarget::q || t == LoraTarget::k || t == LoraTarget::v || t == LoraTarget::o;
+  return prefix + (attention ? "self_attn." : "mlp.") + lora_module_name(t);
+}
 
 bool is_parameter_target(LoraTarget t) {
   return t == LoraTarget::router || t == LoraTarget::experts_gate_up || t == LoraTarget::experts_down;
@@ -111,8 +177,11 @@ const char* lora_module_name(LoraTarget t) {
   return "?";
 }
 
-double LoraConfig::scale() const {
-  return use_rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / static_cast<double>(rank);
+double LoraConfig::scale() const { return scale_of(rank, alpha); }
+
+double LoraConfig::scale_of(int64_t module_rank, double module_alpha) const {
+  const auto r = static_cast<double>(module_rank);
+  return use_rslora ? module_alpha / std::sqrt(r) : module_alpha / r;
 }
 
 LoraAdapter LoraAdapter::create(const ModelConfig& model, const LoraConfig& config, c10::Device device,
@@ -129,19 +198,13 @@ LoraAdapter LoraAdapter::create(const ModelConfig& model, const LoraConfig& conf
     if (is_parameter_target(t) && config.dropout > 0)
       throw std::invalid_argument(std::string("LoRA target ") + lora_module_name(t) + " does not take dropout");
   }
+  const LoraPatterns patterns(config);
   auto generator = at::detail::createCPUGenerator(seed);
-  for (int64_t layer = 0; layer < model.num_layers; ++layer) {
-    for (auto t : config.targets) {
-      if (!present(model, t)) continue;
-      const auto [in, out] = dims(model, t);
-      const int64_t width = config.rank * experts_of(model, t);  // PEFT: one rank-r pair per expert, side by side
-      const double bound = 1.0 / std::sqrt(static_cast<double>(in));
-      auto a = at::empty({width, in}, at::kFloat).uniform_(-bound, bound, generator);
-      LoraPair pair{a.to(device, dtype).set_requires_grad(true),
-                    at::zeros({out, width}, at::TensorOptions().dtype(dtype).device(device)).set_requires_grad(true)};
-      adapter.pairs_[layer * kTargets + static_cast<std::size_t>(t)] = std::move(pair);
-    }
-  }
+  for (int64_t layer = 0; layer < model.num_layers; ++layer)
+    for (auto t : config.targets)
+      if (present(model, t))
+        adapter.pairs_[layer * kTargets + static_cast<std::size_t>(t)] =
+            fresh_pair(model, t, patterns.settings_of(lora_module_path(layer, t)), device, dtype, generator);
   return adapter;
 }
 
@@ -158,7 +221,7 @@ at::Tensor LoraAdapter::delta(int64_t layer, LoraTarget target, const at::Tensor
   // matrices (differentiably) costs far less than casting every activation to float32 and multiplying there (on a
   // GPU without TF32, float32 products run on the slow path: they took about a quarter of a GRPO step).
   const auto dtype = x.scalar_type();
-  return at::linear(at::linear(input, p->a.to(dtype)), (p->b * config_.scale()).to(dtype));
+  return at::linear(at::linear(input, p->a.to(dtype)), (p->b * p->scale).to(dtype));
 }
 
 at::Tensor LoraAdapter::plus_expert_delta(int64_t layer, LoraTarget target, int64_t expert, int64_t experts,
@@ -166,10 +229,10 @@ at::Tensor LoraAdapter::plus_expert_delta(int64_t layer, LoraTarget target, int6
   const auto* p = find(layer, target);
   if (!p) return out;
   // PEFT's layout: A's rows are expert-major ([E, r] flattened), B's columns rank-major ([r, E] flattened).
-  const int64_t r = config_.rank, rows = p->b.size(0);
+  const int64_t r = p->rank, rows = p->b.size(0);
   const auto dtype = x.scalar_type();
   const auto a = p->a.narrow(0, expert * r, r).to(dtype);
-  const auto b = (p->b.view({rows, r, experts}).select(2, expert) * config_.scale()).to(dtype);
+  const auto b = (p->b.view({rows, r, experts}).select(2, expert) * p->scale).to(dtype);
   return out + at::linear(at::linear(x, a), b);
 }
 
@@ -198,13 +261,14 @@ at::Tensor LoraAdapter::plus_deltas(int64_t layer, const at::Tensor& x, const at
   }
   std::vector<at::Tensor> a, b;
   bool any = false;
-  const int64_t rank = config_.rank, in = x.size(-1);
+  const int64_t in = x.size(-1);
   for (const auto& [target, width] : targets) {
     const auto* p = find(layer, target);
     any |= p != nullptr;
-    // A target left out adds nothing: zero rows of A and a zero block of B.
-    a.push_back(p ? p->a.to(dtype) : at::zeros({rank, in}, x.options()));
-    b.push_back(p ? (p->b * config_.scale()).to(dtype) : at::zeros({width, rank}, x.options()));
+    // Each target at its own rank and scale (PEFT's rank_pattern / alpha_pattern): A's rows stack whatever their
+    // number, and B's blocks sit on the diagonal. A target left out adds nothing: a zero row of A, a zero block of B.
+    a.push_back(p ? p->a.to(dtype) : at::zeros({1, in}, x.options()));
+    b.push_back(p ? (p->b * p->scale).to(dtype) : at::zeros({width, 1}, x.options()));
   }
   if (!any) return out;
   const auto x2 = x.reshape({-1, in});
@@ -236,7 +300,9 @@ void LoraAdapter::copy_from(const LoraAdapter& other) {
 LoraAdapter LoraAdapter::clone() const {
   LoraAdapter copy = *this;
   for (auto& p : copy.pairs_)
-    if (p) p = LoraPair{p->a.detach().clone().set_requires_grad(true), p->b.detach().clone().set_requires_grad(true)};
+    if (p)
+      p = LoraPair{p->a.detach().clone().set_requires_grad(true), p->b.detach().clone().set_requires_grad(true), p->rank,
+                   p->scale};
   return copy;
 }
 
@@ -244,13 +310,18 @@ void LoraAdapter::save_peft(const std::filesystem::path& dir, const std::string&
   std::filesystem::create_directories(dir);
   std::vector<std::string> modules, parameters;
   for (auto t : config_.targets) (is_parameter_target(t) ? parameters : modules).push_back(lora_module_name(t));
-  nlohmann::json cfg = {{"peft_type", "LORA"},       {"task_type", "CAUSAL_LM"},
+  // Ordered: rank_pattern's keys are tried in the order written, so they are written in the config's order.
+  nlohmann::ordered_json cfg = {{"peft_type", "LORA"},       {"task_type", "CAUSAL_LM"},
                         {"r", config_.rank},          {"lora_alpha", config_.alpha},
                         {"lora_dropout", config_.dropout}, {"use_rslora", config_.use_rslora},
                         {"target_modules", modules},  {"bias", "none"},
                         {"fan_in_fan_out", false},    {"inference_mode", true},
                         {"base_model_name_or_path", base_model}};
   if (!parameters.empty()) cfg["target_parameters"] = parameters;
+  cfg["rank_pattern"] = nlohmann::ordered_json::object();
+  for (const auto& entry : config_.rank_pattern) cfg["rank_pattern"][entry.key] = entry.rank;
+  cfg["alpha_pattern"] = nlohmann::ordered_json::object();
+  for (const auto& entry : config_.alpha_pattern) cfg["alpha_pattern"][entry.key] = entry.alpha;
   std::ofstream(dir / "adapter_config.json") << cfg.dump(2) << "\n";
   std::vector<TensorBytes> tensors;
   for (int64_t layer = 0; layer < layers_; ++layer)
@@ -266,9 +337,9 @@ LoraAdapter LoraAdapter::load_peft(const std::filesystem::path& dir, const Model
                                    c10::ScalarType dtype) {
   const auto config_path = dir / "adapter_config.json";
   const auto where = config_path.string();
-  nlohmann::json cfg;
+  nlohmann::ordered_json cfg;  // in the file's order: rank_pattern's first matching key wins
   try {
-    cfg = nlohmann::json::parse(std::ifstream(config_path));
+    cfg = nlohmann::ordered_json::parse(std::ifstream(config_path));
   } catch (const std::exception& e) {
     throw ModelFormatError(where + ": cannot read the adapter config (" + e.what() + ")");
   }
@@ -286,8 +357,8 @@ LoraAdapter LoraAdapter::load_peft(const std::filesystem::path& dir, const Model
       if (cfg.contains(key) && !cfg[key].is_null()) throw ModelFormatError(where + ": " + key + " is not supported");
     for (const char* key : {"use_dora", "lora_bias"})
       if (cfg.value(key, false)) throw ModelFormatError(where + ": " + key + " is not supported");
-    for (const char* key : {"rank_pattern", "alpha_pattern"})
-      if (cfg.contains(key) && !cfg[key].empty()) throw ModelFormatError(where + ": " + key + " is not supported");
+    config.rank_pattern = parse_rank_pattern(cfg, where);
+    config.alpha_pattern = parse_alpha_pattern(cfg, where);
     // An adapter of parameters only may name no modules (null), as PEFT writes it then.
     const bool parameters_only = cfg.contains("target_parameters") && cfg["target_parameters"].is_array() &&
                                  cfg.contains("target_modules") && cfg["target_modules"].is_null();
@@ -299,7 +370,7 @@ LoraAdapter LoraAdapter::load_peft(const std::filesystem::path& dir, const Model
                                      "supported)");
     config.targets.clear();
     if (all_linear) config.targets.assign(kLoraTargets.begin(), kLoraTargets.end());
-    for (const auto& m : parameters_only || all_linear ? nlohmann::json::array() : cfg["target_modules"]) {
+    for (const auto& m : parameters_only || all_linear ? nlohmann::ordered_json::array() : cfg["target_modules"]) {
       const auto t = lora_target_named(m.get<std::string>());
       if (!t || is_parameter_target(*t))
         throw ModelFormatError(where + ": target module '" + m.get<std::string>() + "' is not supported");
@@ -318,6 +389,7 @@ LoraAdapter LoraAdapter::load_peft(const std::filesystem::path& dir, const Model
   } catch (const nlohmann::json::exception& e) {
     throw ModelFormatError(where + ": malformed adapter config (" + e.what() + ")");
   }
+  const auto patterns = patterns_of_file(config, where);
   const auto file = SafetensorsFile::open(dir / "adapter_model.safetensors");
   LoraAdapter adapter;
   adapter.config_ = config;
@@ -327,17 +399,20 @@ LoraAdapter LoraAdapter::load_peft(const std::filesystem::path& dir, const Model
     for (auto t : config.targets) {
       if (!present(model, t)) continue;
       const auto [in, out] = dims(model, t);
-      const int64_t width = config.rank * experts_of(model, t);
+      const auto settings = patterns.settings_of(lora_module_path(layer, t));
+      const int64_t width = settings.rank * experts_of(model, t);
       auto read = [&](const char* ab, std::vector<int64_t> shape) {
         const auto key = peft_key(layer, t, ab, config.targets);
         const auto* view = file->find(key);
         if (!view) throw ModelFormatError(file->path().string() + ": missing tensor " + key);
         if (view->shape != shape)
-          throw ModelFormatError(file->path().string() + ": tensor " + key + " does not fit this model and rank");
+          throw ModelFormatError(file->path().string() + ": tensor " + key + " is " + shape_text(view->shape) +
+                                 ", but this model and the module's rank " + std::to_string(settings.rank) + " need " +
+                                 shape_text(shape));
         return view_to_tensor(*view).to(device, dtype, false, true).set_requires_grad(true);
       };
       adapter.pairs_[layer * kTargets + static_cast<std::size_t>(t)] =
-          LoraPair{read("A", {width, in}), read("B", {out, width})};
+          LoraPair{read("A", {width, in}), read("B", {out, width}), settings.rank, settings.scale};
     }
   }
   return adapter;

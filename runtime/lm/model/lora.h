@@ -21,18 +21,25 @@ namespace crucible::lm {
 
 // One adapted layer: A [rank, in], B [out, rank]. Experts, as PEFT stores them: A [E * rank, in] with expert e's
 // rows at [e * rank, (e + 1) * rank), B [out, rank * E] with expert e's columns at e, E + e, 2 E + e, ...
+// rank and scale are this layer's own: PEFT's rank_pattern / alpha_pattern give layers different ones.
 struct LoraPair {
   at::Tensor a, b;
+  int64_t rank = 0;
+  double scale = 1.0;  // alpha / rank (or alpha / sqrt(rank)) with this layer's rank and alpha
 };
 
 class LoraAdapter {
  public:
-  // PEFT's initialisation: A Kaiming-uniform (a = sqrt(5)), B zero, so a fresh adapter changes nothing.
+  // PEFT's initialisation: A Kaiming-uniform (a = sqrt(5)), B zero, so a fresh adapter changes nothing. Each
+  // layer's rank and alpha follow config.rank_pattern / alpha_pattern (lora_pattern.h); a bad key or rank throws
+  // std::invalid_argument.
   static LoraAdapter create(const ModelConfig& model, const LoraConfig& config, c10::Device device,
                             c10::ScalarType dtype, uint64_t seed);
-  // Throws ModelFormatError for a missing or mismatched adapter (wrong rank, shape or module).
+  // Throws ModelFormatError for a missing or mismatched adapter (wrong rank, shape or module), or a malformed
+  // rank_pattern / alpha_pattern (naming the key).
   static LoraAdapter load_peft(const std::filesystem::path& dir, const ModelConfig& model, c10::Device device,
                                c10::ScalarType dtype);
+  // Writes the config's rank_pattern / alpha_pattern as they are, so the file loads back to the same ranks and scales.
   void save_peft(const std::filesystem::path& dir, const std::string& base_model = "") const;
 
   // scale * B (A dropout(x)) for one layer and target, or an undefined tensor when it is not adapted.

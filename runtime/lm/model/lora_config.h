@@ -25,6 +25,21 @@ const char* lora_module_name(LoraTarget t);
 std::optional<LoraTarget> lora_target_named(const std::string& name);
 // Names to targets; throws std::invalid_argument naming an unknown one.
 std::vector<LoraTarget> lora_targets_named(const std::vector<std::string>& module_names);
+// The full name PEFT matches rank_pattern and alpha_pattern keys against: the module's path in the Hugging Face
+// model ("model.layers.3.self_attn.q_proj", "model.layers.3.mlp.down_proj"), or for a parameter target the
+// parameter's path ("model.layers.3.mlp.router.weight", "model.layers.3.mlp.experts.gate_up_proj").
+std::string lora_module_path(int64_t layer, LoraTarget t);
+
+// One entry of PEFT's rank_pattern / alpha_pattern: a regular expression over a module's full name, and the rank
+// or alpha of the modules it matches instead of r / lora_alpha.
+struct LoraRankOverride {
+  std::string key;
+  int64_t rank = 0;
+};
+struct LoraAlphaOverride {
+  std::string key;
+  double alpha = 0;
+};
 
 struct LoraConfig {
   int64_t rank = 8;
@@ -32,7 +47,13 @@ struct LoraConfig {
   double dropout = 0.0;
   bool use_rslora = false;  // scale alpha / sqrt(rank) instead of alpha / rank
   std::vector<LoraTarget> targets = {kLoraTargets.begin(), kLoraTargets.end()};
-  double scale() const;
+  // Per-module overrides, in the config's order (for a module several keys match, the first one listed wins);
+  // empty: every module has rank and alpha. See lora_pattern.h for how a key matches.
+  std::vector<LoraRankOverride> rank_pattern;
+  std::vector<LoraAlphaOverride> alpha_pattern;
+  double scale() const;  // of a module no pattern names
+  // alpha / rank, or alpha / sqrt(rank) with rsLoRA, for a module of its own rank and alpha.
+  double scale_of(int64_t module_rank, double module_alpha) const;
 };
 
 }  // namespace crucible::lm

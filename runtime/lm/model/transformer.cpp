@@ -405,9 +405,10 @@ std::vector<TargetRows> target_rows(const ModelConfig& c) {
           {LoraTarget::down, &BlockWeights::down, 0, c.hidden_size}};
 }
 
-// W + scale * B A for one target's rows, summed in float32 and rounded once to W's dtype.
-at::Tensor plus_delta(const at::Tensor& w, const LoraPair& p, double scale) {
-  return at::addmm(w.to(at::kFloat), p.b.to(at::kFloat), p.a.to(at::kFloat), 1.0, scale).to(w.scalar_type());
+// W + sign * scale * B A for one target's rows (at the pair's own scale), summed in float32 and rounded once to W's
+// dtype.
+at::Tensor plus_delta(const at::Tensor& w, const LoraPair& p, int sign = 1) {
+  return at::addmm(w.to(at::kFloat), p.b.to(at::kFloat), p.a.to(at::kFloat), 1.0, sign * p.scale).to(w.scalar_type());
 }
 
 }  // namespace
@@ -416,13 +417,12 @@ void Transformer::merge_adapter(const LoraAdapter& adapter, int sign) {
   if (adapter.adapts_parameters())
     throw std::invalid_argument("merge_adapter: router and expert adapters cannot be merged (experts stay packed)");
   at::NoGradGuard no_grad;
-  const double scale = sign * adapter.config().scale();
   const auto targets = target_rows(config_);
   for (int64_t layer = 0; layer < config_.num_layers; ++layer)
     for (const auto& t : targets)
       if (const auto* p = adapter.find(layer, t.target)) {
         auto rows = (weights_.blocks[layer].*t.matrix).narrow(0, t.start, t.rows);
-        rows.copy_(plus_delta(rows, *p, scale));
+        rows.copy_(plus_delta(rows, *p, sign));
       }
 }
 
@@ -431,7 +431,6 @@ bool Transformer::fold_adapter(const LoraAdapter* adapter) const {
   // Router and expert deltas are added in each pass: the experts stay packed, so there is nothing to fold them into.
   if (!adapter || !adapter->enabled() || adapter->adapts_parameters()) return false;
   c10::InferenceMode inference;
-  const double scale = adapter->config().scale();
   const auto targets = target_rows(config_);
   folded_blocks_.resize(weights_.blocks.size());
   try {
@@ -452,7 +451,7 @@ bool Transformer::fold_adapter(const LoraAdapter* adapter) const {
         folded.copy_(w);
         for (const auto& t : targets)
           if (const auto* p = t.matrix == matrix ? adapter->find(layer, t.target) : nullptr)
-            folded.narrow(0, t.start, t.rows).copy_(plus_delta(w.narrow(0, t.start, t.rows), *p, scale));
+            folded.narrow(0, t.start, t.rows).copy_(plus_delta(w.narrow(0, t.start, t.rows), *p));
       }
     }
   } catch (const c10::OutOfMemoryError&) {
