@@ -387,6 +387,12 @@ TEST_CASE("lora patterns: malformed patterns and tensors of the wrong rank are r
       CHECK_THROWS_WITH_AS(load(dir.path(), model), doctest::Contains(row.message), ModelFormatError);
     }
   }
+  // The default rank itself.
+  for (const char* r : {"0", "-2"}) {
+    hand.write(dir.path(), std::string(R"({"peft_type": "LORA", "r": )") + r +
+                               R"(, "lora_alpha": 8, "target_modules": "all-linear"})");
+    CHECK_THROWS_WITH_AS(load(dir.path(), model), doctest::Contains("r must be a positive integer"), ModelFormatError);
+  }
   // A fresh adapter takes its patterns too, and refuses a bad one as an argument.
   LoraConfig config;
   config.rank_pattern = {{"down_proj", 2}};

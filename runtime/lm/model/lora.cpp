@@ -348,6 +348,8 @@ LoraAdapter LoraAdapter::load_peft(const std::filesystem::path& dir, const Model
     if (cfg.value("peft_type", "LORA") != "LORA") throw ModelFormatError(where + ": peft_type is not LORA");
     config.rank = cfg.at("r").get<int64_t>();
     config.alpha = cfg.at("lora_alpha").get<double>();
+    if (config.rank <= 0) throw ModelFormatError(where + ": r must be a positive integer, not " + cfg["r"].dump());
+    if (!std::isfinite(config.alpha)) throw ModelFormatError(where + ": lora_alpha must be a finite number");
     config.dropout = cfg.value("lora_dropout", 0.0);
     config.use_rslora = cfg.value("use_rslora", false);
     if (cfg.value("bias", std::string("none")) != "none") throw ModelFormatError(where + ": LoRA biases are not supported");
