@@ -15,34 +15,13 @@
 #include "crucible/eval/compile_cache.h"
 #include "crucible/eval/scratch_dirs.h"
 #include "cuda_split_build.h"
+#include "file_io.h"
 #include "crucible/eval/subprocess.h"
 #include "crucible/eval/utf8_text.h"
 
 namespace crucible::eval {
 namespace fs = std::filesystem;
 namespace {
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + p.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void write_file_atomically(const fs::path& target, const std::string& data) {
-  fs::path tmp = target;
-  tmp += ".tmp" + std::to_string(getpid());
-  std::ofstream out(tmp, std::ios::binary);
-  out << data;
-  out.close();
-  if (!out) {  // a full disk: nothing half-written is published
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    throw std::runtime_error("cannot write " + target.string() + ": " + std::strerror(errno));
-  }
-  fs::rename(tmp, target);
-}
 
 std::string nvcc_path() {
   if (const char* env = std::getenv("CRUCIBLE_NVCC")) return env;

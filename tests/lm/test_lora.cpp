@@ -10,6 +10,7 @@
 
 #include "lm/training/block_checkpoint.h"
 #include "lm/generation/generator.h"
+#include "lm/golden_batch.h"
 #include "lm/golden_outputs.h"
 #include "lm/finite_difference.h"
 #include "lm/model/lora.h"
@@ -404,14 +405,7 @@ TEST_CASE("lora trainer: a checkpoint restored into a new trainer continues exac
   test::ScratchDir dir("ckpt");
   auto model = tiny();
   const auto g = test::golden("qwen2_tiny");
-  SequenceBatch batch;
-  for (int i = 0; i < 3; ++i) {
-    std::vector<int64_t> seq = g.prompts[1];
-    seq.insert(seq.end(), g.greedy[1].begin(), g.greedy[1].begin() + 6);
-    batch.sequences.push_back(seq);
-    batch.prompt_lengths.push_back(g.prompts[1].size());
-    batch.advantages.push_back(i == 1 ? 1.0f : -0.5f);
-  }
+  const SequenceBatch batch = test::golden_batch(g);
   TrainerOptions options;
   options.learning_rate = 1e-2;
   auto a = adapter_for(model, 11);

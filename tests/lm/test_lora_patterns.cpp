@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lm/format/safetensors.h"
+#include "lm/golden_batch.h"
 #include "lm/golden_outputs.h"
 #include "lm/model/lora.h"
 #include "lm/model/lora_pattern.h"
@@ -302,14 +303,7 @@ TEST_CASE("lora patterns: an adapter of mixed ranks trains, and its checkpoint c
   auto model = tiny();
   HandMadeAdapter::random(model.config(), expected_ranks()).write(dir.path() / "start", kPatternConfig);
   const auto g = test::golden("qwen2_tiny");
-  SequenceBatch batch;
-  for (int i = 0; i < 3; ++i) {
-    std::vector<int64_t> seq = g.prompts[1];
-    seq.insert(seq.end(), g.greedy[1].begin(), g.greedy[1].begin() + 6);
-    batch.sequences.push_back(seq);
-    batch.prompt_lengths.push_back(g.prompts[1].size());
-    batch.advantages.push_back(i == 1 ? 1.0f : -0.5f);
-  }
+  const SequenceBatch batch = test::golden_batch(g);
   TrainerOptions options;
   options.learning_rate = 1e-2;
   auto a = load(dir.path() / "start", model);

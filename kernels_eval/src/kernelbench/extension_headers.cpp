@@ -13,6 +13,7 @@
 
 #include "crucible/eval/static_gate.h"
 #include "crucible/eval/subprocess.h"
+#include "file_io.h"
 
 namespace crucible::eval {
 namespace fs = std::filesystem;
@@ -36,19 +37,13 @@ fs::path kit_root(const Compiler& compiler) {
   return dir;
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 bool write_text(const fs::path& path, const std::string& text) {
-  const fs::path staged = path.string() + ".tmp" + std::to_string(getpid());
-  std::ofstream(staged, std::ios::binary) << text;
-  std::error_code ec;
-  fs::rename(staged, path, ec);
-  return !ec;
+  try {
+    write_file_atomically(path, text);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 // The command without what makes a shared object: these steps compile one unit each.
@@ -100,8 +95,9 @@ std::optional<LeanKit> lean_extension_kit(Compiler& compiler, std::vector<std::s
   std::lock_guard<std::mutex> lock(mutex);
   argv = compile_only(std::move(argv));
   const fs::path sources = compiler.include_dir() / "crucible" / "kernelbench";
-  const std::string stand_in = read_text(sources / "extension.h"), bindings = read_text(sources / "bindings.h"),
-                    glue = read_text(sources / "tensor_glue.cpp");
+  const std::string stand_in = read_file_or_empty(sources / "extension.h");
+  const std::string bindings = read_file_or_empty(sources / "bindings.h");
+  const std::string glue = read_file_or_empty(sources / "tensor_glue.cpp");
   if (stand_in.empty() || bindings.empty() || glue.empty()) return std::nullopt;
   const std::string material = material_of(argv, torch_versions + '\0' + stand_in + '\0' + bindings + '\0' + glue);
   LeanKit kit;

@@ -21,6 +21,7 @@
 #include "crucible/eval/utf8_text.h"
 #include "elf_symbols.h"
 #include "extension_headers.h"
+#include "file_io.h"
 
 namespace crucible::eval {
 namespace fs = std::filesystem;
@@ -30,11 +31,6 @@ using json = nlohmann::json;
 bool reachable_by_others(const fs::path& path);
 
 namespace {
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 // The analysis's JSON (the last line that is one), or nothing with `error` set.
 std::optional<json> run_analysis(const std::string& python, const fs::path& candidate,
@@ -250,7 +246,7 @@ CompileResult compile_extension(const KernelBenchPython& python, Compiler& compi
     CompileOptions with_kit = o;
     if (use_lean_kit(python, compiler, with_kit)) {
       add_link_flags(python, with_kit);
-      CompileResult r = compiler.compile(read_text(ext["lean_file"].get<std::string>()), with_kit);
+      CompileResult r = compiler.compile(read_file_or_empty(ext["lean_file"].get<std::string>()), with_kit);
       using O = CompileResult::Outcome;
       if (r.outcome != O::failed && r.outcome != O::environment_error) {
         lean = r.ok();
@@ -260,7 +256,7 @@ CompileResult compile_extension(const KernelBenchPython& python, Compiler& compi
   }
   if (options.extension_build != ExtensionBuild::plain) use_precompiled_extension_header(compiler, o);
   add_link_flags(python, o);
-  return compiler.compile(read_text(ext["file"].get<std::string>()), o);
+  return compiler.compile(read_file_or_empty(ext["file"].get<std::string>()), o);
 }
 
 // One extension's unit through the compiler and the symbol gate; false with the build's outcome set otherwise.
