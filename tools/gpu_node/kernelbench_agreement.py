@@ -217,9 +217,9 @@ def main():
               f"  Crucible {r['crucible']['status']:13} {fmt(r['crucible'].get('speedup')):>8}"
               f"  ref {r['crucible'].get('ref_us') or 0:9.1f} us  published {r['published_ms'] or 0:8.3f} ms"
               f"  {','.join(r['crucible'].get('reasons', []))}", flush=True)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        if a.json:  # after every row, so that a run cut short by its caller keeps what it judged
+            with open(a.json, "w") as f:
+                json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":
