@@ -1,10 +1,36 @@
 // Stage 4: correctness. Fresh inputs per trial in the same buffers (an output cache keyed on pointers
 // replays a stale answer), outputs poisoned before every call, inputs checked unchanged after it,
 // and the first trial called twice on the same inputs (state left between calls shows as disagreement).
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
 #include "stages.h"
 
 namespace crucible::eval {
 namespace {
+// A kernel that writes a task's outputs once runs at least this long on any GPU of today: bytes over twice an H200's
+// memory bandwidth (4.8 TB/s).
+constexpr double kOwnWriteBytesPerSecond = 1e13;
+
+double output_write_us(const ArenaLayout& layout) {
+  double bytes = 0.0;
+  for (const auto& slot : layout.outputs[0]) bytes += static_cast<double>(slot.bytes);
+  return bytes / kOwnWriteBytesPerSecond * 1e6;
+}
+
+std::string percent(double share) {
+  char text[32];
+  std::snprintf(text, sizeof text, share < 0.1 ? "%.2f%%" : "%.0f%%", 100 * share);
+  return text;
+}
+
+std::string microseconds(double us) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f us", us);
+  return text;
+}
+
 
 void check_task_outputs(const StageContext& ctx, const std::vector<torch::Tensor>& refs) {
   const auto& task = ctx.task;
@@ -176,13 +202,15 @@ bool check_correctness(StageContext& ctx, Verdict& v) {
                                                   "Triton kernels (PyTorch or a library did the work)"});
       return false;
     }
-    if (*v.kernel_coverage < ctx.gpu->min_own_share) {
+    const double own_us = *std::min_element(ctx.gpu->own_kernel_us.begin(), ctx.gpu->own_kernel_us.end());
+    const double write_us = output_write_us(ctx.layout);
+    if (*v.kernel_coverage < ctx.gpu->min_own_share && own_us < write_us) {
       v.status = Status::rejected;
       v.reasons.push_back({ReasonCode::no_custom_work,
-                           std::to_string(static_cast<int>(100 * *v.kernel_coverage + 0.5)) +
-                               "% of the GPU time was in the candidate's own kernels (the floor is " +
-                               std::to_string(static_cast<int>(100 * ctx.gpu->min_own_share + 0.5)) +
-                               "%): PyTorch or a library did the work"});
+                           percent(*v.kernel_coverage) + " of the GPU time was in the candidate's own kernels (the " +
+                               "floor is " + percent(ctx.gpu->min_own_share) + "), " + microseconds(own_us) +
+                               " a call, less than writing the outputs once takes (" + microseconds(write_us) +
+                               "): PyTorch or a library did the work"});
       return false;
     }
   }

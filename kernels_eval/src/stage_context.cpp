@@ -98,7 +98,10 @@ bool StageContext::call(int set, Verdict& v, double* seconds, bool settle, bool 
   const bool budget_binds = budget_s > 0.0 && left < timeout_s;
   CallOutcome out = worker.call(set, budget_binds ? left : timeout_s, /*then_sync=*/settle, profile);
   if (budget_binds && out.kind == CallOutcome::Kind::timed_out) out = {CallOutcome::Kind::budget, 0, out.seconds, budget_detail()};
-  if (profile && out.ok() && out.own_kernel_share >= 0.0) gpu->kernel_coverage.push_back(out.own_kernel_share);
+  if (profile && out.ok() && out.own_kernel_share >= 0.0) {
+    gpu->kernel_coverage.push_back(out.own_kernel_share);
+    gpu->own_kernel_us.push_back(out.own_kernel_share * out.device_seconds * 1e6);
+  }
   kernel_s += out.seconds;
   // On a GPU no sample is below the evaluator's own clock less the fixed cost of a call; held, nor below the
   // candidate's launching less the fixed cost of launching.

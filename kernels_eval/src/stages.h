@@ -28,11 +28,14 @@ struct GpuStage {
   double null_launch_s = 0.0;  // the fixed cost of launching a held call (null calls)
   std::vector<double> event_samples_us;  // what the worker's events said of each timed call
   std::vector<double> kernel_coverage;   // of each profiled (correctness) call
+  std::vector<double> own_kernel_us;     // of each profiled call: its share times its events' span
   // Every kernel must be the candidate's own (a Triton candidate's, by name): PyTorch or a library doing the work
   // is refused rather than reported.
   bool own_kernels_only = false;
   // Below this share of the GPU time in its own kernels, a candidate that may keep PyTorch's operators (KernelBench's
-  // format) did no real work of its own: a decoy beside PyTorch's. 0: not checked.
+  // format) did no real work of its own (a decoy beside PyTorch's), unless its own kernels ran at least as long as
+  // writing its outputs once takes (see kOwnWriteBytesPerSecond): a fused epilogue after cuBLAS's GEMM is 1% of the
+  // time, a decoy on a scrap 0.03%. 0: not checked.
   double min_own_share = 0.0;
 };
 

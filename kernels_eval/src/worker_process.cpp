@@ -144,10 +144,15 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const fs::path& binary, cons
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, child_socket, proto::kSocketFd);
   // Nothing of the evaluator's reaches the worker: stdio is /dev/null (a candidate cannot print into our
-  // output), and every other inherited descriptor is closed.
+  // output), and every other inherited descriptor is closed. CRUCIBLE_WORKER_STDERR=FILE, the operator's choice for
+  // finding why workers crash, appends their standard error (untrusted text) to FILE instead.
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  const char* stderr_file = std::getenv("CRUCIBLE_WORKER_STDERR");
+  if (stderr_file && *stderr_file)
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_file, O_WRONLY | O_APPEND | O_CREAT, 0600);
+  else
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addclosefrom_np(&actions, proto::kSocketFd + 1);
   const std::string scratch = make_scratch_dir("worker").string();
   w->scratch_dir_ = scratch;

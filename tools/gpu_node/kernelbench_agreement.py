@@ -23,7 +23,7 @@ the reference and the answer; parameters are made on the GPU too, from the same 
 
 Usage: python3 tools/gpu_node/kernelbench_agreement.py --kernelbench KB_CHECKOUT --tasks TASKS_DIR --answers DIR
            [--crucible build/tools/crucible] [--device 0] [--json OUT.json] [--prebuild N] [--build-root DIR]
-           [--prebuild-only] [--only TASK,...] [--inputs-on-cpu]
+           [--prebuild-only] [--only TASK,...] [--inputs-on-cpu] [--names FILE,...] [--kernelbench-from JSON...]
   --prebuild-only builds KernelBench's side into --build-root and stops; a later run with --prebuild 0 and the same
   --build-root finds it built. --only judges the answers of these tasks alone.
 """
@@ -186,7 +186,16 @@ def main():
     p.add_argument("--prebuild-only", action="store_true")
     p.add_argument("--only", default="")
     p.add_argument("--inputs-on-cpu", action="store_true")
+    p.add_argument("--names", default="", help="judge only answers of these file names (honest.py,triton.py,...)")
+    p.add_argument("--kernelbench-from", nargs="*", default=[],
+                   help="earlier --json files: their KernelBench verdicts are reused (same node, same answers), only "
+                        "Crucible's side runs again")
     a = p.parse_args()
+    earlier = {}
+    for path in a.kernelbench_from:
+        with open(path) as f:
+            for row in json.load(f):
+                earlier[(row["task"], row["answer"])] = row["kernelbench"]
     kb_eval = kernelbench_eval_module(a.kernelbench)
     build_root = a.build_root or tempfile.mkdtemp(prefix="kb-agreement-")
     work = []  # (task, name, answer path, problem path)
@@ -197,9 +206,11 @@ def main():
             continue
         problem = problem_file(a.kernelbench, task)
         for name in sorted(n for n in os.listdir(os.path.join(a.answers, task)) if n.endswith(".py")):
+            if a.names and name not in a.names.split(","):
+                continue
             work.append((task, name, os.path.join(a.answers, task, name), problem))
     build_dir = {w[2]: os.path.join(build_root, f"{w[0]}-{w[1][:-3]}") for w in work}
-    if a.prebuild > 0:  # load_inline answers only: Triton compiles when a kernel is first launched
+    if a.prebuild > 0 and not earlier:  # load_inline answers only: Triton compiles when a kernel is first launched
         prebuild(a.kernelbench, a.prebuild,
                  [(read(w[2]), build_dir[w[2]]) for w in work if kernelbench_backend(read(w[2])) == "cuda"])
     if a.prebuild_only:
@@ -208,7 +219,8 @@ def main():
     fmt = lambda s: f"{s:.3f}x" if s else "-"  # noqa: E731
     for task, name, answer, problem in work:
         rows.append({"task": task, "answer": name,
-                     "kernelbench": kernelbench_verdict(kb_eval, read(problem), read(answer), a.device,
+                     "kernelbench": earlier.get((task, name)) or
+                                    kernelbench_verdict(kb_eval, read(problem), read(answer), a.device,
                                                         build_dir[answer], not a.inputs_on_cpu),
                      "crucible": crucible_verdict(a.crucible, a.tasks, task, answer, a.device),
                      "published_ms": published_time_ms(a.kernelbench, task, problem)})
