@@ -5,18 +5,15 @@
 #include <cstdio>
 #include <string>
 
+#include "custom_work_rule.h"
 #include "stages.h"
 
 namespace crucible::eval {
 namespace {
-// A kernel that writes a task's outputs once runs at least this long on any GPU of today: bytes over twice an H200's
-// memory bandwidth (4.8 TB/s).
-constexpr double kOwnWriteBytesPerSecond = 1e13;
-
-double output_write_us(const ArenaLayout& layout) {
+double output_bytes(const ArenaLayout& layout) {
   double bytes = 0.0;
   for (const auto& slot : layout.outputs[0]) bytes += static_cast<double>(slot.bytes);
-  return bytes / kOwnWriteBytesPerSecond * 1e6;
+  return bytes;
 }
 
 std::string percent(double share) {
@@ -203,8 +200,8 @@ bool check_correctness(StageContext& ctx, Verdict& v) {
       return false;
     }
     const double own_us = *std::min_element(ctx.gpu->own_kernel_us.begin(), ctx.gpu->own_kernel_us.end());
-    const double write_us = output_write_us(ctx.layout);
-    if (*v.kernel_coverage < ctx.gpu->min_own_share && own_us < write_us) {
+    const double bytes = output_bytes(ctx.layout), write_us = output_write_us(bytes);
+    if (no_custom_work(*v.kernel_coverage, ctx.gpu->min_own_share, own_us, bytes)) {
       v.status = Status::rejected;
       v.reasons.push_back({ReasonCode::no_custom_work,
                            percent(*v.kernel_coverage) + " of the GPU time was in the candidate's own kernels (the " +

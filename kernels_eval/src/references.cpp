@@ -2,6 +2,7 @@
 
 #include "crucible/eval/evaluator.h"
 
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
 #include <memory>
@@ -97,6 +98,10 @@ ReferenceFn torchscript_reference(const std::string& path, torch::Device device)
   }
   return [module](const Tensors& inputs, const Params&) {
     torch::NoGradGuard no_grad;
+    // Eager PyTorch is the reference, as KernelBench times it: TorchScript's executor would otherwise fuse a
+    // problem's elementwise chain on a GPU after its profiling runs (Softsign's three kernels ran as one, halving
+    // the reference's time against KernelBench's own on an H200).
+    torch::jit::GraphOptimizerEnabledGuard eager(false);
     std::vector<torch::jit::IValue> args(inputs.begin(), inputs.end());
     auto out = module->forward(args);
     Tensors outputs;

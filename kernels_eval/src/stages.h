@@ -34,7 +34,7 @@ struct GpuStage {
   bool own_kernels_only = false;
   // Below this share of the GPU time in its own kernels, a candidate that may keep PyTorch's operators (KernelBench's
   // format) did no real work of its own (a decoy beside PyTorch's), unless its own kernels ran at least as long as
-  // writing its outputs once takes (see kOwnWriteBytesPerSecond): a fused epilogue after cuBLAS's GEMM is 1% of the
+  // writing its outputs once takes (custom_work_rule.h): a fused epilogue after cuBLAS's GEMM is 1% of the
   // time, a decoy on a scrap 0.03%. 0: not checked.
   double min_own_share = 0.0;
 };

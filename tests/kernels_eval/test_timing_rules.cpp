@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "custom_work_rule.h"
 #include "timing_rules.h"
 
 using namespace crucible::eval;
@@ -97,4 +98,29 @@ TEST_CASE("a derived evaluation budget is 50 reference calls' time for every pla
     CAPTURE(r.planned);
     CHECK(derived_evaluation_budget(r.floor_s, r.reference_s, r.planned) == doctest::Approx(r.budget_s));
   }
+}
+
+TEST_CASE("custom work: a low share is no custom work only when the own kernels also ran shorter than writing the outputs") {
+  struct Row {
+    double share, own_us, output_bytes;
+    bool none;
+  };
+  const double relu_out = 4096.0 * 393216 * 4;  // KernelBench's ReLU: 6.4 GB
+  const double gemm_out = 1024.0 * 8192 * 4;    // level 2's GEMM epilogues: 32 MB, written in 3.4 us at the floor
+  const Row rows[] = {
+      {0.0003, 1.0, relu_out, true},     // a decoy on a scrap beside PyTorch's ReLU (H200: 0.03%)
+      {0.0, 0.0, relu_out, true},        // nothing of its own ran
+      {0.013, 36.0, gemm_out, false},    // a fused epilogue after cuBLAS's GEMM (H200: 1.3%)
+      {0.006, 3.0, gemm_out, true},      // shorter than writing its output once: it did not write it
+      {0.5, 0.1, relu_out, false},       // a share over the floor passes whatever its time
+      {0.05, 0.0, relu_out, false},      // exactly at the floor
+      {0.0499, 1.0, 0.0, false},         // no outputs to write: only the share speaks, and the time is not below 0
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.share);
+    CAPTURE(r.own_us);
+    CHECK(no_custom_work(r.share, 0.05, r.own_us, r.output_bytes) == r.none);
+  }
+  CHECK_FALSE(no_custom_work(0.0, 0.0, 0.0, relu_out));  // a floor of 0 checks nothing
+  CHECK(output_write_us(1e13) == doctest::Approx(1e6));
 }

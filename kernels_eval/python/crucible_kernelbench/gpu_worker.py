@@ -27,6 +27,9 @@ from crucible_triton.worker import load_module, one_line  # noqa: E402
 # What importing a module built for this interpreter asks of the kernel beyond a Triton candidate's: its identity
 # (getuid, getgid, geteuid, getegid) and uname, which reveal nothing its own /proc/self would not.
 EXTENSION_IMPORT_SYSCALLS = [102, 104, 107, 108, 63]
+# What cuDNN asks at its first convolution (seen on an H200 as a kill of the load stage's warm call): the range of
+# scheduling priorities, sched_get_priority_max and _min, constants of the kernel.
+CUDNN_SYSCALLS = [146, 147]
 FILE_READ_SYSCALLS = ["lseek", "fstat", "newfstatat", "pread64", "futex"]
 
 
@@ -53,7 +56,8 @@ class GpuWorker(triton_worker.Worker):
 
     def device_needs(self):
         needs, fds = super().device_needs()
-        return needs + EXTENSION_IMPORT_SYSCALLS + [triton_worker.SYS[n] for n in FILE_READ_SYSCALLS], fds
+        extra = EXTENSION_IMPORT_SYSCALLS + CUDNN_SYSCALLS + [triton_worker.SYS[n] for n in FILE_READ_SYSCALLS]
+        return needs + extra, fds
 
     def load_candidate(self):
         torch = triton_worker.torch
