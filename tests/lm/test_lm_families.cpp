@@ -298,6 +298,17 @@ TEST_CASE("gpt-oss LoRA on the router and experts: PEFT's layout, gradients thro
   const auto b_e = gate_up->b.view({64, r, E}).select(2, e);
   const auto a_e = gate_up->a.view({E, r, 64})[e];
   CHECK(max_diff(mine, at::matmul(x, at::matmul(b_e, a_e).t()) * adapter.config().scale()) < 1e-5f);
+  // All assignments' deltas at once, experts chosen by a tensor (the device path's): row a is expert experts[a]'s.
+  const auto experts = at::tensor(std::vector<int64_t>{2, 0, 3, 2, 1}, at::kLong);
+  const auto rows = at::randn({5, 64});
+  const auto all = adapter.expert_deltas(1, LoraTarget::experts_gate_up, experts, E, rows);
+  REQUIRE(all.sizes().vec() == std::vector<int64_t>{5, 64});
+  for (int64_t a = 0; a < 5; ++a) {
+    const auto one = adapter.plus_expert_delta(1, LoraTarget::experts_gate_up, experts[a].item<int64_t>(), E,
+                                               rows.narrow(0, a, 1), at::zeros({1, 64}));
+    CHECK(max_diff(all.narrow(0, a, 1), one) < 1e-5f);
+  }
+  CHECK_THROWS_AS(adapter.expert_deltas(1, LoraTarget::router, experts, E, rows), std::invalid_argument);
 
   model.use_adapter(&adapter);
   const auto ids = prompt_of(10, 48, 6);

@@ -1,11 +1,15 @@
 // Qwen3 and gpt-oss on a GPU: the tiny random models of tiny_families.h on CUDA against the CPU reference, and
 // decoding there (gpt-oss's attention bypasses the fused decode kernels; Qwen3's q/k norms bypass the fused rotation;
-// gpt-oss decodes without CUDA graphs) against the CPU model's greedy tokens.
+// gpt-oss decodes with CUDA graphs where its packed experts run on the device kernel, moe_kernels.h) against the CPU
+// model's greedy tokens.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <doctest/doctest.h>
 
 #include "lm/generation/generator.h"
+#include "lm/kernels/moe_kernels.h"
+#include "lm/model/moe.h"
+#include "lm/model/mxfp4.h"
 #include "lm/model/transformer.h"
 #include "lm/tiny_families.h"
 
@@ -66,3 +70,39 @@ TEST_CASE("lm gpu: qwen3 and gpt-oss on CUDA match the CPU reference (float32) a
     }
   }
 }
+
+TEST_CASE("lm gpu: experts read from MXFP4 by the device kernel give LibTorch's decoded experts' values") {
+  c10::InferenceMode guard;
+  const c10::Device gpu("cuda:0");
+  const int64_t E = 8, hidden = 96, I = 64;
+  auto g = at::make_generator<at::CPUGeneratorImpl>(7);
+  MoeConfig config{E, 4, 7.0, 1.702};
+  MoeWeights w;
+  w.router = (at::randn({E, hidden}, g) * 0.3).to(gpu);
+  w.router_bias = (at::randn({E}, g) * 0.1).to(gpu);
+  const auto gate_up = lm::mxfp4_encode(at::randn({E, 2 * I, hidden}, g) * 0.2);
+  const auto down = lm::mxfp4_encode(at::randn({E, hidden, I}, g) * 0.2);
+  w.gate_up.blocks = gate_up.blocks.to(gpu);
+  w.gate_up.scales = gate_up.scales.to(gpu);
+  w.down.blocks = down.blocks.to(gpu);
+  w.down.scales = down.scales.to(gpu);
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    CAPTURE(dtype == at::kFloat);
+    w.gate_up_bias = (at::randn({E, 2 * I}, g) * 0.1).to(gpu, dtype);
+    w.down_bias = (at::randn({E, hidden}, g) * 0.1).to(gpu, dtype);
+    // 64 tokens are the kernel's most (256 assignments); 65 take LibTorch's path either way.
+    for (const int64_t tokens : {1, 3, 64, 65}) {
+      CAPTURE(tokens);
+      const auto x = at::randn({tokens, hidden}, g).to(gpu, dtype);
+      set_expert_kernels(false);
+      const auto expected = moe_forward(w, config, x, nullptr, 0).to(at::kFloat);
+      set_expert_kernels(true);
+      CHECK(expert_gemv_serves(x, w.gate_up.blocks, w.gate_up.scales, tokens * 4) == (tokens <= 64));
+      const auto got = moe_forward(w, config, x, nullptr, 0).to(at::kFloat);
+      const float scale = expected.abs().max().item<float>();
+      const float tolerance = dtype == at::kFloat ? 1e-4f * scale : 0.03f * scale;
+      CHECK((got - expected).abs().max().item<float>() < tolerance);
+    }
+  }
+}
+

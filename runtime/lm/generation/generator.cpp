@@ -210,8 +210,10 @@ std::vector<std::size_t> Generator::run_batch(std::vector<GenerationRequest>& re
   stats_.padded_prompt = P;
 
   const auto device = model_.options().device;
-  // A mixture of experts picks its experts on the host (moe.h), which a CUDA graph cannot capture.
-  const bool use_graph = options_.cuda_graphs && device.is_cuda() && DecodeGraph::available() && !model_.config().moe;
+  // A mixture of experts whose experts run on LibTorch's operators picks them on the host (moe.h), which a CUDA graph
+  // cannot capture.
+  const bool use_graph = options_.cuda_graphs && device.is_cuda() && DecodeGraph::available() &&
+                         model_.experts_stay_on_device(B);
   const int64_t capacity = round_up(P + (waves > 1 ? longest_new * waves : N), 256);
   auto& buffers = buffers_for(B, capacity);
 

@@ -236,6 +236,19 @@ at::Tensor LoraAdapter::plus_expert_delta(int64_t layer, LoraTarget target, int6
   return out + at::linear(at::linear(x, a), b);
 }
 
+at::Tensor LoraAdapter::expert_deltas(int64_t layer, LoraTarget target, const at::Tensor& experts, int64_t num_experts,
+                                      const at::Tensor& x) const {
+  if (target != LoraTarget::experts_gate_up && target != LoraTarget::experts_down)
+    throw std::invalid_argument(std::string("expert_deltas: ") + lora_module_name(target) + " is not an expert target");
+  const auto* p = find(layer, target);
+  if (!p) return {};
+  const int64_t r = p->rank, rows = p->b.size(0), in = p->a.size(1);
+  const auto dtype = x.scalar_type();
+  const auto a = p->a.view({num_experts, r, in}).index_select(0, experts).to(dtype);  // [A, r, in]
+  const auto b = (p->b.view({rows, r, num_experts}).permute({2, 0, 1}).index_select(0, experts) * p->scale).to(dtype);
+  return at::bmm(b, at::bmm(a, x.unsqueeze(-1))).squeeze(-1);  // [A, out]
+}
+
 bool LoraAdapter::adapts_parameters() const {
   for (int64_t layer = 0; layer < layers_; ++layer)
     for (auto t : kLoraParameterTargets)

@@ -53,6 +53,11 @@ class LoraAdapter {
   // out + expert `expert`'s (of `experts`) delta of an expert target on x [n, in]; out unchanged when not adapted.
   at::Tensor plus_expert_delta(int64_t layer, LoraTarget target, int64_t expert, int64_t experts, const at::Tensor& x,
                                const at::Tensor& out) const;
+  // Every assignment's delta of an expert target at once, the experts found on the device: x [A, in] (row a is
+  // assignment a's input), experts [A] int64 -> [A, out] (scale * B_e A_e x_a with e = experts[a]), or an undefined
+  // tensor when the target is not adapted. The same values as plus_expert_delta row by row.
+  at::Tensor expert_deltas(int64_t layer, LoraTarget target, const at::Tensor& experts, int64_t num_experts,
+                           const at::Tensor& x) const;
   bool adapts_parameters() const;  // the router or experts of some layer (these cannot be folded or merged)
   const LoraPair* find(int64_t layer, LoraTarget target) const;
   std::vector<at::Tensor> parameters() const;  // every A and B, in a fixed order

@@ -1,7 +1,11 @@
 #include "lm/model/moe.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
+#include <optional>
+
+#include "lm/kernels/moe_kernels.h"
 #include "lm/model/lora.h"
 #include "lm/model/mxfp4.h"
 
@@ -46,6 +50,33 @@ at::Tensor expert_forward(const MoeWeights& w, const MoeConfig& config, int64_t 
   return lora ? lora->plus_expert_delta(layer, LoraTarget::experts_down, e, E, hidden, out) : out;
 }
 
+// Every token's experts read straight from MXFP4 on the GPU (moe_kernels.h), with an adapter's expert deltas gathered
+// there too: [T, hidden] -> [T, hidden], with no host synchronisation. Where the kernel does not take them, or
+// gradients are recorded (the kernel has no backward pass), nothing.
+std::optional<at::Tensor> experts_on_device(const MoeWeights& w, const MoeConfig& config, const at::Tensor& flat,
+                                            const Routing& routing, const LoraAdapter* lora, int64_t layer) {
+  const int64_t k = config.experts_per_token, E = config.num_experts, assignments = routing.experts.numel();
+  if (at::GradMode::is_enabled() || !w.gate_up.packed() || !w.down.packed() ||
+      !expert_gemv_serves(flat, w.gate_up.blocks, w.gate_up.scales, assignments) ||
+      !expert_gemv_serves(flat, w.down.blocks, w.down.scales, assignments))
+    return std::nullopt;
+  const auto experts = routing.experts.reshape({-1}).contiguous();  // assignment a = token a / k's (a % k)-th choice
+  const auto x = flat.contiguous();
+  auto gate_up = expert_gemv(x, k, experts, w.gate_up.blocks, w.gate_up.scales, w.gate_up_bias);
+  if (lora) {
+    const auto delta = lora->expert_deltas(layer, LoraTarget::experts_gate_up, experts, E, x.repeat_interleave(k, 0));
+    if (delta.defined()) gate_up = gate_up + delta.to(at::kFloat);
+  }
+  const auto hidden = clamped_swiglu(gate_up, config);
+  auto out = expert_gemv(hidden, 1, experts, w.down.blocks, w.down.scales, w.down_bias);
+  if (lora) {
+    const auto delta = lora->expert_deltas(layer, LoraTarget::experts_down, experts, E, hidden.to(x.scalar_type()));
+    if (delta.defined()) out = out + delta.to(at::kFloat);
+  }
+  const auto weighted = out.view({flat.size(0), k, -1}) * routing.weights.to(at::kFloat).unsqueeze(-1);
+  return weighted.sum(1).to(flat.scalar_type());
+}
+
 }  // namespace
 
 at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& config, const at::Tensor& x, const LoraAdapter* lora,
@@ -54,6 +85,7 @@ at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& config, const at::T
   auto logits = at::linear(flat, w.router, w.router_bias);
   if (lora) logits = lora->plus_deltas(layer, flat, logits, {{LoraTarget::router, logits.size(-1)}});
   const auto routing = route_tokens(logits, config.experts_per_token);
+  if (auto on_device = experts_on_device(w, config, flat, routing, lora, layer)) return on_device->view(x.sizes());
   auto out = at::zeros_like(flat);
   // Only the experts some token chose run (one host sync for the list): each on its tokens, weighted, summed in.
   const auto chosen = std::get<0>(at::_unique(routing.experts.reshape({-1}))).to(at::kCPU);

@@ -9,6 +9,7 @@
 
 #include "lm/training/block_checkpoint.h"
 #include "lm/kernels/decode_kernels.h"
+#include "lm/kernels/moe_kernels.h"
 #include "lm/format/model_files.h"
 #include "lm/model/lora.h"
 #include "lm/model/mxfp4.h"
@@ -259,6 +260,19 @@ const LoraAdapter* Transformer::active_adapter() const {
 }
 
 bool Transformer::adapter_folded() const { return folded_ && folded_ == adapter_ && adapter_->enabled(); }
+
+bool Transformer::experts_stay_on_device(int64_t tokens) const {
+  if (!config_.moe) return true;
+  const auto probe = at::empty({1, config_.hidden_size}, at::TensorOptions().device(options_.device).dtype(options_.dtype));
+  const int64_t assignments = tokens * config_.moe->experts_per_token;
+  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+    const auto& w = block_weights(layer).moe;
+    if (!w.gate_up.packed() || !w.down.packed() || !expert_gemv_serves(probe, w.gate_up.blocks, w.gate_up.scales, assignments) ||
+        !expert_gemv_serves(probe, w.down.blocks, w.down.scales, assignments))
+      return false;
+  }
+  return true;
+}
 
 const BlockWeights& Transformer::block_weights(int64_t layer) const {
   return adapter_folded() ? folded_blocks_[layer] : weights_.blocks[layer];

@@ -112,6 +112,10 @@ class Transformer {
   bool fold_adapter(const LoraAdapter* adapter) const;
   bool adapter_folded() const;
 
+  // Whether a step of `tokens` tokens, without gradients, finds its experts without a host synchronisation, as a CUDA
+  // graph needs: no mixture of experts, or packed experts that the device kernel takes (moe_kernels.h).
+  bool experts_stay_on_device(int64_t tokens) const;
+
  private:
   // Each normalises `residual` with `norm`, and returns `residual` plus its output: the output projection's GEMM adds
   // the residual itself.

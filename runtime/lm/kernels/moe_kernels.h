@@ -1,0 +1,26 @@
+#pragma once
+// The experts of a mixture of experts read straight from MXFP4 on CUDA, for a few tokens (decode steps and short
+// prompts): no expert is expanded to the model dtype, and the experts each token chose are found on the device, so a
+// step needs no host synchronisation. Sums in float32: within rounding of decoding each expert and multiplying with
+// LibTorch's linear, not its bits.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace crucible::lm {
+
+// Whether expert_gemv takes `assignments` (tokens x experts per token) of `x` against these packed experts: a CUDA
+// LibTorch build, x on a GPU in float32, bfloat16 or float16 with no gradient recorded, blocks and scales contiguous
+// uint8 on its device, up to 256 assignments, and not switched off.
+bool expert_gemv_serves(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& scales, int64_t assignments);
+
+// Switches the kernel off and back on (tests and benchmarks compare both ways). CRUCIBLE_MOE_KERNELS=0 starts off.
+void set_expert_kernels(bool on);
+
+// x [rows, cols] (cols contiguous), experts [A] int64 on x's device, blocks [E, out, cols / 32, 16] and scales
+// [E, out, cols / 32] uint8, bias [E, out] or undefined -> [A, out] float32: row a is x[a / x_divisor] times expert
+// experts[a]'s matrix, plus its bias.
+at::Tensor expert_gemv(const at::Tensor& x, int64_t x_divisor, const at::Tensor& experts, const at::Tensor& blocks,
+                       const at::Tensor& scales, const at::Tensor& bias);
+
+}  // namespace crucible::lm

@@ -1,0 +1,84 @@
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "lm/kernels/moe_kernels.h"
+#include "lm/kernels/moe_kernels_launch.h"
+
+namespace crucible::lm {
+namespace {
+
+std::atomic<bool>& switched_on() {
+  static std::atomic<bool> on{[] {
+    const char* value = std::getenv("CRUCIBLE_MOE_KERNELS");
+    return !(value && std::strcmp(value, "0") == 0);
+  }()};
+  return on;
+}
+
+kernels::Element element_of(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kBFloat16: return kernels::Element::bf16;
+    case at::kHalf: return kernels::Element::f16;
+    default: return kernels::Element::f32;
+  }
+}
+
+bool float_type(const at::Tensor& t) {
+  return t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
+}
+
+}  // namespace
+
+bool expert_gemv_serves(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& scales, int64_t assignments) {
+  return switched_on().load(std::memory_order_relaxed) && x.is_cuda() && float_type(x) &&
+         !(at::GradMode::is_enabled() && x.requires_grad()) && blocks.defined() && blocks.device() == x.device() &&
+         scales.device() == x.device() && blocks.scalar_type() == at::kByte && scales.scalar_type() == at::kByte &&
+         blocks.is_contiguous() && scales.is_contiguous() && blocks.dim() == 4 && blocks.size(3) == 16 &&
+         assignments > 0 && assignments <= kernels::kMaxExpertAssignments;
+}
+
+void set_expert_kernels(bool on) { switched_on().store(on, std::memory_order_relaxed); }
+
+at::Tensor expert_gemv(const at::Tensor& x, int64_t x_divisor, const at::Tensor& experts, const at::Tensor& blocks,
+                       const at::Tensor& scales, const at::Tensor& bias) {
+  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "expert_gemv: x must be [rows, cols] with cols contiguous");
+  TORCH_CHECK(expert_gemv_serves(x, blocks, scales, experts.numel()), "expert_gemv: inputs the kernel does not take");
+  const int64_t E = blocks.size(0), out_rows = blocks.size(1), cols = blocks.size(2) * 32;
+  TORCH_CHECK(x.size(1) == cols && scales.sizes() == blocks.sizes().slice(0, 3),
+              "expert_gemv: x's columns and the scales must match the blocks");
+  TORCH_CHECK(experts.scalar_type() == at::kLong && experts.is_contiguous() && experts.device() == x.device() &&
+                  x_divisor > 0 && experts.numel() <= x.size(0) * x_divisor,
+              "expert_gemv: experts [A] int64 on x's device, one x row per x_divisor of them");
+  const auto b = bias.defined() ? bias.contiguous() : bias;
+  TORCH_CHECK(!b.defined() || (b.dim() == 2 && b.size(0) == E && b.size(1) == out_rows && float_type(b) &&
+                               b.device() == x.device()),
+              "expert_gemv: bias must be [E, out] on x's device");
+  const c10::cuda::CUDAGuard on_its_device(x.device());
+  auto out = at::empty({experts.numel(), out_rows}, x.options().dtype(at::kFloat));
+  kernels::ExpertGemvArgs a;
+  a.x = x.data_ptr();
+  a.x_row_stride = x.stride(0);
+  a.x_divisor = static_cast<int>(x_divisor);
+  a.x_element = element_of(x);
+  a.experts = experts.data_ptr<int64_t>();
+  a.assignments = static_cast<int>(experts.numel());
+  a.blocks = blocks.data_ptr<uint8_t>();
+  a.scales = scales.data_ptr<uint8_t>();
+  a.bias = b.defined() ? b.data_ptr() : nullptr;
+  a.bias_element = b.defined() ? element_of(b) : kernels::Element::f32;
+  a.out = out.data_ptr<float>();
+  a.experts_count = static_cast<int>(E);
+  a.rows = static_cast<int>(out_rows);
+  a.cols = static_cast<int>(cols);
+  TORCH_CHECK(kernels::launch_expert_gemv(a, c10::cuda::getCurrentCUDAStream(x.get_device()).stream()),
+              "expert_gemv: launch failed");
+  return out;
+}
+
+}  // namespace crucible::lm
