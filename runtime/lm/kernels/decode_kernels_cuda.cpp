@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "lm/kernels/decode_kernels.h"
+#include "lm/kernels/element_of.h"
 #include "lm/kernels/decode_kernels_launch.h"
 
 namespace crucible::lm {
@@ -60,14 +61,6 @@ std::atomic<bool>& fused_sampling_on() {
 std::atomic<bool>& small_linear_on() {
   static std::atomic<bool> on{on_unless_zero("CRUCIBLE_DECODE_GEMV")};
   return on;
-}
-
-kernels::Element element_of(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kBFloat16: return kernels::Element::bf16;
-    case at::kHalf: return kernels::Element::f16;
-    default: return kernels::Element::f32;
-  }
 }
 
 bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "lm/kernels/element_of.h"
 #include "lm/kernels/moe_kernels.h"
 #include "lm/kernels/moe_kernels_launch.h"
 
@@ -19,14 +20,6 @@ std::atomic<bool>& switched_on() {
     return !(value && std::strcmp(value, "0") == 0);
   }()};
   return on;
-}
-
-kernels::Element element_of(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kBFloat16: return kernels::Element::bf16;
-    case at::kHalf: return kernels::Element::f16;
-    default: return kernels::Element::f32;
-  }
 }
 
 bool float_type(const at::Tensor& t) {
