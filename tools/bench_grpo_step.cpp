@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <random>
 #include <thread>
+#include <optional>
 
 #include "crucible/eval/evaluator.h"
 #include "lm/kernels/device_memory.h"
@@ -235,6 +236,10 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-grpo", skip_grpo, "Only the TTT loop");
   bool policy_only = false;
   app.add_flag("--policy-only", policy_only, "GRPO step: only the policy's stages (no evaluation, no overlap)");
+  std::optional<uint64_t> random_weights;
+  app.add_option("--random-weights", random_weights,
+                 "SEED: the model's weights drawn on the device at its config's shapes (config.json and tokenizer.json "
+                 "are read; no weight files)");
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run that dies (out of memory) keeps the lines it printed
 
@@ -252,6 +257,7 @@ int main(int argc, char** argv) {
   setup.config.lm.measure_kl = measure_kl;
   setup.language = eval::CandidateLanguage::cuda_cpp();
   setup.state_dir = fs::path(state) / "grpo";
+  setup.random_weights = random_weights;
 
   // Stand-in kernels come from the search policy; the evaluator's GPU worker is warmed up once, untimed.
   policy::SearchPolicyOptions search_options;

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <sstream>
 #include <thread>
+#include <optional>
 
 #include "lm/kernels/device_memory.h"
 #include "lm/generation/generator.h"
@@ -96,6 +97,9 @@ int main(int argc, char** argv) {
   app.add_option("--new", new_tokens, "new tokens per request");
   app.add_option("--temperature", temperature, "sampling temperature");
   app.add_flag("--no-graphs", no_graphs, "decode eagerly, without CUDA graphs");
+  std::optional<uint64_t> random_weights;
+  app.add_option("--random-weights", random_weights,
+                 "SEED: weights drawn on the device at the config's shapes; the directory needs only config.json");
   app.add_option("--uneven", uneven_requests,
                  "K: also K requests of uneven lengths on the last batch size's rows, static against continuous batching");
   CLI11_PARSE(app, argc, argv);
@@ -103,6 +107,7 @@ int main(int argc, char** argv) {
   LoadOptions options;
   options.device = c10::Device(device_name);
   options.dtype = dtype_name == "f32" ? at::kFloat : dtype_name == "f16" ? at::kHalf : at::kBFloat16;
+  options.random_seed = random_weights;
   if (!options.device.is_cuda()) at::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
   const auto model = Transformer::load(model_dir, options);
   const auto& c = model.config();

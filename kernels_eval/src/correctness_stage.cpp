@@ -204,10 +204,10 @@ bool check_correctness(StageContext& ctx, Verdict& v) {
     if (no_custom_work(*v.kernel_coverage, ctx.gpu->min_own_share, own_us, bytes)) {
       v.status = Status::rejected;
       v.reasons.push_back({ReasonCode::no_custom_work,
-                           percent(*v.kernel_coverage) + " of the GPU time was in the candidate's own kernels (the " +
-                               "floor is " + percent(ctx.gpu->min_own_share) + "), " + microseconds(own_us) +
-                               " a call, less than writing the outputs once takes (" + microseconds(write_us) +
-                               "): PyTorch or a library did the work"});
+                           percent(*v.kernel_coverage) + " of the GPU time was in the candidate's own kernels, " +
+                               microseconds(own_us) + " a call (the floor: " + percent(kLeastOwnShare) +
+                               ", or " + percent(ctx.gpu->min_own_share) + " unless as long as writing the outputs " +
+                               "once takes, " + microseconds(write_us) + "): PyTorch or a library did the work"});
       return false;
     }
   }

@@ -179,12 +179,23 @@ bool torch_stream_symbol(std::string_view symbol) {
   return false;
 }
 
+// PyTorch's ways to register or replace an operator's kernel (TORCH_LIBRARY_IMPL and the like): an extension that
+// replaced aten::copy_ would run its work inside the evaluator's own copy of its result.
+bool torch_registration_symbol(std::string_view symbol) {
+  for (std::string_view s : {"_ZN5torch7Library", "TorchLibraryInit", "_ZN3c1017RegisterOperators",
+                             "_ZN3c1010Dispatcher12registerImpl", "_ZN3c1010Dispatcher11registerDef",
+                             "_ZN3c1010Dispatcher16registerFallback", "_ZN3c1010Dispatcher15registerLibrary"})
+    if (contains(symbol, s)) return true;
+  return false;
+}
+
 }  // namespace
 
 std::string classify_import(const std::string& symbol, const GatePolicy& policy) {
   const auto& extra = policy.extra_allowed_imports;
   if (std::find(extra.begin(), extra.end(), symbol) != extra.end()) return {};
   if (policy.python_extension && torch_stream_symbol(symbol)) return "cuda stream/event/graph";
+  if (policy.python_extension && torch_registration_symbol(symbol)) return "operator registration";
   if (policy.python_extension && (extension_may_import(symbol) || extension_diagnostic_output(symbol))) return {};
   for (const auto& category : forbidden_categories()) {
     if (std::find(category.exact.begin(), category.exact.end(), symbol) != category.exact.end())

@@ -115,6 +115,8 @@ TEST_CASE("custom work: a low share is no custom work only when the own kernels 
       {0.5, 0.1, relu_out, false},       // a share over the floor passes whatever its time
       {0.05, 0.0, relu_out, false},      // exactly at the floor
       {0.0499, 1.0, 0.0, false},         // no outputs to write: only the share speaks, and the time is not below 0
+      {0.002, 2.0, 40e3, true},          // a decoy on a task of small outputs: under the least share whatever its time
+      {0.0056, 30.0, gemm_out, false},   // the least honest epilogue measured (a Triton one, H200)
   };
   for (const auto& r : rows) {
     CAPTURE(r.share);

@@ -6,6 +6,8 @@
 #include <c10/core/InferenceMode.h>
 #include <doctest/doctest.h>
 
+#include <fstream>
+
 #include "lm/generation/generator.h"
 #include "lm/format/model_files.h"
 #include "lm/model/mxfp4_checkpoint.h"
@@ -128,6 +130,29 @@ TEST_CASE("gpt-oss: a dense checkpoint packed to MXFP4 loads packed and gives th
   const test::ScratchDir qwen_dir("qwen3-nopack");
   const auto qwen = load_tiny(test::tiny_qwen3(), qwen_dir);
   CHECK_THROWS_AS(mxfp4_checkpoint_tensors(qwen.config(), ModelFiles::open(qwen_dir.path())), ModelFormatError);
+}
+
+TEST_CASE("gpt-oss: random weights at a config's shapes load from config.json alone, seeded, with packed experts") {
+  c10::InferenceMode guard;
+  const auto m = test::tiny_gpt_oss();
+  const test::ScratchDir dir("gptoss-random");
+  { std::ofstream(dir.path() / "config.json") << m.config.dump(); }
+  CHECK_THROWS_AS(Transformer::load(dir.path()), ModelFormatError);  // no weights: files are required by default
+  LoadOptions options;
+  options.random_seed = 5;
+  const auto a = Transformer::load(dir.path(), options), again = Transformer::load(dir.path(), options);
+  options.random_seed = 6;
+  const auto other = Transformer::load(dir.path(), options);
+  const auto& experts = a.weights().blocks[1].moe;
+  CHECK(experts.gate_up.packed());
+  CHECK(experts.down.blocks.sizes().vec() == std::vector<int64_t>{4, 64, 1, 16});
+  CHECK(at::equal(a.weights().blocks[0].input_norm, at::ones_like(a.weights().blocks[0].input_norm)));
+  const auto ids = prompt_of(9, 48, 3);
+  const auto logits = a.forward_full(as_batch(ids));
+  CHECK(logits.size(2) == m.config["vocab_size"].get<int64_t>());
+  CHECK(at::isfinite(logits).all().item<bool>());
+  CHECK(at::equal(logits, again.forward_full(as_batch(ids))));
+  CHECK(max_diff(logits, other.forward_full(as_batch(ids))) > 1e-4f);
 }
 
 TEST_CASE("gpt-oss: the reference itself depends on sinks, the window and YaRN (the comparison above can fail)") {

@@ -78,8 +78,7 @@ TEST_CASE("lm gpu: experts read from MXFP4 by the device kernel give LibTorch's 
   auto g = at::make_generator<at::CPUGeneratorImpl>(7);
   MoeConfig config{E, 4, 7.0, 1.702};
   MoeWeights w;
-  w.router = (at::randn({E, hidden}, g) * 0.3).to(gpu);
-  w.router_bias = (at::randn({E}, g) * 0.1).to(gpu);
+  const auto router = at::randn({E, hidden}, g) * 0.3, router_bias = at::randn({E}, g) * 0.1;
   const auto gate_up = lm::mxfp4_encode(at::randn({E, 2 * I, hidden}, g) * 0.2);
   const auto down = lm::mxfp4_encode(at::randn({E, hidden, I}, g) * 0.2);
   w.gate_up.blocks = gate_up.blocks.to(gpu);
@@ -88,6 +87,8 @@ TEST_CASE("lm gpu: experts read from MXFP4 by the device kernel give LibTorch's 
   w.down.scales = down.scales.to(gpu);
   for (const auto dtype : {at::kFloat, at::kBFloat16}) {
     CAPTURE(dtype == at::kFloat);
+    w.router = router.to(gpu, dtype);
+    w.router_bias = router_bias.to(gpu, dtype);
     w.gate_up_bias = (at::randn({E, 2 * I}, g) * 0.1).to(gpu, dtype);
     w.down_bias = (at::randn({E, hidden}, g) * 0.1).to(gpu, dtype);
     // 64 tokens are the kernel's most (256 assignments); 65 take LibTorch's path either way.

@@ -7,6 +7,8 @@ shard per layer, an index, the published config.json, and the fixture tokenizer 
   python3 tools/lm_fixtures/make_gpt_oss_bench.py gpt-oss-20b DIR     # about 13 GB of files
   python3 tools/lm_fixtures/make_gpt_oss_bench.py gpt-oss-120b DIR    # about 61 GB: more disk than a one-GPU node
   ./build-gpu/tools/bench_lm --model DIR --batches 1,64               # 512-token prompts, 512 new tokens
+  python3 tools/lm_fixtures/make_gpt_oss_bench.py gpt-oss-120b DIR --config-only   # config and tokenizer only:
+  ./build-gpu/tools/bench_lm --model DIR --random-weights 1           # weights drawn on the GPU (any size)
 Seeded: the same files every time.
 """
 import json, pathlib, subprocess, sys
@@ -61,6 +63,11 @@ def main():
     c = dict(COMMON, **SHAPES[shape])
     c["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(c["num_hidden_layers"])]
     (out / "config.json").write_text(json.dumps(c, indent=2))
+    if "--config-only" in sys.argv[3:]:  # for --random-weights: the benches draw the weights on the GPU
+        subprocess.run([sys.executable, str(ROOT / "tools/lm_fixtures/pad_tokenizer.py"),
+                        str(ROOT / "tests/fixtures/lm/qwen2_tiny/tokenizer.json"), str(out)], check=True)
+        print(f"wrote {shape}'s config.json and tokenizer.json in {out}")
+        return
     g = torch.Generator().manual_seed(0)
     weight_map, total = {}, 0
     shards = [("model-embed.safetensors", {"model.embed_tokens.weight": randn(g, c["vocab_size"], c["hidden_size"]),

@@ -118,9 +118,18 @@ class LoadedModel:
         if self.count_calls and self.calls_into_extensions[0] == before:
             raise Refused("no_custom_work", "none of the extension's functions ran in this call (PyTorch did the "
                           "work)")
-        return result
+        return [self.dense(r) for r in result] if isinstance(result, (tuple, list)) else self.dense(result)
 
-    def deliver(self, result, outputs):
+    def dense(self, r):
+        """A result laid out as the delivery copies it, made so here, inside the call: a strided, broadcast, negated or
+        conjugated view would otherwise leave its materialisation (a transpose, a broadcast) to the untimed copy."""
+        if isinstance(r, self.torch.Tensor) and (not r.is_contiguous() or r.is_neg() or r.is_conj()):
+            return r.resolve_conj().resolve_neg().contiguous()
+        return r
+
+    def deliver(self, result, outputs, copy=None):
+        """Checks what `compute` returned against set s's outputs and copies it there, with `copy(out, r)` where given
+        (a GPU worker's copy that no operator registered by an extension can replace) or `out.copy_(r)`."""
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         if len(results) != len(outputs):
             raise Refused("output_count", f"forward returned {len(results)} tensors; the task has {len(outputs)}")
@@ -133,7 +142,10 @@ class LoadedModel:
                               f"{list(out.shape)} {out.dtype}")
             if r.device != out.device:
                 raise Refused("output_type", f"output {k} is on {r.device}; the task's is on {out.device}")
-            out.copy_(r)
+            if copy is not None:
+                copy(out, r)
+            else:
+                out.copy_(r)
 
 
 def _prebuilt(prebuilt, name):

@@ -287,7 +287,9 @@ class Worker:
             c.cuda_error_text = ("CUDA error: " + one_line(error))[:250].encode()
             c.rc = protocol.DEVICE_ERROR_RC
             return False
-        c.own_kernel_share = self.support.crucible_coverage_end() if profile else -1.0
+        share = self.support.crucible_coverage_end() if profile else -1.0
+        # Profiled and nothing ran on the GPU: none of the time was the candidate's own (not "unknown").
+        c.own_kernel_share = 0.0 if profile and share < 0 else share
         c.device_ms = self.start_event.elapsed_time(self.end_event)
         if rc == 0:
             try:

@@ -1,8 +1,9 @@
 // The experts of a mixture of experts for a few tokens, read straight from MXFP4: one block per (expert, 32 rows),
 // which finds the assignments routed to its expert on the device (no host synchronisation, so a decode step can be
-// captured in a CUDA graph) and reads its rows once for all of them. A warp takes a row: its lanes read the row's
-// 17-byte blocks (16 bytes of codes and a scale) side by side, decode each block's 32 values into registers, and
-// multiply them with up to kChunk assignments' inputs at once.
+// captured in a CUDA graph) and reads its rows once for all of them. A warp takes a row, 256 columns a step: lane l
+// reads 4 code bytes (8 values) of the row's block step * 8 + l / 4, so the warp's code reads are 128 contiguous bytes
+// and its reads of an input row 256 contiguous values, 8 to a lane in one or two 16-byte loads. Each 8 values are
+// decoded into registers once and multiplied with up to kChunk assignments' inputs.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -14,7 +15,31 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kRowsPerWarp = 4;
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
-constexpr int kChunk = 8;  // assignments a warp multiplies with one decoded block
+constexpr int kChunk = 8;  // assignments a warp multiplies with one decoded run of 8 values
+
+// 8 consecutive values at p (16-byte aligned) as floats.
+__device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    v[2 * i] = f.x, v[2 * i + 1] = f.y;
+  }
+}
+__device__ __forceinline__ void load8(const __half* p, float (&v)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const auto* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    v[2 * i] = f.x, v[2 * i + 1] = f.y;
+  }
+}
 
 __device__ __forceinline__ float to_float(const void* p, int64_t i, Element e) {
   switch (e) {
@@ -31,6 +56,12 @@ __device__ __forceinline__ float e2m1(unsigned code) {
   return (code & 8u) ? -m : m;
 }
 
+// 2^(scale - 127) built from its bits: exact (scale 0 is 2^-127, a subnormal; 255, NaN, is refused at load).
+__device__ __forceinline__ float scale_of(unsigned scale) {
+  return scale == 0 ? __int_as_float(0x00400000) : __int_as_float(static_cast<int>(scale) << 23);
+}
+
+template <typename T>
 __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemvArgs a) {
   __shared__ int mine[kMaxExpertAssignments];
   __shared__ int count;
@@ -42,11 +73,12 @@ __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemvArgs
   __syncthreads();
   const int n = count;
   if (n == 0) return;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T* x = static_cast<const T*>(a.x);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, quarter = lane % 4;
   const int blocks_per_row = a.cols / 32;
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
     const int row = blockIdx.y * kRowsPerBlock + warp * kRowsPerWarp + rr;
-    if (row >= a.rows) return;
+    if (row >= a.rows) return;  // the whole warp: rows are per warp
     const int64_t row_index = static_cast<int64_t>(expert) * a.rows + row;
     const uint8_t* codes = a.blocks + row_index * blocks_per_row * 16;
     const uint8_t* scales = a.scales + row_index * blocks_per_row;
@@ -56,27 +88,25 @@ __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemvArgs
       float acc[kChunk];
 #pragma unroll
       for (int c = 0; c < kChunk; ++c) acc[c] = 0.0f;
-      for (int b = lane; b < blocks_per_row; b += 32) {
-        const uint4 packed = *reinterpret_cast<const uint4*>(codes + static_cast<int64_t>(b) * 16);
-        const float scale = exp2f(static_cast<float>(scales[b]) - 127.0f);
-        const unsigned words[4] = {packed.x, packed.y, packed.z, packed.w};
-        float w[32];
+      for (int b = lane / 4; b < blocks_per_row; b += 8) {
+        const unsigned word = reinterpret_cast<const unsigned*>(codes + static_cast<int64_t>(b) * 16)[quarter];
+        const float scale = scale_of(scales[b]);
+        float w[8];
 #pragma unroll
-        for (int q = 0; q < 4; ++q)
-#pragma unroll
-          for (int byte = 0; byte < 4; ++byte) {
-            const unsigned v = (words[q] >> (8 * byte)) & 0xFFu;
-            w[q * 8 + byte * 2] = e2m1(v & 0xFu) * scale;  // the low nibble is the earlier value
-            w[q * 8 + byte * 2 + 1] = e2m1(v >> 4) * scale;
-          }
+        for (int byte = 0; byte < 4; ++byte) {
+          const unsigned v = (word >> (8 * byte)) & 0xFFu;
+          w[2 * byte] = e2m1(v & 0xFu) * scale;  // the low nibble is the earlier value
+          w[2 * byte + 1] = e2m1(v >> 4) * scale;
+        }
+        const int64_t column = static_cast<int64_t>(b) * 32 + quarter * 8;
 #pragma unroll
         for (int c = 0; c < kChunk; ++c) {
           if (c >= chunk) break;
-          const int64_t x_row = mine[first + c] / a.x_divisor;
-          const int64_t base = x_row * a.x_row_stride + static_cast<int64_t>(b) * 32;
+          float in[8];
+          load8(x + static_cast<int64_t>(mine[first + c] / a.x_divisor) * a.x_row_stride + column, in);
           float sum = 0.0f;
 #pragma unroll
-          for (int i = 0; i < 32; ++i) sum += w[i] * to_float(a.x, base + i, a.x_element);
+          for (int i = 0; i < 8; ++i) sum += w[i] * in[i];
           acc[c] += sum;
         }
       }
@@ -98,7 +128,11 @@ bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
       args.experts_count <= 0 || args.x_divisor <= 0)
     return false;
   const dim3 grid(args.experts_count, (args.rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  expert_gemv_kernel<<<grid, kWarps * 32, 0, stream>>>(args);
+  switch (args.x_element) {
+    case Element::bf16: expert_gemv_kernel<__nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(args); break;
+    case Element::f16: expert_gemv_kernel<__half><<<grid, kWarps * 32, 0, stream>>>(args); break;
+    default: expert_gemv_kernel<float><<<grid, kWarps * 32, 0, stream>>>(args); break;
+  }
   return cudaGetLastError() == cudaSuccess;
 }
 

@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -33,14 +34,19 @@ bool expert_gemv_serves(const at::Tensor& x, const at::Tensor& blocks, const at:
          !(at::GradMode::is_enabled() && x.requires_grad()) && blocks.defined() && blocks.device() == x.device() &&
          scales.device() == x.device() && blocks.scalar_type() == at::kByte && scales.scalar_type() == at::kByte &&
          blocks.is_contiguous() && scales.is_contiguous() && blocks.dim() == 4 && blocks.size(3) == 16 &&
+         reinterpret_cast<uintptr_t>(blocks.data_ptr()) % 16 == 0 &&  // each row's blocks are read 16 bytes at a time
          assignments > 0 && assignments <= kernels::kMaxExpertAssignments;
 }
 
 void set_expert_kernels(bool on) { switched_on().store(on, std::memory_order_relaxed); }
 
-at::Tensor expert_gemv(const at::Tensor& x, int64_t x_divisor, const at::Tensor& experts, const at::Tensor& blocks,
+at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Tensor& experts, const at::Tensor& blocks,
                        const at::Tensor& scales, const at::Tensor& bias) {
-  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "expert_gemv: x must be [rows, cols] with cols contiguous");
+  TORCH_CHECK(input.dim() == 2 && input.stride(1) == 1, "expert_gemv: x must be [rows, cols] with cols contiguous");
+  // The kernel reads 8 values of a row at a time, 16-byte aligned.
+  const bool aligned = reinterpret_cast<uintptr_t>(input.data_ptr()) % 16 == 0 &&
+                       (input.stride(0) * input.element_size()) % 16 == 0;
+  const at::Tensor x = aligned ? input : input.clone(at::MemoryFormat::Contiguous);
   TORCH_CHECK(expert_gemv_serves(x, blocks, scales, experts.numel()), "expert_gemv: inputs the kernel does not take");
   const int64_t E = blocks.size(0), out_rows = blocks.size(1), cols = blocks.size(2) * 32;
   TORCH_CHECK(x.size(1) == cols && scales.sizes() == blocks.sizes().slice(0, 3),

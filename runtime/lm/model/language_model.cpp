@@ -68,6 +68,7 @@ LanguageModel LanguageModel::load(const std::filesystem::path& model_dir, const 
     throw std::invalid_argument("unknown device '" + options.device + "' (cpu or cuda:N)");
   }
   load.dtype = parse_dtype_option(options.dtype, load.device);
+  load.random_seed = options.random_weights;
   if (load.device.is_cpu() && at::get_num_threads() < 2)
     at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   LanguageModel lm;

@@ -23,6 +23,8 @@ struct LanguageModelOptions {
   // The chat format to render prompts in; empty: the model's (chat_format_for_model: harmony for gpt_oss, qwen3 for
   // qwen3, else what the tokenizer's tokens say). A format whose stop tokens the tokenizer lacks is refused.
   std::optional<ChatFormat> chat_format;
+  // Benchmarks: the weights drawn with this seed at the config's shapes instead of read (LoadOptions::random_seed).
+  std::optional<uint64_t> random_weights;
 };
 
 // Unset sampling values fall back to the directory's generation_config.json, then to temperature 1, no top-p/k.

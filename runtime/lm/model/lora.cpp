@@ -244,9 +244,9 @@ at::Tensor LoraAdapter::expert_deltas(int64_t layer, LoraTarget target, const at
   if (!p) return {};
   const int64_t r = p->rank, rows = p->b.size(0), in = p->a.size(1);
   const auto dtype = x.scalar_type();
-  const auto a = p->a.view({num_experts, r, in}).index_select(0, experts).to(dtype);  // [A, r, in]
-  const auto b = (p->b.view({rows, r, num_experts}).permute({2, 0, 1}).index_select(0, experts) * p->scale).to(dtype);
-  return at::bmm(b, at::bmm(a, x.unsqueeze(-1))).squeeze(-1);  // [A, out]
+  const auto a = p->a.to(dtype).view({num_experts, r, in}).index_select(0, experts);  // [A, r, in]
+  const auto b = p->b.to(dtype).view({rows, r, num_experts}).permute({2, 0, 1}).index_select(0, experts);  // [A, out, r]
+  return at::bmm(b, at::bmm(a, x.unsqueeze(-1))).squeeze(-1).mul_(p->scale);  // [A, out]
 }
 
 bool LoraAdapter::adapts_parameters() const {

@@ -27,11 +27,31 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s.str();
 }
 
+}  // namespace
+
+// Where a model's tensors come from: its files, or (benchmarks of shapes whose weights are not at hand) a seeded draw.
 class WeightReader {
  public:
-  WeightReader(const ModelFiles& files, const LoadOptions& options) : files_(files), options_(options) {}
+  virtual ~WeightReader() = default;
+  // A floating-point tensor of this shape in the load's dtype, on its device.
+  virtual at::Tensor operator()(const std::string& name, std::vector<int64_t> shape) const = 0;
+  // Stored bytes as they are (MXFP4 blocks and scales, uint8), moved to the device.
+  virtual at::Tensor raw(const std::string& name, std::vector<int64_t> shape, at::ScalarType dtype) const = 0;
+  virtual const std::vector<int64_t>* shape_of(const std::string& name) const = 0;
+  virtual bool has(const std::string& name) const = 0;
+};
 
-  at::Tensor operator()(const std::string& name, std::vector<int64_t> shape) const {
+namespace {
+
+bool ends_with(const std::string& name, const std::string& suffix) {
+  return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+class FileWeights final : public WeightReader {
+ public:
+  FileWeights(const ModelFiles& files, const LoadOptions& options) : files_(files), options_(options) {}
+
+  at::Tensor operator()(const std::string& name, std::vector<int64_t> shape) const override {
     const auto& view = files_.require(name);
     if (view.shape != shape)
       throw ModelFormatError(files_.dir().string() + ": tensor " + name + " has shape " + shape_text(view.shape) +
@@ -41,8 +61,7 @@ class WeightReader {
       throw ModelFormatError(files_.dir().string() + ": tensor " + name + " has dtype " + dtype_name(view.dtype));
     return host.to(options_.device, options_.dtype, /*non_blocking=*/false, /*copy=*/true);
   }
-  // Stored bytes as they are (MXFP4 blocks and scales, uint8), moved to the device.
-  at::Tensor raw(const std::string& name, std::vector<int64_t> shape, at::ScalarType dtype) const {
+  at::Tensor raw(const std::string& name, std::vector<int64_t> shape, at::ScalarType dtype) const override {
     const auto& view = files_.require(name);
     const auto host = view_to_tensor(view);
     if (view.shape != shape || host.scalar_type() != dtype)
@@ -50,14 +69,38 @@ class WeightReader {
                              shape_text(view.shape) + ", the config implies " + shape_text(shape) + " (uint8 for MXFP4)");
     return host.to(options_.device, dtype, /*non_blocking=*/false, /*copy=*/true);
   }
-  const std::vector<int64_t>* shape_of(const std::string& name) const {
+  const std::vector<int64_t>* shape_of(const std::string& name) const override {
     const auto* view = files_.find(name);
     return view ? &view->shape : nullptr;
   }
-  bool has(const std::string& name) const { return files_.find(name) != nullptr; }
+  bool has(const std::string& name) const override { return files_.find(name) != nullptr; }
 
  private:
   const ModelFiles& files_;
+  const LoadOptions& options_;
+};
+
+// Drawn on the device, seeded: norms 1, sinks 0, other floating-point weights N(0, 0.02^2); a mixture of experts'
+// experts packed in MXFP4 as gpt-oss ships them (random codes, scales 2^-9 to 2^-5). Nothing is read or expanded on
+// the host, so a shape larger than the machine's disk (gpt-oss-120b on a one-GPU node) still loads.
+class RandomWeights final : public WeightReader {
+ public:
+  RandomWeights(const LoadOptions& options, uint64_t seed) : options_(options) { at::manual_seed(seed); }
+
+  at::Tensor operator()(const std::string& name, std::vector<int64_t> shape) const override {
+    const auto opts = at::TensorOptions().device(options_.device).dtype(options_.dtype);
+    if (name.find("norm") != std::string::npos) return at::ones(shape, opts);
+    if (ends_with(name, "sinks")) return at::zeros(shape, opts);
+    return at::randn(shape, opts.dtype(at::kFloat)).mul_(0.02).to(options_.dtype);
+  }
+  at::Tensor raw(const std::string& name, std::vector<int64_t> shape, at::ScalarType dtype) const override {
+    const auto opts = at::TensorOptions().device(options_.device).dtype(dtype);
+    return ends_with(name, "_scales") ? at::randint(118, 123, shape, opts) : at::randint(0, 256, shape, opts);
+  }
+  const std::vector<int64_t>* shape_of(const std::string&) const override { return nullptr; }
+  bool has(const std::string& name) const override { return ends_with(name, "_blocks"); }
+
+ private:
   const LoadOptions& options_;
 };
 
@@ -120,6 +163,7 @@ AttentionInputs whole_sequences(const at::Tensor& valid) {
 
 Transformer Transformer::load(const std::filesystem::path& model_dir, const LoadOptions& options) {
   const auto config = load_model_config(model_dir);
+  if (options.random_seed) return from_weights(config, RandomWeights(options, *options.random_seed), options);
   const auto files = ModelFiles::open(model_dir);
   return from_files(config, files, options);
 }
@@ -200,10 +244,13 @@ void read_moe(const WeightReader& read, const ModelConfig& c, const std::string&
 }  // namespace
 
 Transformer Transformer::from_files(const ModelConfig& c, const ModelFiles& files, const LoadOptions& options) {
+  return from_weights(c, FileWeights(files, options), options);
+}
+
+Transformer Transformer::from_weights(const ModelConfig& c, const WeightReader& read, const LoadOptions& options) {
   Transformer t;
   t.config_ = c;
   t.options_ = options;
-  const WeightReader read(files, options);
   const int64_t hidden = c.hidden_size;
   auto& w = t.weights_;
   w.embed = read("model.embed_tokens.weight", {c.vocab_size, hidden});
@@ -263,6 +310,7 @@ bool Transformer::adapter_folded() const { return folded_ && folded_ == adapter_
 
 bool Transformer::experts_stay_on_device(int64_t tokens) const {
   if (!config_.moe) return true;
+  if (at::GradMode::is_enabled()) return false;  // experts_on_device (moe.cpp) runs only without gradients
   const auto probe = at::empty({1, config_.hidden_size}, at::TensorOptions().device(options_.device).dtype(options_.dtype));
   const int64_t assignments = tokens * config_.moe->experts_per_token;
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {

@@ -9,6 +9,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "lm/format/model_config.h"
@@ -20,10 +21,14 @@ namespace crucible::lm {
 
 class ModelFiles;
 class LoraAdapter;
+class WeightReader;
 
 struct LoadOptions {
   c10::Device device = c10::Device(c10::kCPU);
   c10::ScalarType dtype = c10::kFloat;  // weights and activations; norms and softmax still accumulate in float32
+  // Benchmarks of shapes whose weights are not at hand: only the directory's config.json is read, and the weights
+  // are drawn with this seed on the device (RandomWeights in transformer.cpp).
+  std::optional<uint64_t> random_seed;
 };
 
 // The weights of one block. q, k and v are stored fused (one matmul), as are gate and up.
@@ -72,6 +77,7 @@ class Transformer {
  public:
   static Transformer load(const std::filesystem::path& model_dir, const LoadOptions& options = {});
   static Transformer from_files(const ModelConfig& config, const ModelFiles& files, const LoadOptions& options);
+  static Transformer from_weights(const ModelConfig& config, const WeightReader& read, const LoadOptions& options);
 
   // tokens [B, T] int64 -> final hidden states [B, T, hidden]; writes the new keys and values into `cache`.
   at::Tensor hidden_states(const at::Tensor& tokens, const AttentionInputs& attention, KvCache& cache) const;

@@ -216,6 +216,7 @@ lm::LanguageModel load_model(const LmPolicySetup& setup) {
   mo.cuda_graphs = setup.config.lm.cuda_graphs;
   mo.max_batch = setup.config.lm.max_batch;
   mo.chat_format = setup.config.lm.chat_format;
+  mo.random_weights = setup.random_weights;
   return lm::LanguageModel::load(setup.config.lm.model, mo);
 }
 

@@ -22,6 +22,7 @@ struct LmPolicySetup {
   std::filesystem::path state_dir;      // where updates are checkpointed: <state_dir>/v<version>/...
   bool per_task_adapters = false;       // ttt: each task forks its own adapter (and optimizer) from the start
   uint64_t seed = 1;
+  std::optional<uint64_t> random_weights;  // benchmarks: the model's weights drawn at its shapes (LoadOptions)
 };
 
 // The first problem with the settings that shows without loading the model, as (key under [policy], message): a
