@@ -22,24 +22,22 @@ __device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
   const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
-__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[8]) {
+__device__ __forceinline__ float2 to_float2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
+__device__ __forceinline__ float2 to_float2(__half2 h) { return __half22float2(h); }
+
+// 16-bit values: one 16-byte load, converted a pair at a time (T2: __nv_bfloat162 or __half2).
+template <typename T2>
+__device__ __forceinline__ void load8_pairs(const void* p, float (&v)[8]) {
   const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  const auto* h = reinterpret_cast<const T2*>(&raw);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
+    const float2 f = to_float2(h[i]);
     v[2 * i] = f.x, v[2 * i + 1] = f.y;
   }
 }
-__device__ __forceinline__ void load8(const __half* p, float (&v)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const auto* h = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(h[i]);
-    v[2 * i] = f.x, v[2 * i + 1] = f.y;
-  }
-}
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[8]) { load8_pairs<__nv_bfloat162>(p, v); }
+__device__ __forceinline__ void load8(const __half* p, float (&v)[8]) { load8_pairs<__half2>(p, v); }
 
 __device__ __forceinline__ float to_float(const void* p, int64_t i, Element e) {
   switch (e) {
