@@ -54,7 +54,8 @@ __device__ __forceinline__ float e2m1(unsigned code) {
   return (code & 8u) ? -m : m;
 }
 
-// 2^(scale - 127) built from its bits: exact (scale 0 is 2^-127, a subnormal; 255, NaN, is refused at load).
+// 2^(scale - 127) built from its bits: exact (scale 0 is 2^-127, a subnormal; 255, NaN in the MX format, is refused
+// at load).
 __device__ __forceinline__ float scale_of(unsigned scale) {
   return scale == 0 ? __int_as_float(0x00400000) : __int_as_float(static_cast<int>(scale) << 23);
 }
