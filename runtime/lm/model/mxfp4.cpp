@@ -2,13 +2,37 @@
 
 #include <ATen/ATen.h>
 
+#include <map>
+#include <mutex>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace crucible::lm {
 namespace {
 
 at::Tensor code_values(const at::Device& device) {
   return at::tensor(at::ArrayRef<float>(kMxfp4Values.data(), kMxfp4Values.size()), at::kFloat).to(device);
+}
+
+// Every byte's two values, [256, 2] (the low nibble first), on `device` in `dtype` (float32 or bfloat16 hold them
+// exactly): made once per device and dtype, so decoding copies nothing from the host.
+at::Tensor byte_values(const at::Device& device, c10::ScalarType dtype) {
+  static std::mutex mutex;
+  // Never destroyed: device memory freed after the CUDA runtime has shut down would fail at exit.
+  static auto* made = new std::map<std::pair<std::string, c10::ScalarType>, at::Tensor>;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& table = (*made)[{device.str(), dtype}];
+  if (!table.defined()) {
+    std::vector<float> pairs(512);
+    for (int b = 0; b < 256; ++b) {
+      pairs[2 * b] = kMxfp4Values[b & 0x0F];
+      pairs[2 * b + 1] = kMxfp4Values[b >> 4];
+    }
+    table = at::tensor(pairs, at::kFloat).view({256, 2}).to(device, dtype);
+  }
+  return table;
 }
 
 // Codes [..., 32] (0..15) as bytes [..., 16]: code 2i in the low nibble of byte i, code 2i + 1 in the high one.
@@ -47,16 +71,16 @@ at::Tensor mxfp4_decode(const at::Tensor& blocks, const at::Tensor& scales, c10:
   if (blocks.scalar_type() != at::kByte || scales.scalar_type() != at::kByte)
     throw std::invalid_argument("mxfp4_decode: blocks and scales must be uint8");
   if (blocks.dim() < 2 || blocks.size(-1) != kMxfp4BlockSize / 2 || blocks.sizes().slice(0, blocks.dim() - 1).vec() != scales.sizes().vec())
-    throw std::invalid_argument("mxfp4_decode: blocks must be [..., n, 16] and scales [..., n]");
-  const auto low = at::bitwise_and(blocks, 0x0F);
-  const auto high = at::bitwise_right_shift(blocks, 4);
-  const auto codes = at::stack({low, high}, -1).to(at::kLong);  // [..., n, 16, 2]: low nibble first
-  const auto lut = code_values(blocks.device());
-  auto values = lut.index({codes.reshape({-1})}).view(codes.sizes()).flatten(-2);  // [..., n, 32]
-  values = values * at::exp2(scales.to(at::kFloat) - 127).unsqueeze(-1);  // ldexp: exact, a power of two
-  auto shape = scales.sizes().vec();
-  shape.back() *= kMxfp4BlockSize;
-  return values.reshape(shape).to(dtype);
+    throw std::invalid_argument("mxfp4_decode: blocks and scales must be [..., n, 16] and [..., n]");
+  // float16 cannot hold every scale (2^-127 to 2^127), though it holds many products: computed in float32.
+  const auto compute = dtype == at::kHalf ? at::kFloat : dtype;
+  auto values = byte_values(blocks.device(), compute).index_select(0, blocks.reshape({-1}).to(at::kInt));
+  auto shape = blocks.sizes().vec();
+  shape.back() = kMxfp4BlockSize;  // [..., n, 32]: byte i's two values at 2i and 2i + 1
+  values = values.view(shape) * at::exp2(scales.to(at::kFloat) - 127).to(compute).unsqueeze(-1);  // exact: a power of two
+  auto out_shape = scales.sizes().vec();
+  out_shape.back() *= kMxfp4BlockSize;
+  return values.view(out_shape).to(dtype);
 }
 
 }  // namespace crucible::lm
