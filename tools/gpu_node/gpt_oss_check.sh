@@ -4,17 +4,19 @@
 # node's disk). Each step's log goes to OUT_DIR; OUT_DIR/progress.log has each step's status and wall time.
 # Usage: bash tools/gpu_node/gpt_oss_check.sh OUT_DIR [STEP...]
 #   tests     the GPU suite's gpt-oss and MoE-kernel cases
+#   mxfp4     bench_mxfp4: one expert's decode to bfloat16 (what training and long prefills do per routed expert)
 #   20b       bench_lm, gpt-oss-20b shape: batch 1 and 64, 512-token prompts, 128 new tokens
 #   120b      bench_lm, gpt-oss-120b shape: the same
 #   grpo120b  bench_grpo_step, gpt-oss-120b shape: group 8 x batch 8 x 1024 tokens, LoRA rank 16, policy stages only
-# Default: tests 20b. Builds first (CRUCIBLE_TARGETS="test_gpu bench_lm bench_grpo_step crucible crucible-worker").
+# Default: tests mxfp4 20b. Builds first (CRUCIBLE_TARGETS="test_gpu bench_lm bench_grpo_step bench_mxfp4 crucible
+# crucible-worker").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "$1")
 shift
-steps=${*:-tests 20b}
+steps=${*:-tests mxfp4 20b}
 mkdir -p "$out"
-export CRUCIBLE_TARGETS=${CRUCIBLE_TARGETS:-"test_gpu bench_lm bench_grpo_step crucible crucible-worker"}
+export CRUCIBLE_TARGETS=${CRUCIBLE_TARGETS:-"test_gpu bench_lm bench_grpo_step bench_mxfp4 crucible crucible-worker"}
 bash tools/gpu_node/ensure_built.sh "$out" || exit 1
 shapes=/tmp/gpt-oss-shapes
 for shape in gpt-oss-20b gpt-oss-120b; do
@@ -25,6 +27,7 @@ done
 run_step() {
   case $1 in
     tests) build-gpu/tests/test_gpu -tc='lm gpu: qwen3 and gpt-oss*,lm gpu: experts read from MXFP4*' ;;
+    mxfp4) build-gpu/tools/bench_mxfp4 --device cuda:0 ;;
     20b) build-gpu/tools/bench_lm --model "$shapes/gpt-oss-20b" --random-weights 1 --batches 1,64 --new 128 ;;
     120b) build-gpu/tools/bench_lm --model "$shapes/gpt-oss-120b" --random-weights 1 --batches 1,64 --new 128 ;;
     grpo120b) build-gpu/tools/bench_grpo_step --model "$shapes/gpt-oss-120b" --random-weights 1 --group-size 8 \
