@@ -140,6 +140,10 @@ TEST_CASE("kernelbench: the gate refuses each known hack by its code, and lets h
        "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n",
        C::no_custom_kernel},
       {"not Python", "class ModelNew(:\n", C::syntax_error},
+      {"a Triton kernel named as a library's (the profiler would count that library's time as the answer's)",
+       model_new("        return self.ext.f(x)\n",
+                 "import triton\n\n@triton.jit\ndef _ZN2at6native18elementwise_kernelE(x):\n    pass\n"),
+       C::harness_reach},
   };
   for (const auto& row : rows) {
     CAPTURE(row.what);

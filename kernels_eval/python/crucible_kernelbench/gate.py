@@ -22,6 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from crucible_triton.gate import FORBIDDEN_BUILTINS, LOW_PRECISION, TENSOR_COMPUTE_METHODS, TORCH_ALLOWED  # noqa
+from crucible_triton.gate import spoofs_library_kernel  # noqa
 
 ALLOWED_MODULES = {"torch", "torch.nn", "torch.nn.functional", "torch.utils.cpp_extension", "triton",
                    "triton.language", "math"}
@@ -105,6 +106,9 @@ class Gate(ast.NodeVisitor):
         decorators = [self.dotted(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list]
         if "triton.jit" in decorators:
             self.kernels.append(node.name)
+            if spoofs_library_kernel(node.name):
+                self.refuse("harness_reach", node, f"{node.name}: named as a library's kernel, which the profiler "
+                            "would count as the answer's own")
         elif any(d not in ("triton.autotune", "triton.heuristics") for d in decorators):
             self.refuse("forbidden_decorator", node, f"{node.name}: only Triton's decorators")
         if node.name.startswith("__") and node.name != "__init__":

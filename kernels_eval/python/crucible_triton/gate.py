@@ -43,6 +43,17 @@ LOW_PRECISION = {"float16", "bfloat16", "half", "float8e4nv", "float8e5", "float
                  "float8_e5m2", "fp16", "bf16"}
 
 
+
+# The profiler knows a candidate's own kernels by name: a @triton.jit function named as a library's kernel (a mangled
+# C++ name, cuBLAS's or cuDNN's) would have that library's time counted as the candidate's.
+LIBRARY_KERNEL_PREFIXES = ("_Z", "sm80_", "sm86_", "sm89_", "sm90_", "sm100_", "ampere_", "hopper_", "volta_",
+                           "turing_", "nvjet", "cutlass", "cublas", "cudnn", "xmma")
+
+
+def spoofs_library_kernel(name):
+    return name.startswith(LIBRARY_KERNEL_PREFIXES)
+
+
 class Gate(ast.NodeVisitor):
     def __init__(self, task_dtypes):
         self.refusals = []
@@ -94,6 +105,9 @@ class Gate(ast.NodeVisitor):
             if "triton.jit" not in decorators:
                 self.refuse("no_triton_kernel", node, f"{node.name} is autotuned but not @triton.jit")
             self.kernels.append(node.name)
+            if spoofs_library_kernel(node.name):
+                self.refuse("harness_reach", node, f"{node.name}: named as a library's kernel, which the profiler "
+                            "would count as the candidate's own")
         elif decorators:
             self.refuse("forbidden_decorator", node, f"{node.name}: only @triton.jit, @triton.autotune and "
                         "@triton.heuristics may decorate a function")
