@@ -28,4 +28,9 @@ class ModelFiles {
   std::map<std::string, const TensorView*> tensors_;
 };
 
+// Whether a tensor's name ends with `tail` ("..._scales", "mlp.experts.down_proj").
+inline bool name_ends_with(const std::string& name, const std::string& tail) {
+  return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 }  // namespace crucible::lm

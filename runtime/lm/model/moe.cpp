@@ -51,15 +51,11 @@ at::Tensor expert_forward(const MoeWeights& w, const MoeConfig& config, int64_t 
 }
 
 // Every token's experts read straight from MXFP4 on the GPU (moe_kernels.h), with an adapter's expert deltas gathered
-// there too: [T, hidden] -> [T, hidden], with no host synchronisation. Where the kernel does not take them, or
-// gradients are recorded (the kernel has no backward pass), nothing.
+// there too: [T, hidden] -> [T, hidden], with no host synchronisation. Nothing where experts_run_on_device says no.
 std::optional<at::Tensor> experts_on_device(const MoeWeights& w, const MoeConfig& config, const at::Tensor& flat,
                                             const Routing& routing, const LoraAdapter* lora, int64_t layer) {
-  const int64_t k = config.experts_per_token, E = config.num_experts, assignments = routing.experts.numel();
-  if (at::GradMode::is_enabled() || !w.gate_up.packed() || !w.down.packed() ||
-      !expert_gemv_serves(flat, w.gate_up.blocks, w.gate_up.scales, assignments) ||
-      !expert_gemv_serves(flat, w.down.blocks, w.down.scales, assignments))
-    return std::nullopt;
+  const int64_t k = config.experts_per_token, E = config.num_experts;
+  if (!experts_run_on_device(w, flat, routing.experts.numel())) return std::nullopt;
   const auto experts = routing.experts.reshape({-1}).contiguous();  // assignment a = token a / k's (a % k)-th choice
   const auto x = flat.contiguous();
   auto gate_up = expert_gemv(x, k, experts, w.gate_up.blocks, w.gate_up.scales, w.gate_up_bias);
@@ -78,6 +74,12 @@ std::optional<at::Tensor> experts_on_device(const MoeWeights& w, const MoeConfig
 }
 
 }  // namespace
+
+bool experts_run_on_device(const MoeWeights& w, const at::Tensor& x, int64_t assignments) {
+  return !at::GradMode::is_enabled() && w.gate_up.packed() && w.down.packed() &&
+         expert_gemv_serves(x, w.gate_up.blocks, w.gate_up.scales, assignments) &&
+         expert_gemv_serves(x, w.down.blocks, w.down.scales, assignments);
+}
 
 at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& config, const at::Tensor& x, const LoraAdapter* lora,
                        int64_t layer) {

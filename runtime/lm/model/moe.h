@@ -50,6 +50,11 @@ at::Tensor clamped_swiglu(const at::Tensor& gate_up, const MoeConfig& config);
 
 class LoraAdapter;
 
+// Whether a step of `assignments` (tokens x experts per token) with inputs like `x` (its device and dtype) runs its
+// experts on the device kernel (moe_kernels.h), with no host synchronisation: packed experts the kernel takes, and
+// no gradients recorded (the kernel has no backward pass).
+bool experts_run_on_device(const MoeWeights& w, const at::Tensor& x, int64_t assignments);
+
 // x [..., hidden] (normalised) -> [..., hidden], the experts' weighted sum. `lora` (may be null) adds its router
 // and expert deltas of `layer`.
 at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& config, const at::Tensor& x, const LoraAdapter* lora,

@@ -12,14 +12,10 @@
 namespace crucible::lm {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // The (out, in) of an expert projection, or nothing for any other tensor.
 std::optional<std::pair<int64_t, int64_t>> expert_projection(const std::string& name, const ModelConfig& c) {
-  if (ends_with(name, "mlp.experts.gate_up_proj")) return std::pair{2 * c.intermediate_size, c.hidden_size};
-  if (ends_with(name, "mlp.experts.down_proj")) return std::pair{c.hidden_size, c.intermediate_size};
+  if (name_ends_with(name, "mlp.experts.gate_up_proj")) return std::pair{2 * c.intermediate_size, c.hidden_size};
+  if (name_ends_with(name, "mlp.experts.down_proj")) return std::pair{c.hidden_size, c.intermediate_size};
   return std::nullopt;
 }
 

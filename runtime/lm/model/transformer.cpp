@@ -9,7 +9,6 @@
 
 #include "lm/training/block_checkpoint.h"
 #include "lm/kernels/decode_kernels.h"
-#include "lm/kernels/moe_kernels.h"
 #include "lm/format/model_files.h"
 #include "lm/model/lora.h"
 #include "lm/model/mxfp4.h"
@@ -42,10 +41,6 @@ class WeightReader {
 };
 
 namespace {
-
-bool ends_with(const std::string& name, const std::string& suffix) {
-  return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 class FileWeights final : public WeightReader {
  public:
@@ -90,15 +85,15 @@ class RandomWeights final : public WeightReader {
   at::Tensor operator()(const std::string& name, std::vector<int64_t> shape) const override {
     const auto opts = at::TensorOptions().device(options_.device).dtype(options_.dtype);
     if (name.find("norm") != std::string::npos) return at::ones(shape, opts);
-    if (ends_with(name, "sinks")) return at::zeros(shape, opts);
+    if (name_ends_with(name, "sinks")) return at::zeros(shape, opts);
     return at::randn(shape, opts.dtype(at::kFloat)).mul_(0.02).to(options_.dtype);
   }
   at::Tensor raw(const std::string& name, std::vector<int64_t> shape, at::ScalarType dtype) const override {
     const auto opts = at::TensorOptions().device(options_.device).dtype(dtype);
-    return ends_with(name, "_scales") ? at::randint(118, 123, shape, opts) : at::randint(0, 256, shape, opts);
+    return name_ends_with(name, "_scales") ? at::randint(118, 123, shape, opts) : at::randint(0, 256, shape, opts);
   }
   const std::vector<int64_t>* shape_of(const std::string&) const override { return nullptr; }
-  bool has(const std::string& name) const override { return ends_with(name, "_blocks"); }
+  bool has(const std::string& name) const override { return name_ends_with(name, "_blocks"); }
 
  private:
   const LoadOptions& options_;
@@ -310,15 +305,9 @@ bool Transformer::adapter_folded() const { return folded_ && folded_ == adapter_
 
 bool Transformer::experts_stay_on_device(int64_t tokens) const {
   if (!config_.moe) return true;
-  if (at::GradMode::is_enabled()) return false;  // experts_on_device (moe.cpp) runs only without gradients
   const auto probe = at::empty({1, config_.hidden_size}, at::TensorOptions().device(options_.device).dtype(options_.dtype));
-  const int64_t assignments = tokens * config_.moe->experts_per_token;
-  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    const auto& w = block_weights(layer).moe;
-    if (!w.gate_up.packed() || !w.down.packed() || !expert_gemv_serves(probe, w.gate_up.blocks, w.gate_up.scales, assignments) ||
-        !expert_gemv_serves(probe, w.down.blocks, w.down.scales, assignments))
-      return false;
-  }
+  for (int64_t layer = 0; layer < config_.num_layers; ++layer)
+    if (!experts_run_on_device(block_weights(layer).moe, probe, tokens * config_.moe->experts_per_token)) return false;
   return true;
 }
 
