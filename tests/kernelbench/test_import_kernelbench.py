@@ -571,6 +571,14 @@ class ImportedProblems(unittest.TestCase):
                     self.assertEqual(list(g.shape), [sizes[s] for s in declared["shape"]], name)
                     self.assertTrue(torch.allclose(g, w, atol=1e-4, rtol=1e-4), name)
 
+    def test_convolutions_are_traced_with_tf32_off(self):
+        # The trace keeps the TF32 switch as the convolution's last argument; PyTorch's default (on) would make a
+        # reference compute in TF32 on a GPU, outside float32's tolerance.
+        program = torch.jit.load(str(self.out / self.task("kb_l1_4")["reference_files"]["cpu"]))
+        convolutions = [n for n in program.inlined_graph.nodes() if n.kind() == "aten::_convolution"]
+        self.assertEqual(len(convolutions), 1)
+        self.assertFalse(list(convolutions[0].inputs())[-1].toIValue())
+
     def test_input_transforms_are_declared(self):
         inits = {name: [i["init"] for i in self.task(name)["inputs"]] for name in ("kb_l1_6", "kb_l1_8", "kb_l1_9",
                                                                                    "kb_l1_10")}

@@ -9,6 +9,7 @@
 #include "crucible/eval/evaluator.h"
 #include "eval_support.h"
 #include "tasks/task_loader.h"
+#include "torchscript_float32.h"
 
 using namespace crucible;
 namespace fs = std::filesystem;
@@ -134,4 +135,15 @@ TEST_CASE("a constant distribution gives every element its value, for norms' wei
   const auto v = t.evaluator.evaluate(task, fixed, quick());
   INFO(test::detail_of(v));
   CHECK(v.status == eval::Status::correct);
+}
+
+TEST_CASE("a reference traced with TF32 on computes its convolutions in true float32 once loaded") {
+  // Traced with PyTorch's default switch (make_fixtures.py); bias_relu has no convolution.
+  const auto dir = test::source_dir() / "tests" / "fixtures" / "torchscript";
+  const auto conv = eval::tf32_convolutions_in((dir / "conv_relu.pt").string());
+  CHECK(conv.stored == 1);
+  CHECK(conv.as_loaded == 0);
+  const auto none = eval::tf32_convolutions_in((dir / "bias_relu.pt").string());
+  CHECK(none.stored == 0);
+  CHECK(none.as_loaded == 0);
 }

@@ -2338,6 +2338,11 @@ def nothing_to_import(args: argparse.Namespace, found: Found) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_arguments(argv)
+    # The evaluator compares in true float32 (TF32 off); a trace records a convolution's TF32 switch as a constant
+    # of the call, so the references are traced with it off too (PyTorch's default lets cuDNN use TF32, whose
+    # errors exceed float32's tolerance of 1e-4).
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     if not torch.__version__.startswith("1.13"):
         log(f"warning: torch {torch.__version__}; Crucible's LibTorch is 1.13, which may not load these traces")
     found = find_problems(args.paths, args.levels)
