@@ -1,5 +1,5 @@
 #include "references.h"
-#include "torchscript_float32.h"
+#include "eager_reference.h"
 
 #include "crucible/eval/evaluator.h"
 
@@ -91,7 +91,7 @@ ReferenceFn torchscript_reference(const std::string& path, torch::Device device)
     if (!slot) {
       try {
         slot = std::make_shared<torch::jit::Module>(torch::jit::load(path, device));
-        convolutions_in_true_float32(*slot);
+        run_as_eager(*slot);
       } catch (const std::exception& e) {
         throw std::runtime_error("cannot load the TorchScript reference " + path + ": " + e.what());
       }

@@ -13,6 +13,7 @@
 
 #include "crucible/eval/evaluator.h"
 #include "crucible/eval/kernelbench_candidate.h"
+#include "eager_reference.h"
 #include "eval_support.h"
 #include "tasks/kernelbench_import.h"
 #include "tasks/task_loader.h"
@@ -146,4 +147,18 @@ TEST_CASE("kernelbench gpu: Triton answers to KernelBench's ReLU get their exact
   INFO(test::detail_of(again));
   CHECK(again.status == eval::Status::correct);
   CHECK(again.compile.cached);
+}
+
+TEST_CASE("kernelbench gpu: a traced reference's numbers are host scalars once loaded onto the GPU") {
+  if (eval::cuda_devices() == 0) {
+    MESSAGE("skipped: no GPU");
+    return;
+  }
+  // softsign.pt (tests/fixtures/torchscript/make_fixtures.py): `1 + |x|` traced, its 1 a 0-dim tensor constant,
+  // which loading onto the GPU puts in device memory; the add's only use of it is elementwise.
+  const auto path = test::source_dir() / "tests" / "fixtures" / "torchscript" / "softsign.pt";
+  const auto check = eval::eager_rewrites_of(path.string(), "cuda:0");
+  CHECK(check.first.device_scalars == 1);
+  CHECK(check.second.device_scalars == 0);
+  CHECK(check.first.tf32_convolutions == 0);
 }

@@ -9,7 +9,7 @@
 #include "crucible/eval/evaluator.h"
 #include "eval_support.h"
 #include "tasks/task_loader.h"
-#include "torchscript_float32.h"
+#include "eager_reference.h"
 
 using namespace crucible;
 namespace fs = std::filesystem;
@@ -137,13 +137,17 @@ TEST_CASE("a constant distribution gives every element its value, for norms' wei
   CHECK(v.status == eval::Status::correct);
 }
 
-TEST_CASE("a reference traced with TF32 on computes its convolutions in true float32 once loaded") {
-  // Traced with PyTorch's default switch (make_fixtures.py); bias_relu has no convolution.
+TEST_CASE("a traced reference runs as eager PyTorch: convolutions in true float32, numbers as host scalars") {
+  // make_fixtures.py: conv_relu traced with PyTorch's default TF32 switch (on); softsign's `1 + |x|` keeps the 1 as
+  // a 0-dim constant, on the host when loaded there (its GPU half is in test_kernelbench_gpu.cpp); bias_relu has
+  // neither.
   const auto dir = test::source_dir() / "tests" / "fixtures" / "torchscript";
-  const auto conv = eval::tf32_convolutions_in((dir / "conv_relu.pt").string());
-  CHECK(conv.stored == 1);
-  CHECK(conv.as_loaded == 0);
-  const auto none = eval::tf32_convolutions_in((dir / "bias_relu.pt").string());
-  CHECK(none.stored == 0);
-  CHECK(none.as_loaded == 0);
+  const auto conv = eval::eager_rewrites_of((dir / "conv_relu.pt").string(), "cpu");
+  CHECK(conv.first.tf32_convolutions == 1);
+  CHECK(conv.second.tf32_convolutions == 0);
+  const auto softsign = eval::eager_rewrites_of((dir / "softsign.pt").string(), "cpu");
+  CHECK(softsign.first.device_scalars == 0);
+  CHECK(softsign.first.tf32_convolutions == 0);
+  const auto none = eval::eager_rewrites_of((dir / "bias_relu.pt").string(), "cpu");
+  CHECK(none.first.tf32_convolutions + none.first.device_scalars == 0);
 }
