@@ -1,15 +1,19 @@
 // Qwen3 and gpt-oss on a GPU: the tiny random models of tiny_families.h on CUDA against the CPU reference, and
-// decoding there (gpt-oss's attention bypasses the fused decode kernels; Qwen3's q/k norms bypass the fused rotation;
-// gpt-oss decodes with CUDA graphs where its packed experts run on the device kernel, moe_kernels.h) against the CPU
-// model's greedy tokens.
+// decoding there against the CPU model's greedy tokens (gpt-oss's decode steps attend with the split kernels, sinks
+// and windows included, and run in CUDA graphs where its packed experts run on the device kernel, moe_kernels.h;
+// Qwen3's q/k norms bypass the fused rotation). Then the two kernels gpt-oss adds, each against LibTorch's way.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <doctest/doctest.h>
 
+#include <vector>
+
 #include "lm/generation/generator.h"
+#include "lm/kernels/decode_kernels.h"
 #include "lm/kernels/moe_kernels.h"
 #include "lm/model/moe.h"
 #include "lm/model/mxfp4.h"
+#include "lm/model/plain_attention.h"
 #include "lm/model/transformer.h"
 #include "lm/tiny_families.h"
 
@@ -74,36 +78,86 @@ TEST_CASE("lm gpu: qwen3 and gpt-oss on CUDA match the CPU reference (float32) a
 TEST_CASE("lm gpu: experts read from MXFP4 by the device kernel give LibTorch's decoded experts' values") {
   c10::InferenceMode guard;
   const c10::Device gpu("cuda:0");
-  const int64_t E = 8, hidden = 96, I = 64;
-  auto g = at::make_generator<at::CPUGeneratorImpl>(7);
-  MoeConfig config{E, 4, 7.0, 1.702};
-  MoeWeights w;
-  const auto router = at::randn({E, hidden}, g) * 0.3, router_bias = at::randn({E}, g) * 0.1;
-  const auto gate_up = lm::mxfp4_encode(at::randn({E, 2 * I, hidden}, g) * 0.2);
-  const auto down = lm::mxfp4_encode(at::randn({E, hidden, I}, g) * 0.2);
-  w.gate_up.blocks = gate_up.blocks.to(gpu);
-  w.gate_up.scales = gate_up.scales.to(gpu);
-  w.down.blocks = down.blocks.to(gpu);
-  w.down.scales = down.scales.to(gpu);
-  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
-    CAPTURE(dtype == at::kFloat);
-    w.router = router.to(gpu, dtype);
-    w.router_bias = router_bias.to(gpu, dtype);
-    w.gate_up_bias = (at::randn({E, 2 * I}, g) * 0.1).to(gpu, dtype);
-    w.down_bias = (at::randn({E, hidden}, g) * 0.1).to(gpu, dtype);
-    // 64 tokens are the kernel's most (256 assignments); 65 take LibTorch's path either way.
-    for (const int64_t tokens : {1, 3, 64, 65}) {
-      CAPTURE(tokens);
-      const auto x = at::randn({tokens, hidden}, g).to(gpu, dtype);
-      set_expert_kernels(false);
-      const auto expected = moe_forward(w, config, x, nullptr, 0).to(at::kFloat);
-      set_expert_kernels(true);
-      CHECK(expert_gemv_serves(x, w.gate_up.blocks, w.gate_up.scales, tokens * 4) == (tokens <= 64));
-      const auto got = moe_forward(w, config, x, nullptr, 0).to(at::kFloat);
-      const float scale = expected.abs().max().item<float>();
-      const float tolerance = dtype == at::kFloat ? 1e-4f * scale : 0.03f * scale;
-      CHECK((got - expected).abs().max().item<float>() < tolerance);
+  struct Shape {
+    int64_t experts, hidden, intermediate;
+    std::vector<int64_t> tokens;
+  };
+  // Few experts and rows shorter than a warp's step; then more experts than a decode step's assignments (the kernel
+  // goes by assignment) and rows of several steps, the last one partial.
+  // 64 tokens are the kernel's most (256 assignments); 65 take LibTorch's path either way.
+  for (const Shape& shape : {Shape{8, 96, 64, {1, 3, 64, 65}}, Shape{32, 1056, 544, {1, 2, 9, 64}}}) {
+    const int64_t E = shape.experts, hidden = shape.hidden, I = shape.intermediate;
+    CAPTURE(E);
+    auto g = at::make_generator<at::CPUGeneratorImpl>(7);
+    MoeConfig config{E, 4, 7.0, 1.702};
+    MoeWeights w;
+    const auto router = at::randn({E, hidden}, g) * 0.3, router_bias = at::randn({E}, g) * 0.1;
+    const auto gate_up = lm::mxfp4_encode(at::randn({E, 2 * I, hidden}, g) * 0.2);
+    const auto down = lm::mxfp4_encode(at::randn({E, hidden, I}, g) * 0.2);
+    w.gate_up.blocks = gate_up.blocks.to(gpu);
+    w.gate_up.scales = gate_up.scales.to(gpu);
+    w.down.blocks = down.blocks.to(gpu);
+    w.down.scales = down.scales.to(gpu);
+    for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+      CAPTURE(dtype == at::kFloat);
+      w.router = router.to(gpu, dtype);
+      w.router_bias = router_bias.to(gpu, dtype);
+      w.gate_up_bias = (at::randn({E, 2 * I}, g) * 0.1).to(gpu, dtype);
+      w.down_bias = (at::randn({E, hidden}, g) * 0.1).to(gpu, dtype);
+      for (const int64_t tokens : shape.tokens) {
+        CAPTURE(tokens);
+        const auto x = at::randn({tokens, hidden}, g).to(gpu, dtype);
+        set_expert_kernels(false);
+        const auto expected = moe_forward(w, config, x, nullptr, 0).to(at::kFloat);
+        set_expert_kernels(true);
+        CHECK(expert_gemv_serves(x, w.gate_up.blocks, w.gate_up.scales, tokens * 4) == (tokens <= 64));
+        const auto got = moe_forward(w, config, x, nullptr, 0).to(at::kFloat);
+        const float scale = expected.abs().max().item<float>();
+        const float tolerance = dtype == at::kFloat ? 1e-4f * scale : 0.03f * scale;
+        CHECK((got - expected).abs().max().item<float>() < tolerance);
+      }
     }
   }
 }
 
+
+TEST_CASE("lm gpu: decode attention with sinks and a sliding window gives the masked softmax with a sink column") {
+  c10::InferenceMode guard;
+  const c10::Device gpu("cuda:0");
+  auto g = at::make_generator<at::CPUGeneratorImpl>(11);
+  const int64_t H = 8, Hkv = 2, D = 64, capacity = 512, visible = 300, slot = 299;
+  const double scale = 0.125;
+  const auto sinks = (at::randn({H}, g) * 2).to(gpu);
+  const auto slot_tensor = at::tensor(std::vector<int64_t>{slot}, at::kLong).to(gpu);
+  const auto slots = at::arange(visible, at::TensorOptions().dtype(at::kLong).device(gpu));
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    // 40 rows x 2 key heads is past the split kernels' small batches: sinks and windows take them anyway.
+    for (const int64_t B : {1, 5, 40}) {
+      CAPTURE(dtype == at::kFloat);
+      CAPTURE(B);
+      const auto q = at::randn({B, 1, H, D}, g).to(gpu, dtype);
+      const auto k = at::randn({B, Hkv, capacity, D}, g).to(gpu, dtype);
+      const auto v = at::randn({B, Hkv, capacity, D}, g).to(gpu, dtype);
+      auto valid = (at::rand({B, capacity}, g) > 0.2).to(gpu);
+      valid.narrow(0, 0, 1).narrow(1, 0, 50).fill_(false);  // row 0 left-padded
+      REQUIRE(decode_attention_serves_sinks(k, H));
+      for (const bool with_sinks : {false, true})
+        for (const int64_t window : {int64_t{0}, int64_t{7}, int64_t{128}}) {
+          if (!with_sinks && window == 0) continue;
+          CAPTURE(with_sinks);
+          CAPTURE(window);
+          auto allowed = valid.narrow(1, 0, visible).clone();
+          allowed.select(1, slot).fill_(true);
+          allowed = allowed & (slots <= slot).view({1, visible});
+          if (window > 0) allowed = allowed & (slots > slot - window).view({1, visible});
+          const at::Tensor s = with_sinks ? sinks : at::Tensor();
+          const auto expected =
+              plain_attention(q, k, v, allowed.view({B, 1, 1, visible}), s, scale, visible).to(at::kFloat);
+          const auto got = decode_attention(q, k, v, valid, slot_tensor, visible, scale, s, window).to(at::kFloat);
+          REQUIRE(got.sizes() == expected.sizes());
+          const float tolerance = dtype == at::kFloat ? 2e-5f : 2e-2f;
+          CHECK((got - expected).abs().max().item<float>() < tolerance);
+        }
+    }
+  }
+}

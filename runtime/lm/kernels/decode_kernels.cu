@@ -113,7 +113,8 @@ __global__ void attend_split_kernel(AttendArgs a) {
   const T* query = static_cast<const T*>(a.q) + b * a.q_row_stride + static_cast<int64_t>(kvh) * G * a.q_head_stride;
   for (int i = threadIdx.x; i < G * D; i += kAttentionThreads) q[i] = widen(query[(i / D) * a.q_head_stride + i % D]) * a.scale;
   const bool* valid = a.key_valid + static_cast<int64_t>(b) * a.capacity + begin;
-  for (int j = threadIdx.x; j < n; j += kAttentionThreads) live[j] = begin + j == slot || valid[j];
+  for (int j = threadIdx.x; j < n; j += kAttentionThreads)
+    live[j] = (begin + j == slot || valid[j]) && (a.window == 0 || begin + j > slot - a.window);
   __syncthreads();
 
   // Scores. Every lane of a warp runs the same rounds, so the shuffles always see the whole warp.
@@ -218,7 +219,9 @@ __global__ void attend_combine_kernel(AttendArgs a) {
   __syncthreads();
   m = -INFINITY;
   for (int w = 0; w < warps; ++w) m = fmaxf(m, reduced[w]);
-  float den = 0.0f;
+  const float sink = a.sinks ? a.sinks[blockIdx.x % a.heads] : -INFINITY;  // block (row, query head)
+  m = fmaxf(m, sink);
+  float den = a.sinks && threadIdx.x == 0 ? expf(sink - m) : 0.0f;  // the sink's share of the softmax: no value
   for (int s = threadIdx.x; s < used; s += blockDim.x) {
     const float ms = p[s * (D + 2) + D];
     const float f = ms == -INFINITY ? 0.0f : expf(ms - m);

@@ -106,6 +106,10 @@ bool decode_attention_serves(const at::Tensor& k_cache, int64_t heads) {
   return use == AttentionUse::always || !large_batch(k_cache) || decode_attention_on_tensor_cores(k_cache, heads);
 }
 
+bool decode_attention_serves_sinks(const at::Tensor& k_cache, int64_t heads) {
+  return attention_use().load(std::memory_order_relaxed) != AttentionUse::off && decode_attention_takes(k_cache, heads);
+}
+
 void set_decode_attention(bool on) { attention_use().store(on ? AttentionUse::small_batches : AttentionUse::off); }
 
 bool decode_attention_on_tensor_cores(const at::Tensor& k_cache, int64_t heads) {
@@ -166,7 +170,8 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const at:
 }
 
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                            const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale) {
+                            const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale,
+                            const at::Tensor& sinks, int64_t window) {
   TORCH_CHECK(q.dim() == 4 && q.size(1) == 1 && q.stride(3) == 1 && q.scalar_type() == k_cache.scalar_type(),
               "decode_attention: q must be [B, 1, H, D] in the caches' dtype with D contiguous");
   const int64_t B = q.size(0), H = q.size(2), D = q.size(3), capacity = k_cache.size(2);
@@ -181,6 +186,10 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
               "decode_attention: key_valid must be [B, capacity] bool, contiguous, on q's GPU");
   TORCH_CHECK(slot.scalar_type() == at::kLong && slot.numel() == 1, "decode_attention: slot [1] int64");
   TORCH_CHECK(visible > 0 && visible <= capacity, "decode_attention: visible must be in [1, capacity]");
+  TORCH_CHECK(!sinks.defined() || (sinks.scalar_type() == at::kFloat && sinks.is_contiguous() && sinks.dim() == 1 &&
+                                   sinks.size(0) == H && sinks.device() == q.device()),
+              "decode_attention: sinks must be [H] float32, contiguous, on q's GPU");
+  TORCH_CHECK(window >= 0, "decode_attention: window must be 0 (none) or positive");
   const c10::cuda::CUDAGuard on_its_device(q.device());
   kernels::AttendArgs a;
   a.batch = static_cast<int>(B);
@@ -200,7 +209,9 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   a.key_valid = key_valid.data_ptr<bool>();
   a.slot = slot.data_ptr<int64_t>();
   a.out = out.data_ptr();
-  if (tensor_cores_attend(k_cache, H)) {
+  a.sinks = sinks.defined() ? sinks.data_ptr<float>() : nullptr;
+  a.window = window;
+  if (!sinks.defined() && window == 0 && tensor_cores_attend(k_cache, H)) {
     TORCH_CHECK(kernels::launch_attend_tensor_cores(a, stream_of(q)), "decode_attention: launch failed");
     return out;
   }

@@ -34,8 +34,10 @@ at::Tensor small_linear(const at::Tensor&, const at::Tensor&, const at::Tensor&,
   throw std::logic_error("small_linear: this build has no CUDA LibTorch");
 }
 
+bool decode_attention_serves_sinks(const at::Tensor&, int64_t) { return false; }
+
 at::Tensor decode_attention(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            const at::Tensor&, int64_t, double) {
+                            const at::Tensor&, int64_t, double, const at::Tensor&, int64_t) {
   throw std::logic_error("decode_attention: this build has no CUDA LibTorch");
 }
 

@@ -1,9 +1,9 @@
 // The experts of a mixture of experts for a few tokens, read straight from MXFP4: one block per (expert, 32 rows),
 // which finds the assignments routed to its expert on the device (no host synchronisation, so a decode step can be
-// captured in a CUDA graph) and reads its rows once for all of them. A warp takes a row, 256 columns a step: lane l
-// reads 4 code bytes (8 values) of the row's block step * 8 + l / 4, so the warp's code reads are 128 contiguous bytes
-// and its reads of an input row 256 contiguous values, 8 to a lane in one or two 16-byte loads. Each 8 values are
-// decoded into registers once and multiplied with up to kChunk assignments' inputs.
+// captured in a CUDA graph) and reads its rows once for all of them. A warp works on 4 rows at once; lane l takes MX
+// block l + 32 i of each (16 code bytes, 32 values, one scale), so a warp reads 512 contiguous bytes of a row per
+// step and has 64 bytes a lane in flight. Each 8 decoded values of the 4 rows meet each of up to kChunk
+// assignments' 8 inputs in registers, so an input is read once for 4 rows.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -12,10 +12,8 @@
 namespace crucible::lm::kernels {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kRowsPerWarp = 4;
-constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
-constexpr int kChunk = 8;  // assignments a warp multiplies with one decoded run of 8 values
+constexpr int kWarps = 4;
+constexpr int kMxBlock = 32;
 
 // 8 consecutive values at p (16-byte aligned) as floats.
 __device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
@@ -47,12 +45,24 @@ __device__ __forceinline__ float to_float(const void* p, int64_t i, Element e) {
   }
 }
 
-// e2m1 codes: sign bit 3, then 0, 0.5, 1, 1.5, 2, 3, 4, 6.
-__device__ __forceinline__ float e2m1(unsigned code) {
-  constexpr float magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float m = magnitudes[code & 7u];
-  return (code & 8u) ? -m : m;
+#if defined(__CUDACC_FTZ__)
+#error "decode8 builds 0.5 as a float32 subnormal: compile without flushing subnormals to zero (-ftz=false)"
+#endif
+
+// The 8 values of one 32-bit word of codes, the low nibble of each byte first. A code's sign bit goes to bit 31 and
+// its exponent and mantissa bits to 24-22, which is a float32 of 2^-126 times the code's value (0, 0.5, 1, 1.5, 2, 3,
+// 4, 6; 0.5 a subnormal); the multiplication by 2^126 is exact. Arithmetic, not a table: a table indexed per lane
+// would sit in local memory or conflict in shared memory.
+__device__ __forceinline__ void decode8(unsigned word, float (&w)[8]) {
+#pragma unroll
+  for (int byte = 0; byte < 4; ++byte) {
+    const unsigned v = word >> (8 * byte);
+    w[2 * byte] = __uint_as_float(((v << 28) & 0x80000000u) | ((v << 22) & 0x01C00000u)) * 0x1p126f;
+    w[2 * byte + 1] = __uint_as_float(((v << 24) & 0x80000000u) | ((v << 18) & 0x01C00000u)) * 0x1p126f;
+  }
 }
+
+__device__ __forceinline__ unsigned word_of(const uint4& q, int g) { return g == 0 ? q.x : g == 1 ? q.y : g == 2 ? q.z : q.w; }
 
 // 2^(scale - 127) built from its bits: exact (scale 0 is 2^-127, a subnormal; 255, NaN in the MX format, is refused
 // at load).
@@ -60,64 +70,117 @@ __device__ __forceinline__ float scale_of(unsigned scale) {
   return scale == 0 ? __int_as_float(0x00400000) : __int_as_float(static_cast<int>(scale) << 23);
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemvArgs a) {
-  __shared__ int mine[kMaxExpertAssignments];
-  __shared__ int count;
-  const int expert = blockIdx.x;
-  if (threadIdx.x == 0) count = 0;
+// The assignments routed to a block's expert, found on the device.
+struct Routed {
+  int mine[kMaxExpertAssignments];  // assignment indices, in no particular order
+  int count;
+  int earlier;  // by assignment: an earlier assignment chose the same expert, and its block does the work
+};
+
+// Which expert a block works for, and its assignments. By expert when there are more assignments than experts
+// (every expert likely chosen); by assignment otherwise (a decode step of one token chooses 4 of 32 or 128), the
+// first assignment of each expert standing for it, so no block is launched for an expert nobody chose. Returns
+// how many assignments the block has (0: nothing to do).
+__device__ __forceinline__ int gather_assignments(const ExpertGemvArgs& a, bool by_assignment, int& expert,
+                                                  Routed& routed) {
+  expert = by_assignment ? static_cast<int>(a.experts[blockIdx.x]) : static_cast<int>(blockIdx.x);
+  if (threadIdx.x == 0) routed.count = 0, routed.earlier = 0;
   __syncthreads();
   for (int i = threadIdx.x; i < a.assignments; i += blockDim.x)
-    if (a.experts[i] == expert) mine[atomicAdd(&count, 1)] = i;
+    if (a.experts[i] == expert) {
+      if (by_assignment && i < static_cast<int>(blockIdx.x)) routed.earlier = 1;
+      routed.mine[atomicAdd(&routed.count, 1)] = i;
+    }
   __syncthreads();
-  const int n = count;
-  if (n == 0) return;
+  const bool known = expert >= 0 && expert < a.experts_count;  // a router's top-k always is
+  return routed.earlier || !known ? 0 : routed.count;
+}
+
+template <typename T, int kRows, int kChunk>
+__global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemvArgs a, bool by_assignment) {
+  __shared__ Routed routed;
+  int expert = 0;
+  const int n = gather_assignments(a, by_assignment, expert, routed);
+  const int* mine = routed.mine;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = (blockIdx.y * kWarps + warp) * kRows;
+  if (n == 0 || row0 >= a.rows) return;  // no barrier follows
+  const int rows_here = min(kRows, a.rows - row0);
+  const int blocks_per_row = a.cols / kMxBlock;
+  const int64_t first_row = static_cast<int64_t>(expert) * a.rows + row0;
+  const uint4* codes = reinterpret_cast<const uint4*>(a.blocks) + first_row * blocks_per_row;
+  const uint8_t* scales = a.scales + first_row * blocks_per_row;
   const T* x = static_cast<const T*>(a.x);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, quarter = lane % 4;
-  const int blocks_per_row = a.cols / 32;
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    const int row = blockIdx.y * kRowsPerBlock + warp * kRowsPerWarp + rr;
-    if (row >= a.rows) return;  // the whole warp: rows are per warp
-    const int64_t row_index = static_cast<int64_t>(expert) * a.rows + row;
-    const uint8_t* codes = a.blocks + row_index * blocks_per_row * 16;
-    const uint8_t* scales = a.scales + row_index * blocks_per_row;
-    const float bias = a.bias ? to_float(a.bias, row_index, a.bias_element) : 0.0f;
-    for (int first = 0; first < n; first += kChunk) {
-      const int chunk = min(kChunk, n - first);
-      float acc[kChunk];
+  for (int first = 0; first < n; first += kChunk) {
+    const int chunk = min(kChunk, n - first);
+    const T* inputs[kChunk];
 #pragma unroll
-      for (int c = 0; c < kChunk; ++c) acc[c] = 0.0f;
-      for (int b = lane / 4; b < blocks_per_row; b += 8) {
-        const unsigned word = reinterpret_cast<const unsigned*>(codes + static_cast<int64_t>(b) * 16)[quarter];
-        const float scale = scale_of(scales[b]);
-        float w[8];
+    for (int c = 0; c < kChunk; ++c)  // past the chunk: its last input again, never read
+      inputs[c] = x + static_cast<int64_t>(mine[first + min(c, chunk - 1)] / a.x_divisor) * a.x_row_stride;
+    float acc[kRows][kChunk];
 #pragma unroll
-        for (int byte = 0; byte < 4; ++byte) {
-          const unsigned v = (word >> (8 * byte)) & 0xFFu;
-          w[2 * byte] = e2m1(v & 0xFu) * scale;  // the low nibble is the earlier value
-          w[2 * byte + 1] = e2m1(v >> 4) * scale;
-        }
-        const int64_t column = static_cast<int64_t>(b) * 32 + quarter * 8;
+    for (int r = 0; r < kRows; ++r)
 #pragma unroll
-        for (int c = 0; c < kChunk; ++c) {
-          if (c >= chunk) break;
-          float in[8];
-          load8(x + static_cast<int64_t>(mine[first + c] / a.x_divisor) * a.x_row_stride + column, in);
-          float sum = 0.0f;
+      for (int c = 0; c < kChunk; ++c) acc[r][c] = 0.0f;
+    for (int b = lane; b < blocks_per_row; b += 32) {
+      uint4 code[kRows];
+      float scale[kRows];
 #pragma unroll
-          for (int i = 0; i < 8; ++i) sum += w[i] * in[i];
-          acc[c] += sum;
+      for (int r = 0; r < kRows; ++r) {  // past the last row: that row again, never written
+        const int64_t at = static_cast<int64_t>(min(r, rows_here - 1)) * blocks_per_row + b;
+        code[r] = __ldg(codes + at);
+        scale[r] = scale_of(__ldg(scales + at));
+      }
+#pragma unroll 1
+      for (int g = 0; g < 4; ++g) {
+        const int64_t column = static_cast<int64_t>(b) * kMxBlock + g * 8;
+        float in[kChunk][8];
+#pragma unroll
+        for (int c = 0; c < kChunk; ++c)
+          if (c < chunk) load8(inputs[c] + column, in[c]);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          float w[8];
+          decode8(word_of(code[r], g), w);
+#pragma unroll
+          for (int c = 0; c < kChunk; ++c) {
+            if (c >= chunk) continue;
+            float sum = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) sum = fmaf(w[i], in[c][i], sum);
+            acc[r][c] = fmaf(scale[r], sum, acc[r][c]);
+          }
         }
       }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row_index = first_row + r;
+      const float bias = a.bias && r < rows_here ? to_float(a.bias, row_index, a.bias_element) : 0.0f;
 #pragma unroll
       for (int c = 0; c < kChunk; ++c) {
-        float v = acc[c];
+        float v = acc[r][c];
 #pragma unroll
         for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
-        if (lane == 0 && c < chunk) a.out[static_cast<int64_t>(mine[first + c]) * a.rows + row] = v + bias;
+        if (lane == 0 && r < rows_here && c < chunk)
+          a.out[static_cast<int64_t>(mine[first + c]) * a.rows + row0 + r] = v + bias;
       }
     }
   }
+}
+
+// Few assignments (a token or two a step): 4 rows a warp for more code bytes in flight, one input at a time. Many:
+// 2 rows and 4 inputs, each decoded value used 4 times (the work is then bound by arithmetic, not memory).
+template <typename T>
+void launch_for(const ExpertGemvArgs& args, cudaStream_t stream) {
+  const bool by_assignment = args.assignments <= args.experts_count;
+  const int rows_per_warp = by_assignment ? 4 : 2;
+  const int rows_per_block = kWarps * rows_per_warp;
+  const dim3 grid(by_assignment ? args.assignments : args.experts_count, (args.rows + rows_per_block - 1) / rows_per_block);
+  if (by_assignment)
+    expert_gemv_kernel<T, 4, 1><<<grid, kWarps * 32, 0, stream>>>(args, true);
+  else
+    expert_gemv_kernel<T, 2, 4><<<grid, kWarps * 32, 0, stream>>>(args, false);
 }
 
 }  // namespace
@@ -126,11 +189,10 @@ bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
   if (args.assignments <= 0 || args.assignments > kMaxExpertAssignments || args.cols % 32 != 0 || args.rows <= 0 ||
       args.experts_count <= 0 || args.x_divisor <= 0)
     return false;
-  const dim3 grid(args.experts_count, (args.rows + kRowsPerBlock - 1) / kRowsPerBlock);
   switch (args.x_element) {
-    case Element::bf16: expert_gemv_kernel<__nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(args); break;
-    case Element::f16: expert_gemv_kernel<__half><<<grid, kWarps * 32, 0, stream>>>(args); break;
-    default: expert_gemv_kernel<float><<<grid, kWarps * 32, 0, stream>>>(args); break;
+    case Element::bf16: launch_for<__nv_bfloat16>(args, stream); break;
+    case Element::f16: launch_for<__half>(args, stream); break;
+    default: launch_for<float>(args, stream); break;
   }
   return cudaGetLastError() == cudaSuccess;
 }

@@ -34,7 +34,7 @@ bool expert_gemv_serves(const at::Tensor& x, const at::Tensor& blocks, const at:
          !(at::GradMode::is_enabled() && x.requires_grad()) && blocks.defined() && blocks.device() == x.device() &&
          scales.device() == x.device() && blocks.scalar_type() == at::kByte && scales.scalar_type() == at::kByte &&
          blocks.is_contiguous() && scales.is_contiguous() && blocks.dim() == 4 && blocks.size(3) == 16 &&
-         reinterpret_cast<uintptr_t>(blocks.data_ptr()) % 4 == 0 &&  // codes are read 4 bytes at a time
+         reinterpret_cast<uintptr_t>(blocks.data_ptr()) % 16 == 0 &&  // codes are read 16 bytes at a time
          assignments > 0 && assignments <= kernels::kMaxExpertAssignments;
 }
 

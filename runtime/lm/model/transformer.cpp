@@ -375,8 +375,16 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& residua
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   at::Tensor out;
-  if (plain_attention(layer)) out = sink_or_window_attention(layer, queries, attention, k_cache, v_cache);
-  if (!out.defined() && T == 1 && attention.key_valid.defined() && !attention.mask.defined())
+  const bool decode_step = T == 1 && attention.key_valid.defined() && !attention.mask.defined();
+  if (plain_attention(layer) && decode_step && decode_attention_serves_sinks(k_cache, H)) {
+    const auto& sinks = block_weights(layer).sinks;
+    const bool sliding = config_.layer_types[layer] == AttentionKind::sliding;
+    out = decode_attention(queries, k_cache, v_cache, attention.key_valid, attention.slots, vis, scale,
+                           sinks.defined() ? sinks.to(at::kFloat) : sinks, sliding ? config_.sliding_window : 0);
+  } else if (plain_attention(layer)) {
+    out = sink_or_window_attention(layer, queries, attention, k_cache, v_cache);
+  }
+  if (!out.defined() && decode_step)
     out = decode_attention(queries, k_cache, v_cache, attention.key_valid, attention.slots, vis, scale);
 #if CRUCIBLE_SDPA_GQA
   if (!out.defined() && attention.causal_prefix)
