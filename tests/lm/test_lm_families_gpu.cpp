@@ -161,3 +161,26 @@ TEST_CASE("lm gpu: decode attention with sinks and a sliding window gives the ma
     }
   }
 }
+
+TEST_CASE("lm gpu: the experts' glue kernels give LibTorch's clamped SwiGLU and weighted sum") {
+  c10::InferenceMode guard;
+  const c10::Device gpu("cuda:0");
+  auto g = at::make_generator<at::CPUGeneratorImpl>(5);
+  const MoeConfig config{8, 4, 7.0, 1.702};
+  const auto gate_up = (at::randn({37, 2 * 96}, g) * 5).to(gpu);  // past the limit of 7 both ways
+  const auto expected = clamped_swiglu(gate_up, config);
+  const auto got = clamped_swiglu_on_device(gate_up, config.swiglu_limit, config.swiglu_alpha);
+  REQUIRE(got.sizes() == expected.sizes());
+  CHECK((got - expected).abs().max().item<float>() <= 1e-6f * expected.abs().max().item<float>());
+
+  const auto experts_out = at::randn({37 * 4, 96}, g).to(gpu);
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    CAPTURE(dtype == at::kFloat);
+    const auto weights = at::softmax(at::randn({37, 4}, g), -1).to(gpu, dtype);
+    const auto want = (experts_out.view({37, 4, 96}) * weights.to(at::kFloat).unsqueeze(-1)).sum(1);
+    const auto sum = weighted_expert_sum(experts_out, weights, dtype);
+    REQUIRE((sum.scalar_type() == dtype));
+    const float tolerance = dtype == at::kFloat ? 1e-5f : 1e-2f;
+    CHECK((sum.to(at::kFloat) - want).abs().max().item<float>() <= tolerance * want.abs().max().item<float>());
+  }
+}

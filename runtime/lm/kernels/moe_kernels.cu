@@ -183,6 +183,43 @@ void launch_for(const ExpertGemvArgs& args, cudaStream_t stream) {
     expert_gemv_kernel<T, 2, 4><<<grid, kWarps * 32, 0, stream>>>(args, false);
 }
 
+__global__ void clamped_swiglu_kernel(const float* gate_up, float* out, int64_t count, int width, float limit,
+                                      float alpha) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / width, column = i % width;
+    const float2 pair = reinterpret_cast<const float2*>(gate_up)[row * width + column];  // gate, linear
+    const float gate = fminf(pair.x, limit);
+    const float linear = fminf(fmaxf(pair.y, -limit), limit);
+    const float activated = gate * (1.0f / (1.0f + expf(-(gate * alpha))));
+    out[i] = (linear + 1.0f) * activated;
+  }
+}
+
+__device__ __forceinline__ void store_as(void* p, int64_t i, float v, Element e) {
+  switch (e) {
+    case Element::bf16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v); break;
+    case Element::f16: static_cast<__half*>(p)[i] = __float2half(v); break;
+    default: static_cast<float*>(p)[i] = v; break;
+  }
+}
+
+__global__ void weighted_expert_sum_kernel(const float* experts_out, const void* weights, Element weights_element,
+                                           void* out, Element out_element, int64_t count, int k, int width) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t token = i / width, column = i % width;
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j)
+      sum += experts_out[(token * k + j) * width + column] * to_float(weights, token * k + j, weights_element);
+    store_as(out, i, sum, out_element);
+  }
+}
+
+int elementwise_blocks(int64_t count) {
+  return static_cast<int>(min(static_cast<int64_t>(4096), (count + 255) / 256));
+}
+
 }  // namespace
 
 bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
@@ -194,6 +231,23 @@ bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
     case Element::f16: launch_for<__half>(args, stream); break;
     default: launch_for<float>(args, stream); break;
   }
+  return cudaGetLastError() == cudaSuccess;
+}
+
+bool launch_clamped_swiglu(const float* gate_up, float* out, int64_t rows, int width, float limit, float alpha,
+                           cudaStream_t stream) {
+  const int64_t count = rows * width;
+  if (count <= 0) return count == 0;
+  clamped_swiglu_kernel<<<elementwise_blocks(count), 256, 0, stream>>>(gate_up, out, count, width, limit, alpha);
+  return cudaGetLastError() == cudaSuccess;
+}
+
+bool launch_weighted_expert_sum(const float* experts_out, const void* weights, Element weights_element, void* out,
+                                Element out_element, int64_t tokens, int k, int width, cudaStream_t stream) {
+  const int64_t count = tokens * width;
+  if (count <= 0 || k <= 0) return count == 0;
+  weighted_expert_sum_kernel<<<elementwise_blocks(count), 256, 0, stream>>>(experts_out, weights, weights_element, out,
+                                                                           out_element, count, k, width);
   return cudaGetLastError() == cudaSuccess;
 }
 

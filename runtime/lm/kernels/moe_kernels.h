@@ -4,6 +4,7 @@
 // step needs no host synchronisation. Sums in float32: within rounding of decoding each expert and multiplying with
 // LibTorch's linear, not its bits.
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 
 #include <cstdint>
 
@@ -22,5 +23,12 @@ void set_expert_kernels(bool on);
 // experts[a]'s matrix, plus its bias.
 at::Tensor expert_gemv(const at::Tensor& x, int64_t x_divisor, const at::Tensor& experts, const at::Tensor& blocks,
                        const at::Tensor& scales, const at::Tensor& bias);
+
+// The glue of a device step around expert_gemv, one kernel each instead of LibTorch's five and three (a decode step
+// is mostly small kernels): gpt-oss's clamped SwiGLU of the first projection's float32 output [A, 2 I] -> [A, I]
+// (clamped_swiglu in moe.h, same operations and order), and the experts' outputs [N * k, hidden] float32 weighted by
+// the routing weights [N, k] and summed per token -> [N, hidden] in `dtype`. CUDA tensors, contiguous.
+at::Tensor clamped_swiglu_on_device(const at::Tensor& gate_up, double limit, double alpha);
+at::Tensor weighted_expert_sum(const at::Tensor& experts_out, const at::Tensor& weights, c10::ScalarType dtype);
 
 }  // namespace crucible::lm

@@ -80,4 +80,37 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   return out;
 }
 
+at::Tensor clamped_swiglu_on_device(const at::Tensor& gate_up, double limit, double alpha) {
+  TORCH_CHECK(gate_up.is_cuda() && gate_up.scalar_type() == at::kFloat && gate_up.dim() == 2 &&
+                  gate_up.is_contiguous() && gate_up.size(1) % 2 == 0,
+              "clamped_swiglu_on_device: gate_up must be [rows, 2 width] float32, contiguous, on a GPU");
+  const c10::cuda::CUDAGuard on_its_device(gate_up.device());
+  auto out = at::empty({gate_up.size(0), gate_up.size(1) / 2}, gate_up.options());
+  TORCH_CHECK(kernels::launch_clamped_swiglu(gate_up.data_ptr<float>(), out.data_ptr<float>(), out.size(0),
+                                             static_cast<int>(out.size(1)), static_cast<float>(limit),
+                                             static_cast<float>(alpha),
+                                             c10::cuda::getCurrentCUDAStream(gate_up.get_device()).stream()),
+              "clamped_swiglu_on_device: launch failed");
+  return out;
+}
+
+at::Tensor weighted_expert_sum(const at::Tensor& experts_out, const at::Tensor& weights, c10::ScalarType dtype) {
+  TORCH_CHECK(experts_out.is_cuda() && experts_out.scalar_type() == at::kFloat && experts_out.dim() == 2 &&
+                  experts_out.is_contiguous(),
+              "weighted_expert_sum: experts_out must be [tokens * k, width] float32, contiguous, on a GPU");
+  const auto w = weights.contiguous();
+  TORCH_CHECK(w.dim() == 2 && w.numel() == experts_out.size(0) && w.device() == experts_out.device() &&
+                  float_type(w) && (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf),
+              "weighted_expert_sum: weights [tokens, k] on experts_out's GPU; dtype float32, bfloat16 or float16");
+  const c10::cuda::CUDAGuard on_its_device(experts_out.device());
+  const int64_t tokens = w.size(0), k = w.size(1), width = experts_out.size(1);
+  auto out = at::empty({tokens, width}, experts_out.options().dtype(dtype));
+  TORCH_CHECK(kernels::launch_weighted_expert_sum(experts_out.data_ptr<float>(), w.data_ptr(), element_of(w),
+                                                  out.data_ptr(), element_of(out), tokens, static_cast<int>(k),
+                                                  static_cast<int>(width),
+                                                  c10::cuda::getCurrentCUDAStream(experts_out.get_device()).stream()),
+              "weighted_expert_sum: launch failed");
+  return out;
+}
+
 }  // namespace crucible::lm

@@ -31,4 +31,16 @@ struct ExpertGemvArgs {
 
 bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream);
 
+// gpt-oss's clamped SwiGLU on the first projection's float32 output: gate_up [rows, 2 * width] (columns alternate
+// gate, linear) -> out [rows, width], out = (clamp(linear, -limit, limit) + 1) * g * sigmoid(alpha * g) with
+// g = min(gate, limit), in the order and precision of LibTorch's float32 operators.
+bool launch_clamped_swiglu(const float* gate_up, float* out, int64_t rows, int width, float limit, float alpha,
+                           cudaStream_t stream);
+
+// The experts' outputs weighted and summed per token: experts_out [tokens * k, width] float32, weights [tokens, k]
+// (`weights_element`) -> out [tokens, width] in `out_element`, summed in float32 in the order k = 0, 1, ... and
+// rounded once.
+bool launch_weighted_expert_sum(const float* experts_out, const void* weights, Element weights_element, void* out,
+                                Element out_element, int64_t tokens, int k, int width, cudaStream_t stream);
+
 }  // namespace crucible::lm::kernels

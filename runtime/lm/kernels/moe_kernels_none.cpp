@@ -14,4 +14,12 @@ at::Tensor expert_gemv(const at::Tensor&, int64_t, const at::Tensor&, const at::
   throw std::logic_error("expert_gemv: this build has no CUDA kernels");
 }
 
+at::Tensor clamped_swiglu_on_device(const at::Tensor&, double, double) {
+  throw std::logic_error("clamped_swiglu_on_device: this build has no CUDA kernels");
+}
+
+at::Tensor weighted_expert_sum(const at::Tensor&, const at::Tensor&, c10::ScalarType) {
+  throw std::logic_error("weighted_expert_sum: this build has no CUDA kernels");
+}
+
 }  // namespace crucible::lm

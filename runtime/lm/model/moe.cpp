@@ -63,14 +63,13 @@ std::optional<at::Tensor> experts_on_device(const MoeWeights& w, const MoeConfig
     const auto delta = lora->expert_deltas(layer, LoraTarget::experts_gate_up, experts, E, x.repeat_interleave(k, 0));
     if (delta.defined()) gate_up = gate_up + delta.to(at::kFloat);
   }
-  const auto hidden = clamped_swiglu(gate_up, config);
+  const auto hidden = clamped_swiglu_on_device(gate_up, config.swiglu_limit, config.swiglu_alpha);
   auto out = expert_gemv(hidden, 1, experts, w.down.blocks, w.down.scales, w.down_bias);
   if (lora) {
     const auto delta = lora->expert_deltas(layer, LoraTarget::experts_down, experts, E, hidden.to(x.scalar_type()));
     if (delta.defined()) out = out + delta.to(at::kFloat);
   }
-  const auto weighted = out.view({flat.size(0), k, -1}) * routing.weights.to(at::kFloat).unsqueeze(-1);
-  return weighted.sum(1).to(flat.scalar_type());
+  return weighted_expert_sum(out, routing.weights, flat.scalar_type());
 }
 
 }  // namespace
