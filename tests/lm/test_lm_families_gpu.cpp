@@ -184,3 +184,32 @@ TEST_CASE("lm gpu: the experts' glue kernels give LibTorch's clamped SwiGLU and 
     CHECK((sum.to(at::kFloat) - want).abs().max().item<float>() <= tolerance * want.abs().max().item<float>());
   }
 }
+
+TEST_CASE("lm gpu: the router's top-k kernel picks LibTorch's top logits, equals by the lower index, and their softmax") {
+  c10::InferenceMode guard;
+  const c10::Device gpu("cuda:0");
+  auto g = at::make_generator<at::CPUGeneratorImpl>(3);
+  for (const int64_t E : {32, 128, 200}) {
+    for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+      CAPTURE(E);
+      CAPTURE(dtype == at::kFloat);
+      const auto logits = (at::randn({70, E}, g) * 3).to(gpu, dtype);
+      REQUIRE(route_kernel_serves(logits, 4));
+      const auto [experts, weights] = route_top_k(logits, 4);
+      const auto top = at::topk(logits.to(at::kFloat), 4, -1);
+      // The chosen logits are the top values, in order (ties may pick other indices of the same value).
+      CHECK(at::equal(logits.to(at::kFloat).gather(-1, experts), std::get<0>(top)));
+      CHECK(at::allclose(weights.to(at::kFloat), at::softmax(std::get<0>(top), -1), 1e-2, dtype == at::kFloat ? 1e-6 : 1e-2));
+      const auto sorted = std::get<0>(at::sort(experts, -1));  // four different experts a token
+      CHECK((sorted.narrow(1, 1, 3) > sorted.narrow(1, 0, 3)).all().item<bool>());
+    }
+  }
+  // Equal logits: the lower index first; a row of one value picks experts 0..k-1.
+  const auto flat = at::zeros({3, 32}, at::TensorOptions().device(gpu));
+  flat.select(0, 1).narrow(0, 20, 5).fill_(2.0f);  // row 1: experts 20-24 tie above the rest
+  const auto [experts, weights] = route_top_k(flat, 4);
+  const auto cpu = experts.cpu();
+  CHECK(cpu[0].equal(at::tensor(std::vector<int64_t>{0, 1, 2, 3})));
+  CHECK(cpu[1].equal(at::tensor(std::vector<int64_t>{20, 21, 22, 23})));
+  CHECK(at::allclose(weights.cpu(), at::full({3, 4}, 0.25f)));
+}

@@ -4,6 +4,8 @@
 // block l + 32 i of each (16 code bytes, 32 values, one scale), so a warp reads 512 contiguous bytes of a row per
 // step and has 64 bytes a lane in flight. Each 8 decoded values of the 4 rows meet each of up to kChunk
 // assignments' 8 inputs in registers, so an input is read once for 4 rows.
+#include <climits>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -216,6 +218,56 @@ __global__ void weighted_expert_sum_kernel(const float* experts_out, const void*
   }
 }
 
+// Whether (v, i) ranks before (w, j) in a top-k: the larger logit, a NaN above any number (as LibTorch's topk ranks
+// it), the lower index between equals.
+__device__ __forceinline__ bool ranks_before(float v, int i, float w, int j) {
+  if (isnan(v) != isnan(w)) return isnan(v);
+  return v > w || (!(v < w) && i < j);
+}
+
+// One warp per token: each lane holds its share of the logits; k rounds of a warp-wide arg-max, the winner's lane
+// striking it out.
+__global__ void route_top_k_kernel(const void* logits, Element element, int64_t tokens, int experts, int k,
+                                   int64_t* chosen, void* weights) {
+  constexpr int kPerLane = kMaxRouteExperts / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t token = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  if (token >= tokens) return;  // the whole warp
+  float value[kPerLane];
+  bool taken[kPerLane];
+#pragma unroll
+  for (int s = 0; s < kPerLane; ++s) {
+    const int e = s * 32 + lane;
+    value[s] = e < experts ? to_float(logits, token * experts + e, element) : -INFINITY;
+    taken[s] = e >= experts;
+  }
+  float top[kMaxRouteK];
+  for (int r = 0; r < k; ++r) {
+    float best = -INFINITY;
+    int index = INT_MAX;
+#pragma unroll
+    for (int s = 0; s < kPerLane; ++s)
+      if (!taken[s] && (index == INT_MAX || ranks_before(value[s], s * 32 + lane, best, index)))
+        best = value[s], index = s * 32 + lane;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const float other = __shfl_xor_sync(0xFFFFFFFFu, best, offset);
+      const int other_index = __shfl_xor_sync(0xFFFFFFFFu, index, offset);
+      if (other_index != INT_MAX && (index == INT_MAX || ranks_before(other, other_index, best, index)))
+        best = other, index = other_index;
+    }
+#pragma unroll
+    for (int s = 0; s < kPerLane; ++s)
+      if (s * 32 + lane == index) taken[s] = true;
+    top[r] = best;
+    if (lane == 0) chosen[token * k + r] = index;
+  }
+  if (lane != 0) return;
+  float sum = 0.0f;
+  for (int r = 0; r < k; ++r) sum += expf(top[r] - top[0]);  // top[0] is the largest
+  for (int r = 0; r < k; ++r) store_as(weights, token * k + r, expf(top[r] - top[0]) / sum, element);
+}
+
 int elementwise_blocks(int64_t count) {
   return static_cast<int>(min(static_cast<int64_t>(4096), (count + 255) / 256));
 }
@@ -231,6 +283,17 @@ bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
     case Element::f16: launch_for<__half>(args, stream); break;
     default: launch_for<float>(args, stream); break;
   }
+  return cudaGetLastError() == cudaSuccess;
+}
+
+bool launch_route_top_k(const void* logits, Element element, int64_t tokens, int experts, int k, int64_t* chosen,
+                        void* weights, cudaStream_t stream) {
+  if (tokens <= 0 || experts <= 0 || experts > kMaxRouteExperts || k <= 0 || k > kMaxRouteK || k > experts)
+    return false;
+  constexpr int kWarpsPerBlock = 4;
+  const int64_t blocks = (tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  route_top_k_kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(logits, element, tokens,
+                                                                                        experts, k, chosen, weights);
   return cudaGetLastError() == cudaSuccess;
 }
 

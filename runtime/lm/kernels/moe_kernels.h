@@ -7,6 +7,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace crucible::lm {
 
@@ -23,6 +24,16 @@ void set_expert_kernels(bool on);
 // experts[a]'s matrix, plus its bias.
 at::Tensor expert_gemv(const at::Tensor& x, int64_t x_divisor, const at::Tensor& experts, const at::Tensor& blocks,
                        const at::Tensor& scales, const at::Tensor& bias);
+
+// A router's top k on the GPU in one kernel (LibTorch's top-k is a select, a sort and a softmax): logits [N, E] on a
+// GPU in float32, bfloat16 or float16, E <= 256, k <= 8, and not switched off (CRUCIBLE_ROUTE_KERNEL=0 starts off).
+// Equal logits rank by the lower index, where LibTorch's top-k leaves their order open: routing that goes through
+// here on a GPU (sampling and training alike) sees one order.
+bool route_kernel_serves(const at::Tensor& logits, int64_t k);
+void set_route_kernel(bool on);
+
+// -> experts [N, k] int64, largest logit first, and their softmax [N, k] in the logits' dtype (no gradient).
+std::pair<at::Tensor, at::Tensor> route_top_k(const at::Tensor& logits, int64_t k);
 
 // The glue of a device step around expert_gemv, one kernel each instead of LibTorch's five and three (a decode step
 // is mostly small kernels): gpt-oss's clamped SwiGLU of the first projection's float32 output [A, 2 I] -> [A, I]

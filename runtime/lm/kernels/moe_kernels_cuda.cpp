@@ -23,6 +23,14 @@ std::atomic<bool>& switched_on() {
   return on;
 }
 
+std::atomic<bool>& route_kernel_on() {
+  static std::atomic<bool> on{[] {
+    const char* value = std::getenv("CRUCIBLE_ROUTE_KERNEL");
+    return !(value && std::strcmp(value, "0") == 0);
+  }()};
+  return on;
+}
+
 bool float_type(const at::Tensor& t) {
   return t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
 }
@@ -78,6 +86,28 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   TORCH_CHECK(kernels::launch_expert_gemv(a, c10::cuda::getCurrentCUDAStream(x.get_device()).stream()),
               "expert_gemv: launch failed");
   return out;
+}
+
+bool route_kernel_serves(const at::Tensor& logits, int64_t k) {
+  return route_kernel_on().load(std::memory_order_relaxed) && logits.is_cuda() && float_type(logits) &&
+         logits.dim() == 2 && logits.size(1) <= kernels::kMaxRouteExperts && k > 0 && k <= kernels::kMaxRouteK &&
+         k <= logits.size(1);
+}
+
+void set_route_kernel(bool on) { route_kernel_on().store(on, std::memory_order_relaxed); }
+
+std::pair<at::Tensor, at::Tensor> route_top_k(const at::Tensor& logits, int64_t k) {
+  TORCH_CHECK(route_kernel_serves(logits, k), "route_top_k: logits the kernel does not take");
+  const auto l = logits.detach().contiguous();
+  const c10::cuda::CUDAGuard on_its_device(l.device());
+  auto chosen = at::empty({l.size(0), k}, l.options().dtype(at::kLong));
+  auto weights = at::empty({l.size(0), k}, l.options());
+  if (l.size(0) == 0) return {chosen, weights};
+  TORCH_CHECK(kernels::launch_route_top_k(l.data_ptr(), element_of(l), l.size(0), static_cast<int>(l.size(1)),
+                                          static_cast<int>(k), chosen.data_ptr<int64_t>(), weights.data_ptr(),
+                                          c10::cuda::getCurrentCUDAStream(l.get_device()).stream()),
+              "route_top_k: launch failed");
+  return {chosen, weights};
 }
 
 at::Tensor clamped_swiglu_on_device(const at::Tensor& gate_up, double limit, double alpha) {

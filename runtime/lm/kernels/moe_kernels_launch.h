@@ -31,6 +31,14 @@ struct ExpertGemvArgs {
 
 bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream);
 
+// A router's top k experts per token and their softmax: logits [tokens, experts] (`element`), up to kMaxRouteExperts
+// experts and kMaxRouteK chosen -> experts [tokens, k] int64, largest logit first (equal logits: the lower index
+// first), and weights [tokens, k] in `element`, the softmax of the chosen logits computed in float32 and rounded once.
+constexpr int kMaxRouteExperts = 256;
+constexpr int kMaxRouteK = 8;
+bool launch_route_top_k(const void* logits, Element element, int64_t tokens, int experts, int k, int64_t* chosen,
+                        void* weights, cudaStream_t stream);
+
 // gpt-oss's clamped SwiGLU on the first projection's float32 output: gate_up [rows, 2 * width] (columns alternate
 // gate, linear) -> out [rows, width], out = (clamp(linear, -limit, limit) + 1) * g * sigmoid(alpha * g) with
 // g = min(gate, limit), in the order and precision of LibTorch's float32 operators.

@@ -14,6 +14,14 @@ at::Tensor expert_gemv(const at::Tensor&, int64_t, const at::Tensor&, const at::
   throw std::logic_error("expert_gemv: this build has no CUDA kernels");
 }
 
+bool route_kernel_serves(const at::Tensor&, int64_t) { return false; }
+
+void set_route_kernel(bool) {}
+
+std::pair<at::Tensor, at::Tensor> route_top_k(const at::Tensor&, int64_t) {
+  throw std::logic_error("route_top_k: this build has no CUDA kernels");
+}
+
 at::Tensor clamped_swiglu_on_device(const at::Tensor&, double, double) {
   throw std::logic_error("clamped_swiglu_on_device: this build has no CUDA kernels");
 }

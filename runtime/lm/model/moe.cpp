@@ -4,6 +4,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <optional>
+#include <vector>
 
 #include "lm/kernels/moe_kernels.h"
 #include "lm/model/lora.h"
@@ -25,6 +26,16 @@ bool experts_stored_out_in(const std::vector<int64_t>& shape, int64_t experts, i
 }
 
 Routing route_tokens(const at::Tensor& router_logits, int64_t k) {
+  const auto flat = router_logits.reshape({-1, router_logits.size(-1)});
+  if (route_kernel_serves(flat, k)) {
+    auto [experts, weights] = route_top_k(flat, k);
+    // Recorded for training: the chosen logits' softmax again, through LibTorch's differentiable operators.
+    if (at::GradMode::is_enabled() && router_logits.requires_grad()) weights = at::softmax(flat.gather(-1, experts), -1);
+    const auto shape = router_logits.sizes().vec();
+    std::vector<int64_t> routed(shape.begin(), shape.end() - 1);
+    routed.push_back(k);
+    return {experts.view(routed), weights.view(routed)};
+  }
   const auto top = at::topk(router_logits, k, -1);
   return {std::get<1>(top), at::softmax(std::get<0>(top), -1)};
 }
