@@ -4,6 +4,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/script.h>
 
+#include <algorithm>
 #include <functional>
 #include <set>
 #include <string>
@@ -29,30 +30,44 @@ bool convolution_allowing_tf32(const Node* node) {
   return !allow || !allow->isBool() || allow->toBool();  // not a constant: it could be on
 }
 
-// Operators that take a host 0-dim tensor beside device tensors as a scalar (in place too: add_, mul_...).
-bool elementwise_operator(const Node* node) {
-  static const std::set<std::string> names{
-      "add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod", "pow", "atan2",
-      "maximum", "minimum", "fmax", "fmin", "clamp", "clamp_min", "clamp_max", "where", "masked_fill", "lt", "le",
-      "gt", "ge", "eq", "ne", "logical_and", "logical_or", "bitwise_and", "bitwise_or", "bitwise_xor", "lerp",
-      "hardtanh", "threshold", "copysign", "xlogy", "hypot"};
-  const c10::Symbol kind = node->kind();
-  if (!kind.is_aten()) return false;
-  std::string name = kind.toUnqualString();
-  if (!name.empty() && name.back() == '_') name.pop_back();
-  return names.count(name) > 0;
+// A value computed on the device: a tensor that is not a constant of the program.
+bool computed_tensor(const torch::jit::Value* v) {
+  return v->type()->kind() == c10::TypeKind::TensorType && v->node()->kind() != c10::prim::Constant;
 }
 
-// A 0-dim tensor constant off the host whose every use is an elementwise operator's operand.
-bool device_scalar(const Node* node) {
+// Whether an operator takes a host 0-dim tensor at this use as eager PyTorch takes a number there, with its result
+// staying on the device: a binary elementwise operator (TensorIterator's binary ops take host scalars beside device
+// tensors), the constant one operand and a computed tensor the other (in place: the constant the second operand),
+// or masked_fill's fill value. Not where, lerp or a two-sided clamp, which copy or refuse a host operand.
+bool takes_host_scalar(const torch::jit::Use& use) {
+  static const std::set<std::string> binary{"add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide",
+                                            "remainder", "fmod", "pow", "maximum", "minimum", "clamp_min",
+                                            "clamp_max", "lt", "le", "gt", "ge", "eq", "ne"};
+  const Node* user = use.user;
+  if (!user->kind().is_aten()) return false;
+  std::string name = user->kind().toUnqualString();
+  const bool in_place = !name.empty() && name.back() == '_';
+  if (in_place) name.pop_back();
+  if (name == "masked_fill") return use.offset == 2 && computed_tensor(user->input(0));
+  if (!binary.count(name) || user->inputs().size() < 2 || use.offset > 1 || (in_place && use.offset != 1))
+    return false;
+  return computed_tensor(user->input(1 - use.offset));
+}
+
+// A 0-dim tensor constant that every use takes as a number (takes_host_scalar), wherever it is.
+bool number_constant(const Node* node) {
   if (node->kind() != c10::prim::Constant || node->outputs().size() != 1) return false;
   const auto value = torch::jit::toIValue(node->output());
   if (!value || !value->isTensor()) return false;
   const auto& t = value->toTensor();
-  if (!t.defined() || t.dim() != 0 || t.device().is_cpu()) return false;
-  for (const auto& use : node->output()->uses())
-    if (!elementwise_operator(use.user)) return false;
-  return true;
+  if (!t.defined() || t.dim() != 0) return false;
+  const auto& uses = node->output()->uses();
+  return !uses.empty() && std::all_of(uses.begin(), uses.end(), takes_host_scalar);
+}
+
+// Such a constant off the host.
+bool device_scalar(const Node* node) {
+  return number_constant(node) && !torch::jit::toIValue(node->output())->toTensor().device().is_cpu();
 }
 
 void each_node(Block* block, const std::function<void(Node*)>& visit) {
@@ -95,6 +110,7 @@ EagerRewrites run_as_eager(torch::jit::Module& module) {
 EagerRewriteCheck eager_rewrites_of(const std::string& path, const std::string& device) {
   auto module = torch::jit::load(path, c10::Device(device));
   EagerRewriteCheck check;
+  each_method_node(module, [&](Graph&, Node* node) { check.number_constants += number_constant(node); });
   check.first = run_as_eager(module);
   check.second = run_as_eager(module);
   return check;

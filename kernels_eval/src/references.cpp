@@ -90,8 +90,9 @@ ReferenceFn torchscript_reference(const std::string& path, torch::Device device)
     auto& slot = loaded[{path, device.str()}];
     if (!slot) {
       try {
-        slot = std::make_shared<torch::jit::Module>(torch::jit::load(path, device));
-        run_as_eager(*slot);
+        auto fresh = std::make_shared<torch::jit::Module>(torch::jit::load(path, device));
+        run_as_eager(*fresh);  // before it is kept: a rewrite that throws leaves nothing half-done in the cache
+        slot = fresh;
       } catch (const std::exception& e) {
         throw std::runtime_error("cannot load the TorchScript reference " + path + ": " + e.what());
       }

@@ -139,15 +139,19 @@ TEST_CASE("a constant distribution gives every element its value, for norms' wei
 
 TEST_CASE("a traced reference runs as eager PyTorch: convolutions in true float32, numbers as host scalars") {
   // make_fixtures.py: conv_relu traced with PyTorch's default TF32 switch (on); softsign's `1 + |x|` keeps the 1 as
-  // a 0-dim constant, on the host when loaded there (its GPU half is in test_kernelbench_gpu.cpp); bias_relu has
-  // neither.
+  // a 0-dim constant, on the host when loaded there (its GPU half is in test_kernelbench_gpu.cpp); scalars holds
+  // constants some of whose uses cannot take a host tensor; bias_relu has neither.
   const auto dir = test::source_dir() / "tests" / "fixtures" / "torchscript";
   const auto conv = eval::eager_rewrites_of((dir / "conv_relu.pt").string(), "cpu");
   CHECK(conv.first.tf32_convolutions == 1);
   CHECK(conv.second.tf32_convolutions == 0);
   const auto softsign = eval::eager_rewrites_of((dir / "softsign.pt").string(), "cpu");
-  CHECK(softsign.first.device_scalars == 0);
+  CHECK(softsign.number_constants == 1);
+  CHECK(softsign.first.device_scalars == 0);  // already on the host
   CHECK(softsign.first.tf32_convolutions == 0);
+  // scalars.pt: `2 * x` and `2 ** x` take their 2 as a number; where's and lerp's 0.5 stays where it is.
+  CHECK(eval::eager_rewrites_of((dir / "scalars.pt").string(), "cpu").number_constants == 2);
+  CHECK(conv.number_constants == 0);
   const auto none = eval::eager_rewrites_of((dir / "bias_relu.pt").string(), "cpu");
   CHECK(none.first.tf32_convolutions + none.first.device_scalars == 0);
 }

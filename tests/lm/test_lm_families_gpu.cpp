@@ -155,8 +155,9 @@ TEST_CASE("lm gpu: decode attention with sinks and a sliding window gives the ma
               plain_attention(q, k, v, allowed.view({B, 1, 1, visible}), s, scale, visible).to(at::kFloat);
           const auto got = decode_attention(q, k, v, valid, slot_tensor, visible, scale, s, window).to(at::kFloat);
           REQUIRE(got.sizes() == expected.sizes());
-          const float tolerance = dtype == at::kFloat ? 2e-5f : 2e-2f;
-          CHECK((got - expected).abs().max().item<float>() < tolerance);
+          // bfloat16: LibTorch rounds the weights before the values' product, the kernel once at the end.
+          const double tolerance = dtype == at::kFloat ? 2e-5 : 2e-2;
+          CHECK(((got - expected).abs() <= expected.abs().clamp_min(1.0) * tolerance).all().item<bool>());
         }
     }
   }

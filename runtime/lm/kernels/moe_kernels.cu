@@ -191,8 +191,9 @@ __global__ void clamped_swiglu_kernel(const float* gate_up, float* out, int64_t 
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / width, column = i % width;
     const float2 pair = reinterpret_cast<const float2*>(gate_up)[row * width + column];  // gate, linear
-    const float gate = fminf(pair.x, limit);
-    const float linear = fminf(fmaxf(pair.y, -limit), limit);
+    // LibTorch's clamp keeps a NaN, where fminf and fmaxf would drop it.
+    const float gate = isnan(pair.x) ? pair.x : fminf(pair.x, limit);
+    const float linear = isnan(pair.y) ? pair.y : fminf(fmaxf(pair.y, -limit), limit);
     const float activated = gate * (1.0f / (1.0f + expf(-(gate * alpha))));
     out[i] = (linear + 1.0f) * activated;
   }

@@ -183,7 +183,8 @@ void read_attention(const WeightReader& read, const ModelConfig& c, const std::s
     b.q_norm = read(p + "self_attn.q_norm.weight", {c.head_dim});
     b.k_norm = read(p + "self_attn.k_norm.weight", {c.head_dim});
   }
-  if (c.attention_sinks) b.sinks = read(p + "self_attn.sinks", {c.num_heads});
+  // In float32 once (the softmax takes them so, and a 16-bit value converts exactly): not a cast a layer a step.
+  if (c.attention_sinks) b.sinks = read(p + "self_attn.sinks", {c.num_heads}).to(at::kFloat);
 }
 
 void read_dense_mlp(const WeightReader& read, const ModelConfig& c, const std::string& p, BlockWeights& b) {
@@ -380,7 +381,7 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& residua
     const auto& sinks = block_weights(layer).sinks;
     const bool sliding = config_.layer_types[layer] == AttentionKind::sliding;
     out = decode_attention(queries, k_cache, v_cache, attention.key_valid, attention.slots, vis, scale,
-                           sinks.defined() ? sinks.to(at::kFloat) : sinks, sliding ? config_.sliding_window : 0);
+                           sinks, sliding ? config_.sliding_window : 0);
   } else if (plain_attention(layer)) {
     out = sink_or_window_attention(layer, queries, attention, k_cache, v_cache);
   }
