@@ -28,6 +28,7 @@
 #include "lm/policy/lm_policy.h"
 #include "policy/search_policy.h"
 #include "tasks/task_loader.h"
+#include "guarded_main.h"
 
 using namespace crucible;
 namespace fs = std::filesystem;
@@ -213,7 +214,7 @@ void ttt_loop(Bench& b, policy::LmPolicySetup setup, const eval::TaskSpec& task,
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_tool(int argc, char** argv) {
   CLI::App app{"One GRPO step and a TTT loop of the libtorch policy, stage by stage"};
   std::string model, device = "cuda:0", state = (fs::temp_directory_path() / "crucible-bench-grpo").string();
   std::vector<std::string> task_names{"relu", "gelu", "softmax", "rmsnorm", "matmul", "relu", "gelu", "softmax"};
@@ -284,4 +285,8 @@ int main(int argc, char** argv) {
   }
   if (ttt_steps > 0) ttt_loop(b, setup, tasks.front(), ttt_steps, ttt_rollouts);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return crucible::tools::guarded_main("bench_grpo_step", [&] { return run_tool(argc, argv); });
 }

@@ -17,6 +17,7 @@
 #include "lm/kernels/device_memory.h"
 #include "lm/generation/generator.h"
 #include "lm/model/transformer.h"
+#include "guarded_main.h"
 
 using namespace crucible::lm;
 
@@ -82,7 +83,7 @@ void uneven_sweep(const Transformer& model, const GeneratorOptions& base, int64_
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_tool(int argc, char** argv) {
   CLI::App app("bench_lm: generation throughput of a model directory");
   std::string model_dir, device_name = "cuda:0", dtype_name = "bf16", batches_text = "1,8,64";
   int64_t prompt = 512, new_tokens = 512;
@@ -140,4 +141,8 @@ int main(int argc, char** argv) {
     uneven_sweep(model, generator_options, parse_list(batches_text).back(), uneven_requests, prompt, new_tokens,
                  temperature, options.device);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return crucible::tools::guarded_main("bench_lm", [&] { return run_tool(argc, argv); });
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lm/model/mxfp4.h"
+#include "guarded_main.h"
 
 using namespace crucible::lm;
 
@@ -23,7 +24,7 @@ void synchronize(const at::Tensor& t) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_tool(int argc, char** argv) {
   CLI::App app("bench_mxfp4: MXFP4 expert decoding speed");
   std::string device_name = "cpu", dtype_name = "bf16";
   int repeats = 20;
@@ -56,4 +57,8 @@ int main(int argc, char** argv) {
     std::printf("| %s | %.3f | %.1f |\n", s.name, median, bytes / (median * 1e-3) / 1e9);
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return crucible::tools::guarded_main("bench_mxfp4", [&] { return run_tool(argc, argv); });
 }

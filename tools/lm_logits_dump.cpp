@@ -19,6 +19,7 @@
 #include "lm/training/policy_loss.h"
 #include "lm/model/torch_tensors.h"
 #include "lm/model/transformer.h"
+#include "guarded_main.h"
 
 using namespace crucible::lm;
 
@@ -75,7 +76,7 @@ void write_gradients(const Transformer& model, const LoraAdapter& adapter, const
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_tool(int argc, char** argv) {
   CLI::App app("lm_logits_dump: logits and greedy continuations of a model directory");
   std::string model_dir, prompts_text, out, device = "cpu", dtype = "f32", adapter_dir, gradients_dir;
   int64_t new_tokens = 16;
@@ -88,23 +89,22 @@ int main(int argc, char** argv) {
   app.add_option("--adapter", adapter_dir, "PEFT adapter directory to run with");
   app.add_option("--gradients", gradients_dir, "directory for the adapter's gradients on the first prompt");
   CLI11_PARSE(app, argc, argv);
-  try {
-    LoadOptions options;
-    options.device = c10::Device(device);
-    options.dtype = dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-    const auto model = Transformer::load(model_dir, options);
-    const auto prompts = parse_prompts(prompts_text);
-    std::optional<LoraAdapter> adapter;
-    if (!adapter_dir.empty()) {
-      adapter = LoraAdapter::load_peft(adapter_dir, model.config(), options.device, options.dtype);
-      model.use_adapter(&*adapter);
-      if (!gradients_dir.empty()) write_gradients(model, *adapter, prompts[0], gradients_dir);
-    }
-    c10::InferenceMode guard;
-    write_safetensors(out, dump(model, prompts, new_tokens));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "lm_logits_dump: %s\n", e.what());
-    return 1;
+  LoadOptions options;
+  options.device = c10::Device(device);
+  options.dtype = dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  const auto model = Transformer::load(model_dir, options);
+  const auto prompts = parse_prompts(prompts_text);
+  std::optional<LoraAdapter> adapter;
+  if (!adapter_dir.empty()) {
+    adapter = LoraAdapter::load_peft(adapter_dir, model.config(), options.device, options.dtype);
+    model.use_adapter(&*adapter);
+    if (!gradients_dir.empty()) write_gradients(model, *adapter, prompts[0], gradients_dir);
   }
+  c10::InferenceMode guard;
+  write_safetensors(out, dump(model, prompts, new_tokens));
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return crucible::tools::guarded_main("lm_logits_dump", [&] { return run_tool(argc, argv); });
 }

@@ -11,6 +11,7 @@
 #include "lm/format/model_config.h"
 #include "lm/format/model_files.h"
 #include "lm/model/mxfp4_checkpoint.h"
+#include "guarded_main.h"
 
 namespace fs = std::filesystem;
 using namespace crucible::lm;
@@ -35,24 +36,23 @@ void copy_other_files(const fs::path& in, const fs::path& out) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_tool(int argc, char** argv) {
   CLI::App app("lm_pack_mxfp4: a gpt-oss model's experts packed into MXFP4 blocks and scales");
   std::string model_dir, out_dir;
   app.add_option("--model", model_dir, "Hugging Face model directory with dense experts")->required();
   app.add_option("--out", out_dir, "directory to write (created)")->required();
   CLI11_PARSE(app, argc, argv);
-  try {
-    const auto config = load_model_config(model_dir);
-    const auto files = ModelFiles::open(model_dir);
-    const auto tensors = mxfp4_checkpoint_tensors(config, files);
-    fs::create_directories(out_dir);
-    write_safetensors(fs::path(out_dir) / "model.safetensors", tensors, {{"format", "pt"}});
-    write_config(model_dir, out_dir);
-    copy_other_files(model_dir, out_dir);
-    std::printf("%s: %zu tensors, experts in MXFP4\n", out_dir.c_str(), tensors.size());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "lm_pack_mxfp4: %s\n", e.what());
-    return 1;
-  }
+  const auto config = load_model_config(model_dir);
+  const auto files = ModelFiles::open(model_dir);
+  const auto tensors = mxfp4_checkpoint_tensors(config, files);
+  fs::create_directories(out_dir);
+  write_safetensors(fs::path(out_dir) / "model.safetensors", tensors, {{"format", "pt"}});
+  write_config(model_dir, out_dir);
+  copy_other_files(model_dir, out_dir);
+  std::printf("%s: %zu tensors, experts in MXFP4\n", out_dir.c_str(), tensors.size());
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return crucible::tools::guarded_main("lm_pack_mxfp4", [&] { return run_tool(argc, argv); });
 }

@@ -1,6 +1,10 @@
 // The crucible binary as a user runs it: exit codes, JSON output, help.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <string>
+#include <vector>
+
 #include "cli_support.h"
 #include "crucible/eval/evaluator.h"
 #include "support.h"
@@ -289,5 +293,25 @@ TEST_CASE("crucible run names file, line and key of every refused experiment and
     CHECK(r.exit_code == 2);
     CHECK(r.output.find("experiment error: " + file.string() + c.where) != std::string::npos);
     CHECK_FALSE(fs::exists(root));
+  }
+}
+
+TEST_CASE("the language-model tools given a model that does not load say why and exit 1, without aborting") {
+  const test::ScratchDir empty("lm-tool-no-model");  // a directory without config.json
+  const auto tools_dir = std::filesystem::path(CRUCIBLE_CLI_PATH).parent_path();
+  const std::string model = empty.path().string(), out = (empty.path() / "logits.safetensors").string();
+  const std::vector<std::vector<std::string>> runs = {
+      {"bench_lm", "--model", model, "--device", "cpu"},
+      {"lm_logits_dump", "--model", model, "--device", "cpu", "--prompts", "1,2", "--out", out}};
+  for (auto argv : runs) {
+    const std::string tool = argv.front();
+    CAPTURE(tool);
+    argv.front() = (tools_dir / tool).string();
+    eval::ProcessLimits limits;
+    limits.wall_seconds = 60;
+    const auto r = eval::run_process(argv, limits);
+    CHECK(r.signal == 0);  // std::terminate would abort
+    CHECK(r.exit_code == 1);
+    CHECK(r.output.find(tool + ": error: ") != std::string::npos);
   }
 }
