@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""config.json of a published dense model's shape, for benchmarks on weights drawn on the GPU (`bench_lm
+--random-weights SEED`, `bench_grpo_step --random-weights SEED`): nothing else is written, nothing is downloaded.
+
+  python3 tools/lm_fixtures/make_dense_config.py qwen3-8b DIR
+  python3 tools/lm_fixtures/make_dense_config.py qwen2.5-7b DIR
+Standard library only.
+"""
+import json
+import os
+import sys
+
+QWEN_TOKENS = dict(vocab_size=151936, bos_token_id=151643, eos_token_id=151645, rope_theta=1000000.0,
+                   rms_norm_eps=1e-6, hidden_act="silu", torch_dtype="bfloat16", tie_word_embeddings=False)
+
+# The published config.json values of Qwen/Qwen3-8B and Qwen/Qwen2.5-7B (sizes, heads, vocabulary, rotary base).
+SHAPES = {
+    "qwen3-8b": dict(QWEN_TOKENS, architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_size=4096,
+                     intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                     head_dim=128, max_position_embeddings=40960, attention_bias=False),
+    "qwen2.5-7b": dict(QWEN_TOKENS, architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_size=3584,
+                       intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                       vocab_size=152064, max_position_embeddings=32768),
+}
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[1] not in SHAPES:
+        sys.exit(f"usage: make_dense_config.py {{{','.join(sorted(SHAPES))}}} DIR")
+    out = sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(SHAPES[sys.argv[1]], f, indent=1)
+    print(f"{out}/config.json: {sys.argv[1]} shape")
+
+
+if __name__ == "__main__":
+    main()
