@@ -8,6 +8,7 @@
 #   20b       bench_lm, gpt-oss-20b shape: batch 1 and 64, 512-token prompts, 128 new tokens
 #   120b      bench_lm, gpt-oss-120b shape: the same
 #   grpo120b  bench_grpo_step, gpt-oss-120b shape: group 8 x batch 8 x 1024 tokens, LoRA rank 16, policy stages only
+#   qwen3     bench_lm, Qwen3-8B and Qwen2.5-7B shapes beside each other (make_dense_config.py): batch 1 and 64
 # Default: tests mxfp4 20b. Builds first (CRUCIBLE_TARGETS="test_gpu bench_lm bench_grpo_step bench_mxfp4 crucible
 # crucible-worker").
 set -uo pipefail
@@ -32,6 +33,10 @@ run_step() {
     120b) build-gpu/tools/bench_lm --model "$shapes/gpt-oss-120b" --random-weights 1 --batches 1,64 --new 128 ;;
     grpo120b) build-gpu/tools/bench_grpo_step --model "$shapes/gpt-oss-120b" --random-weights 1 --group-size 8 \
                 --max-new 1024 --policy-only --ttt-steps 0 --state /tmp/gpt-oss-grpo ;;
+    qwen3) for dense in qwen3-8b qwen2.5-7b; do
+             python3 tools/lm_fixtures/make_dense_config.py $dense "$shapes/$dense" > /dev/null &&
+               build-gpu/tools/bench_lm --model "$shapes/$dense" --random-weights 1 --batches 1,64 --new 128 || return 1
+           done ;;
     *) echo "unknown step $1"; return 2 ;;
   esac
 }
