@@ -10,16 +10,12 @@
 #include <cstring>
 
 #include "lm/kernels/decode_kernels.h"
+#include "lm/kernels/kernel_switch.h"
 #include "lm/kernels/element_of.h"
 #include "lm/kernels/decode_kernels_launch.h"
 
 namespace crucible::lm {
 namespace {
-
-bool on_unless_zero(const char* variable) {
-  const char* value = std::getenv(variable);
-  return !(value && std::strcmp(value, "0") == 0);
-}
 
 std::atomic<bool>& switched_on() {
   static std::atomic<bool> on{on_unless_zero("CRUCIBLE_DECODE_KERNELS")};

@@ -6,10 +6,10 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <unordered_map>
+
+#include "lm/kernels/kernel_switch.h"
 
 namespace crucible::lm::kernels {
 
@@ -45,10 +45,7 @@ __device__ __forceinline__ void let_later_kernels_start() {
 }
 
 inline std::atomic<bool>& early_launch_on() {
-  static std::atomic<bool> on{[] {
-    const char* value = std::getenv("CRUCIBLE_DECODE_PDL");
-    return !(value && std::strcmp(value, "0") == 0);
-  }()};
+  static std::atomic<bool> on{on_unless_zero("CRUCIBLE_DECODE_PDL")};
   return on;
 }
 

@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "lm/kernels/decode_kernels_device.cuh"
 #include "lm/kernels/moe_kernels_launch.h"
 
 namespace crucible::lm::kernels {
@@ -17,32 +18,24 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kMxBlock = 32;
 
-// 8 consecutive values at p (16-byte aligned) as floats.
+// 8 consecutive values at p (16-byte aligned) as floats: one 16-byte load of 16-bit values, two of float32.
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
+  widen_all<T, 8>(*reinterpret_cast<const uint4*>(p), v);
+}
+template <>
 __device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
-  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-__device__ __forceinline__ float2 to_float2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
-__device__ __forceinline__ float2 to_float2(__half2 h) { return __half22float2(h); }
-
-// 16-bit values: one 16-byte load, converted a pair at a time (T2: __nv_bfloat162 or __half2).
-template <typename T2>
-__device__ __forceinline__ void load8_pairs(const void* p, float (&v)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const auto* h = reinterpret_cast<const T2*>(&raw);
+  float low[4], high[4];
+  widen_all<float, 4>(reinterpret_cast<const uint4*>(p)[0], low);
+  widen_all<float, 4>(reinterpret_cast<const uint4*>(p)[1], high);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = to_float2(h[i]);
-    v[2 * i] = f.x, v[2 * i + 1] = f.y;
-  }
+  for (int i = 0; i < 4; ++i) v[i] = low[i], v[4 + i] = high[i];
 }
-__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[8]) { load8_pairs<__nv_bfloat162>(p, v); }
-__device__ __forceinline__ void load8(const __half* p, float (&v)[8]) { load8_pairs<__half2>(p, v); }
 
 __device__ __forceinline__ float to_float(const void* p, int64_t i, Element e) {
   switch (e) {
-    case Element::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    case Element::f16: return __half2float(static_cast<const __half*>(p)[i]);
+    case Element::bf16: return widen(static_cast<const __nv_bfloat16*>(p)[i]);
+    case Element::f16: return widen(static_cast<const __half*>(p)[i]);
     default: return static_cast<const float*>(p)[i];
   }
 }
@@ -201,8 +194,8 @@ __global__ void clamped_swiglu_kernel(const float* gate_up, float* out, int64_t 
 
 __device__ __forceinline__ void store_as(void* p, int64_t i, float v, Element e) {
   switch (e) {
-    case Element::bf16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v); break;
-    case Element::f16: static_cast<__half*>(p)[i] = __float2half(v); break;
+    case Element::bf16: static_cast<__nv_bfloat16*>(p)[i] = narrow<__nv_bfloat16>(v); break;
+    case Element::f16: static_cast<__half*>(p)[i] = narrow<__half>(v); break;
     default: static_cast<float*>(p)[i] = v; break;
   }
 }

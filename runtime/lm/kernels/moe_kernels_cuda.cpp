@@ -5,10 +5,9 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "lm/kernels/element_of.h"
+#include "lm/kernels/kernel_switch.h"
 #include "lm/kernels/moe_kernels.h"
 #include "lm/kernels/moe_kernels_launch.h"
 
@@ -16,18 +15,12 @@ namespace crucible::lm {
 namespace {
 
 std::atomic<bool>& switched_on() {
-  static std::atomic<bool> on{[] {
-    const char* value = std::getenv("CRUCIBLE_MOE_KERNELS");
-    return !(value && std::strcmp(value, "0") == 0);
-  }()};
+  static std::atomic<bool> on{on_unless_zero("CRUCIBLE_MOE_KERNELS")};
   return on;
 }
 
 std::atomic<bool>& route_kernel_on() {
-  static std::atomic<bool> on{[] {
-    const char* value = std::getenv("CRUCIBLE_ROUTE_KERNEL");
-    return !(value && std::strcmp(value, "0") == 0);
-  }()};
+  static std::atomic<bool> on{on_unless_zero("CRUCIBLE_ROUTE_KERNEL")};
   return on;
 }
 

@@ -376,16 +376,8 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& residua
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   at::Tensor out;
-  const bool decode_step = T == 1 && attention.key_valid.defined() && !attention.mask.defined();
-  if (plain_attention(layer) && decode_step && decode_attention_serves_sinks(k_cache, H)) {
-    const auto& sinks = block_weights(layer).sinks;
-    const bool sliding = config_.layer_types[layer] == AttentionKind::sliding;
-    out = decode_attention(queries, k_cache, v_cache, attention.key_valid, attention.slots, vis, scale,
-                           sinks, sliding ? config_.sliding_window : 0);
-  } else if (plain_attention(layer)) {
-    out = sink_or_window_attention(layer, queries, attention, k_cache, v_cache);
-  }
-  if (!out.defined() && decode_step)
+  if (plain_attention(layer)) out = sink_or_window_attention(layer, queries, attention, k_cache, v_cache);
+  if (!out.defined() && attention.fused_decode(T))
     out = decode_attention(queries, k_cache, v_cache, attention.key_valid, attention.slots, vis, scale);
 #if CRUCIBLE_SDPA_GQA
   if (!out.defined() && attention.causal_prefix)
@@ -415,11 +407,15 @@ bool Transformer::plain_attention(int64_t layer) const {
 at::Tensor Transformer::sink_or_window_attention(int64_t layer, const at::Tensor& queries,
                                                  const AttentionInputs& attention, const at::Tensor& k_cache,
                                                  const at::Tensor& v_cache) const {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  const bool sliding = config_.layer_types[layer] == AttentionKind::sliding;
+  // A fused decode step (one query, the valid slots, no mask): the split decode kernels take sinks and windows.
+  if (attention.fused_decode(queries.size(1)) && decode_attention_serves_sinks(k_cache, config_.num_heads))
+    return decode_attention(queries, k_cache, v_cache, attention.key_valid, attention.slots, attention.visible, scale,
+                            block_weights(layer).sinks, sliding ? config_.sliding_window : 0);
   // hidden_states leaves these layers' mask as given: [B, 1, T, visible] bool, or none in a fused decode step.
   auto mask = attention.mask.defined() ? attention.mask : causal_mask(attention.slots, attention.key_valid, attention.visible);
-  if (config_.layer_types[layer] == AttentionKind::sliding)
-    mask = sliding_window_mask(mask, attention.slots, config_.sliding_window);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  if (sliding) mask = sliding_window_mask(mask, attention.slots, config_.sliding_window);
   return lm::plain_attention(queries, k_cache, v_cache, mask, block_weights(layer).sinks, scale, attention.visible);
 }
 

@@ -63,6 +63,8 @@ struct AttentionInputs {
   // A decode step (one token per row) with no mask: the decode attention kernels read these [B, capacity] bool valid
   // slots and `slots`' one slot themselves.
   at::Tensor key_valid;
+  // Such a decode step, for queries of `tokens` per row.
+  bool fused_decode(int64_t tokens) const { return tokens == 1 && key_valid.defined() && !mask.defined(); }
 };
 
 // A causal mask over cache slots: query t (at slot query_slots[t]) sees slot s when s <= its slot and
