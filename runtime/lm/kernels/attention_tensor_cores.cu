@@ -19,6 +19,7 @@
 
 #include "lm/kernels/decode_kernels_device.cuh"
 #include "lm/kernels/decode_kernels_launch.h"
+#include "lm/kernels/mma_device.cuh"
 
 namespace crucible::lm::kernels {
 namespace {
@@ -62,44 +63,6 @@ __device__ __forceinline__ void load_matrices_transposed(uint32_t (&r)[4], const
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(shared_address(row)));
-}
-
-// c += a (16 x 16, row-major) * b (16 x 8, column-major), float32 accumulators.
-template <typename T>
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-
-template <>
-__device__ __forceinline__ void mma<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <>
-__device__ __forceinline__ void mma<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats as one register of two 16-bit elements, the first in the low half.
-template <typename T>
-__device__ __forceinline__ uint32_t pack(float lo, float hi);
-
-template <>
-__device__ __forceinline__ uint32_t pack<__nv_bfloat16>(float lo, float hi) {
-  const __nv_bfloat162 two = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&two);
-}
-
-template <>
-__device__ __forceinline__ uint32_t pack<__half>(float lo, float hi) {
-  const __half2 two = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&two);
 }
 
 // Where element (row, 16-byte piece) of a [rows][D] tile lies in shared memory: the pieces of each row rotated by

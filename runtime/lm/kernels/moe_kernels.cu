@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 
 #include "lm/kernels/decode_kernels_device.cuh"
+#include "lm/kernels/mma_device.cuh"
 #include "lm/kernels/moe_kernels_launch.h"
 
 namespace crucible::lm::kernels {
@@ -178,6 +179,148 @@ void launch_for(const ExpertGemvArgs& args, cudaStream_t stream) {
     expert_gemv_kernel<T, 2, 4><<<grid, kWarps * 32, 0, stream>>>(args, false);
 }
 
+// Many assignments on tensor cores, the model in bfloat16: each warp multiplies 16 rows of its expert by 8 * kTiles
+// inputs at a time with mma.m16n8k16 (bfloat16 operands, float32 sums), so each decoded weight serves every input of
+// the tile for one instruction's share. The products sum over the columns in any order, so the warp takes its k order
+// from whole loads: over a span of 4 MX blocks (128 columns) lane (g, t) holds MX block t of rows g and g + 8 (16 code
+// bytes each, decoded times the block's scale, exact in bfloat16) and the same 32 columns of input g of each tile;
+// step s of 8 gives that block's columns 4s .. 4s + 3 the fragments' k positions 2t, 2t + 1, 2t + 8, 2t + 9, in A and
+// B alike. Blocks past a row's end hold zeros in both. Each span's loads are issued before the previous span's MMAs.
+constexpr int kSpanBlocks = 4;
+constexpr int kMmaRows = 16;
+
+struct SpanCodes {
+  uint4 low, high;  // rows g and g + 8
+  float low_scale, high_scale;
+};
+
+// Input g's 32 values of a span as 16 bfloat16 pairs, zeros where there is no input or no block.
+template <typename T>
+__device__ __forceinline__ void load_span_inputs(const T* row, bool present, uint32_t (&pairs)[16]);
+
+template <>
+__device__ __forceinline__ void load_span_inputs(const __nv_bfloat16* row, bool present, uint32_t (&pairs)[16]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const uint4 v = present ? __ldg(reinterpret_cast<const uint4*>(row) + q) : make_uint4(0, 0, 0, 0);
+    pairs[4 * q] = v.x, pairs[4 * q + 1] = v.y, pairs[4 * q + 2] = v.z, pairs[4 * q + 3] = v.w;
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_span_inputs(const float* row, bool present, uint32_t (&pairs)[16]) {
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    const float4 v = present ? __ldg(reinterpret_cast<const float4*>(row) + q) : make_float4(0, 0, 0, 0);
+    pairs[2 * q] = pack<__nv_bfloat16>(v.x, v.y), pairs[2 * q + 1] = pack<__nv_bfloat16>(v.z, v.w);
+  }
+}
+
+// Steps 2u and 2u + 1 of a span: code word u of rows g and g + 8 decoded to A fragments, times each tile's inputs.
+template <int kTiles>
+__device__ __forceinline__ void mma_word(const SpanCodes& codes, int u, const uint32_t (&in)[kTiles][16],
+                                         float (&acc)[kTiles][4]) {
+  float low[8], high[8];
+  decode8(word_of(codes.low, u), low);
+  decode8(word_of(codes.high, u), high);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) low[i] *= codes.low_scale, high[i] *= codes.high_scale;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int v = 4 * half, s = 2 * u + half;
+    const uint32_t a[4] = {pack<__nv_bfloat16>(low[v], low[v + 1]), pack<__nv_bfloat16>(high[v], high[v + 1]),
+                           pack<__nv_bfloat16>(low[v + 2], low[v + 3]), pack<__nv_bfloat16>(high[v + 2], high[v + 3])};
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) mma<__nv_bfloat16>(acc[j], a, in[j][2 * s], in[j][2 * s + 1]);
+  }
+}
+
+template <typename T, int kTiles>
+__global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs a, bool by_assignment) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  __shared__ Routed routed;
+  int expert = 0;
+  const int n = gather_assignments(a, by_assignment, expert, routed);
+  const int* mine = routed.mine;
+  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  const int row0 = (blockIdx.y * kWarps + warp) * kMmaRows;
+  if (n == 0 || row0 >= a.rows) return;  // no barrier follows
+  const int blocks_per_row = a.cols / kMxBlock;
+  const int spans = (blocks_per_row + kSpanBlocks - 1) / kSpanBlocks;
+  // Rows past the end read the last row again and are never written.
+  const int64_t low_row = static_cast<int64_t>(expert) * a.rows + min(row0 + g, a.rows - 1);
+  const int64_t high_row = static_cast<int64_t>(expert) * a.rows + min(row0 + g + 8, a.rows - 1);
+  const uint4* low_codes = reinterpret_cast<const uint4*>(a.blocks) + low_row * blocks_per_row;
+  const uint4* high_codes = reinterpret_cast<const uint4*>(a.blocks) + high_row * blocks_per_row;
+  const uint8_t* low_scales = a.scales + low_row * blocks_per_row;
+  const uint8_t* high_scales = a.scales + high_row * blocks_per_row;
+  const T* x = static_cast<const T*>(a.x);
+  const auto load_codes = [&](int span) {
+    const int b = span * kSpanBlocks + t;
+    SpanCodes c{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0.0f, 0.0f};
+    if (b < blocks_per_row) {
+      c.low = __ldg(low_codes + b), c.high = __ldg(high_codes + b);
+      c.low_scale = scale_of(__ldg(low_scales + b)), c.high_scale = scale_of(__ldg(high_scales + b));
+    }
+    return c;
+  };
+  for (int first = 0; first < n; first += 8 * kTiles) {
+    const T* inputs[kTiles];  // input g of each tile, or null past the assignments
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const int slot = first + 8 * j + g;
+      inputs[j] = slot < n ? x + static_cast<int64_t>(mine[slot] / a.x_divisor) * a.x_row_stride : nullptr;
+    }
+    const auto load_inputs = [&](int span, uint32_t(&in)[kTiles][16]) {
+      const int b = span * kSpanBlocks + t;
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j)
+        load_span_inputs(inputs[j] + static_cast<int64_t>(b) * kMxBlock, inputs[j] && b < blocks_per_row, in[j]);
+    };
+    float acc[kTiles][4] = {};
+    SpanCodes next = load_codes(0);
+    uint32_t next_in[kTiles][16];
+    load_inputs(0, next_in);
+    for (int span = 0; span < spans; ++span) {
+      const SpanCodes codes = next;
+      uint32_t in[kTiles][16];
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+        for (int i = 0; i < 16; ++i) in[j][i] = next_in[j][i];
+      if (span + 1 < spans) next = load_codes(span + 1), load_inputs(span + 1, next_in);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) mma_word<kTiles>(codes, u, in, acc);
+    }
+    // Lane (g, t) holds rows g and g + 8 of inputs 2t and 2t + 1 of each tile.
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = row0 + g + (i >= 2 ? 8 : 0), slot = first + 8 * j + 2 * t + i % 2;
+        if (row >= a.rows || slot >= n) continue;
+        const int64_t row_index = static_cast<int64_t>(expert) * a.rows + row;
+        const float bias = a.bias ? to_float(a.bias, row_index, a.bias_element) : 0.0f;
+        a.out[static_cast<int64_t>(mine[slot]) * a.rows + row] = acc[j][i] + bias;
+      }
+  }
+#endif
+}
+
+// On tensor cores: 8 inputs a warp's pass when every expert has a few (decode steps of a few tokens, or many experts),
+// 16 when more tokens share an expert, so that most experts' rows are read once.
+template <typename T>
+void launch_mma_for(const ExpertGemvArgs& args, cudaStream_t stream) {
+  const bool by_assignment = args.assignments <= args.experts_count;
+  const int per_expert = (args.assignments + args.experts_count - 1) / args.experts_count;
+  const int rows_per_block = kWarps * kMmaRows;
+  const dim3 grid(by_assignment ? args.assignments : args.experts_count, (args.rows + rows_per_block - 1) / rows_per_block);
+  if (by_assignment || per_expert <= 4)
+    expert_mma_kernel<T, 1><<<grid, kWarps * 32, 0, stream>>>(args, by_assignment);
+  else  // more tiles a pass would spill registers
+    expert_mma_kernel<T, 2><<<grid, kWarps * 32, 0, stream>>>(args, false);
+}
+
 __global__ void clamped_swiglu_kernel(const float* gate_up, float* out, int64_t count, int width, float limit,
                                       float alpha) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
@@ -272,6 +415,15 @@ bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
   if (args.assignments <= 0 || args.assignments > kMaxExpertAssignments || args.cols % 32 != 0 || args.rows <= 0 ||
       args.experts_count <= 0 || args.x_divisor <= 0)
     return false;
+  if (args.bf16_products) {
+    if (args.x_element == Element::bf16)
+      launch_mma_for<__nv_bfloat16>(args, stream);
+    else if (args.x_element == Element::f32)
+      launch_mma_for<float>(args, stream);
+    else
+      return false;
+    return cudaGetLastError() == cudaSuccess;
+  }
   switch (args.x_element) {
     case Element::bf16: launch_for<__nv_bfloat16>(args, stream); break;
     case Element::f16: launch_for<__half>(args, stream); break;

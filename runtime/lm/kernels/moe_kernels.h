@@ -19,11 +19,22 @@ bool expert_gemv_serves(const at::Tensor& x, const at::Tensor& blocks, const at:
 // Switches the kernel off and back on (tests and benchmarks compare both ways). CRUCIBLE_MOE_KERNELS=0 starts off.
 void set_expert_kernels(bool on);
 
+// How expert_gemv multiplies: float32 products on CUDA cores (within float32 rounding of the decoded experts), or the
+// inputs rounded to bfloat16 and multiplied on tensor cores, float32 sums: a bfloat16 model's precision, as its
+// linear layers multiply, and several times faster for steps of many tokens.
+enum class ExpertProducts { float32, bfloat16 };
+
+// The products for a model computing in `dtype` on x's GPU: bfloat16 for a bfloat16 model on compute capability 8.0
+// or later unless switched off (set_expert_tensor_cores; CRUCIBLE_MOE_TENSOR_CORES=0 starts off), else float32.
+ExpertProducts expert_products_for(const at::Tensor& x, c10::ScalarType dtype);
+void set_expert_tensor_cores(bool on);
+
 // x [rows, cols] (cols contiguous), experts [A] int64 on x's device, blocks [E, out, cols / 32, 16] and scales
 // [E, out, cols / 32] uint8, bias [E, out] or undefined -> [A, out] float32: row a is x[a / x_divisor] times expert
-// experts[a]'s matrix, plus its bias.
+// experts[a]'s matrix, plus its bias. bfloat16 products take x in bfloat16 or float32.
 at::Tensor expert_gemv(const at::Tensor& x, int64_t x_divisor, const at::Tensor& experts, const at::Tensor& blocks,
-                       const at::Tensor& scales, const at::Tensor& bias);
+                       const at::Tensor& scales, const at::Tensor& bias,
+                       ExpertProducts products = ExpertProducts::float32);
 
 // A router's top k on the GPU in one kernel (LibTorch's top-k is a select, a sort and a softmax): logits [N, E] on a
 // GPU in float32, bfloat16 or float16, E <= 256, k <= 8, and not switched off (CRUCIBLE_ROUTE_KERNEL=0 starts off).

@@ -1,4 +1,5 @@
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -16,6 +17,11 @@ namespace {
 
 std::atomic<bool>& switched_on() {
   static std::atomic<bool> on{on_unless_zero("CRUCIBLE_MOE_KERNELS")};
+  return on;
+}
+
+std::atomic<bool>& tensor_cores_on() {
+  static std::atomic<bool> on{on_unless_zero("CRUCIBLE_MOE_TENSOR_CORES")};
   return on;
 }
 
@@ -41,14 +47,25 @@ bool expert_gemv_serves(const at::Tensor& x, const at::Tensor& blocks, const at:
 
 void set_expert_kernels(bool on) { switched_on().store(on, std::memory_order_relaxed); }
 
+ExpertProducts expert_products_for(const at::Tensor& x, c10::ScalarType dtype) {
+  const bool tensor_cores = tensor_cores_on().load(std::memory_order_relaxed) && dtype == at::kBFloat16 &&
+                            x.is_cuda() && at::cuda::getDeviceProperties(x.get_device())->major >= 8;
+  return tensor_cores ? ExpertProducts::bfloat16 : ExpertProducts::float32;
+}
+
+void set_expert_tensor_cores(bool on) { tensor_cores_on().store(on, std::memory_order_relaxed); }
+
 at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Tensor& experts, const at::Tensor& blocks,
-                       const at::Tensor& scales, const at::Tensor& bias) {
+                       const at::Tensor& scales, const at::Tensor& bias, ExpertProducts products) {
   TORCH_CHECK(input.dim() == 2 && input.stride(1) == 1, "expert_gemv: x must be [rows, cols] with cols contiguous");
   // The kernel reads 8 values of a row at a time, 16-byte aligned.
   const bool aligned = reinterpret_cast<uintptr_t>(input.data_ptr()) % 16 == 0 &&
                        (input.stride(0) * input.element_size()) % 16 == 0;
   const at::Tensor x = aligned ? input : input.clone(at::MemoryFormat::Contiguous);
   TORCH_CHECK(expert_gemv_serves(x, blocks, scales, experts.numel()), "expert_gemv: inputs the kernel does not take");
+  const bool bf16_products = products == ExpertProducts::bfloat16;
+  TORCH_CHECK(!bf16_products || x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
+              "expert_gemv: bfloat16 products take x in bfloat16 or float32");
   const int64_t E = blocks.size(0), out_rows = blocks.size(1), cols = blocks.size(2) * 32;
   TORCH_CHECK(x.size(1) == cols && scales.sizes() == blocks.sizes().slice(0, 3),
               "expert_gemv: x's columns and the scales must match the blocks");
@@ -76,6 +93,7 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   a.experts_count = static_cast<int>(E);
   a.rows = static_cast<int>(out_rows);
   a.cols = static_cast<int>(cols);
+  a.bf16_products = bf16_products;
   TORCH_CHECK(kernels::launch_expert_gemv(a, c10::cuda::getCurrentCUDAStream(x.get_device()).stream()),
               "expert_gemv: launch failed");
   return out;

@@ -27,6 +27,9 @@ struct ExpertGemvArgs {
   Element bias_element = Element::f32;
   float* out = nullptr;  // [assignments, rows]
   int experts_count = 0, rows = 0, cols = 0;
+  // Inputs (bfloat16 or float32) rounded to bfloat16 and multiplied on tensor cores, as a bfloat16 model's linear
+  // layers multiply (sums in float32; compute capability 8.0 or later); otherwise float32 products on CUDA cores.
+  bool bf16_products = false;
 };
 
 bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream);

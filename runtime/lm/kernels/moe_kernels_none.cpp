@@ -9,8 +9,12 @@ bool expert_gemv_serves(const at::Tensor&, const at::Tensor&, const at::Tensor&,
 
 void set_expert_kernels(bool) {}
 
+ExpertProducts expert_products_for(const at::Tensor&, c10::ScalarType) { return ExpertProducts::float32; }
+
+void set_expert_tensor_cores(bool) {}
+
 at::Tensor expert_gemv(const at::Tensor&, int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                       const at::Tensor&) {
+                       const at::Tensor&, ExpertProducts) {
   throw std::logic_error("expert_gemv: this build has no CUDA kernels");
 }
 
