@@ -6,6 +6,7 @@
 #include <c10/core/InferenceMode.h>
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "lm/generation/generator.h"
@@ -122,14 +123,15 @@ TEST_CASE("lm gpu: experts read from MXFP4 by the device kernel give LibTorch's 
 
 
 TEST_CASE("lm gpu: the experts' bfloat16 products on tensor cores are the exact products of bfloat16-rounded inputs") {
+  // Up to one assignment an expert (a decode step of a few tokens) takes the CUDA-core kernel's float32 products.
   c10::InferenceMode guard;
   const c10::Device gpu("cuda:0");
   struct Shape {
     int64_t experts, rows, cols;
   };
-  // Rows ending inside a warp's 16 and columns inside a span of 4 MX blocks; assignments by assignment (up to E), then
-  // by expert with 8 inputs a pass (up to 4 an expert) and 16 (more), all on one expert (many passes), with inputs
-  // shared k ways (the first projection) or one each, in bfloat16 and float32, rows padded past their columns.
+  // Rows ending inside a warp's 16 and columns inside a span of 4 MX blocks; up to E assignments, then 8 inputs a pass
+  // (up to 4 an expert), 16 (up to 12) and 32, all on one expert (many passes), with inputs shared k ways (the first
+  // projection) or one each, in bfloat16 and float32, rows padded past their columns.
   for (const Shape& shape : {Shape{8, 88, 96}, Shape{32, 200, 1056}}) {
     const int64_t E = shape.experts, rows = shape.rows, cols = shape.cols;
     CAPTURE(E);
@@ -138,7 +140,7 @@ TEST_CASE("lm gpu: the experts' bfloat16 products on tensor cores are the exact 
     const auto decoded = lm::mxfp4_decode(packed.blocks, packed.scales, at::kFloat).to(at::kDouble);
     const auto blocks = packed.blocks.to(gpu), scales = packed.scales.to(gpu);
     const auto bias = (at::randn({E, rows}, g) * 0.1).to(at::kBFloat16);
-    for (const int64_t assignments : {int64_t{1}, E, 3 * E, 8 * E, int64_t{256}, int64_t{-256}}) {
+    for (const int64_t assignments : {int64_t{1}, E, 3 * E, 8 * E, std::min<int64_t>(16 * E, 256), int64_t{-256}}) {
       const bool one_expert = assignments < 0;
       const int64_t A = one_expert ? -assignments : assignments;
       const auto experts = one_expert ? at::full({A}, E / 2, at::kLong) : at::randint(E, {A}, g, at::kLong);
@@ -152,9 +154,10 @@ TEST_CASE("lm gpu: the experts' bfloat16 products on tensor cores are the exact 
           const auto x = padded.slice(1, 0, cols);
           const auto got = expert_gemv(x.to(gpu), divisor, experts.to(gpu), blocks, scales, bias.to(gpu),
                                        ExpertProducts::bfloat16).cpu().to(at::kDouble);
-          const auto rounded = x.to(at::kBFloat16).to(at::kDouble).repeat_interleave(divisor, 0);  // [A, cols]
+          const bool tensor_cores = A > E;
+          const auto inputs = (tensor_cores ? x.to(at::kBFloat16) : x).to(at::kDouble).repeat_interleave(divisor, 0);
           const auto weights = decoded.index_select(0, experts);                                    // [A, rows, cols]
-          const auto expected = at::bmm(weights, rounded.unsqueeze(-1)).squeeze(-1) +
+          const auto expected = at::bmm(weights, inputs.unsqueeze(-1)).squeeze(-1) +
                                 bias.to(at::kDouble).index_select(0, experts);
           CHECK((got - expected).abs().max().item<double>() < 1e-5 * (1.0 + expected.abs().max().item<double>()));
         }

@@ -183,68 +183,110 @@ void launch_for(const ExpertGemvArgs& args, cudaStream_t stream) {
 // inputs at a time with mma.m16n8k16 (bfloat16 operands, float32 sums), so each decoded weight serves every input of
 // the tile for one instruction's share. The products sum over the columns in any order, so the warp takes its k order
 // from whole loads: over a span of 4 MX blocks (128 columns) lane (g, t) holds MX block t of rows g and g + 8 (16 code
-// bytes each, decoded times the block's scale, exact in bfloat16) and the same 32 columns of input g of each tile;
-// step s of 8 gives that block's columns 4s .. 4s + 3 the fragments' k positions 2t, 2t + 1, 2t + 8, 2t + 9, in A and
-// B alike. Blocks past a row's end hold zeros in both. Each span's loads are issued before the previous span's MMAs.
+// bytes each, decoded times the block's scale, exact in bfloat16) and reads the same 32 columns of input g of each
+// tile; step s of 8 gives that block's columns 4s .. 4s + 3 the fragments' k positions 2t, 2t + 1, 2t + 8, 2t + 9, in
+// A and B alike. Blocks past a row's end hold zeros in both. The block stages each span's inputs in shared memory as
+// bfloat16 once for its warps, the next span's loads in flight while the warps multiply the current one.
 constexpr int kSpanBlocks = 4;
+constexpr int kSpanPieces = kSpanBlocks * kMxBlock / 8;  // 16-byte pieces of 8 bfloat16 inputs in a span's row
 constexpr int kMmaRows = 16;
+
+// Where piece p of token slot `slot` lies in its staged row: the 8 lanes of a quarter warp read pieces 4t + q of two
+// slots, which this places in 8 different groups of 4 banks.
+__device__ __forceinline__ int staged_position(int slot, int piece) {
+  return piece ^ (((piece >> 3) & 1) << 1) ^ (slot & 1);
+}
+
+__device__ __forceinline__ uint32_t byte_permute(uint32_t a, uint32_t b, uint32_t selector) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
+  return d;
+}
+
+// The 8 codes of a word as 4 bfloat16 pairs (codes 2i and 2i + 1, the low nibble of byte i first, in pair i), exact:
+// each magnitude's high and low byte looked up in two 8-byte tables (0, 0.5, 1, 1.5, 2, 3, 4, 6 are 0x0000, 0x3F00,
+// 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0), interleaved, the sign bits moved to bits 15 and 31; then times
+// the block's scale (a power of two: exact).
+__device__ __forceinline__ void decode_pairs(uint32_t word, uint32_t scale_pair, uint32_t (&pair)[4]) {
+  const uint32_t magnitude = word & 0x77777777u;
+  const uint32_t high_first = byte_permute(0x3F3F3F00u, 0x40404040u, magnitude);
+  const uint32_t low_first = byte_permute(0xC0800000u, 0xC0804000u, magnitude);
+  const uint32_t high_last = byte_permute(0x3F3F3F00u, 0x40404040u, magnitude >> 16);
+  const uint32_t low_last = byte_permute(0xC0800000u, 0xC0804000u, magnitude >> 16);
+  const uint32_t even_signs = (word << 4) & 0x80808080u, odd_signs = word & 0x80808080u;  // bit 7 of byte i
+  const uint32_t magnitudes[4] = {byte_permute(low_first, high_first, 0x5140), byte_permute(low_first, high_first, 0x7362),
+                                  byte_permute(low_last, high_last, 0x5140), byte_permute(low_last, high_last, 0x7362)};
+  const __nv_bfloat162 scale = *reinterpret_cast<const __nv_bfloat162*>(&scale_pair);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t signs = byte_permute(even_signs, odd_signs, 0x4000u + 0x1010u * i) & 0x80008000u;
+    const uint32_t value = magnitudes[i] | signs;
+    const __nv_bfloat162 scaled = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&value), scale);
+    pair[i] = *reinterpret_cast<const uint32_t*>(&scaled);
+  }
+}
+
+// 2^(scale - 127) in both halves of a bfloat16 pair (scale 0 is 2^-127, a subnormal).
+__device__ __forceinline__ uint32_t scale_pair_of(unsigned scale) {
+  const uint32_t bits = scale == 0 ? 0x0040u : scale << 7;
+  return bits | bits << 16;
+}
 
 struct SpanCodes {
   uint4 low, high;  // rows g and g + 8
-  float low_scale, high_scale;
+  uint32_t low_scale, high_scale;  // as bfloat16 pairs
 };
 
-// Input g's 32 values of a span as 16 bfloat16 pairs, zeros where there is no input or no block.
-template <typename T>
-__device__ __forceinline__ void load_span_inputs(const T* row, bool present, uint32_t (&pairs)[16]);
-
-template <>
-__device__ __forceinline__ void load_span_inputs(const __nv_bfloat16* row, bool present, uint32_t (&pairs)[16]) {
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const uint4 v = present ? __ldg(reinterpret_cast<const uint4*>(row) + q) : make_uint4(0, 0, 0, 0);
-    pairs[4 * q] = v.x, pairs[4 * q + 1] = v.y, pairs[4 * q + 2] = v.z, pairs[4 * q + 3] = v.w;
-  }
-}
-
-template <>
-__device__ __forceinline__ void load_span_inputs(const float* row, bool present, uint32_t (&pairs)[16]) {
-#pragma unroll
-  for (int q = 0; q < 8; ++q) {
-    const float4 v = present ? __ldg(reinterpret_cast<const float4*>(row) + q) : make_float4(0, 0, 0, 0);
-    pairs[2 * q] = pack<__nv_bfloat16>(v.x, v.y), pairs[2 * q + 1] = pack<__nv_bfloat16>(v.z, v.w);
-  }
-}
-
-// Steps 2u and 2u + 1 of a span: code word u of rows g and g + 8 decoded to A fragments, times each tile's inputs.
 template <int kTiles>
-__device__ __forceinline__ void mma_word(const SpanCodes& codes, int u, const uint32_t (&in)[kTiles][16],
-                                         float (&acc)[kTiles][4]) {
-  float low[8], high[8];
-  decode8(word_of(codes.low, u), low);
-  decode8(word_of(codes.high, u), high);
+struct StagedInputs {
+  uint4 piece[2][8 * kTiles][kSpanPieces];  // two spans' buffers
+};
+
+// One 16-byte piece (8 inputs as bfloat16) of a span, zeros where there is no input or no block.
+template <typename T>
+__device__ __forceinline__ uint4 load_piece(const T* at, bool present);
+
+template <>
+__device__ __forceinline__ uint4 load_piece(const __nv_bfloat16* at, bool present) {
+  return present ? __ldg(reinterpret_cast<const uint4*>(at)) : make_uint4(0, 0, 0, 0);
+}
+
+template <>
+__device__ __forceinline__ uint4 load_piece(const float* at, bool present) {
+  if (!present) return make_uint4(0, 0, 0, 0);
+  const float4 v = __ldg(reinterpret_cast<const float4*>(at)), w = __ldg(reinterpret_cast<const float4*>(at) + 1);
+  return make_uint4(pack<__nv_bfloat16>(v.x, v.y), pack<__nv_bfloat16>(v.z, v.w), pack<__nv_bfloat16>(w.x, w.y),
+                    pack<__nv_bfloat16>(w.z, w.w));
+}
+
+// Steps 2u and 2u + 1 of a span: code word u of rows g and g + 8 as A fragments, times each tile's staged inputs.
+template <int kTiles>
+__device__ __forceinline__ void mma_word(const SpanCodes& codes, int u, const uint4 (&staged)[8 * kTiles][kSpanPieces],
+                                         int g, int t, float (&acc)[kTiles][4]) {
+  uint32_t low[4], high[4];
+  decode_pairs(word_of(codes.low, u), codes.low_scale, low);
+  decode_pairs(word_of(codes.high, u), codes.high_scale, high);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) low[i] *= codes.low_scale, high[i] *= codes.high_scale;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int v = 4 * half, s = 2 * u + half;
-    const uint32_t a[4] = {pack<__nv_bfloat16>(low[v], low[v + 1]), pack<__nv_bfloat16>(high[v], high[v + 1]),
-                           pack<__nv_bfloat16>(low[v + 2], low[v + 3]), pack<__nv_bfloat16>(high[v + 2], high[v + 3])};
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) mma<__nv_bfloat16>(acc[j], a, in[j][2 * s], in[j][2 * s + 1]);
+  for (int j = 0; j < kTiles; ++j) {
+    const int slot = 8 * j + g;
+    const uint4 in = staged[slot][staged_position(slot, 4 * t + u)];
+    const uint32_t first[4] = {low[0], high[0], low[1], high[1]}, second[4] = {low[2], high[2], low[3], high[3]};
+    mma<__nv_bfloat16>(acc[j], first, in.x, in.y);
+    mma<__nv_bfloat16>(acc[j], second, in.z, in.w);
   }
 }
 
 template <typename T, int kTiles>
-__global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs a, bool by_assignment) {
+__global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   __shared__ Routed routed;
+  __shared__ StagedInputs<kTiles> staged;
   int expert = 0;
-  const int n = gather_assignments(a, by_assignment, expert, routed);
+  const int n = gather_assignments(a, false, expert, routed);
   const int* mine = routed.mine;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   const int row0 = (blockIdx.y * kWarps + warp) * kMmaRows;
-  if (n == 0 || row0 >= a.rows) return;  // no barrier follows
+  const bool has_rows = row0 < a.rows;  // a warp without rows still stages inputs and meets the barriers
   const int blocks_per_row = a.cols / kMxBlock;
   const int spans = (blocks_per_row + kSpanBlocks - 1) / kSpanBlocks;
   // Rows past the end read the last row again and are never written.
@@ -257,41 +299,50 @@ __global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs 
   const T* x = static_cast<const T*>(a.x);
   const auto load_codes = [&](int span) {
     const int b = span * kSpanBlocks + t;
-    SpanCodes c{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0.0f, 0.0f};
-    if (b < blocks_per_row) {
+    SpanCodes c{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0u, 0u};
+    if (has_rows && b < blocks_per_row) {
       c.low = __ldg(low_codes + b), c.high = __ldg(high_codes + b);
-      c.low_scale = scale_of(__ldg(low_scales + b)), c.high_scale = scale_of(__ldg(high_scales + b));
+      c.low_scale = scale_pair_of(__ldg(low_scales + b)), c.high_scale = scale_pair_of(__ldg(high_scales + b));
     }
     return c;
   };
+  // Thread i stages pieces i, i + 128, ... of a span: slot piece / 16, piece piece % 16.
+  constexpr int kPieces = 8 * kTiles * kSpanPieces / (kWarps * 32);
   for (int first = 0; first < n; first += 8 * kTiles) {
-    const T* inputs[kTiles];  // input g of each tile, or null past the assignments
+    const auto load_inputs = [&](int span, uint4(&pieces)[kPieces]) {
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      const int slot = first + 8 * j + g;
-      inputs[j] = slot < n ? x + static_cast<int64_t>(mine[slot] / a.x_divisor) * a.x_row_stride : nullptr;
-    }
-    const auto load_inputs = [&](int span, uint32_t(&in)[kTiles][16]) {
-      const int b = span * kSpanBlocks + t;
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j)
-        load_span_inputs(inputs[j] + static_cast<int64_t>(b) * kMxBlock, inputs[j] && b < blocks_per_row, in[j]);
+      for (int i = 0; i < kPieces; ++i) {
+        const int id = threadIdx.x + i * kWarps * 32, slot = id / kSpanPieces, piece = id % kSpanPieces;
+        const int column = span * kSpanBlocks * kMxBlock + piece * 8;
+        const bool present = first + slot < n && column < a.cols;
+        const int64_t row = present ? mine[first + slot] / a.x_divisor : 0;
+        pieces[i] = load_piece(x + row * a.x_row_stride + column, present);
+      }
     };
-    float acc[kTiles][4] = {};
+    const auto store_inputs = [&](int buffer, const uint4(&pieces)[kPieces]) {
+#pragma unroll
+      for (int i = 0; i < kPieces; ++i) {
+        const int id = threadIdx.x + i * kWarps * 32, slot = id / kSpanPieces, piece = id % kSpanPieces;
+        staged.piece[buffer][slot][staged_position(slot, piece)] = pieces[i];
+      }
+    };
+    uint4 pieces[kPieces];
+    load_inputs(0, pieces);
     SpanCodes next = load_codes(0);
-    uint32_t next_in[kTiles][16];
-    load_inputs(0, next_in);
+    __syncthreads();  // the previous pass has read its last buffer
+    store_inputs(0, pieces);
+    float acc[kTiles][4] = {};
     for (int span = 0; span < spans; ++span) {
+      __syncthreads();  // this span's inputs are staged, and the other buffer read
       const SpanCodes codes = next;
-      uint32_t in[kTiles][16];
+      const bool more = span + 1 < spans;
+      if (more) load_inputs(span + 1, pieces), next = load_codes(span + 1);
+      if (has_rows)
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-        for (int i = 0; i < 16; ++i) in[j][i] = next_in[j][i];
-      if (span + 1 < spans) next = load_codes(span + 1), load_inputs(span + 1, next_in);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) mma_word<kTiles>(codes, u, in, acc);
+        for (int u = 0; u < 4; ++u) mma_word<kTiles>(codes, u, staged.piece[span % 2], g, t, acc);
+      if (more) store_inputs((span + 1) % 2, pieces);
     }
+    if (!has_rows) continue;
     // Lane (g, t) holds rows g and g + 8 of inputs 2t and 2t + 1 of each tile.
 #pragma unroll
     for (int j = 0; j < kTiles; ++j)
@@ -307,18 +358,19 @@ __global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs 
 #endif
 }
 
-// On tensor cores: 8 inputs a warp's pass when every expert has a few (decode steps of a few tokens, or many experts),
-// 16 when more tokens share an expert, so that most experts' rows are read once.
+// On tensor cores, by expert: 8 inputs a warp's pass when experts have a few each, 16 or 32 when more tokens share an
+// expert, so that most experts' rows are read once.
 template <typename T>
 void launch_mma_for(const ExpertGemvArgs& args, cudaStream_t stream) {
-  const bool by_assignment = args.assignments <= args.experts_count;
   const int per_expert = (args.assignments + args.experts_count - 1) / args.experts_count;
   const int rows_per_block = kWarps * kMmaRows;
-  const dim3 grid(by_assignment ? args.assignments : args.experts_count, (args.rows + rows_per_block - 1) / rows_per_block);
-  if (by_assignment || per_expert <= 4)
-    expert_mma_kernel<T, 1><<<grid, kWarps * 32, 0, stream>>>(args, by_assignment);
-  else  // more tiles a pass would spill registers
-    expert_mma_kernel<T, 2><<<grid, kWarps * 32, 0, stream>>>(args, false);
+  const dim3 grid(args.experts_count, (args.rows + rows_per_block - 1) / rows_per_block);
+  if (per_expert <= 4)
+    expert_mma_kernel<T, 1><<<grid, kWarps * 32, 0, stream>>>(args);
+  else if (per_expert <= 12)
+    expert_mma_kernel<T, 2><<<grid, kWarps * 32, 0, stream>>>(args);
+  else
+    expert_mma_kernel<T, 4><<<grid, kWarps * 32, 0, stream>>>(args);
 }
 
 __global__ void clamped_swiglu_kernel(const float* gate_up, float* out, int64_t count, int width, float limit,
@@ -415,7 +467,9 @@ bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
   if (args.assignments <= 0 || args.assignments > kMaxExpertAssignments || args.cols % 32 != 0 || args.rows <= 0 ||
       args.experts_count <= 0 || args.x_divisor <= 0)
     return false;
-  if (args.bf16_products) {
+  // A step of a token or two (fewer assignments than experts) is bound by reading the chosen experts' rows, which the
+  // CUDA-core kernel keeps more of in flight; its float32 products are within the bfloat16 ones' rounding.
+  if (args.bf16_products && args.assignments > args.experts_count) {
     if (args.x_element == Element::bf16)
       launch_mma_for<__nv_bfloat16>(args, stream);
     else if (args.x_element == Element::f32)
