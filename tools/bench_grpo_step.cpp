@@ -84,6 +84,7 @@ struct Bench {
   std::string device;
   int jobs = 8;
   bool policy_only = false;  // skip the evaluation stages
+  bool warm_up = true;       // an untimed step first
   eval::Evaluator* evaluator = nullptr;
   eval::EvalOptions options;
   policy::SearchPolicy* search = nullptr;
@@ -98,26 +99,37 @@ void grpo_step(Bench& b, policy::LmPolicy& policy, const std::vector<eval::TaskS
   for (const auto& t : tasks)
     for (auto& s : b.search->sample(t, group_size)) eval_tasks.push_back(&t), sources.push_back(s.source);
 
-  // Warm-up, untimed: this batch shape's CUDA graph, cuBLAS's choices for the backward pass, the allocator. A run
-  // pays this once, in its first step.
-  {
-    std::vector<policy::Sample> warm;
-    for (auto& g : policy.sample_groups(asks))
-      for (auto& s : g) warm.push_back(std::move(s));
-    policy.completion_logprobs(warm);
-    policy.update(warm, std::vector<double>(warm.size(), 0.0));
-  }
   const c10::Device dev(b.device);
   auto peak_gib = [&] {  // since the last call
     const double gib = static_cast<double>(lm::peak_memory_bytes(dev)) / (1 << 30);
     lm::reset_peak_memory(dev);
     return gib;
   };
+  // Each stage on stderr as it ends, so a run that fails (out of memory) shows how far it got.
+  auto progress = [&](const char* stage, Clock::time_point start) {
+    std::fprintf(stderr, "%s: %.2f s, peak %.2f GiB\n", stage, since(start), peak_gib());
+  };
+  // Warm-up, untimed: this batch shape's CUDA graph, cuBLAS's choices for the backward pass, the allocator. A run
+  // pays this once, in its first step (without it, the step below includes them).
+  if (b.warm_up) {
+    auto start = Clock::now();
+    std::vector<policy::Sample> warm;
+    for (auto& g : policy.sample_groups(asks))
+      for (auto& s : g) warm.push_back(std::move(s));
+    progress("warm-up sampling", start);
+    start = Clock::now();
+    policy.completion_logprobs(warm);
+    progress("warm-up log-probs", start);
+    start = Clock::now();
+    policy.update(warm, std::vector<double>(warm.size(), 0.0));
+    progress("warm-up update", start);
+  }
   peak_gib();
   auto t0 = Clock::now();
   auto groups = policy.sample_groups(asks);
   const double sample_s = since(t0);
   const double sample_gib = peak_gib();
+  std::fprintf(stderr, "sampling: %.2f s, peak %.2f GiB\n", sample_s, sample_gib);
   const int64_t new_tokens = tokens_of(groups);
   std::vector<policy::Sample> samples;
   for (auto& g : groups)
@@ -127,6 +139,7 @@ void grpo_step(Bench& b, policy::LmPolicy& policy, const std::vector<eval::TaskS
   const auto recomputed = policy.completion_logprobs(samples);
   const double logprob_s = since(t0);
   const double logprob_gib = peak_gib();
+  std::fprintf(stderr, "log-probs: %.2f s, peak %.2f GiB\n", logprob_s, logprob_gib);
   double max_diff = 0, sum_diff = 0;
   int64_t compared = 0;
   for (std::size_t i = 0; i < samples.size(); ++i)
@@ -237,6 +250,8 @@ static int run_tool(int argc, char** argv) {
   app.add_flag("--skip-grpo", skip_grpo, "Only the TTT loop");
   bool policy_only = false;
   app.add_flag("--policy-only", policy_only, "GRPO step: only the policy's stages (no evaluation, no overlap)");
+  bool no_warm_up = false;
+  app.add_flag("--no-warm-up", no_warm_up, "No untimed step first: the step measured includes one-time costs");
   std::optional<uint64_t> random_weights;
   app.add_option("--random-weights", random_weights,
                  "SEED: the model's weights drawn on the device at its config's shapes (config.json and tokenizer.json "
@@ -271,6 +286,7 @@ static int run_tool(int argc, char** argv) {
   b.device = device;
   b.jobs = jobs;
   b.policy_only = policy_only;
+  b.warm_up = !no_warm_up;
   b.evaluator = &evaluator;
   b.options.device = setup.config.lm.device;
   b.search = &search;

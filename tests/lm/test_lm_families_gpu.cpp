@@ -166,6 +166,26 @@ TEST_CASE("lm gpu: the experts' bfloat16 products on tensor cores are the exact 
   }
 }
 
+TEST_CASE("lm gpu: MXFP4 decoded on the GPU gives the CPU's values for every code byte and scale") {
+  c10::InferenceMode guard;
+  // Block b holds bytes 16 b .. 16 b + 15 (mod 256) and scale b: every byte under many scales, up to 2^127 (6 times
+  // that overflows to inf, as it does on the CPU), and scale 0 (2^-127, a subnormal).
+  const auto blocks = (at::arange(255 * 16, at::kInt) % 256).to(at::kByte).view({5, 51, 16});
+  const auto scales = at::arange(255, at::kInt).to(at::kByte).view({5, 51});
+  const auto gpu_blocks = blocks.to(c10::Device("cuda:0")), gpu_scales = scales.to(c10::Device("cuda:0"));
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    CAPTURE(dtype == at::kFloat);
+    CHECK(mxfp4_decode_serves(gpu_blocks, gpu_scales, dtype));
+    const auto expected = lm::mxfp4_decode(blocks, scales, dtype).to(at::kFloat);
+    const auto got = lm::mxfp4_decode(gpu_blocks, gpu_scales, dtype).cpu().to(at::kFloat);
+    REQUIRE(got.sizes() == expected.sizes());
+    const auto got_blocks = got.view({-1, 32}), expected_blocks = expected.view({-1, 32});
+    CHECK(at::equal(got_blocks.slice(0, 1), expected_blocks.slice(0, 1)));
+    CHECK(at::equal(got_blocks[0], expected_blocks[0]));  // scale 0
+    CHECK(at::equal(at::signbit(got), at::signbit(expected)));  // -0 stays -0
+  }
+}
+
 TEST_CASE("lm gpu: decode attention with sinks and a sliding window gives the masked softmax with a sink column") {
   c10::InferenceMode guard;
   const c10::Device gpu("cuda:0");

@@ -182,17 +182,18 @@ void launch_for(const ExpertGemvArgs& args, cudaStream_t stream) {
 // Many assignments on tensor cores, the model in bfloat16: each warp multiplies 16 rows of its expert by 8 * kTiles
 // inputs at a time with mma.m16n8k16 (bfloat16 operands, float32 sums), so each decoded weight serves every input of
 // the tile for one instruction's share. The products sum over the columns in any order, so the warp takes its k order
-// from whole loads: over a span of 4 MX blocks (128 columns) lane (g, t) holds MX block t of rows g and g + 8 (16 code
-// bytes each, decoded times the block's scale, exact in bfloat16) and reads the same 32 columns of input g of each
-// tile; step s of 8 gives that block's columns 4s .. 4s + 3 the fragments' k positions 2t, 2t + 1, 2t + 8, 2t + 9, in
-// A and B alike. Blocks past a row's end hold zeros in both. The block stages each span's inputs in shared memory as
+// from whole loads: over a span of 8 MX blocks (256 columns) lane (g, t) holds MX blocks t and t + 4 of rows g and
+// g + 8 (16 code bytes each, decoded times the block's scale, exact in bfloat16) and reads the same columns of input
+// g of each tile; step s of a block's 8 gives its columns 4s .. 4s + 3 the fragments' k positions 2t, 2t + 1, 2t + 8,
+// 2t + 9, in A and B alike. Blocks past a row's end hold zeros in both. The block stages each span's inputs in shared memory as
 // bfloat16 once for its warps, the next span's loads in flight while the warps multiply the current one.
-constexpr int kSpanBlocks = 4;
+constexpr int kLaneBlocks = 2;  // MX blocks of each of its two rows a lane holds in a span
+constexpr int kSpanBlocks = 4 * kLaneBlocks;
 constexpr int kSpanPieces = kSpanBlocks * kMxBlock / 8;  // 16-byte pieces of 8 bfloat16 inputs in a span's row
 constexpr int kMmaRows = 16;
 
-// Where piece p of token slot `slot` lies in its staged row: the 8 lanes of a quarter warp read pieces 4t + q of two
-// slots, which this places in 8 different groups of 4 banks.
+// Where piece p of token slot `slot` lies in its staged row: the 8 lanes of a quarter warp read pieces 16i + 4t + u
+// (t = 0..3) of two slots, which this places in 8 different groups of 4 banks.
 __device__ __forceinline__ int staged_position(int slot, int piece) {
   return piece ^ (((piece >> 3) & 1) << 1) ^ (slot & 1);
 }
@@ -233,8 +234,8 @@ __device__ __forceinline__ uint32_t scale_pair_of(unsigned scale) {
 }
 
 struct SpanCodes {
-  uint4 low, high;  // rows g and g + 8
-  uint32_t low_scale, high_scale;  // as bfloat16 pairs
+  uint4 low[kLaneBlocks], high[kLaneBlocks];  // rows g and g + 8
+  uint32_t low_scale[kLaneBlocks], high_scale[kLaneBlocks];  // as bfloat16 pairs
 };
 
 template <int kTiles>
@@ -259,17 +260,19 @@ __device__ __forceinline__ uint4 load_piece(const float* at, bool present) {
                     pack<__nv_bfloat16>(w.z, w.w));
 }
 
-// Steps 2u and 2u + 1 of a span: code word u of rows g and g + 8 as A fragments, times each tile's staged inputs.
+// Steps 2u and 2u + 1 of the lane's block i: code word u of rows g and g + 8 as A fragments, times each tile's staged
+// inputs (piece u of span block 4i + t).
 template <int kTiles>
-__device__ __forceinline__ void mma_word(const SpanCodes& codes, int u, const uint4 (&staged)[8 * kTiles][kSpanPieces],
-                                         int g, int t, float (&acc)[kTiles][4]) {
+__device__ __forceinline__ void mma_word(const SpanCodes& codes, int i, int u,
+                                         const uint4 (&staged)[8 * kTiles][kSpanPieces], int g, int t,
+                                         float (&acc)[kTiles][4]) {
   uint32_t low[4], high[4];
-  decode_pairs(word_of(codes.low, u), codes.low_scale, low);
-  decode_pairs(word_of(codes.high, u), codes.high_scale, high);
+  decode_pairs(word_of(codes.low[i], u), codes.low_scale[i], low);
+  decode_pairs(word_of(codes.high[i], u), codes.high_scale[i], high);
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int slot = 8 * j + g;
-    const uint4 in = staged[slot][staged_position(slot, 4 * t + u)];
+    const uint4 in = staged[slot][staged_position(slot, 4 * (4 * i + t) + u)];
     const uint32_t first[4] = {low[0], high[0], low[1], high[1]}, second[4] = {low[2], high[2], low[3], high[3]};
     mma<__nv_bfloat16>(acc[j], first, in.x, in.y);
     mma<__nv_bfloat16>(acc[j], second, in.z, in.w);
@@ -298,15 +301,19 @@ __global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs 
   const uint8_t* high_scales = a.scales + high_row * blocks_per_row;
   const T* x = static_cast<const T*>(a.x);
   const auto load_codes = [&](int span) {
-    const int b = span * kSpanBlocks + t;
-    SpanCodes c{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0u, 0u};
-    if (has_rows && b < blocks_per_row) {
-      c.low = __ldg(low_codes + b), c.high = __ldg(high_codes + b);
-      c.low_scale = scale_pair_of(__ldg(low_scales + b)), c.high_scale = scale_pair_of(__ldg(high_scales + b));
+    SpanCodes c;
+#pragma unroll
+    for (int i = 0; i < kLaneBlocks; ++i) {
+      const int b = span * kSpanBlocks + 4 * i + t;
+      const bool present = has_rows && b < blocks_per_row;
+      c.low[i] = present ? __ldg(low_codes + b) : make_uint4(0, 0, 0, 0);
+      c.high[i] = present ? __ldg(high_codes + b) : make_uint4(0, 0, 0, 0);
+      c.low_scale[i] = present ? scale_pair_of(__ldg(low_scales + b)) : 0u;
+      c.high_scale[i] = present ? scale_pair_of(__ldg(high_scales + b)) : 0u;
     }
     return c;
   };
-  // Thread i stages pieces i, i + 128, ... of a span: slot piece / 16, piece piece % 16.
+  // Thread i stages pieces i, i + 128, ... of a span: slot id / kSpanPieces, piece id % kSpanPieces.
   constexpr int kPieces = 8 * kTiles * kSpanPieces / (kWarps * 32);
   for (int first = 0; first < n; first += 8 * kTiles) {
     const auto load_inputs = [&](int span, uint4(&pieces)[kPieces]) {
@@ -339,7 +346,9 @@ __global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs 
       if (more) load_inputs(span + 1, pieces), next = load_codes(span + 1);
       if (has_rows)
 #pragma unroll
-        for (int u = 0; u < 4; ++u) mma_word<kTiles>(codes, u, staged.piece[span % 2], g, t, acc);
+        for (int i = 0; i < kLaneBlocks; ++i)
+#pragma unroll
+          for (int u = 0; u < 4; ++u) mma_word<kTiles>(codes, i, u, staged.piece[span % 2], g, t, acc);
       if (more) store_inputs((span + 1) % 2, pieces);
     }
     if (!has_rows) continue;
@@ -371,6 +380,44 @@ void launch_mma_for(const ExpertGemvArgs& args, cudaStream_t stream) {
     expert_mma_kernel<T, 2><<<grid, kWarps * 32, 0, stream>>>(args);
   else
     expert_mma_kernel<T, 4><<<grid, kWarps * 32, 0, stream>>>(args);
+}
+
+// MXFP4 blocks decoded whole, one per thread: bfloat16 through the byte-permute decoder, float32 through decode8
+// (both exact).
+template <typename T>
+__global__ void mxfp4_decode_kernel(const uint4* codes, const uint8_t* scales, T* out, int64_t blocks);
+
+template <>
+__global__ void mxfp4_decode_kernel(const uint4* codes, const uint8_t* scales, __nv_bfloat16* out, int64_t blocks) {
+  for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < blocks;
+       b += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint4 code = __ldg(codes + b);
+    const uint32_t scale = scale_pair_of(__ldg(scales + b));
+    uint4* to = reinterpret_cast<uint4*>(out + b * kMxBlock);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      uint32_t pairs[4];
+      decode_pairs(word_of(code, u), scale, pairs);
+      to[u] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+    }
+  }
+}
+
+template <>
+__global__ void mxfp4_decode_kernel(const uint4* codes, const uint8_t* scales, float* out, int64_t blocks) {
+  for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < blocks;
+       b += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint4 code = __ldg(codes + b);
+    const float scale = scale_of(__ldg(scales + b));
+    float4* to = reinterpret_cast<float4*>(out + b * kMxBlock);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      float w[8];
+      decode8(word_of(code, u), w);
+      to[2 * u] = make_float4(w[0] * scale, w[1] * scale, w[2] * scale, w[3] * scale);
+      to[2 * u + 1] = make_float4(w[4] * scale, w[5] * scale, w[6] * scale, w[7] * scale);
+    }
+  }
 }
 
 __global__ void clamped_swiglu_kernel(const float* gate_up, float* out, int64_t count, int width, float limit,
@@ -483,6 +530,20 @@ bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
     case Element::f16: launch_for<__half>(args, stream); break;
     default: launch_for<float>(args, stream); break;
   }
+  return cudaGetLastError() == cudaSuccess;
+}
+
+bool launch_mxfp4_decode(const uint8_t* codes, const uint8_t* scales, void* out, Element element, int64_t blocks,
+                         cudaStream_t stream) {
+  if (blocks <= 0) return blocks == 0;
+  const int grid = static_cast<int>(min(static_cast<int64_t>(65536), (blocks + 255) / 256));
+  const auto* code_blocks = reinterpret_cast<const uint4*>(codes);
+  if (element == Element::bf16)
+    mxfp4_decode_kernel<<<grid, 256, 0, stream>>>(code_blocks, scales, static_cast<__nv_bfloat16*>(out), blocks);
+  else if (element == Element::f32)
+    mxfp4_decode_kernel<<<grid, 256, 0, stream>>>(code_blocks, scales, static_cast<float*>(out), blocks);
+  else
+    return false;
   return cudaGetLastError() == cudaSuccess;
 }
 

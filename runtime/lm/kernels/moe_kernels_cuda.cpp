@@ -99,6 +99,27 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   return out;
 }
 
+bool mxfp4_decode_serves(const at::Tensor& blocks, const at::Tensor& scales, c10::ScalarType dtype) {
+  return switched_on().load(std::memory_order_relaxed) && (dtype == at::kBFloat16 || dtype == at::kFloat) &&
+         blocks.is_cuda() && scales.device() == blocks.device() && blocks.scalar_type() == at::kByte &&
+         scales.scalar_type() == at::kByte && blocks.is_contiguous() && scales.is_contiguous() &&
+         blocks.dim() >= 2 && blocks.size(-1) == 16 && blocks.sizes().slice(0, blocks.dim() - 1) == scales.sizes() &&
+         reinterpret_cast<uintptr_t>(blocks.data_ptr()) % 16 == 0;
+}
+
+at::Tensor mxfp4_decode_on_device(const at::Tensor& blocks, const at::Tensor& scales, c10::ScalarType dtype) {
+  TORCH_CHECK(mxfp4_decode_serves(blocks, scales, dtype), "mxfp4_decode_on_device: inputs the kernel does not take");
+  const c10::cuda::CUDAGuard on_its_device(blocks.device());
+  auto shape = scales.sizes().vec();
+  shape.back() *= 32;
+  auto out = at::empty(shape, blocks.options().dtype(dtype));
+  TORCH_CHECK(kernels::launch_mxfp4_decode(blocks.data_ptr<uint8_t>(), scales.data_ptr<uint8_t>(), out.data_ptr(),
+                                           element_of(out), scales.numel(),
+                                           c10::cuda::getCurrentCUDAStream(blocks.get_device()).stream()),
+              "mxfp4_decode_on_device: launch failed");
+  return out;
+}
+
 bool route_kernel_serves(const at::Tensor& logits, int64_t k) {
   return route_kernel_on().load(std::memory_order_relaxed) && logits.is_cuda() && float_type(logits) &&
          logits.dim() == 2 && logits.size(1) <= kernels::kMaxRouteExperts && k > 0 && k <= kernels::kMaxRouteK &&

@@ -34,6 +34,11 @@ struct ExpertGemvArgs {
 
 bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream);
 
+// MXFP4 decoded to bfloat16 or float32 (`element`), exactly: codes [blocks, 16] (16-byte aligned) and scales
+// [blocks] -> out [blocks, 32].
+bool launch_mxfp4_decode(const uint8_t* codes, const uint8_t* scales, void* out, Element element, int64_t blocks,
+                         cudaStream_t stream);
+
 // A router's top k experts per token and their softmax: logits [tokens, experts] (`element`), up to kMaxRouteExperts
 // experts and kMaxRouteK chosen -> experts [tokens, k] int64, largest logit first (equal logits: the lower index
 // first), and weights [tokens, k] in `element`, the softmax of the chosen logits computed in float32 and rounded once.

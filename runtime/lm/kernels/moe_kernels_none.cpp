@@ -18,6 +18,12 @@ at::Tensor expert_gemv(const at::Tensor&, int64_t, const at::Tensor&, const at::
   throw std::logic_error("expert_gemv: this build has no CUDA kernels");
 }
 
+bool mxfp4_decode_serves(const at::Tensor&, const at::Tensor&, c10::ScalarType) { return false; }
+
+at::Tensor mxfp4_decode_on_device(const at::Tensor&, const at::Tensor&, c10::ScalarType) {
+  throw std::logic_error("mxfp4_decode_on_device: this build has no CUDA kernels");
+}
+
 bool route_kernel_serves(const at::Tensor&, int64_t) { return false; }
 
 void set_route_kernel(bool) {}

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "lm/kernels/moe_kernels.h"
+
 namespace crucible::lm {
 namespace {
 
@@ -72,6 +74,7 @@ at::Tensor mxfp4_decode(const at::Tensor& blocks, const at::Tensor& scales, c10:
     throw std::invalid_argument("mxfp4_decode: blocks and scales must be uint8");
   if (blocks.dim() < 2 || blocks.size(-1) != kMxfp4BlockSize / 2 || blocks.sizes().slice(0, blocks.dim() - 1).vec() != scales.sizes().vec())
     throw std::invalid_argument("mxfp4_decode: blocks and scales must be [..., n, 16] and [..., n]");
+  if (mxfp4_decode_serves(blocks, scales, dtype)) return mxfp4_decode_on_device(blocks, scales, dtype);
   // float16 cannot hold every scale (2^-127 to 2^127), though it holds many products: computed in float32.
   const auto compute = dtype == at::kHalf ? at::kFloat : dtype;
   auto values = byte_values(blocks.device(), compute).index_select(0, blocks.reshape({-1}).to(at::kInt));
