@@ -244,7 +244,13 @@ std::vector<std::size_t> Generator::run_batch(std::vector<GenerationRequest>& re
   prefill.visible = P;
   prefill.mask = causal_mask(prefill.slots, buffers.key_valid, P);
   const auto tokens_dev = tokens.to(device);
-  const int64_t rows_per_pass = std::max<int64_t>(1, options_.prefill_tokens / std::max<int64_t>(1, P));
+  // Rows per pass: up to prefill_tokens tokens, and attention scores (rows x heads x P x P, materialised by the
+  // attention with sinks) of at most 2^28 elements, 1 GiB in float32: gpt-oss's 64 heads over 900-token prompts
+  // would take 4 GiB a pass at the token bound alone.
+  constexpr int64_t kMaxScoreElements = int64_t{1} << 28;
+  const int64_t score_rows = kMaxScoreElements / std::max<int64_t>(1, config.num_heads * P * P);
+  const int64_t rows_per_pass =
+      std::max<int64_t>(1, std::min(options_.prefill_tokens / std::max<int64_t>(1, P), score_rows));
   std::vector<at::Tensor> last_logits;
   for (int64_t r0 = 0; r0 < B; r0 += rows_per_pass) {
     const int64_t n = std::min(rows_per_pass, B - r0);

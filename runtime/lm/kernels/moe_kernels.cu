@@ -182,12 +182,14 @@ void launch_for(const ExpertGemvArgs& args, cudaStream_t stream) {
 // Many assignments on tensor cores, the model in bfloat16: each warp multiplies 16 rows of its expert by 8 * kTiles
 // inputs at a time with mma.m16n8k16 (bfloat16 operands, float32 sums), so each decoded weight serves every input of
 // the tile for one instruction's share. The products sum over the columns in any order, so the warp takes its k order
-// from whole loads: over a span of 8 MX blocks (256 columns) lane (g, t) holds MX blocks t and t + 4 of rows g and
+// from whole loads: over a span of 4 kLaneBlocks MX blocks lane (g, t) holds MX blocks t, t + 4, ... of rows g and
 // g + 8 (16 code bytes each, decoded times the block's scale, exact in bfloat16) and reads the same columns of input
 // g of each tile; step s of a block's 8 gives its columns 4s .. 4s + 3 the fragments' k positions 2t, 2t + 1, 2t + 8,
 // 2t + 9, in A and B alike. Blocks past a row's end hold zeros in both. The block stages each span's inputs in shared memory as
 // bfloat16 once for its warps, the next span's loads in flight while the warps multiply the current one.
-constexpr int kLaneBlocks = 2;  // MX blocks of each of its two rows a lane holds in a span
+// MX blocks of each of its two rows a lane holds in a span: 2 (more bytes in flight, more registers) measured 7-14%
+// slower at batch 64 on an H200.
+constexpr int kLaneBlocks = 1;
 constexpr int kSpanBlocks = 4 * kLaneBlocks;
 constexpr int kSpanPieces = kSpanBlocks * kMxBlock / 8;  // 16-byte pieces of 8 bfloat16 inputs in a span's row
 constexpr int kMmaRows = 16;
