@@ -192,6 +192,37 @@ TEST_CASE("qwen3 and gpt-oss: greedy decoding with the cache follows whole-seque
   }
 }
 
+TEST_CASE("gpt-oss: sampled tokens' log-probs equal a whole-sequence pass's, batched past the window (float32)") {
+  // What a trainer recomputes must be what the sampler saw: decode steps (sinks, the 3-token window over a left-padded
+  // batch, routing per step) against one teacher-forced pass over prompt and completion.
+  c10::InferenceMode guard;
+  const auto m = test::tiny_gpt_oss();
+  const test::ScratchDir dir("gptoss-sampled-logprobs");
+  const auto model = load_tiny(m, dir, /*mxfp4=*/true);
+  Generator generator(model, [](int64_t) { return std::string(); });
+  std::vector<GenerationRequest> batch;
+  for (const int64_t n : {1, 6, 13}) {
+    GenerationRequest r;
+    r.prompt = prompt_of(n, 48, n);
+    r.sampling.temperature = 1.0;
+    r.sampling.seed = static_cast<uint64_t>(n);
+    r.max_new_tokens = 10;
+    batch.push_back(r);
+  }
+  const auto completions = generator.generate(batch);
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    CAPTURE(i);
+    const auto& c = completions[i];
+    REQUIRE(c.model_logprobs.size() == c.tokens.size());
+    auto seq = batch[i].prompt;
+    seq.insert(seq.end(), c.tokens.begin(), c.tokens.end());
+    const auto lp = at::log_softmax(model.forward_full(as_batch(seq))[0], -1);
+    const auto P = static_cast<int64_t>(batch[i].prompt.size());
+    for (std::size_t k = 0; k < c.tokens.size(); ++k)
+      CHECK(c.model_logprobs[k] == doctest::Approx(lp[P - 1 + static_cast<int64_t>(k)][c.tokens[k]].item<float>()).epsilon(1e-4));
+  }
+}
+
 TEST_CASE("yarn: inverse frequencies and the attention factor as gpt-oss defines them") {
   const auto config = parse_model_config(test::tiny_gpt_oss().config.dump());
   const auto [expected, concentration] = test::ref_inverse_frequencies(test::tiny_gpt_oss().config);
