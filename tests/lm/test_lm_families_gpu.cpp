@@ -130,8 +130,9 @@ TEST_CASE("lm gpu: experts read from MXFP4 by the device kernel give LibTorch's 
   };
   // Few experts and rows shorter than a warp's step; then more experts than a decode step's assignments (the kernel
   // goes by assignment) and rows of several steps, the last one partial.
-  // 64 tokens are the kernel's most (256 assignments); 65 take LibTorch's path either way.
-  for (const Shape& shape : {Shape{8, 96, 64, {1, 3, 64, 65}}, Shape{32, 1056, 544, {1, 2, 9, 64}}}) {
+  // 64 tokens are the CUDA-core kernel's most (256 assignments): 65 and 300 take LibTorch's path in float32 and the
+  // tensor cores' ordered assignments in bfloat16.
+  for (const Shape& shape : {Shape{8, 96, 64, {1, 3, 64, 65, 300}}, Shape{32, 1056, 544, {1, 2, 9, 64, 300}}}) {
     const int64_t E = shape.experts, hidden = shape.hidden, I = shape.intermediate;
     CAPTURE(E);
     auto g = at::make_generator<at::CPUGeneratorImpl>(7);
@@ -156,7 +157,9 @@ TEST_CASE("lm gpu: experts read from MXFP4 by the device kernel give LibTorch's 
         set_expert_kernels(false);
         const auto expected = moe_forward(w, config, x, nullptr, 0).to(at::kFloat);
         set_expert_kernels(true);
-        CHECK(expert_gemv_serves(x, w.gate_up.blocks, w.gate_up.scales, tokens * 4) == (tokens <= 64));
+        const auto products = expert_products_for(x, dtype);
+        CHECK(expert_gemv_serves(x, w.gate_up.blocks, w.gate_up.scales, tokens * 4, products) ==
+              (tokens <= 64 || products == ExpertProducts::bfloat16));
         const auto got = moe_forward(w, config, x, nullptr, 0).to(at::kFloat);
         const float scale = expected.abs().max().item<float>();
         const float tolerance = dtype == at::kFloat ? 1e-4f * scale : 0.03f * scale;
@@ -175,8 +178,9 @@ TEST_CASE("lm gpu: the experts' bfloat16 products on tensor cores are the exact 
     int64_t experts, rows, cols;
   };
   // Rows ending inside a warp's 16 and columns inside a span of 4 MX blocks; up to E assignments, then 8 inputs a pass
-  // (up to 4 an expert), 16 (up to 12) and 32, all on one expert (many passes), with inputs shared k ways (the first
-  // projection) or one each, in bfloat16 and float32, rows padded past their columns.
+  // (up to 4 an expert), 16 (up to 12) and 32, all on one expert (many passes), more than 256 (ordered, spread and
+  // all on one expert), with inputs shared k ways (the first projection) or one each, in bfloat16 and float32, rows
+  // padded past their columns.
   for (const Shape& shape : {Shape{8, 88, 96}, Shape{32, 200, 1056}}) {
     const int64_t E = shape.experts, rows = shape.rows, cols = shape.cols;
     CAPTURE(E);
@@ -185,7 +189,9 @@ TEST_CASE("lm gpu: the experts' bfloat16 products on tensor cores are the exact 
     const auto decoded = lm::mxfp4_decode(packed.blocks, packed.scales, at::kFloat).to(at::kDouble);
     const auto blocks = packed.blocks.to(gpu), scales = packed.scales.to(gpu);
     const auto bias = (at::randn({E, rows}, g) * 0.1).to(at::kBFloat16);
-    for (const int64_t assignments : {int64_t{1}, E, 3 * E, 8 * E, std::min<int64_t>(16 * E, 256), int64_t{-256}}) {
+    // More than 256 assignments go in the order of their experts, found on the device.
+    for (const int64_t assignments :
+         {int64_t{1}, E, 3 * E, 8 * E, std::min<int64_t>(16 * E, 256), int64_t{-256}, int64_t{1000}, int64_t{-1000}}) {
       const bool one_expert = assignments < 0;
       const int64_t A = one_expert ? -assignments : assignments;
       const auto experts = one_expert ? at::full({A}, E / 2, at::kLong) : at::randint(E, {A}, g, at::kLong);

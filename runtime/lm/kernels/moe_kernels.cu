@@ -71,7 +71,32 @@ struct Routed {
   int mine[kMaxExpertAssignments];  // assignment indices, in no particular order
   int count;
   int earlier;  // by assignment: an earlier assignment chose the same expert, and its block does the work
+  int expert;   // ordered: the expert of the block's tile
 };
+
+// With the assignments ordered by expert (many of them: prefills), block x takes tile x of `per_tile` assignments,
+// the tiles numbered expert by expert (ceil(count / per_tile) each); blocks past the last tile have nothing to do.
+// Returns how many assignments the block has.
+__device__ __forceinline__ int ordered_assignments(const ExpertGemvArgs& a, int per_tile, int& expert,
+                                                   Routed& routed) {
+  if (threadIdx.x == 0) {
+    int tile = static_cast<int>(blockIdx.x), e = 0;
+    for (; e < a.experts_count; ++e) {
+      const int tiles = (a.offsets[e + 1] - a.offsets[e] + per_tile - 1) / per_tile;
+      if (tile < tiles) break;
+      tile -= tiles;
+    }
+    routed.expert = e, routed.count = 0;
+    if (e < a.experts_count) {
+      const int first = a.offsets[e] + tile * per_tile;
+      routed.count = min(per_tile, a.offsets[e + 1] - first);
+      for (int i = 0; i < routed.count; ++i) routed.mine[i] = a.order[first + i];
+    }
+  }
+  __syncthreads();
+  expert = routed.expert;
+  return routed.count;
+}
 
 // Which expert a block works for, and its assignments. By expert when there are more assignments than experts
 // (every expert likely chosen); by assignment otherwise (a decode step of one token chooses 4 of 32 or 128), the
@@ -281,13 +306,13 @@ __device__ __forceinline__ void mma_word(const SpanCodes& codes, int i, int u,
   }
 }
 
-template <typename T, int kTiles>
+template <typename T, int kTiles, bool kOrdered>
 __global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   __shared__ Routed routed;
   __shared__ StagedInputs<kTiles> staged;
   int expert = 0;
-  const int n = gather_assignments(a, false, expert, routed);
+  const int n = kOrdered ? ordered_assignments(a, 8 * kTiles, expert, routed) : gather_assignments(a, false, expert, routed);
   const int* mine = routed.mine;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   const int row0 = (blockIdx.y * kWarps + warp) * kMmaRows;
@@ -371,17 +396,24 @@ __global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs 
 
 // On tensor cores, by expert: 8 inputs a warp's pass when experts have a few each, 16 or 32 when more tokens share an
 // expert, so that most experts' rows are read once.
+// Ordered assignments (a prefill's many): a block per tile of 32 of an expert's, at most assignments / 32 + experts
+// tiles.
 template <typename T>
 void launch_mma_for(const ExpertGemvArgs& args, cudaStream_t stream) {
+  const int rows = (args.rows + kWarps * kMmaRows - 1) / (kWarps * kMmaRows);
+  if (args.order) {
+    const dim3 grid((args.assignments + 31) / 32 + args.experts_count, rows);
+    expert_mma_kernel<T, 4, true><<<grid, kWarps * 32, 0, stream>>>(args);
+    return;
+  }
   const int per_expert = (args.assignments + args.experts_count - 1) / args.experts_count;
-  const int rows_per_block = kWarps * kMmaRows;
-  const dim3 grid(args.experts_count, (args.rows + rows_per_block - 1) / rows_per_block);
+  const dim3 grid(args.experts_count, rows);
   if (per_expert <= 4)
-    expert_mma_kernel<T, 1><<<grid, kWarps * 32, 0, stream>>>(args);
+    expert_mma_kernel<T, 1, false><<<grid, kWarps * 32, 0, stream>>>(args);
   else if (per_expert <= 12)
-    expert_mma_kernel<T, 2><<<grid, kWarps * 32, 0, stream>>>(args);
+    expert_mma_kernel<T, 2, false><<<grid, kWarps * 32, 0, stream>>>(args);
   else
-    expert_mma_kernel<T, 4><<<grid, kWarps * 32, 0, stream>>>(args);
+    expert_mma_kernel<T, 4, false><<<grid, kWarps * 32, 0, stream>>>(args);
 }
 
 // MXFP4 blocks decoded whole, one per thread: bfloat16 through the byte-permute decoder, float32 through decode8
@@ -513,12 +545,13 @@ int elementwise_blocks(int64_t count) {
 }  // namespace
 
 bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
-  if (args.assignments <= 0 || args.assignments > kMaxExpertAssignments || args.cols % 32 != 0 || args.rows <= 0 ||
-      args.experts_count <= 0 || args.x_divisor <= 0)
+  const bool ordered = args.order && args.offsets && args.bf16_products;
+  if (args.assignments <= 0 || (args.assignments > kMaxExpertAssignments && !ordered) || args.cols % 32 != 0 ||
+      args.rows <= 0 || args.experts_count <= 0 || args.x_divisor <= 0)
     return false;
   // A step of a token or two (fewer assignments than experts) is bound by reading the chosen experts' rows, which the
   // CUDA-core kernel keeps more of in flight; its float32 products are within the bfloat16 ones' rounding.
-  if (args.bf16_products && args.assignments > args.experts_count) {
+  if (ordered || (args.bf16_products && args.assignments > args.experts_count)) {
     if (args.x_element == Element::bf16)
       launch_mma_for<__nv_bfloat16>(args, stream);
     else if (args.x_element == Element::f32)

@@ -11,18 +11,20 @@
 
 namespace crucible::lm {
 
-// Whether expert_gemv takes `assignments` (tokens x experts per token) of `x` against these packed experts: a CUDA
-// LibTorch build, x on a GPU in float32, bfloat16 or float16 with no gradient recorded, blocks and scales contiguous
-// uint8 on its device, up to 256 assignments, and not switched off.
-bool expert_gemv_serves(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& scales, int64_t assignments);
-
-// Switches the kernel off and back on (tests and benchmarks compare both ways). CRUCIBLE_MOE_KERNELS=0 starts off.
-void set_expert_kernels(bool on);
-
 // How expert_gemv multiplies: float32 products on CUDA cores (within float32 rounding of the decoded experts), or the
 // inputs rounded to bfloat16 and multiplied on tensor cores, float32 sums: a bfloat16 model's precision, as its
 // linear layers multiply, and several times faster for steps of many tokens.
 enum class ExpertProducts { float32, bfloat16 };
+
+// Whether expert_gemv takes `assignments` (tokens x experts per token) of `x` against these packed experts: a CUDA
+// LibTorch build, x on a GPU in float32, bfloat16 or float16 with no gradient recorded, blocks and scales contiguous
+// uint8 on its device, up to 256 assignments (any number with bfloat16 products), and not switched off.
+bool expert_gemv_serves(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& scales, int64_t assignments,
+                        ExpertProducts products);
+
+// Switches the kernel off and back on (tests and benchmarks compare both ways). CRUCIBLE_MOE_KERNELS=0 starts off.
+void set_expert_kernels(bool on);
+
 
 // The products for a model computing in `dtype` on x's GPU: bfloat16 for a bfloat16 model on compute capability 8.0
 // or later unless switched off (set_expert_tensor_cores; CRUCIBLE_MOE_TENSOR_CORES=0 starts off), else float32.

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 
 #include "lm/kernels/element_of.h"
 #include "lm/kernels/kernel_switch.h"
@@ -36,13 +37,16 @@ bool float_type(const at::Tensor& t) {
 
 }  // namespace
 
-bool expert_gemv_serves(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& scales, int64_t assignments) {
+bool expert_gemv_serves(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& scales, int64_t assignments,
+                        ExpertProducts products) {
+  const int64_t most = products == ExpertProducts::bfloat16 ? std::numeric_limits<int32_t>::max()
+                                                            : kernels::kMaxExpertAssignments;
   return switched_on().load(std::memory_order_relaxed) && x.is_cuda() && float_type(x) &&
          !(at::GradMode::is_enabled() && x.requires_grad()) && blocks.defined() && blocks.device() == x.device() &&
          scales.device() == x.device() && blocks.scalar_type() == at::kByte && scales.scalar_type() == at::kByte &&
          blocks.is_contiguous() && scales.is_contiguous() && blocks.dim() == 4 && blocks.size(3) == 16 &&
          reinterpret_cast<uintptr_t>(blocks.data_ptr()) % 16 == 0 &&  // codes are read 16 bytes at a time
-         assignments > 0 && assignments <= kernels::kMaxExpertAssignments;
+         assignments > 0 && assignments <= most;
 }
 
 void set_expert_kernels(bool on) { switched_on().store(on, std::memory_order_relaxed); }
@@ -62,7 +66,8 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   const bool aligned = reinterpret_cast<uintptr_t>(input.data_ptr()) % 16 == 0 &&
                        (input.stride(0) * input.element_size()) % 16 == 0;
   const at::Tensor x = aligned ? input : input.clone(at::MemoryFormat::Contiguous);
-  TORCH_CHECK(expert_gemv_serves(x, blocks, scales, experts.numel()), "expert_gemv: inputs the kernel does not take");
+  TORCH_CHECK(expert_gemv_serves(x, blocks, scales, experts.numel(), products),
+              "expert_gemv: inputs the kernel does not take");
   const bool bf16_products = products == ExpertProducts::bfloat16;
   TORCH_CHECK(!bf16_products || x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
               "expert_gemv: bfloat16 products take x in bfloat16 or float32");
@@ -94,6 +99,14 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   a.rows = static_cast<int>(out_rows);
   a.cols = static_cast<int>(cols);
   a.bf16_products = bf16_products;
+  at::Tensor order, offsets;  // kept alive past the launch (the stream orders their release)
+  if (experts.numel() > kernels::kMaxExpertAssignments) {
+    order = std::get<1>(at::sort(experts, /*stable=*/true, 0, /*descending=*/false)).to(at::kInt);
+    const auto counts = at::zeros({E}, experts.options()).index_add_(0, experts, at::ones_like(experts));
+    offsets = at::cat({at::zeros({1}, counts.options()), at::cumsum(counts, 0)}).to(at::kInt);
+    a.order = order.data_ptr<int32_t>();
+    a.offsets = offsets.data_ptr<int32_t>();
+  }
   TORCH_CHECK(kernels::launch_expert_gemv(a, c10::cuda::getCurrentCUDAStream(x.get_device()).stream()),
               "expert_gemv: launch failed");
   return out;

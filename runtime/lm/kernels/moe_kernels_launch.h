@@ -30,8 +30,13 @@ struct ExpertGemvArgs {
   // Inputs (bfloat16 or float32) rounded to bfloat16 and multiplied on tensor cores, as a bfloat16 model's linear
   // layers multiply (sums in float32; compute capability 8.0 or later); otherwise float32 products on CUDA cores.
   bool bf16_products = false;
+  // More than kMaxExpertAssignments (bfloat16 products only): the assignments ordered by expert, expert e's at
+  // order[offsets[e] .. offsets[e + 1]), found on the device (no host synchronisation).
+  const int32_t* order = nullptr;  // [assignments]
+  const int32_t* offsets = nullptr;  // [experts_count + 1]
 };
 
+// False for arguments it does not take: more than kMaxExpertAssignments without an order, or float32 products.
 bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream);
 
 // MXFP4 decoded to bfloat16 or float32 (`element`), exactly: codes [blocks, 16] (16-byte aligned) and scales

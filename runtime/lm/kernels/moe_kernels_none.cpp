@@ -5,7 +5,9 @@
 namespace crucible::lm {
 
 // A CPU LibTorch: experts are decoded and multiplied with LibTorch's operators (moe.cpp).
-bool expert_gemv_serves(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t) { return false; }
+bool expert_gemv_serves(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, ExpertProducts) {
+  return false;
+}
 
 void set_expert_kernels(bool) {}
 

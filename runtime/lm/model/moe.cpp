@@ -87,9 +87,10 @@ std::optional<at::Tensor> experts_on_device(const MoeWeights& w, const MoeConfig
 }  // namespace
 
 bool experts_run_on_device(const MoeWeights& w, const at::Tensor& x, int64_t assignments) {
+  const auto products = expert_products_for(x, x.scalar_type());
   return !at::GradMode::is_enabled() && w.gate_up.packed() && w.down.packed() &&
-         expert_gemv_serves(x, w.gate_up.blocks, w.gate_up.scales, assignments) &&
-         expert_gemv_serves(x, w.down.blocks, w.down.scales, assignments);
+         expert_gemv_serves(x, w.gate_up.blocks, w.gate_up.scales, assignments, products) &&
+         expert_gemv_serves(x, w.down.blocks, w.down.scales, assignments, products);
 }
 
 at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& config, const at::Tensor& x, const LoraAdapter* lora,
