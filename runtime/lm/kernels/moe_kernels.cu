@@ -72,30 +72,33 @@ struct Routed {
   int count;
   int earlier;  // by assignment: an earlier assignment chose the same expert, and its block does the work
   int expert;   // ordered: the expert of the block's tile
+  int first;    // ordered: where the tile starts in the order
 };
 
 // With the assignments ordered by expert (many of them: prefills), block x takes tile x of `per_tile` assignments,
 // the tiles numbered expert by expert (ceil(count / per_tile) each); blocks past the last tile have nothing to do.
-// Returns how many assignments the block has.
+// The experts' tile counts are read in parallel into `mine` (up to kMaxRouteExperts experts), which then holds the
+// tile's assignments. Returns how many assignments the block has.
 __device__ __forceinline__ int ordered_assignments(const ExpertGemvArgs& a, int per_tile, int& expert,
                                                    Routed& routed) {
+  for (int e = threadIdx.x; e < a.experts_count; e += blockDim.x)
+    routed.mine[e] = (a.offsets[e + 1] - a.offsets[e] + per_tile - 1) / per_tile;
+  __syncthreads();
   if (threadIdx.x == 0) {
     int tile = static_cast<int>(blockIdx.x), e = 0;
-    for (; e < a.experts_count; ++e) {
-      const int tiles = (a.offsets[e + 1] - a.offsets[e] + per_tile - 1) / per_tile;
-      if (tile < tiles) break;
-      tile -= tiles;
-    }
-    routed.expert = e, routed.count = 0;
+    while (e < a.experts_count && tile >= routed.mine[e]) tile -= routed.mine[e++];
+    routed.expert = e, routed.count = 0, routed.first = 0;
     if (e < a.experts_count) {
-      const int first = a.offsets[e] + tile * per_tile;
-      routed.count = min(per_tile, a.offsets[e + 1] - first);
-      for (int i = 0; i < routed.count; ++i) routed.mine[i] = a.order[first + i];
+      routed.first = a.offsets[e] + tile * per_tile;
+      routed.count = min(per_tile, a.offsets[e + 1] - routed.first);
     }
   }
   __syncthreads();
   expert = routed.expert;
-  return routed.count;
+  const int n = routed.count, first = routed.first;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) routed.mine[i] = a.order[first + i];
+  __syncthreads();
+  return n;
 }
 
 // Which expert a block works for, and its assignments. By expert when there are more assignments than experts
@@ -545,7 +548,7 @@ int elementwise_blocks(int64_t count) {
 }  // namespace
 
 bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
-  const bool ordered = args.order && args.offsets && args.bf16_products;
+  const bool ordered = args.order && args.offsets && args.bf16_products && args.experts_count <= kMaxRouteExperts;
   if (args.assignments <= 0 || (args.assignments > kMaxExpertAssignments && !ordered) || args.cols % 32 != 0 ||
       args.rows <= 0 || args.experts_count <= 0 || args.x_divisor <= 0)
     return false;

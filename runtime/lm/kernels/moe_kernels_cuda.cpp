@@ -31,6 +31,14 @@ std::atomic<bool>& route_kernel_on() {
   return on;
 }
 
+// The CUDA-core kernel keeps an expert's assignments in shared memory (up to 256); the tensor cores' takes any
+// number in its experts' order, for up to kMaxRouteExperts experts.
+int64_t most_assignments(ExpertProducts products, int64_t experts) {
+  return products == ExpertProducts::bfloat16 && experts <= kernels::kMaxRouteExperts
+             ? std::numeric_limits<int32_t>::max()
+             : kernels::kMaxExpertAssignments;
+}
+
 bool float_type(const at::Tensor& t) {
   return t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
 }
@@ -39,14 +47,12 @@ bool float_type(const at::Tensor& t) {
 
 bool expert_gemv_serves(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& scales, int64_t assignments,
                         ExpertProducts products) {
-  const int64_t most = products == ExpertProducts::bfloat16 ? std::numeric_limits<int32_t>::max()
-                                                            : kernels::kMaxExpertAssignments;
   return switched_on().load(std::memory_order_relaxed) && x.is_cuda() && float_type(x) &&
          !(at::GradMode::is_enabled() && x.requires_grad()) && blocks.defined() && blocks.device() == x.device() &&
          scales.device() == x.device() && blocks.scalar_type() == at::kByte && scales.scalar_type() == at::kByte &&
          blocks.is_contiguous() && scales.is_contiguous() && blocks.dim() == 4 && blocks.size(3) == 16 &&
          reinterpret_cast<uintptr_t>(blocks.data_ptr()) % 16 == 0 &&  // codes are read 16 bytes at a time
-         assignments > 0 && assignments <= most;
+         assignments > 0 && assignments <= most_assignments(products, blocks.size(0));
 }
 
 void set_expert_kernels(bool on) { switched_on().store(on, std::memory_order_relaxed); }
