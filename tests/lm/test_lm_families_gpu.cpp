@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <vector>
 
 #include "lm/generation/generator.h"
@@ -45,6 +46,13 @@ std::vector<std::vector<int64_t>> greedy_tokens(const Transformer& model, const 
   return out;
 }
 
+Transformer load_on_gpu(const std::filesystem::path& dir, c10::ScalarType dtype) {
+  LoadOptions options;
+  options.device = c10::Device("cuda:0");
+  options.dtype = dtype;
+  return Transformer::load(dir, options);
+}
+
 }  // namespace
 
 TEST_CASE("lm gpu: qwen3 and gpt-oss on CUDA match the CPU reference (float32) and the CPU model's greedy tokens") {
@@ -57,10 +65,7 @@ TEST_CASE("lm gpu: qwen3 and gpt-oss on CUDA match the CPU reference (float32) a
     const auto cpu = Transformer::load(dir.path());
     for (const auto dtype : {at::kFloat, at::kBFloat16}) {
       CAPTURE(dtype == at::kFloat);
-      LoadOptions options;
-      options.device = c10::Device("cuda:0");
-      options.dtype = dtype;
-      const auto gpu = Transformer::load(dir.path(), options);
+      const auto gpu = load_on_gpu(dir.path(), dtype);
       const auto ids = ids_of(19, 3);
       const auto expected = test::reference_logits(m, ids);
       const auto logits = gpu.forward_full(at::tensor(ids, at::kLong).view({1, -1}))[0].cpu();
@@ -87,10 +92,7 @@ TEST_CASE("lm gpu: gpt-oss's sampled log-probs equal a whole-sequence pass's (fl
   test::write_model_dir(m, dir.path(), /*mxfp4=*/true);
   for (const auto dtype : {at::kFloat, at::kBFloat16}) {
     CAPTURE(dtype == at::kFloat);
-    LoadOptions options;
-    options.device = c10::Device("cuda:0");
-    options.dtype = dtype;
-    const auto model = Transformer::load(dir.path(), options);
+    const auto model = load_on_gpu(dir.path(), dtype);
     Generator generator(model, [](int64_t) { return std::string(); });
     std::vector<GenerationRequest> batch;
     for (const int64_t n : {1, 6, 13}) {

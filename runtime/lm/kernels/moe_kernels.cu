@@ -419,42 +419,35 @@ void launch_mma_for(const ExpertGemvArgs& args, cudaStream_t stream) {
     expert_mma_kernel<T, 4, false><<<grid, kWarps * 32, 0, stream>>>(args);
 }
 
-// MXFP4 blocks decoded whole, one per thread: bfloat16 through the byte-permute decoder, float32 through decode8
+// One MXFP4 block decoded whole into 32 values: bfloat16 through the byte-permute decoder, float32 through decode8
 // (both exact).
-template <typename T>
-__global__ void mxfp4_decode_kernel(const uint4* codes, const uint8_t* scales, T* out, int64_t blocks);
-
-template <>
-__global__ void mxfp4_decode_kernel(const uint4* codes, const uint8_t* scales, __nv_bfloat16* out, int64_t blocks) {
-  for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < blocks;
-       b += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint4 code = __ldg(codes + b);
-    const uint32_t scale = scale_pair_of(__ldg(scales + b));
-    uint4* to = reinterpret_cast<uint4*>(out + b * kMxBlock);
+__device__ __forceinline__ void decode_block_into(const uint4& code, unsigned scale, __nv_bfloat16* out) {
+  uint4* to = reinterpret_cast<uint4*>(out);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      uint32_t pairs[4];
-      decode_pairs(word_of(code, u), scale, pairs);
-      to[u] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
-    }
+  for (int u = 0; u < 4; ++u) {
+    uint32_t pairs[4];
+    decode_pairs(word_of(code, u), scale_pair_of(scale), pairs);
+    to[u] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
   }
 }
 
-template <>
-__global__ void mxfp4_decode_kernel(const uint4* codes, const uint8_t* scales, float* out, int64_t blocks) {
-  for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < blocks;
-       b += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint4 code = __ldg(codes + b);
-    const float scale = scale_of(__ldg(scales + b));
-    float4* to = reinterpret_cast<float4*>(out + b * kMxBlock);
+__device__ __forceinline__ void decode_block_into(const uint4& code, unsigned scale, float* out) {
+  const float factor = scale_of(scale);
+  float4* to = reinterpret_cast<float4*>(out);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      float w[8];
-      decode8(word_of(code, u), w);
-      to[2 * u] = make_float4(w[0] * scale, w[1] * scale, w[2] * scale, w[3] * scale);
-      to[2 * u + 1] = make_float4(w[4] * scale, w[5] * scale, w[6] * scale, w[7] * scale);
-    }
+  for (int u = 0; u < 4; ++u) {
+    float w[8];
+    decode8(word_of(code, u), w);
+    to[2 * u] = make_float4(w[0] * factor, w[1] * factor, w[2] * factor, w[3] * factor);
+    to[2 * u + 1] = make_float4(w[4] * factor, w[5] * factor, w[6] * factor, w[7] * factor);
   }
+}
+
+template <typename T>
+__global__ void mxfp4_decode_kernel(const uint4* codes, const uint8_t* scales, T* out, int64_t blocks) {
+  for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < blocks;
+       b += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    decode_block_into(__ldg(codes + b), __ldg(scales + b), out + b * kMxBlock);
 }
 
 __global__ void clamped_swiglu_kernel(const float* gate_up, float* out, int64_t count, int width, float limit,
