@@ -123,6 +123,33 @@ TEST_CASE("lm gpu: gpt-oss's sampled log-probs equal a whole-sequence pass's (fl
   }
 }
 
+TEST_CASE("lm gpu: gpt-oss decode steps of more than 256 assignments give the same tokens in CUDA graphs as without") {
+  // 130 rows x 2 experts: the tensor cores' ordered assignments (a sort and offsets on the device) inside a captured
+  // decode step, against the same steps run eagerly.
+  c10::InferenceMode guard;
+  const auto m = test::tiny_gpt_oss();
+  const test::ScratchDir dir("families-gpu-ordered-graphs");
+  test::write_model_dir(m, dir.path(), /*mxfp4=*/true);
+  const auto model = load_on_gpu(dir.path(), at::kBFloat16);
+  REQUIRE(model.experts_stay_on_device(130));
+  std::vector<std::vector<int64_t>> runs[2];
+  for (const bool graphs : {true, false}) {
+    GeneratorOptions options;
+    options.cuda_graphs = graphs;
+    Generator generator(model, [](int64_t) { return std::string(); }, options);
+    std::vector<GenerationRequest> batch;
+    for (int64_t i = 0; i < 130; ++i) {
+      GenerationRequest r;
+      r.prompt = ids_of(1 + i % 9, i);
+      r.sampling.temperature = 0;
+      r.max_new_tokens = 4;
+      batch.push_back(r);
+    }
+    for (const auto& c : generator.generate(batch)) runs[graphs ? 0 : 1].push_back(c.tokens);
+  }
+  CHECK(runs[0] == runs[1]);
+}
+
 TEST_CASE("lm gpu: experts read from MXFP4 by the device kernel give LibTorch's decoded experts' values") {
   c10::InferenceMode guard;
   const c10::Device gpu("cuda:0");
@@ -181,9 +208,9 @@ TEST_CASE("lm gpu: the experts' bfloat16 products on tensor cores are the exact 
   };
   // Rows ending inside a warp's 16 and columns inside a span of 4 MX blocks; up to E assignments, then 8 inputs a pass
   // (up to 4 an expert), 16 (up to 12) and 32, all on one expert (many passes), more than 256 (ordered, spread and
-  // all on one expert), with inputs shared k ways (the first projection) or one each, in bfloat16 and float32, rows
-  // padded past their columns.
-  for (const Shape& shape : {Shape{8, 88, 96}, Shape{32, 200, 1056}}) {
+  // all on one expert; 200 experts, more than a block's threads, count their tiles), with inputs shared k ways (the
+  // first projection) or one each, in bfloat16 and float32, rows padded past their columns.
+  for (const Shape& shape : {Shape{8, 88, 96}, Shape{32, 200, 1056}, Shape{200, 40, 160}}) {
     const int64_t E = shape.experts, rows = shape.rows, cols = shape.cols;
     CAPTURE(E);
     auto g = at::make_generator<at::CPUGeneratorImpl>(11);
@@ -205,7 +232,7 @@ TEST_CASE("lm gpu: the experts' bfloat16 products on tensor cores are the exact 
           CAPTURE(dtype == at::kFloat);
           const auto padded = at::randn({A / divisor, cols + 32}, g).to(dtype);
           const auto x = padded.slice(1, 0, cols);
-          const auto got = expert_gemv(x.to(gpu), divisor, experts.to(gpu), blocks, scales, bias.to(gpu),
+          const auto got = expert_gemv(padded.to(gpu).slice(1, 0, cols), divisor, experts.to(gpu), blocks, scales, bias.to(gpu),
                                        ExpertProducts::bfloat16).cpu().to(at::kDouble);
           const bool tensor_cores = A > E;
           const auto inputs = (tensor_cores ? x.to(at::kBFloat16) : x).to(at::kDouble).repeat_interleave(divisor, 0);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 
@@ -244,11 +245,14 @@ std::vector<std::size_t> Generator::run_batch(std::vector<GenerationRequest>& re
   prefill.visible = P;
   prefill.mask = causal_mask(prefill.slots, buffers.key_valid, P);
   const auto tokens_dev = tokens.to(device);
-  // Rows per pass: up to prefill_tokens tokens, and attention scores (rows x heads x P x P, materialised by the
-  // attention with sinks) of at most 2^28 elements, 1 GiB in float32: gpt-oss's 64 heads over 900-token prompts
-  // would take 4 GiB a pass at the token bound alone.
+  // Rows per pass: up to prefill_tokens tokens and, where attention materialises its scores (sinks, sliding windows:
+  // rows x heads x P x P), as many rows as keep them within 2^28 elements (1 GiB in float32; one row at least):
+  // gpt-oss's 64 heads over 900-token prompts would take 4 GiB a pass at the token bound alone.
   constexpr int64_t kMaxScoreElements = int64_t{1} << 28;
-  const int64_t score_rows = kMaxScoreElements / std::max<int64_t>(1, config.num_heads * P * P);
+  const bool materialised = config.attention_sinks || std::any_of(config.layer_types.begin(), config.layer_types.end(),
+                                                                  [](AttentionKind k) { return k == AttentionKind::sliding; });
+  const int64_t score_rows = materialised ? kMaxScoreElements / std::max<int64_t>(1, config.num_heads * P * P)
+                                          : std::numeric_limits<int64_t>::max();
   const int64_t rows_per_pass =
       std::max<int64_t>(1, std::min(options_.prefill_tokens / std::max<int64_t>(1, P), score_rows));
   std::vector<at::Tensor> last_logits;

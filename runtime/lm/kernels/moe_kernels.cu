@@ -75,6 +75,8 @@ struct Routed {
   int first;    // ordered: where the tile starts in the order
 };
 
+static_assert(kMaxRouteExperts <= kMaxExpertAssignments, "an ordered block counts its experts' tiles in Routed::mine");
+
 // With the assignments ordered by expert (many of them: prefills), block x takes tile x of `per_tile` assignments,
 // the tiles numbered expert by expert (ceil(count / per_tile) each); blocks past the last tile have nothing to do.
 // The experts' tile counts are read in parallel into `mine` (up to kMaxRouteExperts experts), which then holds the
@@ -399,14 +401,14 @@ __global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs 
 
 // On tensor cores, by expert: 8 inputs a warp's pass when experts have a few each, 16 or 32 when more tokens share an
 // expert, so that most experts' rows are read once.
-// Ordered assignments (a prefill's many): a block per tile of 32 of an expert's, at most assignments / 32 + experts
-// tiles.
+// Ordered assignments (a prefill's many): a block per tile of kOrderedTile of an expert's, at most
+// assignments / kOrderedTile + experts tiles.
 template <typename T>
 void launch_mma_for(const ExpertGemvArgs& args, cudaStream_t stream) {
   const int rows = (args.rows + kWarps * kMmaRows - 1) / (kWarps * kMmaRows);
   if (args.order) {
-    const dim3 grid((args.assignments + 31) / 32 + args.experts_count, rows);
-    expert_mma_kernel<T, 4, true><<<grid, kWarps * 32, 0, stream>>>(args);
+    const dim3 grid((args.assignments + kOrderedTile - 1) / kOrderedTile + args.experts_count, rows);
+    expert_mma_kernel<T, kOrderedTile / 8, true><<<grid, kWarps * 32, 0, stream>>>(args);
     return;
   }
   const int per_expert = (args.assignments + args.experts_count - 1) / args.experts_count;

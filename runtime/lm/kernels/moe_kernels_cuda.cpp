@@ -65,8 +65,16 @@ ExpertProducts expert_products_for(const at::Tensor& x, c10::ScalarType dtype) {
 
 void set_expert_tensor_cores(bool on) { tensor_cores_on().store(on, std::memory_order_relaxed); }
 
+ExpertOrder expert_order_for(const at::Tensor& experts, int64_t experts_count, ExpertProducts products) {
+  if (products != ExpertProducts::bfloat16 || experts.numel() <= kernels::kMaxExpertAssignments) return {};
+  const auto counts = at::zeros({experts_count}, experts.options()).index_add_(0, experts, at::ones_like(experts));
+  return {std::get<1>(at::sort(experts, /*stable=*/true, 0, /*descending=*/false)).to(at::kInt),
+          at::cat({at::zeros({1}, counts.options()), at::cumsum(counts, 0)}).to(at::kInt)};
+}
+
 at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Tensor& experts, const at::Tensor& blocks,
-                       const at::Tensor& scales, const at::Tensor& bias, ExpertProducts products) {
+                       const at::Tensor& scales, const at::Tensor& bias, ExpertProducts products,
+                       const ExpertOrder* order) {
   TORCH_CHECK(input.dim() == 2 && input.stride(1) == 1, "expert_gemv: x must be [rows, cols] with cols contiguous");
   // The kernel reads 8 values of a row at a time, 16-byte aligned.
   const bool aligned = reinterpret_cast<uintptr_t>(input.data_ptr()) % 16 == 0 &&
@@ -77,6 +85,9 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   const bool bf16_products = products == ExpertProducts::bfloat16;
   TORCH_CHECK(!bf16_products || x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
               "expert_gemv: bfloat16 products take x in bfloat16 or float32");
+  // The tensor-core kernel is empty below compute capability 8.0.
+  TORCH_CHECK(!bf16_products || at::cuda::getDeviceProperties(x.get_device())->major >= 8,
+              "expert_gemv: bfloat16 products need compute capability 8.0 or later");
   const int64_t E = blocks.size(0), out_rows = blocks.size(1), cols = blocks.size(2) * 32;
   TORCH_CHECK(x.size(1) == cols && scales.sizes() == blocks.sizes().slice(0, 3),
               "expert_gemv: x's columns and the scales must match the blocks");
@@ -105,13 +116,15 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   a.rows = static_cast<int>(out_rows);
   a.cols = static_cast<int>(cols);
   a.bf16_products = bf16_products;
-  at::Tensor order, offsets;  // kept alive past the launch (the stream orders their release)
+  ExpertOrder made;  // kept alive past the launch (the stream orders its release)
   if (experts.numel() > kernels::kMaxExpertAssignments) {
-    order = std::get<1>(at::sort(experts, /*stable=*/true, 0, /*descending=*/false)).to(at::kInt);
-    const auto counts = at::zeros({E}, experts.options()).index_add_(0, experts, at::ones_like(experts));
-    offsets = at::cat({at::zeros({1}, counts.options()), at::cumsum(counts, 0)}).to(at::kInt);
-    a.order = order.data_ptr<int32_t>();
-    a.offsets = offsets.data_ptr<int32_t>();
+    if (!order || !order->order.defined()) made = expert_order_for(experts, E, products), order = &made;
+    TORCH_CHECK(order->order.numel() == experts.numel() && order->offsets.numel() == E + 1 &&
+                    order->order.scalar_type() == at::kInt && order->offsets.scalar_type() == at::kInt &&
+                    order->order.device() == x.device() && order->offsets.device() == x.device(),
+                "expert_gemv: an order of these experts' assignments");
+    a.order = order->order.data_ptr<int32_t>();
+    a.offsets = order->offsets.data_ptr<int32_t>();
   }
   TORCH_CHECK(kernels::launch_expert_gemv(a, c10::cuda::getCurrentCUDAStream(x.get_device()).stream()),
               "expert_gemv: launch failed");

@@ -39,6 +39,9 @@ struct ExpertGemvArgs {
 // False for arguments it does not take: more than kMaxExpertAssignments without an order, or float32 products.
 bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream);
 
+// Assignments an ordered tensor-core block takes: one tile of an expert's.
+constexpr int kOrderedTile = 32;
+
 // MXFP4 decoded to bfloat16 or float32 (`element`), exactly: codes [blocks, 16] (16-byte aligned) and scales
 // [blocks] -> out [blocks, 32].
 bool launch_mxfp4_decode(const uint8_t* codes, const uint8_t* scales, void* out, Element element, int64_t blocks,

@@ -15,8 +15,10 @@ ExpertProducts expert_products_for(const at::Tensor&, c10::ScalarType) { return 
 
 void set_expert_tensor_cores(bool) {}
 
+ExpertOrder expert_order_for(const at::Tensor&, int64_t, ExpertProducts) { return {}; }
+
 at::Tensor expert_gemv(const at::Tensor&, int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                       const at::Tensor&, ExpertProducts) {
+                       const at::Tensor&, ExpertProducts, const ExpertOrder*) {
   throw std::logic_error("expert_gemv: this build has no CUDA kernels");
 }
 

@@ -70,13 +70,14 @@ std::optional<at::Tensor> experts_on_device(const MoeWeights& w, const MoeConfig
   const auto experts = routing.experts.reshape({-1}).contiguous();  // assignment a = token a / k's (a % k)-th choice
   const auto x = flat.contiguous();
   const auto products = expert_products_for(x, x.scalar_type());
-  auto gate_up = expert_gemv(x, k, experts, w.gate_up.blocks, w.gate_up.scales, w.gate_up_bias, products);
+  const auto order = expert_order_for(experts, E, products);  // many assignments: ordered once for both
+  auto gate_up = expert_gemv(x, k, experts, w.gate_up.blocks, w.gate_up.scales, w.gate_up_bias, products, &order);
   if (lora) {
     const auto delta = lora->expert_deltas(layer, LoraTarget::experts_gate_up, experts, E, x.repeat_interleave(k, 0));
     if (delta.defined()) gate_up = gate_up + delta.to(at::kFloat);
   }
   const auto hidden = clamped_swiglu_on_device(gate_up, config.swiglu_limit, config.swiglu_alpha);
-  auto out = expert_gemv(hidden, 1, experts, w.down.blocks, w.down.scales, w.down_bias, products);
+  auto out = expert_gemv(hidden, 1, experts, w.down.blocks, w.down.scales, w.down_bias, products, &order);
   if (lora) {
     const auto delta = lora->expert_deltas(layer, LoraTarget::experts_down, experts, E, hidden.to(x.scalar_type()));
     if (delta.defined()) out = out + delta.to(at::kFloat);
