@@ -3,21 +3,23 @@
 # released shapes on random weights drawn on the GPU (no weight files: gpt-oss-120b's 61 GB would not fit a one-GPU
 # node's disk). Each step's log goes to OUT_DIR; OUT_DIR/progress.log has each step's status and wall time.
 # Usage: bash tools/gpu_node/gpt_oss_check.sh OUT_DIR [STEP...]
-#   tests     the GPU suite's gpt-oss and MoE-kernel cases
+#   tests     the GPU suite's language-model cases (gpt-oss, the MoE kernels, decoding)
 #   mxfp4     bench_mxfp4: one expert's decode to bfloat16 (what training and long prefills do per routed expert)
 #   20b       bench_lm, gpt-oss-20b shape: batch 1 and 64, 512-token prompts, 128 new tokens
 #   120b      bench_lm, gpt-oss-120b shape: the same
-#   grpo120b  bench_grpo_step, gpt-oss-120b shape: group 8 x batch 8 x 1024 tokens, LoRA rank 16, policy stages only
+#   grpo20b   bench_grpo_step, gpt-oss-20b shape: group 8 x batch 8 x 1024 tokens, LoRA rank 16, policy stages only,
+#             micro-batch 4 with activation checkpointing, no warm-up step (each stage's time on stderr as it ends)
+#   grpo120b  the same at the gpt-oss-120b shape
 #   qwen3     bench_lm, Qwen3-8B and Qwen2.5-7B shapes beside each other (make_dense_config.py): batch 1 and 64
-# Default: tests mxfp4 20b. Builds first (CRUCIBLE_TARGETS="test_gpu bench_lm bench_grpo_step bench_mxfp4 crucible
-# crucible-worker").
+# Default: tests mxfp4 20b. Builds first unless build-gpu/ has a crucible (CRUCIBLE_TARGETS="test_gpu bench_lm
+# bench_grpo_step bench_mxfp4 crucible crucible-worker crucible-cuda-worker crucible-nvrtc").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "$1")
 shift
 steps=${*:-tests mxfp4 20b}
 mkdir -p "$out"
-export CRUCIBLE_TARGETS=${CRUCIBLE_TARGETS:-"test_gpu bench_lm bench_grpo_step bench_mxfp4 crucible crucible-worker"}
+export CRUCIBLE_TARGETS=${CRUCIBLE_TARGETS:-"test_gpu bench_lm bench_grpo_step bench_mxfp4 crucible crucible-worker crucible-cuda-worker crucible-nvrtc"}
 bash tools/gpu_node/ensure_built.sh "$out" || exit 1
 shapes=/tmp/gpt-oss-shapes
 for shape in gpt-oss-20b gpt-oss-120b; do
@@ -27,12 +29,14 @@ done
 
 run_step() {
   case $1 in
-    tests) build-gpu/tests/test_gpu -tc='lm gpu: qwen3 and gpt-oss*,lm gpu: experts read from MXFP4*' ;;
+    tests) build-gpu/tests/test_gpu -tc='lm gpu*' ;;
     mxfp4) build-gpu/tools/bench_mxfp4 --device cuda:0 ;;
     20b) build-gpu/tools/bench_lm --model "$shapes/gpt-oss-20b" --random-weights 1 --batches 1,64 --new 128 ;;
     120b) build-gpu/tools/bench_lm --model "$shapes/gpt-oss-120b" --random-weights 1 --batches 1,64 --new 128 ;;
-    grpo120b) build-gpu/tools/bench_grpo_step --model "$shapes/gpt-oss-120b" --random-weights 1 --group-size 8 \
-                --max-new 1024 --policy-only --ttt-steps 0 --state /tmp/gpt-oss-grpo ;;
+    grpo20b | grpo120b)
+      PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True build-gpu/tools/bench_grpo_step \
+        --model "$shapes/gpt-oss-${1#grpo}" --random-weights 1 --group-size 8 --max-new 1024 --policy-only \
+        --ttt-steps 0 --micro-batch 4 --activation-checkpointing --no-warm-up --state "/tmp/gpt-oss-$1" ;;
     qwen3) for dense in qwen3-8b qwen2.5-7b; do
              python3 tools/lm_fixtures/make_dense_config.py $dense "$shapes/$dense" > /dev/null &&
                build-gpu/tools/bench_lm --model "$shapes/$dense" --random-weights 1 --batches 1,64 --new 128 || return 1
