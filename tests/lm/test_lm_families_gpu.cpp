@@ -276,7 +276,8 @@ TEST_CASE("lm gpu: decode attention with sinks and a sliding window gives the ma
   const auto slot_tensor = at::tensor(std::vector<int64_t>{slot}, at::kLong).to(gpu);
   const auto slots = at::arange(visible, at::TensorOptions().dtype(at::kLong).device(gpu));
   for (const auto dtype : {at::kFloat, at::kBFloat16}) {
-    // 40 rows x 2 key heads is past the split kernels' small batches: sinks and windows take them anyway.
+    // 40 rows x 2 key heads take the tensor-core kernel in bfloat16 (a window skips whole tiles before it; the sink
+    // joins its final merge), the split kernels in float32.
     for (const int64_t B : {1, 5, 40}) {
       CAPTURE(dtype == at::kFloat);
       CAPTURE(B);

@@ -8,9 +8,10 @@
 // wave of its own (one row and key head per SM at batch 64), so it runs many warps, each with kStages tiles of keys
 // and values in flight through asynchronous copies: a warp's chain of dependent MMAs and shuffles is hidden by the
 // others. Copies start before the row's valid slots are known (a bit mask in shared memory, built while they fly);
-// scores of slots a row may not attend (padding, retired requests) are masked to -inf, and their values zeroed in
-// shared memory before the weighted sum, so whatever they hold (NaN, too) never reaches the output. Slots past the
-// step's are never read.
+// scores of slots a row may not attend (padding, retired requests, slots before a sliding window) are masked to -inf,
+// and their values zeroed in shared memory before the weighted sum, so whatever they hold (NaN, too) never reaches the
+// output. Slots past the step's, and tiles wholly before a window, are never read. A sink (gpt-oss) joins the final
+// merge's softmax.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -105,6 +106,9 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
   if (slot < 0 || slot >= a.visible || a.visible > a.capacity) __trap();
   const int64_t n = slot + 1;
   const int tiles = static_cast<int>((n + kSlotsPerTile - 1) / kSlotsPerTile);
+  // A sliding window's first slot's tile: the warps take tiles from there (the slots before it are masked).
+  const int first_tile =
+      a.window > 0 ? static_cast<int>(max(int64_t{0}, slot - a.window + 1) / kSlotsPerTile) : 0;
   const int64_t head = (static_cast<int64_t>(b) * a.kv_heads + kvh) * a.capacity;
   const T* keys = static_cast<const T*>(a.k_cache) + head * D;
   const T* values = static_cast<const T*>(a.v_cache) + head * D;
@@ -117,7 +121,7 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
   // this one writes: the first tiles are fetched before waiting for it, all but that slot (`early`), which is loaded
   // after the wait.
   const auto fetch = [&](int i, bool early) {
-    const int t = warp + i * kWarps;
+    const int t = first_tile + warp + i * kWarps;
     if (t < tiles) {
       T* k_tile = stages + (i % kStages) * 2 * kTile;
       T* v_tile = k_tile + kTile;
@@ -138,7 +142,7 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
   for (int i = 0; i < kStages; ++i) fetch(i, true);
   wait_for_earlier_kernels();  // the step's own key, value and query, and key_valid, come from kernels before
   let_later_kernels_start();
-  const int own_tile = static_cast<int>(slot / kSlotsPerTile);
+  const int own_tile = static_cast<int>(slot / kSlotsPerTile) - first_tile;  // counted from the first tile
   if (own_tile % kWarps == warp && own_tile / kWarps < kStages && lane < kPieces) {
     const int row = static_cast<int>(slot % kSlotsPerTile), i = own_tile / kWarps;
     T* k_tile = stages + i * 2 * kTile;
@@ -147,9 +151,10 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
     *reinterpret_cast<uint4*>(k_tile + kTile + to) = *reinterpret_cast<const uint4*>(values + slot * D + lane * 8);
   }
 
-  for (int word = warp; word < (n + 31) / 32; word += kWarps) {
+  for (int word = first_tile / 2 + warp; word < (n + 31) / 32; word += kWarps) {
     const int64_t s = static_cast<int64_t>(word) * 32 + lane;
-    const unsigned bits = __ballot_sync(0xffffffffu, s < n && (s == slot || valid[s]));
+    const bool in_window = a.window == 0 || s > slot - a.window;
+    const unsigned bits = __ballot_sync(0xffffffffu, s < n && (s == slot || valid[s]) && in_window);
     if (lane == 0) mask[word] = bits;
   }
   const T* query = static_cast<const T*>(a.q) + b * a.q_row_stride + static_cast<int64_t>(kvh) * G * a.q_head_stride;
@@ -170,13 +175,13 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
   for (int j = 0; j < D / 8; ++j) out[j][0] = out[j][1] = out[j][2] = out[j][3] = 0.0f;
   float top = -INFINITY, sum = 0.0f;
   const float scale = a.scale * 1.4426950408889634f;  // scores in base 2
-  const int mine = tiles > warp ? (tiles - warp + kWarps - 1) / kWarps : 0;
+  const int mine = tiles - first_tile > warp ? (tiles - first_tile - warp + kWarps - 1) / kWarps : 0;
   for (int i = 0; i < mine; ++i) {
     wait_copies<kStages - 1>();
     __syncwarp();
     const T* k_tile = stages + (i % kStages) * 2 * kTile;
     T* v_tile = stages + (i % kStages) * 2 * kTile + kTile;
-    const int t = warp + i * kWarps;
+    const int t = first_tile + warp + i * kWarps;
     const unsigned live = (mask[t / 2] >> (16 * (t % 2))) & 0xffffu;  // bit r: slot 16 t + r
     if (live != 0xffffu) {  // padding or retired slots: their values may be anything
 #pragma unroll
@@ -257,10 +262,12 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
   T* result = static_cast<T*>(a.out) + (static_cast<int64_t>(b) * a.heads + static_cast<int64_t>(kvh) * G) * D;
   for (int e = threadIdx.x; e < G * D; e += kWarps * 32) {
     const int g = e / D, d = e % D;
-    float m = -INFINITY;
+    // gpt-oss's sink joins the softmax with no value, in the scores' base-2 units.
+    const float sink = a.sinks ? a.sinks[kvh * G + g] * 1.4426950408889634f : -INFINITY;
+    float m = sink;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) m = fmaxf(m, merged_top[w * kMaxGroup + g]);
-    float num = 0.0f, den = 0.0f;
+    float num = 0.0f, den = a.sinks ? exp2f(sink - m) : 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
       const float t = merged_top[w * kMaxGroup + g];

@@ -207,7 +207,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   a.out = out.data_ptr();
   a.sinks = sinks.defined() ? sinks.data_ptr<float>() : nullptr;
   a.window = window;
-  if (!sinks.defined() && window == 0 && tensor_cores_attend(k_cache, H)) {
+  if (tensor_cores_attend(k_cache, H)) {
     TORCH_CHECK(kernels::launch_attend_tensor_cores(a, stream_of(q)), "decode_attention: launch failed");
     return out;
   }

@@ -125,8 +125,8 @@ struct AttendArgs {
   int chunk = 0, splits = 0;  // attention_chunk(.., rounds) slots per split; splits * chunk covers the slots a step may reach
   float scale = 1.0f;
   Element element = Element::f32;
-  // gpt-oss: a learned logit per query head that joins each softmax and adds no value (the split kernels only), and
-  // a sliding window: slots more than `window - 1` before the step's own are not attended (0: no window).
+  // gpt-oss: a learned logit per query head that joins each softmax and adds no value, and a sliding window: slots
+  // more than `window - 1` before the step's own are not attended (0: no window).
   const float* sinks = nullptr;  // [heads], or null
   int64_t window = 0;
 };
