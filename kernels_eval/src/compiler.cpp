@@ -127,9 +127,12 @@ fs::path toolkit_lib_dir() {
 }
 
 
+// The C++ compiler of a CPU build or a split build's host half.
+std::string host_cxx(const CompileOptions& o) { return o.cxx.empty() ? cxx_path() : o.cxx; }
+
 // The tools and flags of a split CUDA build for these options.
 SplitToolchain split_toolchain(const CompileOptions& o) {
-  SplitToolchain tools{nvcc_path(), cxx_path(), nvrtc_path(), o.cuda_arch, toolkit_dir() / "include", toolkit_lib_dir(),
+  SplitToolchain tools{nvcc_path(), host_cxx(o), nvrtc_path(), o.cuda_arch, toolkit_dir() / "include", toolkit_lib_dir(),
                        o.python_extension ? std::vector<std::string>{} : o.extra_flags};
   tools.python_extension = o.python_extension;
   tools.host_flags = o.split_extras.host;
@@ -193,9 +196,10 @@ std::vector<std::string> Compiler::flags(const CompileOptions& o) const {
   if (o.backend == Backend::cpu) {
     // Hidden visibility keeps everything but the contract's entry points out of the export table;
     // -fno-gnu-unique stops static locals of inline functions from becoming global unique symbols.
-    f = {cxx_path(), "-std=c++17", "-O3", "-march=native", "-fPIC", "-shared", "-fvisibility=hidden",
-         "-fvisibility-inlines-hidden", "-fno-gnu-unique", "-I" + std::string(kIncludeDir),
+    f = {host_cxx(o), "-std=c++17", "-O3", "-march=native", "-fPIC", "-shared", "-fvisibility=hidden",
+         "-fvisibility-inlines-hidden", "-I" + std::string(kIncludeDir),
          "-Wl,--version-script=" + std::string(kExportsFile)};
+    if (!is_clang(f.front())) f.insert(f.begin() + 8, "-fno-gnu-unique");  // clang makes no unique symbols
   } else {
     // The CUDA runtime is linked as a shared library so that what a candidate calls from it shows up by
     // name in its import table, where the static gate can check it (statically linked, cudart's own
@@ -226,10 +230,10 @@ std::string Compiler::cache_key(const std::string& source, const CompileOptions&
   std::string material = source;
   material += '\0';
   for (const auto& flag : flags(o)) material += flag + '\n';
-  material += '\0' + compiler_version(o.backend == Backend::cuda ? nvcc_path() : cxx_path()) + '\0' + header_text_;
+  material += '\0' + compiler_version(o.backend == Backend::cuda ? nvcc_path() : host_cxx(o)) + '\0' + header_text_;
   // A split build is another build of the same source: its own entry (benchmarks compare the two).
-  if (o.backend == Backend::cuda && o.split_cuda)  // the host half is g++'s
-    material += std::string("\0split\0", 7) + fast_launch_text_ + '\0' + compiler_version(cxx_path()) + nvrtc_path();
+  if (o.backend == Backend::cuda && o.split_cuda)  // the host half is host_cxx's
+    material += std::string("\0split\0", 7) + fast_launch_text_ + '\0' + compiler_version(host_cxx(o)) + nvrtc_path();
   for (const auto* flags : {&o.split_extras.host, &o.split_extras.device, &o.split_extras.link})
     for (const auto& flag : *flags) material += '\0' + flag;
   return sha256_hex(material);

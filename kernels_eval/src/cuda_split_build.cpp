@@ -94,10 +94,15 @@ std::string blob_assembly(const std::vector<ElfSymbol>& device, const std::vecto
 
 }  // namespace
 
+bool is_clang(const std::string& compiler) {
+  return fs::path(compiler).filename().string().find("clang") != std::string::npos;
+}
+
 std::vector<std::string> split_host_command(const SplitToolchain& tools) {
   std::vector<std::string> argv{tools.cxx, "-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden",
-                                "-fvisibility-inlines-hidden", "-fno-gnu-unique", "-Wno-attributes", "-Iinclude",
+                                "-fvisibility-inlines-hidden", "-Wno-attributes", "-Iinclude",
                                 "-I" + tools.toolkit_include.string()};
+  if (!is_clang(tools.cxx)) argv.insert(argv.begin() + 6, "-fno-gnu-unique");  // clang makes no unique symbols
   argv.insert(argv.end(), tools.host_flags.begin(), tools.host_flags.end());
   return argv;
 }

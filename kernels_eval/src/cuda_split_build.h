@@ -27,6 +27,9 @@ struct SplitToolchain {
 // The host half's compile command, without its input and output: what a precompiled header for it is built with.
 std::vector<std::string> split_host_command(const SplitToolchain& tools);
 
+// Whether a compiler command names clang (which takes neither -fno-gnu-unique nor g++'s precompiled headers).
+bool is_clang(const std::string& compiler);
+
 using RunStep = std::function<ProcessResult(const std::vector<std::string>& argv)>;
 
 struct SplitBuild {

@@ -538,3 +538,50 @@ TEST_CASE("kernelbench: an extension builds when the compile cache is private to
   std::error_code ignored;
   fs::remove_all(cache, ignored);
 }
+
+namespace {
+
+// Precompiled lean headers with this ending under `root` (a compile cache, or the kits' directory for root).
+bool has_precompiled_prelude(const fs::path& root, const std::string& ending) {
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    if (it->path().filename() == "lean_prelude.h" + ending) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("kernelbench: a lean unit builds with clang++ where it is installed, and with g++ when told to") {
+  if (!python_has_torch() || access("/usr/bin/clang++", X_OK) != 0) {
+    MESSAGE("skipped: needs /usr/bin/python3 with torch and /usr/bin/clang++");
+    return;
+  }
+  std::string why;
+  const auto python = eval::find_kernelbench_python(why);
+  REQUIRE(python);
+  const char* before = std::getenv("CRUCIBLE_KERNELBENCH_CXX");
+  const std::optional<std::string> saved = before ? std::optional<std::string>(before) : std::nullopt;
+  const fs::path kits = fs::temp_directory_path() / ("crucible-kits-" + std::to_string(geteuid()));
+  // clang's precompiled header keeps its template instantiations (.pch); g++'s (.gch) redoes them in every unit.
+  for (const auto& [chosen, ending] : {std::pair<std::string, std::string>{"/usr/bin/clang++", ".pch"},
+                                       std::pair<std::string, std::string>{"", ".gch"}}) {
+    CAPTURE(chosen);
+    setenv("CRUCIBLE_KERNELBENCH_CXX", chosen.c_str(), 1);
+    const fs::path cache = eval::make_scratch_dir("kb-lean-compiler");
+    eval::Compiler compiler(cache, eval::default_include_dir());
+    eval::KernelBenchBuildOptions options;
+    options.time_limit_s = 600.0;
+    const auto built = eval::build_kernelbench_candidate(
+        *python, compiler, test::read_file(test::source_dir() / "tests/fixtures/kernelbench/relu/ok.py"), options);
+    INFO(built.compile.log);
+    CHECK(built.outcome == eval::KernelBenchBuild::Outcome::ok);
+    CHECK(built.lean);
+    CHECK((has_precompiled_prelude(cache, ending) || has_precompiled_prelude(kits, ending)));
+    std::error_code ignored;
+    fs::remove_all(cache, ignored);
+  }
+  if (saved)
+    setenv("CRUCIBLE_KERNELBENCH_CXX", saved->c_str(), 1);
+  else
+    unsetenv("CRUCIBLE_KERNELBENCH_CXX");
+}

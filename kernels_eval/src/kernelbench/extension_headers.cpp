@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -13,6 +14,7 @@
 
 #include "crucible/eval/static_gate.h"
 #include "crucible/eval/subprocess.h"
+#include "cuda_split_build.h"
 #include "file_io.h"
 
 namespace crucible::eval {
@@ -67,6 +69,26 @@ bool produce(std::vector<std::string> argv, const fs::path& output, Backend back
   return !ec;
 }
 
+// A precompiled header as each compiler finds it beside the header that -include names: g++'s .gch, clang's .pch.
+// clang's is made with the header's template instantiations done once, where g++ redoes them in every unit (most of
+// a lean unit's compile: about 1.3 s of 1.9 on the dev VM, against 0.5 s in all with clang).
+fs::path precompiled_path(const fs::path& header, const std::vector<std::string>& argv) {
+  return header.string() + (is_clang(argv.front()) ? ".pch" : ".gch");
+}
+
+// clang records the header's path in its precompiled header and needs it there at every use: the path without links
+// (a compile cache may reach the kits through one).
+std::vector<std::string> header_command(std::vector<std::string> argv, const fs::path& header) {
+  fs::path named = header;
+  if (is_clang(argv.front())) {
+    argv.push_back("-fpch-instantiate-templates");
+    std::error_code ec;
+    if (const fs::path resolved = fs::canonical(header, ec); !ec) named = resolved;
+  }
+  argv.insert(argv.end(), {"-x", "c++-header", named.string()});
+  return argv;
+}
+
 std::string material_of(const std::vector<std::string>& argv, const std::string& extra) {
   std::string material = extra;
   for (const auto& a : argv) material += '\n' + a;
@@ -75,6 +97,15 @@ std::string material_of(const std::vector<std::string>& argv, const std::string&
 
 }  // namespace
 
+std::string lean_unit_compiler() {
+  if (const char* chosen = std::getenv("CRUCIBLE_KERNELBENCH_CXX")) return chosen;
+  for (const char* dir : {"/usr/bin", "/usr/local/bin"}) {
+    const fs::path clang = fs::path(dir) / "clang++";
+    if (access(clang.c_str(), X_OK) == 0) return clang.string();
+  }
+  return "";
+}
+
 fs::path precompiled_extension_header(Compiler& compiler, std::vector<std::string> argv, Backend backend) {
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
@@ -82,11 +113,10 @@ fs::path precompiled_extension_header(Compiler& compiler, std::vector<std::strin
   const fs::path dir = kit_root(compiler) / "kernelbench-pch" / sha256_hex(material_of(argv, "")).substr(0, 24);
   const fs::path header = dir / "torch_extension.h";
   std::error_code ec;
-  if (fs::exists(dir / "torch_extension.h.gch", ec)) return header;
+  if (fs::exists(precompiled_path(header, argv), ec)) return header;
   fs::create_directories(dir, ec);
   if (!write_text(header, "#include <torch/extension.h>\n")) return {};
-  argv.insert(argv.end(), {"-x", "c++-header", header.string()});
-  return produce(argv, dir / "torch_extension.h.gch", backend) ? header : fs::path();
+  return produce(header_command(argv, header), precompiled_path(header, argv), backend) ? header : fs::path();
 }
 
 std::optional<LeanKit> lean_extension_kit(Compiler& compiler, std::vector<std::string> argv, Backend backend,
@@ -112,9 +142,8 @@ std::optional<LeanKit> lean_extension_kit(Compiler& compiler, std::vector<std::s
       !write_text(kit.header, "#include <Python.h>\n#include <torch/types.h>\n"))
     return std::nullopt;
   // Python.h first, as Python asks of every unit that includes it. A missing precompiled header only costs time.
-  std::vector<std::string> pch = argv;
-  pch.insert(pch.end(), {"-x", "c++-header", kit.header.string()});
-  std::thread precompile([&] { produce(pch, kit.header.string() + ".gch", backend); });
+  const auto pch = header_command(argv, kit.header);
+  std::thread precompile([&] { produce(pch, precompiled_path(kit.header, argv), backend); });
   std::vector<std::string> object = argv;
   object.insert(object.end(), {"-c", (kit.dir / "tensor_glue.cpp").string()});
   const bool glued = produce(object, kit.glue_object, backend);

@@ -13,6 +13,10 @@
 
 namespace crucible::eval {
 
+// The compiler of lean units (CompileOptions::cxx): clang++ where it is installed (its precompiled headers keep
+// their template instantiations; g++ redoes them in every unit), CRUCIBLE_KERNELBENCH_CXX where set (empty: g++).
+std::string lean_unit_compiler();
+
 // torch/extension.h precompiled for `argv` (a g++ command without input and output); empty when it could not be made.
 // A header that does not match is ignored by g++ (the build is then as slow as without, never wrong).
 std::filesystem::path precompiled_extension_header(Compiler& compiler, std::vector<std::string> argv, Backend backend);

@@ -222,6 +222,7 @@ void use_precompiled_extension_header(Compiler& compiler, CompileOptions& o) {
 // The lean kit's headers for every compile of the unit (g++'s, and nvcc's where the build is not split) and its glue
 // object for the link. False where there is no usable kit.
 bool use_lean_kit(const KernelBenchPython& python, Compiler& compiler, CompileOptions& o) {
+  o.cxx = lean_unit_compiler();  // a failed lean build falls back to load_inline's unit with the default compiler
   const auto kit = lean_extension_kit(compiler, host_command(compiler, o), o.backend, python.versions);
   if (!kit || !usable_by_compiler(kit->header)) return false;
   const std::string dir = kit->dir.string(), glue = kit->glue_object.string();

@@ -26,6 +26,9 @@ struct CompileOptions {
   // CUDA: build in two halves where the source allows it (about 3x faster); the whole-file nvcc build otherwise.
   bool split_cuda = true;
   std::vector<std::string> extra_flags;
+  // The C++ compiler of a CPU build and of a split CUDA build's host half (g++ or clang++); empty: g++, or what
+  // CRUCIBLE_CXX names.
+  std::string cxx;
   double time_limit_s = 60.0;
   std::size_t memory_limit_bytes = std::size_t{4} << 30;
   std::size_t max_source_bytes = 256 * 1024;
