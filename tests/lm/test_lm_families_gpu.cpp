@@ -270,41 +270,49 @@ TEST_CASE("lm gpu: decode attention with sinks and a sliding window gives the ma
   c10::InferenceMode guard;
   const c10::Device gpu("cuda:0");
   auto g = at::make_generator<at::CPUGeneratorImpl>(11);
-  const int64_t H = 8, Hkv = 2, D = 64, capacity = 512, visible = 300, slot = 299;
+  const int64_t H = 8, Hkv = 2, D = 64;
   const double scale = 0.125;
   const auto sinks = (at::randn({H}, g) * 2).to(gpu);
-  const auto slot_tensor = at::tensor(std::vector<int64_t>{slot}, at::kLong).to(gpu);
-  const auto slots = at::arange(visible, at::TensorOptions().dtype(at::kLong).device(gpu));
-  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
-    // 40 rows x 2 key heads take the tensor-core kernel in bfloat16 (a window skips whole tiles before it; the sink
-    // joins its final merge), the split kernels in float32.
-    for (const int64_t B : {1, 5, 40}) {
-      CAPTURE(dtype == at::kFloat);
-      CAPTURE(B);
-      const auto q = at::randn({B, 1, H, D}, g).to(gpu, dtype);
-      const auto k = at::randn({B, Hkv, capacity, D}, g).to(gpu, dtype);
-      const auto v = at::randn({B, Hkv, capacity, D}, g).to(gpu, dtype);
-      auto valid = (at::rand({B, capacity}, g) > 0.2).to(gpu);
-      valid.narrow(0, 0, 1).narrow(1, 0, 50).fill_(false);  // row 0 left-padded
-      REQUIRE(decode_attention_serves_sinks(k, H));
-      for (const bool with_sinks : {false, true})
-        for (const int64_t window : {int64_t{0}, int64_t{7}, int64_t{128}}) {
-          if (!with_sinks && window == 0) continue;
-          CAPTURE(with_sinks);
-          CAPTURE(window);
-          auto allowed = valid.narrow(1, 0, visible).clone();
-          allowed.select(1, slot).fill_(true);
-          allowed = allowed & (slots <= slot).view({1, visible});
-          if (window > 0) allowed = allowed & (slots > slot - window).view({1, visible});
-          const at::Tensor s = with_sinks ? sinks : at::Tensor();
-          const auto expected =
-              plain_attention(q, k, v, allowed.view({B, 1, 1, visible}), s, scale, visible).to(at::kFloat);
-          const auto got = decode_attention(q, k, v, valid, slot_tensor, visible, scale, s, window).to(at::kFloat);
-          REQUIRE(got.sizes() == expected.sizes());
-          // bfloat16: LibTorch rounds the weights before the values' product, the kernel once at the end.
-          const double tolerance = dtype == at::kFloat ? 2e-5 : 2e-2;
-          CHECK(((got - expected).abs() <= expected.abs().clamp_min(1.0) * tolerance).all().item<bool>());
-        }
+  struct Span {
+    int64_t capacity, visible, slot, long_window;
+  };
+  // The second: a window whose first tile is odd (half a mask word) and a step's own tile past the first stages.
+  for (const Span span : {Span{512, 300, 299, 128}, Span{1536, 1200, 1199, 890}}) {
+    const int64_t capacity = span.capacity, visible = span.visible, slot = span.slot;
+    CAPTURE(slot);
+    const auto slot_tensor = at::tensor(std::vector<int64_t>{slot}, at::kLong).to(gpu);
+    const auto slots = at::arange(visible, at::TensorOptions().dtype(at::kLong).device(gpu));
+    for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+      // 40 rows x 2 key heads take the tensor-core kernel in bfloat16 (a window skips whole tiles before it; the sink
+      // joins its final merge), the split kernels in float32.
+      for (const int64_t B : {1, 5, 40}) {
+        CAPTURE(dtype == at::kFloat);
+        CAPTURE(B);
+        const auto q = at::randn({B, 1, H, D}, g).to(gpu, dtype);
+        const auto k = at::randn({B, Hkv, capacity, D}, g).to(gpu, dtype);
+        const auto v = at::randn({B, Hkv, capacity, D}, g).to(gpu, dtype);
+        auto valid = (at::rand({B, capacity}, g) > 0.2).to(gpu);
+        valid.narrow(0, 0, 1).narrow(1, 0, 50).fill_(false);  // row 0 left-padded
+        REQUIRE(decode_attention_serves_sinks(k, H));
+        for (const bool with_sinks : {false, true})
+          for (const int64_t window : {int64_t{0}, int64_t{7}, span.long_window}) {
+            if (!with_sinks && window == 0) continue;
+            CAPTURE(with_sinks);
+            CAPTURE(window);
+            auto allowed = valid.narrow(1, 0, visible).clone();
+            allowed.select(1, slot).fill_(true);
+            allowed = allowed & (slots <= slot).view({1, visible});
+            if (window > 0) allowed = allowed & (slots > slot - window).view({1, visible});
+            const at::Tensor s = with_sinks ? sinks : at::Tensor();
+            const auto expected =
+                plain_attention(q, k, v, allowed.view({B, 1, 1, visible}), s, scale, visible).to(at::kFloat);
+            const auto got = decode_attention(q, k, v, valid, slot_tensor, visible, scale, s, window).to(at::kFloat);
+            REQUIRE(got.sizes() == expected.sizes());
+            // bfloat16: LibTorch rounds the weights before the values' product, the kernel once at the end.
+            const double tolerance = dtype == at::kFloat ? 2e-5 : 2e-2;
+            CHECK(((got - expected).abs() <= expected.abs().clamp_min(1.0) * tolerance).all().item<bool>());
+          }
+      }
     }
   }
 }

@@ -77,11 +77,12 @@ fs::path precompiled_path(const fs::path& header, const std::vector<std::string>
 }
 
 // clang records the header's path in its precompiled header and needs it there at every use: the path without links
-// (a compile cache may reach the kits through one).
+// (a compile cache may reach the kits through one). It also refuses a header whose time changed since (another
+// process that made the same kit wrote it again, a reinstalled PyTorch) unless told to compare contents.
 std::vector<std::string> header_command(std::vector<std::string> argv, const fs::path& header) {
   fs::path named = header;
   if (is_clang(argv.front())) {
-    argv.push_back("-fpch-instantiate-templates");
+    argv.insert(argv.end(), {"-fpch-instantiate-templates", kClangValidateContents});
     std::error_code ec;
     if (const fs::path resolved = fs::canonical(header, ec); !ec) named = resolved;
   }
@@ -137,9 +138,14 @@ std::optional<LeanKit> lean_extension_kit(Compiler& compiler, std::vector<std::s
   std::error_code ec;
   if (fs::exists(kit.glue_object, ec)) return kit;
   fs::create_directories(kit.dir / "torch", ec);
-  if (!write_text(kit.dir / "torch" / "extension.h", stand_in) || !write_text(kit.dir / "crucible_bindings.h", bindings) ||
-      !write_text(kit.dir / "tensor_glue.cpp", glue) ||
-      !write_text(kit.header, "#include <Python.h>\n#include <torch/types.h>\n"))
+  // Written once: a header written again after another process precompiled it would be newer than its .pch.
+  const auto write_once = [&](const fs::path& path, const std::string& text) {
+    std::error_code missing;
+    return fs::exists(path, missing) || write_text(path, text);
+  };
+  if (!write_once(kit.dir / "torch" / "extension.h", stand_in) || !write_once(kit.dir / "crucible_bindings.h", bindings) ||
+      !write_once(kit.dir / "tensor_glue.cpp", glue) ||
+      !write_once(kit.header, "#include <Python.h>\n#include <torch/types.h>\n"))
     return std::nullopt;
   // Python.h first, as Python asks of every unit that includes it. A missing precompiled header only costs time.
   const auto pch = header_command(argv, kit.header);

@@ -17,6 +17,9 @@ namespace crucible::eval {
 // their template instantiations; g++ redoes them in every unit), CRUCIBLE_KERNELBENCH_CXX where set (empty: g++).
 std::string lean_unit_compiler();
 
+// What every clang compile that uses such a header passes too (a header rewritten with the same text stays usable).
+constexpr const char* kClangValidateContents = "-fpch-validate-input-files-content";
+
 // torch/extension.h precompiled for `argv` (a g++ command without input and output); empty when it could not be made.
 // A header that does not match is ignored by g++ (the build is then as slow as without, never wrong).
 std::filesystem::path precompiled_extension_header(Compiler& compiler, std::vector<std::string> argv, Backend backend);

@@ -20,6 +20,7 @@
 #include "crucible/eval/triton_candidate.h"
 #include "crucible/eval/utf8_text.h"
 #include "elf_symbols.h"
+#include "cuda_split_build.h"
 #include "extension_headers.h"
 #include "file_io.h"
 
@@ -227,6 +228,7 @@ bool use_lean_kit(const KernelBenchPython& python, Compiler& compiler, CompileOp
   if (!kit || !usable_by_compiler(kit->header)) return false;
   const std::string dir = kit->dir.string(), glue = kit->glue_object.string();
   host_flags(o).insert(host_flags(o).end(), {"-I", dir, "-include", kit->header.string()});
+  if (is_clang(o.cxx)) host_flags(o).push_back(kClangValidateContents);
   if (o.backend == Backend::cuda) {
     o.split_extras.device.insert(o.split_extras.device.end(), {"-I", dir});
     o.split_extras.link.insert(o.split_extras.link.begin(), glue);

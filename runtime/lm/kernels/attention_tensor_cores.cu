@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
   const bool* valid = a.key_valid + static_cast<int64_t>(b) * a.capacity;
   T* stages = stages_all + warp * kStages * 2 * kTile;  // this warp's
 
-  // The warp's i-th tile (slots 16 (warp + i kWarps) on) into stage i % kStages, zeros past the step's slot; one copy
+  // The warp's i-th tile (slots 16 (first_tile + warp + i kWarps) on) into stage i % kStages, zeros past the step's slot; one copy
   // group per call, empty past the last tile, so that waiting for all but the newest kStages - 1 groups always means
   // tile i has landed. Earlier steps wrote every slot but the step's own, whose key and value the kernel just before
   // this one writes: the first tiles are fetched before waiting for it, all but that slot (`early`), which is loaded

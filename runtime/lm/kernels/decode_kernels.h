@@ -52,15 +52,15 @@ void set_decode_attention_tensor_cores(bool on);
 // serves every step up to it). Sums in float32 and rounds once: within rounding of LibTorch's attention, not its bits.
 // Returns [B, 1, H * D].
 // `sinks` (gpt-oss; [H] float32 on q's GPU, or undefined): a logit per query head that joins its softmax and adds no
-// value. `window` (0: none): slots more than window - 1 before the step's slot are not attended. Either one takes
-// the split kernels at every batch size (decode_attention_serves_sinks).
+// value. `window` (0: none): slots more than window - 1 before the step's slot are not attended. Both are taken by
+// the split kernels and, at large batches, the tensor-core kernel (decode_attention_serves_sinks).
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale,
                             const at::Tensor& sinks = {}, int64_t window = 0);
 
-// Whether decode steps of a layer with attention sinks or a sliding window attend with the split kernels: they take
-// the shapes, at any batch size (LibTorch's way is a masked softmax over a sink column, about ten kernels), and not
-// switched off.
+// Whether decode steps of a layer with attention sinks or a sliding window attend with the decode kernels: the split
+// kernels take the shapes at any batch size (LibTorch's way is a masked softmax over a sink column, about ten
+// kernels), and not switched off.
 bool decode_attention_serves_sinks(const at::Tensor& k_cache, int64_t heads);
 
 // What a one-row linear layer folds in (see small_linear): the RMS norm before it (x normalised by `norm_weight` [K]
