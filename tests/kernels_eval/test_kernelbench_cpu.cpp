@@ -516,22 +516,31 @@ TEST_CASE("kernelbench: crucible eval judges a directory of answers, taking Mode
   CHECK(status == std::map<std::string, std::string>{{"ok.py", "correct"}, {"zeroed_output.py", "incorrect"}});
 }
 
+namespace {
+
+// The CPU ReLU fixture's honest answer built cold with this compiler (its cache).
+eval::KernelBenchBuild build_relu_answer(eval::Compiler& compiler) {
+  std::string why;
+  const auto python = eval::find_kernelbench_python(why);
+  REQUIRE(python);
+  eval::KernelBenchBuildOptions options;
+  options.time_limit_s = 600.0;
+  return eval::build_kernelbench_candidate(
+      *python, compiler, test::read_file(test::source_dir() / "tests/fixtures/kernelbench/relu/ok.py"), options);
+}
+
+}  // namespace
+
 TEST_CASE("kernelbench: an extension builds when the compile cache is private to root (unprivileged compiler)") {
   if (geteuid() != 0 || !python_has_torch()) {
     MESSAGE("skipped: needs root (the compiler then runs as nobody) and /usr/bin/python3 with torch");
     return;
   }
-  std::string why;
-  const auto python = eval::find_kernelbench_python(why);
-  REQUIRE(python);
   // A scratch directory is the owner's alone (0700): the compiler, run as nobody, cannot read below it.
   const fs::path cache = eval::make_scratch_dir("kb-private-cache");
   REQUIRE((fs::status(cache).permissions() & fs::perms::others_exec) == fs::perms::none);
   eval::Compiler compiler(cache, eval::default_include_dir());
-  eval::KernelBenchBuildOptions options;
-  options.time_limit_s = 600.0;
-  const auto built = eval::build_kernelbench_candidate(
-      *python, compiler, test::read_file(test::source_dir() / "tests/fixtures/kernelbench/relu/ok.py"), options);
+  const auto built = build_relu_answer(compiler);
   INFO(built.compile.log);
   CHECK(built.outcome == eval::KernelBenchBuild::Outcome::ok);
   CHECK(built.lean);  // its made-once kit lives where the compiler can read it, outside the private cache
@@ -556,9 +565,6 @@ TEST_CASE("kernelbench: a lean unit builds with clang++ where it is installed, a
     MESSAGE("skipped: needs /usr/bin/python3 with torch and /usr/bin/clang++");
     return;
   }
-  std::string why;
-  const auto python = eval::find_kernelbench_python(why);
-  REQUIRE(python);
   const char* before = std::getenv("CRUCIBLE_KERNELBENCH_CXX");
   const std::optional<std::string> saved = before ? std::optional<std::string>(before) : std::nullopt;
   const fs::path kits = fs::temp_directory_path() / ("crucible-kits-" + std::to_string(geteuid()));
@@ -569,10 +575,7 @@ TEST_CASE("kernelbench: a lean unit builds with clang++ where it is installed, a
     setenv("CRUCIBLE_KERNELBENCH_CXX", chosen.c_str(), 1);
     const fs::path cache = eval::make_scratch_dir("kb-lean-compiler");
     eval::Compiler compiler(cache, eval::default_include_dir());
-    eval::KernelBenchBuildOptions options;
-    options.time_limit_s = 600.0;
-    const auto built = eval::build_kernelbench_candidate(
-        *python, compiler, test::read_file(test::source_dir() / "tests/fixtures/kernelbench/relu/ok.py"), options);
+    const auto built = build_relu_answer(compiler);
     INFO(built.compile.log);
     CHECK(built.outcome == eval::KernelBenchBuild::Outcome::ok);
     CHECK(built.lean);
