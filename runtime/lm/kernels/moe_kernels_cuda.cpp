@@ -39,6 +39,9 @@ int64_t most_assignments(ExpertProducts products, int64_t experts) {
              : kernels::kMaxExpertAssignments;
 }
 
+// The tensor-core kernel's instructions (its body is empty for older GPUs).
+bool has_tensor_cores(const at::Tensor& x) { return at::cuda::getDeviceProperties(x.get_device())->major >= 8; }
+
 bool float_type(const at::Tensor& t) {
   return t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
 }
@@ -59,7 +62,7 @@ void set_expert_kernels(bool on) { switched_on().store(on, std::memory_order_rel
 
 ExpertProducts expert_products_for(const at::Tensor& x, c10::ScalarType dtype) {
   const bool tensor_cores = tensor_cores_on().load(std::memory_order_relaxed) && dtype == at::kBFloat16 &&
-                            x.is_cuda() && at::cuda::getDeviceProperties(x.get_device())->major >= 8;
+                            x.is_cuda() && has_tensor_cores(x);
   return tensor_cores ? ExpertProducts::bfloat16 : ExpertProducts::float32;
 }
 
@@ -85,8 +88,7 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   const bool bf16_products = products == ExpertProducts::bfloat16;
   TORCH_CHECK(!bf16_products || x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
               "expert_gemv: bfloat16 products take x in bfloat16 or float32");
-  // The tensor-core kernel is empty below compute capability 8.0.
-  TORCH_CHECK(!bf16_products || at::cuda::getDeviceProperties(x.get_device())->major >= 8,
+  TORCH_CHECK(!bf16_products || has_tensor_cores(x),
               "expert_gemv: bfloat16 products need compute capability 8.0 or later");
   const int64_t E = blocks.size(0), out_rows = blocks.size(1), cols = blocks.size(2) * 32;
   TORCH_CHECK(x.size(1) == cols && scales.sizes() == blocks.sizes().slice(0, 3),
