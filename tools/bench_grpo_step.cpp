@@ -91,6 +91,14 @@ struct Bench {
   std::mt19937_64 rng{7};
 };
 
+// Memory outside LibTorch's allocator (contexts, local memory, other processes) shows as the driver's use beyond it.
+void where_memory_is(c10::Device dev) {
+  const auto m = lm::device_memory(dev);
+  constexpr double gib = 1 << 30;
+  std::fprintf(stderr, "  memory: device in use %.2f GiB, allocator reserved %.2f, allocated %.2f; stack %lld B/thread\n",
+               m.device_used / gib, m.reserved / gib, m.allocated / gib, static_cast<long long>(m.stack_per_thread));
+}
+
 void grpo_step(Bench& b, policy::LmPolicy& policy, const std::vector<eval::TaskSpec>& tasks, int group_size) {
   std::vector<policy::GroupAsk> asks;
   for (const auto& t : tasks) asks.push_back({&t, group_size});
@@ -108,6 +116,7 @@ void grpo_step(Bench& b, policy::LmPolicy& policy, const std::vector<eval::TaskS
   // Each stage on stderr as it ends, so a run that fails (out of memory) shows how far it got.
   auto progress = [&](const char* stage, Clock::time_point start) {
     std::fprintf(stderr, "%s: %.2f s, peak %.2f GiB\n", stage, since(start), peak_gib());
+    where_memory_is(dev);
   };
   // Warm-up, untimed: this batch shape's CUDA graph, cuBLAS's choices for the backward pass, the allocator. A run
   // pays this once, in its first step (without it, the step below includes them).
@@ -130,6 +139,7 @@ void grpo_step(Bench& b, policy::LmPolicy& policy, const std::vector<eval::TaskS
   const double sample_s = since(t0);
   const double sample_gib = peak_gib();
   std::fprintf(stderr, "sampling: %.2f s, peak %.2f GiB\n", sample_s, sample_gib);
+  where_memory_is(dev);
   const int64_t new_tokens = tokens_of(groups);
   std::vector<policy::Sample> samples;
   for (auto& g : groups)
@@ -140,6 +150,7 @@ void grpo_step(Bench& b, policy::LmPolicy& policy, const std::vector<eval::TaskS
   const double logprob_s = since(t0);
   const double logprob_gib = peak_gib();
   std::fprintf(stderr, "log-probs: %.2f s, peak %.2f GiB\n", logprob_s, logprob_gib);
+  where_memory_is(dev);
   double max_diff = 0, sum_diff = 0;
   int64_t compared = 0;
   for (std::size_t i = 0; i < samples.size(); ++i)
@@ -290,13 +301,15 @@ static int run_tool(int argc, char** argv) {
   b.evaluator = &evaluator;
   b.options.device = setup.config.lm.device;
   b.search = &search;
-  evaluator.evaluate(tasks.front(), search.sample(tasks.front(), 1).front().source, b.options);
+  if (!b.policy_only) evaluator.evaluate(tasks.front(), search.sample(tasks.front(), 1).front().source, b.options);
 
   if (!skip_grpo) {
+    where_memory_is(c10::Device(b.device));  // before the model: the evaluator's share
     const auto load_start = Clock::now();
     policy::LmPolicy policy(setup);
     std::printf("model %s on %s loaded in %.1f s; %zu groups x %d samples, %d new tokens each\n", model.c_str(),
                 device.c_str(), since(load_start), tasks.size(), group_size, max_new);
+    where_memory_is(c10::Device(b.device));
     grpo_step(b, policy, tasks, group_size);
   }
   if (ttt_steps > 0) ttt_loop(b, setup, tasks.front(), ttt_steps, ttt_rollouts);

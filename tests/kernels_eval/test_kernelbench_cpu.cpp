@@ -23,6 +23,7 @@
 #include "crucible/eval/static_gate.h"
 #include "crucible/eval/subprocess.h"
 #include "eval_support.h"
+#include "kernelbench/extension_headers.h"
 #include "tasks/task_loader.h"
 
 using namespace crucible;
@@ -560,16 +561,33 @@ bool has_precompiled_prelude(const fs::path& root, const std::string& ending) {
 
 }  // namespace
 
-TEST_CASE("kernelbench: a lean unit builds with clang++ where it is installed, and with g++ when told to") {
-  if (!python_has_torch() || access("/usr/bin/clang++", X_OK) != 0) {
-    MESSAGE("skipped: needs /usr/bin/python3 with torch and /usr/bin/clang++");
-    return;
+TEST_CASE("kernelbench: lean units prefer clang++, then the newest clang++-NN, and no other compiler") {
+  const struct {
+    const char* name;
+    int rank;
+  } table[] = {{"clang++", 1 << 20}, {"clang++-16", 16}, {"clang++-9", 9}, {"clang++-18", 18}, {"clang++-", -1},
+               {"clang++-16a", -1}, {"clang++-123456", -1}, {"clang", -1}, {"clang-16", -1}, {"g++", -1},
+               {"clang++-16.bak", -1}, {"xclang++", -1}};
+  for (const auto& row : table) {
+    CAPTURE(row.name);
+    CHECK(eval::clang_rank(row.name) == row.rank);
   }
+  CHECK(eval::clang_rank("clang++-18") > eval::clang_rank("clang++-9"));
+}
+
+TEST_CASE("kernelbench: a lean unit builds with clang++ where it is installed, and with g++ when told to") {
   const char* before = std::getenv("CRUCIBLE_KERNELBENCH_CXX");
   const std::optional<std::string> saved = before ? std::optional<std::string>(before) : std::nullopt;
+  unsetenv("CRUCIBLE_KERNELBENCH_CXX");
+  const std::string clang = eval::lean_unit_compiler();
+  if (saved) setenv("CRUCIBLE_KERNELBENCH_CXX", saved->c_str(), 1);
+  if (!python_has_torch() || clang.empty()) {
+    MESSAGE("skipped: needs /usr/bin/python3 with torch and clang++ (or clang++-NN) in /usr/bin or /usr/local/bin");
+    return;
+  }
   const fs::path kits = fs::temp_directory_path() / ("crucible-kits-" + std::to_string(geteuid()));
   // clang's precompiled header keeps its template instantiations (.pch); g++'s (.gch) redoes them in every unit.
-  for (const auto& [chosen, ending] : {std::pair<std::string, std::string>{"/usr/bin/clang++", ".pch"},
+  for (const auto& [chosen, ending] : {std::pair<std::string, std::string>{clang, ".pch"},
                                        std::pair<std::string, std::string>{"", ".gch"}}) {
     CAPTURE(chosen);
     setenv("CRUCIBLE_KERNELBENCH_CXX", chosen.c_str(), 1);

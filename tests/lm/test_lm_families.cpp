@@ -14,6 +14,7 @@
 #include "lm/model/rotary.h"
 #include "lm/finite_difference.h"
 #include "lm/model/lora.h"
+#include "lm/model/plain_attention.h"
 #include "lm/model/transformer.h"
 #include "lm/tiny_families.h"
 #include "lm/training/policy_loss.h"
@@ -220,6 +221,39 @@ TEST_CASE("gpt-oss: sampled tokens' log-probs equal a whole-sequence pass's, bat
     const auto P = static_cast<int64_t>(batch[i].prompt.size());
     for (std::size_t k = 0; k < c.tokens.size(); ++k)
       CHECK(c.model_logprobs[k] == doctest::Approx(lp[P - 1 + static_cast<int64_t>(k)][c.tokens[k]].item<float>()).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("gpt-oss attention: chunks of query rows give the rows of one whole pass, with sinks, windows and padding") {
+  at::manual_seed(11);
+  const int64_t B = 3, T = 37, H = 8, Hkv = 2, D = 16, visible = 37;
+  const auto q = at::randn({B, T, H, D});
+  const auto k = at::randn({B, Hkv, visible + 5, D});  // a cache larger than what is visible
+  const auto v = at::randn({B, Hkv, visible + 5, D});
+  const auto slots = at::arange(T, at::kLong);
+  auto valid = at::ones({B, 1, T, visible}, at::kBool) & (slots.view({1, -1}) <= slots.view({-1, 1})).view({1, 1, T, T});
+  valid.select(0, 1).narrow(-1, 0, 4).fill_(false);  // row 1 left-padded
+  const auto sinks = at::randn({H});
+  for (const int64_t window : {int64_t{0}, int64_t{5}}) {
+    const auto mask = window > 0 ? sliding_window_mask(valid, slots, window) : valid;
+    for (const bool with_sinks : {false, true}) {
+      CAPTURE(window);
+      CAPTURE(with_sinks);
+      const at::Tensor s = with_sinks ? sinks : at::Tensor();
+      const auto whole = plain_attention(q, k, v, mask, s, 0.25, visible, int64_t{1} << 40);
+      // 1 row, 6 rows (an uneven last chunk) and a bound smaller than one row (still one row a chunk).
+      for (const int64_t rows : {int64_t{1}, int64_t{6}, int64_t{0}}) {
+        CAPTURE(rows);
+        const auto chunked = plain_attention(q, k, v, mask, s, 0.25, visible, rows * B * H * visible);
+        REQUIRE(chunked.sizes() == whole.sizes());
+        CHECK(at::allclose(chunked, whole, 1e-6, 1e-6, /*equal_nan=*/true));  // padded queries see nothing
+      }
+      // A mask broadcast over the query rows is taken by every chunk whole.
+      const auto last_row = mask.narrow(2, T - 1, 1);
+      const auto broadcast_whole = plain_attention(q, k, v, last_row, s, 0.25, visible, int64_t{1} << 40);
+      CHECK(at::allclose(plain_attention(q, k, v, last_row, s, 0.25, visible, 4 * B * H * visible), broadcast_whole,
+                         1e-6, 1e-6, /*equal_nan=*/true));
+    }
   }
 }
 

@@ -1,7 +1,9 @@
 // A CUPTI injection library that prints where a program's GPU time went, kernel by kernel, without changing the
 // program: every kernel (also those inside CUDA graphs) is recorded with its start and end, and at exit a table
 // of the last KPROF_LAST_S seconds (default: all) is written to KPROF_OUT (default: stderr), followed by how
-// long the GPU sat idle between kernels.
+// long the GPU sat idle between kernels. With KPROF_MEMORY=1 it also records every allocation and release the driver
+// sees (by any API, from any library) and reports device memory at its peak and at exit, by the shared object that
+// asked for it: memory a program holds outside its own allocator shows up there (KPROF_KERNELS=0: memory only).
 //
 // Build (on a GPU node, the CMake target `crucible_kernel_profile` does the same):
 //   g++ -O2 -shared -fPIC -I/usr/local/cuda/include tools/gpu_node/kernel_profile.cpp \
@@ -28,8 +30,18 @@ struct KernelSpan {
   unsigned long long end_ns;
 };
 
+struct MemoryEvent {
+  unsigned long long at_ns;
+  bool allocation;
+  int kind;  // CUpti_ActivityMemoryKind
+  unsigned long long bytes;
+  unsigned long long address;
+  std::string source;
+};
+
 std::mutex spans_mutex;
 std::vector<KernelSpan> spans;
+std::vector<MemoryEvent> memory_events;
 
 constexpr size_t kBufferBytes = 8 << 20;
 
@@ -65,7 +77,14 @@ void CUPTIAPI give_buffer(uint8_t** buffer, size_t* size, size_t* max_records) {
 void CUPTIAPI take_buffer(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid_bytes) {
   CUpti_Activity* record = nullptr;
   std::vector<KernelSpan> taken;
+  std::vector<MemoryEvent> memory;
   while (cuptiActivityGetNextRecord(buffer, valid_bytes, &record) == CUPTI_SUCCESS) {
+    if (record->kind == CUPTI_ACTIVITY_KIND_MEMORY2) {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemory4*>(record);
+      memory.push_back({m->timestamp, m->memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION,
+                        static_cast<int>(m->memoryKind), m->bytes, m->address, m->source ? m->source : "?"});
+      continue;
+    }
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
     const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
     taken.push_back({readable(kernel->name) + " <<<" + std::to_string(kernel->gridX * kernel->gridY * kernel->gridZ) + ">>>",
@@ -74,6 +93,46 @@ void CUPTIAPI take_buffer(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t v
   std::free(buffer);
   std::lock_guard<std::mutex> lock(spans_mutex);
   for (auto& span : taken) spans.push_back(std::move(span));
+  for (auto& event : memory) memory_events.push_back(std::move(event));
+}
+
+void print_by_source(FILE* out, const char* when, const std::map<std::string, std::pair<double, size_t>>& by_source) {
+  std::fprintf(out, "%s\n%12s %9s  %s\n", when, "GiB", "blocks", "kind/source");
+  for (const auto& [source, total] : by_source)
+    std::fprintf(out, "%12.3f %9zu  %s\n", total.first / (1 << 30), total.second, source.c_str());
+}
+
+// Replays allocations and releases in time order: what was live at the peak of device memory, and at exit.
+void write_memory_report(FILE* out) {
+  if (memory_events.empty()) return;
+  std::sort(memory_events.begin(), memory_events.end(),
+            [](const MemoryEvent& a, const MemoryEvent& b) { return a.at_ns < b.at_ns; });
+  std::map<unsigned long long, const MemoryEvent*> live;
+  unsigned long long device_live = 0, device_peak = 0;
+  auto tally = [&] {
+    std::map<std::string, std::pair<double, size_t>> by_source;
+    for (const auto& [address, event] : live) {
+      auto& t = by_source["kind " + std::to_string(event->kind) + " " + event->source];
+      t.first += static_cast<double>(event->bytes), t.second += 1;
+    }
+    return by_source;
+  };
+  std::map<std::string, std::pair<double, size_t>> at_peak;
+  for (const auto& event : memory_events) {
+    const bool device = event.kind == CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+    if (event.allocation) {
+      live[event.address] = &event;
+      if (device) device_live += event.bytes;
+    } else if (auto it = live.find(event.address); it != live.end()) {
+      if (it->second->kind == CUPTI_ACTIVITY_MEMORY_KIND_DEVICE) device_live -= it->second->bytes;
+      live.erase(it);
+    }
+    if (device && device_live > device_peak) device_peak = device_live, at_peak = tally();
+  }
+  std::fprintf(out, "\ndevice memory: peak %.3f GiB live, %.3f GiB live at exit (%zu events)\n",
+               device_peak / double(1 << 30), device_live / double(1 << 30), memory_events.size());
+  print_by_source(out, "live at the peak", at_peak);
+  print_by_source(out, "live at exit", tally());
 }
 
 struct NameTotal {
@@ -88,6 +147,7 @@ void write_report() {
   const char* out_path = std::getenv("KPROF_OUT");
   FILE* out = out_path != nullptr ? std::fopen(out_path, "w") : stderr;
   if (out == nullptr) out = stderr;
+  write_memory_report(out);
   if (spans.empty()) {
     std::fprintf(out, "kernel_profile: no kernels recorded\n");
     if (out != stderr) std::fclose(out);
@@ -148,7 +208,13 @@ void write_report() {
 // The CUDA driver calls this once when CUDA_INJECTION64_PATH names this library.
 extern "C" int InitializeInjection() {
   if (cuptiActivityRegisterCallbacks(give_buffer, take_buffer) != CUPTI_SUCCESS) return 0;
-  if (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) return 0;
+  const char* kernels = std::getenv("KPROF_KERNELS");  // 0: memory only (a long run's kernels take much host memory)
+  if ((kernels == nullptr || std::strcmp(kernels, "0") != 0) &&
+      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS)
+    return 0;
+  const char* memory = std::getenv("KPROF_MEMORY");
+  if (memory != nullptr && std::strcmp(memory, "1") == 0 && cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2) != CUPTI_SUCCESS)
+    return 0;
   std::atexit(write_report);
   return 1;
 }

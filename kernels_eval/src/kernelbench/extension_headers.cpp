@@ -98,13 +98,34 @@ std::string material_of(const std::vector<std::string>& argv, const std::string&
 
 }  // namespace
 
+int clang_rank(const std::string& name) {
+  if (name == "clang++") return 1 << 20;  // the one the distribution chose as default
+  const std::string prefix = "clang++-";
+  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size() || name.size() > prefix.size() + 4) return -1;
+  int version = 0;
+  for (std::size_t i = prefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    version = version * 10 + (name[i] - '0');
+  }
+  return version;
+}
+
 std::string lean_unit_compiler() {
   if (const char* chosen = std::getenv("CRUCIBLE_KERNELBENCH_CXX")) return chosen;
-  for (const char* dir : {"/usr/bin", "/usr/local/bin"}) {
-    const fs::path clang = fs::path(dir) / "clang++";
-    if (access(clang.c_str(), X_OK) == 0) return clang.string();
-  }
-  return "";
+  // Distributions install clang as clang++-NN, often without the plain name (Ubuntu's clang-16 package).
+  static const std::string found = [] {
+    std::string best;
+    int best_rank = -1;
+    for (const char* dir : {"/usr/local/bin", "/usr/bin"}) {
+      std::error_code ec;
+      for (const auto& entry : fs::directory_iterator(dir, ec)) {
+        const int rank = clang_rank(entry.path().filename().string());
+        if (rank > best_rank && access(entry.path().c_str(), X_OK) == 0) best = entry.path().string(), best_rank = rank;
+      }
+    }
+    return best;
+  }();
+  return found;
 }
 
 fs::path precompiled_extension_header(Compiler& compiler, std::vector<std::string> argv, Backend backend) {

@@ -16,6 +16,8 @@ namespace crucible::eval {
 // The compiler of lean units (CompileOptions::cxx): clang++ where it is installed (its precompiled headers keep
 // their template instantiations; g++ redoes them in every unit), CRUCIBLE_KERNELBENCH_CXX where set (empty: g++).
 std::string lean_unit_compiler();
+// How lean_unit_compiler ranks a file name: clang++ first, then clang++-NN by version; -1 for any other name.
+int clang_rank(const std::string& name);
 
 // What every clang compile that uses such a header passes too (a header rewritten with the same text stays usable).
 constexpr const char* kClangValidateContents = "-fpch-validate-input-files-content";

@@ -245,16 +245,8 @@ std::vector<std::size_t> Generator::run_batch(std::vector<GenerationRequest>& re
   prefill.visible = P;
   prefill.mask = causal_mask(prefill.slots, buffers.key_valid, P);
   const auto tokens_dev = tokens.to(device);
-  // Rows per pass: up to prefill_tokens tokens and, where attention materialises its scores (sinks, sliding windows:
-  // rows x heads x P x P), as many rows as keep them within 2^28 elements (1 GiB in float32; one row at least):
-  // gpt-oss's 64 heads over 900-token prompts would take 4 GiB a pass at the token bound alone.
-  constexpr int64_t kMaxScoreElements = int64_t{1} << 28;
-  const bool materialised = config.attention_sinks || std::any_of(config.layer_types.begin(), config.layer_types.end(),
-                                                                  [](AttentionKind k) { return k == AttentionKind::sliding; });
-  const int64_t score_rows = materialised ? kMaxScoreElements / std::max<int64_t>(1, config.num_heads * P * P)
-                                          : std::numeric_limits<int64_t>::max();
-  const int64_t rows_per_pass =
-      std::max<int64_t>(1, std::min(options_.prefill_tokens / std::max<int64_t>(1, P), score_rows));
+  // Rows per pass: up to prefill_tokens tokens (attention that materialises its scores bounds them itself).
+  const int64_t rows_per_pass = std::max<int64_t>(1, options_.prefill_tokens / std::max<int64_t>(1, P));
   std::vector<at::Tensor> last_logits;
   for (int64_t r0 = 0; r0 < B; r0 += rows_per_pass) {
     const int64_t n = std::min(rows_per_pass, B - r0);
@@ -453,13 +445,15 @@ std::vector<std::vector<float>> Generator::score(const std::vector<std::vector<i
     auto cache = model_.make_cache(B, T);
     const auto tokens_dev = tokens.to(device);
     const auto hidden = model_.hidden_states(tokens_dev, whole_sequences(valid.to(device)), cache);
-    // Logits in chunks of positions: [B, T, V] float32 at once would not fit for long sequences.
+    // Logits in chunks of positions, each near 1 GiB in float32 ([B, T, V] at once would not fit long sequences).
     std::vector<at::Tensor> chunks;
-    const int64_t chunk = std::max<int64_t>(1, 8192 / B);
+    const int64_t vocabulary = std::max<int64_t>(1, model_.config().vocab_size);
+    const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 28) / (vocabulary * B));
     for (int64_t t0 = 0; t0 + 1 < T; t0 += chunk) {
       const int64_t len = std::min(chunk, T - 1 - t0);
-      const auto lp = at::log_softmax(model_.logits(hidden.narrow(1, t0, len)), -1);
-      chunks.push_back(lp.gather(2, tokens_dev.narrow(1, t0 + 1, len).unsqueeze(2)).squeeze(2).to(at::kCPU));
+      const auto logits = model_.logits(hidden.narrow(1, t0, len));
+      const auto chosen = logits.gather(2, tokens_dev.narrow(1, t0 + 1, len).unsqueeze(2)).squeeze(2);
+      chunks.push_back((chosen - at::logsumexp(logits, -1)).to(at::kCPU));
     }
     const auto all = chunks.empty() ? at::zeros({B, 0}) : at::cat(chunks, 1).contiguous();
     for (int64_t b = 0; b < B; ++b) {
