@@ -85,6 +85,32 @@ std::optional<at::Tensor> experts_on_device(const MoeWeights& w, const MoeConfig
   return weighted_expert_sum(out, routing.weights, flat.scalar_type());
 }
 
+// Each expert in turn on the tokens routed to it, through LibTorch's differentiable operators (training; the CPU).
+// Assignments are put in their experts' order once, with one host sync a layer for the counts; each token's k
+// weighted outputs are then summed in float32, in its choices' order (no atomics: the same sum every run).
+at::Tensor experts_in_turn(const MoeWeights& w, const MoeConfig& config, const at::Tensor& flat, const Routing& routing,
+                           const LoraAdapter* lora, int64_t layer) {
+  const int64_t k = config.experts_per_token, E = config.num_experts, T = flat.size(0);
+  const auto experts = routing.experts.reshape({-1});  // assignment a: token a / k's (a % k)-th choice
+  const auto order = std::get<1>(at::sort(experts, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+  const auto counts = at::bincount(experts, {}, E).to(at::kCPU);
+  const auto tokens = at::div(order, k, "floor");
+  const auto weights = routing.weights.reshape({-1}).index_select(0, order).to(at::kFloat).unsqueeze(-1);
+  const auto count = counts.accessor<int64_t, 1>();
+  std::vector<at::Tensor> outputs;  // in the experts' order
+  int64_t offset = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = count[e];
+    if (n == 0) continue;
+    const auto y = expert_forward(w, config, e, flat.index_select(0, tokens.narrow(0, offset, n)), lora, layer);
+    outputs.push_back(y.to(at::kFloat) * weights.narrow(0, offset, n));
+    offset += n;
+  }
+  if (outputs.empty()) return at::zeros_like(flat);  // no tokens
+  const auto by_assignment = at::cat(outputs).index_select(0, at::argsort(order));
+  return by_assignment.view({T, k, flat.size(-1)}).sum(1).to(flat.scalar_type());
+}
+
 }  // namespace
 
 bool experts_run_on_device(const MoeWeights& w, const at::Tensor& x, int64_t assignments) {
@@ -101,18 +127,7 @@ at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& config, const at::T
   if (lora) logits = lora->plus_deltas(layer, flat, logits, {{LoraTarget::router, logits.size(-1)}});
   const auto routing = route_tokens(logits, config.experts_per_token);
   if (auto on_device = experts_on_device(w, config, flat, routing, lora, layer)) return on_device->view(x.sizes());
-  auto out = at::zeros_like(flat);
-  // Only the experts some token chose run (one host sync for the list): each on its tokens, weighted, summed in.
-  const auto chosen = std::get<0>(at::_unique(routing.experts.reshape({-1}))).to(at::kCPU);
-  for (int64_t i = 0; i < chosen.numel(); ++i) {
-    const int64_t e = chosen[i].item<int64_t>();
-    const auto hits = (routing.experts == e).nonzero();  // [n, 2]: token, rank
-    const auto tokens = hits.select(1, 0);
-    const auto weight = routing.weights.index({tokens, hits.select(1, 1)}).unsqueeze(-1);
-    const auto y = expert_forward(w, config, e, flat.index_select(0, tokens), lora, layer);
-    out = out.index_add(0, tokens, (y * weight).to(out.scalar_type()));
-  }
-  return out.view(x.sizes());
+  return experts_in_turn(w, config, flat, routing, lora, layer).view(x.sizes());
 }
 
 }  // namespace crucible::lm
