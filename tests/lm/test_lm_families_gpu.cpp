@@ -1,7 +1,8 @@
 // Qwen3 and gpt-oss on a GPU: the tiny random models of tiny_families.h on CUDA against the CPU reference, and
 // decoding there against the CPU model's greedy tokens (gpt-oss's decode steps attend with the split kernels, sinks
 // and windows included, and run in CUDA graphs where its packed experts run on the device kernel, moe_kernels.h;
-// Qwen3's q/k norms bypass the fused rotation). Then the two kernels gpt-oss adds, each against LibTorch's way.
+// Qwen3's q/k norms go into the fused rotation where its heads are a multiple of 32). Then the kernels gpt-oss and
+// Qwen3 add, each against LibTorch's way.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <doctest/doctest.h>
@@ -57,9 +58,11 @@ Transformer load_on_gpu(const std::filesystem::path& dir, c10::ScalarType dtype)
 
 TEST_CASE("lm gpu: qwen3 and gpt-oss on CUDA match the CPU reference (float32) and the CPU model's greedy tokens") {
   c10::InferenceMode guard;
-  for (const bool gpt_oss : {false, true}) {
-    CAPTURE(gpt_oss);
-    const auto m = gpt_oss ? test::tiny_gpt_oss() : test::tiny_qwen3();
+  // Qwen3 with heads of 16 (its norms in LibTorch's operators) and of 32 (in the fused rotation), then gpt-oss.
+  for (const int variant : {0, 1, 2}) {
+    const bool gpt_oss = variant == 2;
+    CAPTURE(variant);
+    const auto m = gpt_oss ? test::tiny_gpt_oss() : test::tiny_qwen3(1, variant == 1 ? 32 : 16);
     const test::ScratchDir dir("families-gpu");
     test::write_model_dir(m, dir.path(), gpt_oss);
     const auto cpu = Transformer::load(dir.path());

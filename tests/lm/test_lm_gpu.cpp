@@ -249,6 +249,31 @@ TEST_CASE("lm gpu: the fused decode kernels round as LibTorch's separate kernels
     CHECK(k.narrow(2, 5, 1).abs().sum().item<double>() > 0);  // written where the slot says, nowhere else
     CHECK(k.narrow(2, 0, 5).abs().sum().item<double>() == 0);
 
+    // Qwen3: each query and key head RMS-normalised before its rotation, x * rstd * weight in float32 rounded once
+    // (LibTorch's fused rms_norm); the squares are summed in another order, so within a rounding, not bit for bit.
+    const double eps = 1e-6;
+    const auto q_norm = at::randn({D}, cuda).to(dtype), k_norm = at::randn({D}, cuda).to(dtype);
+    auto kn = at::zeros_like(k), vn = at::zeros_like(k), kn_ref = at::zeros_like(k);
+    const auto qn = rotate_into_cache(qkv, positions, slots, cos, signed_sin, kn, vn, H, Hkv, q_norm, k_norm, eps);
+    const auto heads = parts[0].view({B, 1, H + Hkv, D}).split_with_sizes({H, Hkv}, 2);
+    auto normed = [&](const at::Tensor& x, const at::Tensor& weight) {
+      const auto xf = x.to(at::kFloat);
+      return (xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps) * weight.to(at::kFloat)).to(dtype);
+    };
+    const auto qkn = apply_rotary(at::cat({normed(heads[0], q_norm), normed(heads[1], k_norm)}, 2),
+                                  cos.index_select(0, flat).view({B, 1, 1, D}),
+                                  signed_sin.index_select(0, flat).view({B, 1, 1, D}));
+    kn_ref.index_copy_(2, slots, qkn.narrow(2, H, Hkv).transpose(1, 2));
+    const double tolerance = dtype == at::kFloat ? 1e-5 : dtype == at::kBFloat16 ? 2e-2 : 3e-3;
+    auto close = [&](const at::Tensor& got, const at::Tensor& want) {
+      const auto g = got.to(at::kFloat), w = want.to(at::kFloat);
+      return ((g - w).abs() <= w.abs().clamp_min(1.0) * tolerance).all().item<bool>();
+    };
+    CHECK(close(qn, qkn.narrow(2, 0, H)));
+    CHECK(close(kn, kn_ref));
+    CHECK(at::equal(vn, v_ref));
+    CHECK(!close(qn, qk.narrow(2, 0, H)));  // the norms did change the queries
+
     const auto gate_up = at::randn({B, 7, 2 * 96}, cuda).mul(4).to(dtype);
     const auto halves = gate_up.split(96, -1);
     CHECK(at::equal(silu_times_up(gate_up), at::silu(halves[0]) * halves[1]));

@@ -37,9 +37,10 @@ inline at::Tensor mxfp4_exact(std::vector<int64_t> shape, at::Generator& g, int6
   return lut.index({codes}) * at::exp2(exponents).repeat_interleave(lm::kMxfp4BlockSize, -1);
 }
 
-inline TinyModel tiny_qwen3(uint64_t seed = 1) {
+// head_dim 32 or more (a multiple of 32): decode steps on a GPU take the fused rotation with its per-head norms.
+inline TinyModel tiny_qwen3(uint64_t seed = 1, int64_t D = 16) {
   auto g = at::detail::createCPUGenerator(seed);
-  const int64_t V = 48, Hd = 32, I = 40, L = 2, H = 4, Hkv = 2, D = 16;
+  const int64_t V = 48, Hd = 32, I = 40, L = 2, H = 4, Hkv = 2;
   TinyModel m;
   m.config = {{"model_type", "qwen3"},     {"vocab_size", V},        {"hidden_size", Hd},   {"intermediate_size", I},
               {"num_hidden_layers", L},    {"num_attention_heads", H}, {"num_key_value_heads", Hkv},

@@ -13,6 +13,23 @@
 namespace crucible::lm::kernels {
 namespace {
 
+// x * rstd * weight over one head, one element a thread, in float32 rounded once (LibTorch's fused rms_norm rounds so);
+// `partner` is the element rotate_half pairs with this one, normalised alike. Every thread of the block takes part.
+template <typename T>
+__device__ void normalise_head(T& x, T& partner, const T* weight, int d, int partner_d, int D, float eps) {
+  __shared__ float warp_squares[32];
+  const float xf = widen(x), pf = widen(partner);
+  float squares = xf * xf;
+  for (int o = 16; o > 0; o /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, o);
+  if (d % 32 == 0) warp_squares[d / 32] = squares;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < D / 32; ++w) total += warp_squares[w];
+  const float rstd = rsqrtf(total / static_cast<float>(D) + eps);
+  x = narrow<T>(xf * rstd * widen(weight[d]));
+  partner = narrow<T>(pf * rstd * widen(weight[partner_d]));
+}
+
 // One block per (row, head) of the H + 2 Hkv heads, one thread per element of the head.
 template <typename T>
 __global__ void rotate_into_cache_kernel(RotateArgs a) {
@@ -29,8 +46,11 @@ __global__ void rotate_into_cache_kernel(RotateArgs a) {
   }
   const int64_t position = a.positions[b * a.position_stride];
   if (position < 0 || position >= a.table_rows) __trap();
-  const T x = row[h * D + d];
-  const T swapped = row[h * D + (d < half ? d + half : d - half)];
+  const int partner_d = d < half ? d + half : d - half;
+  T x = row[h * D + d];
+  T swapped = row[h * D + partner_d];
+  if (a.q_norm != nullptr)
+    normalise_head(x, swapped, static_cast<const T*>(h < a.heads ? a.q_norm : a.k_norm), d, partner_d, D, a.eps);
   const T c = static_cast<const T*>(a.cos)[position * D + d];
   const T s = static_cast<const T*>(a.signed_sin)[position * D + d];
   const T rotated = add(mul(x, c), mul(swapped, s));  // x * cos + rotate_half(x) * sin
@@ -527,7 +547,9 @@ bool attention_takes(int heads, int kv_heads, int head_dim, Element element) {
 }
 
 bool launch_rotate_into_cache(const RotateArgs& a, cudaStream_t stream) {
-  if (!rotation_takes(a.head_dim) || a.batch <= 0 || a.heads + 2 * a.kv_heads > 65535) return false;
+  if (!rotation_takes(a.head_dim, a.q_norm != nullptr) || (a.q_norm == nullptr) != (a.k_norm == nullptr) ||
+      a.batch <= 0 || a.heads + 2 * a.kv_heads > 65535)
+    return false;
   return by_element(a.element, [&](auto zero) { return rotate_as<decltype(zero)>(a, stream); });
 }
 

@@ -16,8 +16,8 @@ namespace crucible::lm {
 bool decode_kernels_serve(const at::Tensor& x);
 
 // Whether decode steps rotate into the cache with the fused kernel: decode_kernels_serve, and heads it takes (an even
-// head_dim up to 1024).
-bool rotate_into_cache_serves(const at::Tensor& x, int64_t head_dim);
+// head_dim up to 1024; a multiple of 32 where each head is normalised first, as Qwen3's are).
+bool rotate_into_cache_serves(const at::Tensor& x, int64_t head_dim, bool normalised_heads = false);
 
 // Switches the kernels off and on (benchmarks and tests compare both ways). CRUCIBLE_DECODE_KERNELS=0 starts off.
 // A CUDA graph captured before keeps the kernels it captured: a new Generator captures anew.
@@ -98,10 +98,12 @@ void set_early_launch(bool on);
 // qkv [B, 1, (H + 2 Hkv) D] (the fused projection's output, last dimension contiguous); positions [B, 1] int64;
 // slots [1] int64; cos and signed_sin [n, D] rotary tables (RotaryTable), covering every position. Rotates the query
 // and key heads by their rows' positions, writes keys and values into slot `slots[0]` of k_cache and v_cache
-// [B, Hkv, capacity, D], and returns the rotated queries [B, 1, H, D].
+// [B, Hkv, capacity, D], and returns the rotated queries [B, 1, H, D]. With q_norm and k_norm [D] (Qwen3), each query
+// and key head is first RMS-normalised with that weight and `eps`, rounded once as LibTorch's fused rms_norm rounds.
 at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& slots,
                              const at::Tensor& cos, const at::Tensor& signed_sin, at::Tensor& k_cache,
-                             at::Tensor& v_cache, int64_t heads, int64_t kv_heads);
+                             at::Tensor& v_cache, int64_t heads, int64_t kv_heads, const at::Tensor& q_norm = {},
+                             const at::Tensor& k_norm = {}, double eps = 0.0);
 
 // gate_up [..., 2 I] (gate then up, contiguous) -> silu(gate) * up [..., I].
 at::Tensor silu_times_up(const at::Tensor& gate_up);

@@ -80,8 +80,8 @@ bool decode_kernels_serve(const at::Tensor& x) {
   return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
 }
 
-bool rotate_into_cache_serves(const at::Tensor& x, int64_t head_dim) {
-  return decode_kernels_serve(x) && kernels::rotation_takes(head_dim);
+bool rotate_into_cache_serves(const at::Tensor& x, int64_t head_dim, bool normalised_heads) {
+  return decode_kernels_serve(x) && kernels::rotation_takes(head_dim, normalised_heads);
 }
 
 void set_decode_kernels(bool on) { switched_on().store(on); }
@@ -222,9 +222,16 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
 
 at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& slots,
                              const at::Tensor& cos, const at::Tensor& signed_sin, at::Tensor& k_cache,
-                             at::Tensor& v_cache, int64_t heads, int64_t kv_heads) {
+                             at::Tensor& v_cache, int64_t heads, int64_t kv_heads, const at::Tensor& q_norm,
+                             const at::Tensor& k_norm, double eps) {
   const int64_t B = qkv.size(0), D = k_cache.size(3);
-  TORCH_CHECK(kernels::rotation_takes(D), "rotate_into_cache: heads of ", D, " elements");
+  const bool normalised = q_norm.defined();
+  TORCH_CHECK(kernels::rotation_takes(D, normalised), "rotate_into_cache: heads of ", D, " elements");
+  TORCH_CHECK(!normalised || (k_norm.defined() && q_norm.is_contiguous() && k_norm.is_contiguous() &&
+                              q_norm.numel() == D && k_norm.numel() == D && q_norm.device() == qkv.device() &&
+                              k_norm.device() == qkv.device() && q_norm.scalar_type() == qkv.scalar_type() &&
+                              k_norm.scalar_type() == qkv.scalar_type()),
+              "rotate_into_cache: q_norm and k_norm [D], contiguous, in the model dtype on its device");
   TORCH_CHECK(qkv.dim() == 3 && qkv.size(1) == 1 && qkv.size(2) == (heads + 2 * kv_heads) * D && qkv.stride(2) == 1,
               "rotate_into_cache: qkv must be [B, 1, (H + 2 Hkv) D] with a contiguous last dimension");
   TORCH_CHECK(positions.scalar_type() == at::kLong && positions.dim() == 2 && positions.size(0) == B &&
@@ -261,6 +268,11 @@ at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& positions,
   a.kv_heads = static_cast<int>(kv_heads);
   a.head_dim = static_cast<int>(D);
   a.element = element_of(qkv);
+  if (normalised) {
+    a.q_norm = q_norm.data_ptr();
+    a.k_norm = k_norm.data_ptr();
+    a.eps = static_cast<float>(eps);
+  }
   TORCH_CHECK(kernels::launch_rotate_into_cache(a, stream_of(qkv)), "rotate_into_cache: launch failed");
   return q;
 }

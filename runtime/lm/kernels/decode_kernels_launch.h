@@ -24,10 +24,17 @@ struct RotateArgs {
   int64_t capacity = 0;  // the caches' slots
   int batch = 0, heads = 0, kv_heads = 0, head_dim = 0;
   Element element = Element::f32;
+  // Qwen3: each query and key head RMS-normalised (these [D] weights, this epsilon) before its rotation; null: none.
+  const void* q_norm = nullptr;
+  const void* k_norm = nullptr;
+  float eps = 0.0f;
 };
 
-// Whether the rotation kernel takes heads of `head_dim` (one thread per element of a head).
-inline bool rotation_takes(int64_t head_dim) { return head_dim > 0 && head_dim % 2 == 0 && head_dim <= 1024; }
+// Whether the rotation kernel takes heads of `head_dim` (one thread per element of a head; normalising heads sums
+// over whole warps).
+inline bool rotation_takes(int64_t head_dim, bool normalised = false) {
+  return head_dim > 0 && head_dim % 2 == 0 && head_dim <= 1024 && (!normalised || head_dim % 32 == 0);
+}
 
 struct SiluArgs {
   const void* gate_up = nullptr;  // [rows, 2 I]

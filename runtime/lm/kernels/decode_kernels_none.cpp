@@ -7,7 +7,7 @@ namespace crucible::lm {
 // A CPU LibTorch: decode steps run LibTorch's kernels.
 bool decode_kernels_serve(const at::Tensor&) { return false; }
 
-bool rotate_into_cache_serves(const at::Tensor&, int64_t) { return false; }
+bool rotate_into_cache_serves(const at::Tensor&, int64_t, bool) { return false; }
 
 void set_decode_kernels(bool) {}
 
@@ -42,7 +42,8 @@ at::Tensor decode_attention(const at::Tensor&, const at::Tensor&, const at::Tens
 }
 
 at::Tensor rotate_into_cache(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                             const at::Tensor&, at::Tensor&, at::Tensor&, int64_t, int64_t) {
+                             const at::Tensor&, at::Tensor&, at::Tensor&, int64_t, int64_t, const at::Tensor&,
+                             const at::Tensor&, double) {
   throw std::logic_error("rotate_into_cache: this build has no CUDA LibTorch");
 }
 

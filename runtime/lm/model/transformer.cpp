@@ -357,7 +357,7 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& residua
   at::Tensor queries;  // [B, T, H, D], rotated
   if (!cos.defined()) {  // a decode step with the fused kernels (hidden_states looked up no rotary rows)
     queries = rotate_into_cache(qkv, attention.positions, attention.slots, rotary_.cos(), rotary_.signed_sin(), k_cache,
-                                v_cache, H, Hkv);
+                                v_cache, H, Hkv, w.q_norm, w.k_norm, config_.rms_norm_eps);
   } else {
     // Queries and keys rotate together: one set of kernels for both. Split rather than narrowed: a narrow's backward
     // fills a whole-width zero gradient for each part, a split's joins the parts' gradients once.
@@ -529,8 +529,8 @@ at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionI
   auto x = at::embedding(weights_.embed, tokens);
   // A decode step with the fused kernels reads its rotary rows itself: no tables are looked up (cos stays undefined).
   at::Tensor cos, signed_sin;
-  // Qwen3's norms come between the projection and the rotation, which the fused rotation does not do.
-  if (tokens.size(1) != 1 || config_.qk_norm || !rotate_into_cache_serves(x, config_.head_dim))
+  // Qwen3's per-head norms come between the projection and the rotation: the fused rotation does them too.
+  if (tokens.size(1) != 1 || !rotate_into_cache_serves(x, config_.head_dim, config_.qk_norm))
     std::tie(cos, signed_sin) = rotary_.lookup(attention.positions);
   const int64_t G = config_.num_heads / config_.num_kv_heads;
   AttentionInputs grouped = attention;
