@@ -68,7 +68,9 @@ actors::gateway_actor open_gateway(caf::actor_system& system, const experiment::
   return gateway;
 }
 
-std::unique_ptr<policy::Policy> make_policy(const experiment::Experiment& e, uint64_t seed, const fs::path& seed_dir) {
+// `weights_of`: a language model policy made before, whose weights this one reads rather than loading its own.
+std::unique_ptr<policy::Policy> make_policy(const experiment::Experiment& e, uint64_t seed, const fs::path& seed_dir,
+                                            const policy::Policy* weights_of = nullptr) {
   if (e.policy.kind == experiment::PolicyKind::libtorch) {
     policy::LmPolicySetup s;
     s.config = e.policy;
@@ -76,6 +78,8 @@ std::unique_ptr<policy::Policy> make_policy(const experiment::Experiment& e, uin
     s.state_dir = seed_dir / "policy";
     s.per_task_adapters = e.mode == experiment::RunMode::ttt;
     s.seed = seed;
+    if (const auto* loaded = dynamic_cast<const policy::LmPolicy*>(weights_of))
+      return std::make_unique<policy::LmPolicy>(std::move(s), *loaded);
     return std::make_unique<policy::LmPolicy>(std::move(s));
   }
   if (e.policy.kind == experiment::PolicyKind::openai)
@@ -118,7 +122,8 @@ struct SeedContext {
   std::shared_ptr<devices::DeviceLeases> leases = std::make_shared<devices::DeviceLeases>();
 };
 
-// The generator's and the optimizer's copies of the policy, both from the seed's starting snapshot. The search and
+// The generator's and the optimizer's copies of the policy, both from the seed's starting snapshot (a language model's
+// weights loaded once, read by both). The search and
 // replay policies take microseconds of one core per step: no lease, so they never wait for a timing. A model sharing
 // an evaluator's device holds that device's lease while it samples or trains, so no candidate is timed next to it.
 std::pair<std::shared_ptr<actors::GeneratorSetup>, std::shared_ptr<actors::OptimizerSetup>> make_policies(
@@ -128,7 +133,7 @@ std::pair<std::shared_ptr<actors::GeneratorSetup>, std::shared_ptr<actors::Optim
   auto generator = std::make_shared<actors::GeneratorSetup>();
   auto optimizer = std::make_shared<actors::OptimizerSetup>();
   generator->policy = make_policy(e, c.seed, c.seed_dir);
-  optimizer->policy = make_policy(e, c.seed, c.seed_dir);
+  optimizer->policy = make_policy(e, c.seed, c.seed_dir, generator->policy.get());  // one copy of a model's weights
   generator->tasks = c.tasks;
   generator->policy_device = optimizer->policy_device = policy_lease(e);
   generator->leases = optimizer->leases = c.leases;

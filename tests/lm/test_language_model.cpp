@@ -9,6 +9,7 @@
 
 #include "cli_support.h"
 #include "lm/model/language_model.h"
+#include "lm/model/transformer.h"
 #include "lm/lm_support.h"
 #include "lm/format/safetensors.h"
 
@@ -136,6 +137,32 @@ TEST_CASE("language model: an adapter that PEFT was shown to reproduce still giv
   const auto out = lm.generate({r})[0];
   CHECK(nlohmann::json(out.tokens) == expected["tokens"]);
   CHECK(out.text == expected["text"].get<std::string>());
+}
+
+TEST_CASE("language model: a model sharing another's weights reads the same tensors, with an adapter of its own") {
+  const auto dir = test::lm_fixture("qwen2_tiny_crucible_adapter");
+  const auto expected = nlohmann::json::parse(test::read_file(dir / "crucible_greedy.json"));
+  auto base = LanguageModel::load(test::lm_fixture("qwen2_tiny"));
+  auto shared = base.sharing_weights();
+  const auto& a = base.transformer().weights();
+  const auto& b = shared.transformer().weights();
+  CHECK(a.embed.data_ptr() == b.embed.data_ptr());
+  CHECK(a.lm_head.data_ptr() == b.lm_head.data_ptr());
+  REQUIRE(a.blocks.size() == b.blocks.size());
+  for (std::size_t i = 0; i < a.blocks.size(); ++i) {
+    CHECK(a.blocks[i].qkv.data_ptr() == b.blocks[i].qkv.data_ptr());
+    CHECK(a.blocks[i].gate_up.data_ptr() == b.blocks[i].gate_up.data_ptr());
+  }
+  TextRequest r;
+  r.prompt = "Task: attention\nKernel:";
+  r.temperature = 0;
+  r.max_new_tokens = 16;
+  const auto base_tokens = base.generate({r})[0].tokens;
+  // An adapter on the second changes its tokens (the PEFT-checked ones) and not the first's.
+  shared.load_adapter(dir);
+  CHECK(nlohmann::json(shared.generate({r})[0].tokens) == expected["tokens"]);
+  CHECK(base.generate({r})[0].tokens == base_tokens);
+  CHECK(base_tokens != shared.generate({r})[0].tokens);
 }
 
 TEST_CASE("language model: a bad directory or device is a clear error") {

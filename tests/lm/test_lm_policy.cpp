@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <thread>
 
 #include "lm/lm_support.h"
 #include "policy/kernel_prompt.h"
@@ -214,6 +215,45 @@ TEST_CASE("lm policy: a restored copy samples and continues training exactly lik
   for (std::size_t i = 0; i < la.size(); ++i) CHECK(lb[i] == doctest::Approx(la[i]).epsilon(1e-5));
   const auto next_a = a.sample(relu, 1), next_b = b.sample(relu, 1);
   CHECK(next_a[0].tokens == next_b[0].tokens);
+}
+
+TEST_CASE("lm policy: a policy over another's weights trains and samples on its own, also at the same time") {
+  // A run's rollout generator and optimizer: one copy of the weights, each its own adapter, optimizer and caches.
+  test::ScratchDir dir("lm-policy-shared"), alone_dir("lm-policy-alone");
+  const auto relu = task("relu");
+  policy::LmPolicy generator(tiny_setup(dir.path()));
+  policy::LmPolicy optimizer(tiny_setup(dir.path()), generator);
+  policy::LmPolicy alone(tiny_setup(alone_dir.path()));  // the same model loaded on its own
+  const auto samples = alone.sample(relu, 2);
+  optimizer.prepare(relu);
+  generator.prepare(relu);
+  const auto before = logprobs_of(generator, relu, samples[0].tokens);
+  CHECK(logprobs_of(optimizer, relu, samples[0].tokens) == before);
+
+  // The optimizer steps while the generator samples on another thread: the generator samples what a policy with
+  // weights of its own samples, and the step moves only the optimizer's adapter.
+  std::vector<policy::Sample> sampled;
+  std::thread sampler([&] { sampled = generator.sample(relu, 2); });
+  optimizer.update(samples, {1.0, -1.0});
+  sampler.join();
+  REQUIRE(sampled.size() == 2);
+  CHECK(sampled[0].tokens == samples[0].tokens);
+  CHECK(sampled[1].tokens == samples[1].tokens);
+  CHECK(logprobs_of(generator, relu, samples[0].tokens) == before);
+  CHECK(logprobs_of(optimizer, relu, samples[0].tokens) != before);
+  alone.update(samples, {1.0, -1.0});
+
+  // Publishing the step: the generator restores the optimizer's snapshot and then reads as the optimizer does.
+  generator.restore(optimizer.snapshot());
+  CHECK(logprobs_of(generator, relu, samples[0].tokens) == logprobs_of(optimizer, relu, samples[0].tokens));
+  const auto la = logprobs_of(alone, relu, samples[1].tokens), lg = logprobs_of(generator, relu, samples[1].tokens);
+  REQUIRE(la.size() == lg.size());
+  for (std::size_t i = 0; i < la.size(); ++i) CHECK(lg[i] == doctest::Approx(la[i]).epsilon(1e-5));
+
+  auto other_model = tiny_setup(dir.path());
+  other_model.config.lm.model = test::lm_fixture("llama_tiny").string();
+  CHECK_THROWS_WITH_AS(policy::LmPolicy(other_model, generator), doctest::Contains("same model"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("lm policy: malformed snapshots and settings are refused with the reason") {

@@ -19,6 +19,13 @@ struct LanguageModel::Impl {
   std::optional<ChatFormat> format;
   std::unique_ptr<Generator> generator;
   std::unique_ptr<LoraAdapter> adapter;
+  GeneratorOptions generator_options;
+
+  void start_generator() {
+    generator = std::make_unique<Generator>(
+        model, [&tok = tokenizer](int64_t id) { return tok.decode_bytes({static_cast<TokenId>(id)}); },
+        generator_options);
+  }
 };
 
 namespace {
@@ -76,12 +83,18 @@ LanguageModel LanguageModel::load(const std::filesystem::path& model_dir, const 
                           load_generation_defaults(model_dir), std::nullopt, nullptr, nullptr});
   lm.impl_->format = chosen_chat_format(options.chat_format, lm.impl_->model.config().model_type, lm.impl_->tokenizer);
   auto& impl = *lm.impl_;
-  GeneratorOptions generator_options;
-  generator_options.cuda_graphs = options.cuda_graphs;
-  generator_options.max_batch = options.max_batch;
-  impl.generator = std::make_unique<Generator>(
-      impl.model, [&tok = impl.tokenizer](int64_t id) { return tok.decode_bytes({static_cast<TokenId>(id)}); },
-      generator_options);
+  impl.generator_options.cuda_graphs = options.cuda_graphs;
+  impl.generator_options.max_batch = options.max_batch;
+  impl.start_generator();
+  return lm;
+}
+
+LanguageModel LanguageModel::sharing_weights() const {
+  const Impl& from = *impl_;
+  LanguageModel lm;
+  lm.impl_.reset(new Impl{from.model.sharing_weights(), from.tokenizer, from.defaults, from.format, nullptr, nullptr,
+                          from.generator_options});
+  lm.impl_->start_generator();
   return lm;
 }
 

@@ -554,6 +554,15 @@ at::Tensor Transformer::hidden_states(const at::Tensor& tokens, const AttentionI
   return rms_norm(x, weights_.final_norm);
 }
 
+Transformer Transformer::sharing_weights() const {
+  Transformer copy = *this;  // tensors are handles: the copy reads the same storage
+  copy.adapter_ = nullptr;
+  copy.folded_ = nullptr;
+  copy.folded_blocks_.clear();
+  copy.checkpoint_blocks_ = false;
+  return copy;
+}
+
 at::Tensor Transformer::logits(const at::Tensor& hidden) const { return logits_in_model_dtype(hidden).to(at::kFloat); }
 
 at::Tensor Transformer::logits_in_model_dtype(const at::Tensor& hidden) const {

@@ -80,6 +80,8 @@ class Transformer {
   static Transformer load(const std::filesystem::path& model_dir, const LoadOptions& options = {});
   static Transformer from_files(const ModelConfig& config, const ModelFiles& files, const LoadOptions& options);
   static Transformer from_weights(const ModelConfig& config, const WeightReader& read, const LoadOptions& options);
+  // The same weights (the same tensors, not copies), with no adapter in use or folded and its own rotary tables.
+  Transformer sharing_weights() const;
 
   // tokens [B, T] int64 -> final hidden states [B, T, hidden]; writes the new keys and values into `cache`.
   at::Tensor hidden_states(const at::Tensor& tokens, const AttentionInputs& attention, KvCache& cache) const;

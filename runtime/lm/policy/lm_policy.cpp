@@ -222,8 +222,18 @@ lm::LanguageModel load_model(const LmPolicySetup& setup) {
 
 }  // namespace
 
-LmPolicy::LmPolicy(LmPolicySetup setup) {
-  auto model = load_model(setup);
+LmPolicy::LmPolicy(LmPolicySetup setup) : LmPolicy(std::move(setup), nullptr) {}
+
+LmPolicy::LmPolicy(LmPolicySetup setup, const LmPolicy& weights_of) : LmPolicy(std::move(setup), &weights_of) {}
+
+LmPolicy::LmPolicy(LmPolicySetup setup, const LmPolicy* weights_of) {
+  if (weights_of) {
+    const auto& theirs = weights_of->impl_->setup.config.lm;
+    if (theirs.model != setup.config.lm.model || theirs.device != setup.config.lm.device ||
+        theirs.dtype != setup.config.lm.dtype || weights_of->impl_->setup.random_weights != setup.random_weights)
+      throw std::invalid_argument("a policy shares weights only with a policy of the same model, device and dtype");
+  }
+  auto model = weights_of ? weights_of->impl_->model.sharing_weights() : load_model(setup);
   impl_ = std::make_unique<Impl>(std::move(setup), std::move(model));
   auto& im = *impl_;
   const auto& m = im.setup.config.lm;

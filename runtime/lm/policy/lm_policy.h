@@ -34,6 +34,10 @@ class LmPolicy : public Policy {
  public:
   // Loads the model (and the start adapter); throws lm::ModelFormatError or std::invalid_argument with the reason.
   explicit LmPolicy(LmPolicySetup setup);
+  // The same model over `weights_of`'s weights in memory (a run's rollout generator and optimizer: gpt-oss-120b's
+  // 61 GiB once), with adapters, optimizer and caches of its own. Throws std::invalid_argument unless both name the
+  // same model, device and dtype.
+  LmPolicy(LmPolicySetup setup, const LmPolicy& weights_of);
   ~LmPolicy() override;
 
   std::vector<Sample> sample(const eval::TaskSpec& task, int n) override;
@@ -67,6 +71,8 @@ class LmPolicy : public Policy {
   std::vector<std::vector<float>> completion_logprobs(const std::vector<Sample>& samples);
 
  private:
+  LmPolicy(LmPolicySetup setup, const LmPolicy* weights_of);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
   uint64_t version_ = 0;
