@@ -34,7 +34,7 @@ eval::Verdict evaluate(eval::Evaluator& evaluator, const EvaluatorSetup& setup, 
     if (setup.build_beside_evaluation) evaluator.compile(request.candidate.source, setup.options);
     const double wait_start = wall_now();
     spent.build_s = wait_start - build_start;
-    auto lease = setup.leases->acquire(setup.options.device);
+    auto lease = setup.leases->acquire(setup.options.device, devices::Party::evaluator);
     spent.wait_s = wall_now() - wait_start;
     evaluator.adopt_timings(request.reference_timings);
     auto verdict = evaluator.evaluate(task->second, request.candidate.source, setup.options);

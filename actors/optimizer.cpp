@@ -12,7 +12,7 @@ optimizer_actor::behavior_type optimizer(optimizer_actor::pointer, std::shared_p
           return caf::make_error(caf::sec::invalid_argument, "optimizer: one advantage per sample");
         const double start = wall_now();
         try {
-          auto lease = setup->leases->acquire(setup->policy_device);
+          auto lease = setup->leases->acquire(setup->policy_device, devices::Party::policy);
           setup->policy->update(batch.samples, batch.advantages);
         } catch (const std::exception& e) {
           log->error(batch.unit, ": update failed: ", e.what());

@@ -53,7 +53,7 @@ caf::result<msg::Generated> refine(GeneratorSetup& setup, log::Logger& log, cons
   const double started = wall_now();
   std::vector<policy::Sample> samples;
   try {
-    auto lease = setup.leases->acquire(setup.policy_device);
+    auto lease = setup.leases->acquire(setup.policy_device, devices::Party::policy);
     samples = setup.policy->refine(setup.tasks.at(request.task), attempts);
   } catch (const std::exception& e) {
     log.error(request.unit, ": refining ", request.task, " (turn ", request.turn, ") failed: ", e.what());
@@ -92,7 +92,7 @@ generator_actor::behavior_type rollout_generator(generator_actor::pointer self, 
         const double started = wall_now();
         std::vector<std::vector<policy::Sample>> samples;
         try {
-          auto lease = setup->leases->acquire(setup->policy_device);
+          auto lease = setup->leases->acquire(setup->policy_device, devices::Party::policy);
           samples = setup->policy->sample_groups(asks);
         } catch (const std::exception& e) {
           for (auto& p : batch) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "actors/compiler_pool.h"
@@ -195,6 +196,28 @@ void write_node_record(const fs::path& seed_dir, const NodeShape& n) {
                                         << n.evaluators << ", \"cores\": " << n.cores << "}\n";
 }
 
+// An evaluator for the GPU a language model policy also computes on, and what each hands the other with the device:
+// the evaluator's arena and input pools (KernelBench-size tasks keep tens of GB) go before the policy samples or
+// trains, the policy's cached memory before a candidate is evaluated (its worker is another process).
+std::shared_ptr<eval::Evaluator> share_with_policy(devices::DeviceLeases& leases, const eval::Device& device,
+                                                  const eval::EvaluatorConfig& config) {
+  auto evaluator = std::make_shared<eval::Evaluator>(config);
+  auto guarded = [device](const char* what, const std::function<void()>& release) {
+    try {
+      release();
+    } catch (const std::exception& error) {  // the next stage may then run short of memory, and says so itself
+      log::Logger{"node"}.warn(device.name(), ": giving back ", what, " failed: ", error.what());
+    }
+  };
+  leases.on_handover(device, devices::Party::policy, [evaluator, device, guarded] {
+    guarded("the evaluator's memory", [&] { evaluator->release_device_memory(device); });
+  });
+  leases.on_handover(device, devices::Party::evaluator, [device, guarded] {
+    guarded("the policy's cached memory", [&] { policy::release_cached_device_memory(device); });
+  });
+  return evaluator;
+}
+
 // The compile workers and one evaluator per device of this node.
 NodeShape spawn_evaluation(caf::actor_system& system, const SeedContext& c, actors::coordinator_actor coordinator) {
   const auto& e = c.request.experiment;
@@ -218,6 +241,7 @@ NodeShape spawn_evaluation(caf::actor_system& system, const SeedContext& c, acto
     s->options = eval::options_for(settings, device);
     s->tasks = c.tasks;
     s->leases = c.leases;
+    if (policy_lease(e) == device) s->shared = share_with_policy(*c.leases, device, s->config);
     system.spawn<caf::detached>(actors::evaluator, coordinator, s);
   }
   return {compile_workers, cores, e.eval.devices.size()};

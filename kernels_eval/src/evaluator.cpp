@@ -93,6 +93,8 @@ void Evaluator::prepare(Device device) { impl_->prepare(device); }
 const EvaluatorConfig& Evaluator::config() const { return impl_->config; }
 WorkerCounts Evaluator::cpu_worker_counts() const { return impl_->pool.counts(); }
 
+void Evaluator::release_device_memory(Device device) { impl_->release_device_memory(device); }
+
 WorkerCounts Evaluator::gpu_worker_counts(int device) {
   std::lock_guard<std::mutex> lock(impl_->gpu_mutex);
   auto& gpus = impl_->cache.gpus;
@@ -115,6 +117,19 @@ Evaluator::Impl::Impl(EvaluatorConfig c)
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
+void Evaluator::Impl::release_device_memory(Device device) {
+  if (!device.is_cuda()) return;
+  std::lock_guard<std::mutex> lock(gpu_mutex);
+  auto it = cache.gpus.find(device.index);
+  if (it == cache.gpus.end() || !it->second) return;
+  GpuResources& g = *it->second;
+  // A kept worker maps the arena through CUDA IPC, and an arena freed under a mapping stays allocated: they end first.
+  for (WorkerPool* workers : {g.workers.get(), g.triton_workers.get(), g.kernelbench_workers.get()})
+    if (workers) workers->end_kept();
+  g.tensors.release();
+  cache.drop_pools(device);
+}
+
 // CRUCIBLE_WORKER_COUNTS set: each GPU's worker starts (one CUDA context each), reuses and refused resets go to
 // stderr when the evaluator ends, for the benchmarks (tools/gpu_node/reuse_check.sh).
 Evaluator::Impl::~Impl() {
@@ -130,6 +145,17 @@ Evaluator::Impl::~Impl() {
 
 std::string EvaluatorCache::pool_key(const TaskSpec& task, Device device, const std::string& size_set) {
   return task.name + "|" + task.source_path + "|" + device.name() + "|" + size_set;
+}
+
+void EvaluatorCache::drop_pools(Device device) {
+  // pool_key ends "|<device>|<size set>"; neither holds a '|'.
+  for (auto it = pools.begin(); it != pools.end();) {
+    const std::string& key = it->first;
+    const auto last = key.rfind('|');
+    const auto before = last == std::string::npos || last == 0 ? std::string::npos : key.rfind('|', last - 1);
+    const bool on_device = before != std::string::npos && key.compare(before + 1, last - before - 1, device.name()) == 0;
+    it = on_device ? pools.erase(it) : std::next(it);
+  }
 }
 
 bool EvaluatorCache::has_pool(const TaskSpec& task, Device device, const std::string& size_set) const {

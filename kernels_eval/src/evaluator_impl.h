@@ -49,6 +49,7 @@ struct EvaluatorCache {
 
   static std::string pool_key(const TaskSpec& task, Device device, const std::string& size_set);
   bool has_pool(const TaskSpec& task, Device device, const std::string& size_set) const;
+  void drop_pools(Device device);  // every pool on that device
   const InputPool& pool(const TaskSpec& task, Device device, const std::string& size_set, const Sizes& sizes);
 };
 
@@ -92,6 +93,7 @@ struct Evaluator::Impl {
   Verdict evaluate(const TaskSpec& task, const std::string& source, const EvalOptions& options);
   CompileResult compile(const std::string& source, const EvalOptions& options);
   void prepare(Device device);
+  void release_device_memory(Device device);
 
   GpuResources& gpu_resources(int device);  // under gpu_mutex
   // The device's resources, made on first use, with the calling thread's current device set to it; null on the CPU.

@@ -850,6 +850,16 @@ void WorkerPool::recycle(std::unique_ptr<WorkerProcess> worker, bool clean, doub
   while (static_cast<int>(reset_.size()) > std::max(1, warm_)) reset_.pop_front();
 }
 
+void WorkerPool::end_kept() {
+  std::deque<std::unique_ptr<WorkerProcess>> ending;
+  {
+    std::lock_guard<std::mutex> lock(reset_mutex_);
+    ending.swap(reset_);
+    counts_.ended += static_cast<int>(ending.size());
+  }
+  ending.clear();  // each ends its process (outside the lock: ending waits for the process)
+}
+
 WorkerPool::Counts WorkerPool::counts() const {
   std::lock_guard<std::mutex> lock(reset_mutex_);
   Counts c = counts_;

@@ -249,6 +249,9 @@ class WorkerPool {
   // After a candidate: a worker whose candidate ended cleanly (`clean`, and worker->clean()) and that may serve
   // more is reset and kept for the next acquire(); any other, or one whose reset finds anything amiss, is ended.
   void recycle(std::unique_ptr<WorkerProcess> worker, bool clean, double timeout_s);
+  // Ends the workers kept for reuse (the next acquire() takes a spare): they hold what their last candidate's load
+  // mapped, the evaluator's device arena among it.
+  void end_kept();
   // What became of the workers: started (each a CUDA context for a CUDA worker), reused, reset refused.
   using Counts = WorkerCounts;
   Counts counts() const;

@@ -4,14 +4,28 @@
 
 namespace crucible::devices {
 
-DeviceLeases::Lease DeviceLeases::acquire(std::optional<eval::Device> device) {
+DeviceLeases::Lease DeviceLeases::acquire(std::optional<eval::Device> device, Party party) {
   if (!device) return Lease(nullptr, eval::Device::cpu());
   const auto start = std::chrono::steady_clock::now();
-  std::unique_lock lock(mutex_);
-  freed_.wait(lock, [&] { return !held_[*device]; });
-  held_[*device] = true;
-  waited_[*device] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return Lease(this, *device);
+  std::function<void()> hook;
+  {
+    std::unique_lock lock(mutex_);
+    freed_.wait(lock, [&] { return !held_[*device]; });
+    held_[*device] = true;
+    waited_[*device] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    auto last = last_party_.find(*device);
+    if (last != last_party_.end() && last->second != party)
+      if (auto it = handover_.find({*device, party}); it != handover_.end()) hook = it->second;
+    last_party_[*device] = party;
+  }
+  Lease lease(this, *device);
+  if (hook) hook();  // the device is held: no one else computes on it meanwhile
+  return lease;
+}
+
+void DeviceLeases::on_handover(eval::Device device, Party to, std::function<void()> hook) {
+  std::lock_guard lock(mutex_);
+  handover_[{device, to}] = std::move(hook);
 }
 
 double DeviceLeases::waited_seconds(eval::Device device) const {

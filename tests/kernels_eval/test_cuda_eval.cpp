@@ -8,6 +8,7 @@
 #include "crucible/eval/evaluator.h"
 #include "crucible/eval/landlock.h"
 #include "crucible/eval/verdict_json.h"
+#include "cuda/cuda_device.h"
 #include "eval_support.h"
 #include "tasks/task_loader.h"
 
@@ -257,6 +258,39 @@ TEST_CASE("gpu: at KernelBench's relu size (6.4 GB) timed calls checked at sampl
     CHECK(verdict.status == eval::Status::incorrect);
     CHECK(verdict.has_reason(row.reason));
   }
+}
+
+TEST_CASE("gpu: an evaluator gives back its arena and input pools on request, and evaluates the next candidate alike") {
+  // What a GPU shared with a language model policy needs between stages: KernelBench's relu (6.4 GB a tensor) keeps
+  // an arena of one input set at least (input, output and a spare input: 19 GB) beside its pools.
+  test::TestEvaluator t("gpu-release");
+  auto& evaluator = t.evaluator;
+  auto relu = tasks::find_task("relu", test::tasks_dir());
+  const auto options = test::gpu_options("cuda", 10.0);
+  const auto in_use = [] {
+    const auto info = eval::cuda::device_info(0);
+    return static_cast<double>(info.total_bytes - info.free_bytes) / (1 << 30);
+  };
+  auto verdict = evaluator.evaluate(relu, cuda_candidate("relu"), options);
+  INFO(test::detail_of(verdict));
+  REQUIRE(verdict.status == eval::Status::correct);
+  const double before = in_use();
+  const auto counts = evaluator.gpu_worker_counts(0);
+  evaluator.release_device_memory(eval::Device::cuda(0));
+  const double after = in_use();
+  MESSAGE("device memory in use ", before, " GiB -> ", after, " GiB after the release");
+  CHECK(before - after >= 12.0);
+  CHECK(evaluator.gpu_worker_counts(0).ended >= counts.ended);
+  evaluator.release_device_memory(eval::Device::cuda(0));  // twice: nothing more to give, no error
+  evaluator.release_device_memory(eval::Device::cpu());    // the CPU keeps nothing on a device
+  verdict = evaluator.evaluate(relu, cuda_candidate("relu"), options);
+  INFO(test::detail_of(verdict));
+  CHECK(verdict.status == eval::Status::correct);
+  auto full = options;
+  full.mode = eval::EvalDepth::full;
+  verdict = evaluator.evaluate(relu, cuda_fixture("cached_output"), full);  // the defences come back with it
+  INFO(test::detail_of(verdict));
+  CHECK(verdict.status == eval::Status::incorrect);
 }
 
 TEST_CASE("gpu: a reference timing one evaluator measured is used by another of the same GPU model and settings only") {

@@ -3,6 +3,7 @@
 // something behind. (The CUDA worker's device checks are in the GPU suite, test_cuda_eval.cpp.)
 #include <doctest/doctest.h>
 
+#include <signal.h>
 #include <sys/resource.h>
 
 #include <string>
@@ -157,6 +158,30 @@ TEST_CASE("a worker whose candidate ended cleanly serves the next one after a ve
   CHECK(rig.pool.counts().ended == 1);
   w = rig.pool.acquire();
   CHECK(w->pid() != pid);
+}
+
+TEST_CASE("kept workers end on request: the next candidate gets a spare, the kept one's process is gone") {
+  // What an evaluator does before giving back the memory its workers map (Evaluator::release_device_memory).
+  ReuseRig rig;
+  auto twice = rig.build(candidate(2));
+  auto w = rig.pool.acquire();
+  const pid_t pid = w->pid();
+  CHECK(rig.run(*w, twice) == 6.0f);
+  if (!may_set_limits_of(pid)) {
+    MESSAGE("skipped: this process may not set the worker's limits (root without CAP_SYS_RESOURCE)");
+    return;
+  }
+  rig.pool.recycle(std::move(w), true, 10.0);
+  REQUIRE(rig.pool.counts().resets_passed == 1);
+  rig.pool.end_kept();
+  CHECK(rig.pool.counts().ended == 1);
+  CHECK(kill(pid, 0) != 0);  // ended and reaped
+  w = rig.pool.acquire();
+  CHECK(w->pid() != pid);
+  CHECK(rig.pool.counts().reused == 0);
+  CHECK(rig.run(*w, twice) == 6.0f);
+  rig.pool.end_kept();  // none kept: nothing to do
+  CHECK(rig.pool.counts().ended == 1);
 }
 
 TEST_CASE("a worker is ended when its candidate left something behind") {

@@ -78,6 +78,12 @@ void SharedDeviceMemory::reserve(std::size_t bytes) {
   bytes_ = bytes;
 }
 
+void SharedDeviceMemory::release() {
+  if (data_) check(cudaFree(data_), "cudaFree");
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
 std::array<uint8_t, 64> SharedDeviceMemory::ipc_handle() const {
   static_assert(sizeof(cudaIpcMemHandle_t) == 64, "IPC handle size");
   cudaIpcMemHandle_t handle;

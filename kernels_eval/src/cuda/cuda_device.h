@@ -33,6 +33,7 @@ class SharedDeviceMemory {
   SharedDeviceMemory(const SharedDeviceMemory&) = delete;
   SharedDeviceMemory& operator=(const SharedDeviceMemory&) = delete;
   void reserve(std::size_t bytes);  // grows, never shrinks; contents are not preserved on growth
+  void release();                   // frees it all (reserve makes it again)
   std::byte* data() const { return data_; }
   std::size_t size() const { return bytes_; }
   std::array<uint8_t, 64> ipc_handle() const;

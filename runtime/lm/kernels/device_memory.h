@@ -20,4 +20,8 @@ struct DeviceMemory {
 };
 DeviceMemory device_memory(c10::Device device);
 
+// Gives the blocks LibTorch's allocator caches but no tensor uses back to the driver, for other processes (an
+// evaluator's workers) and other allocators. Nothing on the CPU.
+void release_cached_memory(c10::Device device);
+
 }  // namespace crucible::lm

@@ -34,4 +34,8 @@ DeviceMemory device_memory(c10::Device device) {
   return m;
 }
 
+void release_cached_memory(c10::Device device) {
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+}
+
 }  // namespace crucible::lm

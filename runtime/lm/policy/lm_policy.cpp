@@ -9,6 +9,7 @@
 #include "config/text_file.h"
 #include "crucible/eval/evaluator.h"
 #include "crucible/eval/utf8_text.h"
+#include "lm/kernels/device_memory.h"
 #include "lm/model/language_model.h"
 #include "lm/model/lora.h"
 #include "lm/training/lora_trainer.h"
@@ -221,6 +222,10 @@ lm::LanguageModel load_model(const LmPolicySetup& setup) {
 }
 
 }  // namespace
+
+void release_cached_device_memory(const eval::Device& device) {
+  if (device.is_cuda()) lm::release_cached_memory(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device.index)));
+}
 
 LmPolicy::LmPolicy(LmPolicySetup setup) : LmPolicy(std::move(setup), nullptr) {}
 

@@ -30,6 +30,10 @@ struct LmPolicySetup {
 std::optional<std::pair<std::string, std::string>> lm_policy_problem(const experiment::LmPolicyConfig& config,
                                                                       int cuda_devices);
 
+// Gives back to the driver the device memory LibTorch caches for this process's models but no tensor uses (before
+// an evaluator on the same GPU runs candidates, whose workers are other processes). Nothing on the CPU.
+void release_cached_device_memory(const eval::Device& device);
+
 class LmPolicy : public Policy {
  public:
   // Loads the model (and the start adapter); throws lm::ModelFormatError or std::invalid_argument with the reason.

@@ -60,6 +60,13 @@ class Evaluator {
   std::vector<SharedTiming> shared_timings(const std::string& task) const;
   int adopt_timings(const std::vector<SharedTiming>& timings);
 
+  // Gives back the device memory that evaluations on a GPU keep between candidates: the arena lent to the workers
+  // (the kept workers that map it end first) and the input pools, which return to LibTorch's allocator. The next
+  // evaluation makes them again (its reference timings stay). For a GPU whose memory another user in this process
+  // needs now (a language model policy sharing it); not beside evaluate() on that device: call it under its lease.
+  // Nothing on the CPU or before the GPU's first evaluation.
+  void release_device_memory(Device device);
+
   // What became of a GPU's CUDA workers so far (started, reused, resets refused); all zero before its first use.
   WorkerCounts gpu_worker_counts(int device);
   // What became of the CPU's candidate workers so far.
