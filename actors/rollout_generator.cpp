@@ -110,6 +110,8 @@ generator_actor::behavior_type rollout_generator(generator_actor::pointer self, 
       },
       [=](msg::PolicyPublished& published) {
         try {
+          // A restore loads adapters onto the policy's device: no candidate is timed meanwhile.
+          auto lease = setup->leases->acquire(setup->policy_device, devices::Party::policy);
           setup->policy->restore(published.snapshot);
           log->debug("now at policy version ", published.version);
         } catch (const std::exception& e) {

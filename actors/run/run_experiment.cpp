@@ -8,6 +8,7 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <thread>
 
 #include "actors/compiler_pool.h"
@@ -199,7 +200,10 @@ void write_node_record(const fs::path& seed_dir, const NodeShape& n) {
 // An evaluator for the GPU a language model policy also computes on, and what each hands the other with the device:
 // the evaluator's arena and input pools (KernelBench-size tasks keep tens of GB) go before the policy samples or
 // trains, the policy's cached memory before a candidate is evaluated (its worker is another process).
+// LibTorch empties its cache on every GPU at once: the other GPUs' leases are taken first, so that no candidate or
+// reference is being timed there meanwhile.
 std::shared_ptr<eval::Evaluator> share_with_policy(devices::DeviceLeases& leases, const eval::Device& device,
+                                                  const std::vector<eval::Device>& other_gpus,
                                                   const eval::EvaluatorConfig& config) {
   auto evaluator = std::make_shared<eval::Evaluator>(config);
   auto guarded = [device](const char* what, const std::function<void()>& release) {
@@ -212,8 +216,12 @@ std::shared_ptr<eval::Evaluator> share_with_policy(devices::DeviceLeases& leases
   leases.on_handover(device, devices::Party::policy, [evaluator, device, guarded] {
     guarded("the evaluator's memory", [&] { evaluator->release_device_memory(device); });
   });
-  leases.on_handover(device, devices::Party::evaluator, [device, guarded] {
-    guarded("the policy's cached memory", [&] { policy::release_cached_device_memory(device); });
+  leases.on_handover(device, devices::Party::evaluator, [&leases, device, other_gpus, guarded] {
+    guarded("the policy's cached memory", [&] {
+      std::vector<devices::DeviceLeases::Lease> others;
+      for (const auto& gpu : other_gpus) others.push_back(leases.acquire(gpu, devices::Party::evaluator));
+      policy::release_cached_device_memory(device);
+    });
   });
   return evaluator;
 }
@@ -236,12 +244,21 @@ NodeShape spawn_evaluation(caf::actor_system& system, const SeedContext& c, acto
   for (int i = 0; i < compile_workers; ++i)
     system.spawn<caf::detached>(actors::compile_worker, coordinator, front,
                                 eval::options_for(settings, e.eval.devices.front()), i);
+  std::shared_ptr<eval::Evaluator> beside_policy;  // one for the policy's GPU, however many evaluators it has
   for (const auto& device : e.eval.devices) {
     auto s = std::make_shared<actors::EvaluatorSetup>();
     s->options = eval::options_for(settings, device);
     s->tasks = c.tasks;
     s->leases = c.leases;
-    if (policy_lease(e) == device) s->shared = share_with_policy(*c.leases, device, s->config);
+    if (policy_lease(e) == device) {
+      if (!beside_policy) {
+        std::set<eval::Device> other_gpus;
+        for (const auto& d : e.eval.devices)
+          if (d.is_cuda() && !(d == device)) other_gpus.insert(d);
+        beside_policy = share_with_policy(*c.leases, device, {other_gpus.begin(), other_gpus.end()}, s->config);
+      }
+      s->shared = beside_policy;
+    }
     system.spawn<caf::detached>(actors::evaluator, coordinator, s);
   }
   return {compile_workers, cores, e.eval.devices.size()};

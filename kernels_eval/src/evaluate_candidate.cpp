@@ -195,7 +195,13 @@ bool Evaluator::Impl::load(Evaluation& e) {
     cuda::DeviceInfo now = cuda::device_info(e.cuda_device());
     now.free_bytes += e.gpu->tensors.size();  // the arena is reused
     const bool pools_exist = cache.has_pool(e.task, e.options.device, e.size_set);
-    e.arena_sets = sets_that_fit(now, e.in_shapes, e.out_shapes, sets, pools_exist);
+    // As many sets as the task had before its memory was given back (release_device_memory), where they still fit:
+    // the sets are part of the reference timing's key.
+    const std::string key = EvaluatorCache::pool_key(e.task, e.options.device, e.size_set);
+    const auto before = cache.arena_sets.find(key);
+    e.arena_sets = sets_that_fit(now, e.in_shapes, e.out_shapes, before != cache.arena_sets.end() ? before->second : sets,
+                                 pools_exist);
+    if (before == cache.arena_sets.end()) cache.arena_sets[key] = e.arena_sets;
   }
   e.layout = plan_arena(e.in_shapes, e.out_shapes, e.arena_sets);
   const CallOutcome loaded = e.gpu ? load_on_gpu(e) : load_on_cpu(e);

@@ -126,6 +126,7 @@ void Evaluator::Impl::release_device_memory(Device device) {
   // A kept worker maps the arena through CUDA IPC, and an arena freed under a mapping stays allocated: they end first.
   for (WorkerPool* workers : {g.workers.get(), g.triton_workers.get(), g.kernelbench_workers.get()})
     if (workers) workers->end_kept();
+  const cuda::CurrentDevice on_it(device.index);  // the calling thread (a policy's) may be on another GPU
   g.tensors.release();
   cache.drop_pools(device);
 }

@@ -46,6 +46,7 @@ struct EvaluatorCache {
   std::map<std::string, std::string> fingerprints;  // by pool key: a TorchScript reference is read once
   std::set<std::string> sound_tasks;  // pool keys of tasks that passed their own checks (see StageContext::task_sound)
   std::map<int, std::unique_ptr<GpuResources>> gpus;
+  std::map<std::string, int> arena_sets;  // by pool key: the input sets a task's first GPU evaluation chose
 
   static std::string pool_key(const TaskSpec& task, Device device, const std::string& size_set);
   bool has_pool(const TaskSpec& task, Device device, const std::string& size_set) const;

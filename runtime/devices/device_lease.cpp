@@ -8,18 +8,27 @@ DeviceLeases::Lease DeviceLeases::acquire(std::optional<eval::Device> device, Pa
   if (!device) return Lease(nullptr, eval::Device::cpu());
   const auto start = std::chrono::steady_clock::now();
   std::function<void()> hook;
+  std::optional<Party> previous;
   {
     std::unique_lock lock(mutex_);
     freed_.wait(lock, [&] { return !held_[*device]; });
-    held_[*device] = true;
     waited_[*device] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    auto last = last_party_.find(*device);
-    if (last != last_party_.end() && last->second != party)
+    auto& last = last_party_[*device];
+    if (last && *last != party)
       if (auto it = handover_.find({*device, party}); it != handover_.end()) hook = it->second;
-    last_party_[*device] = party;
+    previous = last;
+    last = party;
+    held_[*device] = true;  // last: nothing above that may throw leaves the device held
   }
   Lease lease(this, *device);
-  if (hook) hook();  // the device is held: no one else computes on it meanwhile
+  if (!hook) return lease;
+  try {
+    hook();  // the device is held: no one else computes on it meanwhile
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    last_party_[*device] = previous;  // not handed over: the next acquire by this party tries again
+    throw;
+  }
   return lease;
 }
 

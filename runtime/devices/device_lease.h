@@ -38,7 +38,8 @@ class DeviceLeases {
 
   // Blocks until the device is free; the lease ends with the returned object. No device (a policy that computes
   // nowhere worth guarding) returns at once. When the device's last holder was the other party, the hook for this
-  // handover runs before acquire returns (under the lease; what it throws reaches the caller, the lease released).
+  // handover runs before acquire returns (under the lease; what it throws reaches the caller, the lease released, and
+  // the next acquire by that party runs it again). A hook may take other devices' leases, never this device's.
   Lease acquire(std::optional<eval::Device> device, Party party = Party::evaluator);
   // What runs when `to` takes `device` from the other party (replacing any hook set before).
   void on_handover(eval::Device device, Party to, std::function<void()> hook);
@@ -52,7 +53,7 @@ class DeviceLeases {
   std::condition_variable freed_;
   std::map<eval::Device, bool> held_;
   std::map<eval::Device, double> waited_;
-  std::map<eval::Device, Party> last_party_;
+  std::map<eval::Device, std::optional<Party>> last_party_;
   std::map<std::pair<eval::Device, Party>, std::function<void()>> handover_;
 };
 

@@ -1,9 +1,12 @@
 // The language model on a GPU: the same fixtures as the CPU golden tests, in float32 and bfloat16, and CUDA-graph
 // decoding against eager decoding.
 #include <ATen/ATen.h>
+#include <torch/version.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/InferenceMode.h>
 #include <doctest/doctest.h>
+
+#include <utility>
 
 #include <cmath>
 #include <cstdlib>
@@ -249,35 +252,65 @@ TEST_CASE("lm gpu: the fused decode kernels round as LibTorch's separate kernels
     CHECK(k.narrow(2, 5, 1).abs().sum().item<double>() > 0);  // written where the slot says, nowhere else
     CHECK(k.narrow(2, 0, 5).abs().sum().item<double>() == 0);
 
-    // Qwen3: each query and key head RMS-normalised before its rotation, x * rstd * weight in float32 rounded once
-    // (LibTorch's fused rms_norm); the squares are summed in another order, so within a rounding, not bit for bit.
-    const double eps = 1e-6;
-    const auto q_norm = at::randn({D}, cuda).to(dtype), k_norm = at::randn({D}, cuda).to(dtype);
-    auto kn = at::zeros_like(k), vn = at::zeros_like(k), kn_ref = at::zeros_like(k);
-    const auto qn = rotate_into_cache(qkv, positions, slots, cos, signed_sin, kn, vn, H, Hkv, q_norm, k_norm, eps);
-    const auto heads = parts[0].view({B, 1, H + Hkv, D}).split_with_sizes({H, Hkv}, 2);
-    auto normed = [&](const at::Tensor& x, const at::Tensor& weight) {
-      const auto xf = x.to(at::kFloat);
-      return (xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps) * weight.to(at::kFloat)).to(dtype);
-    };
-    const auto qkn = apply_rotary(at::cat({normed(heads[0], q_norm), normed(heads[1], k_norm)}, 2),
-                                  cos.index_select(0, flat).view({B, 1, 1, D}),
-                                  signed_sin.index_select(0, flat).view({B, 1, 1, D}));
-    kn_ref.index_copy_(2, slots, qkn.narrow(2, H, Hkv).transpose(1, 2));
-    const double tolerance = dtype == at::kFloat ? 1e-5 : dtype == at::kBFloat16 ? 2e-2 : 3e-3;
-    auto close = [&](const at::Tensor& got, const at::Tensor& want) {
-      const auto g = got.to(at::kFloat), w = want.to(at::kFloat);
-      return ((g - w).abs() <= w.abs().clamp_min(1.0) * tolerance).all().item<bool>();
-    };
-    CHECK(close(qn, qkn.narrow(2, 0, H)));
-    CHECK(close(kn, kn_ref));
-    CHECK(at::equal(vn, v_ref));
-    CHECK(!close(qn, qk.narrow(2, 0, H)));  // the norms did change the queries
 
     const auto gate_up = at::randn({B, 7, 2 * 96}, cuda).mul(4).to(dtype);
     const auto halves = gate_up.split(96, -1);
     CHECK(at::equal(silu_times_up(gate_up), at::silu(halves[0]) * halves[1]));
   }
+}
+
+TEST_CASE("lm gpu: the fused rotation normalises Qwen3's query and key heads as LibTorch does, within a rounding") {
+  // x * rstd * weight in float32 rounded once (LibTorch's fused rms_norm), then the rotation rounded step by step;
+  // the squares are summed in another order than LibTorch's, so within a rounding of the dtype, not bit for bit.
+  c10::InferenceMode inference;
+  const auto cuda = at::TensorOptions().device(c10::Device(c10::kCUDA, 0));
+  const int64_t B = 3, H = 4, Hkv = 2, capacity = 16, n = 32;
+  for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf})
+    for (const int64_t D : {32, 64, 128, 256})  // one warp a head to eight
+      for (const auto magnitude : {std::pair<double, double>{1.0, 1e-6}, std::pair<double, double>{1e-3, 1e-4}}) {
+        const double eps = magnitude.second;  // the second: a mean square of 1e-6 against eps 1e-4, so eps shows
+        CAPTURE(dtype);
+        CAPTURE(D);
+        CAPTURE(eps);
+        at::manual_seed(11);
+        const auto qkv = (at::randn({B, 1, (H + 2 * Hkv) * D}, cuda) * magnitude.first).to(dtype);
+        const auto cos = at::randn({n, D}, cuda).to(dtype), signed_sin = at::randn({n, D}, cuda).to(dtype);
+        const auto positions = at::tensor({3, 17, 30}, cuda.dtype(at::kLong)).view({B, 1});
+        const auto slots = at::tensor({5}, cuda.dtype(at::kLong));
+        const auto q_norm = (1 + 0.5 * at::randn({D}, cuda)).to(dtype), k_norm = at::randn({D}, cuda).to(dtype);
+        auto k = at::zeros({B, Hkv, capacity, D}, cuda.dtype(dtype)), v = at::zeros_like(k);
+        REQUIRE(rotate_into_cache_serves(qkv, D, /*normalised_heads=*/true));
+        const auto q = rotate_into_cache(qkv, positions, slots, cos, signed_sin, k, v, H, Hkv, q_norm, k_norm, eps);
+
+        const auto flat = positions.view({-1});
+        const auto parts = qkv.split_with_sizes({(H + Hkv) * D, Hkv * D}, -1);
+        const auto heads = parts[0].view({B, 1, H + Hkv, D}).split_with_sizes({H, Hkv}, 2);
+        auto normed = [&](const at::Tensor& x, const at::Tensor& weight) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+          return at::rms_norm(x, {D}, weight, eps);  // what the model's path calls
+#else
+          const auto xf = x.to(at::kFloat);
+          return (xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps) * weight.to(at::kFloat)).to(dtype);
+#endif
+        };
+        const auto unrotated = at::cat({normed(heads[0], q_norm), normed(heads[1], k_norm)}, 2);
+        const auto c = cos.index_select(0, flat).view({B, 1, 1, D}), s = signed_sin.index_select(0, flat).view({B, 1, 1, D});
+        const auto qk = apply_rotary(unrotated, c, s);
+        // A normalised element may differ by an ulp (the squares' order), and the rotation's roundings with it: the
+        // bound is a few ulps of the rotation's two terms, |x| |cos| + |rotate_half(x)| |sin|.
+        const auto magnitudes = unrotated.to(at::kFloat).abs();
+        const auto halves = magnitudes.chunk(2, -1);
+        const auto terms = magnitudes * c.to(at::kFloat).abs() + at::cat({halves[1], halves[0]}, -1) * s.to(at::kFloat).abs();
+        // float32: both sums of squares are trees of float32 adds, a few ulps each; 16-bit: one ulp, seldom.
+        const double ulps = dtype == at::kFloat ? 32 * 1.2e-7 : dtype == at::kBFloat16 ? 8 * 7.9e-3 : 8 * 9.8e-4;
+        auto close = [&](const at::Tensor& got, const at::Tensor& want, const at::Tensor& bound) {
+          return ((got.to(at::kFloat) - want.to(at::kFloat)).abs() <= bound * ulps + 1e-30).all().item<bool>();
+        };
+        CHECK(close(q, qk.narrow(2, 0, H), terms.narrow(2, 0, H)));
+        CHECK(close(k.narrow(2, 5, 1), qk.narrow(2, H, Hkv).transpose(1, 2), terms.narrow(2, H, Hkv).transpose(1, 2)));
+        CHECK(at::equal(v.narrow(2, 5, 1), parts[1].view({B, 1, Hkv, D}).transpose(1, 2)));
+        CHECK(k.narrow(2, 0, 5).abs().sum().item<double>() == 0);  // only the step's slot written
+      }
 }
 
 TEST_CASE("lm gpu: decoding with the fused kernels gives what it gives without them") {

@@ -57,6 +57,15 @@ DeviceInfo device_info(int device) {
 
 void use_device(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
 
+CurrentDevice::CurrentDevice(int device) {
+  if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+  use_device(device);
+}
+
+CurrentDevice::~CurrentDevice() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
 void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
 SharedDeviceMemory::~SharedDeviceMemory() {

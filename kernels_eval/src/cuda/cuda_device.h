@@ -23,6 +23,18 @@ struct DeviceInfo {
 };
 DeviceInfo device_info(int device);  // throws std::runtime_error with the CUDA error
 void use_device(int device);         // for this thread's later CUDA calls
+
+// This thread's CUDA calls go to `device` for the scope, then to the device they went to before.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device);
+  ~CurrentDevice();
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = -1;
+};
 void synchronize();                  // this process's work on the current device
 
 // Device memory owned by the evaluator and mapped by one worker at a time.

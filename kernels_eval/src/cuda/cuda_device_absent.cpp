@@ -12,6 +12,8 @@ bool built_with_cuda() { return false; }
 int device_count() { return 0; }
 DeviceInfo device_info(int) { absent(); }
 void use_device(int) { absent(); }
+CurrentDevice::CurrentDevice(int) { absent(); }
+CurrentDevice::~CurrentDevice() = default;
 void synchronize() { absent(); }
 SharedDeviceMemory::~SharedDeviceMemory() = default;
 void SharedDeviceMemory::reserve(std::size_t) { absent(); }

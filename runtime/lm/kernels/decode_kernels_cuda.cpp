@@ -226,6 +226,7 @@ at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& positions,
                              const at::Tensor& k_norm, double eps) {
   const int64_t B = qkv.size(0), D = k_cache.size(3);
   const bool normalised = q_norm.defined();
+  TORCH_CHECK(normalised == k_norm.defined(), "rotate_into_cache: q_norm and k_norm come together");
   TORCH_CHECK(kernels::rotation_takes(D, normalised), "rotate_into_cache: heads of ", D, " elements");
   TORCH_CHECK(!normalised || (k_norm.defined() && q_norm.is_contiguous() && k_norm.is_contiguous() &&
                               q_norm.numel() == D && k_norm.numel() == D && q_norm.device() == qkv.device() &&

@@ -71,7 +71,8 @@ class LanguageModel {
   static LanguageModel load(const std::filesystem::path& model_dir, const LanguageModelOptions& options = {});
   // A second model over this one's weights, which both read and neither changes (adapters are added in each pass or
   // folded into a copy): no second copy of the weights in memory. Its adapter, caches and CUDA graphs are its own, so
-  // the two may run on different threads at once. The weights live as long as either model.
+  // the two may run on different threads at once. The weights live as long as either model. Make it while this
+  // model is idle (its rotary tables are copied).
   LanguageModel sharing_weights() const;
   ~LanguageModel();
   LanguageModel(LanguageModel&&) noexcept;

@@ -108,7 +108,8 @@ class Transformer {
   void set_activation_checkpointing(bool on) const { checkpoint_blocks_ = on; }
   bool activation_checkpointing() const { return checkpoint_blocks_; }
 
-  // Adds (sign +1) or removes (sign -1) scale * B A to the base weights, for sampling without the extra matmuls.
+  // Adds (sign +1) or removes (sign -1) scale * B A to the base weights, for sampling without the extra matmuls: in
+  // place, so every model sharing these weights (sharing_weights) sees it. Policies fold instead (fold_adapter).
   // Removing restores the weights up to rounding in the model dtype. Throws std::invalid_argument for an adapter on
   // gpt-oss's router or experts (the experts stay packed: their deltas are added in each pass instead).
   void merge_adapter(const LoraAdapter& adapter, int sign = +1);

@@ -233,10 +233,15 @@ LmPolicy::LmPolicy(LmPolicySetup setup, const LmPolicy& weights_of) : LmPolicy(s
 
 LmPolicy::LmPolicy(LmPolicySetup setup, const LmPolicy* weights_of) {
   if (weights_of) {
+    // The shared model keeps the first policy's loading and generation settings: every one must be the same.
     const auto& theirs = weights_of->impl_->setup.config.lm;
-    if (theirs.model != setup.config.lm.model || theirs.device != setup.config.lm.device ||
-        theirs.dtype != setup.config.lm.dtype || weights_of->impl_->setup.random_weights != setup.random_weights)
-      throw std::invalid_argument("a policy shares weights only with a policy of the same model, device and dtype");
+    const auto& mine = setup.config.lm;
+    if (theirs.model != mine.model || theirs.device != mine.device || theirs.dtype != mine.dtype ||
+        theirs.chat_format != mine.chat_format || theirs.max_batch != mine.max_batch ||
+        theirs.cuda_graphs != mine.cuda_graphs || weights_of->impl_->setup.random_weights != setup.random_weights)
+      throw std::invalid_argument(
+          "a policy shares weights only with a policy of the same model, device, dtype, chat format and batching");
+    if (setup.state_dir.empty()) throw std::invalid_argument("a libtorch policy needs a state directory for its checkpoints");
   }
   auto model = weights_of ? weights_of->impl_->model.sharing_weights() : load_model(setup);
   impl_ = std::make_unique<Impl>(std::move(setup), std::move(model));
