@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <optional>
 #include <string>
 
 #include "crucible/eval/compiler.h"
@@ -136,19 +137,32 @@ bool may_set_limits_of(pid_t pid) {
 }
 }  // namespace
 
+namespace {
+
+// A worker that ran `so` (twice its input) and was kept after its reset: its process id; none where this process may
+// not reuse workers.
+std::optional<pid_t> kept_after(ReuseRig& rig, const std::filesystem::path& so) {
+  auto w = rig.pool.acquire();
+  const pid_t pid = w->pid();
+  CHECK(rig.run(*w, so) == 6.0f);
+  if (!may_set_limits_of(pid)) {
+    MESSAGE("skipped: this process may not set the worker's limits (root without CAP_SYS_RESOURCE)");
+    return std::nullopt;
+  }
+  rig.pool.recycle(std::move(w), true, 10.0);
+  REQUIRE(rig.pool.counts().resets_passed == 1);
+  return pid;
+}
+
+}  // namespace
+
 TEST_CASE("a worker whose candidate ended cleanly serves the next one after a verified reset") {
   ReuseRig rig;
   auto twice = rig.build(candidate(2)), thrice = rig.build(candidate(3));
+  const auto kept = kept_after(rig, twice);
+  if (!kept) return;
+  const pid_t pid = *kept;
   auto w = rig.pool.acquire();
-  const pid_t pid = w->pid();
-  CHECK(rig.run(*w, twice) == 6.0f);
-  if (!may_set_limits_of(pid)) {
-    MESSAGE("skipped: this process may not set the worker's limits (root without CAP_SYS_RESOURCE)");
-    return;
-  }
-  rig.pool.recycle(std::move(w), true, 10.0);
-  CHECK(rig.pool.counts().resets_passed == 1);
-  w = rig.pool.acquire();
   CHECK(w->pid() == pid);
   CHECK(rig.run(*w, thrice) == 9.0f);  // the second candidate's code, not the first's
   CHECK(w->uses() == 2);
@@ -164,19 +178,13 @@ TEST_CASE("kept workers end on request: the next candidate gets a spare, the kep
   // What an evaluator does before giving back the memory its workers map (Evaluator::release_device_memory).
   ReuseRig rig;
   auto twice = rig.build(candidate(2));
-  auto w = rig.pool.acquire();
-  const pid_t pid = w->pid();
-  CHECK(rig.run(*w, twice) == 6.0f);
-  if (!may_set_limits_of(pid)) {
-    MESSAGE("skipped: this process may not set the worker's limits (root without CAP_SYS_RESOURCE)");
-    return;
-  }
-  rig.pool.recycle(std::move(w), true, 10.0);
-  REQUIRE(rig.pool.counts().resets_passed == 1);
+  const auto kept = kept_after(rig, twice);
+  if (!kept) return;
+  const pid_t pid = *kept;
   rig.pool.end_kept();
   CHECK(rig.pool.counts().ended == 1);
   CHECK(kill(pid, 0) != 0);  // ended and reaped
-  w = rig.pool.acquire();
+  auto w = rig.pool.acquire();
   CHECK(w->pid() != pid);
   CHECK(rig.pool.counts().reused == 0);
   CHECK(rig.run(*w, twice) == 6.0f);
