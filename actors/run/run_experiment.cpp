@@ -250,7 +250,7 @@ NodeShape spawn_evaluation(caf::actor_system& system, const SeedContext& c, acto
     s->options = eval::options_for(settings, device);
     s->tasks = c.tasks;
     s->leases = c.leases;
-    if (policy_lease(e) == device) {
+    if (policy_lease(e) == device && device.is_cuda()) {  // a CPU keeps no memory between the two
       if (!beside_policy) {
         std::set<eval::Device> other_gpus;
         for (const auto& d : e.eval.devices)
