@@ -11,6 +11,7 @@
 #             micro-batch 4 with activation checkpointing, no warm-up step (each stage's time on stderr as it ends)
 #   grpo120b  the same at the gpt-oss-120b shape
 #   qwen3     bench_lm, Qwen3-8B and Qwen2.5-7B shapes beside each other (make_dense_config.py): batch 1 and 64
+#   handover  the GPU test of an evaluator giving back its arena and pools (a GPU shared with the policy)
 # Default: tests mxfp4 20b. Builds first unless build-gpu/ has a crucible (CRUCIBLE_TARGETS="test_gpu bench_lm
 # bench_grpo_step bench_mxfp4 crucible crucible-worker crucible-cuda-worker crucible-nvrtc").
 set -uo pipefail
@@ -30,6 +31,7 @@ done
 run_step() {
   case $1 in
     tests) build-gpu/tests/test_gpu -tc='lm gpu*' ;;
+    handover) build-gpu/tests/test_gpu -tc='gpu: an evaluator gives back*' ;;
     mxfp4) build-gpu/tools/bench_mxfp4 --device cuda:0 ;;
     20b) build-gpu/tools/bench_lm --model "$shapes/gpt-oss-20b" --random-weights 1 --batches 1,64 --new 128 ;;
     120b) build-gpu/tools/bench_lm --model "$shapes/gpt-oss-120b" --random-weights 1 --batches 1,64 --new 128 ;;
