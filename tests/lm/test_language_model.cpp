@@ -1,4 +1,6 @@
 // The model directory as a user meets it: text in, text out, chat formats, defaults, errors; and the CLI.
+// LibTorch's headers first: the glog they bring defines CHECK too, and doctest's must be the one that stands.
+#include <ATen/core/Tensor.h>
 #include <doctest/doctest.h>
 
 #include <algorithm>
