@@ -1,5 +1,7 @@
 // A GPU input pool's fresh inputs: the one-pass reflection gives what LibTorch's where(mask, c - x, x) gave, down to
 // the rounding of a half type's centre (a constant input reflects onto itself), and labels stay in their range.
+// LibTorch's headers first: the glog they bring defines CHECK too, and doctest's must be the one that stands.
+#include <ATen/core/Tensor.h>
 #include <doctest/doctest.h>
 
 #include "tensor_checks.h"
