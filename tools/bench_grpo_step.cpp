@@ -113,10 +113,12 @@ void grpo_step(Bench& b, policy::LmPolicy& policy, const std::vector<eval::TaskS
     lm::reset_peak_memory(dev);
     return gib;
   };
-  // Each stage on stderr as it ends, so a run that fails (out of memory) shows how far it got.
+  // Each stage on stderr as it ends, so a run that fails (out of memory) shows how far it got: its seconds and peak.
   auto progress = [&](const char* stage, Clock::time_point start) {
-    std::fprintf(stderr, "%s: %.2f s, peak %.2f GiB\n", stage, since(start), peak_gib());
+    const std::pair<double, double> spent{since(start), peak_gib()};
+    std::fprintf(stderr, "%s: %.2f s, peak %.2f GiB\n", stage, spent.first, spent.second);
     where_memory_is(dev);
+    return spent;
   };
   // Warm-up, untimed: this batch shape's CUDA graph, cuBLAS's choices for the backward pass, the allocator. A run
   // pays this once, in its first step (without it, the step below includes them).
@@ -136,10 +138,7 @@ void grpo_step(Bench& b, policy::LmPolicy& policy, const std::vector<eval::TaskS
   peak_gib();
   auto t0 = Clock::now();
   auto groups = policy.sample_groups(asks);
-  const double sample_s = since(t0);
-  const double sample_gib = peak_gib();
-  std::fprintf(stderr, "sampling: %.2f s, peak %.2f GiB\n", sample_s, sample_gib);
-  where_memory_is(dev);
+  const auto [sample_s, sample_gib] = progress("sampling", t0);
   const int64_t new_tokens = tokens_of(groups);
   std::vector<policy::Sample> samples;
   for (auto& g : groups)
@@ -147,10 +146,7 @@ void grpo_step(Bench& b, policy::LmPolicy& policy, const std::vector<eval::TaskS
   const auto serial = b.policy_only ? EvalResult{} : evaluate_all(*b.evaluator, eval_tasks, sources, b.options, b.jobs);
   t0 = Clock::now();
   const auto recomputed = policy.completion_logprobs(samples);
-  const double logprob_s = since(t0);
-  const double logprob_gib = peak_gib();
-  std::fprintf(stderr, "log-probs: %.2f s, peak %.2f GiB\n", logprob_s, logprob_gib);
-  where_memory_is(dev);
+  const auto [logprob_s, logprob_gib] = progress("log-probs", t0);
   double max_diff = 0, sum_diff = 0;
   int64_t compared = 0;
   for (std::size_t i = 0; i < samples.size(); ++i)

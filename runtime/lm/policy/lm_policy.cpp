@@ -210,7 +210,6 @@ struct LmPolicy::Impl {
 namespace {
 
 lm::LanguageModel load_model(const LmPolicySetup& setup) {
-  if (setup.state_dir.empty()) throw std::invalid_argument("a libtorch policy needs a state directory for its checkpoints");
   lm::LanguageModelOptions mo;
   mo.device = setup.config.lm.device.name();
   mo.dtype = setup.config.lm.dtype;
@@ -241,8 +240,8 @@ LmPolicy::LmPolicy(LmPolicySetup setup, const LmPolicy* weights_of) {
         theirs.cuda_graphs != mine.cuda_graphs || weights_of->impl_->setup.random_weights != setup.random_weights)
       throw std::invalid_argument(
           "a policy shares weights only with a policy of the same model, device, dtype, chat format and batching");
-    if (setup.state_dir.empty()) throw std::invalid_argument("a libtorch policy needs a state directory for its checkpoints");
   }
+  if (setup.state_dir.empty()) throw std::invalid_argument("a libtorch policy needs a state directory for its checkpoints");
   auto model = weights_of ? weights_of->impl_->model.sharing_weights() : load_model(setup);
   impl_ = std::make_unique<Impl>(std::move(setup), std::move(model));
   auto& im = *impl_;
