@@ -24,8 +24,13 @@ the reference and the answer; parameters are made on the GPU too, from the same 
 Usage: python3 tools/gpu_node/kernelbench_agreement.py --kernelbench KB_CHECKOUT --tasks TASKS_DIR --answers DIR
            [--crucible build/tools/crucible] [--device 0] [--json OUT.json] [--prebuild N] [--build-root DIR]
            [--prebuild-only] [--only TASK,...] [--inputs-on-cpu] [--names FILE,...] [--kernelbench-from JSON...]
+           [--repeat N] [--kernelbench-tf32 default|off]
   --prebuild-only builds KernelBench's side into --build-root and stops; a later run with --prebuild 0 and the same
-  --build-root finds it built. --only judges the answers of these tasks alone.
+  --build-root finds it built. --only judges the answers of these tasks alone. --repeat N judges each answer N times
+  on each side and reports the median speedup (every run's in the JSON): one run of either side can be a few percent
+  off its usual time on a busy node. --kernelbench-tf32 off runs KernelBench's side with cuDNN's TF32 switched off, as
+  Crucible always runs float32 tasks; KernelBench leaves PyTorch's default (convolutions in TF32), so the two
+  evaluators' speedups of an answer that keeps a convolution differ by how much cheaper TF32 makes it.
 """
 import argparse
 import ast
@@ -134,9 +139,10 @@ def prebuild(checkout, jobs, answers):
             print(f"prebuilt {build_dir}{': ' + error if error else ''}", flush=True)
 
 
-def kernelbench_verdict(kb_eval, problem_src, answer_src, device, build_dir, inputs_on_gpu):
+def kernelbench_verdict(kb_eval, problem_src, answer_src, device, build_dir, inputs_on_gpu, tf32):
     import contextlib
     import torch
+    torch.backends.cudnn.allow_tf32 = tf32
     where = torch.device("cuda", device) if inputs_on_gpu else contextlib.nullcontext()
     try:
         with where:
@@ -168,6 +174,19 @@ def crucible_verdict(crucible, tasks, task, answer, device):
             "ref_us": ref.get("median_us"), "coverage": v.get("kernel_coverage")}
 
 
+def median_of_runs(runs):
+    """One side's verdict over repeated runs: the first run's, with the median speedup of the runs that were correct
+    and every run's speedup beside it."""
+    verdict = dict(runs[0])
+    speedups = sorted(r["speedup"] for r in runs if r.get("speedup"))
+    if len(runs) > 1:
+        verdict["speedups"] = [r.get("speedup") for r in runs]
+        verdict["statuses"] = [r["status"] for r in runs]
+    if speedups:
+        verdict["speedup"] = speedups[len(speedups) // 2]
+    return verdict
+
+
 def read(path):
     with open(path) as f:
         return f.read()
@@ -190,6 +209,8 @@ def main():
     p.add_argument("--kernelbench-from", nargs="*", default=[],
                    help="earlier --json files: their KernelBench verdicts are reused (same node, same answers), only "
                         "Crucible's side runs again")
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--kernelbench-tf32", choices=["default", "off"], default="default")
     a = p.parse_args()
     earlier = {}
     for path in a.kernelbench_from:
@@ -218,11 +239,12 @@ def main():
     rows = []
     fmt = lambda s: f"{s:.3f}x" if s else "-"  # noqa: E731
     for task, name, answer, problem in work:
-        rows.append({"task": task, "answer": name,
-                     "kernelbench": earlier.get((task, name)) or
-                                    kernelbench_verdict(kb_eval, read(problem), read(answer), a.device,
-                                                        build_dir[answer], not a.inputs_on_cpu),
-                     "crucible": crucible_verdict(a.crucible, a.tasks, task, answer, a.device),
+        kernelbench_runs = [earlier[(task, name)]] if (task, name) in earlier else [
+            kernelbench_verdict(kb_eval, read(problem), read(answer), a.device, build_dir[answer],
+                                not a.inputs_on_cpu, a.kernelbench_tf32 == "default") for _ in range(a.repeat)]
+        crucible_runs = [crucible_verdict(a.crucible, a.tasks, task, answer, a.device) for _ in range(a.repeat)]
+        rows.append({"task": task, "answer": name, "kernelbench_tf32": a.kernelbench_tf32,
+                     "kernelbench": median_of_runs(kernelbench_runs), "crucible": median_of_runs(crucible_runs),
                      "published_ms": published_time_ms(a.kernelbench, task, problem)})
         r = rows[-1]
         print(f"{task:10} {name:32} {kernelbench_backend(read(answer)):6} KB {r['kernelbench']['status']:13} {fmt(r['kernelbench'].get('speedup')):>8}"

@@ -3,9 +3,10 @@
 # (tests/fixtures/kernelbench/agreement, kernelbench_agreement.py), in steps that fit the device tool's calls: a step
 # may run in a later call on the same (warm) machine, as long as WORK stays.
 # Usage: bash tools/gpu_node/kernelbench_agreement.sh KB_CHECKOUT OUT_DIR STEP...
-#   import                 the answers' problems imported at their CUDA sizes (WORK/tasks)
+#   import[:TASKS]         the answers' problems imported at their CUDA sizes (WORK/tasks)
 #   prebuild[:TASKS]       KernelBench's side built with load_inline, 16 at a time (WORK/kbbuild)
 #   agree[:TASKS]          both evaluators on the answers of TASKS (comma-separated; default all), one JSON per step
+# AGREE_ARGS adds options of kernelbench_agreement.py to prebuild and agree (--names honest.py --repeat 3 ...).
 #   bench                  bench_kernelbench_compile, lean, on the 20 honest CUDA answers
 #   load_inline            tools/bench_load_inline.py 1 (the baseline of the row above)
 #   suite                  the GPU suite's KernelBench and Triton cases
@@ -30,11 +31,11 @@ agreement() {  # TASKS ARGS...
   local tasks=$1
   shift
   "$CRUCIBLE_PYTHON" tools/gpu_node/kernelbench_agreement.py --kernelbench "$kb" --tasks "$work/tasks" \
-    --answers "$answers" --crucible build-gpu/tools/crucible --build-root "$work/kbbuild" --only "$tasks" "$@"
+    --answers "$answers" --crucible build-gpu/tools/crucible --build-root "$work/kbbuild" --only "$tasks" ${AGREE_ARGS:-} "$@"
 }
 
-problems() {  # the problem file of every task folder
-  for t in $(ls "$answers" | grep '^kb_'); do
+problems() {  # TASKS: the problem file of each task (comma-separated)
+  for t in ${1//,/ }; do
     level=$(echo "$t" | cut -d_ -f2 | tr -d l)
     ls "$kb/KernelBench/level$level/$(echo "$t" | cut -d_ -f3)_"*.py
   done
@@ -42,7 +43,7 @@ problems() {  # the problem file of every task folder
 
 run_step() {  # NAME TASKS TAG: the step's own exit status
   case $1 in
-    import) build-gpu/tools/crucible tasks import --kernelbench $(problems) --cuda --jobs 8 --out "$work/tasks" \
+    import) build-gpu/tools/crucible tasks import --kernelbench $(problems "$2") --cuda --jobs 8 --out "$work/tasks" \
               > "$out/import.txt" 2>&1 ;;
     prebuild) agreement "$2" --prebuild 16 --prebuild-only > "$out/prebuild-$3.log" 2>&1 ;;
     agree) agreement "$2" --prebuild 0 --json "$out/agreement-$3.json" > "$out/agreement-$3.log" 2>&1 ;;
@@ -60,7 +61,7 @@ for step in "$@"; do
   name=${step%%:*}
   tasks=$all_tasks
   [[ $step == *:* ]] && tasks=${step#*:}
-  tag=$(echo "$tasks" | md5sum | cut -c1-8)
+  tag=$(echo "$tasks ${AGREE_ARGS:-}" | md5sum | cut -c1-8)
   run_step "$name" "$tasks" "$tag"
   rc=$?
   echo "$step: rc $rc in $(( $(date +%s) - start )) s" | tee -a "$out/progress.log"
