@@ -1,7 +1,7 @@
 // A CUPTI injection library that prints where a program's GPU time went, kernel by kernel, without changing the
 // program: every kernel (also those inside CUDA graphs) is recorded with its start and end, and at exit a table
-// of the last KPROF_LAST_S seconds (default: all) is written to KPROF_OUT (default: stderr), followed by how
-// long the GPU sat idle between kernels. With KPROF_MEMORY=1 it also records every allocation and release the driver
+// of the last KPROF_LAST_S seconds (default: all) is written to KPROF_OUT (default: stderr; also when SIGTERM ends the
+// program), followed by how long the GPU sat idle between kernels. With KPROF_MEMORY=1 it also records every allocation and release the driver
 // sees (by any API, from any library) and reports device memory at its peak and at exit, by the shared object that
 // asked for it: memory a program holds outside its own allocator shows up there (KPROF_KERNELS=0: memory only).
 //
@@ -14,6 +14,7 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -203,6 +204,13 @@ void write_report() {
   if (out != stderr) std::fclose(out);
 }
 
+// A run stopped by `timeout` (SIGTERM) still reports what it recorded: the report is written from the handler, not
+// async-signal-safe, but the program is ending either way and a long run's profile is what was asked for.
+void report_and_end(int signal_number) {
+  write_report();
+  std::_Exit(128 + signal_number);
+}
+
 }  // namespace
 
 // The CUDA driver calls this once when CUDA_INJECTION64_PATH names this library.
@@ -216,5 +224,6 @@ extern "C" int InitializeInjection() {
   if (memory != nullptr && std::strcmp(memory, "1") == 0 && cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2) != CUPTI_SUCCESS)
     return 0;
   std::atexit(write_report);
+  std::signal(SIGTERM, report_and_end);
   return 1;
 }
