@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <vector>
 
 #include "lm/generation/generator.h"
@@ -373,4 +374,66 @@ TEST_CASE("lm gpu: the router's top-k kernel picks LibTorch's top logits, equals
   CHECK(cpu[0].equal(at::tensor(std::vector<int64_t>{0, 1, 2, 3})));
   CHECK(cpu[1].equal(at::tensor(std::vector<int64_t>{20, 21, 22, 23})));
   CHECK(at::allclose(weights.cpu(), at::full({3, 4}, 0.25f)));
+}
+
+namespace {
+
+// Attention with a sink column, in double on the CPU: the softmax over the visible keys and the sink, the sink's
+// share dropped. q [B, T, H, D], k and v [B, Hkv, S, D], allowed [B, 1, T, S] -> [B, T, H * D].
+at::Tensor sink_attention_in_double(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const at::Tensor& allowed, const at::Tensor& sinks, double scale) {
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), S = k.size(2), G = H / k.size(1);
+  const auto keys = k.repeat_interleave(G, 1), values = v.repeat_interleave(G, 1);
+  auto scores = at::matmul(q.transpose(1, 2), keys.transpose(-1, -2)) * scale;  // [B, H, T, S]
+  scores = scores.masked_fill(at::logical_not(allowed), -std::numeric_limits<double>::infinity());
+  const auto sink = sinks.view({1, H, 1, 1}).expand({B, H, T, 1});
+  const auto probs = at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, S);
+  return at::matmul(probs, values).transpose(1, 2).reshape({B, T, H * D});
+}
+
+}  // namespace
+
+TEST_CASE("lm gpu: attention with sinks and windows on the fused kernel gives the sink softmax, gradients too") {
+  // What training and log-prob passes of gpt-oss run: the sinks as one more key (plain_attention.cpp), so the GPU's
+  // fused attention computes them with its own backward. Against a double-precision softmax with a sink column, on
+  // the same (rounded) inputs: causal, right-padded, with and without a window shorter than the sequence.
+  const c10::Device gpu("cuda:0");
+  auto g = at::make_generator<at::CPUGeneratorImpl>(5);
+  const int64_t B = 2, T = 45, H = 8, Hkv = 2, D = 64;
+  const double scale = 0.125;
+  const auto slots = at::arange(T, at::kLong);
+  auto valid = at::ones({B, T}, at::kBool);
+  valid.select(0, 1).narrow(0, 30, T - 30).fill_(false);  // row 1 right-padded
+  const auto causal = (slots.view({1, T}) <= slots.view({T, 1})).view({1, 1, T, T}) & valid.view({B, 1, 1, T});
+  const auto sinks = at::randn({H}, g) * 2;
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    for (const int64_t window : {int64_t{0}, int64_t{6}}) {
+      CAPTURE(dtype == at::kFloat);
+      CAPTURE(window);
+      const auto allowed = window > 0 ? sliding_window_mask(causal, slots, window) : causal;
+      // Inputs rounded to the dtype once; the reference reads the same values in double.
+      const auto q = at::randn({B, T, H, D}, g).to(dtype), k = at::randn({B, Hkv, T, D}, g).to(dtype),
+                 v = at::randn({B, Hkv, T, D}, g).to(dtype), weights = at::randn({B, T, H * D}, g);
+      auto qg = q.to(gpu).detach().requires_grad_(), kg = k.to(gpu).detach().requires_grad_(),
+           vg = v.to(gpu).detach().requires_grad_();
+      const auto out = plain_attention(qg, kg, vg, allowed.to(gpu), sinks.to(gpu, dtype), scale, T);
+      (out.to(at::kFloat) * weights.to(gpu)).sum().backward();
+      auto qd = q.to(at::kDouble).detach().requires_grad_(), kd = k.to(at::kDouble).detach().requires_grad_(),
+           vd = v.to(at::kDouble).detach().requires_grad_();
+      const auto expected =
+          sink_attention_in_double(qd, kd, vd, allowed, sinks.to(dtype).to(at::kDouble), scale);
+      (expected * weights.to(at::kDouble)).sum().backward();
+      const double tolerance = dtype == at::kFloat ? 1e-4 : 3e-2;
+      auto close = [&](const at::Tensor& got, const at::Tensor& want) {
+        const auto w = want.to(at::kFloat);
+        const double err = (got.cpu().to(at::kFloat) - w).abs().max().item<double>();
+        MESSAGE("largest difference " << err << " of " << w.abs().max().item<double>());
+        return err <= tolerance * std::max(1.0, w.abs().max().item<double>());
+      };
+      CHECK(close(out.detach(), expected.detach()));
+      CHECK(close(qg.grad(), qd.grad()));
+      CHECK(close(kg.grad(), kd.grad()));
+      CHECK(close(vg.grad(), vd.grad()));
+    }
+  }
 }

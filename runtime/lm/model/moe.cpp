@@ -50,15 +50,11 @@ at::Tensor clamped_swiglu(const at::Tensor& gate_up, const MoeConfig& config) {
 
 namespace {
 
-// One expert on the rows routed to it: [n, hidden] -> [n, hidden].
-at::Tensor expert_forward(const MoeWeights& w, const MoeConfig& config, int64_t e, const at::Tensor& x,
-                          const LoraAdapter* lora, int64_t layer) {
-  const int64_t E = config.num_experts;
-  auto gate_up = at::linear(x, w.gate_up.expert(e, x.scalar_type()), w.gate_up_bias[e]);
-  if (lora) gate_up = lora->plus_expert_delta(layer, LoraTarget::experts_gate_up, e, E, x, gate_up);
-  const auto hidden = clamped_swiglu(gate_up, config);
-  const auto out = at::linear(hidden, w.down.expert(e, x.scalar_type()), w.down_bias[e]);
-  return lora ? lora->plus_expert_delta(layer, LoraTarget::experts_down, e, E, hidden, out) : out;
+// One expert's projection of the rows routed to it: x [n, in] -> [n, out], with the adapter's delta of that expert.
+at::Tensor expert_projection(const ExpertMatrix& m, const at::Tensor& bias, LoraTarget target, int64_t e,
+                             const MoeConfig& config, const at::Tensor& x, const LoraAdapter* lora, int64_t layer) {
+  const auto out = at::linear(x, m.expert(e, x.scalar_type()), bias[e]);
+  return lora ? lora->plus_expert_delta(layer, target, e, config.num_experts, x, out) : out;
 }
 
 // Every token's experts read straight from MXFP4 on the GPU (moe_kernels.h), with an adapter's expert deltas gathered
@@ -86,28 +82,33 @@ std::optional<at::Tensor> experts_on_device(const MoeWeights& w, const MoeConfig
 }
 
 // Each expert in turn on the tokens routed to it, through LibTorch's differentiable operators (training; the CPU).
-// Assignments are put in their experts' order once, with one host sync a layer for the counts; each token's k
-// weighted outputs are then summed in float32, in its choices' order (no atomics: the same sum every run).
+// Assignments are put in their experts' order once (one host sync a layer, for the counts) and gathered once; each
+// expert then runs only its two products on its slice, and the SwiGLU, the routing weights and the sum over each
+// token's k choices run once over all assignments. Per expert that is a handful of launches forward and backward
+// (slices come from one split, whose backward is one concatenation, not a full-size gradient per expert). The k
+// weighted outputs are summed in float32, in the token's choices' order (no atomics: the same sum every run).
 at::Tensor experts_in_turn(const MoeWeights& w, const MoeConfig& config, const at::Tensor& flat, const Routing& routing,
                            const LoraAdapter* lora, int64_t layer) {
   const int64_t k = config.experts_per_token, E = config.num_experts, T = flat.size(0);
+  if (T == 0) return at::zeros_like(flat);
   const auto experts = routing.experts.reshape({-1});  // assignment a: token a / k's (a % k)-th choice
   const auto order = std::get<1>(at::sort(experts, /*stable=*/true, /*dim=*/0, /*descending=*/false));
   const auto counts = at::bincount(experts, {}, E).to(at::kCPU);
-  const auto tokens = at::div(order, k, "floor");
-  const auto weights = routing.weights.reshape({-1}).index_select(0, order).to(at::kFloat).unsqueeze(-1);
-  const auto count = counts.accessor<int64_t, 1>();
+  const std::vector<int64_t> sizes(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + E);
+  const auto inputs = flat.index_select(0, at::div(order, k, "floor")).split_with_sizes(sizes);
+  std::vector<at::Tensor> gate_ups;
+  for (int64_t e = 0; e < E; ++e)
+    if (sizes[e] > 0)
+      gate_ups.push_back(expert_projection(w.gate_up, w.gate_up_bias, LoraTarget::experts_gate_up, e, config,
+                                           inputs[e], lora, layer));
+  const auto hidden = clamped_swiglu(at::cat(gate_ups), config).split_with_sizes(sizes);
   std::vector<at::Tensor> outputs;  // in the experts' order
-  int64_t offset = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = count[e];
-    if (n == 0) continue;
-    const auto y = expert_forward(w, config, e, flat.index_select(0, tokens.narrow(0, offset, n)), lora, layer);
-    outputs.push_back(y.to(at::kFloat) * weights.narrow(0, offset, n));
-    offset += n;
-  }
-  if (outputs.empty()) return at::zeros_like(flat);  // no tokens
-  const auto by_assignment = at::cat(outputs).index_select(0, at::argsort(order));
+  for (int64_t e = 0; e < E; ++e)
+    if (sizes[e] > 0)
+      outputs.push_back(
+          expert_projection(w.down, w.down_bias, LoraTarget::experts_down, e, config, hidden[e], lora, layer));
+  const auto weights = routing.weights.reshape({-1}).index_select(0, order).to(at::kFloat).unsqueeze(-1);
+  const auto by_assignment = (at::cat(outputs).to(at::kFloat) * weights).index_select(0, at::argsort(order));
   return by_assignment.view({T, k, flat.size(-1)}).sum(1).to(flat.scalar_type());
 }
 

@@ -8,6 +8,25 @@
 
 namespace crucible::lm {
 
+at::Tensor additive_mask(const at::Tensor& mask, c10::ScalarType dtype) {
+  return at::zeros(mask.sizes(), mask.options().dtype(dtype))
+      .masked_fill_(at::logical_not(mask), -std::numeric_limits<double>::infinity());
+}
+
+at::Tensor scaled_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                            double scale) {
+#if CRUCIBLE_SDPA
+  return at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale);
+#else
+  auto scores = at::matmul(q, k.transpose(-1, -2)) * scale;
+  scores = mask.scalar_type() == at::kBool
+               ? scores.masked_fill(at::logical_not(mask), -std::numeric_limits<float>::infinity())
+               : scores + mask;
+  auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  return at::matmul(probs, v);
+#endif
+}
+
 at::Tensor sliding_window_mask(const at::Tensor& mask, const at::Tensor& query_slots, int64_t window) {
   const int64_t visible = mask.size(-1);
   const auto key_slots = at::arange(visible, query_slots.options()).view({1, visible});
@@ -17,30 +36,57 @@ at::Tensor sliding_window_mask(const at::Tensor& mask, const at::Tensor& query_s
 
 namespace {
 
-// One block of query rows (all of them, or a chunk): the scores of these rows against every visible slot.
+int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+// The sinks as one more key, so that attention with sinks is plain attention (a fused kernel on a GPU, with its
+// gradients): queries get two more coordinates equal to 1, the sink key carries sink / scale there (a high and a low
+// part, so that bfloat16 keeps the logit to about 2^-16 of itself), every other key 0; the sink's value is 0, so its
+// share of the softmax leaves the output. Head dimensions are padded to a multiple of 8 and keys to a multiple of 16
+// (masked), as the fused kernels want. q [B, H, T, D], keys and values [B, H, S, D], allowed [B, 1, T, S] bool.
+struct WithSinkKey {
+  at::Tensor q, k, v, mask;
+};
+
+WithSinkKey with_sink_key(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                          const at::Tensor& allowed, const at::Tensor& sinks, double scale) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), S = keys.size(2);
+  const int64_t padded_d = round_up(D + 2, 8), padded_s = round_up(S + 1, 16);
+  const auto options = q.options().requires_grad(false);
+  const auto ones = at::ones({B, H, T, 2}, options);
+  const auto q_pad = at::zeros({B, H, T, padded_d - D - 2}, options);
+  const auto logit = sinks.to(at::kDouble) / scale;
+  const auto high = logit.to(q.scalar_type());
+  const auto low = (logit - high.to(at::kDouble)).to(q.scalar_type());
+  auto sink_key = at::zeros({H, padded_d}, options);
+  sink_key.select(1, D).copy_(high);
+  sink_key.select(1, D + 1).copy_(low);
+  const auto sink_and_pad_keys = at::cat({sink_key.view({1, H, 1, padded_d}).expand({B, H, 1, padded_d}),
+                                          at::zeros({B, H, padded_s - S - 1, padded_d}, options)}, 2);
+  const auto column_mask = at::zeros({B, 1, T, padded_s - S}, allowed.options());
+  column_mask.narrow(-1, 0, 1).fill_(true);  // the sink's column: every row sees it
+  return {at::cat({q, ones, q_pad}, -1),
+          at::cat({at::constant_pad_nd(keys, {0, padded_d - D}), sink_and_pad_keys}, 2),
+          at::constant_pad_nd(values, {0, padded_d - D, 0, padded_s - S}),
+          additive_mask(at::cat({allowed.expand({B, 1, T, S}), column_mask}, -1), q.scalar_type())};
+}
+
+// One block of query rows (all of them, or a chunk) against every visible slot.
 at::Tensor attend(const at::Tensor& queries, const at::Tensor& k_cache, const at::Tensor& v_cache,
                   const at::Tensor& mask, const at::Tensor& sinks, double scale, int64_t visible) {
   const int64_t B = queries.size(0), T = queries.size(1), H = queries.size(2), D = queries.size(3);
-  const int64_t Hkv = k_cache.size(1), G = H / Hkv;
-  // The G query heads that share a key head become G x T query rows of that head (head h reads key head h / G).
-  const auto grouped = queries.transpose(1, 2).reshape({B, Hkv, G * T, D});
-  const auto keys = k_cache.narrow(2, 0, visible);
-  const auto values = v_cache.narrow(2, 0, visible);
-  auto scores = at::matmul(grouped, keys.transpose(-1, -2)).to(at::kFloat) * scale;  // [B, Hkv, G T, visible]
-  const auto allowed = mask.expand({B, 1, T, visible}).repeat({1, 1, G, 1});
-  scores = scores.masked_fill(at::logical_not(allowed), -std::numeric_limits<float>::infinity());
-  at::Tensor probs;
+  const int64_t G = H / k_cache.size(1);
+  // Query head h reads key head h / G.
+  const auto keys = k_cache.narrow(2, 0, visible).repeat_interleave(G, 1);
+  const auto values = v_cache.narrow(2, 0, visible).repeat_interleave(G, 1);
+  const auto q = queries.transpose(1, 2);
+  at::Tensor out;
   if (sinks.defined()) {
-    // Each head's sink logit as one more column of its rows; its share of the softmax is dropped.
-    const auto sink_column = sinks.to(at::kFloat).view({1, Hkv, G, 1, 1}).expand({B, Hkv, G, T, 1}).reshape({B, Hkv, G * T, 1});
-    probs = at::softmax(at::cat({scores, sink_column}, -1), -1).narrow(-1, 0, visible);
+    const auto s = with_sink_key(q, keys, values, mask, sinks, scale);
+    out = scaled_attention(s.q, s.k, s.v, s.mask, scale).narrow(-1, 0, D);
   } else {
-    probs = at::softmax(scores, -1);
+    out = scaled_attention(q, keys, values, mask, scale);
   }
-  return at::matmul(probs.to(values.scalar_type()), values)
-      .reshape({B, H, T, D})
-      .transpose(1, 2)
-      .reshape({B, T, H * D});
+  return out.transpose(1, 2).reshape({B, T, H * D});
 }
 
 }  // namespace
@@ -48,11 +94,12 @@ at::Tensor attend(const at::Tensor& queries, const at::Tensor& k_cache, const at
 at::Tensor plain_attention(const at::Tensor& queries, const at::Tensor& k_cache, const at::Tensor& v_cache,
                            const at::Tensor& mask, const at::Tensor& sinks, double scale, int64_t visible,
                            int64_t chunk_scores) {
-  // Query rows are independent, so a chunk of them at a time gives the same rows; the softmax's several float32
-  // copies of the scores then stay near chunk_scores elements.
+  // Query rows are independent, so a chunk of them at a time gives the same rows; where the scores are materialised,
+  // the softmax's several float32 copies of them then stay near chunk_scores elements.
   const int64_t B = queries.size(0), T = queries.size(1), H = queries.size(2);
+  const bool fused = CRUCIBLE_SDPA && queries.is_cuda();
   const int64_t rows = std::max<int64_t>(1, chunk_scores / std::max<int64_t>(1, B * H * visible));
-  if (rows >= T) return attend(queries, k_cache, v_cache, mask, sinks, scale, visible);
+  if (fused || rows >= T) return attend(queries, k_cache, v_cache, mask, sinks, scale, visible);
   std::vector<at::Tensor> parts;
   for (int64_t t0 = 0; t0 < T; t0 += rows) {
     const int64_t n = std::min(rows, T - t0);

@@ -99,39 +99,6 @@ class RandomWeights final : public WeightReader {
   const LoadOptions& options_;
 };
 
-// LibTorch 2.5 and later: scaled_dot_product_attention takes grouped key heads (enable_gqa) and picks a fused causal
-// kernel (flash attention) when given no mask.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
-#define CRUCIBLE_SDPA_GQA 1
-#else
-#define CRUCIBLE_SDPA_GQA 0
-#endif
-// LibTorch 2.1 and later: scaled_dot_product_attention, with boolean or additive masks.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
-#define CRUCIBLE_SDPA 1
-#else
-#define CRUCIBLE_SDPA 0
-#endif
-
-// scaled_dot_product_attention turns a boolean mask into an additive one (0 where a query attends, -inf elsewhere,
-// in the query's dtype) at every call, two kernels a layer; made once per forward pass instead.
-at::Tensor additive_mask(const at::Tensor& mask, c10::ScalarType dtype) {
-  return at::zeros(mask.sizes(), mask.options().dtype(dtype))
-      .masked_fill_(at::logical_not(mask), -std::numeric_limits<double>::infinity());
-}
-
-at::Tensor scaled_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                            double scale) {
-#if CRUCIBLE_SDPA
-  return at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale);
-#else
-  auto scores = at::matmul(q, k.transpose(-1, -2)) * scale;
-  scores = scores.masked_fill(at::logical_not(mask), -std::numeric_limits<float>::infinity());
-  auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
-  return at::matmul(probs, v);
-#endif
-}
-
 }  // namespace
 
 at::Tensor causal_mask(const at::Tensor& query_slots, const at::Tensor& key_valid, int64_t visible) {
