@@ -70,7 +70,32 @@ WithSinkKey with_sink_key(const at::Tensor& q, const at::Tensor& keys, const at:
           additive_mask(at::cat({allowed.expand({B, 1, T, S}), column_mask}, -1), q.scalar_type())};
 }
 
-// One block of query rows (all of them, or a chunk) against every visible slot.
+// The scores materialised, the sinks as one more column of the softmax: what a decode step's few query rows take.
+// Its result does not depend on how many masked slots follow the visible ones (a decode step in a CUDA graph attends
+// over its graph's span, an eager one over the slots in use), where a fused kernel's sums may be split differently.
+at::Tensor attend_materialised(const at::Tensor& queries, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                               const at::Tensor& mask, const at::Tensor& sinks, double scale, int64_t visible) {
+  const int64_t B = queries.size(0), T = queries.size(1), H = queries.size(2), D = queries.size(3);
+  const int64_t Hkv = k_cache.size(1), G = H / Hkv;
+  // The G query heads that share a key head become G x T query rows of that head (head h reads key head h / G).
+  const auto grouped = queries.transpose(1, 2).reshape({B, Hkv, G * T, D});
+  const auto keys = k_cache.narrow(2, 0, visible);
+  const auto values = v_cache.narrow(2, 0, visible);
+  auto scores = at::matmul(grouped, keys.transpose(-1, -2)).to(at::kFloat) * scale;  // [B, Hkv, G T, visible]
+  const auto allowed = mask.expand({B, 1, T, visible}).repeat({1, 1, G, 1});
+  scores = scores.masked_fill(at::logical_not(allowed), -std::numeric_limits<float>::infinity());
+  at::Tensor probs;
+  if (sinks.defined()) {
+    const auto sink_column =
+        sinks.to(at::kFloat).view({1, Hkv, G, 1, 1}).expand({B, Hkv, G, T, 1}).reshape({B, Hkv, G * T, 1});
+    probs = at::softmax(at::cat({scores, sink_column}, -1), -1).narrow(-1, 0, visible);
+  } else {
+    probs = at::softmax(scores, -1);
+  }
+  return at::matmul(probs.to(values.scalar_type()), values).reshape({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
+}
+
+// Many query rows (prefills, log-prob and training passes) through scaled_attention, the sinks as one more key.
 at::Tensor attend(const at::Tensor& queries, const at::Tensor& k_cache, const at::Tensor& v_cache,
                   const at::Tensor& mask, const at::Tensor& sinks, double scale, int64_t visible) {
   const int64_t B = queries.size(0), T = queries.size(1), H = queries.size(2), D = queries.size(3);
@@ -97,6 +122,7 @@ at::Tensor plain_attention(const at::Tensor& queries, const at::Tensor& k_cache,
   // Query rows are independent, so a chunk of them at a time gives the same rows; where the scores are materialised,
   // the softmax's several float32 copies of them then stay near chunk_scores elements.
   const int64_t B = queries.size(0), T = queries.size(1), H = queries.size(2);
+  if (T <= kFewQueryRows) return attend_materialised(queries, k_cache, v_cache, mask, sinks, scale, visible);
   const bool fused = CRUCIBLE_SDPA && queries.is_cuda();
   const int64_t rows = std::max<int64_t>(1, chunk_scores / std::max<int64_t>(1, B * H * visible));
   if (fused || rows >= T) return attend(queries, k_cache, v_cache, mask, sinks, scale, visible);
