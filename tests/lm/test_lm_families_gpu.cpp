@@ -395,8 +395,9 @@ at::Tensor sink_attention_in_double(const at::Tensor& q, const at::Tensor& k, co
 
 TEST_CASE("lm gpu: attention with sinks and windows on the fused kernel gives the sink softmax, gradients too") {
   // What training and log-prob passes of gpt-oss run: the sinks as one more key (plain_attention.cpp), so the GPU's
-  // fused attention computes them with its own backward. Against a double-precision softmax with a sink column, on
-  // the same (rounded) inputs: causal, right-padded, with and without a window shorter than the sequence.
+  // fused attention computes them with its own backward (the sinks' gradient too). Against a double-precision softmax
+  // with a sink column, on the same (rounded) inputs: causal, right-padded, with and without a window shorter than
+  // the sequence.
   const c10::Device gpu("cuda:0");
   auto g = at::make_generator<at::CPUGeneratorImpl>(5);
   const int64_t B = 2, T = 45, H = 8, Hkv = 2, D = 64;
@@ -416,12 +417,13 @@ TEST_CASE("lm gpu: attention with sinks and windows on the fused kernel gives th
                  v = at::randn({B, Hkv, T, D}, g).to(dtype), weights = at::randn({B, T, H * D}, g);
       auto qg = q.to(gpu).detach().requires_grad_(), kg = k.to(gpu).detach().requires_grad_(),
            vg = v.to(gpu).detach().requires_grad_();
-      const auto out = plain_attention(qg, kg, vg, allowed.to(gpu), sinks.to(gpu, dtype), scale, T);
+      auto sg = sinks.to(gpu, dtype).detach().requires_grad_();
+      const auto out = plain_attention(qg, kg, vg, allowed.to(gpu), sg, scale, T);
       (out.to(at::kFloat) * weights.to(gpu)).sum().backward();
       auto qd = q.to(at::kDouble).detach().requires_grad_(), kd = k.to(at::kDouble).detach().requires_grad_(),
            vd = v.to(at::kDouble).detach().requires_grad_();
-      const auto expected =
-          sink_attention_in_double(qd, kd, vd, allowed, sinks.to(dtype).to(at::kDouble), scale);
+      auto sd = sinks.to(dtype).to(at::kDouble).detach().requires_grad_();
+      const auto expected = sink_attention_in_double(qd, kd, vd, allowed, sd, scale);
       (expected * weights.to(at::kDouble)).sum().backward();
       const double tolerance = dtype == at::kFloat ? 1e-4 : 3e-2;
       auto close = [&](const at::Tensor& got, const at::Tensor& want) {
@@ -434,6 +436,7 @@ TEST_CASE("lm gpu: attention with sinks and windows on the fused kernel gives th
       CHECK(close(qg.grad(), qd.grad()));
       CHECK(close(kg.grad(), kd.grad()));
       CHECK(close(vg.grad(), vd.grad()));
+      CHECK(close(sg.grad(), sd.grad()));
     }
   }
 }

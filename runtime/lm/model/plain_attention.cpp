@@ -56,10 +56,9 @@ WithSinkKey with_sink_key(const at::Tensor& q, const at::Tensor& keys, const at:
   const auto q_pad = at::zeros({B, H, T, padded_d - D - 2}, options);
   const auto logit = sinks.to(at::kDouble) / scale;
   const auto high = logit.to(q.scalar_type());
-  const auto low = (logit - high.to(at::kDouble)).to(q.scalar_type());
-  auto sink_key = at::zeros({H, padded_d}, options);
-  sink_key.select(1, D).copy_(high);
-  sink_key.select(1, D + 1).copy_(low);
+  const auto low = (logit - high.to(at::kDouble)).to(q.scalar_type());  // its gradient in the sinks cancels
+  const auto sink_key = at::cat({at::zeros({H, D}, options), at::stack({high, low}, 1),
+                                 at::zeros({H, padded_d - D - 2}, options)}, 1);  // differentiable in the sinks
   const auto sink_and_pad_keys = at::cat({sink_key.view({1, H, 1, padded_d}).expand({B, H, 1, padded_d}),
                                           at::zeros({B, H, padded_s - S - 1, padded_d}, options)}, 2);
   const auto column_mask = at::zeros({B, 1, T, padded_s - S}, allowed.options());
