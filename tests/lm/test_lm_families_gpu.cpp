@@ -239,14 +239,21 @@ TEST_CASE("lm gpu: the experts' bfloat16 products on tensor cores are the exact 
           CAPTURE(dtype == at::kFloat);
           const auto padded = at::randn({A / divisor, cols + 32}, g).to(dtype);
           const auto x = padded.slice(1, 0, cols);
-          const auto got = expert_gemv(padded.to(gpu).slice(1, 0, cols), divisor, experts.to(gpu), blocks, scales, bias.to(gpu),
-                                       ExpertProducts::bfloat16).cpu().to(at::kDouble);
           const bool tensor_cores = A > E;
           const auto inputs = (tensor_cores ? x.to(at::kBFloat16) : x).to(at::kDouble).repeat_interleave(divisor, 0);
           const auto weights = decoded.index_select(0, experts);                                    // [A, rows, cols]
           const auto expected = at::bmm(weights, inputs.unsqueeze(-1)).squeeze(-1) +
                                 bias.to(at::kDouble).index_select(0, experts);
-          CHECK((got - expected).abs().max().item<double>() < 1e-5 * (1.0 + expected.abs().max().item<double>()));
+          // Ordered assignments in tiles of 32 and of 64 an expert's.
+          for (const int tile : {32, 64}) {
+            if (tile == 64 && A <= 256) continue;
+            CAPTURE(tile);
+            set_expert_ordered_tile(tile);
+            const auto got = expert_gemv(padded.to(gpu).slice(1, 0, cols), divisor, experts.to(gpu), blocks, scales,
+                                         bias.to(gpu), ExpertProducts::bfloat16).cpu().to(at::kDouble);
+            set_expert_ordered_tile(32);
+            CHECK((got - expected).abs().max().item<double>() < 1e-5 * (1.0 + expected.abs().max().item<double>()));
+          }
         }
       }
     }

@@ -401,14 +401,18 @@ __global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs 
 
 // On tensor cores, by expert: 8 inputs a warp's pass when experts have a few each, 16 or 32 when more tokens share an
 // expert, so that most experts' rows are read once.
-// Ordered assignments (a prefill's many): a block per tile of kOrderedTile of an expert's, at most
-// assignments / kOrderedTile + experts tiles.
+// Ordered assignments (a prefill's many): a block per tile of args.ordered_tile of an expert's, at most
+// assignments / tile + experts tiles.
 template <typename T>
 void launch_mma_for(const ExpertGemvArgs& args, cudaStream_t stream) {
   const int rows = (args.rows + kWarps * kMmaRows - 1) / (kWarps * kMmaRows);
   if (args.order) {
-    const dim3 grid((args.assignments + kOrderedTile - 1) / kOrderedTile + args.experts_count, rows);
-    expert_mma_kernel<T, kOrderedTile / 8, true><<<grid, kWarps * 32, 0, stream>>>(args);
+    const int tile = args.ordered_tile;
+    const dim3 grid((args.assignments + tile - 1) / tile + args.experts_count, rows);
+    if (tile == kWideOrderedTile)
+      expert_mma_kernel<T, kWideOrderedTile / 8, true><<<grid, kWarps * 32, 0, stream>>>(args);
+    else
+      expert_mma_kernel<T, kOrderedTile / 8, true><<<grid, kWarps * 32, 0, stream>>>(args);
     return;
   }
   const int per_expert = (args.assignments + args.experts_count - 1) / args.experts_count;
@@ -545,7 +549,8 @@ int elementwise_blocks(int64_t count) {
 bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
   const bool ordered = args.order && args.offsets && args.bf16_products && args.experts_count <= kMaxRouteExperts;
   if (args.assignments <= 0 || (args.assignments > kMaxExpertAssignments && !ordered) || args.cols % 32 != 0 ||
-      args.rows <= 0 || args.experts_count <= 0 || args.x_divisor <= 0)
+      args.rows <= 0 || args.experts_count <= 0 || args.x_divisor <= 0 ||
+      (args.ordered_tile != kOrderedTile && args.ordered_tile != kWideOrderedTile))
     return false;
   // A step of a token or two (fewer assignments than experts) is bound by reading the chosen experts' rows, which the
   // CUDA-core kernel keeps more of in flight; its float32 products are within the bfloat16 ones' rounding.

@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <string_view>
 
 #include "lm/kernels/element_of.h"
 #include "lm/kernels/kernel_switch.h"
@@ -24,6 +26,14 @@ std::atomic<bool>& switched_on() {
 std::atomic<bool>& tensor_cores_on() {
   static std::atomic<bool> on{on_unless_zero("CRUCIBLE_MOE_TENSOR_CORES")};
   return on;
+}
+
+std::atomic<int>& ordered_tile() {
+  static std::atomic<int> tile{[] {
+    const char* value = std::getenv("CRUCIBLE_MOE_ORDERED_TILE");
+    return value && std::string_view(value) == "64" ? kernels::kWideOrderedTile : kernels::kOrderedTile;
+  }()};
+  return tile;
 }
 
 std::atomic<bool>& route_kernel_on() {
@@ -59,6 +69,12 @@ bool expert_gemv_serves(const at::Tensor& x, const at::Tensor& blocks, const at:
 }
 
 void set_expert_kernels(bool on) { switched_on().store(on, std::memory_order_relaxed); }
+
+void set_expert_ordered_tile(int tile) {
+  TORCH_CHECK(tile == kernels::kOrderedTile || tile == kernels::kWideOrderedTile,
+              "set_expert_ordered_tile: 32 or 64 assignments");
+  ordered_tile().store(tile, std::memory_order_relaxed);
+}
 
 ExpertProducts expert_products_for(const at::Tensor& x, c10::ScalarType dtype) {
   const bool tensor_cores = tensor_cores_on().load(std::memory_order_relaxed) && dtype == at::kBFloat16 &&
@@ -118,6 +134,7 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   a.rows = static_cast<int>(out_rows);
   a.cols = static_cast<int>(cols);
   a.bf16_products = bf16_products;
+  a.ordered_tile = ordered_tile().load(std::memory_order_relaxed);
   ExpertOrder made;  // kept alive past the launch (the stream orders its release)
   if (experts.numel() > kernels::kMaxExpertAssignments) {
     if (!order || !order->order.defined()) made = expert_order_for(experts, E, products), order = &made;

@@ -34,13 +34,16 @@ struct ExpertGemvArgs {
   // order[offsets[e] .. offsets[e + 1]), found on the device (no host synchronisation).
   const int32_t* order = nullptr;  // [assignments]
   const int32_t* offsets = nullptr;  // [experts_count + 1]
+  int ordered_tile = 32;  // assignments an ordered block takes: kOrderedTile or kWideOrderedTile
 };
 
 // False for arguments it does not take: more than kMaxExpertAssignments without an order, or float32 products.
 bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream);
 
-// Assignments an ordered tensor-core block takes: one tile of an expert's.
+// Assignments an ordered tensor-core block takes: one tile of an expert's. A wide tile decodes each weight once for
+// twice as many inputs (fewer reads and decodes of the codes in long passes) at twice the accumulators and staging.
 constexpr int kOrderedTile = 32;
+constexpr int kWideOrderedTile = 64;
 
 // MXFP4 decoded to bfloat16 or float32 (`element`), exactly: codes [blocks, 16] (16-byte aligned) and scales
 // [blocks] -> out [blocks, 32].

@@ -11,6 +11,10 @@ bool expert_gemv_serves(const at::Tensor&, const at::Tensor&, const at::Tensor&,
 
 void set_expert_kernels(bool) {}
 
+void set_expert_ordered_tile(int tile) {
+  if (tile != 32 && tile != 64) throw std::invalid_argument("set_expert_ordered_tile: 32 or 64 assignments");
+}
+
 ExpertProducts expert_products_for(const at::Tensor&, c10::ScalarType) { return ExpertProducts::float32; }
 
 void set_expert_tensor_cores(bool) {}
