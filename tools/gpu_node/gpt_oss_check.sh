@@ -8,11 +8,13 @@
 #   20b       bench_lm, gpt-oss-20b shape: batch 1 and 64, 512-token prompts, 128 new tokens
 #   120b      bench_lm, gpt-oss-120b shape: the same
 #   grpo20b   bench_grpo_step, gpt-oss-20b shape: group 8 x batch 8 x 1024 tokens, LoRA rank 16, policy stages only,
-#             micro-batch 4 with activation checkpointing, no warm-up step (each stage's time on stderr as it ends)
+#             micro-batch 4 (MICRO_BATCH=N: N) with activation checkpointing, no warm-up step (each stage's time on stderr
+#             as it ends)
 #   grpo120b  the same at the gpt-oss-120b shape
 #   qwen3     bench_lm, Qwen3-8B and Qwen2.5-7B shapes beside each other (make_dense_config.py): batch 1 and 64
 #   grpo_qwen3  bench_grpo_step as grpo20b, Qwen3-8B then Qwen2.5-7B
 #   handover  the GPU test of an evaluator giving back its arena and pools (a GPU shared with the policy)
+# The environment reaches every step: CRUCIBLE_MOE_ORDERED_TILE=64 (the wide tile of long passes), for one.
 # Default: tests mxfp4 20b. Builds first unless build-gpu/ has a crucible (CRUCIBLE_TARGETS="test_gpu bench_lm
 # bench_grpo_step bench_mxfp4 crucible crucible-worker crucible-cuda-worker crucible-nvrtc").
 set -uo pipefail
@@ -31,7 +33,7 @@ done
 
 grpo_step() {  # MODEL_DIR STATE_DIR
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True build-gpu/tools/bench_grpo_step --model "$1" --random-weights 1 \
-    --group-size 8 --max-new 1024 --policy-only --ttt-steps 0 --micro-batch 4 --activation-checkpointing --no-warm-up \
+    --group-size 8 --max-new 1024 --policy-only --ttt-steps 0 --micro-batch "${MICRO_BATCH:-4}" --activation-checkpointing --no-warm-up \
     --state "$2"
 }
 
