@@ -407,18 +407,24 @@ TEST_CASE("lm gpu: attention with sinks and windows on the fused kernel gives th
   // the sequence.
   const c10::Device gpu("cuda:0");
   auto g = at::make_generator<at::CPUGeneratorImpl>(5);
-  const int64_t B = 2, T = 45, H = 8, Hkv = 2, D = 64;
+  const int64_t B = 2, H = 8, Hkv = 2, D = 64;
   const double scale = 0.125;
-  const auto slots = at::arange(T, at::kLong);
-  auto valid = at::ones({B, T}, at::kBool);
-  valid.select(0, 1).narrow(0, 30, T - 30).fill_(false);  // row 1 right-padded
-  const auto causal = (slots.view({1, T}) <= slots.view({T, 1})).view({1, 1, T, T}) & valid.view({B, 1, 1, T});
   const auto sinks = at::randn({H}, g) * 2;
-  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
-    for (const int64_t window : {int64_t{0}, int64_t{6}}) {
+  // 45 tokens fit one block of keys; 300 with gpt-oss's window of 128 give rows whose first key blocks are all masked.
+  struct Case {
+    int64_t tokens, window;
+  };
+  for (const Case c : {Case{45, 0}, Case{45, 6}, Case{300, 128}}) {
+    const int64_t T = c.tokens, window = c.window;
+    const auto slots = at::arange(T, at::kLong);
+    auto valid = at::ones({B, T}, at::kBool);
+    valid.select(0, 1).narrow(0, 2 * T / 3, T - 2 * T / 3).fill_(false);  // row 1 right-padded
+    const auto causal = (slots.view({1, T}) <= slots.view({T, 1})).view({1, 1, T, T}) & valid.view({B, 1, 1, T});
+    const auto allowed = window > 0 ? sliding_window_mask(causal, slots, window) : causal;
+    for (const auto dtype : {at::kFloat, at::kBFloat16}) {
       CAPTURE(dtype == at::kFloat);
+      CAPTURE(T);
       CAPTURE(window);
-      const auto allowed = window > 0 ? sliding_window_mask(causal, slots, window) : causal;
       // Inputs rounded to the dtype once; the reference reads the same values in double.
       const auto q = at::randn({B, T, H, D}, g).to(dtype), k = at::randn({B, Hkv, T, D}, g).to(dtype),
                  v = at::randn({B, Hkv, T, D}, g).to(dtype), weights = at::randn({B, T, H * D}, g);

@@ -95,7 +95,13 @@ at::Tensor experts_in_turn(const MoeWeights& w, const MoeConfig& config, const a
   const auto order = std::get<1>(at::sort(experts, /*stable=*/true, /*dim=*/0, /*descending=*/false));
   const auto counts = at::bincount(experts, {}, E).to(at::kCPU);
   const std::vector<int64_t> sizes(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + E);
-  const auto inputs = flat.index_select(0, at::div(order, k, "floor")).split_with_sizes(sizes);
+  // Each token's row k times, then permuted: a gather with distinct indices, whose backward adds no two rows into one
+  // (no atomics: the same input gradient every run).
+  const auto inputs = flat.unsqueeze(1)
+                          .expand({T, k, flat.size(-1)})
+                          .reshape({T * k, flat.size(-1)})
+                          .index_select(0, order)
+                          .split_with_sizes(sizes);
   std::vector<at::Tensor> gate_ups;
   for (int64_t e = 0; e < E; ++e)
     if (sizes[e] > 0)

@@ -18,10 +18,10 @@ at::Tensor scaled_attention(const at::Tensor& q, const at::Tensor& k, const at::
 #if CRUCIBLE_SDPA
   return at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale);
 #else
-  auto scores = at::matmul(q, k.transpose(-1, -2)) * scale;
+  auto scores = at::matmul(q, k.transpose(-1, -2)).to(at::kFloat) * scale;
   scores = mask.scalar_type() == at::kBool
                ? scores.masked_fill(at::logical_not(mask), -std::numeric_limits<float>::infinity())
-               : scores + mask;
+               : scores + mask.to(at::kFloat);
   auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   return at::matmul(probs, v);
 #endif
@@ -122,7 +122,8 @@ at::Tensor plain_attention(const at::Tensor& queries, const at::Tensor& k_cache,
   // the softmax's several float32 copies of them then stay near chunk_scores elements.
   const int64_t B = queries.size(0), T = queries.size(1), H = queries.size(2);
   if (T <= kFewQueryRows) return attend_materialised(queries, k_cache, v_cache, mask, sinks, scale, visible);
-  const bool fused = CRUCIBLE_SDPA && queries.is_cuda();
+  // LibTorch before 2.5 had masked memory-efficient attention give NaN where queries and keys differ in number.
+  const bool fused = CRUCIBLE_SDPA_GQA && queries.is_cuda();
   const int64_t rows = std::max<int64_t>(1, chunk_scores / std::max<int64_t>(1, B * H * visible));
   if (fused || rows >= T) return attend(queries, k_cache, v_cache, mask, sinks, scale, visible);
   std::vector<at::Tensor> parts;

@@ -43,7 +43,7 @@ at::Tensor sliding_window_mask(const at::Tensor& mask, const at::Tensor& query_s
 // H query heads grouped over Hkv key heads; mask [B, 1, T, visible] bool; sinks [H] or undefined. Returns
 // [B, T, H * D] in the queries' dtype. Up to kFewQueryRows query rows (decode steps) the scores are materialised and
 // the sinks are one more column of the softmax. Past it the sinks are one more key of scaled_attention: with
-// scaled_dot_product_attention on a GPU the scores are never materialised (a fused kernel, its backward too);
+// LibTorch 2.5 or later on a GPU the scores are never materialised (a fused kernel, its backward too);
 // otherwise query rows go a chunk at a time, each chunk's float32 scores within `chunk_scores` elements (one row at
 // least): a 2,000-token sequence of gpt-oss's 64 heads is 1 GiB of scores a row.
 constexpr int64_t kPlainAttentionChunkScores = int64_t{1} << 27;
