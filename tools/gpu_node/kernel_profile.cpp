@@ -14,6 +14,7 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -143,6 +144,8 @@ struct NameTotal {
 };
 
 void write_report() {
+  static std::atomic<bool> written{false};  // once: a SIGTERM during the exit's report must not wait on its lock
+  if (written.exchange(true)) return;
   cuptiActivityFlushAll(1);
   std::lock_guard<std::mutex> lock(spans_mutex);
   const char* out_path = std::getenv("KPROF_OUT");

@@ -212,6 +212,8 @@ def main():
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--kernelbench-tf32", choices=["default", "off"], default="default")
     a = p.parse_args()
+    if a.repeat < 1:
+        p.error("--repeat: at least 1 run a side")
     earlier = {}
     for path in a.kernelbench_from:
         with open(path) as f:
