@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """config.json of a published dense model's shape, for benchmarks on weights drawn on the GPU (`bench_lm
---random-weights SEED`, `bench_grpo_step --random-weights SEED`): nothing else is written, nothing is downloaded.
+--random-weights SEED`, `bench_grpo_step --random-weights SEED`), and the fixture tokenizer padded to its vocabulary
+(pad_tokenizer.py: the GRPO bench renders prompts and decodes samples). Nothing is downloaded.
 
   python3 tools/lm_fixtures/make_dense_config.py qwen3-8b DIR
   python3 tools/lm_fixtures/make_dense_config.py qwen2.5-7b DIR
@@ -8,7 +9,11 @@ Standard library only.
 """
 import json
 import os
+import pathlib
+import subprocess
 import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 QWEN_TOKENS = dict(vocab_size=151936, bos_token_id=151643, eos_token_id=151645, rope_theta=1000000.0,
                    rms_norm_eps=1e-6, hidden_act="silu", torch_dtype="bfloat16", tie_word_embeddings=False)
@@ -31,7 +36,9 @@ def main():
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(SHAPES[sys.argv[1]], f, indent=1)
-    print(f"{out}/config.json: {sys.argv[1]} shape")
+    subprocess.run([sys.executable, str(ROOT / "tools/lm_fixtures/pad_tokenizer.py"),
+                    str(ROOT / "tests/fixtures/lm/qwen2_tiny/tokenizer.json"), out], check=True)
+    print(f"{out}: config.json ({sys.argv[1]} shape) and tokenizer.json")
 
 
 if __name__ == "__main__":
