@@ -216,8 +216,9 @@ TEST_CASE("lm gpu: the experts' bfloat16 products on tensor cores are the exact 
   // Rows ending inside a warp's 16 and columns inside a span of 4 MX blocks; up to E assignments, then 8 inputs a pass
   // (up to 4 an expert), 16 (up to 12) and 32, all on one expert (many passes), more than 256 (ordered, spread and
   // all on one expert; 200 experts, more than a block's threads, count their tiles), with inputs shared k ways (the
-  // first projection) or one each, in bfloat16 and float32, rows padded past their columns.
-  for (const Shape& shape : {Shape{8, 88, 96}, Shape{32, 200, 1056}, Shape{200, 40, 160}}) {
+  // first projection) or one each, in bfloat16 and float32, rows padded past their columns. 3 x 25 x 96 has 225
+  // scales: the last one's aligned word ends past them (copied in part).
+  for (const Shape& shape : {Shape{8, 88, 96}, Shape{32, 200, 1056}, Shape{200, 40, 160}, Shape{3, 25, 96}}) {
     const int64_t E = shape.experts, rows = shape.rows, cols = shape.cols;
     CAPTURE(E);
     auto g = at::make_generator<at::CPUGeneratorImpl>(11);
@@ -341,6 +342,10 @@ TEST_CASE("lm gpu: the experts' glue kernels give LibTorch's clamped SwiGLU and 
   const auto got = clamped_swiglu_on_device(gate_up, config.swiglu_limit, config.swiglu_alpha);
   REQUIRE(got.sizes() == expected.sizes());
   CHECK((got - expected).abs().max().item<float>() <= 1e-6f * expected.abs().max().item<float>());
+  // In bfloat16 for the tensor cores' second projection: the float32 result rounded once.
+  const auto rounded = clamped_swiglu_on_device(gate_up, config.swiglu_limit, config.swiglu_alpha, at::kBFloat16);
+  REQUIRE(rounded.scalar_type() == at::kBFloat16);
+  CHECK(at::equal(rounded, got.to(at::kBFloat16)));
 
   const auto experts_out = at::randn({37 * 4, 96}, g).to(gpu);
   for (const auto dtype : {at::kFloat, at::kBFloat16}) {

@@ -122,7 +122,7 @@ __device__ __forceinline__ int gather_assignments(const ExpertGemvArgs& a, bool 
   return routed.earlier || !known ? 0 : routed.count;
 }
 
-template <typename T, int kRows, int kChunk>
+template <typename T, int kRows, int kChunk, int kDepth>
 __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemvArgs a, bool by_assignment) {
   __shared__ Routed routed;
   int expert = 0;
@@ -148,33 +148,42 @@ __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemvArgs
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int c = 0; c < kChunk; ++c) acc[r][c] = 0.0f;
-    for (int b = lane; b < blocks_per_row; b += 32) {
-      uint4 code[kRows];
-      float scale[kRows];
+    // kDepth of the lane's MX blocks a row loaded at once: a row of gpt-oss's 2880 columns is 90 blocks, 3 a lane.
+    for (int b0 = lane; b0 < blocks_per_row; b0 += 32 * kDepth) {
+      uint4 code[kDepth][kRows];
+      float scale[kDepth][kRows];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {  // past the last row: that row again, never written
-        const int64_t at = static_cast<int64_t>(min(r, rows_here - 1)) * blocks_per_row + b;
-        code[r] = __ldg(codes + at);
-        scale[r] = scale_of(__ldg(scales + at));
-      }
+      for (int d = 0; d < kDepth; ++d)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {  // past the last row: that row again, never written; past the row's end: 0
+          const int b = b0 + 32 * d;
+          const int64_t at = static_cast<int64_t>(min(r, rows_here - 1)) * blocks_per_row + b;
+          code[d][r] = b < blocks_per_row ? __ldg(codes + at) : make_uint4(0, 0, 0, 0);
+          scale[d][r] = b < blocks_per_row ? scale_of(__ldg(scales + at)) : 0.0f;
+        }
+#pragma unroll
+      for (int d = 0; d < kDepth; ++d) {
+        const int b = b0 + 32 * d;
+        if (b >= blocks_per_row) break;
 #pragma unroll 1
-      for (int g = 0; g < 4; ++g) {
-        const int64_t column = static_cast<int64_t>(b) * kMxBlock + g * 8;
-        float in[kChunk][8];
+        for (int g = 0; g < 4; ++g) {
+          const int64_t column = static_cast<int64_t>(b) * kMxBlock + g * 8;
+          float in[kChunk][8];
 #pragma unroll
-        for (int c = 0; c < kChunk; ++c)
-          if (c < chunk) load8(inputs[c] + column, in[c]);
+          for (int c = 0; c < kChunk; ++c)
+            if (c < chunk) load8(inputs[c] + column, in[c]);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          float w[8];
-          decode8(word_of(code[r], g), w);
+          for (int r = 0; r < kRows; ++r) {
+            float w[8];
+            decode8(word_of(code[d][r], g), w);
 #pragma unroll
-          for (int c = 0; c < kChunk; ++c) {
-            if (c >= chunk) continue;
-            float sum = 0.0f;
+            for (int c = 0; c < kChunk; ++c) {
+              if (c >= chunk) continue;
+              float sum = 0.0f;
 #pragma unroll
-            for (int i = 0; i < 8; ++i) sum = fmaf(w[i], in[c][i], sum);
-            acc[r][c] = fmaf(scale[r], sum, acc[r][c]);
+              for (int i = 0; i < 8; ++i) sum = fmaf(w[i], in[c][i], sum);
+              acc[r][c] = fmaf(scale[d][r], sum, acc[r][c]);
+            }
           }
         }
       }
@@ -195,8 +204,9 @@ __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemvArgs
   }
 }
 
-// Few assignments (a token or two a step): 4 rows a warp for more code bytes in flight, one input at a time. Many:
-// 2 rows and 4 inputs, each decoded value used 4 times (the work is then bound by arithmetic, not memory).
+// Few assignments (a token or two a step): 4 rows a warp and 3 MX blocks of each loaded at once, for more code bytes
+// in flight (the work is bound by reading them), one input at a time. Many: 2 rows and 4 inputs, each decoded value
+// used 4 times (the work is then bound by arithmetic, not memory).
 template <typename T>
 void launch_for(const ExpertGemvArgs& args, cudaStream_t stream) {
   const bool by_assignment = args.assignments <= args.experts_count;
@@ -204,23 +214,23 @@ void launch_for(const ExpertGemvArgs& args, cudaStream_t stream) {
   const int rows_per_block = kWarps * rows_per_warp;
   const dim3 grid(by_assignment ? args.assignments : args.experts_count, (args.rows + rows_per_block - 1) / rows_per_block);
   if (by_assignment)
-    expert_gemv_kernel<T, 4, 1><<<grid, kWarps * 32, 0, stream>>>(args, true);
+    expert_gemv_kernel<T, 4, 1, 3><<<grid, kWarps * 32, 0, stream>>>(args, true);
   else
-    expert_gemv_kernel<T, 2, 4><<<grid, kWarps * 32, 0, stream>>>(args, false);
+    expert_gemv_kernel<T, 2, 4, 1><<<grid, kWarps * 32, 0, stream>>>(args, false);
 }
 
 // Many assignments on tensor cores, the model in bfloat16: each warp multiplies 16 rows of its expert by 8 * kTiles
 // inputs at a time with mma.m16n8k16 (bfloat16 operands, float32 sums), so each decoded weight serves every input of
 // the tile for one instruction's share. The products sum over the columns in any order, so the warp takes its k order
-// from whole loads: over a span of 4 kLaneBlocks MX blocks lane (g, t) holds MX blocks t, t + 4, ... of rows g and
-// g + 8 (16 code bytes each, decoded times the block's scale, exact in bfloat16) and reads the same columns of input
-// g of each tile; step s of a block's 8 gives its columns 4s .. 4s + 3 the fragments' k positions 2t, 2t + 1, 2t + 8,
-// 2t + 9, in A and B alike. Blocks past a row's end hold zeros in both. The block stages each span's inputs in shared memory as
-// bfloat16 once for its warps, the next span's loads in flight while the warps multiply the current one.
-// MX blocks of each of its two rows a lane holds in a span: 2 (more bytes in flight, more registers) measured 7-14%
-// slower at batch 64 on an H200.
-constexpr int kLaneBlocks = 1;
-constexpr int kSpanBlocks = 4 * kLaneBlocks;
+// from whole loads: over a span of 4 MX blocks lane (g, t) holds MX block t of rows g and g + 8 (16 code bytes each,
+// decoded times the block's scale, exact in bfloat16) and reads the same columns of input g of each tile; step s of a
+// block's 8 gives its columns 4s .. 4s + 3 the fragments' k positions 2t, 2t + 1, 2t + 8, 2t + 9, in A and B alike.
+// Blocks past a row's end hold zeros in both.
+// The work is bound by reading the codes, so a block keeps several spans in flight: asynchronous copies (cp.async)
+// fill a ring of stages in shared memory, each with a span's inputs (bfloat16, shared by the block's warps) and each
+// lane's codes and scales, while the warps multiply the oldest. One span in flight (registers, a barrier a span) left
+// the memory idle between spans: about 1.1 TB/s.
+constexpr int kSpanBlocks = 4;
 constexpr int kSpanPieces = kSpanBlocks * kMxBlock / 8;  // 16-byte pieces of 8 bfloat16 inputs in a span's row
 constexpr int kMmaRows = 16;
 
@@ -265,63 +275,76 @@ __device__ __forceinline__ uint32_t scale_pair_of(unsigned scale) {
   return bits | bits << 16;
 }
 
-struct SpanCodes {
-  uint4 low[kLaneBlocks], high[kLaneBlocks];  // rows g and g + 8
-  uint32_t low_scale[kLaneBlocks], high_scale[kLaneBlocks];  // as bfloat16 pairs
-};
-
-template <int kTiles>
-struct StagedInputs {
-  uint4 piece[2][8 * kTiles][kSpanPieces];  // two spans' buffers
-};
-
-// One 16-byte piece (8 inputs as bfloat16) of a span, zeros where there is no input or no block.
-template <typename T>
-__device__ __forceinline__ uint4 load_piece(const T* at, bool present);
-
-template <>
-__device__ __forceinline__ uint4 load_piece(const __nv_bfloat16* at, bool present) {
-  return present ? __ldg(reinterpret_cast<const uint4*>(at)) : make_uint4(0, 0, 0, 0);
+// Asynchronous copies into shared memory: `bytes` of `size` read from global memory, the rest zeros.
+__device__ __forceinline__ void copy16_async(void* to, const void* from, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(to))),
+               "l"(from), "r"(bytes));
+}
+__device__ __forceinline__ void copy4_async(void* to, const void* from, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(to))),
+               "l"(from), "r"(bytes));
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most `kPending` of this thread's groups of copies are still in flight.
+template <int kPending>
+__device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-template <>
-__device__ __forceinline__ uint4 load_piece(const float* at, bool present) {
-  if (!present) return make_uint4(0, 0, 0, 0);
-  const float4 v = __ldg(reinterpret_cast<const float4*>(at)), w = __ldg(reinterpret_cast<const float4*>(at) + 1);
-  return make_uint4(pack<__nv_bfloat16>(v.x, v.y), pack<__nv_bfloat16>(v.z, v.w), pack<__nv_bfloat16>(w.x, w.y),
-                    pack<__nv_bfloat16>(w.z, w.w));
-}
-
-// Steps 2u and 2u + 1 of the lane's block i: code word u of rows g and g + 8 as A fragments, times each tile's staged
-// inputs (piece u of span block 4i + t).
+// One span in shared memory: its inputs, and each warp's lanes' code blocks and scales (the aligned 4 bytes holding
+// the scale: a row's scales are 1 byte a block, at any alignment).
 template <int kTiles>
-__device__ __forceinline__ void mma_word(const SpanCodes& codes, int i, int u,
-                                         const uint4 (&staged)[8 * kTiles][kSpanPieces], int g, int t,
-                                         float (&acc)[kTiles][4]) {
+struct MmaStage {
+  uint4 inputs[8 * kTiles][kSpanPieces];
+  uint4 codes[kWarps][2][32];  // [warp][rows g, g + 8][lane]
+  uint32_t scale_words[kWarps][2][32];
+};
+
+// Spans in flight, as many as fit 48 KB of shared memory with the block's Routed list: a wider tile multiplies more a
+// span, so it needs fewer spans ahead.
+template <int kTiles>
+constexpr int kStages = kTiles == 1 ? 6 : kTiles == 2 ? 5 : kTiles == 4 ? 3 : 2;
+template <int kTiles>
+constexpr bool fits_static_shared = kStages<kTiles> * sizeof(MmaStage<kTiles>) + sizeof(Routed) <= 48 * 1024;
+static_assert(fits_static_shared<1> && fits_static_shared<2> && fits_static_shared<4> && fits_static_shared<8>,
+              "a block's static shared memory");
+
+// Steps 2u and 2u + 1 of the lane's span block: code word u of rows g and g + 8 as A fragments, times each tile's
+// staged inputs (piece u of span block t).
+template <int kTiles>
+__device__ __forceinline__ void mma_word(const uint4& low_code, const uint4& high_code, uint32_t low_scale,
+                                         uint32_t high_scale, int u, const uint4 (&staged)[8 * kTiles][kSpanPieces],
+                                         int g, int t, float (&acc)[kTiles][4]) {
   uint32_t low[4], high[4];
-  decode_pairs(word_of(codes.low[i], u), codes.low_scale[i], low);
-  decode_pairs(word_of(codes.high[i], u), codes.high_scale[i], high);
+  decode_pairs(word_of(low_code, u), low_scale, low);
+  decode_pairs(word_of(high_code, u), high_scale, high);
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int slot = 8 * j + g;
-    const uint4 in = staged[slot][staged_position(slot, 4 * (4 * i + t) + u)];
+    const uint4 in = staged[slot][staged_position(slot, 4 * t + u)];
     const uint32_t first[4] = {low[0], high[0], low[1], high[1]}, second[4] = {low[2], high[2], low[3], high[3]};
     mma<__nv_bfloat16>(acc[j], first, in.x, in.y);
     mma<__nv_bfloat16>(acc[j], second, in.z, in.w);
   }
 }
 
-template <typename T, int kTiles, bool kOrdered>
+// A lane's scale byte from its copied word.
+__device__ __forceinline__ uint32_t scale_from(uint32_t word, const uint8_t* at) {
+  return scale_pair_of((word >> (8 * (reinterpret_cast<uintptr_t>(at) & 3))) & 0xFFu);
+}
+
+template <int kTiles, bool kOrdered>
 __global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int stages = kStages<kTiles>;
   __shared__ Routed routed;
-  __shared__ StagedInputs<kTiles> staged;
+  __shared__ MmaStage<kTiles> ring[stages];
   int expert = 0;
   const int n = kOrdered ? ordered_assignments(a, 8 * kTiles, expert, routed) : gather_assignments(a, false, expert, routed);
   const int* mine = routed.mine;
-  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int row0 = (blockIdx.y * kWarps + warp) * kMmaRows;
-  const bool has_rows = row0 < a.rows;  // a warp without rows still stages inputs and meets the barriers
+  const bool has_rows = row0 < a.rows;  // a warp without rows still copies inputs and meets the barriers
   const int blocks_per_row = a.cols / kMxBlock;
   const int spans = (blocks_per_row + kSpanBlocks - 1) / kSpanBlocks;
   // Rows past the end read the last row again and are never written.
@@ -331,58 +354,57 @@ __global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs 
   const uint4* high_codes = reinterpret_cast<const uint4*>(a.blocks) + high_row * blocks_per_row;
   const uint8_t* low_scales = a.scales + low_row * blocks_per_row;
   const uint8_t* high_scales = a.scales + high_row * blocks_per_row;
-  const T* x = static_cast<const T*>(a.x);
-  const auto load_codes = [&](int span) {
-    SpanCodes c;
-#pragma unroll
-    for (int i = 0; i < kLaneBlocks; ++i) {
-      const int b = span * kSpanBlocks + 4 * i + t;
-      const bool present = has_rows && b < blocks_per_row;
-      c.low[i] = present ? __ldg(low_codes + b) : make_uint4(0, 0, 0, 0);
-      c.high[i] = present ? __ldg(high_codes + b) : make_uint4(0, 0, 0, 0);
-      c.low_scale[i] = present ? scale_pair_of(__ldg(low_scales + b)) : 0u;
-      c.high_scale[i] = present ? scale_pair_of(__ldg(high_scales + b)) : 0u;
-    }
-    return c;
+  const uint8_t* scales_end = a.scales + static_cast<int64_t>(a.experts_count) * a.rows * blocks_per_row;
+  const auto* x = static_cast<const __nv_bfloat16*>(a.x);
+  // The aligned word holding the scale at `at`, no byte past the scales read.
+  const auto copy_scale = [&](uint32_t* to, const uint8_t* at, bool present) {
+    const auto* word = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(at) & ~uintptr_t{3});
+    const int64_t left = scales_end - word;
+    copy4_async(to, present ? word : a.scales, present ? static_cast<int>(left < 4 ? left : 4) : 0);
   };
-  // Thread i stages pieces i, i + 128, ... of a span: slot id / kSpanPieces, piece id % kSpanPieces.
-  constexpr int kPieces = 8 * kTiles * kSpanPieces / (kWarps * 32);
   for (int first = 0; first < n; first += 8 * kTiles) {
-    const auto load_inputs = [&](int span, uint4(&pieces)[kPieces]) {
+    // Thread i copies pieces i, i + 128, ... of a span's inputs (slot id / kSpanPieces, piece id % kSpanPieces), and
+    // its own lane's codes and scales.
+    const auto copy_span = [&](int span) {
+      if (span >= spans) return;
+      MmaStage<kTiles>& stage = ring[span % stages];
 #pragma unroll
-      for (int i = 0; i < kPieces; ++i) {
+      for (int i = 0; i < kTiles; ++i) {
         const int id = threadIdx.x + i * kWarps * 32, slot = id / kSpanPieces, piece = id % kSpanPieces;
         const int column = span * kSpanBlocks * kMxBlock + piece * 8;
         const bool present = first + slot < n && column < a.cols;
         const int64_t row = present ? mine[first + slot] / a.x_divisor : 0;
-        pieces[i] = load_piece(x + row * a.x_row_stride + column, present);
+        copy16_async(&stage.inputs[slot][staged_position(slot, piece)], present ? x + row * a.x_row_stride + column : x,
+                     present ? 16 : 0);
       }
+      const int b = span * kSpanBlocks + t;
+      const bool present = has_rows && b < blocks_per_row;
+      copy16_async(&stage.codes[warp][0][lane], present ? low_codes + b : low_codes, present ? 16 : 0);
+      copy16_async(&stage.codes[warp][1][lane], present ? high_codes + b : high_codes, present ? 16 : 0);
+      copy_scale(&stage.scale_words[warp][0][lane], low_scales + b, present);
+      copy_scale(&stage.scale_words[warp][1][lane], high_scales + b, present);
     };
-    const auto store_inputs = [&](int buffer, const uint4(&pieces)[kPieces]) {
+    __syncthreads();  // the previous pass has read its last stage
 #pragma unroll
-      for (int i = 0; i < kPieces; ++i) {
-        const int id = threadIdx.x + i * kWarps * 32, slot = id / kSpanPieces, piece = id % kSpanPieces;
-        staged.piece[buffer][slot][staged_position(slot, piece)] = pieces[i];
-      }
-    };
-    uint4 pieces[kPieces];
-    load_inputs(0, pieces);
-    SpanCodes next = load_codes(0);
-    __syncthreads();  // the previous pass has read its last buffer
-    store_inputs(0, pieces);
+    for (int span = 0; span < stages - 1; ++span) copy_span(span), commit_copies();
     float acc[kTiles][4] = {};
     for (int span = 0; span < spans; ++span) {
-      __syncthreads();  // this span's inputs are staged, and the other buffer read
-      const SpanCodes codes = next;
-      const bool more = span + 1 < spans;
-      if (more) load_inputs(span + 1, pieces), next = load_codes(span + 1);
-      if (has_rows)
+      wait_copies<stages - 2>();  // this span's copies (this thread's) have landed
+      __syncthreads();            // and every thread's; the stage refilled next was read by all
+      copy_span(span + stages - 1);
+      commit_copies();            // an empty group past the last span keeps the count
+      if (!has_rows) continue;
+      const MmaStage<kTiles>& stage = ring[span % stages];
+      const int b = span * kSpanBlocks + t;
+      const uint4 low_code = stage.codes[warp][0][lane], high_code = stage.codes[warp][1][lane];
+      // A block past the row's end: zero codes (and zero inputs) whatever its scale.
+      const uint32_t low_scale = scale_from(stage.scale_words[warp][0][lane], low_scales + b);
+      const uint32_t high_scale = scale_from(stage.scale_words[warp][1][lane], high_scales + b);
 #pragma unroll
-        for (int i = 0; i < kLaneBlocks; ++i)
-#pragma unroll
-          for (int u = 0; u < 4; ++u) mma_word<kTiles>(codes, i, u, staged.piece[span % 2], g, t, acc);
-      if (more) store_inputs((span + 1) % 2, pieces);
+      for (int u = 0; u < 4; ++u)
+        mma_word<kTiles>(low_code, high_code, low_scale, high_scale, u, stage.inputs, g, t, acc);
     }
+    wait_copies<0>();
     if (!has_rows) continue;
     // Lane (g, t) holds rows g and g + 8 of inputs 2t and 2t + 1 of each tile.
 #pragma unroll
@@ -403,26 +425,25 @@ __global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs 
 // expert, so that most experts' rows are read once.
 // Ordered assignments (a prefill's many): a block per tile of args.ordered_tile of an expert's, at most
 // assignments / tile + experts tiles.
-template <typename T>
-void launch_mma_for(const ExpertGemvArgs& args, cudaStream_t stream) {
+void launch_mma(const ExpertGemvArgs& args, cudaStream_t stream) {
   const int rows = (args.rows + kWarps * kMmaRows - 1) / (kWarps * kMmaRows);
   if (args.order) {
     const int tile = args.ordered_tile;
     const dim3 grid((args.assignments + tile - 1) / tile + args.experts_count, rows);
     if (tile == kWideOrderedTile)
-      expert_mma_kernel<T, kWideOrderedTile / 8, true><<<grid, kWarps * 32, 0, stream>>>(args);
+      expert_mma_kernel<kWideOrderedTile / 8, true><<<grid, kWarps * 32, 0, stream>>>(args);
     else
-      expert_mma_kernel<T, kOrderedTile / 8, true><<<grid, kWarps * 32, 0, stream>>>(args);
+      expert_mma_kernel<kOrderedTile / 8, true><<<grid, kWarps * 32, 0, stream>>>(args);
     return;
   }
   const int per_expert = (args.assignments + args.experts_count - 1) / args.experts_count;
   const dim3 grid(args.experts_count, rows);
   if (per_expert <= 4)
-    expert_mma_kernel<T, 1, false><<<grid, kWarps * 32, 0, stream>>>(args);
+    expert_mma_kernel<1, false><<<grid, kWarps * 32, 0, stream>>>(args);
   else if (per_expert <= 12)
-    expert_mma_kernel<T, 2, false><<<grid, kWarps * 32, 0, stream>>>(args);
+    expert_mma_kernel<2, false><<<grid, kWarps * 32, 0, stream>>>(args);
   else
-    expert_mma_kernel<T, 4, false><<<grid, kWarps * 32, 0, stream>>>(args);
+    expert_mma_kernel<4, false><<<grid, kWarps * 32, 0, stream>>>(args);
 }
 
 // One MXFP4 block decoded whole into 32 values: bfloat16 through the byte-permute decoder, float32 through decode8
@@ -456,8 +477,16 @@ __global__ void mxfp4_decode_kernel(const uint4* codes, const uint8_t* scales, T
     decode_block_into(__ldg(codes + b), __ldg(scales + b), out + b * kMxBlock);
 }
 
-__global__ void clamped_swiglu_kernel(const float* gate_up, float* out, int64_t count, int width, float limit,
-                                      float alpha) {
+__device__ __forceinline__ void store_as(void* p, int64_t i, float v, Element e) {
+  switch (e) {
+    case Element::bf16: static_cast<__nv_bfloat16*>(p)[i] = narrow<__nv_bfloat16>(v); break;
+    case Element::f16: static_cast<__half*>(p)[i] = narrow<__half>(v); break;
+    default: static_cast<float*>(p)[i] = v; break;
+  }
+}
+
+__global__ void clamped_swiglu_kernel(const float* gate_up, void* out, Element out_element, int64_t count, int width,
+                                      float limit, float alpha) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / width, column = i % width;
@@ -466,17 +495,10 @@ __global__ void clamped_swiglu_kernel(const float* gate_up, float* out, int64_t 
     const float gate = isnan(pair.x) ? pair.x : fminf(pair.x, limit);
     const float linear = isnan(pair.y) ? pair.y : fminf(fmaxf(pair.y, -limit), limit);
     const float activated = gate * (1.0f / (1.0f + expf(-(gate * alpha))));
-    out[i] = (linear + 1.0f) * activated;
+    store_as(out, i, (linear + 1.0f) * activated, out_element);
   }
 }
 
-__device__ __forceinline__ void store_as(void* p, int64_t i, float v, Element e) {
-  switch (e) {
-    case Element::bf16: static_cast<__nv_bfloat16*>(p)[i] = narrow<__nv_bfloat16>(v); break;
-    case Element::f16: static_cast<__half*>(p)[i] = narrow<__half>(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
-  }
-}
 
 __global__ void weighted_expert_sum_kernel(const float* experts_out, const void* weights, Element weights_element,
                                            void* out, Element out_element, int64_t count, int k, int width) {
@@ -555,12 +577,8 @@ bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
   // A step of a token or two (fewer assignments than experts) is bound by reading the chosen experts' rows, which the
   // CUDA-core kernel keeps more of in flight; its float32 products are within the bfloat16 ones' rounding.
   if (ordered || (args.bf16_products && args.assignments > args.experts_count)) {
-    if (args.x_element == Element::bf16)
-      launch_mma_for<__nv_bfloat16>(args, stream);
-    else if (args.x_element == Element::f32)
-      launch_mma_for<float>(args, stream);
-    else
-      return false;
+    if (args.x_element != Element::bf16) return false;
+    launch_mma(args, stream);
     return cudaGetLastError() == cudaSuccess;
   }
   switch (args.x_element) {
@@ -596,11 +614,12 @@ bool launch_route_top_k(const void* logits, Element element, int64_t tokens, int
   return cudaGetLastError() == cudaSuccess;
 }
 
-bool launch_clamped_swiglu(const float* gate_up, float* out, int64_t rows, int width, float limit, float alpha,
-                           cudaStream_t stream) {
+bool launch_clamped_swiglu(const float* gate_up, void* out, Element out_element, int64_t rows, int width, float limit,
+                           float alpha, cudaStream_t stream) {
   const int64_t count = rows * width;
   if (count <= 0) return count == 0;
-  clamped_swiglu_kernel<<<elementwise_blocks(count), 256, 0, stream>>>(gate_up, out, count, width, limit, alpha);
+  clamped_swiglu_kernel<<<elementwise_blocks(count), 256, 0, stream>>>(gate_up, out, out_element, count, width, limit,
+                                                                      alpha);
   return cudaGetLastError() == cudaSuccess;
 }
 

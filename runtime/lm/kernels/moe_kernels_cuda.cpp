@@ -98,12 +98,15 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   // The kernel reads 8 values of a row at a time, 16-byte aligned.
   const bool aligned = reinterpret_cast<uintptr_t>(input.data_ptr()) % 16 == 0 &&
                        (input.stride(0) * input.element_size()) % 16 == 0;
-  const at::Tensor x = aligned ? input : input.clone(at::MemoryFormat::Contiguous);
+  const bool bf16_products = products == ExpertProducts::bfloat16;
+  TORCH_CHECK(!bf16_products || input.scalar_type() == at::kBFloat16 || input.scalar_type() == at::kFloat,
+              "expert_gemv: bfloat16 products take x in bfloat16 or float32");
+  // The tensor cores' kernel copies its inputs as they are, in bfloat16 (rounded to nearest even, as it multiplies).
+  const at::Tensor x = bf16_products && input.scalar_type() == at::kFloat ? input.to(at::kBFloat16)
+                       : aligned                                          ? input
+                                                                          : input.clone(at::MemoryFormat::Contiguous);
   TORCH_CHECK(expert_gemv_serves(x, blocks, scales, experts.numel(), products),
               "expert_gemv: inputs the kernel does not take");
-  const bool bf16_products = products == ExpertProducts::bfloat16;
-  TORCH_CHECK(!bf16_products || x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
-              "expert_gemv: bfloat16 products take x in bfloat16 or float32");
   TORCH_CHECK(!bf16_products || has_tensor_cores(x),
               "expert_gemv: bfloat16 products need compute capability 8.0 or later");
   const int64_t E = blocks.size(0), out_rows = blocks.size(1), cols = blocks.size(2) * 32;
@@ -193,13 +196,15 @@ std::pair<at::Tensor, at::Tensor> route_top_k(const at::Tensor& logits, int64_t 
   return {chosen, weights};
 }
 
-at::Tensor clamped_swiglu_on_device(const at::Tensor& gate_up, double limit, double alpha) {
+at::Tensor clamped_swiglu_on_device(const at::Tensor& gate_up, double limit, double alpha, c10::ScalarType dtype) {
   TORCH_CHECK(gate_up.is_cuda() && gate_up.scalar_type() == at::kFloat && gate_up.dim() == 2 &&
                   gate_up.is_contiguous() && gate_up.size(1) % 2 == 0,
               "clamped_swiglu_on_device: gate_up must be [rows, 2 width] float32, contiguous, on a GPU");
   const c10::cuda::CUDAGuard on_its_device(gate_up.device());
-  auto out = at::empty({gate_up.size(0), gate_up.size(1) / 2}, gate_up.options());
-  TORCH_CHECK(kernels::launch_clamped_swiglu(gate_up.data_ptr<float>(), out.data_ptr<float>(), out.size(0),
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,
+              "clamped_swiglu_on_device: out in float32, bfloat16 or float16");
+  auto out = at::empty({gate_up.size(0), gate_up.size(1) / 2}, gate_up.options().dtype(dtype));
+  TORCH_CHECK(kernels::launch_clamped_swiglu(gate_up.data_ptr<float>(), out.data_ptr(), element_of(out), out.size(0),
                                              static_cast<int>(out.size(1)), static_cast<float>(limit),
                                              static_cast<float>(alpha),
                                              c10::cuda::getCurrentCUDAStream(gate_up.get_device()).stream()),

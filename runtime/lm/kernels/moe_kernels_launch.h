@@ -27,8 +27,8 @@ struct ExpertGemvArgs {
   Element bias_element = Element::f32;
   float* out = nullptr;  // [assignments, rows]
   int experts_count = 0, rows = 0, cols = 0;
-  // Inputs (bfloat16 or float32) rounded to bfloat16 and multiplied on tensor cores, as a bfloat16 model's linear
-  // layers multiply (sums in float32; compute capability 8.0 or later); otherwise float32 products on CUDA cores.
+  // Inputs in bfloat16 multiplied on tensor cores, as a bfloat16 model's linear layers multiply (sums in float32;
+  // compute capability 8.0 or later); otherwise float32 products on CUDA cores.
   bool bf16_products = false;
   // More than kMaxExpertAssignments (bfloat16 products only): the assignments ordered by expert, expert e's at
   // order[offsets[e] .. offsets[e + 1]), found on the device (no host synchronisation).
@@ -59,10 +59,10 @@ bool launch_route_top_k(const void* logits, Element element, int64_t tokens, int
                         void* weights, cudaStream_t stream);
 
 // gpt-oss's clamped SwiGLU on the first projection's float32 output: gate_up [rows, 2 * width] (columns alternate
-// gate, linear) -> out [rows, width], out = (clamp(linear, -limit, limit) + 1) * g * sigmoid(alpha * g) with
-// g = min(gate, limit), in the order and precision of LibTorch's float32 operators.
-bool launch_clamped_swiglu(const float* gate_up, float* out, int64_t rows, int width, float limit, float alpha,
-                           cudaStream_t stream);
+// gate, linear) -> out [rows, width] in `out_element`, out = (clamp(linear, -limit, limit) + 1) * g * sigmoid(alpha * g)
+// with g = min(gate, limit), in the order and precision of LibTorch's float32 operators, rounded once.
+bool launch_clamped_swiglu(const float* gate_up, void* out, Element out_element, int64_t rows, int width, float limit,
+                           float alpha, cudaStream_t stream);
 
 // The experts' outputs weighted and summed per token: experts_out [tokens * k, width] float32, weights [tokens, k]
 // (`weights_element`) -> out [tokens, width] in `out_element`, summed in float32 in the order k = 0, 1, ... and

@@ -40,7 +40,7 @@ std::pair<at::Tensor, at::Tensor> route_top_k(const at::Tensor&, int64_t) {
   throw std::logic_error("route_top_k: this build has no CUDA kernels");
 }
 
-at::Tensor clamped_swiglu_on_device(const at::Tensor&, double, double) {
+at::Tensor clamped_swiglu_on_device(const at::Tensor&, double, double, c10::ScalarType) {
   throw std::logic_error("clamped_swiglu_on_device: this build has no CUDA kernels");
 }
 
