@@ -344,7 +344,7 @@ TEST_CASE("lm gpu: the experts' glue kernels give LibTorch's clamped SwiGLU and 
   CHECK((got - expected).abs().max().item<float>() <= 1e-6f * expected.abs().max().item<float>());
   // In bfloat16 for the tensor cores' second projection: the float32 result rounded once.
   const auto rounded = clamped_swiglu_on_device(gate_up, config.swiglu_limit, config.swiglu_alpha, at::kBFloat16);
-  REQUIRE(rounded.scalar_type() == at::kBFloat16);
+  REQUIRE((rounded.scalar_type() == at::kBFloat16));
   CHECK(at::equal(rounded, got.to(at::kBFloat16)));
 
   const auto experts_out = at::randn({37 * 4, 96}, g).to(gpu);
