@@ -574,8 +574,7 @@ bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
       args.rows <= 0 || args.experts_count <= 0 || args.x_divisor <= 0 ||
       (args.ordered_tile != kOrderedTile && args.ordered_tile != kWideOrderedTile))
     return false;
-  // A step of a token or two (fewer assignments than experts) is bound by reading the chosen experts' rows, which the
-  // CUDA-core kernel keeps more of in flight; its float32 products are within the bfloat16 ones' rounding.
+  // expert_gemv_on_tensor_cores's rule (moe_kernels.h); an order only comes with more assignments than experts.
   if (ordered || (args.bf16_products && args.assignments > args.experts_count)) {
     if (args.x_element != Element::bf16) return false;
     launch_mma(args, stream);
