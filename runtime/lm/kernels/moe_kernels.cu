@@ -1,9 +1,11 @@
-// The experts of a mixture of experts for a few tokens, read straight from MXFP4: one block per (expert, 32 rows),
-// which finds the assignments routed to its expert on the device (no host synchronisation, so a decode step can be
-// captured in a CUDA graph) and reads its rows once for all of them. A warp works on 4 rows at once; lane l takes MX
-// block l + 32 i of each (16 code bytes, 32 values, one scale), so a warp reads 512 contiguous bytes of a row per
-// step and has 64 bytes a lane in flight. Each 8 decoded values of the 4 rows meet each of up to kChunk
-// assignments' 8 inputs in registers, so an input is read once for 4 rows.
+// The experts of a mixture of experts read straight from MXFP4, each block finding the assignments routed to its
+// expert on the device (no host synchronisation, so a decode step can be captured in a CUDA graph) and reading its
+// rows once for all of them. Two kernels: float32 products on CUDA cores (float32 models, GPUs without bfloat16 tensor
+// cores; up to 256 assignments) and bfloat16 products on tensor cores (any number), further down.
+// CUDA cores: one block per (expert, 32 rows). A warp works on 4 rows at once; lane l takes MX block l + 32 i of each
+// (16 code bytes, 32 values, one scale), so a warp reads 512 contiguous bytes of a row per step and has 64 bytes a
+// lane in flight. Each 8 decoded values of the 4 rows meet each of up to kChunk assignments' 8 inputs in registers, so
+// an input is read once for 4 rows.
 #include <climits>
 
 #include <cuda_bf16.h>
@@ -122,7 +124,7 @@ __device__ __forceinline__ int gather_assignments(const ExpertGemvArgs& a, bool 
   return routed.earlier || !known ? 0 : routed.count;
 }
 
-template <typename T, int kRows, int kChunk, int kDepth>
+template <typename T, int kRows, int kChunk>
 __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemvArgs a, bool by_assignment) {
   __shared__ Routed routed;
   int expert = 0;
@@ -148,42 +150,33 @@ __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemvArgs
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int c = 0; c < kChunk; ++c) acc[r][c] = 0.0f;
-    // kDepth of the lane's MX blocks a row loaded at once: a row of gpt-oss's 2880 columns is 90 blocks, 3 a lane.
-    for (int b0 = lane; b0 < blocks_per_row; b0 += 32 * kDepth) {
-      uint4 code[kDepth][kRows];
-      float scale[kDepth][kRows];
+    for (int b = lane; b < blocks_per_row; b += 32) {
+      uint4 code[kRows];
+      float scale[kRows];
 #pragma unroll
-      for (int d = 0; d < kDepth; ++d)
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {  // past the last row: that row again, never written; past the row's end: 0
-          const int b = b0 + 32 * d;
-          const int64_t at = static_cast<int64_t>(min(r, rows_here - 1)) * blocks_per_row + b;
-          code[d][r] = b < blocks_per_row ? __ldg(codes + at) : make_uint4(0, 0, 0, 0);
-          scale[d][r] = b < blocks_per_row ? scale_of(__ldg(scales + at)) : 0.0f;
-        }
-#pragma unroll
-      for (int d = 0; d < kDepth; ++d) {
-        const int b = b0 + 32 * d;
-        if (b >= blocks_per_row) break;
+      for (int r = 0; r < kRows; ++r) {  // past the last row: that row again, never written
+        const int64_t at = static_cast<int64_t>(min(r, rows_here - 1)) * blocks_per_row + b;
+        code[r] = __ldg(codes + at);
+        scale[r] = scale_of(__ldg(scales + at));
+      }
 #pragma unroll 1
-        for (int g = 0; g < 4; ++g) {
-          const int64_t column = static_cast<int64_t>(b) * kMxBlock + g * 8;
-          float in[kChunk][8];
+      for (int g = 0; g < 4; ++g) {
+        const int64_t column = static_cast<int64_t>(b) * kMxBlock + g * 8;
+        float in[kChunk][8];
 #pragma unroll
-          for (int c = 0; c < kChunk; ++c)
-            if (c < chunk) load8(inputs[c] + column, in[c]);
+        for (int c = 0; c < kChunk; ++c)
+          if (c < chunk) load8(inputs[c] + column, in[c]);
 #pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            float w[8];
-            decode8(word_of(code[d][r], g), w);
+        for (int r = 0; r < kRows; ++r) {
+          float w[8];
+          decode8(word_of(code[r], g), w);
 #pragma unroll
-            for (int c = 0; c < kChunk; ++c) {
-              if (c >= chunk) continue;
-              float sum = 0.0f;
+          for (int c = 0; c < kChunk; ++c) {
+            if (c >= chunk) continue;
+            float sum = 0.0f;
 #pragma unroll
-              for (int i = 0; i < 8; ++i) sum = fmaf(w[i], in[c][i], sum);
-              acc[r][c] = fmaf(scale[d][r], sum, acc[r][c]);
-            }
+            for (int i = 0; i < 8; ++i) sum = fmaf(w[i], in[c][i], sum);
+            acc[r][c] = fmaf(scale[r], sum, acc[r][c]);
           }
         }
       }
@@ -204,9 +197,8 @@ __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemvArgs
   }
 }
 
-// Few assignments (a token or two a step): 4 rows a warp and 3 MX blocks of each loaded at once, for more code bytes
-// in flight (the work is bound by reading them), one input at a time. Many: 2 rows and 4 inputs, each decoded value
-// used 4 times (the work is then bound by arithmetic, not memory).
+// Few assignments (a token or two a step): 4 rows a warp for more code bytes in flight, one input at a time. Many:
+// 2 rows and 4 inputs, each decoded value used 4 times (the work is then bound by arithmetic, not memory).
 template <typename T>
 void launch_for(const ExpertGemvArgs& args, cudaStream_t stream) {
   const bool by_assignment = args.assignments <= args.experts_count;
@@ -214,9 +206,9 @@ void launch_for(const ExpertGemvArgs& args, cudaStream_t stream) {
   const int rows_per_block = kWarps * rows_per_warp;
   const dim3 grid(by_assignment ? args.assignments : args.experts_count, (args.rows + rows_per_block - 1) / rows_per_block);
   if (by_assignment)
-    expert_gemv_kernel<T, 4, 1, 3><<<grid, kWarps * 32, 0, stream>>>(args, true);
+    expert_gemv_kernel<T, 4, 1><<<grid, kWarps * 32, 0, stream>>>(args, true);
   else
-    expert_gemv_kernel<T, 2, 4, 1><<<grid, kWarps * 32, 0, stream>>>(args, false);
+    expert_gemv_kernel<T, 2, 4><<<grid, kWarps * 32, 0, stream>>>(args, false);
 }
 
 // Many assignments on tensor cores, the model in bfloat16: each warp multiplies 16 rows of its expert by 8 * kTiles
@@ -334,13 +326,14 @@ __device__ __forceinline__ uint32_t scale_from(uint32_t word, const uint8_t* at)
 }
 
 template <int kTiles, bool kOrdered>
-__global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs a) {
+__global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs a, bool by_assignment) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int stages = kStages<kTiles>;
   __shared__ Routed routed;
   __shared__ MmaStage<kTiles> ring[stages];
   int expert = 0;
-  const int n = kOrdered ? ordered_assignments(a, 8 * kTiles, expert, routed) : gather_assignments(a, false, expert, routed);
+  const int n = kOrdered ? ordered_assignments(a, 8 * kTiles, expert, routed)
+                         : gather_assignments(a, by_assignment, expert, routed);
   const int* mine = routed.mine;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int row0 = (blockIdx.y * kWarps + warp) * kMmaRows;
@@ -421,29 +414,34 @@ __global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs 
 #endif
 }
 
-// On tensor cores, by expert: 8 inputs a warp's pass when experts have a few each, 16 or 32 when more tokens share an
-// expert, so that most experts' rows are read once.
-// Ordered assignments (a prefill's many): a block per tile of args.ordered_tile of an expert's, at most
-// assignments / tile + experts tiles.
+// On tensor cores. Ordered assignments (a prefill's many): a block per tile of args.ordered_tile of an expert's, at
+// most assignments / tile + experts tiles. A step of a token or two (no more assignments than experts): a block per
+// assignment, the first of each expert standing for it, so only the chosen experts' rows are read. Otherwise by
+// expert: 8 inputs a warp's pass when experts have a few each, 16 or 32 when more tokens share an expert, so that
+// most experts' rows are read once.
 void launch_mma(const ExpertGemvArgs& args, cudaStream_t stream) {
   const int rows = (args.rows + kWarps * kMmaRows - 1) / (kWarps * kMmaRows);
   if (args.order) {
     const int tile = args.ordered_tile;
     const dim3 grid((args.assignments + tile - 1) / tile + args.experts_count, rows);
     if (tile == kWideOrderedTile)
-      expert_mma_kernel<kWideOrderedTile / 8, true><<<grid, kWarps * 32, 0, stream>>>(args);
+      expert_mma_kernel<kWideOrderedTile / 8, true><<<grid, kWarps * 32, 0, stream>>>(args, false);
     else
-      expert_mma_kernel<kOrderedTile / 8, true><<<grid, kWarps * 32, 0, stream>>>(args);
+      expert_mma_kernel<kOrderedTile / 8, true><<<grid, kWarps * 32, 0, stream>>>(args, false);
+    return;
+  }
+  if (args.assignments <= args.experts_count) {
+    expert_mma_kernel<1, false><<<dim3(args.assignments, rows), kWarps * 32, 0, stream>>>(args, true);
     return;
   }
   const int per_expert = (args.assignments + args.experts_count - 1) / args.experts_count;
   const dim3 grid(args.experts_count, rows);
   if (per_expert <= 4)
-    expert_mma_kernel<1, false><<<grid, kWarps * 32, 0, stream>>>(args);
+    expert_mma_kernel<1, false><<<grid, kWarps * 32, 0, stream>>>(args, false);
   else if (per_expert <= 12)
-    expert_mma_kernel<2, false><<<grid, kWarps * 32, 0, stream>>>(args);
+    expert_mma_kernel<2, false><<<grid, kWarps * 32, 0, stream>>>(args, false);
   else
-    expert_mma_kernel<4, false><<<grid, kWarps * 32, 0, stream>>>(args);
+    expert_mma_kernel<4, false><<<grid, kWarps * 32, 0, stream>>>(args, false);
 }
 
 // One MXFP4 block decoded whole into 32 values: bfloat16 through the byte-permute decoder, float32 through decode8
@@ -574,8 +572,7 @@ bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
       args.rows <= 0 || args.experts_count <= 0 || args.x_divisor <= 0 ||
       (args.ordered_tile != kOrderedTile && args.ordered_tile != kWideOrderedTile))
     return false;
-  // expert_gemv_on_tensor_cores's rule (moe_kernels.h); an order only comes with more assignments than experts.
-  if (ordered || (args.bf16_products && args.assignments > args.experts_count)) {
+  if (args.bf16_products) {  // an order comes only with bfloat16 products
     if (args.x_element != Element::bf16) return false;
     launch_mma(args, stream);
     return cudaGetLastError() == cudaSuccess;

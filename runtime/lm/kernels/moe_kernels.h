@@ -35,11 +35,6 @@ void set_expert_ordered_tile(int tile);
 ExpertProducts expert_products_for(const at::Tensor& x, c10::ScalarType dtype);
 void set_expert_tensor_cores(bool on);
 
-// Whether expert_gemv multiplies `assignments` over `experts_count` experts on tensor cores (inputs in bfloat16):
-// bfloat16 products and more assignments than experts. A step of a token or two is bound by reading the chosen
-// experts' rows, which the CUDA-core kernel keeps more of in flight; its float32 products are within the bfloat16
-// ones' rounding.
-bool expert_gemv_on_tensor_cores(int64_t assignments, int64_t experts_count, ExpertProducts products);
 
 // x [rows, cols] (cols contiguous), experts [A] int64 on x's device, blocks [E, out, cols / 32, 16] and scales
 // [E, out, cols / 32] uint8, bias [E, out] or undefined -> [A, out] float32: row a is x[a / x_divisor] times expert

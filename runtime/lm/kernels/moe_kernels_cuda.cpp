@@ -84,10 +84,6 @@ ExpertProducts expert_products_for(const at::Tensor& x, c10::ScalarType dtype) {
 
 void set_expert_tensor_cores(bool on) { tensor_cores_on().store(on, std::memory_order_relaxed); }
 
-bool expert_gemv_on_tensor_cores(int64_t assignments, int64_t experts_count, ExpertProducts products) {
-  return products == ExpertProducts::bfloat16 && assignments > experts_count;
-}
-
 ExpertOrder expert_order_for(const at::Tensor& experts, int64_t experts_count, ExpertProducts products) {
   if (products != ExpertProducts::bfloat16 || experts.numel() <= kernels::kMaxExpertAssignments) return {};
   const auto counts = at::zeros({experts_count}, experts.options()).index_add_(0, experts, at::ones_like(experts));
@@ -106,8 +102,7 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   TORCH_CHECK(!bf16_products || input.scalar_type() == at::kBFloat16 || input.scalar_type() == at::kFloat,
               "expert_gemv: bfloat16 products take x in bfloat16 or float32");
   // The tensor cores' kernel copies its inputs as they are, in bfloat16 (rounded to nearest even, as it multiplies).
-  const bool tensor_cores = expert_gemv_on_tensor_cores(experts.numel(), blocks.size(0), products);
-  const at::Tensor x = tensor_cores && input.scalar_type() == at::kFloat ? input.to(at::kBFloat16)
+  const at::Tensor x = bf16_products && input.scalar_type() == at::kFloat ? input.to(at::kBFloat16)
                        : aligned                                          ? input
                                                                           : input.clone(at::MemoryFormat::Contiguous);
   TORCH_CHECK(expert_gemv_serves(x, blocks, scales, experts.numel(), products),

@@ -18,7 +18,6 @@ void set_expert_ordered_tile(int tile) {
 ExpertProducts expert_products_for(const at::Tensor&, c10::ScalarType) { return ExpertProducts::float32; }
 
 void set_expert_tensor_cores(bool) {}
-bool expert_gemv_on_tensor_cores(int64_t, int64_t, ExpertProducts) { return false; }
 
 ExpertOrder expert_order_for(const at::Tensor&, int64_t, ExpertProducts) { return {}; }
 

@@ -73,9 +73,7 @@ std::optional<at::Tensor> experts_on_device(const MoeWeights& w, const MoeConfig
     if (delta.defined()) gate_up = gate_up + delta.to(at::kFloat);
   }
   const auto hidden = clamped_swiglu_on_device(gate_up, config.swiglu_limit, config.swiglu_alpha,
-                                               expert_gemv_on_tensor_cores(experts.numel(), E, products)
-                                                   ? at::kBFloat16
-                                                   : at::kFloat);
+                                               products == ExpertProducts::bfloat16 ? at::kBFloat16 : at::kFloat);
   auto out = expert_gemv(hidden, 1, experts, w.down.blocks, w.down.scales, w.down_bias, products, &order);
   if (lora) {
     const auto delta = lora->expert_deltas(layer, LoraTarget::experts_down, experts, E, hidden.to(x.scalar_type()));
