@@ -33,7 +33,10 @@ def main():
     if len(sys.argv) != 3 or sys.argv[1] not in SHAPES:
         sys.exit(f"usage: make_dense_config.py {{{','.join(sorted(SHAPES))}}} DIR")
     out = sys.argv[2]
-    os.makedirs(out, exist_ok=True)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        sys.exit(f"make_dense_config.py: cannot make {out}: {e.strerror}")
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(SHAPES[sys.argv[1]], f, indent=1)
     subprocess.run([sys.executable, str(ROOT / "tools/lm_fixtures/pad_tokenizer.py"),
