@@ -1,8 +1,8 @@
 #pragma once
-// The experts of a mixture of experts read straight from MXFP4 on CUDA, for a few tokens (decode steps and short
-// prompts): no expert is expanded to the model dtype, and the experts each token chose are found on the device, so a
-// step needs no host synchronisation. Sums in float32: within rounding of decoding each expert and multiplying with
-// LibTorch's linear, not its bits.
+// The experts of a mixture of experts read straight from MXFP4 on CUDA, in passes without gradients (decode steps,
+// prefills, log-prob passes): no expert is expanded to the model dtype, and the experts each token chose are found on
+// the device, so a step needs no host synchronisation. Sums in float32: within rounding of decoding each expert and
+// multiplying with LibTorch's linear, not its bits.
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
@@ -34,7 +34,6 @@ void set_expert_ordered_tile(int tile);
 // or later unless switched off (set_expert_tensor_cores; CRUCIBLE_MOE_TENSOR_CORES=0 starts off), else float32.
 ExpertProducts expert_products_for(const at::Tensor& x, c10::ScalarType dtype);
 void set_expert_tensor_cores(bool on);
-
 
 // x [rows, cols] (cols contiguous), experts [A] int64 on x's device, blocks [E, out, cols / 32, 16] and scales
 // [E, out, cols / 32] uint8, bias [E, out] or undefined -> [A, out] float32: row a is x[a / x_divisor] times expert
