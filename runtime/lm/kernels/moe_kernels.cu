@@ -243,7 +243,8 @@ __device__ __forceinline__ void decode_pairs(uint32_t word, uint32_t scale_pair,
   const __nv_bfloat162 scale = *reinterpret_cast<const __nv_bfloat162*>(&scale_pair);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat162 scaled = __hmul2(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&placed[i]), to_values), scale);
+    const __nv_bfloat162 value = __hmul2_rn(*reinterpret_cast<const __nv_bfloat162*>(&placed[i]), to_values);
+    const __nv_bfloat162 scaled = __hmul2_rn(value, scale);
     pair[i] = *reinterpret_cast<const uint32_t*>(&scaled);
   }
 }
@@ -332,14 +333,17 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
   const int64_t high_row = static_cast<int64_t>(expert) * a.rows + min(row0 + g + 8, a.rows - 1);
   const uint4* low_codes = reinterpret_cast<const uint4*>(a.blocks) + low_row * blocks_per_row;
   const uint4* high_codes = reinterpret_cast<const uint4*>(a.blocks) + high_row * blocks_per_row;
-  // A lane's scales of span s lie in the aligned word at a.scales + scale_word[r] + 4 s, `scale_shift[r]` bits in
-  // (rows g and g + 8): the 4 lanes of a row read its span's 4 scale bytes. No byte past the scales is read (launch
-  // takes fewer than 2^31 of them).
-  const int scales_count = a.experts_count * a.rows * blocks_per_row;
+  // A lane's scales of span s lie in the aligned word at scale_base + scale_word[r] + 4 s, `scale_shift[r]` bits in
+  // (rows g and g + 8): the 4 lanes of a row read its span's 4 scale bytes. scale_base is a.scales rounded down to 4
+  // bytes (a view's scales may start anywhere; the bytes before them are in the same allocation). No byte past the
+  // scales is read (launch takes fewer than 2^31 - 64 of them).
+  const int misaligned = static_cast<int>(reinterpret_cast<uintptr_t>(a.scales) & 3);
+  const uint8_t* scale_base = a.scales - misaligned;
+  const int scales_end = misaligned + a.experts_count * a.rows * blocks_per_row;
   int scale_word[2], scale_shift[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int at = static_cast<int>((r == 0 ? low_row : high_row) * blocks_per_row) + t;
+    const int at = misaligned + static_cast<int>((r == 0 ? low_row : high_row) * blocks_per_row) + t;
     scale_word[r] = at & ~3;
     scale_shift[r] = 8 * (at & 3);
   }
@@ -371,8 +375,8 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
       copy16_async(&stage.codes[warp][1][lane], high_codes + (present ? b : 0), present ? 16 : 0);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int word = scale_word[r] + 4 * span, left = scales_count - word;
-        copy4_async(&stage.scale_words[warp][r][lane], a.scales + (present ? word : 0),
+        const int word = scale_word[r] + 4 * span, left = scales_end - word;
+        copy4_async(&stage.scale_words[warp][r][lane], scale_base + (present ? word : 0),
                     present ? (left < 4 ? left : 4) : 0);
       }
     };
@@ -572,7 +576,7 @@ bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
   if (args.assignments <= 0 || (args.assignments > kMaxExpertAssignments && !ordered) || args.cols % 32 != 0 ||
       args.rows <= 0 || args.experts_count <= 0 || args.x_divisor <= 0 ||
       (args.ordered_tile != kOrderedTile && args.ordered_tile != kWideOrderedTile) ||
-      static_cast<int64_t>(args.experts_count) * args.rows * (args.cols / 32) > INT_MAX)
+      static_cast<int64_t>(args.experts_count) * args.rows * (args.cols / 32) > INT_MAX - 64)
     return false;
   if (args.bf16_products) {  // an order comes only with bfloat16 products
     if (args.x_element != Element::bf16) return false;

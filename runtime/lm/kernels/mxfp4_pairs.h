@@ -11,17 +11,13 @@
 // table lookup with separate sign handling.
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define CRUCIBLE_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define CRUCIBLE_HOST_DEVICE inline
-#endif
+#include "lm/host_device.h"
 
 namespace crucible::lm::kernels {
 
 // PTX prmt.b32 in its default mode: byte k of the result is byte (selector nibble k & 7) of b:a, or that byte's
 // sign replicated when the nibble's bit 3 is set.
-CRUCIBLE_HOST_DEVICE uint32_t byte_permute(uint32_t a, uint32_t b, uint32_t selector) {
+CRUCIBLE_HOST_DEVICE inline uint32_t byte_permute(uint32_t a, uint32_t b, uint32_t selector) {
 #if defined(__CUDA_ARCH__)
   uint32_t d;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
@@ -43,7 +39,7 @@ CRUCIBLE_HOST_DEVICE uint32_t byte_permute(uint32_t a, uint32_t b, uint32_t sele
 constexpr uint32_t kPlacedToValues = 0x7E807E80u;
 
 // The 4 pairs of a word of codes, each value times 2^-126 (see above).
-CRUCIBLE_HOST_DEVICE void placed_pairs(uint32_t word, uint32_t (&pair)[4]) {
+CRUCIBLE_HOST_DEVICE inline void placed_pairs(uint32_t word, uint32_t (&pair)[4]) {
   const uint32_t magnitudes = word & 0x77777777u, signs = word & 0x88888888u;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
