@@ -219,10 +219,11 @@ void launch_for(const ExpertGemvArgs& args, cudaStream_t stream) {
 // decoded times the block's scale, exact in bfloat16) and reads the same columns of input g of each tile; step s of a
 // block's 8 gives its columns 4s .. 4s + 3 the fragments' k positions 2t, 2t + 1, 2t + 8, 2t + 9, in A and B alike.
 // Blocks past a row's end hold zeros in both.
-// The work is bound by reading the codes, so a block keeps several spans in flight: asynchronous copies (cp.async)
-// fill a ring of stages in shared memory, each with a span's inputs (bfloat16, shared by the block's warps) and each
-// lane's codes and scales, while the warps multiply the oldest. One span in flight (registers, a barrier a span) left
-// the memory idle between spans: about 1.1 TB/s.
+// A block keeps several spans in flight: asynchronous copies (cp.async) fill a ring of stages in shared memory, each
+// with a span's inputs (bfloat16, shared by the block's warps) and each lane's codes and scales, while the warps
+// multiply the oldest. One span in flight (registers, a barrier a span) left the memory idle between spans at 8
+// tokens an expert; at about 2 an expert the decoding's integer instructions, not the memory, bound the kernel
+// (docs/benchmarks.md, gpt-oss decode).
 constexpr int kSpanBlocks = 4;
 constexpr int kSpanPieces = kSpanBlocks * kMxBlock / 8;  // 16-byte pieces of 8 bfloat16 inputs in a span's row
 constexpr int kMmaRows = 16;
@@ -501,7 +502,6 @@ __global__ void clamped_swiglu_kernel(const float* gate_up, void* out, Element o
     store_as(out, i, (linear + 1.0f) * activated, out_element);
   }
 }
-
 
 __global__ void weighted_expert_sum_kernel(const float* experts_out, const void* weights, Element weights_element,
                                            void* out, Element out_element, int64_t count, int k, int width) {
