@@ -224,7 +224,12 @@ TEST_CASE("lm gpu: the experts' bfloat16 products on tensor cores are the exact 
     auto g = at::make_generator<at::CPUGeneratorImpl>(11);
     const auto packed = lm::mxfp4_encode(at::randn({E, rows, cols}, g) * 0.2);
     const auto decoded = lm::mxfp4_decode(packed.blocks, packed.scales, at::kFloat).to(at::kDouble);
-    const auto blocks = packed.blocks.to(gpu), scales = packed.scales.to(gpu);
+    const auto blocks = packed.blocks.to(gpu);
+    // The scales as a view one byte into its storage: the kernel reads them as aligned words, from before their start.
+    const auto scales = at::zeros({packed.scales.numel() + 1}, packed.scales.options().device(gpu))
+                            .narrow(0, 1, packed.scales.numel())
+                            .copy_(packed.scales.flatten().to(gpu))
+                            .view(packed.scales.sizes());
     const auto bias = (at::randn({E, rows}, g) * 0.1).to(at::kBFloat16);
     // More than 256 assignments go in the order of their experts, found on the device.
     for (const int64_t assignments :

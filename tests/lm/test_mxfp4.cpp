@@ -4,7 +4,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <utility>
 
+#include "lm/kernels/mxfp4_pairs.h"
 #include "lm/model/moe.h"
 #include "lm/model/mxfp4.h"
 
@@ -102,6 +105,39 @@ TEST_CASE("mxfp4: other values round to the nearest code, ties to the even one, 
   CHECK(back.narrow(0, 32, 32).abs().max().item<float>() == 0.0f);
   CHECK_THROWS_AS(mxfp4_encode(at::zeros({31})), std::invalid_argument);
   CHECK_THROWS_AS(mxfp4_decode(p.blocks, p.scales.narrow(0, 0, 1), at::kFloat), std::invalid_argument);
+}
+
+TEST_CASE("mxfp4: the GPU decoder's placed bfloat16 pairs are every code's value times 2^-126, signed zeros too") {
+  using crucible::lm::kernels::placed_pairs;
+  // bfloat16 bits as the float32 they are the high half of (bfloat16 subnormals are float32 subnormals).
+  const auto as_float = [](uint32_t half) {
+    const uint32_t bits = (half & 0xFFFFu) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  };
+  // Every byte at every place in a word, the other bytes all 0x00, all 0xFF or a mixed pattern: pair i holds byte i's
+  // low code, then its high code, and nothing of the other bytes.
+  int compared = 0, wrong = 0;
+  for (const uint32_t others : {0x00000000u, 0xFFFFFFFFu, 0x7A3C95E1u})
+    for (int place = 0; place < 4; ++place)
+      for (uint32_t byte = 0; byte < 256; ++byte) {
+        const uint32_t word = (others & ~(0xFFu << (8 * place))) | byte << (8 * place);
+        uint32_t pairs[4];
+        placed_pairs(word, pairs);
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t b = (word >> (8 * i)) & 0xFFu;
+          for (const auto& [half, code] : {std::pair{pairs[i] & 0xFFFFu, b & 0xFu}, std::pair{pairs[i] >> 16, b >> 4}}) {
+            const float value = std::ldexp(as_float(half), 126);
+            ++compared;
+            if (value != kMxfp4Values[code] || std::signbit(value) != std::signbit(kMxfp4Values[code])) {
+              if (++wrong <= 3) MESSAGE("word " << word << ", pair " << i << ", code " << code << ": " << value);
+            }
+          }
+        }
+      }
+  CHECK(compared == 3 * 4 * 256 * 8);
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("moe: routing keeps the top k and softmaxes their logits; the SwiGLU clamps and interleaves") {

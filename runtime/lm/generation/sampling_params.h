@@ -3,11 +3,7 @@
 #include <cstdint>
 
 // The draw is computed on the host and in the sampling kernels alike: the same bits either way.
-#if defined(__CUDACC__)
-#define CRUCIBLE_HOST_DEVICE __host__ __device__
-#else
-#define CRUCIBLE_HOST_DEVICE
-#endif
+#include "lm/host_device.h"
 
 namespace crucible::lm {
 

@@ -14,6 +14,7 @@
 #include "lm/kernels/decode_kernels_device.cuh"
 #include "lm/kernels/mma_device.cuh"
 #include "lm/kernels/moe_kernels_launch.h"
+#include "lm/kernels/mxfp4_pairs.h"
 
 namespace crucible::lm::kernels {
 namespace {
@@ -233,31 +234,18 @@ __device__ __forceinline__ int staged_position(int slot, int piece) {
   return piece ^ (((piece >> 3) & 1) << 1) ^ (slot & 1);
 }
 
-__device__ __forceinline__ uint32_t byte_permute(uint32_t a, uint32_t b, uint32_t selector) {
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
-  return d;
-}
-
 // The 8 codes of a word as 4 bfloat16 pairs (codes 2i and 2i + 1, the low nibble of byte i first, in pair i), exact:
-// each magnitude's high and low byte looked up in two 8-byte tables (0, 0.5, 1, 1.5, 2, 3, 4, 6 are 0x0000, 0x3F00,
-// 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0), interleaved, the sign bits moved to bits 15 and 31; then times
-// the block's scale (a power of two: exact).
+// placed (mxfp4_pairs.h), times 2^126 and the block's scale (powers of two: exact, a scale of 2^-127 included).
 __device__ __forceinline__ void decode_pairs(uint32_t word, uint32_t scale_pair, uint32_t (&pair)[4]) {
-  const uint32_t magnitude = word & 0x77777777u;
-  const uint32_t high_first = byte_permute(0x3F3F3F00u, 0x40404040u, magnitude);
-  const uint32_t low_first = byte_permute(0xC0800000u, 0xC0804000u, magnitude);
-  const uint32_t high_last = byte_permute(0x3F3F3F00u, 0x40404040u, magnitude >> 16);
-  const uint32_t low_last = byte_permute(0xC0800000u, 0xC0804000u, magnitude >> 16);
-  const uint32_t even_signs = (word << 4) & 0x80808080u, odd_signs = word & 0x80808080u;  // bit 7 of byte i
-  const uint32_t magnitudes[4] = {byte_permute(low_first, high_first, 0x5140), byte_permute(low_first, high_first, 0x7362),
-                                  byte_permute(low_last, high_last, 0x5140), byte_permute(low_last, high_last, 0x7362)};
+  uint32_t placed[4];
+  placed_pairs(word, placed);
+  const uint32_t to_values_bits = kPlacedToValues;
+  const __nv_bfloat162 to_values = *reinterpret_cast<const __nv_bfloat162*>(&to_values_bits);
   const __nv_bfloat162 scale = *reinterpret_cast<const __nv_bfloat162*>(&scale_pair);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const uint32_t signs = byte_permute(even_signs, odd_signs, 0x4000u + 0x1010u * i) & 0x80008000u;
-    const uint32_t value = magnitudes[i] | signs;
-    const __nv_bfloat162 scaled = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&value), scale);
+    const __nv_bfloat162 value = __hmul2_rn(*reinterpret_cast<const __nv_bfloat162*>(&placed[i]), to_values);
+    const __nv_bfloat162 scaled = __hmul2_rn(value, scale);
     pair[i] = *reinterpret_cast<const uint32_t*>(&scaled);
   }
 }
@@ -321,13 +309,13 @@ __device__ __forceinline__ void mma_word(const uint4& low_code, const uint4& hig
   }
 }
 
-// A lane's scale byte from its copied word.
-__device__ __forceinline__ uint32_t scale_from(uint32_t word, const uint8_t* at) {
-  return scale_pair_of((word >> (8 * (reinterpret_cast<uintptr_t>(at) & 3))) & 0xFFu);
-}
+// A lane's scale, `shift` bits into its copied word.
+__device__ __forceinline__ uint32_t scale_from(uint32_t word, int shift) { return scale_pair_of((word >> shift) & 0xFFu); }
 
+// One tile's blocks fit 5 to an SM by shared memory; registers are held to that too.
 template <int kTiles, bool kOrdered>
-__global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs a, bool by_assignment) {
+__global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_kernel(ExpertGemvArgs a,
+                                                                                     bool by_assignment) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int stages = kStages<kTiles>;
   __shared__ Routed routed;
@@ -346,54 +334,71 @@ __global__ void __launch_bounds__(kWarps * 32) expert_mma_kernel(ExpertGemvArgs 
   const int64_t high_row = static_cast<int64_t>(expert) * a.rows + min(row0 + g + 8, a.rows - 1);
   const uint4* low_codes = reinterpret_cast<const uint4*>(a.blocks) + low_row * blocks_per_row;
   const uint4* high_codes = reinterpret_cast<const uint4*>(a.blocks) + high_row * blocks_per_row;
-  const uint8_t* low_scales = a.scales + low_row * blocks_per_row;
-  const uint8_t* high_scales = a.scales + high_row * blocks_per_row;
-  const uint8_t* scales_end = a.scales + static_cast<int64_t>(a.experts_count) * a.rows * blocks_per_row;
+  // A lane's scales of span s lie in the aligned word at scale_base + scale_word[r] + 4 s, `scale_shift[r]` bits in
+  // (rows g and g + 8): the 4 lanes of a row read its span's 4 scale bytes. scale_base is a.scales rounded down to 4
+  // bytes (a view's scales may start anywhere; the bytes before them are in the same allocation). No byte past the
+  // scales is read (launch takes fewer than 2^31 - 64 of them).
+  const int misaligned = static_cast<int>(reinterpret_cast<uintptr_t>(a.scales) & 3);
+  const uint8_t* scale_base = a.scales - misaligned;
+  const int scales_end = misaligned + a.experts_count * a.rows * blocks_per_row;
+  int scale_word[2], scale_shift[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int at = misaligned + static_cast<int>((r == 0 ? low_row : high_row) * blocks_per_row) + t;
+    scale_word[r] = at & ~3;
+    scale_shift[r] = 8 * (at & 3);
+  }
   const auto* x = static_cast<const __nv_bfloat16*>(a.x);
-  // The aligned word holding the scale at `at`, no byte past the scales read.
-  const auto copy_scale = [&](uint32_t* to, const uint8_t* at, bool present) {
-    const auto* word = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(at) & ~uintptr_t{3});
-    const int64_t left = scales_end - word;
-    copy4_async(to, present ? word : a.scales, present ? static_cast<int>(left < 4 ? left : 4) : 0);
-  };
   for (int first = 0; first < n; first += 8 * kTiles) {
-    // Thread i copies pieces i, i + 128, ... of a span's inputs (slot id / kSpanPieces, piece id % kSpanPieces), and
-    // its own lane's codes and scales.
-    const auto copy_span = [&](int span) {
+    // Thread i copies pieces i, i + 128, ... of each span's inputs (slot id / kSpanPieces, piece id % kSpanPieces);
+    // the rows of x they come from (-1: no input in that slot) are found once a pass.
+    int input_row[kTiles];
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      const int slot = (threadIdx.x + i * kWarps * 32) / kSpanPieces;
+      input_row[i] = first + slot < n ? mine[first + slot] / a.x_divisor : -1;
+    }
+    // Span `span` into ring[to]: the thread's input pieces, its lane's two code blocks and scale words.
+    const auto copy_span = [&](int span, int to) {
       if (span >= spans) return;
-      MmaStage<kTiles>& stage = ring[span % stages];
+      MmaStage<kTiles>& stage = ring[to];
 #pragma unroll
       for (int i = 0; i < kTiles; ++i) {
         const int id = threadIdx.x + i * kWarps * 32, slot = id / kSpanPieces, piece = id % kSpanPieces;
         const int column = span * kSpanBlocks * kMxBlock + piece * 8;
-        const bool present = first + slot < n && column < a.cols;
-        const int64_t row = present ? mine[first + slot] / a.x_divisor : 0;
-        copy16_async(&stage.inputs[slot][staged_position(slot, piece)], present ? x + row * a.x_row_stride + column : x,
-                     present ? 16 : 0);
+        const bool present = input_row[i] >= 0 && column < a.cols;
+        copy16_async(&stage.inputs[slot][staged_position(slot, piece)],
+                     present ? x + static_cast<int64_t>(input_row[i]) * a.x_row_stride + column : x, present ? 16 : 0);
       }
       const int b = span * kSpanBlocks + t;
       const bool present = has_rows && b < blocks_per_row;
-      copy16_async(&stage.codes[warp][0][lane], present ? low_codes + b : low_codes, present ? 16 : 0);
-      copy16_async(&stage.codes[warp][1][lane], present ? high_codes + b : high_codes, present ? 16 : 0);
-      copy_scale(&stage.scale_words[warp][0][lane], low_scales + b, present);
-      copy_scale(&stage.scale_words[warp][1][lane], high_scales + b, present);
+      copy16_async(&stage.codes[warp][0][lane], low_codes + (present ? b : 0), present ? 16 : 0);
+      copy16_async(&stage.codes[warp][1][lane], high_codes + (present ? b : 0), present ? 16 : 0);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int word = scale_word[r] + 4 * span, left = scales_end - word;
+        copy4_async(&stage.scale_words[warp][r][lane], scale_base + (present ? word : 0),
+                    present ? (left < 4 ? left : 4) : 0);
+      }
     };
     __syncthreads();  // the previous pass has read its last stage
 #pragma unroll
-    for (int span = 0; span < stages - 1; ++span) copy_span(span), commit_copies();
+    for (int span = 0; span < stages - 1; ++span) copy_span(span, span), commit_copies();
     float acc[kTiles][4] = {};
+    int oldest = 0, next = stages - 1;  // the ring's stage multiplied now, and the one refilled
     for (int span = 0; span < spans; ++span) {
       wait_copies<stages - 2>();  // this span's copies (this thread's) have landed
       __syncthreads();            // and every thread's; the stage refilled next was read by all
-      copy_span(span + stages - 1);
+      copy_span(span + stages - 1, next);
       commit_copies();            // an empty group past the last span keeps the count
+      const MmaStage<kTiles>& stage = ring[oldest];
+      oldest = oldest + 1 == stages ? 0 : oldest + 1;
+      next = next + 1 == stages ? 0 : next + 1;
       if (!has_rows) continue;
-      const MmaStage<kTiles>& stage = ring[span % stages];
-      const int b = span * kSpanBlocks + t;
       const uint4 low_code = stage.codes[warp][0][lane], high_code = stage.codes[warp][1][lane];
       // A block past the row's end: zero codes (and zero inputs) whatever its scale.
-      const uint32_t low_scale = scale_from(stage.scale_words[warp][0][lane], low_scales + b);
-      const uint32_t high_scale = scale_from(stage.scale_words[warp][1][lane], high_scales + b);
+      const uint32_t low_scale = scale_from(stage.scale_words[warp][0][lane], scale_shift[0]);
+      const uint32_t high_scale = scale_from(stage.scale_words[warp][1][lane], scale_shift[1]);
 #pragma unroll
       for (int u = 0; u < 4; ++u)
         mma_word<kTiles>(low_code, high_code, low_scale, high_scale, u, stage.inputs, g, t, acc);
@@ -570,7 +575,8 @@ bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
   const bool ordered = args.order && args.offsets && args.bf16_products && args.experts_count <= kMaxRouteExperts;
   if (args.assignments <= 0 || (args.assignments > kMaxExpertAssignments && !ordered) || args.cols % 32 != 0 ||
       args.rows <= 0 || args.experts_count <= 0 || args.x_divisor <= 0 ||
-      (args.ordered_tile != kOrderedTile && args.ordered_tile != kWideOrderedTile))
+      (args.ordered_tile != kOrderedTile && args.ordered_tile != kWideOrderedTile) ||
+      static_cast<int64_t>(args.experts_count) * args.rows * (args.cols / 32) > INT_MAX - 64)
     return false;
   if (args.bf16_products) {  // an order comes only with bfloat16 products
     if (args.x_element != Element::bf16) return false;
