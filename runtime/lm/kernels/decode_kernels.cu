@@ -371,7 +371,7 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
   constexpr int kRowThreads = 32 * W;
   constexpr int kGroups = kLinearWarps / W;  // outputs a block takes at once
   constexpr int kRows = Gated ? 2 : 1;       // weight rows per output: a gate row and its up row
-  constexpr int kInFlight = Gated ? 4 : 8;   // loads in flight per lane and row: gated outputs sum two rows
+  constexpr int kInFlight = Gated ? 4 : 8;   // loads in flight per lane and row (kPerLane in small_linear_as)
   extern __shared__ uint4 staged[];
   __shared__ float reduced[kLinearWarps], partial[kLinearWarps][kRows];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = (warp % W) * 32 + lane;
@@ -459,10 +459,11 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
   }
 }
 
-// Warps per row: as few as leave each lane at most four of a row's slices, and more where the outputs would give the
-// GPU fewer than 16 warps per SM (a few small projections' blocks were latency-bound: ncu, docs/benchmarks.md).
-inline int linear_row_warps(int64_t slices, int64_t outputs, int sms) {
-  int w = slices <= 32 * 4 ? 1 : slices <= 64 * 4 ? 2 : 4;
+// Warps per row: as few as leave each lane at most `per_lane` of a row's slices (the loads a lane has in flight), so
+// a block has as many rows in flight as it can hold, and more where the outputs would give the GPU fewer than 16
+// warps per SM (a few small projections' blocks were latency-bound: ncu, docs/benchmarks.md).
+inline int linear_row_warps(int64_t slices, int64_t outputs, int sms, int per_lane) {
+  int w = slices <= 32 * per_lane ? 1 : slices <= 64 * per_lane ? 2 : 4;
   while (w < kLinearWarps && outputs * w < static_cast<int64_t>(sms) * 16) w *= 2;
   return w;
 }
@@ -492,7 +493,9 @@ bool small_linear_with(const LinearArgs& a, cudaStream_t stream) {
 
 template <typename T, Input In, bool Gated>
 bool small_linear_as(const LinearArgs& a, cudaStream_t stream) {
-  switch (linear_row_warps(a.in_features * static_cast<int64_t>(sizeof(T)) / 16, a.out_features, current_gpu().sms)) {
+  constexpr int kPerLane = Gated ? 4 : 8;  // small_linear_kernel's kInFlight
+  switch (linear_row_warps(a.in_features * static_cast<int64_t>(sizeof(T)) / 16, a.out_features, current_gpu().sms,
+                           kPerLane)) {
     case 1: return small_linear_with<T, In, Gated, 1>(a, stream);
     case 2: return small_linear_with<T, In, Gated, 2>(a, stream);
     default: return small_linear_with<T, In, Gated, 4>(a, stream);
