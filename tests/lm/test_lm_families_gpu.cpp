@@ -212,17 +212,23 @@ TEST_CASE("lm gpu: the experts' bfloat16 products on tensor cores are the exact 
   const c10::Device gpu("cuda:0");
   struct Shape {
     int64_t experts, rows, cols;
+    int64_t largest_power = 0;  // rows scaled by 2^-6 .. 2^largest_power: scales above 128 beside small ones
   };
   // Rows ending inside a warp's 16 and columns inside a span of 4 MX blocks; up to E assignments, then 8 inputs a pass
   // (up to 4 an expert), 16 (up to 12) and 32, all on one expert (many passes), more than 256 (ordered, spread and
   // all on one expert; 200 experts, more than a block's threads, count their tiles), with inputs shared k ways (the
   // first projection) or one each, in bfloat16 and float32, rows padded past their columns. 3 x 25 x 96 has 225
-  // scales: the last one's aligned word ends past them (copied in part).
-  for (const Shape& shape : {Shape{8, 88, 96}, Shape{32, 200, 1056}, Shape{200, 40, 160}, Shape{3, 25, 96}}) {
+  // scales: the last one's aligned word ends past them (copied in part). 16 x 48 x 288 mixes rows of scales above 128
+  // (two multiplications a pair) with rows of small ones in one warp.
+  for (const Shape& shape :
+       {Shape{8, 88, 96}, Shape{32, 200, 1056}, Shape{200, 40, 160}, Shape{3, 25, 96}, Shape{16, 48, 288, 14}}) {
     const int64_t E = shape.experts, rows = shape.rows, cols = shape.cols;
     CAPTURE(E);
     auto g = at::make_generator<at::CPUGeneratorImpl>(11);
-    const auto packed = lm::mxfp4_encode(at::randn({E, rows, cols}, g) * 0.2);
+    const auto row_scale = shape.largest_power == 0
+                               ? at::full({E, rows, 1}, 0.2)
+                               : at::pow(2.0, at::randint(-6, shape.largest_power + 1, {E, rows, 1}, g).to(at::kFloat));
+    const auto packed = lm::mxfp4_encode(at::randn({E, rows, cols}, g) * row_scale);
     const auto decoded = lm::mxfp4_decode(packed.blocks, packed.scales, at::kFloat).to(at::kDouble);
     const auto blocks = packed.blocks.to(gpu);
     // The scales as a view one byte into its storage: the kernel reads them as aligned words, from before their start.

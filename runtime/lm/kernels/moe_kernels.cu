@@ -234,26 +234,37 @@ __device__ __forceinline__ int staged_position(int slot, int piece) {
   return piece ^ (((piece >> 3) & 1) << 1) ^ (slot & 1);
 }
 
-// The 8 codes of a word as 4 bfloat16 pairs (codes 2i and 2i + 1, the low nibble of byte i first, in pair i), exact:
-// placed (mxfp4_pairs.h), times 2^126 and the block's scale (powers of two: exact, a scale of 2^-127 included).
-__device__ __forceinline__ void decode_pairs(uint32_t word, uint32_t scale_pair, uint32_t (&pair)[4]) {
-  uint32_t placed[4];
-  placed_pairs(word, placed);
-  const uint32_t to_values_bits = kPlacedToValues;
-  const __nv_bfloat162 to_values = *reinterpret_cast<const __nv_bfloat162*>(&to_values_bits);
-  const __nv_bfloat162 scale = *reinterpret_cast<const __nv_bfloat162*>(&scale_pair);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat162 value = __hmul2_rn(*reinterpret_cast<const __nv_bfloat162*>(&placed[i]), to_values);
-    const __nv_bfloat162 scaled = __hmul2_rn(value, scale);
-    pair[i] = *reinterpret_cast<const uint32_t*>(&scaled);
-  }
+// What turns placed pairs (values times 2^-126) into values times a block's scale 2^(s - 127), as bfloat16 pairs: one
+// multiplication by 2^(s - 1) where that is a bfloat16 (s <= 128, as every scale of real weights is), else by 2^126
+// (exact) and then by 2^(s - 127). Either way the product is exact wherever it is a bfloat16 (all but the largest
+// values at the largest scales), so both give the same bits.
+struct PairScale {
+  uint32_t first, second;  // second: 1.0 where one multiplication does
+};
+
+__device__ __forceinline__ uint32_t bf16_pair(uint32_t bits) { return bits | bits << 16; }
+
+__device__ __forceinline__ PairScale pair_scale_of(unsigned scale) {
+  if (scale <= 128) return {bf16_pair((scale + 126) << 7), bf16_pair(0x3F80u)};
+  return {kPlacedToValues, bf16_pair(scale << 7)};
 }
 
-// 2^(scale - 127) in both halves of a bfloat16 pair (scale 0 is 2^-127, a subnormal).
-__device__ __forceinline__ uint32_t scale_pair_of(unsigned scale) {
-  const uint32_t bits = scale == 0 ? 0x0040u : scale << 7;
-  return bits | bits << 16;
+__device__ __forceinline__ __nv_bfloat162 as_bf162(uint32_t bits) {
+  return *reinterpret_cast<const __nv_bfloat162*>(&bits);
+}
+
+// The 8 codes of a word as 4 bfloat16 pairs (codes 2i and 2i + 1, the low nibble of byte i first, in pair i), exact:
+// placed (mxfp4_pairs.h), then scaled. kTwoSteps where any lane of the warp has a scale above 128.
+template <bool kTwoSteps>
+__device__ __forceinline__ void decode_pairs(uint32_t word, const PairScale& scale, uint32_t (&pair)[4]) {
+  uint32_t placed[4];
+  placed_pairs(word, placed);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __nv_bfloat162 value = __hmul2_rn(as_bf162(placed[i]), as_bf162(scale.first));
+    if (kTwoSteps) value = __hmul2_rn(value, as_bf162(scale.second));
+    pair[i] = *reinterpret_cast<const uint32_t*>(&value);
+  }
 }
 
 // Asynchronous copies into shared memory: `bytes` of `size` read from global memory, the rest zeros.
@@ -272,13 +283,14 @@ __device__ __forceinline__ void wait_copies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// One span in shared memory: its inputs, and each warp's lanes' code blocks and scales (the aligned 4 bytes holding
-// the scale: a row's scales are 1 byte a block, at any alignment).
+// One span in shared memory: its inputs, and each warp's lanes' code blocks and scales. A row's scales are 1 byte a
+// block at any alignment, so a span's 4 lie in one or two aligned words: scale_words[warp][4 g + j] holds word j % 2
+// of row g (j < 2) or row g + 8, copied by lane (g, j).
 template <int kTiles>
 struct MmaStage {
   uint4 inputs[8 * kTiles][kSpanPieces];
   uint4 codes[kWarps][2][32];  // [warp][rows g, g + 8][lane]
-  uint32_t scale_words[kWarps][2][32];
+  uint32_t scale_words[kWarps][32];
 };
 
 // Spans in flight, as many as fit 48 KB of shared memory with the block's Routed list: a wider tile multiplies more a
@@ -292,13 +304,14 @@ static_assert(fits_static_shared<1> && fits_static_shared<2> && fits_static_shar
 
 // Steps 2u and 2u + 1 of the lane's span block: code word u of rows g and g + 8 as A fragments, times each tile's
 // staged inputs (piece u of span block t).
-template <int kTiles>
-__device__ __forceinline__ void mma_word(const uint4& low_code, const uint4& high_code, uint32_t low_scale,
-                                         uint32_t high_scale, int u, const uint4 (&staged)[8 * kTiles][kSpanPieces],
-                                         int g, int t, float (&acc)[kTiles][4]) {
+template <int kTiles, bool kTwoSteps>
+__device__ __forceinline__ void mma_word(const uint4& low_code, const uint4& high_code, const PairScale& low_scale,
+                                         const PairScale& high_scale, int u,
+                                         const uint4 (&staged)[8 * kTiles][kSpanPieces], int g, int t,
+                                         float (&acc)[kTiles][4]) {
   uint32_t low[4], high[4];
-  decode_pairs(word_of(low_code, u), low_scale, low);
-  decode_pairs(word_of(high_code, u), high_scale, high);
+  decode_pairs<kTwoSteps>(word_of(low_code, u), low_scale, low);
+  decode_pairs<kTwoSteps>(word_of(high_code, u), high_scale, high);
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int slot = 8 * j + g;
@@ -310,7 +323,7 @@ __device__ __forceinline__ void mma_word(const uint4& low_code, const uint4& hig
 }
 
 // A lane's scale, `shift` bits into its copied word.
-__device__ __forceinline__ uint32_t scale_from(uint32_t word, int shift) { return scale_pair_of((word >> shift) & 0xFFu); }
+__device__ __forceinline__ unsigned scale_from(uint32_t word, int shift) { return (word >> shift) & 0xFFu; }
 
 // One tile's blocks fit 5 to an SM by shared memory; registers are held to that too.
 template <int kTiles, bool kOrdered>
@@ -334,20 +347,23 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
   const int64_t high_row = static_cast<int64_t>(expert) * a.rows + min(row0 + g + 8, a.rows - 1);
   const uint4* low_codes = reinterpret_cast<const uint4*>(a.blocks) + low_row * blocks_per_row;
   const uint4* high_codes = reinterpret_cast<const uint4*>(a.blocks) + high_row * blocks_per_row;
-  // A lane's scales of span s lie in the aligned word at scale_base + scale_word[r] + 4 s, `scale_shift[r]` bits in
-  // (rows g and g + 8): the 4 lanes of a row read its span's 4 scale bytes. scale_base is a.scales rounded down to 4
-  // bytes (a view's scales may start anywhere; the bytes before them are in the same allocation). No byte past the
-  // scales is read (launch takes fewer than 2^31 - 64 of them).
+  // A row's 4 scales of span s lie in the one or two aligned words from scale_base + (its first scale & ~3) + 4 s:
+  // lane (g, t) copies word t % 2 of row g (t < 2) or g + 8 (copied_word + 4 s), and finds its own scale of row g
+  // (r = 0) and g + 8 in word scale_slot[r] of its warp's, scale_shift[r] bits in. scale_base is a.scales rounded down
+  // to 4 bytes (a view's scales may start anywhere; the bytes before them are in the same allocation). No byte past
+  // the scales is read (launch takes fewer than 2^31 - 64 of them).
   const int misaligned = static_cast<int>(reinterpret_cast<uintptr_t>(a.scales) & 3);
   const uint8_t* scale_base = a.scales - misaligned;
   const int scales_end = misaligned + a.experts_count * a.rows * blocks_per_row;
-  int scale_word[2], scale_shift[2];
+  int scale_slot[2], scale_shift[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int at = misaligned + static_cast<int>((r == 0 ? low_row : high_row) * blocks_per_row) + t;
-    scale_word[r] = at & ~3;
-    scale_shift[r] = 8 * (at & 3);
+    const int row_at = misaligned + static_cast<int>((r == 0 ? low_row : high_row) * blocks_per_row);
+    scale_slot[r] = 4 * g + 2 * r + (((row_at & 3) + t) >> 2);
+    scale_shift[r] = 8 * ((row_at + t) & 3);
   }
+  const int copied_word =
+      ((misaligned + static_cast<int>((t < 2 ? low_row : high_row) * blocks_per_row)) & ~3) + 4 * (t & 1);
   const auto* x = static_cast<const __nv_bfloat16*>(a.x);
   for (int first = 0; first < n; first += 8 * kTiles) {
     // Thread i copies pieces i, i + 128, ... of each span's inputs (slot id / kSpanPieces, piece id % kSpanPieces);
@@ -358,15 +374,18 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
       const int slot = (threadIdx.x + i * kWarps * 32) / kSpanPieces;
       input_row[i] = first + slot < n ? mine[first + slot] / a.x_divisor : -1;
     }
-    // Span `span` into ring[to]: the thread's input pieces, its lane's two code blocks and scale words.
+    // Span `span` into ring[to]: the thread's input pieces, its lane's two code blocks and scale word. A slot
+    // without an input is not copied: its columns of the products are never written, and a column of an MMA's
+    // product reads only its own column of inputs.
     const auto copy_span = [&](int span, int to) {
       if (span >= spans) return;
       MmaStage<kTiles>& stage = ring[to];
 #pragma unroll
       for (int i = 0; i < kTiles; ++i) {
+        if (input_row[i] < 0) continue;
         const int id = threadIdx.x + i * kWarps * 32, slot = id / kSpanPieces, piece = id % kSpanPieces;
         const int column = span * kSpanBlocks * kMxBlock + piece * 8;
-        const bool present = input_row[i] >= 0 && column < a.cols;
+        const bool present = column < a.cols;
         copy16_async(&stage.inputs[slot][staged_position(slot, piece)],
                      present ? x + static_cast<int64_t>(input_row[i]) * a.x_row_stride + column : x, present ? 16 : 0);
       }
@@ -374,12 +393,10 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
       const bool present = has_rows && b < blocks_per_row;
       copy16_async(&stage.codes[warp][0][lane], low_codes + (present ? b : 0), present ? 16 : 0);
       copy16_async(&stage.codes[warp][1][lane], high_codes + (present ? b : 0), present ? 16 : 0);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int word = scale_word[r] + 4 * span, left = scales_end - word;
-        copy4_async(&stage.scale_words[warp][r][lane], scale_base + (present ? word : 0),
-                    present ? (left < 4 ? left : 4) : 0);
-      }
+      const int word = copied_word + 4 * span, left = scales_end - word;
+      const bool scales_present = has_rows && left > 0;  // a second word past the last scale is not needed
+      copy4_async(&stage.scale_words[warp][lane], scale_base + (scales_present ? word : 0),
+                  scales_present ? (left < 4 ? left : 4) : 0);
     };
     __syncthreads();  // the previous pass has read its last stage
 #pragma unroll
@@ -397,11 +414,18 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
       if (!has_rows) continue;
       const uint4 low_code = stage.codes[warp][0][lane], high_code = stage.codes[warp][1][lane];
       // A block past the row's end: zero codes (and zero inputs) whatever its scale.
-      const uint32_t low_scale = scale_from(stage.scale_words[warp][0][lane], scale_shift[0]);
-      const uint32_t high_scale = scale_from(stage.scale_words[warp][1][lane], scale_shift[1]);
+      const unsigned low_bits = scale_from(stage.scale_words[warp][scale_slot[0]], scale_shift[0]);
+      const unsigned high_bits = scale_from(stage.scale_words[warp][scale_slot[1]], scale_shift[1]);
+      const PairScale low_scale = pair_scale_of(low_bits), high_scale = pair_scale_of(high_bits);
+      if (__any_sync(0xFFFFFFFFu, max(low_bits, high_bits) > 128)) {
 #pragma unroll
-      for (int u = 0; u < 4; ++u)
-        mma_word<kTiles>(low_code, high_code, low_scale, high_scale, u, stage.inputs, g, t, acc);
+        for (int u = 0; u < 4; ++u)
+          mma_word<kTiles, true>(low_code, high_code, low_scale, high_scale, u, stage.inputs, g, t, acc);
+      } else {
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          mma_word<kTiles, false>(low_code, high_code, low_scale, high_scale, u, stage.inputs, g, t, acc);
+      }
     }
     wait_copies<0>();
     if (!has_rows) continue;
@@ -457,7 +481,10 @@ __device__ __forceinline__ void decode_block_into(const uint4& code, unsigned sc
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
     uint32_t pairs[4];
-    decode_pairs(word_of(code, u), scale_pair_of(scale), pairs);
+    if (scale > 128)
+      decode_pairs<true>(word_of(code, u), pair_scale_of(scale), pairs);
+    else
+      decode_pairs<false>(word_of(code, u), pair_scale_of(scale), pairs);
     to[u] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
   }
 }
