@@ -85,6 +85,12 @@ TEST_CASE("lm gpu: qwen3 and gpt-oss on CUDA match the CPU reference (float32) a
       const auto tokens = greedy_tokens(gpu, prompts);
       for (const auto& row : tokens) CHECK(row.size() == 12);
       if (dtype == at::kFloat) CHECK(tokens == greedy_tokens(cpu, prompts));
+      // One prompt: one-row steps (the one-row kernels; gpt-oss's norm in its router's kernel and its residual in
+      // the experts' sum).
+      const std::vector<std::vector<int64_t>> single = {ids_of(6, 4)};
+      const auto alone = greedy_tokens(gpu, single);
+      CHECK(alone.front().size() == 12);
+      if (dtype == at::kFloat) CHECK(alone == greedy_tokens(cpu, single));
     }
   }
 }
@@ -366,6 +372,9 @@ TEST_CASE("lm gpu: the experts' glue kernels give LibTorch's clamped SwiGLU and 
     REQUIRE((sum.scalar_type() == dtype));
     const float tolerance = dtype == at::kFloat ? 1e-5f : 1e-2f;
     CHECK((sum.to(at::kFloat) - want).abs().max().item<float>() <= tolerance * want.abs().max().item<float>());
+    // With the residual added in the same kernel: LibTorch's residual + sum, bit for bit.
+    const auto residual = at::randn({37, 96}, g).to(gpu, dtype);
+    CHECK(at::equal(weighted_expert_sum(experts_out, weights, dtype, residual), residual + sum));
   }
 }
 

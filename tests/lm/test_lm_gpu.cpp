@@ -625,6 +625,18 @@ TEST_CASE("lm gpu: the one-row linear kernel agrees with double precision, with 
       const auto x_normed = (xf * at::rsqrt(xf.pow(2).mean(-1, true) + 1e-6) * norm.to(at::kFloat)).to(dtype);
       CHECK(off(small_linear(x, w, bias, {}, normed),
                 at::matmul(x_normed.to(at::kDouble), w.to(at::kDouble).t()) + bias.to(at::kDouble)) < tolerance);
+      // Writing the normalised row too (a router's for its experts): the same products, and the row as the kernel
+      // normalised it, within one rounding of the float32 norm's (the sums of squares go in another order).
+      auto writing = normed;
+      writing.normed_out = at::full_like(x, 7);
+      REQUIRE(small_linear_serves(x, w, bias, {}, writing));
+      CHECK(at::equal(small_linear(x, w, bias, {}, writing), small_linear(x, w, bias, {}, normed)));
+      const double ulp = dtype == at::kFloat ? 1e-6 : dtype == at::kHalf ? 1e-3 : 8e-3;
+      CHECK(off(writing.normed_out, x_normed.to(at::kDouble)) <=
+            ulp * (x_normed.to(at::kDouble).abs().max().item<double>() + 1));
+      auto misplaced = normed;
+      misplaced.normed_out = at::empty({shape.K + 1}, type);
+      CHECK_FALSE(small_linear_serves(x, w, bias, {}, misplaced));  // not the row's size
       // The activation folded in too, rows [gate; up]: against LibTorch's silu(gate) * up of the exact products,
       // rounded to the dtype (silu's slope is below 1.1, so the result is within a tolerance of the products').
       const auto gate_up_w = at::cat({w, at::randn({shape.N, shape.K}, type).div(8)});

@@ -390,7 +390,11 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
   int64_t n = static_cast<int64_t>(blockIdx.x) * kGroups + warp / W;
   load(n, t);
   wait_for_earlier_kernels();
-  if constexpr (In == Input::normed) stage_normed<T>(a, staged, reduced);
+  if constexpr (In == Input::normed) {
+    stage_normed<T>(a, staged, reduced);
+    if (a.normed_out && blockIdx.x == 0)
+      for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) static_cast<uint4*>(a.normed_out)[i] = staged[i];
+  }
   if constexpr (In == Input::copied) stage_copied<T>(a, staged);
   constexpr bool kStaged = In != Input::from_l2;
   const uint4* input = kStaged ? staged : static_cast<const uint4*>(a.x);

@@ -129,6 +129,9 @@ bool small_linear_serves(const at::Tensor& x, const at::Tensor& weight, const at
   };
   if ((bias.defined() && !alike(bias, rows)) || (residual.defined() && !alike(residual, rows))) return false;
   if (folds.norm_weight.defined() && !(alike(folds.norm_weight, K) && aligned16(folds.norm_weight))) return false;
+  if (folds.normed_out.defined() &&
+      !(folds.norm_weight.defined() && alike(folds.normed_out, K) && aligned16(folds.normed_out)))
+    return false;
   return aligned16(x) && aligned16(weight) && x.numel() == K &&
          kernels::small_linear_takes(K, element_of(x), folds.norm_weight.defined());
 }
@@ -157,6 +160,7 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   a.weight = weight.data_ptr();
   a.bias = bias.defined() ? bias.data_ptr() : nullptr;
   a.residual = residual.defined() ? residual.data_ptr() : nullptr;
+  a.normed_out = folds.normed_out.defined() ? folds.normed_out.data_ptr() : nullptr;
   a.out = out.data_ptr();
   a.in_features = K;
   a.out_features = N;

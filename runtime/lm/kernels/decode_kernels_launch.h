@@ -158,6 +158,7 @@ struct LinearArgs {
   const void* weight = nullptr;    // [out_features, in_features] contiguous (twice the rows where gated)
   const void* bias = nullptr;      // [out_features] or null (twice the elements where gated)
   const void* residual = nullptr;  // [out_features] or null; never with gated
+  void* normed_out = nullptr;      // [in_features] or null: with norm_weight, the normalised x is written there too
   void* out = nullptr;             // [out_features]
   int64_t in_features = 0, out_features = 0;
   Element element = Element::f32;

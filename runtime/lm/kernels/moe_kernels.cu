@@ -128,6 +128,8 @@ __device__ __forceinline__ int gather_assignments(const ExpertGemvArgs& a, bool 
 template <typename T, int kRows, int kChunk>
 __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemvArgs a, bool by_assignment) {
   __shared__ Routed routed;
+  wait_for_earlier_kernels();  // launched early (decode_kernels_device.cuh): every input is an earlier kernel's
+  let_later_kernels_start();
   int expert = 0;
   const int n = gather_assignments(a, by_assignment, expert, routed);
   const int* mine = routed.mine;
@@ -207,9 +209,9 @@ void launch_for(const ExpertGemvArgs& args, cudaStream_t stream) {
   const int rows_per_block = kWarps * rows_per_warp;
   const dim3 grid(by_assignment ? args.assignments : args.experts_count, (args.rows + rows_per_block - 1) / rows_per_block);
   if (by_assignment)
-    expert_gemv_kernel<T, 4, 1><<<grid, kWarps * 32, 0, stream>>>(args, true);
+    launch(expert_gemv_kernel<T, 4, 1>, grid, dim3(kWarps * 32), 0, stream, args, true);
   else
-    expert_gemv_kernel<T, 2, 4><<<grid, kWarps * 32, 0, stream>>>(args, false);
+    launch(expert_gemv_kernel<T, 2, 4>, grid, dim3(kWarps * 32), 0, stream, args, false);
 }
 
 // Many assignments on tensor cores, the model in bfloat16: each warp multiplies 16 rows of its expert by 8 * kTiles
@@ -330,6 +332,8 @@ template <int kTiles, bool kOrdered>
 __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_kernel(ExpertGemvArgs a,
                                                                                      bool by_assignment) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  wait_for_earlier_kernels();  // launched early (decode_kernels_device.cuh): every input is an earlier kernel's
+  let_later_kernels_start();
   constexpr int stages = kStages<kTiles>;
   __shared__ Routed routed;
   __shared__ MmaStage<kTiles> ring[stages];
@@ -455,23 +459,23 @@ void launch_mma(const ExpertGemvArgs& args, cudaStream_t stream) {
     const int tile = args.ordered_tile;
     const dim3 grid((args.assignments + tile - 1) / tile + args.experts_count, rows);
     if (tile == kWideOrderedTile)
-      expert_mma_kernel<kWideOrderedTile / 8, true><<<grid, kWarps * 32, 0, stream>>>(args, false);
+      launch(expert_mma_kernel<kWideOrderedTile / 8, true>, grid, dim3(kWarps * 32), 0, stream, args, false);
     else
-      expert_mma_kernel<kOrderedTile / 8, true><<<grid, kWarps * 32, 0, stream>>>(args, false);
+      launch(expert_mma_kernel<kOrderedTile / 8, true>, grid, dim3(kWarps * 32), 0, stream, args, false);
     return;
   }
   if (args.assignments <= args.experts_count) {
-    expert_mma_kernel<1, false><<<dim3(args.assignments, rows), kWarps * 32, 0, stream>>>(args, true);
+    launch(expert_mma_kernel<1, false>, dim3(args.assignments, rows), dim3(kWarps * 32), 0, stream, args, true);
     return;
   }
   const int per_expert = (args.assignments + args.experts_count - 1) / args.experts_count;
   const dim3 grid(args.experts_count, rows);
   if (per_expert <= 4)
-    expert_mma_kernel<1, false><<<grid, kWarps * 32, 0, stream>>>(args, false);
+    launch(expert_mma_kernel<1, false>, grid, dim3(kWarps * 32), 0, stream, args, false);
   else if (per_expert <= 12)
-    expert_mma_kernel<2, false><<<grid, kWarps * 32, 0, stream>>>(args, false);
+    launch(expert_mma_kernel<2, false>, grid, dim3(kWarps * 32), 0, stream, args, false);
   else
-    expert_mma_kernel<4, false><<<grid, kWarps * 32, 0, stream>>>(args, false);
+    launch(expert_mma_kernel<4, false>, grid, dim3(kWarps * 32), 0, stream, args, false);
 }
 
 // One MXFP4 block decoded whole into 32 values: bfloat16 through the byte-permute decoder, float32 through decode8
@@ -518,6 +522,8 @@ __device__ __forceinline__ void store_as(void* p, int64_t i, float v, Element e)
 
 __global__ void clamped_swiglu_kernel(const float* gate_up, void* out, Element out_element, int64_t count, int width,
                                       float limit, float alpha) {
+  wait_for_earlier_kernels();  // launched early (decode_kernels_device.cuh): every input is an earlier kernel's
+  let_later_kernels_start();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / width, column = i % width;
@@ -530,14 +536,28 @@ __global__ void clamped_swiglu_kernel(const float* gate_up, void* out, Element o
   }
 }
 
+// v as the element type e holds it (rounded to nearest even), as a float.
+__device__ __forceinline__ float rounded_as(float v, Element e) {
+  switch (e) {
+    case Element::bf16: return widen(narrow<__nv_bfloat16>(v));
+    case Element::f16: return widen(narrow<__half>(v));
+    default: return v;
+  }
+}
+
 __global__ void weighted_expert_sum_kernel(const float* experts_out, const void* weights, Element weights_element,
-                                           void* out, Element out_element, int64_t count, int k, int width) {
+                                           const void* residual, void* out, Element out_element, int64_t count, int k,
+                                           int width) {
+  wait_for_earlier_kernels();  // launched early (decode_kernels_device.cuh): every input is an earlier kernel's
+  let_later_kernels_start();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t token = i / width, column = i % width;
     float sum = 0.0f;
     for (int j = 0; j < k; ++j)
       sum += experts_out[(token * k + j) * width + column] * to_float(weights, token * k + j, weights_element);
+    // LibTorch's residual + sum: the sum rounded to the element type, the addition in float32, rounded again.
+    if (residual) sum = rounded_as(sum, out_element) + to_float(residual, i, out_element);
     store_as(out, i, sum, out_element);
   }
 }
@@ -553,6 +573,8 @@ __device__ __forceinline__ bool ranks_before(float v, int i, float w, int j) {
 // striking it out.
 __global__ void route_top_k_kernel(const void* logits, Element element, int64_t tokens, int experts, int k,
                                    int64_t* chosen, void* weights) {
+  wait_for_earlier_kernels();  // launched early (decode_kernels_device.cuh): every input is an earlier kernel's
+  let_later_kernels_start();
   constexpr int kPerLane = kMaxRouteExperts / 32;
   const int lane = threadIdx.x % 32;
   const int64_t token = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
@@ -638,8 +660,8 @@ bool launch_route_top_k(const void* logits, Element element, int64_t tokens, int
     return false;
   constexpr int kWarpsPerBlock = 4;
   const int64_t blocks = (tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  route_top_k_kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(logits, element, tokens,
-                                                                                        experts, k, chosen, weights);
+  launch(route_top_k_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWarpsPerBlock * 32), 0, stream, logits, element,
+         tokens, experts, k, chosen, weights);
   return cudaGetLastError() == cudaSuccess;
 }
 
@@ -647,17 +669,18 @@ bool launch_clamped_swiglu(const float* gate_up, void* out, Element out_element,
                            float alpha, cudaStream_t stream) {
   const int64_t count = rows * width;
   if (count <= 0) return count == 0;
-  clamped_swiglu_kernel<<<elementwise_blocks(count), 256, 0, stream>>>(gate_up, out, out_element, count, width, limit,
-                                                                      alpha);
+  launch(clamped_swiglu_kernel, dim3(elementwise_blocks(count)), dim3(256), 0, stream, gate_up, out, out_element, count,
+         width, limit, alpha);
   return cudaGetLastError() == cudaSuccess;
 }
 
-bool launch_weighted_expert_sum(const float* experts_out, const void* weights, Element weights_element, void* out,
-                                Element out_element, int64_t tokens, int k, int width, cudaStream_t stream) {
+bool launch_weighted_expert_sum(const float* experts_out, const void* weights, Element weights_element,
+                                const void* residual, void* out, Element out_element, int64_t tokens, int k, int width,
+                                cudaStream_t stream) {
   const int64_t count = tokens * width;
   if (count <= 0 || k <= 0) return count == 0;
-  weighted_expert_sum_kernel<<<elementwise_blocks(count), 256, 0, stream>>>(experts_out, weights, weights_element, out,
-                                                                           out_element, count, k, width);
+  launch(weighted_expert_sum_kernel, dim3(elementwise_blocks(count)), dim3(256), 0, stream, experts_out, weights,
+         weights_element, residual, out, out_element, count, k, width);
   return cudaGetLastError() == cudaSuccess;
 }
 

@@ -71,9 +71,11 @@ std::pair<at::Tensor, at::Tensor> route_top_k(const at::Tensor& logits, int64_t 
 // is mostly small kernels): gpt-oss's clamped SwiGLU of the first projection's float32 output [A, 2 I] -> [A, I] in
 // `dtype` (clamped_swiglu in moe.h, same operations and order, rounded once: bfloat16 for the tensor cores' second
 // projection), and the experts' outputs [N * k, hidden] float32 weighted by the routing weights [N, k] and summed per
-// token -> [N, hidden] in `dtype`. CUDA tensors, contiguous.
+// token -> [N, hidden] in `dtype`, plus `residual` ([N, hidden] in `dtype`) where given, rounded as LibTorch rounds
+// the sum and then the addition. CUDA tensors, contiguous.
 at::Tensor clamped_swiglu_on_device(const at::Tensor& gate_up, double limit, double alpha,
                                     c10::ScalarType dtype = c10::ScalarType::Float);
-at::Tensor weighted_expert_sum(const at::Tensor& experts_out, const at::Tensor& weights, c10::ScalarType dtype);
+at::Tensor weighted_expert_sum(const at::Tensor& experts_out, const at::Tensor& weights, c10::ScalarType dtype,
+                               const at::Tensor& residual = {});
 
 }  // namespace crucible::lm

@@ -212,7 +212,8 @@ at::Tensor clamped_swiglu_on_device(const at::Tensor& gate_up, double limit, dou
   return out;
 }
 
-at::Tensor weighted_expert_sum(const at::Tensor& experts_out, const at::Tensor& weights, c10::ScalarType dtype) {
+at::Tensor weighted_expert_sum(const at::Tensor& experts_out, const at::Tensor& weights, c10::ScalarType dtype,
+                               const at::Tensor& residual) {
   TORCH_CHECK(experts_out.is_cuda() && experts_out.scalar_type() == at::kFloat && experts_out.dim() == 2 &&
                   experts_out.is_contiguous(),
               "weighted_expert_sum: experts_out must be [tokens * k, width] float32, contiguous, on a GPU");
@@ -222,8 +223,12 @@ at::Tensor weighted_expert_sum(const at::Tensor& experts_out, const at::Tensor& 
               "weighted_expert_sum: weights [tokens, k] on experts_out's GPU; dtype float32, bfloat16 or float16");
   const c10::cuda::CUDAGuard on_its_device(experts_out.device());
   const int64_t tokens = w.size(0), k = w.size(1), width = experts_out.size(1);
+  TORCH_CHECK(!residual.defined() || (residual.scalar_type() == dtype && residual.is_contiguous() &&
+                                      residual.device() == experts_out.device() && residual.numel() == tokens * width),
+              "weighted_expert_sum: residual [tokens, width] in dtype, contiguous, on experts_out's GPU");
   auto out = at::empty({tokens, width}, experts_out.options().dtype(dtype));
   TORCH_CHECK(kernels::launch_weighted_expert_sum(experts_out.data_ptr<float>(), w.data_ptr(), element_of(w),
+                                                  residual.defined() ? residual.data_ptr() : nullptr,
                                                   out.data_ptr(), element_of(out), tokens, static_cast<int>(k),
                                                   static_cast<int>(width),
                                                   c10::cuda::getCurrentCUDAStream(experts_out.get_device()).stream()),

@@ -66,8 +66,9 @@ bool launch_clamped_swiglu(const float* gate_up, void* out, Element out_element,
 
 // The experts' outputs weighted and summed per token: experts_out [tokens * k, width] float32, weights [tokens, k]
 // (`weights_element`) -> out [tokens, width] in `out_element`, summed in float32 in the order k = 0, 1, ... and
-// rounded once.
-bool launch_weighted_expert_sum(const float* experts_out, const void* weights, Element weights_element, void* out,
-                                Element out_element, int64_t tokens, int k, int width, cudaStream_t stream);
+// rounded once; then, where `residual` ([tokens, width] in `out_element`) is given, residual added and rounded again.
+bool launch_weighted_expert_sum(const float* experts_out, const void* weights, Element weights_element,
+                                const void* residual, void* out, Element out_element, int64_t tokens, int k, int width,
+                                cudaStream_t stream);
 
 }  // namespace crucible::lm::kernels

@@ -44,7 +44,7 @@ at::Tensor clamped_swiglu_on_device(const at::Tensor&, double, double, c10::Scal
   throw std::logic_error("clamped_swiglu_on_device: this build has no CUDA kernels");
 }
 
-at::Tensor weighted_expert_sum(const at::Tensor&, const at::Tensor&, c10::ScalarType) {
+at::Tensor weighted_expert_sum(const at::Tensor&, const at::Tensor&, c10::ScalarType, const at::Tensor&) {
   throw std::logic_error("weighted_expert_sum: this build has no CUDA kernels");
 }
 

@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "lm/kernels/decode_kernels.h"
 #include "lm/kernels/moe_kernels.h"
 #include "lm/model/lora.h"
 #include "lm/model/mxfp4.h"
@@ -60,7 +61,8 @@ at::Tensor expert_projection(const ExpertMatrix& m, const at::Tensor& bias, Lora
 // Every token's experts read straight from MXFP4 on the GPU (moe_kernels.h), with an adapter's expert deltas gathered
 // there too: [T, hidden] -> [T, hidden], with no host synchronisation. Nothing where experts_run_on_device says no.
 std::optional<at::Tensor> experts_on_device(const MoeWeights& w, const MoeConfig& config, const at::Tensor& flat,
-                                            const Routing& routing, const LoraAdapter* lora, int64_t layer) {
+                                            const Routing& routing, const LoraAdapter* lora, int64_t layer,
+                                            const at::Tensor& residual) {
   const int64_t k = config.experts_per_token, E = config.num_experts;
   if (!experts_run_on_device(w, flat, routing.experts.numel())) return std::nullopt;
   const auto experts = routing.experts.reshape({-1}).contiguous();  // assignment a = token a / k's (a % k)-th choice
@@ -79,7 +81,8 @@ std::optional<at::Tensor> experts_on_device(const MoeWeights& w, const MoeConfig
     const auto delta = lora->expert_deltas(layer, LoraTarget::experts_down, experts, E, hidden.to(x.scalar_type()));
     if (delta.defined()) out = out + delta.to(at::kFloat);
   }
-  return weighted_expert_sum(out, routing.weights, flat.scalar_type());
+  return weighted_expert_sum(out, routing.weights, flat.scalar_type(),
+                             residual.defined() ? residual.reshape({-1, residual.size(-1)}).contiguous() : residual);
 }
 
 // Each expert in turn on the tokens routed to it, through LibTorch's differentiable operators (training; the CPU).
@@ -128,14 +131,27 @@ bool experts_run_on_device(const MoeWeights& w, const at::Tensor& x, int64_t ass
          expert_gemv_serves(x, w.down.blocks, w.down.scales, assignments, products);
 }
 
+namespace {
+
+// The router's logits for flat [T, hidden], with the adapter's delta. One row goes through the one-row kernel.
+at::Tensor router_logits_of(const MoeWeights& w, const at::Tensor& flat, const LoraAdapter* lora, int64_t layer) {
+  auto logits = small_linear_serves(flat, w.router, w.router_bias) ? small_linear(flat, w.router, w.router_bias, {})
+                                                                   : at::linear(flat, w.router, w.router_bias);
+  return lora ? lora->plus_deltas(layer, flat, logits, {{LoraTarget::router, logits.size(-1)}}) : logits;
+}
+
+}  // namespace
+
 at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& config, const at::Tensor& x, const LoraAdapter* lora,
-                       int64_t layer) {
+                       int64_t layer, const at::Tensor& residual, const at::Tensor& router_logits) {
   const auto flat = x.reshape({-1, x.size(-1)});
-  auto logits = at::linear(flat, w.router, w.router_bias);
-  if (lora) logits = lora->plus_deltas(layer, flat, logits, {{LoraTarget::router, logits.size(-1)}});
+  const auto logits = router_logits.defined() ? router_logits.reshape({-1, router_logits.size(-1)})
+                                              : router_logits_of(w, flat, lora, layer);
   const auto routing = route_tokens(logits, config.experts_per_token);
-  if (auto on_device = experts_on_device(w, config, flat, routing, lora, layer)) return on_device->view(x.sizes());
-  return experts_in_turn(w, config, flat, routing, lora, layer).view(x.sizes());
+  if (auto on_device = experts_on_device(w, config, flat, routing, lora, layer, residual))
+    return on_device->view(x.sizes());
+  const auto out = experts_in_turn(w, config, flat, routing, lora, layer).view(x.sizes());
+  return residual.defined() ? residual + out : out;
 }
 
 }  // namespace crucible::lm

@@ -55,9 +55,11 @@ class LoraAdapter;
 // no gradients recorded (the kernel has no backward pass).
 bool experts_run_on_device(const MoeWeights& w, const at::Tensor& x, int64_t assignments);
 
-// x [..., hidden] (normalised) -> [..., hidden], the experts' weighted sum. `lora` (may be null) adds its router
-// and expert deltas of `layer`.
+// x [..., hidden] (normalised) -> [..., hidden], the experts' weighted sum, plus `residual` (x's shape) where given
+// (on the device kernels, in the same kernel as the sum). `lora` (may be null) adds its router and expert deltas of
+// `layer`. `router_logits` [..., E]: the router's output for x where the caller made it (the one-row kernel that also
+// normalised x), with the adapter's delta; undefined: made here.
 at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& config, const at::Tensor& x, const LoraAdapter* lora,
-                       int64_t layer);
+                       int64_t layer, const at::Tensor& residual = {}, const at::Tensor& router_logits = {});
 
 }  // namespace crucible::lm

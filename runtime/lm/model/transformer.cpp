@@ -386,10 +386,25 @@ at::Tensor Transformer::sink_or_window_attention(int64_t layer, const at::Tensor
   return lm::plain_attention(queries, k_cache, v_cache, mask, block_weights(layer).sinks, scale, attention.visible);
 }
 
+// A one-row step without an adapter normalises inside the router's one-row kernel, which also writes the normalised
+// row for the experts, and adds the residual in the experts' weighted sum: LibTorch's norm, cuBLAS's router GEMM with
+// its reduction and the residual's add are not launched (a batch-1 decode step is a chain of small kernels).
+at::Tensor Transformer::moe_block(int64_t layer, const at::Tensor& residual, const at::Tensor& norm) const {
+  const auto& moe = block_weights(layer).moe;
+  const auto* lora = active_adapter();
+  auto folds = LinearFolds::rms_normed(norm, config_.rms_norm_eps);
+  if (!lora && small_linear_serves(residual, moe.router, moe.router_bias, {}, folds)) {
+    folds.normed_out = at::empty_like(residual);
+    const auto logits = small_linear(residual, moe.router, moe.router_bias, {}, folds);
+    return moe_forward(moe, *config_.moe, folds.normed_out, nullptr, layer, residual, logits);
+  }
+  return moe_forward(moe, *config_.moe, rms_norm(residual, norm), lora, layer, residual);
+}
+
 at::Tensor Transformer::mlp_block(int64_t layer, const at::Tensor& residual, const at::Tensor& norm) const {
   const auto& w = block_weights(layer);
   const auto* lora = active_adapter();
-  if (w.moe.defined()) return residual + moe_forward(w.moe, *config_.moe, rms_norm(residual, norm), lora, layer);
+  if (w.moe.defined()) return moe_block(layer, residual, norm);
   const int64_t I = config_.intermediate_size;
   // One row without an adapter: the norm, the projection and the activation in one kernel.
   const auto folds = LinearFolds::rms_normed(norm, config_.rms_norm_eps, /*gated=*/true);

@@ -134,6 +134,7 @@ class Transformer {
                              const AttentionInputs& attention, const at::Tensor& cos, const at::Tensor& signed_sin,
                              at::Tensor& k_cache, at::Tensor& v_cache) const;
   at::Tensor mlp_block(int64_t layer, const at::Tensor& residual, const at::Tensor& norm) const;
+  at::Tensor moe_block(int64_t layer, const at::Tensor& residual, const at::Tensor& norm) const;  // mlp_block's MoE
   // Queries [B, T, H, D] against the cache in plain ops: sinks, sliding windows (attention_block's fallback).
   at::Tensor sink_or_window_attention(int64_t layer, const at::Tensor& queries, const AttentionInputs& attention,
                                       const at::Tensor& k_cache, const at::Tensor& v_cache) const;
