@@ -91,6 +91,15 @@ TEST_CASE("lm gpu: qwen3 and gpt-oss on CUDA match the CPU reference (float32) a
       const auto alone = greedy_tokens(gpu, single);
       CHECK(alone.front().size() == 12);
       if (dtype == at::kFloat) CHECK(alone == greedy_tokens(cpu, single));
+      // A one-row pass with the one-row kernels (gpt-oss: the norm in the router's kernel, the residual in the
+      // experts' sum) against the same pass through LibTorch's norm, cuBLAS and the add.
+      const auto one = at::tensor(ids_of(1, 5), at::kLong).view({1, 1});
+      const auto folded = gpu.forward_full(one)[0].to(at::kFloat).cpu();
+      set_small_linear(false);
+      const auto plain = gpu.forward_full(one)[0].to(at::kFloat).cpu();
+      set_small_linear(true);
+      const float one_row_tolerance = dtype == at::kFloat ? 1e-4f : 0.05f;
+      CHECK((folded - plain).abs().max().item<float>() <= one_row_tolerance * (plain.abs().max().item<float>() + 1));
     }
   }
 }

@@ -637,6 +637,8 @@ TEST_CASE("lm gpu: the one-row linear kernel agrees with double precision, with 
       auto misplaced = normed;
       misplaced.normed_out = at::empty({shape.K + 1}, type);
       CHECK_FALSE(small_linear_serves(x, w, bias, {}, misplaced));  // not the row's size
+      misplaced.normed_out = x;
+      CHECK_FALSE(small_linear_serves(x, w, bias, {}, misplaced));  // written while other blocks read x
       // The activation folded in too, rows [gate; up]: against LibTorch's silu(gate) * up of the exact products,
       // rounded to the dtype (silu's slope is below 1.1, so the result is within a tolerance of the products').
       const auto gate_up_w = at::cat({w, at::randn({shape.N, shape.K}, type).div(8)});

@@ -70,8 +70,8 @@ struct LinearFolds {
   at::Tensor norm_weight;  // undefined: x as it is
   double eps = 0.0;
   bool gated = false;
-  // With a norm: where given ([K] in x's dtype, contiguous), the normalised x is written there too, for what reads it
-  // beside this projection (a mixture of experts' experts beside its router).
+  // With a norm: where given ([K] in x's dtype, contiguous, not x's storage), the normalised x is written there too,
+  // for what reads it beside this projection (a mixture of experts' experts beside its router).
   at::Tensor normed_out;
 
   static LinearFolds rms_normed(at::Tensor norm_weight, double eps, bool gated = false) {

@@ -129,8 +129,10 @@ bool small_linear_serves(const at::Tensor& x, const at::Tensor& weight, const at
   };
   if ((bias.defined() && !alike(bias, rows)) || (residual.defined() && !alike(residual, rows))) return false;
   if (folds.norm_weight.defined() && !(alike(folds.norm_weight, K) && aligned16(folds.norm_weight))) return false;
+  // The normalised row is written while other blocks still read x: never over it.
   if (folds.normed_out.defined() &&
-      !(folds.norm_weight.defined() && alike(folds.normed_out, K) && aligned16(folds.normed_out)))
+      !(folds.norm_weight.defined() && alike(folds.normed_out, K) && aligned16(folds.normed_out) &&
+        !folds.normed_out.is_alias_of(x)))
     return false;
   return aligned16(x) && aligned16(weight) && x.numel() == K &&
          kernels::small_linear_takes(K, element_of(x), folds.norm_weight.defined());
