@@ -246,8 +246,11 @@ struct PairScale {
 
 __device__ __forceinline__ uint32_t bf16_pair(uint32_t bits) { return bits | bits << 16; }
 
+// Whether 2^(s - 1) is past bfloat16's range, so that a scale needs the two multiplications.
+__device__ __forceinline__ bool takes_two_steps(unsigned scale) { return scale > 128; }
+
 __device__ __forceinline__ PairScale pair_scale_of(unsigned scale) {
-  if (scale <= 128) return {bf16_pair((scale + 126) << 7), bf16_pair(0x3F80u)};
+  if (!takes_two_steps(scale)) return {bf16_pair((scale + 126) << 7), bf16_pair(0x3F80u)};
   return {kPlacedToValues, bf16_pair(scale << 7)};
 }
 
@@ -421,7 +424,7 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
       const unsigned low_bits = scale_from(stage.scale_words[warp][scale_slot[0]], scale_shift[0]);
       const unsigned high_bits = scale_from(stage.scale_words[warp][scale_slot[1]], scale_shift[1]);
       const PairScale low_scale = pair_scale_of(low_bits), high_scale = pair_scale_of(high_bits);
-      if (__any_sync(0xFFFFFFFFu, max(low_bits, high_bits) > 128)) {
+      if (__any_sync(0xFFFFFFFFu, takes_two_steps(max(low_bits, high_bits)))) {
 #pragma unroll
         for (int u = 0; u < 4; ++u)
           mma_word<kTiles, true>(low_code, high_code, low_scale, high_scale, u, stage.inputs, g, t, acc);
@@ -485,7 +488,7 @@ __device__ __forceinline__ void decode_block_into(const uint4& code, unsigned sc
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
     uint32_t pairs[4];
-    if (scale > 128)
+    if (takes_two_steps(scale))
       decode_pairs<true>(word_of(code, u), pair_scale_of(scale), pairs);
     else
       decode_pairs<false>(word_of(code, u), pair_scale_of(scale), pairs);
