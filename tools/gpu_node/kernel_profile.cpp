@@ -1,7 +1,10 @@
 // A CUPTI injection library that prints where a program's GPU time went, kernel by kernel, without changing the
 // program: every kernel (also those inside CUDA graphs) is recorded with its start and end, and at exit a table
 // of the last KPROF_LAST_S seconds (default: all) is written to KPROF_OUT (default: stderr; also when SIGTERM ends the
-// program), followed by how long the GPU sat idle between kernels. With KPROF_MEMORY=1 it also records every allocation and release the driver
+// program), followed by how long the GPU sat idle between kernels. Kernels launched early (programmatic dependent
+// launch) start while the kernel before them runs and mostly wait for it, so their whole span overstates them: the
+// table is ordered by each kernel's own time, from its start or the end of everything that started before it,
+// whichever is later, to its end (the spans' own times add up to the time the GPU was busy). With KPROF_MEMORY=1 it also records every allocation and release the driver
 // sees (by any API, from any library) and reports device memory at its peak and at exit, by the shared object that
 // asked for it: memory a program holds outside its own allocator shows up there (KPROF_KERNELS=0: memory only).
 //
@@ -141,6 +144,7 @@ struct NameTotal {
   std::string name;
   size_t launches = 0;
   double total_us = 0;
+  double own_us = 0;  // past the end of every kernel that started before it
 };
 
 void write_report() {
@@ -188,18 +192,21 @@ void write_report() {
       gap_totals_us[bucket] += gap_us;
     }
     const unsigned long long busy_from = std::max(span.start_ns, covered_to);
-    if (span.end_ns > busy_from) busy_us += (span.end_ns - busy_from) / 1e3;
+    if (span.end_ns > busy_from) {
+      busy_us += (span.end_ns - busy_from) / 1e3;
+      total.own_us += (span.end_ns - busy_from) / 1e3;
+    }
     covered_to = std::max(covered_to, span.end_ns);
   }
   std::vector<NameTotal> rows;
   for (auto& [name, total] : by_name) rows.push_back(total);
-  std::sort(rows.begin(), rows.end(), [](const NameTotal& a, const NameTotal& b) { return a.total_us > b.total_us; });
+  std::sort(rows.begin(), rows.end(), [](const NameTotal& a, const NameTotal& b) { return a.own_us > b.own_us; });
   const double span_us = (last_end - first_start) / 1e3;
   std::fprintf(out, "window %.1f us, GPU busy %.1f us (%.1f%%)\n", span_us, busy_us, 100.0 * busy_us / span_us);
-  std::fprintf(out, "%12s %9s %10s  %s\n", "total_us", "launches", "mean_us", "kernel");
+  std::fprintf(out, "%12s %10s %9s %10s %10s  %s\n", "own_us", "own_%", "launches", "own_mean", "span_mean", "kernel");
   for (const auto& row : rows)
-    std::fprintf(out, "%12.1f %9zu %10.2f  %s\n", row.total_us, row.launches, row.total_us / row.launches,
-                 row.name.c_str());
+    std::fprintf(out, "%12.1f %10.1f %9zu %10.2f %10.2f  %s\n", row.own_us, 100.0 * row.own_us / busy_us, row.launches,
+                 row.own_us / row.launches, row.total_us / row.launches, row.name.c_str());
   std::fprintf(out, "\nidle gaps between kernels\n%12s %9s %12s\n", "below_us", "gaps", "total_us");
   for (size_t b = 0; b < 8; ++b)
     std::fprintf(out, "%12s %9zu %12.1f\n", b == 7 ? "rest" : std::to_string(int(bucket_edges_us[b])).c_str(),

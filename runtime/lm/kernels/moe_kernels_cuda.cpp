@@ -28,10 +28,12 @@ std::atomic<bool>& tensor_cores_on() {
   return on;
 }
 
+// 0: chosen a pass by kernels::ordered_tile_for.
 std::atomic<int>& ordered_tile() {
   static std::atomic<int> tile{[] {
     const char* value = std::getenv("CRUCIBLE_MOE_ORDERED_TILE");
-    return value && std::string_view(value) == "64" ? kernels::kWideOrderedTile : kernels::kOrderedTile;
+    const std::string_view set = value ? value : "";
+    return set == "64" ? kernels::kWideOrderedTile : set == "32" ? kernels::kOrderedTile : 0;
   }()};
   return tile;
 }
@@ -71,8 +73,8 @@ bool expert_gemv_serves(const at::Tensor& x, const at::Tensor& blocks, const at:
 void set_expert_kernels(bool on) { switched_on().store(on, std::memory_order_relaxed); }
 
 void set_expert_ordered_tile(int tile) {
-  TORCH_CHECK(tile == kernels::kOrderedTile || tile == kernels::kWideOrderedTile,
-              "set_expert_ordered_tile: 32 or 64 assignments");
+  TORCH_CHECK(tile == 0 || tile == kernels::kOrderedTile || tile == kernels::kWideOrderedTile,
+              "set_expert_ordered_tile: 32 or 64 assignments, or 0 (chosen a pass)");
   ordered_tile().store(tile, std::memory_order_relaxed);
 }
 
@@ -137,7 +139,8 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   a.rows = static_cast<int>(out_rows);
   a.cols = static_cast<int>(cols);
   a.bf16_products = bf16_products;
-  a.ordered_tile = ordered_tile().load(std::memory_order_relaxed);
+  const int tile = ordered_tile().load(std::memory_order_relaxed);
+  a.ordered_tile = tile != 0 ? tile : kernels::ordered_tile_for(experts.numel(), E);
   ExpertOrder made;  // kept alive past the launch (the stream orders its release)
   if (experts.numel() > kernels::kMaxExpertAssignments) {
     if (!order || !order->order.defined()) made = expert_order_for(experts, E, products), order = &made;

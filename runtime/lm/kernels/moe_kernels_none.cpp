@@ -12,7 +12,8 @@ bool expert_gemv_serves(const at::Tensor&, const at::Tensor&, const at::Tensor&,
 void set_expert_kernels(bool) {}
 
 void set_expert_ordered_tile(int tile) {
-  if (tile != 32 && tile != 64) throw std::invalid_argument("set_expert_ordered_tile: 32 or 64 assignments");
+  if (tile != 0 && tile != 32 && tile != 64)
+    throw std::invalid_argument("set_expert_ordered_tile: 32 or 64 assignments, or 0 (chosen a pass)");
 }
 
 ExpertProducts expert_products_for(const at::Tensor&, c10::ScalarType) { return ExpertProducts::float32; }
