@@ -25,7 +25,7 @@ bool expert_gemv_serves(const at::Tensor& x, const at::Tensor& blocks, const at:
 // Switches the kernel off and back on (tests and benchmarks compare both ways). CRUCIBLE_MOE_KERNELS=0 starts off.
 void set_expert_kernels(bool on);
 // Assignments a block of the ordered tensor-core kernel takes (long passes: prefills, log-probs): 32, 64 (which reads
-// and decodes each expert's codes half as often), or 0: chosen a pass, 64 where experts have more than 32 each on
+// and decodes each expert's codes half as often), or 0: chosen a pass, 64 where experts have more than 256 each on
 // average (the default; CRUCIBLE_MOE_ORDERED_TILE=32 or 64 starts with that tile). Throws for other values.
 void set_expert_ordered_tile(int tile);
 

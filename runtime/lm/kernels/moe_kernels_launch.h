@@ -45,16 +45,18 @@ bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream);
 constexpr int kOrderedTile = 32;
 constexpr int kWideOrderedTile = 64;
 
-// The tile of a pass whose tile was not set: the wide one where an expert has more assignments than a narrow tile
-// takes on average (a prefill of 64 x 512 tokens measured 5-6% faster so), else the narrow one (a wide tile's empty
-// half is multiplied all the same, at half the blocks an SM).
+// The tile of a pass whose tile was not set: the wide one where an expert has more than kWideTileFrom assignments
+// on average, else the narrow one. Measured (H200, prefill tok/s): at 64 x 512 tokens (1,024 an expert at 120b's
+// 128 experts, 4,096 at 20b's 32) the wide tile is 5% faster; at one 512-token prompt (64 an expert at 20b) 7%
+// slower (half the blocks, each with twice the registers, on the same work).
+constexpr int64_t kWideTileFrom = 256;
 constexpr int ordered_tile_for(int64_t assignments, int64_t experts) {
-  return assignments > static_cast<int64_t>(kOrderedTile) * experts ? kWideOrderedTile : kOrderedTile;
+  return assignments > kWideTileFrom * experts ? kWideOrderedTile : kOrderedTile;
 }
 static_assert(ordered_tile_for(64 * 512 * 4, 128) == kWideOrderedTile, "a batch-64 prefill, 128 experts");
-static_assert(ordered_tile_for(512 * 4, 32) == kWideOrderedTile, "one 512-token prefill, 32 experts: 64 each");
+static_assert(ordered_tile_for(512 * 4, 32) == kOrderedTile, "one 512-token prefill, 32 experts: 64 each");
 static_assert(ordered_tile_for(512 * 4, 128) == kOrderedTile, "one 512-token prefill, 128 experts: 16 each");
-static_assert(ordered_tile_for(32 * 32, 32) == kOrderedTile, "exactly a narrow tile each");
+static_assert(ordered_tile_for(256 * 32, 32) == kOrderedTile, "exactly 256 each");
 
 // MXFP4 decoded to bfloat16 or float32 (`element`), exactly: codes [blocks, 16] (16-byte aligned) and scales
 // [blocks] -> out [blocks, 32].
