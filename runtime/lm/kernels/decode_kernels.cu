@@ -222,15 +222,49 @@ __global__ void attend_split_kernel(AttendArgs a) {
 
 // Block (row, query head): each split's weight exp(max - overall max) once, in parallel, then each thread one
 // element of the head over the splits up to the step's slot. A split with no valid slot (padding) weighs nothing.
+// The step's slot and the sink (written before the step, and a weight) are read before the wait; after it, the
+// head's partials are copied into shared memory in a few rounds of independent loads where they fit (a step's
+// usual few dozen splits), so the sums below read nothing from global memory in a chain. Same operations in the
+// same order either way.
+constexpr int kCombineThreads = 64;
+constexpr int kCombineStagedFloats = 8 * 1024;  // 32 KB of staged partials, at most
+
+inline bool combine_stages(const AttendArgs& a) {
+  return static_cast<int64_t>(a.splits) * (a.head_dim + 2) <= kCombineStagedFloats;
+}
+
 template <typename T>
-__global__ void attend_combine_kernel(AttendArgs a) {
-  wait_for_earlier_kernels();
-  let_later_kernels_start();
+__global__ void attend_combine_kernel(AttendArgs a, bool staged) {
   const int D = a.head_dim;
-  const float* p = a.partial + static_cast<int64_t>(blockIdx.x) * a.splits * (D + 2);
   const int used = static_cast<int>(min(static_cast<int64_t>(a.splits), *a.slot / a.chunk + 1));
-  extern __shared__ float scale[];  // [used]
+  const float sink = a.sinks ? a.sinks[blockIdx.x % a.heads] : -INFINITY;  // block (row, query head)
+  // The next kernel may start before this one waits (two kernels ahead, past the rule of decode_kernels_device.cuh):
+  // the one after the combine, the output projection, reads only its weights before its own wait, which ends after
+  // this kernel, and so after the split; its weights then stream in while the split still runs.
+  let_later_kernels_start();
+  wait_for_earlier_kernels();
+  extern __shared__ float shared[];  // scale [splits], then the staged partials [used, D + 2]
+  float* scale = shared;
   __shared__ float reduced[32];
+  const float* p = a.partial + static_cast<int64_t>(blockIdx.x) * a.splits * (D + 2);
+  if (staged) {
+    constexpr int kInFlight = 16;
+    float* copy = shared + a.splits;
+    const int n = used * (D + 2);
+    for (int base = threadIdx.x; base < n; base += kInFlight * kCombineThreads) {
+      float v[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int i = base + u * kCombineThreads;
+        v[u] = i < n ? __ldcg(p + i) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u)
+        if (base + u * kCombineThreads < n) copy[base + u * kCombineThreads] = v[u];
+    }
+    __syncthreads();
+    p = copy;
+  }
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   float m = -INFINITY;
   for (int s = threadIdx.x; s < used; s += blockDim.x) m = fmaxf(m, p[s * (D + 2) + D]);
@@ -239,7 +273,6 @@ __global__ void attend_combine_kernel(AttendArgs a) {
   __syncthreads();
   m = -INFINITY;
   for (int w = 0; w < warps; ++w) m = fmaxf(m, reduced[w]);
-  const float sink = a.sinks ? a.sinks[blockIdx.x % a.heads] : -INFINITY;  // block (row, query head)
   m = fmaxf(m, sink);
   float den = a.sinks && threadIdx.x == 0 ? expf(sink - m) : 0.0f;  // the sink's share of the softmax: no value
   for (int s = threadIdx.x; s < used; s += blockDim.x) {
@@ -262,7 +295,6 @@ __global__ void attend_combine_kernel(AttendArgs a) {
   }
 }
 
-
 template <typename T, int L>
 bool attend_as(const AttendArgs& a, cudaStream_t stream) {
   const int G = a.heads / a.kv_heads, D = a.head_dim;
@@ -272,8 +304,11 @@ bool attend_as(const AttendArgs& a, cudaStream_t stream) {
   const size_t shared = sizeof(float) * floats + C;
   const auto split = a.rounds == kAttentionFewRounds ? attend_split_kernel<T, L, kAttentionFewRounds>
                                                      : attend_split_kernel<T, L, kAttentionRounds>;
+  const bool staged = combine_stages(a);
+  const size_t combine_shared = sizeof(float) * a.splits * (staged ? 1 + a.head_dim + 2 : 1);
   return launch(split, grid, dim3(kAttentionThreads), shared, stream, a) &&
-         launch(attend_combine_kernel<T>, dim3(a.batch * a.heads), dim3(64), sizeof(float) * a.splits, stream, a);
+         launch(attend_combine_kernel<T>, dim3(a.batch * a.heads), dim3(kCombineThreads), combine_shared, stream, a,
+                staged);
 }
 
 template <typename T>
