@@ -238,11 +238,8 @@ __global__ void attend_combine_kernel(AttendArgs a, bool staged) {
   const int D = a.head_dim;
   const int used = static_cast<int>(min(static_cast<int64_t>(a.splits), *a.slot / a.chunk + 1));
   const float sink = a.sinks ? a.sinks[blockIdx.x % a.heads] : -INFINITY;  // block (row, query head)
-  // The next kernel may start before this one waits (two kernels ahead, past the rule of decode_kernels_device.cuh):
-  // the one after the combine, the output projection, reads only its weights before its own wait, which ends after
-  // this kernel, and so after the split; its weights then stream in while the split still runs.
-  let_later_kernels_start();
   wait_for_earlier_kernels();
+  let_later_kernels_start();
   extern __shared__ float shared[];  // scale [splits], then the staged partials [used, D + 2]
   float* scale = shared;
   __shared__ float reduced[32];

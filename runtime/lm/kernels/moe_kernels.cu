@@ -277,17 +277,6 @@ __device__ __forceinline__ void copy16_async(void* to, const void* from, int byt
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(to))),
                "l"(from), "r"(bytes));
 }
-// The same, with L2 asked to fetch the whole aligned 128 or 256 bytes around `from` (`fetch`; otherwise the sectors
-// read): a warp's span reads 64 bytes of each of its rows, the next spans the bytes after them.
-__device__ __forceinline__ void copy16_async_fetching(void* to, const void* from, int bytes, int fetch) {
-  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(to));
-  if (fetch == 256)
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(at), "l"(from), "r"(bytes));
-  else if (fetch == 128)
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(at), "l"(from), "r"(bytes));
-  else
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(at), "l"(from), "r"(bytes));
-}
 __device__ __forceinline__ void copy4_async(void* to, const void* from, int bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(to))),
                "l"(from), "r"(bytes));
@@ -360,10 +349,6 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
   const bool has_rows = row0 < a.rows;  // a warp without rows still copies inputs and meets the barriers
   const int blocks_per_row = a.cols / kMxBlock;
   const int spans = (blocks_per_row + kSpanBlocks - 1) / kSpanBlocks;
-  // Part z of the grid's k_parts (gridDim.z) sums the spans [first_span, end_span) into its own slice of out.
-  const int first_span = static_cast<int>(blockIdx.z * spans / gridDim.z);
-  const int end_span = static_cast<int>((blockIdx.z + 1) * spans / gridDim.z);
-  float* const out = a.out + static_cast<int64_t>(blockIdx.z) * a.assignments * a.rows;
   // Rows past the end read the last row again and are never written.
   const int64_t low_row = static_cast<int64_t>(expert) * a.rows + min(row0 + g, a.rows - 1);
   const int64_t high_row = static_cast<int64_t>(expert) * a.rows + min(row0 + g + 8, a.rows - 1);
@@ -400,7 +385,7 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
     // without an input is not copied: its columns of the products are never written, and a column of an MMA's
     // product reads only its own column of inputs.
     const auto copy_span = [&](int span, int to) {
-      if (span >= end_span) return;
+      if (span >= spans) return;
       MmaStage<kTiles>& stage = ring[to];
 #pragma unroll
       for (int i = 0; i < kTiles; ++i) {
@@ -413,8 +398,8 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
       }
       const int b = span * kSpanBlocks + t;
       const bool present = has_rows && b < blocks_per_row;
-      copy16_async_fetching(&stage.codes[warp][0][lane], low_codes + (present ? b : 0), present ? 16 : 0, a.l2_fetch);
-      copy16_async_fetching(&stage.codes[warp][1][lane], high_codes + (present ? b : 0), present ? 16 : 0, a.l2_fetch);
+      copy16_async(&stage.codes[warp][0][lane], low_codes + (present ? b : 0), present ? 16 : 0);
+      copy16_async(&stage.codes[warp][1][lane], high_codes + (present ? b : 0), present ? 16 : 0);
       const int word = copied_word + 4 * span, left = scales_end - word;
       const bool scales_present = has_rows && left > 0;  // a second word past the last scale is not needed
       copy4_async(&stage.scale_words[warp][lane], scale_base + (scales_present ? word : 0),
@@ -422,10 +407,10 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
     };
     __syncthreads();  // the previous pass has read its last stage
 #pragma unroll
-    for (int i = 0; i < stages - 1; ++i) copy_span(first_span + i, i), commit_copies();
+    for (int span = 0; span < stages - 1; ++span) copy_span(span, span), commit_copies();
     float acc[kTiles][4] = {};
     int oldest = 0, next = stages - 1;  // the ring's stage multiplied now, and the one refilled
-    for (int span = first_span; span < end_span; ++span) {
+    for (int span = 0; span < spans; ++span) {
       wait_copies<stages - 2>();  // this span's copies (this thread's) have landed
       __syncthreads();            // and every thread's; the stage refilled next was read by all
       copy_span(span + stages - 1, next);
@@ -459,8 +444,8 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
         const int row = row0 + g + (i >= 2 ? 8 : 0), slot = first + 8 * j + 2 * t + i % 2;
         if (row >= a.rows || slot >= n) continue;
         const int64_t row_index = static_cast<int64_t>(expert) * a.rows + row;
-        const float bias = a.bias && blockIdx.z == 0 ? to_float(a.bias, row_index, a.bias_element) : 0.0f;
-        out[static_cast<int64_t>(mine[slot]) * a.rows + row] = acc[j][i] + bias;
+        const float bias = a.bias ? to_float(a.bias, row_index, a.bias_element) : 0.0f;
+        a.out[static_cast<int64_t>(mine[slot]) * a.rows + row] = acc[j][i] + bias;
       }
   }
 #endif
@@ -483,8 +468,7 @@ void launch_mma(const ExpertGemvArgs& args, cudaStream_t stream) {
     return;
   }
   if (args.assignments <= args.experts_count) {
-    launch(expert_mma_kernel<1, false>, dim3(args.assignments, rows, args.k_parts), dim3(kWarps * 32), 0, stream, args,
-           true);
+    launch(expert_mma_kernel<1, false>, dim3(args.assignments, rows), dim3(kWarps * 32), 0, stream, args, true);
     return;
   }
   const int per_expert = (args.assignments + args.experts_count - 1) / args.experts_count;
@@ -539,18 +523,14 @@ __device__ __forceinline__ void store_as(void* p, int64_t i, float v, Element e)
   }
 }
 
-__global__ void clamped_swiglu_kernel(const float* gate_up, int parts, void* out, Element out_element, int64_t count,
-                                      int width, float limit, float alpha) {
+__global__ void clamped_swiglu_kernel(const float* gate_up, void* out, Element out_element, int64_t count, int width,
+                                      float limit, float alpha) {
   wait_for_earlier_kernels();  // launched early (decode_kernels_device.cuh): every input is an earlier kernel's
   let_later_kernels_start();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / width, column = i % width;
-    float2 pair = reinterpret_cast<const float2*>(gate_up)[row * width + column];  // gate, linear
-    for (int part = 1; part < parts; ++part) {  // the parts of a split sum, in order
-      const float2 more = reinterpret_cast<const float2*>(gate_up)[part * count + row * width + column];
-      pair.x += more.x, pair.y += more.y;
-    }
+    const float2 pair = reinterpret_cast<const float2*>(gate_up)[row * width + column];  // gate, linear
     // LibTorch's clamp keeps a NaN, where fminf and fmaxf would drop it.
     const float gate = isnan(pair.x) ? pair.x : fminf(pair.x, limit);
     const float linear = isnan(pair.y) ? pair.y : fminf(fmaxf(pair.y, -limit), limit);
@@ -568,21 +548,17 @@ __device__ __forceinline__ float rounded_as(float v, Element e) {
   }
 }
 
-__global__ void weighted_expert_sum_kernel(const float* experts_out, int parts, const void* weights,
-                                           Element weights_element, const void* residual, void* out,
-                                           Element out_element, int64_t count, int k, int width) {
+__global__ void weighted_expert_sum_kernel(const float* experts_out, const void* weights, Element weights_element,
+                                           const void* residual, void* out, Element out_element, int64_t count, int k,
+                                           int width) {
   wait_for_earlier_kernels();  // launched early (decode_kernels_device.cuh): every input is an earlier kernel's
   let_later_kernels_start();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t token = i / width, column = i % width;
     float sum = 0.0f;
-    for (int j = 0; j < k; ++j) {
-      const int64_t at = (token * k + j) * width + column;
-      float expert = experts_out[at];
-      for (int part = 1; part < parts; ++part) expert += experts_out[part * count * k + at];  // in order
-      sum += expert * to_float(weights, token * k + j, weights_element);
-    }
+    for (int j = 0; j < k; ++j)
+      sum += experts_out[(token * k + j) * width + column] * to_float(weights, token * k + j, weights_element);
     // LibTorch's residual + sum: the sum rounded to the element type, the addition in float32, rounded again.
     if (residual) sum = rounded_as(sum, out_element) + to_float(residual, i, out_element);
     store_as(out, i, sum, out_element);
@@ -692,22 +668,22 @@ bool launch_route_top_k(const void* logits, Element element, int64_t tokens, int
   return cudaGetLastError() == cudaSuccess;
 }
 
-bool launch_clamped_swiglu(const float* gate_up, int parts, void* out, Element out_element, int64_t rows, int width,
-                           float limit, float alpha, cudaStream_t stream) {
+bool launch_clamped_swiglu(const float* gate_up, void* out, Element out_element, int64_t rows, int width, float limit,
+                           float alpha, cudaStream_t stream) {
   const int64_t count = rows * width;
-  if (count <= 0 || parts < 1) return count == 0 && parts >= 1;
-  launch(clamped_swiglu_kernel, dim3(elementwise_blocks(count)), dim3(256), 0, stream, gate_up, parts, out,
-         out_element, count, width, limit, alpha);
+  if (count <= 0) return count == 0;
+  launch(clamped_swiglu_kernel, dim3(elementwise_blocks(count)), dim3(256), 0, stream, gate_up, out, out_element, count,
+         width, limit, alpha);
   return cudaGetLastError() == cudaSuccess;
 }
 
-bool launch_weighted_expert_sum(const float* experts_out, int parts, const void* weights, Element weights_element,
+bool launch_weighted_expert_sum(const float* experts_out, const void* weights, Element weights_element,
                                 const void* residual, void* out, Element out_element, int64_t tokens, int k, int width,
                                 cudaStream_t stream) {
   const int64_t count = tokens * width;
-  if (count <= 0 || k <= 0 || parts < 1) return count == 0 && parts >= 1;
-  launch(weighted_expert_sum_kernel, dim3(elementwise_blocks(count)), dim3(256), 0, stream, experts_out, parts,
-         weights, weights_element, residual, out, out_element, count, k, width);
+  if (count <= 0 || k <= 0) return count == 0;
+  launch(weighted_expert_sum_kernel, dim3(elementwise_blocks(count)), dim3(256), 0, stream, experts_out, weights,
+         weights_element, residual, out, out_element, count, k, width);
   return cudaGetLastError() == cudaSuccess;
 }
 

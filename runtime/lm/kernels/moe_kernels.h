@@ -47,16 +47,9 @@ struct ExpertOrder {
 ExpertOrder expert_order_for(const at::Tensor& experts, int64_t experts_count, ExpertProducts products);
 
 // `order` (may be null or empty: made here when needed) is expert_order_for(experts, E, products).
-// k_parts > 1 (expert_k_parts_for's answer): the columns' sum split into that many parts, each summed by its own
-// blocks (more blocks for a step's few experts) -> [k_parts, A, out], the bias in part 0; clamped_swiglu_on_device
-// and weighted_expert_sum add the parts in order.
 at::Tensor expert_gemv(const at::Tensor& x, int64_t x_divisor, const at::Tensor& experts, const at::Tensor& blocks,
                        const at::Tensor& scales, const at::Tensor& bias,
-                       ExpertProducts products = ExpertProducts::float32, const ExpertOrder* order = nullptr,
-                       int64_t k_parts = 1);
-// The parts a step of `assignments` takes: CRUCIBLE_MOE_K_PARTS (1 to 4; 1 when unset) for bfloat16 products of no
-// more assignments than experts (a block per assignment), else 1.
-int64_t expert_k_parts_for(int64_t assignments, int64_t experts_count, ExpertProducts products);
+                       ExpertProducts products = ExpertProducts::float32, const ExpertOrder* order = nullptr);
 
 // MXFP4 decoded on the GPU in one kernel, mxfp4_decode's values (LibTorch's way is a table lookup and four more
 // kernels, about 0.15 ms for one of gpt-oss's 5760 x 2880 experts): blocks [..., n, 16] and scales [..., n]
@@ -79,7 +72,7 @@ std::pair<at::Tensor, at::Tensor> route_top_k(const at::Tensor& logits, int64_t 
 // `dtype` (clamped_swiglu in moe.h, same operations and order, rounded once: bfloat16 for the tensor cores' second
 // projection), and the experts' outputs [N * k, hidden] float32 weighted by the routing weights [N, k] and summed per
 // token -> [N, hidden] in `dtype`, plus `residual` ([N, hidden] in `dtype`) where given, rounded as LibTorch rounds
-// the sum and then the addition. CUDA tensors, contiguous. Either takes expert_gemv's parts ([parts, A, ...]).
+// the sum and then the addition. CUDA tensors, contiguous.
 at::Tensor clamped_swiglu_on_device(const at::Tensor& gate_up, double limit, double alpha,
                                     c10::ScalarType dtype = c10::ScalarType::Float);
 at::Tensor weighted_expert_sum(const at::Tensor& experts_out, const at::Tensor& weights, c10::ScalarType dtype,

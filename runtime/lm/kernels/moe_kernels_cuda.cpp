@@ -38,26 +38,6 @@ std::atomic<int>& ordered_tile() {
   return tile;
 }
 
-// CRUCIBLE_MOE_K_PARTS=2..4: a one-token step's experts split their columns into that many parts.
-int configured_k_parts() {
-  static const int parts = [] {
-    const char* value = std::getenv("CRUCIBLE_MOE_K_PARTS");
-    const int asked = value ? std::atoi(value) : 1;
-    return asked >= 1 && asked <= kernels::kMaxKParts ? asked : 1;
-  }();
-  return parts;
-}
-
-// CRUCIBLE_MOE_L2_FETCH=128 or 256: L2 fetches that many bytes around each code read of the tensor-core kernel.
-int l2_fetch() {
-  static const int bytes = [] {
-    const char* value = std::getenv("CRUCIBLE_MOE_L2_FETCH");
-    const std::string_view set = value ? value : "";
-    return set == "256" ? 256 : set == "128" ? 128 : 0;
-  }();
-  return bytes;
-}
-
 std::atomic<bool>& route_kernel_on() {
   static std::atomic<bool> on{on_unless_zero("CRUCIBLE_ROUTE_KERNEL")};
   return on;
@@ -98,10 +78,6 @@ void set_expert_ordered_tile(int tile) {
   ordered_tile().store(tile, std::memory_order_relaxed);
 }
 
-int64_t expert_k_parts_for(int64_t assignments, int64_t experts_count, ExpertProducts products) {
-  return products == ExpertProducts::bfloat16 && assignments <= experts_count ? configured_k_parts() : 1;
-}
-
 ExpertProducts expert_products_for(const at::Tensor& x, c10::ScalarType dtype) {
   const bool tensor_cores = tensor_cores_on().load(std::memory_order_relaxed) && dtype == at::kBFloat16 &&
                             x.is_cuda() && has_tensor_cores(x);
@@ -119,7 +95,7 @@ ExpertOrder expert_order_for(const at::Tensor& experts, int64_t experts_count, E
 
 at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Tensor& experts, const at::Tensor& blocks,
                        const at::Tensor& scales, const at::Tensor& bias, ExpertProducts products,
-                       const ExpertOrder* order, int64_t k_parts) {
+                       const ExpertOrder* order) {
   TORCH_CHECK(input.dim() == 2 && input.stride(1) == 1, "expert_gemv: x must be [rows, cols] with cols contiguous");
   // The kernel reads 8 values of a row at a time, 16-byte aligned.
   const bool aligned = reinterpret_cast<uintptr_t>(input.data_ptr()) % 16 == 0 &&
@@ -146,10 +122,7 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
                                b.device() == x.device()),
               "expert_gemv: bias must be [E, out] on x's device");
   const c10::cuda::CUDAGuard on_its_device(x.device());
-  TORCH_CHECK(k_parts == 1 || (k_parts >= 1 && k_parts <= kernels::kMaxKParts && bf16_products && experts.numel() <= E),
-              "expert_gemv: columns split only for a bfloat16 step of no more assignments than experts");
-  auto out = k_parts == 1 ? at::empty({experts.numel(), out_rows}, x.options().dtype(at::kFloat))
-                          : at::empty({k_parts, experts.numel(), out_rows}, x.options().dtype(at::kFloat));
+  auto out = at::empty({experts.numel(), out_rows}, x.options().dtype(at::kFloat));
   kernels::ExpertGemvArgs a;
   a.x = x.data_ptr();
   a.x_row_stride = x.stride(0);
@@ -168,8 +141,6 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   a.bf16_products = bf16_products;
   const int tile = ordered_tile().load(std::memory_order_relaxed);
   a.ordered_tile = tile != 0 ? tile : kernels::ordered_tile_for(experts.numel(), E);
-  a.l2_fetch = l2_fetch();
-  a.k_parts = static_cast<int>(k_parts);
   ExpertOrder made;  // kept alive past the launch (the stream orders its release)
   if (experts.numel() > kernels::kMaxExpertAssignments) {
     if (!order || !order->order.defined()) made = expert_order_for(experts, E, products), order = &made;
@@ -229,16 +200,14 @@ std::pair<at::Tensor, at::Tensor> route_top_k(const at::Tensor& logits, int64_t 
 }
 
 at::Tensor clamped_swiglu_on_device(const at::Tensor& gate_up, double limit, double alpha, c10::ScalarType dtype) {
-  TORCH_CHECK(gate_up.is_cuda() && gate_up.scalar_type() == at::kFloat && (gate_up.dim() == 2 || gate_up.dim() == 3) &&
-                  gate_up.is_contiguous() && gate_up.size(-1) % 2 == 0,
-              "clamped_swiglu_on_device: gate_up must be [rows, 2 width] or [parts, rows, 2 width] float32, "
-              "contiguous, on a GPU");
+  TORCH_CHECK(gate_up.is_cuda() && gate_up.scalar_type() == at::kFloat && gate_up.dim() == 2 &&
+                  gate_up.is_contiguous() && gate_up.size(1) % 2 == 0,
+              "clamped_swiglu_on_device: gate_up must be [rows, 2 width] float32, contiguous, on a GPU");
   const c10::cuda::CUDAGuard on_its_device(gate_up.device());
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,
               "clamped_swiglu_on_device: out in float32, bfloat16 or float16");
-  const int parts = gate_up.dim() == 3 ? static_cast<int>(gate_up.size(0)) : 1;
-  auto out = at::empty({gate_up.size(-2), gate_up.size(-1) / 2}, gate_up.options().dtype(dtype));
-  TORCH_CHECK(kernels::launch_clamped_swiglu(gate_up.data_ptr<float>(), parts, out.data_ptr(), element_of(out), out.size(0),
+  auto out = at::empty({gate_up.size(0), gate_up.size(1) / 2}, gate_up.options().dtype(dtype));
+  TORCH_CHECK(kernels::launch_clamped_swiglu(gate_up.data_ptr<float>(), out.data_ptr(), element_of(out), out.size(0),
                                              static_cast<int>(out.size(1)), static_cast<float>(limit),
                                              static_cast<float>(alpha),
                                              c10::cuda::getCurrentCUDAStream(gate_up.get_device()).stream()),
@@ -248,22 +217,20 @@ at::Tensor clamped_swiglu_on_device(const at::Tensor& gate_up, double limit, dou
 
 at::Tensor weighted_expert_sum(const at::Tensor& experts_out, const at::Tensor& weights, c10::ScalarType dtype,
                                const at::Tensor& residual) {
-  TORCH_CHECK(experts_out.is_cuda() && experts_out.scalar_type() == at::kFloat &&
-                  (experts_out.dim() == 2 || experts_out.dim() == 3) && experts_out.is_contiguous(),
-              "weighted_expert_sum: experts_out must be [tokens * k, width] or [parts, tokens * k, width] float32, "
-              "contiguous, on a GPU");
-  const int parts = experts_out.dim() == 3 ? static_cast<int>(experts_out.size(0)) : 1;
+  TORCH_CHECK(experts_out.is_cuda() && experts_out.scalar_type() == at::kFloat && experts_out.dim() == 2 &&
+                  experts_out.is_contiguous(),
+              "weighted_expert_sum: experts_out must be [tokens * k, width] float32, contiguous, on a GPU");
   const auto w = weights.contiguous();
-  TORCH_CHECK(w.dim() == 2 && w.numel() == experts_out.size(-2) && w.device() == experts_out.device() &&
+  TORCH_CHECK(w.dim() == 2 && w.numel() == experts_out.size(0) && w.device() == experts_out.device() &&
                   float_type(w) && (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf),
               "weighted_expert_sum: weights [tokens, k] on experts_out's GPU; dtype float32, bfloat16 or float16");
   const c10::cuda::CUDAGuard on_its_device(experts_out.device());
-  const int64_t tokens = w.size(0), k = w.size(1), width = experts_out.size(-1);
+  const int64_t tokens = w.size(0), k = w.size(1), width = experts_out.size(1);
   TORCH_CHECK(!residual.defined() || (residual.scalar_type() == dtype && residual.is_contiguous() &&
                                       residual.device() == experts_out.device() && residual.numel() == tokens * width),
               "weighted_expert_sum: residual [tokens, width] in dtype, contiguous, on experts_out's GPU");
   auto out = at::empty({tokens, width}, experts_out.options().dtype(dtype));
-  TORCH_CHECK(kernels::launch_weighted_expert_sum(experts_out.data_ptr<float>(), parts, w.data_ptr(), element_of(w),
+  TORCH_CHECK(kernels::launch_weighted_expert_sum(experts_out.data_ptr<float>(), w.data_ptr(), element_of(w),
                                                   residual.defined() ? residual.data_ptr() : nullptr,
                                                   out.data_ptr(), element_of(out), tokens, static_cast<int>(k),
                                                   static_cast<int>(width),

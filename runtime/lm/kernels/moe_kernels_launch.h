@@ -35,13 +35,7 @@ struct ExpertGemvArgs {
   const int32_t* order = nullptr;  // [assignments]
   const int32_t* offsets = nullptr;  // [experts_count + 1]
   int ordered_tile = 32;  // assignments an ordered block takes: kOrderedTile or kWideOrderedTile
-  int l2_fetch = 0;       // tensor cores: bytes L2 fetches around each code read (0: the sectors read; 128; 256)
-  // Tensor cores, a block per assignment (no more assignments than experts): the columns split into k_parts, each
-  // summed by its own blocks into out + part * assignments * rows (out [k_parts, assignments, rows]; the bias in part
-  // 0), for more blocks when a step's few experts give few. 1 elsewhere.
-  int k_parts = 1;
 };
-constexpr int kMaxKParts = 4;
 
 // False for arguments it does not take: more than kMaxExpertAssignments without an order, or float32 products.
 bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream);
@@ -77,18 +71,16 @@ constexpr int kMaxRouteK = 8;
 bool launch_route_top_k(const void* logits, Element element, int64_t tokens, int experts, int k, int64_t* chosen,
                         void* weights, cudaStream_t stream);
 
-// gpt-oss's clamped SwiGLU on the first projection's float32 output: gate_up [parts, rows, 2 * width] (columns
-// alternate gate, linear; the parts of a split sum, added in order first) -> out [rows, width] in `out_element`,
-// out = (clamp(linear, -limit, limit) + 1) * g * sigmoid(alpha * g) with g = min(gate, limit), in the order and
-// precision of LibTorch's float32 operators, rounded once.
-bool launch_clamped_swiglu(const float* gate_up, int parts, void* out, Element out_element, int64_t rows, int width,
-                           float limit, float alpha, cudaStream_t stream);
+// gpt-oss's clamped SwiGLU on the first projection's float32 output: gate_up [rows, 2 * width] (columns alternate
+// gate, linear) -> out [rows, width] in `out_element`, out = (clamp(linear, -limit, limit) + 1) * g * sigmoid(alpha * g)
+// with g = min(gate, limit), in the order and precision of LibTorch's float32 operators, rounded once.
+bool launch_clamped_swiglu(const float* gate_up, void* out, Element out_element, int64_t rows, int width, float limit,
+                           float alpha, cudaStream_t stream);
 
-// The experts' outputs weighted and summed per token: experts_out [parts, tokens * k, width] float32 (the parts of a
-// split sum, added in order first), weights [tokens, k] (`weights_element`) -> out [tokens, width] in `out_element`,
-// summed in float32 in the order k = 0, 1, ... and rounded once; then, where `residual` ([tokens, width] in
-// `out_element`) is given, residual added and rounded again.
-bool launch_weighted_expert_sum(const float* experts_out, int parts, const void* weights, Element weights_element,
+// The experts' outputs weighted and summed per token: experts_out [tokens * k, width] float32, weights [tokens, k]
+// (`weights_element`) -> out [tokens, width] in `out_element`, summed in float32 in the order k = 0, 1, ... and
+// rounded once; then, where `residual` ([tokens, width] in `out_element`) is given, residual added and rounded again.
+bool launch_weighted_expert_sum(const float* experts_out, const void* weights, Element weights_element,
                                 const void* residual, void* out, Element out_element, int64_t tokens, int k, int width,
                                 cudaStream_t stream);
 

@@ -23,11 +23,9 @@ void set_expert_tensor_cores(bool) {}
 ExpertOrder expert_order_for(const at::Tensor&, int64_t, ExpertProducts) { return {}; }
 
 at::Tensor expert_gemv(const at::Tensor&, int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                       const at::Tensor&, ExpertProducts, const ExpertOrder*, int64_t) {
+                       const at::Tensor&, ExpertProducts, const ExpertOrder*) {
   throw std::logic_error("expert_gemv: this build has no CUDA kernels");
 }
-
-int64_t expert_k_parts_for(int64_t, int64_t, ExpertProducts) { return 1; }
 
 bool mxfp4_decode_serves(const at::Tensor&, const at::Tensor&, c10::ScalarType) { return false; }
 

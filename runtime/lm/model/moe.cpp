@@ -69,23 +69,18 @@ std::optional<at::Tensor> experts_on_device(const MoeWeights& w, const MoeConfig
   const auto x = flat.contiguous();
   const auto products = expert_products_for(x, x.scalar_type());
   const auto order = expert_order_for(experts, E, products);  // many assignments: ordered once for both
-  const int64_t parts = expert_k_parts_for(experts.numel(), E, products);  // a split sum: [parts, A, ...]
-  auto gate_up =
-      expert_gemv(x, k, experts, w.gate_up.blocks, w.gate_up.scales, w.gate_up_bias, products, &order, parts);
-  // An adapter's delta joins the first part (the kernels add the parts in order).
-  const auto plus_delta = [parts](at::Tensor& sum, const at::Tensor& delta) {
-    if (!delta.defined()) return;
-    if (parts == 1) sum = sum + delta.to(at::kFloat);
-    else sum.select(0, 0).add_(delta.to(at::kFloat));
-  };
-  if (lora)
-    plus_delta(gate_up,
-               lora->expert_deltas(layer, LoraTarget::experts_gate_up, experts, E, x.repeat_interleave(k, 0)));
+  auto gate_up = expert_gemv(x, k, experts, w.gate_up.blocks, w.gate_up.scales, w.gate_up_bias, products, &order);
+  if (lora) {
+    const auto delta = lora->expert_deltas(layer, LoraTarget::experts_gate_up, experts, E, x.repeat_interleave(k, 0));
+    if (delta.defined()) gate_up = gate_up + delta.to(at::kFloat);
+  }
   const auto hidden = clamped_swiglu_on_device(gate_up, config.swiglu_limit, config.swiglu_alpha,
                                                products == ExpertProducts::bfloat16 ? at::kBFloat16 : at::kFloat);
-  auto out = expert_gemv(hidden, 1, experts, w.down.blocks, w.down.scales, w.down_bias, products, &order, parts);
-  if (lora)
-    plus_delta(out, lora->expert_deltas(layer, LoraTarget::experts_down, experts, E, hidden.to(x.scalar_type())));
+  auto out = expert_gemv(hidden, 1, experts, w.down.blocks, w.down.scales, w.down_bias, products, &order);
+  if (lora) {
+    const auto delta = lora->expert_deltas(layer, LoraTarget::experts_down, experts, E, hidden.to(x.scalar_type()));
+    if (delta.defined()) out = out + delta.to(at::kFloat);
+  }
   return weighted_expert_sum(out, routing.weights, flat.scalar_type(),
                              residual.defined() ? residual.reshape({-1, residual.size(-1)}).contiguous() : residual);
 }
