@@ -4,9 +4,10 @@
 // program), followed by how long the GPU sat idle between kernels. Kernels launched early (programmatic dependent
 // launch) start while the kernel before them runs and mostly wait for it, so their whole span overstates them: the
 // table is ordered by each kernel's own time, from its start or the end of everything that started before it,
-// whichever is later, to its end (the spans' own times add up to the time the GPU was busy). With KPROF_MEMORY=1 it also records every allocation and release the driver
-// sees (by any API, from any library) and reports device memory at its peak and at exit, by the shared object that
-// asked for it: memory a program holds outside its own allocator shows up there (KPROF_KERNELS=0: memory only).
+// whichever is later, to its end (the spans' own times add up to the time the GPU was busy). With KPROF_MEMORY=1 it
+// also records every allocation and release the driver sees (by any API, from any library) and reports device
+// memory at its peak and at exit, by the shared object that asked for it: memory a program holds outside its own
+// allocator shows up there (KPROF_KERNELS=0: memory only).
 //
 // Build (on a GPU node, the CMake target `crucible_kernel_profile` does the same):
 //   g++ -O2 -shared -fPIC -I/usr/local/cuda/include tools/gpu_node/kernel_profile.cpp \
@@ -193,8 +194,9 @@ void write_report() {
     }
     const unsigned long long busy_from = std::max(span.start_ns, covered_to);
     if (span.end_ns > busy_from) {
-      busy_us += (span.end_ns - busy_from) / 1e3;
-      total.own_us += (span.end_ns - busy_from) / 1e3;
+      const double own_us = (span.end_ns - busy_from) / 1e3;
+      busy_us += own_us;
+      total.own_us += own_us;
     }
     covered_to = std::max(covered_to, span.end_ns);
   }

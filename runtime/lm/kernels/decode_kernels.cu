@@ -397,13 +397,17 @@ __device__ void stage_normed(const LinearArgs& a, uint4* staged, float* reduced)
   __syncthreads();
 }
 
+// Loads a lane keeps in flight per row of the one-row linear kernel: gated outputs sum two rows, so half as many.
+template <bool Gated>
+constexpr int kLinearInFlight = Gated ? 4 : 8;
+
 template <typename T, Input In, bool Gated, int W>
 __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearArgs a) {
   constexpr int V = 16 / sizeof(T);
   constexpr int kRowThreads = 32 * W;
   constexpr int kGroups = kLinearWarps / W;  // outputs a block takes at once
   constexpr int kRows = Gated ? 2 : 1;       // weight rows per output: a gate row and its up row
-  constexpr int kInFlight = Gated ? 4 : 8;   // loads in flight per lane and row (kPerLane in small_linear_as)
+  constexpr int kInFlight = kLinearInFlight<Gated>;
   extern __shared__ uint4 staged[];
   __shared__ float reduced[kLinearWarps], partial[kLinearWarps][kRows];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = (warp % W) * 32 + lane;
@@ -529,9 +533,8 @@ bool small_linear_with(const LinearArgs& a, cudaStream_t stream) {
 
 template <typename T, Input In, bool Gated>
 bool small_linear_as(const LinearArgs& a, cudaStream_t stream) {
-  constexpr int kPerLane = Gated ? 4 : 8;  // small_linear_kernel's kInFlight
   switch (linear_row_warps(a.in_features * static_cast<int64_t>(sizeof(T)) / 16, a.out_features, current_gpu().sms,
-                           kPerLane)) {
+                           kLinearInFlight<Gated>)) {
     case 1: return small_linear_with<T, In, Gated, 1>(a, stream);
     case 2: return small_linear_with<T, In, Gated, 2>(a, stream);
     default: return small_linear_with<T, In, Gated, 4>(a, stream);

@@ -7,6 +7,7 @@
 // lane in flight. Each 8 decoded values of the 4 rows meet each of up to kChunk assignments' 8 inputs in registers, so
 // an input is read once for 4 rows.
 #include <climits>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -258,6 +259,16 @@ __device__ __forceinline__ __nv_bfloat162 as_bf162(uint32_t bits) {
   return *reinterpret_cast<const __nv_bfloat162*>(&bits);
 }
 
+// f(std::true_type{}) where a scale needs two multiplications, else f(std::false_type{}): decode_pairs' kTwoSteps
+// chosen at run time, each branch compiled with its own.
+template <typename F>
+__device__ __forceinline__ void with_two_steps(bool two_steps, F&& f) {
+  if (two_steps)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+
 // The 8 codes of a word as 4 bfloat16 pairs (codes 2i and 2i + 1, the low nibble of byte i first, in pair i), exact:
 // placed (mxfp4_pairs.h), then scaled. kTwoSteps where any lane of the warp has a scale above 128.
 template <bool kTwoSteps>
@@ -424,15 +435,12 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
       const unsigned low_bits = scale_from(stage.scale_words[warp][scale_slot[0]], scale_shift[0]);
       const unsigned high_bits = scale_from(stage.scale_words[warp][scale_slot[1]], scale_shift[1]);
       const PairScale low_scale = pair_scale_of(low_bits), high_scale = pair_scale_of(high_bits);
-      if (__any_sync(0xFFFFFFFFu, takes_two_steps(max(low_bits, high_bits)))) {
+      with_two_steps(__any_sync(0xFFFFFFFFu, takes_two_steps(max(low_bits, high_bits))), [&](auto two_steps) {
 #pragma unroll
         for (int u = 0; u < 4; ++u)
-          mma_word<kTiles, true>(low_code, high_code, low_scale, high_scale, u, stage.inputs, g, t, acc);
-      } else {
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-          mma_word<kTiles, false>(low_code, high_code, low_scale, high_scale, u, stage.inputs, g, t, acc);
-      }
+          mma_word<kTiles, decltype(two_steps)::value>(low_code, high_code, low_scale, high_scale, u, stage.inputs, g,
+                                                       t, acc);
+      });
     }
     wait_copies<0>();
     if (!has_rows) continue;
@@ -488,10 +496,9 @@ __device__ __forceinline__ void decode_block_into(const uint4& code, unsigned sc
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
     uint32_t pairs[4];
-    if (takes_two_steps(scale))
-      decode_pairs<true>(word_of(code, u), pair_scale_of(scale), pairs);
-    else
-      decode_pairs<false>(word_of(code, u), pair_scale_of(scale), pairs);
+    with_two_steps(takes_two_steps(scale), [&](auto two_steps) {
+      decode_pairs<decltype(two_steps)::value>(word_of(code, u), pair_scale_of(scale), pairs);
+    });
     to[u] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
   }
 }
