@@ -457,7 +457,10 @@ TEST_CASE("lm gpu: flash attention with sinks and windows gives the sink softmax
     auto valid = at::ones({B, T}, at::kBool);
     valid.select(0, 1).narrow(0, 2 * T / 3, T - 2 * T / 3).fill_(false);  // row 1 right-padded
     const auto causal = (slots.view({1, T}) <= slots.view({T, 1})).view({1, 1, T, T}) & valid.view({B, 1, 1, T});
-    const auto allowed = window > 0 ? sliding_window_mask(causal, slots, window) : causal;
+    // Every query sees its own slot too (as causal_mask has it): a padding query whose window holds only padding keys
+    // would otherwise have no key at all, and without a sink its softmax would be NaN (its rows are not compared).
+    const auto own = at::eye(T, at::kBool).view({1, 1, T, T});
+    const auto allowed = (window > 0 ? sliding_window_mask(causal, slots, window) : causal) | own;
     const auto kept = valid.view({B, T, 1}).to(at::kDouble);
     for (const auto dtype : {at::kBFloat16, at::kHalf}) {
       for (const bool with_sinks : {true, false}) {

@@ -38,18 +38,20 @@ at::Tensor sink_factor(const at::Tensor& lse, const at::Tensor& sinks, int64_t T
 
 class FlashSinks : public torch::autograd::Function<FlashSinks> {
  public:
+  // sinks: an optional, not an undefined tensor, which apply() cannot place on a device.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
-                            const at::Tensor& v, const at::Tensor& sinks, double scale, int64_t window) {
+                            const at::Tensor& v, const std::optional<at::Tensor>& sinks, double scale,
+                            int64_t window) {
     const int64_t T = q.size(1);
     auto [o, lse, rng_state, unused, debug_mask] = at::_flash_attention_forward(
         q, k, v, std::nullopt, std::nullopt, T, T, 0.0, /*is_causal=*/true, /*return_debug_mask=*/false, scale,
         left_of(window), right_of(window));
     at::Tensor out = o, factor;
-    if (sinks.defined()) {
-      factor = sink_factor(lse, sinks.detach(), T);
+    if (sinks) {
+      factor = sink_factor(lse, sinks->detach(), T);
       out = (o.to(at::kFloat) * factor).to(o.scalar_type());
     }
-    ctx->save_for_backward({q, k, v, out, lse, rng_state, unused, factor, sinks});
+    ctx->save_for_backward({q, k, v, out, lse, rng_state, unused, factor, sinks.value_or(at::Tensor())});
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["window"] = window;
     return out;
@@ -69,7 +71,7 @@ class FlashSinks : public torch::autograd::Function<FlashSinks> {
                                                       /*is_causal=*/true, rng_state, unused, scale, left_of(window),
                                                       right_of(window));
     at::Tensor d_sinks;
-    if (factor.defined() && sinks.requires_grad()) {
+    if (factor.defined() && ctx->needs_input_grad(3)) {
       const auto g_out = (g.to(at::kFloat) * out.to(at::kFloat)).sum(-1, /*keepdim=*/true);  // G . o f
       d_sinks = -((1.0 - factor) * g_out).sum({0, 1, 3}).to(sinks.scalar_type());
     }
@@ -100,9 +102,12 @@ at::Tensor flash_sink_attention(const at::Tensor& queries, const at::Tensor& key
                                 const at::Tensor& sinks, double scale, int64_t window) {
 #if CRUCIBLE_FLASH_WINDOWS
   const int64_t B = queries.size(0), T = queries.size(1), H = queries.size(2), D = queries.size(3);
+  const auto sink_logits = sinks.defined() ? std::optional<at::Tensor>(sinks) : std::nullopt;
   try {
-    return FlashSinks::apply(queries.contiguous(), keys.contiguous(), values.contiguous(), sinks, scale, window)
+    return FlashSinks::apply(queries.contiguous(), keys.contiguous(), values.contiguous(), sink_logits, scale, window)
         .reshape({B, T, H * D});
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // the caller's to handle, as any other pass's
   } catch (const c10::Error&) {
     // A build of the kernel without windows, or a shape it refuses: the masked path from now on.
     set_flash_sink_attention(false);
