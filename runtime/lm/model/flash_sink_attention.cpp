@@ -30,12 +30,6 @@ std::optional<int64_t> left_of(int64_t window) {
 }
 std::optional<int64_t> right_of(int64_t window) { return window > 0 ? std::optional<int64_t>(0) : std::nullopt; }
 
-// f = sigmoid(lse - sink) [B, T, H, 1] float32, from the kernel's lse [B, H, >= T].
-at::Tensor sink_factor(const at::Tensor& lse, const at::Tensor& sinks, int64_t T) {
-  const auto rows = lse.narrow(-1, 0, T).to(at::kFloat);
-  return at::sigmoid(rows - sinks.to(at::kFloat).view({1, -1, 1})).transpose(1, 2).unsqueeze(-1);
-}
-
 class FlashSinks : public torch::autograd::Function<FlashSinks> {
  public:
   // sinks: an optional, not an undefined tensor, which apply() cannot place on a device.
@@ -48,8 +42,8 @@ class FlashSinks : public torch::autograd::Function<FlashSinks> {
         left_of(window), right_of(window));
     at::Tensor out = o, factor;
     if (sinks) {
-      factor = sink_factor(lse, sinks->detach(), T);
-      out = (o.to(at::kFloat) * factor).to(o.scalar_type());
+      auto sinked = sinked_rows(o, lse, sinks->detach());
+      out = sinked.out, factor = sinked.factor;
     }
     ctx->save_for_backward({q, k, v, out, lse, rng_state, unused, factor, sinks.value_or(at::Tensor())});
     ctx->saved_data["scale"] = scale;
@@ -66,21 +60,37 @@ class FlashSinks : public torch::autograd::Function<FlashSinks> {
     const int64_t window = ctx->saved_data["window"].toInt(), T = q.size(1);
     const auto g = grads[0].contiguous();
     // The gradient of o is f G; the output o f stands in for o (see the header).
-    const auto d_o = factor.defined() ? (g.to(at::kFloat) * factor).to(g.scalar_type()) : g;
+    const auto d_o = factor.defined() ? kernel_output_gradient(g, factor) : g;
     auto [dq, dk, dv] = at::_flash_attention_backward(d_o, q, k, v, out, lse, at::Tensor(), at::Tensor(), T, T, 0.0,
                                                       /*is_causal=*/true, rng_state, unused, scale, left_of(window),
                                                       right_of(window));
     at::Tensor d_sinks;
-    if (factor.defined() && ctx->needs_input_grad(3)) {
-      const auto g_out = (g.to(at::kFloat) * out.to(at::kFloat)).sum(-1, /*keepdim=*/true);  // G . o f
-      d_sinks = -((1.0 - factor) * g_out).sum({0, 1, 3}).to(sinks.scalar_type());
-    }
+    if (factor.defined() && ctx->needs_input_grad(3)) d_sinks = sink_gradient(g, out, factor, sinks.scalar_type());
     return {dq, dk, dv, d_sinks, at::Tensor(), at::Tensor()};
   }
 };
 #endif
 
 }  // namespace
+
+SinkedRows sinked_rows(const at::Tensor& o, const at::Tensor& lse, const at::Tensor& sinks) {
+  const auto wide = at::promote_types(o.scalar_type(), at::kFloat);
+  const int64_t T = o.size(1);
+  const auto rows = lse.narrow(-1, 0, T).to(wide);  // [B, H, T]
+  const auto factor = at::sigmoid(rows - sinks.to(wide).view({1, -1, 1})).transpose(1, 2).unsqueeze(-1);
+  return {(o.to(wide) * factor).to(o.scalar_type()), factor};
+}
+
+at::Tensor kernel_output_gradient(const at::Tensor& grad, const at::Tensor& factor) {
+  return (grad.to(factor.scalar_type()) * factor).to(grad.scalar_type());
+}
+
+at::Tensor sink_gradient(const at::Tensor& grad, const at::Tensor& out, const at::Tensor& factor,
+                         c10::ScalarType dtype) {
+  const auto wide = factor.scalar_type();
+  const auto g_out = (grad.to(wide) * out.to(wide)).sum(-1, /*keepdim=*/true);  // G . o f
+  return (-((1.0 - factor) * g_out).sum({0, 1, 3})).to(dtype);
+}
 
 bool flash_sink_attention_serves(const at::Tensor& queries, const at::Tensor& keys) {
 #if CRUCIBLE_FLASH_WINDOWS

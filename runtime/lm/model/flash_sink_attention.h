@@ -31,6 +31,19 @@ namespace crucible::lm {
 bool flash_sink_attention_serves(const at::Tensor& queries, const at::Tensor& keys);
 void set_flash_sink_attention(bool on);
 
+// The sink's algebra around a kernel that gives each row's o and lse, in float32 (double for double inputs):
+// f = sigmoid(lse - sink) [B, T, H, 1] from lse [B, H, >= T] and sinks [H], and the output o f [B, T, H, D] in o's
+// dtype; what the kernel's backward takes in place of the output's gradient G, f G in G's dtype; the sinks' gradient
+// -(1 - f) (G . o f) summed over batch and rows, [H] in `dtype`. The CPU tests run them around a double-precision
+// emulation of the kernel's forward and backward.
+struct SinkedRows {
+  at::Tensor out, factor;
+};
+SinkedRows sinked_rows(const at::Tensor& o, const at::Tensor& lse, const at::Tensor& sinks);
+at::Tensor kernel_output_gradient(const at::Tensor& grad, const at::Tensor& factor);
+at::Tensor sink_gradient(const at::Tensor& grad, const at::Tensor& out, const at::Tensor& factor,
+                         c10::ScalarType dtype);
+
 // queries [B, T, H, D], keys and values [B, T, Hkv, D] of whole sequences from position 0 (right padding: rows past
 // a sequence's end differ from the masked path's, and nothing reads them), sinks [H] or undefined, window 0 (none)
 // or how many positions a query sees, itself included -> [B, T, H * D] in the queries' dtype. Differentiable in
