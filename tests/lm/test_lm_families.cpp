@@ -7,12 +7,15 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <limits>
+#include <vector>
 
 #include "lm/generation/generator.h"
 #include "lm/format/model_files.h"
 #include "lm/model/mxfp4_checkpoint.h"
 #include "lm/model/rotary.h"
 #include "lm/finite_difference.h"
+#include "lm/model/flash_sink_attention.h"
 #include "lm/model/lora.h"
 #include "lm/model/plain_attention.h"
 #include "lm/model/transformer.h"
@@ -254,6 +257,85 @@ TEST_CASE("gpt-oss attention: chunks of query rows give the rows of one whole pa
       CHECK(at::allclose(plain_attention(q, k, v, last_row, s, 0.25, visible, 4 * B * H * visible), broadcast_whole,
                          1e-6, 1e-6, /*equal_nan=*/true));
     }
+  }
+}
+
+namespace {
+
+// What a flash kernel computes, in double: causal attention within `window` positions (0: none), key head h / G for
+// query head h. q [B, T, H, D], k and v [B, T, Hkv, D] -> probabilities [B, H, T, T], o [B, T, H, D], lse [B, H, T].
+struct KernelRows {
+  at::Tensor probs, o, lse;
+};
+at::Tensor grouped_keys(const at::Tensor& k, int64_t H) {  // [B, T, Hkv, D] -> [B, H, T, D]
+  return k.transpose(1, 2).repeat_interleave(H / k.size(2), 1);
+}
+KernelRows kernel_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale, int64_t window) {
+  const int64_t T = q.size(1), H = q.size(2);
+  const auto slots = at::arange(T, at::kLong);
+  auto seen = slots.view({1, T}) <= slots.view({T, 1});
+  if (window > 0) seen = seen & (slots.view({1, T}) > slots.view({T, 1}) - window);
+  const auto scores = (at::matmul(q.transpose(1, 2), grouped_keys(k, H).transpose(-1, -2)) * scale)
+                          .masked_fill(at::logical_not(seen), -std::numeric_limits<double>::infinity());
+  const auto lse = at::logsumexp(scores, -1);
+  const auto probs = at::exp(scores - lse.unsqueeze(-1));
+  return {probs, at::matmul(probs, grouped_keys(v, H)).transpose(1, 2), lse};
+}
+
+// The kernel's backward as flash attention states it: dV = P^T dO, dP = dO V^T, dS = P (dP - D) with D the row sums
+// of dO times the `out` it is given, dQ = dS K scale, dK = dS^T Q scale; key heads summed over their query heads.
+std::vector<at::Tensor> kernel_backward(const at::Tensor& d_out, const at::Tensor& q, const at::Tensor& k,
+                                        const at::Tensor& v, const at::Tensor& out, const at::Tensor& probs,
+                                        double scale) {
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), Hkv = k.size(2);
+  const auto dO = d_out.transpose(1, 2);                                   // [B, H, T, D]
+  const auto rows = (d_out * out).sum(-1).transpose(1, 2).unsqueeze(-1);  // D: [B, H, T, 1]
+  const auto dS = probs * (at::matmul(dO, grouped_keys(v, H).transpose(-1, -2)) - rows);
+  const auto dq = (at::matmul(dS, grouped_keys(k, H)) * scale).transpose(1, 2);
+  const auto by_group = [&](const at::Tensor& t) {  // [B, H, T, D] -> [B, T, Hkv, D]
+    return t.view({B, Hkv, H / Hkv, T, D}).sum(2).transpose(1, 2);
+  };
+  const auto dk = by_group(at::matmul(dS.transpose(-1, -2), q.transpose(1, 2)) * scale);
+  const auto dv = by_group(at::matmul(probs.transpose(-1, -2), dO));
+  return {dq, dk, dv};
+}
+
+}  // namespace
+
+TEST_CASE("gpt-oss attention: the sink's algebra around a flash kernel's rows gives the sink softmax and its gradients") {
+  // flash_sink_attention's forward and backward (flash_sink_attention.h) with the kernel emulated in double: the
+  // output and every gradient equal the sink softmax's.
+  auto g = at::make_generator<at::CPUGeneratorImpl>(3);
+  const int64_t B = 2, T = 19, H = 4, Hkv = 2, D = 8;
+  const double scale = 0.3;
+  for (const int64_t window : {int64_t{0}, int64_t{5}}) {
+    CAPTURE(window);
+    const auto q = at::randn({B, T, H, D}, g, at::kDouble), k = at::randn({B, T, Hkv, D}, g, at::kDouble),
+               v = at::randn({B, T, Hkv, D}, g, at::kDouble), sinks = at::randn({H}, g, at::kDouble) * 2,
+               grad = at::randn({B, T, H * D}, g, at::kDouble);
+    const auto rows = kernel_forward(q, k, v, scale, window);
+    const auto sinked = sinked_rows(rows.o, rows.lse, sinks);
+    const auto d = kernel_backward(kernel_output_gradient(grad.view({B, T, H, D}), sinked.factor), q, k, v,
+                                   sinked.out, rows.probs, scale);
+    const auto d_sinks = sink_gradient(grad.view({B, T, H, D}), sinked.out, sinked.factor, at::kDouble);
+
+    // The sink as one more column of each row's softmax, its share dropped, differentiated by autograd.
+    auto qr = q.clone().requires_grad_(), kr = k.clone().requires_grad_(), vr = v.clone().requires_grad_(),
+         sr = sinks.clone().requires_grad_();
+    const auto slots = at::arange(T, at::kLong);
+    auto seen = slots.view({1, T}) <= slots.view({T, 1});
+    if (window > 0) seen = seen & (slots.view({1, T}) > slots.view({T, 1}) - window);
+    const auto scores = (at::matmul(qr.transpose(1, 2), grouped_keys(kr, H).transpose(-1, -2)) * scale)
+                            .masked_fill(at::logical_not(seen), -std::numeric_limits<double>::infinity());
+    const auto probs = at::softmax(at::cat({scores, sr.view({1, H, 1, 1}).expand({B, H, T, 1})}, -1), -1);
+    const auto want =
+        at::matmul(probs.narrow(-1, 0, T), grouped_keys(vr, H)).transpose(1, 2).reshape({B, T, H * D});
+    (want * grad).sum().backward();
+    CHECK(at::allclose(sinked.out.reshape({B, T, H * D}), want.detach(), 1e-9, 1e-9));
+    CHECK(at::allclose(d[0], qr.grad(), 1e-9, 1e-9));
+    CHECK(at::allclose(d[1], kr.grad(), 1e-9, 1e-9));
+    CHECK(at::allclose(d[2], vr.grad(), 1e-9, 1e-9));
+    CHECK(at::allclose(d_sinks, sr.grad(), 1e-9, 1e-9));
   }
 }
 

@@ -18,6 +18,7 @@
 #include "lm/kernels/moe_kernels.h"
 #include "lm/model/moe.h"
 #include "lm/model/mxfp4.h"
+#include "lm/model/flash_sink_attention.h"
 #include "lm/model/plain_attention.h"
 #include "lm/model/transformer.h"
 #include "lm/tiny_families.h"
@@ -432,6 +433,74 @@ at::Tensor sink_attention_in_double(const at::Tensor& q, const at::Tensor& k, co
 }
 
 }  // namespace
+
+TEST_CASE("lm gpu: flash attention with sinks and windows gives the sink softmax, gradients too") {
+  // Whole right-padded sequences through the flash kernel, the sinks through each row's log-sum-exp
+  // (flash_sink_attention.h), against the double-precision sink softmax on the same rounded inputs. Padding rows
+  // differ by design (the kernel lets them see padding keys), so they carry no loss and are not compared.
+  const c10::Device gpu("cuda:0");
+  const auto probe = at::zeros({1, 16, 2, 64}, at::TensorOptions(gpu).dtype(at::kBFloat16));
+  if (!flash_sink_attention_serves(probe, probe.narrow(2, 0, 1))) {
+    MESSAGE("skipped: this LibTorch or GPU has no flash kernel with windows");
+    return;
+  }
+  auto g = at::make_generator<at::CPUGeneratorImpl>(7);
+  const int64_t B = 2, H = 8, Hkv = 2, D = 64;
+  const double scale = 0.125;
+  const auto sinks = at::randn({H}, g) * 2;
+  struct Case {
+    int64_t tokens, window;
+  };
+  for (const Case c : {Case{45, 0}, Case{45, 6}, Case{300, 128}, Case{300, 0}}) {
+    const int64_t T = c.tokens, window = c.window;
+    const auto slots = at::arange(T, at::kLong);
+    auto valid = at::ones({B, T}, at::kBool);
+    valid.select(0, 1).narrow(0, 2 * T / 3, T - 2 * T / 3).fill_(false);  // row 1 right-padded
+    const auto causal = (slots.view({1, T}) <= slots.view({T, 1})).view({1, 1, T, T}) & valid.view({B, 1, 1, T});
+    // Every query sees its own slot too (as causal_mask has it): a padding query whose window holds only padding keys
+    // would otherwise have no key at all, and without a sink its softmax would be NaN (its rows are not compared).
+    const auto own = at::eye(T, at::kBool).view({1, 1, T, T});
+    const auto allowed = (window > 0 ? sliding_window_mask(causal, slots, window) : causal) | own;
+    const auto kept = valid.view({B, T, 1}).to(at::kDouble);
+    for (const auto dtype : {at::kBFloat16, at::kHalf}) {
+      for (const bool with_sinks : {true, false}) {
+        CAPTURE(dtype == at::kHalf);
+        CAPTURE(with_sinks);
+        CAPTURE(T);
+        CAPTURE(window);
+        const auto q = at::randn({B, T, H, D}, g).to(dtype), k = at::randn({B, Hkv, T, D}, g).to(dtype),
+                   v = at::randn({B, Hkv, T, D}, g).to(dtype);
+        const auto weights = at::randn({B, T, H * D}, g).to(at::kDouble) * kept;
+        auto qg = q.to(gpu).detach().requires_grad_(), kg = k.to(gpu).detach().requires_grad_(),
+             vg = v.to(gpu).detach().requires_grad_();
+        auto sg = sinks.to(gpu, dtype).detach().requires_grad_();
+        const auto out = flash_sink_attention(qg, kg.transpose(1, 2), vg.transpose(1, 2),
+                                              with_sinks ? sg : at::Tensor(), scale, window);
+        REQUIRE(out.defined());
+        (out.to(at::kFloat) * weights.to(gpu, at::kFloat)).sum().backward();
+        auto qd = q.to(at::kDouble).detach().requires_grad_(), kd = k.to(at::kDouble).detach().requires_grad_(),
+             vd = v.to(at::kDouble).detach().requires_grad_();
+        // No sinks: a sink of -inf takes no share of any softmax.
+        auto sd = (with_sinks ? sinks.to(dtype).to(at::kDouble) : at::full({H}, -INFINITY, at::kDouble))
+                      .detach()
+                      .requires_grad_();
+        const auto expected = sink_attention_in_double(qd, kd, vd, allowed, sd, scale);
+        (expected * weights).sum().backward();
+        auto close = [&](const at::Tensor& got, const at::Tensor& want) {
+          const auto w = want.to(at::kFloat);
+          const double err = (got.cpu().to(at::kFloat) - w).abs().max().item<double>();
+          MESSAGE("largest difference " << err << " of " << w.abs().max().item<double>());
+          return err <= 3e-2 * std::max(1.0, w.abs().max().item<double>());
+        };
+        CHECK(close(out.detach().cpu().to(at::kDouble) * kept, expected.detach() * kept));
+        CHECK(close(qg.grad(), qd.grad()));
+        CHECK(close(kg.grad(), kd.grad()));
+        CHECK(close(vg.grad(), vd.grad()));
+        if (with_sinks) CHECK(close(sg.grad(), sd.grad()));
+      }
+    }
+  }
+}
 
 TEST_CASE("lm gpu: attention with sinks and windows on the fused kernel gives the sink softmax, gradients too") {
   // What training and log-prob passes of gpt-oss run: the sinks as one more key (plain_attention.cpp), so the GPU's

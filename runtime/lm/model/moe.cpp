@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <vector>
 
@@ -124,8 +126,26 @@ at::Tensor experts_in_turn(const MoeWeights& w, const MoeConfig& config, const a
 
 }  // namespace
 
+namespace {
+
+// CRUCIBLE_MOE_DECODED_FROM=N: passes whose experts average N assignments or more (prefills, log-prob passes,
+// training's forward without gradients) decode each chosen expert once into the model dtype and multiply on cuBLAS
+// (experts_in_turn: one host synchronisation a layer), where the MXFP4 kernel decodes each weight once per tile of
+// 32 or 64 assignments and multiplies with mma.sync. Unset or 0: never (to be measured against the kernel).
+int64_t decoded_from() {
+  static const int64_t mean = [] {
+    const char* value = std::getenv("CRUCIBLE_MOE_DECODED_FROM");
+    return value ? std::max<int64_t>(0, std::atoll(value)) : int64_t{0};
+  }();
+  return mean;
+}
+
+}  // namespace
+
 bool experts_run_on_device(const MoeWeights& w, const at::Tensor& x, int64_t assignments) {
   const auto products = expert_products_for(x, x.scalar_type());
+  const int64_t decoded = decoded_from();
+  if (decoded > 0 && w.gate_up.packed() && assignments >= decoded * w.gate_up.blocks.size(0)) return false;
   return !at::GradMode::is_enabled() && w.gate_up.packed() && w.down.packed() &&
          expert_gemv_serves(x, w.gate_up.blocks, w.gate_up.scales, assignments, products) &&
          expert_gemv_serves(x, w.down.blocks, w.down.scales, assignments, products);

@@ -51,8 +51,9 @@ at::Tensor clamped_swiglu(const at::Tensor& gate_up, const MoeConfig& config);
 class LoraAdapter;
 
 // Whether a step of `assignments` (tokens x experts per token) with inputs like `x` (its device and dtype) runs its
-// experts on the device kernel (moe_kernels.h), with no host synchronisation: packed experts the kernel takes, and
-// no gradients recorded (the kernel has no backward pass).
+// experts on the device kernel (moe_kernels.h), with no host synchronisation: packed experts the kernel takes, no
+// gradients recorded (the kernel has no backward pass), and not a pass CRUCIBLE_MOE_DECODED_FROM sends to the
+// decoded experts (moe.cpp).
 bool experts_run_on_device(const MoeWeights& w, const at::Tensor& x, int64_t assignments);
 
 // x [..., hidden] (normalised) -> [..., hidden], the experts' weighted sum, plus `residual` (x's shape) where given

@@ -10,6 +10,7 @@
 #include "lm/training/block_checkpoint.h"
 #include "lm/kernels/decode_kernels.h"
 #include "lm/format/model_files.h"
+#include "lm/model/flash_sink_attention.h"
 #include "lm/model/lora.h"
 #include "lm/model/mxfp4.h"
 #include "lm/model/plain_attention.h"
@@ -380,6 +381,17 @@ at::Tensor Transformer::sink_or_window_attention(int64_t layer, const at::Tensor
   if (attention.fused_decode(queries.size(1)) && decode_attention_serves_sinks(k_cache, config_.num_heads))
     return decode_attention(queries, k_cache, v_cache, attention.key_valid, attention.slots, attention.visible, scale,
                             block_weights(layer).sinks, sliding ? config_.sliding_window : 0);
+  // Whole sequences from position 0 (training, log-prob passes, prefills of a fresh cache): the flash kernel, which
+  // skips what causality and the window hide and takes the sinks through each row's log-sum-exp.
+  const int64_t T = queries.size(1), visible = attention.visible;
+  if (attention.causal_prefix && T > kFewQueryRows && visible == T) {
+    const auto keys = k_cache.narrow(2, 0, visible).transpose(1, 2);
+    if (flash_sink_attention_serves(queries, keys)) {
+      auto out = flash_sink_attention(queries, keys, v_cache.narrow(2, 0, visible).transpose(1, 2),
+                                      block_weights(layer).sinks, scale, sliding ? config_.sliding_window : 0);
+      if (out.defined()) return out;
+    }
+  }
   // hidden_states leaves these layers' mask as given: [B, 1, T, visible] bool, or none in a fused decode step.
   auto mask = attention.mask.defined() ? attention.mask : causal_mask(attention.slots, attention.key_valid, attention.visible);
   if (sliding) mask = sliding_window_mask(mask, attention.slots, config_.sliding_window);
