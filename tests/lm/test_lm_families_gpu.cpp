@@ -184,7 +184,7 @@ TEST_CASE("lm gpu: experts read from MXFP4 by the device kernel give LibTorch's 
   // goes by assignment) and rows of several steps, the last one partial.
   // 64 tokens are the CUDA-core kernel's most (256 assignments): 65 and 300 take LibTorch's path in float32 and the
   // tensor cores' ordered assignments in bfloat16.
-  for (const Shape& shape : {Shape{8, 96, 64, {1, 3, 64, 65, 300}}, Shape{32, 1056, 544, {1, 2, 9, 64, 300}}}) {
+  for (const Shape& shape : {Shape{8, 96, 64, {1, 3, 64, 65, 300, 520}}, Shape{32, 1056, 544, {1, 2, 9, 64, 300}}}) {
     const int64_t E = shape.experts, hidden = shape.hidden, I = shape.intermediate;
     CAPTURE(E);
     auto g = at::make_generator<at::CPUGeneratorImpl>(7);
@@ -212,7 +212,13 @@ TEST_CASE("lm gpu: experts read from MXFP4 by the device kernel give LibTorch's 
         const auto products = expert_products_for(x, dtype);
         CHECK(expert_gemv_serves(x, w.gate_up.blocks, w.gate_up.scales, tokens * 4, products) ==
               (tokens <= 64 || products == ExpertProducts::bfloat16));
+        // The device kernel on every pass it serves; by default a pass whose experts average 256 assignments or
+        // more takes the decoded experts (520 tokens of 8 experts: 260 each).
+        CHECK(experts_run_on_device(w, x, tokens * 4) ==
+              (expert_gemv_serves(x, w.gate_up.blocks, w.gate_up.scales, tokens * 4, products) && tokens * 4 < 256 * E));
+        set_experts_decoded_from(0);
         const auto got = moe_forward(w, config, x, nullptr, 0).to(at::kFloat);
+        set_experts_decoded_from(-1);
         const float scale = expected.abs().max().item<float>();
         const float tolerance = dtype == at::kFloat ? 1e-4f * scale : 0.03f * scale;
         CHECK((got - expected).abs().max().item<float>() < tolerance);

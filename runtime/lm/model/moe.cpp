@@ -4,6 +4,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <optional>
 #include <vector>
@@ -128,23 +129,32 @@ at::Tensor experts_in_turn(const MoeWeights& w, const MoeConfig& config, const a
 
 namespace {
 
-// CRUCIBLE_MOE_DECODED_FROM=N: passes whose experts average N assignments or more (prefills, log-prob passes,
-// training's forward without gradients) decode each chosen expert once into the model dtype and multiply on cuBLAS
-// (experts_in_turn: one host synchronisation a layer), where the MXFP4 kernel decodes each weight once per tile of
-// 32 or 64 assignments and multiplies with mma.sync. Unset or 0: never (to be measured against the kernel).
-int64_t decoded_from() {
-  static const int64_t mean = [] {
+// Passes whose experts average kDecodedFrom assignments or more (prefills, log-prob passes, training's forward
+// without gradients) decode each chosen expert once into the model dtype and multiply on cuBLAS (experts_in_turn: one
+// host synchronisation a layer). The MXFP4 kernel decodes each weight once per tile of 32 or 64 assignments and
+// multiplies with mma.sync, which wins only while an expert sees few rows: on an H200, 512-token prefills cross between
+// 256 and 512 assignments an expert for gpt-oss-20b and between 128 and 256 for 120b (docs/benchmarks.md, gpt-oss
+// prefill).
+// CRUCIBLE_MOE_DECODED_FROM=N sets the mean; 0 keeps every pass the kernel serves on the kernel.
+constexpr int64_t kDecodedFrom = 256;
+
+std::atomic<int64_t>& decoded_from() {
+  static std::atomic<int64_t> mean{[] {
     const char* value = std::getenv("CRUCIBLE_MOE_DECODED_FROM");
-    return value ? std::max<int64_t>(0, std::atoll(value)) : int64_t{0};
-  }();
+    return value ? std::max<int64_t>(0, std::atoll(value)) : kDecodedFrom;
+  }()};
   return mean;
 }
 
 }  // namespace
 
+void set_experts_decoded_from(int64_t mean) {
+  decoded_from().store(mean < 0 ? kDecodedFrom : mean, std::memory_order_relaxed);
+}
+
 bool experts_run_on_device(const MoeWeights& w, const at::Tensor& x, int64_t assignments) {
   const auto products = expert_products_for(x, x.scalar_type());
-  const int64_t decoded = decoded_from();
+  const int64_t decoded = decoded_from().load(std::memory_order_relaxed);
   if (decoded > 0 && w.gate_up.packed() && assignments >= decoded * w.gate_up.blocks.size(0)) return false;
   return !at::GradMode::is_enabled() && w.gate_up.packed() && w.down.packed() &&
          expert_gemv_serves(x, w.gate_up.blocks, w.gate_up.scales, assignments, products) &&

@@ -52,9 +52,13 @@ class LoraAdapter;
 
 // Whether a step of `assignments` (tokens x experts per token) with inputs like `x` (its device and dtype) runs its
 // experts on the device kernel (moe_kernels.h), with no host synchronisation: packed experts the kernel takes, no
-// gradients recorded (the kernel has no backward pass), and not a pass CRUCIBLE_MOE_DECODED_FROM sends to the
-// decoded experts (moe.cpp).
+// gradients recorded (the kernel has no backward pass), and few enough assignments an expert: a pass whose experts
+// average more decodes them and multiplies on cuBLAS (moe.cpp says where the line is and why).
 bool experts_run_on_device(const MoeWeights& w, const at::Tensor& x, int64_t assignments);
+
+// Where that line is, as a mean of assignments an expert, for the process: 0 keeps every pass the kernel serves on
+// the kernel; a negative mean restores the default (CRUCIBLE_MOE_DECODED_FROM sets the starting value).
+void set_experts_decoded_from(int64_t mean);
 
 // x [..., hidden] (normalised) -> [..., hidden], the experts' weighted sum, plus `residual` (x's shape) where given
 // (on the device kernels, in the same kernel as the sum). `lora` (may be null) adds its router and expert deltas of
