@@ -438,6 +438,28 @@ at::Tensor sink_attention_in_double(const at::Tensor& q, const at::Tensor& k, co
   return at::matmul(probs, values).transpose(1, 2).reshape({B, T, H * D});
 }
 
+// Two sequences of T tokens, the second right-padded from two thirds on: which slots hold tokens [2, T], and which keys
+// each query may see [2, 1, T, T] (causal, real keys only, within `window` where it is not 0).
+struct PaddedPair {
+  at::Tensor valid, allowed;
+};
+
+PaddedPair padded_pair(int64_t T, int64_t window) {
+  const auto slots = at::arange(T, at::kLong);
+  auto valid = at::ones({2, T}, at::kBool);
+  valid.select(0, 1).narrow(0, 2 * T / 3, T - 2 * T / 3).fill_(false);
+  const auto causal = (slots.view({1, T}) <= slots.view({T, 1})).view({1, 1, T, T}) & valid.view({2, 1, 1, T});
+  return {valid, window > 0 ? sliding_window_mask(causal, slots, window) : causal};
+}
+
+// Whether `got` is within `tolerance` of `want`, relative to want's largest magnitude (at least 1); says both.
+bool close_to(const at::Tensor& got, const at::Tensor& want, double tolerance) {
+  const auto w = want.to(at::kFloat);
+  const double err = (got.cpu().to(at::kFloat) - w).abs().max().item<double>();
+  MESSAGE("largest difference " << err << " of " << w.abs().max().item<double>());
+  return err <= tolerance * std::max(1.0, w.abs().max().item<double>());
+}
+
 }  // namespace
 
 TEST_CASE("lm gpu: flash attention with sinks and windows gives the sink softmax, gradients too") {
@@ -459,15 +481,11 @@ TEST_CASE("lm gpu: flash attention with sinks and windows gives the sink softmax
   };
   for (const Case c : {Case{45, 0}, Case{45, 6}, Case{300, 128}, Case{300, 0}}) {
     const int64_t T = c.tokens, window = c.window;
-    const auto slots = at::arange(T, at::kLong);
-    auto valid = at::ones({B, T}, at::kBool);
-    valid.select(0, 1).narrow(0, 2 * T / 3, T - 2 * T / 3).fill_(false);  // row 1 right-padded
-    const auto causal = (slots.view({1, T}) <= slots.view({T, 1})).view({1, 1, T, T}) & valid.view({B, 1, 1, T});
+    const auto pair = padded_pair(T, window);
     // Every query sees its own slot too (as causal_mask has it): a padding query whose window holds only padding keys
     // would otherwise have no key at all, and without a sink its softmax would be NaN (its rows are not compared).
-    const auto own = at::eye(T, at::kBool).view({1, 1, T, T});
-    const auto allowed = (window > 0 ? sliding_window_mask(causal, slots, window) : causal) | own;
-    const auto kept = valid.view({B, T, 1}).to(at::kDouble);
+    const auto allowed = pair.allowed | at::eye(T, at::kBool).view({1, 1, T, T});
+    const auto kept = pair.valid.view({B, T, 1}).to(at::kDouble);
     for (const auto dtype : {at::kBFloat16, at::kHalf}) {
       for (const bool with_sinks : {true, false}) {
         CAPTURE(dtype == at::kHalf);
@@ -492,12 +510,7 @@ TEST_CASE("lm gpu: flash attention with sinks and windows gives the sink softmax
                       .requires_grad_();
         const auto expected = sink_attention_in_double(qd, kd, vd, allowed, sd, scale);
         (expected * weights).sum().backward();
-        auto close = [&](const at::Tensor& got, const at::Tensor& want) {
-          const auto w = want.to(at::kFloat);
-          const double err = (got.cpu().to(at::kFloat) - w).abs().max().item<double>();
-          MESSAGE("largest difference " << err << " of " << w.abs().max().item<double>());
-          return err <= 3e-2 * std::max(1.0, w.abs().max().item<double>());
-        };
+        auto close = [](const at::Tensor& got, const at::Tensor& want) { return close_to(got, want, 3e-2); };
         CHECK(close(out.detach().cpu().to(at::kDouble) * kept, expected.detach() * kept));
         CHECK(close(qg.grad(), qd.grad()));
         CHECK(close(kg.grad(), kd.grad()));
@@ -524,11 +537,7 @@ TEST_CASE("lm gpu: attention with sinks and windows on the fused kernel gives th
   };
   for (const Case c : {Case{45, 0}, Case{45, 6}, Case{300, 128}}) {
     const int64_t T = c.tokens, window = c.window;
-    const auto slots = at::arange(T, at::kLong);
-    auto valid = at::ones({B, T}, at::kBool);
-    valid.select(0, 1).narrow(0, 2 * T / 3, T - 2 * T / 3).fill_(false);  // row 1 right-padded
-    const auto causal = (slots.view({1, T}) <= slots.view({T, 1})).view({1, 1, T, T}) & valid.view({B, 1, 1, T});
-    const auto allowed = window > 0 ? sliding_window_mask(causal, slots, window) : causal;
+    const auto allowed = padded_pair(T, window).allowed;
     for (const auto dtype : {at::kFloat, at::kBFloat16}) {
       CAPTURE(dtype == at::kFloat);
       CAPTURE(T);
@@ -547,12 +556,7 @@ TEST_CASE("lm gpu: attention with sinks and windows on the fused kernel gives th
       const auto expected = sink_attention_in_double(qd, kd, vd, allowed, sd, scale);
       (expected * weights.to(at::kDouble)).sum().backward();
       const double tolerance = dtype == at::kFloat ? 1e-4 : 3e-2;
-      auto close = [&](const at::Tensor& got, const at::Tensor& want) {
-        const auto w = want.to(at::kFloat);
-        const double err = (got.cpu().to(at::kFloat) - w).abs().max().item<double>();
-        MESSAGE("largest difference " << err << " of " << w.abs().max().item<double>());
-        return err <= tolerance * std::max(1.0, w.abs().max().item<double>());
-      };
+      auto close = [&](const at::Tensor& got, const at::Tensor& want) { return close_to(got, want, tolerance); };
       CHECK(close(out.detach(), expected.detach()));
       CHECK(close(qg.grad(), qd.grad()));
       CHECK(close(kg.grad(), kd.grad()));
