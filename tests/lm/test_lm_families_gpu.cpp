@@ -444,6 +444,11 @@ struct PaddedPair {
   at::Tensor valid, allowed;
 };
 
+// A sequence length and a window (0: none) to attend with.
+struct WindowCase {
+  int64_t tokens, window;
+};
+
 PaddedPair padded_pair(int64_t T, int64_t window) {
   const auto slots = at::arange(T, at::kLong);
   auto valid = at::ones({2, T}, at::kBool);
@@ -476,10 +481,7 @@ TEST_CASE("lm gpu: flash attention with sinks and windows gives the sink softmax
   const int64_t B = 2, H = 8, Hkv = 2, D = 64;
   const double scale = 0.125;
   const auto sinks = at::randn({H}, g) * 2;
-  struct Case {
-    int64_t tokens, window;
-  };
-  for (const Case c : {Case{45, 0}, Case{45, 6}, Case{300, 128}, Case{300, 0}}) {
+  for (const WindowCase c : {WindowCase{45, 0}, WindowCase{45, 6}, WindowCase{300, 128}, WindowCase{300, 0}}) {
     const int64_t T = c.tokens, window = c.window;
     const auto pair = padded_pair(T, window);
     // Every query sees its own slot too (as causal_mask has it): a padding query whose window holds only padding keys
@@ -532,10 +534,7 @@ TEST_CASE("lm gpu: attention with sinks and windows on the fused kernel gives th
   const double scale = 0.125;
   const auto sinks = at::randn({H}, g) * 2;
   // 45 tokens fit one block of keys; 300 with gpt-oss's window of 128 give rows whose first key blocks are all masked.
-  struct Case {
-    int64_t tokens, window;
-  };
-  for (const Case c : {Case{45, 0}, Case{45, 6}, Case{300, 128}}) {
+  for (const WindowCase c : {WindowCase{45, 0}, WindowCase{45, 6}, WindowCase{300, 128}}) {
     const int64_t T = c.tokens, window = c.window;
     const auto allowed = padded_pair(T, window).allowed;
     for (const auto dtype : {at::kFloat, at::kBFloat16}) {
