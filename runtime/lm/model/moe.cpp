@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <atomic>
@@ -88,6 +89,26 @@ std::optional<at::Tensor> experts_on_device(const MoeWeights& w, const MoeConfig
                              residual.defined() ? residual.reshape({-1, residual.size(-1)}).contiguous() : residual);
 }
 
+// x's rows in the order `perm`, a permutation whose inverse is `inverse`. The backward takes the gradient's rows back
+// with the inverse, a gather like the forward: index_select's own backward adds into zeros with atomics (slow in
+// bfloat16), needless where no two rows meet.
+struct PermutedRows : torch::autograd::Function<PermutedRows> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& perm,
+                            const at::Tensor& inverse) {
+    ctx->save_for_backward({inverse});
+    return x.index_select(0, perm);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    return {grads[0].index_select(0, ctx->get_saved_variables()[0]), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor permuted_rows(const at::Tensor& x, const at::Tensor& perm, const at::Tensor& inverse) {
+  if (!at::GradMode::is_enabled() || !x.requires_grad()) return x.index_select(0, perm);
+  return PermutedRows::apply(x, perm, inverse);
+}
+
 // Each expert in turn on the tokens routed to it, through LibTorch's differentiable operators (training; the CPU).
 // Assignments are put in their experts' order once (one host sync a layer, for the counts) and gathered once; each
 // expert then runs only its two products on its slice, and the SwiGLU, the routing weights and the sum over each
@@ -100,15 +121,13 @@ at::Tensor experts_in_turn(const MoeWeights& w, const MoeConfig& config, const a
   if (T == 0) return at::zeros_like(flat);
   const auto experts = routing.experts.reshape({-1});  // assignment a: token a / k's (a % k)-th choice
   const auto order = std::get<1>(at::sort(experts, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+  const auto back = at::argsort(order);  // assignment a's place in the experts' order
   const auto counts = at::bincount(experts, {}, E).to(at::kCPU);
   const std::vector<int64_t> sizes(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + E);
-  // Each token's row k times, then permuted: a gather with distinct indices, whose backward adds no two rows into one
-  // (no atomics: the same input gradient every run).
-  const auto inputs = flat.unsqueeze(1)
-                          .expand({T, k, flat.size(-1)})
-                          .reshape({T * k, flat.size(-1)})
-                          .index_select(0, order)
-                          .split_with_sizes(sizes);
+  // Each token's row k times, then permuted: the backward adds each token's k rows in a fixed order (no atomics: the
+  // same input gradient every run).
+  const auto repeated = flat.unsqueeze(1).expand({T, k, flat.size(-1)}).reshape({T * k, flat.size(-1)});
+  const auto inputs = permuted_rows(repeated, order, back).split_with_sizes(sizes);
   std::vector<at::Tensor> gate_ups;
   for (int64_t e = 0; e < E; ++e)
     if (sizes[e] > 0)
@@ -120,9 +139,11 @@ at::Tensor experts_in_turn(const MoeWeights& w, const MoeConfig& config, const a
     if (sizes[e] > 0)
       outputs.push_back(
           expert_projection(w.down, w.down_bias, LoraTarget::experts_down, e, config, hidden[e], lora, layer));
-  const auto weights = routing.weights.reshape({-1}).index_select(0, order).to(at::kFloat).unsqueeze(-1);
-  const auto by_assignment = (at::cat(outputs).to(at::kFloat) * weights).index_select(0, at::argsort(order));
-  return by_assignment.view({T, k, flat.size(-1)}).sum(1).to(flat.scalar_type());
+  // Back in the tokens' order while still in the model dtype, then widened and weighted by one kernel (the same
+  // float32 values as widening first, in half the bytes).
+  const auto by_assignment = permuted_rows(at::cat(outputs), back, order);
+  const auto weighted = by_assignment * routing.weights.reshape({-1, 1}).to(at::kFloat);
+  return weighted.view({T, k, flat.size(-1)}).sum(1).to(flat.scalar_type());
 }
 
 }  // namespace
