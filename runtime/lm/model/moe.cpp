@@ -47,9 +47,11 @@ Routing route_tokens(const at::Tensor& router_logits, int64_t k) {
 
 at::Tensor clamped_swiglu(const at::Tensor& gate_up, const MoeConfig& config) {
   const int64_t n = gate_up.size(-1) / 2;
-  const auto pairs = gate_up.unflatten(-1, {n, 2});  // columns alternate gate, linear
-  const auto gate = pairs.select(-1, 0).clamp_max(config.swiglu_limit);
-  const auto linear = pairs.select(-1, 1).clamp(-config.swiglu_limit, config.swiglu_limit);
+  // Columns alternate gate, linear. Unbound rather than selected twice: the backward interleaves the two gradients
+  // in one pass (two selects' backward would each fill a full-size zero tensor, then add them).
+  const auto pairs = gate_up.unflatten(-1, {n, 2}).unbind(-1);
+  const auto gate = pairs[0].clamp_max(config.swiglu_limit);
+  const auto linear = pairs[1].clamp(-config.swiglu_limit, config.swiglu_limit);
   return (linear + 1) * (gate * at::sigmoid(gate * config.swiglu_alpha));
 }
 
