@@ -335,11 +335,11 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& residua
       const auto heads = unrotated.split_with_sizes({H, Hkv}, 2);
       unrotated = at::cat({rms_norm(heads[0], w.q_norm), rms_norm(heads[1], w.k_norm)}, 2);
     }
-    const auto qk = apply_rotary(unrotated, cos, signed_sin);
+    const auto qk = apply_rotary(unrotated, cos, signed_sin).split_with_sizes({H, Hkv}, 2);
     const auto v = parts[1].view({B, T, Hkv, D});
-    k_cache.index_copy_(2, attention.slots, qk.narrow(2, H, Hkv).transpose(1, 2));
+    k_cache.index_copy_(2, attention.slots, qk[1].transpose(1, 2));
     v_cache.index_copy_(2, attention.slots, v.transpose(1, 2));
-    queries = qk.narrow(2, 0, H);
+    queries = qk[0];
   }
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
