@@ -18,6 +18,7 @@
 #include "lm/model/flash_sink_attention.h"
 #include "lm/model/lora.h"
 #include "lm/model/plain_attention.h"
+#include "lm/sink_attention_reference.h"
 #include "lm/model/transformer.h"
 #include "lm/tiny_families.h"
 #include "lm/training/policy_loss.h"
@@ -270,13 +271,17 @@ struct KernelRows {
 at::Tensor grouped_keys(const at::Tensor& k, int64_t H) {  // [B, T, Hkv, D] -> [B, H, T, D]
   return k.transpose(1, 2).repeat_interleave(H / k.size(2), 1);
 }
-KernelRows kernel_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale, int64_t window) {
-  const int64_t T = q.size(1), H = q.size(2);
+// Which keys each query sees [T, T]: causal, within `window` positions where it is not 0.
+at::Tensor visible_keys(int64_t T, int64_t window) {
   const auto slots = at::arange(T, at::kLong);
   auto seen = slots.view({1, T}) <= slots.view({T, 1});
-  if (window > 0) seen = seen & (slots.view({1, T}) > slots.view({T, 1}) - window);
+  return window > 0 ? seen & (slots.view({1, T}) > slots.view({T, 1}) - window) : seen;
+}
+KernelRows kernel_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale, int64_t window) {
+  const int64_t T = q.size(1), H = q.size(2);
   const auto scores = (at::matmul(q.transpose(1, 2), grouped_keys(k, H).transpose(-1, -2)) * scale)
-                          .masked_fill(at::logical_not(seen), -std::numeric_limits<double>::infinity());
+                          .masked_fill(at::logical_not(visible_keys(T, window)),
+                                       -std::numeric_limits<double>::infinity());
   const auto lse = at::logsumexp(scores, -1);
   const auto probs = at::exp(scores - lse.unsqueeze(-1));
   return {probs, at::matmul(probs, grouped_keys(v, H)).transpose(1, 2), lse};
@@ -322,14 +327,8 @@ TEST_CASE("gpt-oss attention: the sink's algebra around a flash kernel's rows gi
     // The sink as one more column of each row's softmax, its share dropped, differentiated by autograd.
     auto qr = q.clone().requires_grad_(), kr = k.clone().requires_grad_(), vr = v.clone().requires_grad_(),
          sr = sinks.clone().requires_grad_();
-    const auto slots = at::arange(T, at::kLong);
-    auto seen = slots.view({1, T}) <= slots.view({T, 1});
-    if (window > 0) seen = seen & (slots.view({1, T}) > slots.view({T, 1}) - window);
-    const auto scores = (at::matmul(qr.transpose(1, 2), grouped_keys(kr, H).transpose(-1, -2)) * scale)
-                            .masked_fill(at::logical_not(seen), -std::numeric_limits<double>::infinity());
-    const auto probs = at::softmax(at::cat({scores, sr.view({1, H, 1, 1}).expand({B, H, T, 1})}, -1), -1);
-    const auto want =
-        at::matmul(probs.narrow(-1, 0, T), grouped_keys(vr, H)).transpose(1, 2).reshape({B, T, H * D});
+    const auto want = test::sink_attention_in_double(qr, kr.transpose(1, 2), vr.transpose(1, 2),
+                                                     visible_keys(T, window).view({1, 1, T, T}), sr, scale);
     (want * grad).sum().backward();
     CHECK(at::allclose(sinked.out.reshape({B, T, H * D}), want.detach(), 1e-9, 1e-9));
     CHECK(at::allclose(d[0], qr.grad(), 1e-9, 1e-9));

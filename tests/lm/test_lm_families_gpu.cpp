@@ -21,6 +21,7 @@
 #include "lm/model/flash_sink_attention.h"
 #include "lm/model/plain_attention.h"
 #include "lm/model/transformer.h"
+#include "lm/sink_attention_reference.h"
 #include "lm/tiny_families.h"
 
 using namespace crucible;
@@ -215,7 +216,8 @@ TEST_CASE("lm gpu: experts read from MXFP4 by the device kernel give LibTorch's 
         // The device kernel on every pass it serves; by default a pass whose experts average 256 assignments or
         // more takes the decoded experts (520 tokens of 8 experts: 260 each).
         CHECK(experts_run_on_device(w, x, tokens * 4) ==
-              (expert_gemv_serves(x, w.gate_up.blocks, w.gate_up.scales, tokens * 4, products) && tokens * 4 < 256 * E));
+              (expert_gemv_serves(x, w.gate_up.blocks, w.gate_up.scales, tokens * 4, products) &&
+               tokens * 4 < kExpertsDecodedFrom * E));
         set_experts_decoded_from(0);
         const auto got = moe_forward(w, config, x, nullptr, 0).to(at::kFloat);
         set_experts_decoded_from(-1);
@@ -425,19 +427,6 @@ TEST_CASE("lm gpu: the router's top-k kernel picks LibTorch's top logits, equals
 
 namespace {
 
-// Attention with a sink column, in double on the CPU: the softmax over the visible keys and the sink, the sink's
-// share dropped. q [B, T, H, D], k and v [B, Hkv, S, D], allowed [B, 1, T, S] -> [B, T, H * D].
-at::Tensor sink_attention_in_double(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                    const at::Tensor& allowed, const at::Tensor& sinks, double scale) {
-  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), S = k.size(2), G = H / k.size(1);
-  const auto keys = k.repeat_interleave(G, 1), values = v.repeat_interleave(G, 1);
-  auto scores = at::matmul(q.transpose(1, 2), keys.transpose(-1, -2)) * scale;  // [B, H, T, S]
-  scores = scores.masked_fill(at::logical_not(allowed), -std::numeric_limits<double>::infinity());
-  const auto sink = sinks.view({1, H, 1, 1}).expand({B, H, T, 1});
-  const auto probs = at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, S);
-  return at::matmul(probs, values).transpose(1, 2).reshape({B, T, H * D});
-}
-
 // Two sequences of T tokens, the second right-padded from two thirds on: which slots hold tokens [2, T], and which keys
 // each query may see [2, 1, T, T] (causal, real keys only, within `window` where it is not 0).
 struct PaddedPair {
@@ -510,7 +499,7 @@ TEST_CASE("lm gpu: flash attention with sinks and windows gives the sink softmax
         auto sd = (with_sinks ? sinks.to(dtype).to(at::kDouble) : at::full({H}, -INFINITY, at::kDouble))
                       .detach()
                       .requires_grad_();
-        const auto expected = sink_attention_in_double(qd, kd, vd, allowed, sd, scale);
+        const auto expected = test::sink_attention_in_double(qd, kd, vd, allowed, sd, scale);
         (expected * weights).sum().backward();
         auto close = [](const at::Tensor& got, const at::Tensor& want) { return close_to(got, want, 3e-2); };
         CHECK(close(out.detach().cpu().to(at::kDouble) * kept, expected.detach() * kept));
@@ -552,7 +541,7 @@ TEST_CASE("lm gpu: attention with sinks and windows on the fused kernel gives th
       auto qd = q.to(at::kDouble).detach().requires_grad_(), kd = k.to(at::kDouble).detach().requires_grad_(),
            vd = v.to(at::kDouble).detach().requires_grad_();
       auto sd = sinks.to(dtype).to(at::kDouble).detach().requires_grad_();
-      const auto expected = sink_attention_in_double(qd, kd, vd, allowed, sd, scale);
+      const auto expected = test::sink_attention_in_double(qd, kd, vd, allowed, sd, scale);
       (expected * weights.to(at::kDouble)).sum().backward();
       const double tolerance = dtype == at::kFloat ? 1e-4 : 3e-2;
       auto close = [&](const at::Tensor& got, const at::Tensor& want) { return close_to(got, want, tolerance); };

@@ -148,23 +148,17 @@ at::Tensor experts_in_turn(const MoeWeights& w, const MoeConfig& config, const a
   return weighted.view({T, k, flat.size(-1)}).sum(1).to(flat.scalar_type());
 }
 
-}  // namespace
-
-namespace {
-
-// Passes whose experts average kDecodedFrom assignments or more (prefills, log-prob passes, training's forward
+// Passes whose experts average kExpertsDecodedFrom assignments or more (prefills, log-prob passes, training's forward
 // without gradients) decode each chosen expert once into the model dtype and multiply on cuBLAS (experts_in_turn: one
 // host synchronisation a layer). The MXFP4 kernel decodes each weight once per tile of 32 or 64 assignments and
 // multiplies with mma.sync, which wins only while an expert sees few rows: on an H200, 512-token prefills cross between
 // 256 and 512 assignments an expert for gpt-oss-20b and between 128 and 256 for 120b (docs/benchmarks.md, gpt-oss
 // prefill).
 // CRUCIBLE_MOE_DECODED_FROM=N sets the mean; 0 keeps every pass the kernel serves on the kernel.
-constexpr int64_t kDecodedFrom = 256;
-
 std::atomic<int64_t>& decoded_from() {
   static std::atomic<int64_t> mean{[] {
     const char* value = std::getenv("CRUCIBLE_MOE_DECODED_FROM");
-    return value ? std::max<int64_t>(0, std::atoll(value)) : kDecodedFrom;
+    return value ? std::max<int64_t>(0, std::atoll(value)) : kExpertsDecodedFrom;
   }()};
   return mean;
 }
@@ -172,7 +166,7 @@ std::atomic<int64_t>& decoded_from() {
 }  // namespace
 
 void set_experts_decoded_from(int64_t mean) {
-  decoded_from().store(mean < 0 ? kDecodedFrom : mean, std::memory_order_relaxed);
+  decoded_from().store(mean < 0 ? kExpertsDecodedFrom : mean, std::memory_order_relaxed);
 }
 
 bool experts_run_on_device(const MoeWeights& w, const at::Tensor& x, int64_t assignments) {

@@ -56,8 +56,11 @@ class LoraAdapter;
 // average more decodes them and multiplies on cuBLAS (moe.cpp says where the line is and why).
 bool experts_run_on_device(const MoeWeights& w, const at::Tensor& x, int64_t assignments);
 
-// Where that line is, as a mean of assignments an expert, for the process: 0 keeps every pass the kernel serves on
-// the kernel; a negative mean restores the default (CRUCIBLE_MOE_DECODED_FROM sets the starting value).
+// Where that line is by default, as a mean of assignments an expert (moe.cpp says why).
+inline constexpr int64_t kExpertsDecodedFrom = 256;
+
+// Where that line is for the process: 0 keeps every pass the kernel serves on the kernel; a negative mean restores
+// kExpertsDecodedFrom (CRUCIBLE_MOE_DECODED_FROM sets the starting value).
 void set_experts_decoded_from(int64_t mean);
 
 // x [..., hidden] (normalised) -> [..., hidden], the experts' weighted sum, plus `residual` (x's shape) where given
