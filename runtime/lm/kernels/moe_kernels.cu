@@ -7,6 +7,7 @@
 // lane in flight. Each 8 decoded values of the 4 rows meet each of up to kChunk assignments' 8 inputs in registers, so
 // an input is read once for 4 rows.
 #include <climits>
+#include <cstddef>
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -283,14 +284,23 @@ __device__ __forceinline__ void decode_pairs(uint32_t word, const PairScale& sca
   }
 }
 
-// Asynchronous copies into shared memory: `bytes` of `size` read from global memory, the rest zeros.
-__device__ __forceinline__ void copy16_async(void* to, const void* from, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(to))),
-               "l"(from), "r"(bytes));
+// Asynchronous copies into shared memory (at a 32-bit shared address): `bytes` of `size` read from global memory,
+// the rest zeros.
+__device__ __forceinline__ void copy16_async(uint32_t to, const void* from, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from), "r"(bytes));
 }
-__device__ __forceinline__ void copy4_async(void* to, const void* from, int bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(to))),
-               "l"(from), "r"(bytes));
+__device__ __forceinline__ void copy4_async(uint32_t to, const void* from, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(from), "r"(bytes));
+}
+__device__ __forceinline__ uint4 load_shared16(uint32_t at) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(at));
+  return v;
+}
+__device__ __forceinline__ uint32_t load_shared4(uint32_t at) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(at));
+  return v;
 }
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most `kPending` of this thread's groups of copies are still in flight.
@@ -318,20 +328,92 @@ constexpr bool fits_static_shared = kStages<kTiles> * sizeof(MmaStage<kTiles>) +
 static_assert(fits_static_shared<1> && fits_static_shared<2> && fits_static_shared<4> && fits_static_shared<8>,
               "a block's static shared memory");
 
+// Where a stage's parts lie, in bytes from its start: a ring of stages is addressed through 32-bit shared addresses,
+// each thread's offsets worked out once a pass (recomputing them took about a third of a span's instructions).
+template <int kTiles>
+struct StageOffsets {
+  static constexpr uint32_t size = sizeof(MmaStage<kTiles>);
+  static constexpr uint32_t inputs = offsetof(MmaStage<kTiles>, inputs);
+  static constexpr uint32_t codes = offsetof(MmaStage<kTiles>, codes);
+  static constexpr uint32_t scale_words = offsetof(MmaStage<kTiles>, scale_words);
+  static constexpr uint32_t tile = 8 * kSpanPieces * sizeof(uint4);  // one tile's 8 slots of inputs
+  static constexpr uint32_t high_codes = 32 * sizeof(uint4);         // rows g + 8 after rows g
+
+  static __device__ __forceinline__ uint32_t input(int slot, int piece) {
+    return inputs + static_cast<uint32_t>(slot * kSpanPieces + staged_position(slot, piece)) * sizeof(uint4);
+  }
+  static __device__ __forceinline__ uint32_t low_codes(int warp, int lane) {
+    return codes + static_cast<uint32_t>(2 * warp * 32 + lane) * sizeof(uint4);
+  }
+  static __device__ __forceinline__ uint32_t scale_word(int warp, int slot) {
+    return scale_words + static_cast<uint32_t>(warp * 32 + slot) * sizeof(uint32_t);
+  }
+};
+
+// The value itself, opaque to the compiler: offsets derived from the thread's index stay in registers instead of
+// being worked out again from it at each use.
+__device__ __forceinline__ uint32_t kept(uint32_t v) {
+  asm volatile("mov.b32 %0, %0;\n" : "+r"(v));
+  return v;
+}
+
+// What a lane reads of a stage: its code blocks, its two scales' words and where its scales lie in them, and input
+// piece u of span block t of its slot g in each tile (the same place in every tile, a tile further each).
+struct LaneReads {
+  uint32_t low_codes, scale_word[2], input[4];
+  int scale_shift[2];
+};
+
+// One thread's copies of successive spans (taken in order, one a call), its sources a span further each time: the
+// thread's input pieces (each tile's), and its lane's two code blocks and scale word. A slot without an input is not
+// copied: its columns of the products are never written, and a column of an MMA's product reads only its own column
+// of inputs. What lies past a row's end, or past the last scale, is copied as zeros.
+template <int kTiles>
+struct SpanCopies {
+  const __nv_bfloat16* input[kTiles];  // null: no input in the slot
+  int input_columns_left[kTiles];     // columns of the row from the piece on
+  uint32_t input_to[kTiles];
+  const uint4* codes[2];  // rows g and g + 8
+  const uint4* readable;  // an address for the copies of nothing (they read no byte)
+  int code_spans_left;    // spans in which the lane's code blocks are present (none in a warp without rows)
+  uint32_t codes_to;
+  const uint8_t* scale_word;
+  const uint8_t* scale_base;
+  int scale_bytes_left;  // from the lane's word to the last scale (none in a warp without rows)
+  uint32_t scale_to;
+
+  __device__ __forceinline__ void copy_next(uint32_t stage) {
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      if (input[i] == nullptr) continue;
+      const bool present = input_columns_left[i] > 0;
+      copy16_async(stage + input_to[i], present ? input[i] : static_cast<const void*>(readable), present ? 16 : 0);
+      input[i] += kSpanBlocks * kMxBlock, input_columns_left[i] -= kSpanBlocks * kMxBlock;
+    }
+    const bool codes_present = code_spans_left > 0;
+    copy16_async(stage + codes_to, codes_present ? codes[0] : readable, codes_present ? 16 : 0);
+    copy16_async(stage + codes_to + StageOffsets<kTiles>::high_codes, codes_present ? codes[1] : readable,
+                 codes_present ? 16 : 0);
+    codes[0] += kSpanBlocks, codes[1] += kSpanBlocks, --code_spans_left;
+    const bool scales_present = scale_bytes_left > 0;  // a second word past the last scale is not needed
+    copy4_async(stage + scale_to, scales_present ? scale_word : scale_base,
+                scales_present ? min(scale_bytes_left, 4) : 0);
+    scale_word += 4, scale_bytes_left -= 4;  // a span's 4 scales of a row: the next word
+  }
+};
+
 // Steps 2u and 2u + 1 of the lane's span block: code word u of rows g and g + 8 as A fragments, times each tile's
 // staged inputs (piece u of span block t).
 template <int kTiles, bool kTwoSteps>
 __device__ __forceinline__ void mma_word(const uint4& low_code, const uint4& high_code, const PairScale& low_scale,
-                                         const PairScale& high_scale, int u,
-                                         const uint4 (&staged)[8 * kTiles][kSpanPieces], int g, int t,
+                                         const PairScale& high_scale, int u, uint32_t stage, const LaneReads& reads,
                                          float (&acc)[kTiles][4]) {
   uint32_t low[4], high[4];
   decode_pairs<kTwoSteps>(word_of(low_code, u), low_scale, low);
   decode_pairs<kTwoSteps>(word_of(high_code, u), high_scale, high);
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
-    const int slot = 8 * j + g;
-    const uint4 in = staged[slot][staged_position(slot, 4 * t + u)];
+    const uint4 in = load_shared16(stage + reads.input[u] + j * StageOffsets<kTiles>::tile);
     const uint32_t first[4] = {low[0], high[0], low[1], high[1]}, second[4] = {low[2], high[2], low[3], high[3]};
     mma<__nv_bfloat16>(acc[j], first, in.x, in.y);
     mma<__nv_bfloat16>(acc[j], second, in.z, in.w);
@@ -341,6 +423,22 @@ __device__ __forceinline__ void mma_word(const uint4& low_code, const uint4& hig
 // A lane's scale, `shift` bits into its copied word.
 __device__ __forceinline__ unsigned scale_from(uint32_t word, int shift) { return (word >> shift) & 0xFFu; }
 
+// One span of the lane's rows from a stage: its scales, then its 4 words of codes a row against each tile's inputs.
+template <int kTiles>
+__device__ __forceinline__ void multiply_span(uint32_t stage, const LaneReads& reads, float (&acc)[kTiles][4]) {
+  const uint4 low_code = load_shared16(stage + reads.low_codes);
+  const uint4 high_code = load_shared16(stage + reads.low_codes + StageOffsets<kTiles>::high_codes);
+  // A block past the row's end: zero codes (and zero inputs) whatever its scale.
+  const unsigned low_bits = scale_from(load_shared4(stage + reads.scale_word[0]), reads.scale_shift[0]);
+  const unsigned high_bits = scale_from(load_shared4(stage + reads.scale_word[1]), reads.scale_shift[1]);
+  const PairScale low_scale = pair_scale_of(low_bits), high_scale = pair_scale_of(high_bits);
+  with_two_steps(__any_sync(0xFFFFFFFFu, takes_two_steps(max(low_bits, high_bits))), [&](auto two_steps) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      mma_word<kTiles, decltype(two_steps)::value>(low_code, high_code, low_scale, high_scale, u, stage, reads, acc);
+  });
+}
+
 // One tile's blocks fit 5 to an SM by shared memory; registers are held to that too.
 template <int kTiles, bool kOrdered>
 __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_kernel(ExpertGemvArgs a,
@@ -348,6 +446,7 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   wait_for_earlier_kernels();  // launched early (decode_kernels_device.cuh): every input is an earlier kernel's
   let_later_kernels_start();
+  using Offsets = StageOffsets<kTiles>;
   constexpr int stages = kStages<kTiles>;
   __shared__ Routed routed;
   __shared__ MmaStage<kTiles> ring[stages];
@@ -356,7 +455,7 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
                          : gather_assignments(a, by_assignment, expert, routed);
   const int* mine = routed.mine;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int row0 = (blockIdx.y * kWarps + warp) * kMmaRows;
+  const int row0 = static_cast<int>(kept((blockIdx.y * kWarps + warp) * kMmaRows));
   const bool has_rows = row0 < a.rows;  // a warp without rows still copies inputs and meets the barriers
   const int blocks_per_row = a.cols / kMxBlock;
   const int spans = (blocks_per_row + kSpanBlocks - 1) / kSpanBlocks;
@@ -367,80 +466,62 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
   const uint4* high_codes = reinterpret_cast<const uint4*>(a.blocks) + high_row * blocks_per_row;
   // A row's 4 scales of span s lie in the one or two aligned words from scale_base + (its first scale & ~3) + 4 s:
   // lane (g, t) copies word t % 2 of row g (t < 2) or g + 8 (copied_word + 4 s), and finds its own scale of row g
-  // (r = 0) and g + 8 in word scale_slot[r] of its warp's, scale_shift[r] bits in. scale_base is a.scales rounded down
-  // to 4 bytes (a view's scales may start anywhere; the bytes before them are in the same allocation). No byte past
-  // the scales is read (launch takes fewer than 2^31 - 64 of them).
+  // (r = 0) and g + 8 in word scale_slot of its warp's, scale_shift bits in. scale_base is a.scales rounded down to 4
+  // bytes (a view's scales may start anywhere; the bytes before them are in the same allocation). No byte past the
+  // scales is read (launch takes fewer than 2^31 - 64 of them).
   const int misaligned = static_cast<int>(reinterpret_cast<uintptr_t>(a.scales) & 3);
   const uint8_t* scale_base = a.scales - misaligned;
   const int scales_end = misaligned + a.experts_count * a.rows * blocks_per_row;
-  int scale_slot[2], scale_shift[2];
+  LaneReads reads;
+  reads.low_codes = kept(Offsets::low_codes(warp, lane));
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row_at = misaligned + static_cast<int>((r == 0 ? low_row : high_row) * blocks_per_row);
-    scale_slot[r] = 4 * g + 2 * r + (((row_at & 3) + t) >> 2);
-    scale_shift[r] = 8 * ((row_at + t) & 3);
+    reads.scale_word[r] = kept(Offsets::scale_word(warp, 4 * g + 2 * r + (((row_at & 3) + t) >> 2)));
+    reads.scale_shift[r] = static_cast<int>(kept(8 * ((row_at + t) & 3)));
   }
+#pragma unroll
+  for (int u = 0; u < 4; ++u) reads.input[u] = kept(Offsets::input(g, 4 * t + u));
   const int copied_word =
       ((misaligned + static_cast<int>((t < 2 ? low_row : high_row) * blocks_per_row)) & ~3) + 4 * (t & 1);
   const auto* x = static_cast<const __nv_bfloat16*>(a.x);
+  const uint32_t ring_at = kept(static_cast<uint32_t>(__cvta_generic_to_shared(ring)));
   for (int first = 0; first < n; first += 8 * kTiles) {
-    // Thread i copies pieces i, i + 128, ... of each span's inputs (slot id / kSpanPieces, piece id % kSpanPieces);
-    // the rows of x they come from (-1: no input in that slot) are found once a pass.
-    int input_row[kTiles];
+    // Thread i copies pieces i, i + 128, ... of each span's inputs (slot id / kSpanPieces, piece id % kSpanPieces).
+    SpanCopies<kTiles> copies;
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) {
-      const int slot = (threadIdx.x + i * kWarps * 32) / kSpanPieces;
-      input_row[i] = first + slot < n ? mine[first + slot] / a.x_divisor : -1;
+      const int id = threadIdx.x + i * kWarps * 32, slot = id / kSpanPieces, piece = id % kSpanPieces;
+      copies.input[i] = first + slot < n ? x + static_cast<int64_t>(mine[first + slot] / a.x_divisor) * a.x_row_stride +
+                                               piece * 8
+                                         : nullptr;
+      copies.input_columns_left[i] = a.cols - piece * 8;
+      copies.input_to[i] = kept(Offsets::input(slot, piece));
     }
-    // Span `span` into ring[to]: the thread's input pieces, its lane's two code blocks and scale word. A slot
-    // without an input is not copied: its columns of the products are never written, and a column of an MMA's
-    // product reads only its own column of inputs.
-    const auto copy_span = [&](int span, int to) {
-      if (span >= spans) return;
-      MmaStage<kTiles>& stage = ring[to];
-#pragma unroll
-      for (int i = 0; i < kTiles; ++i) {
-        if (input_row[i] < 0) continue;
-        const int id = threadIdx.x + i * kWarps * 32, slot = id / kSpanPieces, piece = id % kSpanPieces;
-        const int column = span * kSpanBlocks * kMxBlock + piece * 8;
-        const bool present = column < a.cols;
-        copy16_async(&stage.inputs[slot][staged_position(slot, piece)],
-                     present ? x + static_cast<int64_t>(input_row[i]) * a.x_row_stride + column : x, present ? 16 : 0);
-      }
-      const int b = span * kSpanBlocks + t;
-      const bool present = has_rows && b < blocks_per_row;
-      copy16_async(&stage.codes[warp][0][lane], low_codes + (present ? b : 0), present ? 16 : 0);
-      copy16_async(&stage.codes[warp][1][lane], high_codes + (present ? b : 0), present ? 16 : 0);
-      const int word = copied_word + 4 * span, left = scales_end - word;
-      const bool scales_present = has_rows && left > 0;  // a second word past the last scale is not needed
-      copy4_async(&stage.scale_words[warp][lane], scale_base + (scales_present ? word : 0),
-                  scales_present ? (left < 4 ? left : 4) : 0);
-    };
+    copies.codes[0] = low_codes + t, copies.codes[1] = high_codes + t, copies.readable = low_codes;
+    copies.code_spans_left = has_rows ? (blocks_per_row - t + kSpanBlocks - 1) / kSpanBlocks : 0;
+    copies.codes_to = reads.low_codes;
+    copies.scale_word = scale_base + copied_word, copies.scale_base = scale_base;
+    copies.scale_bytes_left = has_rows ? scales_end - copied_word : 0;
+    copies.scale_to = kept(Offsets::scale_word(warp, lane));
     __syncthreads();  // the previous pass has read its last stage
 #pragma unroll
-    for (int span = 0; span < stages - 1; ++span) copy_span(span, span), commit_copies();
+    for (int span = 0; span < stages - 1; ++span) {
+      if (span < spans) copies.copy_next(ring_at + span * Offsets::size);
+      commit_copies();
+    }
     float acc[kTiles][4] = {};
-    int oldest = 0, next = stages - 1;  // the ring's stage multiplied now, and the one refilled
+    // The ring's stage multiplied now and the one refilled, in bytes from its start.
+    uint32_t oldest = 0, next = (stages - 1) * Offsets::size;
     for (int span = 0; span < spans; ++span) {
       wait_copies<stages - 2>();  // this span's copies (this thread's) have landed
       __syncthreads();            // and every thread's; the stage refilled next was read by all
-      copy_span(span + stages - 1, next);
+      if (span + stages - 1 < spans) copies.copy_next(ring_at + next);
       commit_copies();            // an empty group past the last span keeps the count
-      const MmaStage<kTiles>& stage = ring[oldest];
-      oldest = oldest + 1 == stages ? 0 : oldest + 1;
-      next = next + 1 == stages ? 0 : next + 1;
-      if (!has_rows) continue;
-      const uint4 low_code = stage.codes[warp][0][lane], high_code = stage.codes[warp][1][lane];
-      // A block past the row's end: zero codes (and zero inputs) whatever its scale.
-      const unsigned low_bits = scale_from(stage.scale_words[warp][scale_slot[0]], scale_shift[0]);
-      const unsigned high_bits = scale_from(stage.scale_words[warp][scale_slot[1]], scale_shift[1]);
-      const PairScale low_scale = pair_scale_of(low_bits), high_scale = pair_scale_of(high_bits);
-      with_two_steps(__any_sync(0xFFFFFFFFu, takes_two_steps(max(low_bits, high_bits))), [&](auto two_steps) {
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-          mma_word<kTiles, decltype(two_steps)::value>(low_code, high_code, low_scale, high_scale, u, stage.inputs, g,
-                                                       t, acc);
-      });
+      const uint32_t stage = ring_at + oldest;
+      oldest = oldest + Offsets::size == stages * Offsets::size ? 0 : oldest + Offsets::size;
+      next = next + Offsets::size == stages * Offsets::size ? 0 : next + Offsets::size;
+      if (has_rows) multiply_span<kTiles>(stage, reads, acc);
     }
     wait_copies<0>();
     if (!has_rows) continue;
