@@ -292,6 +292,12 @@ __device__ __forceinline__ void copy16_async(uint32_t to, const void* from, int 
 __device__ __forceinline__ void copy4_async(uint32_t to, const void* from, int bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(from), "r"(bytes));
 }
+__device__ __forceinline__ void copy16_async(uint32_t to, const void* from) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(from));
+}
+__device__ __forceinline__ void copy4_async(uint32_t to, const void* from) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to), "l"(from));
+}
 __device__ __forceinline__ uint4 load_shared16(uint32_t at) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(at));
@@ -367,38 +373,69 @@ struct LaneReads {
 // One thread's copies of successive spans (taken in order, one a call), its sources a span further each time: the
 // thread's input pieces (each tile's), and its lane's two code blocks and scale word. A slot without an input is not
 // copied: its columns of the products are never written, and a column of an MMA's product reads only its own column
-// of inputs. What lies past a row's end, or past the last scale, is copied as zeros.
+// of inputs. What lies past a row's end, or past the last scale, is copied as zeros. The spans before any of that
+// (all but a row's last, mostly) are copied whole without checks, which took half of the copies' instructions.
 template <int kTiles>
 struct SpanCopies {
   const __nv_bfloat16* input[kTiles];  // null: no input in the slot
-  int input_columns_left[kTiles];     // columns of the row from the piece on
+  int input_columns[kTiles];           // columns of the row from the piece on, at the first span
   uint32_t input_to[kTiles];
   const uint4* codes[2];  // rows g and g + 8
   const uint4* readable;  // an address for the copies of nothing (they read no byte)
-  int code_spans_left;    // spans in which the lane's code blocks are present (none in a warp without rows)
+  int code_spans;         // spans in which the lane's code blocks are present (none in a warp without rows)
   uint32_t codes_to;
   const uint8_t* scale_word;
   const uint8_t* scale_base;
-  int scale_bytes_left;  // from the lane's word to the last scale (none in a warp without rows)
+  int scale_bytes;  // from the lane's first word to the last scale (none in a warp without rows)
   uint32_t scale_to;
+  int copied = 0, whole_spans = 0;  // spans copied so far; spans copied whole from the first
+
+  __device__ __forceinline__ void start() {
+    whole_spans = min(code_spans, scale_bytes / 4);
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+      if (input[i] != nullptr)
+        whole_spans = min(whole_spans, (input_columns[i] + kSpanBlocks * kMxBlock - 1) / (kSpanBlocks * kMxBlock));
+    whole_spans = static_cast<int>(kept(static_cast<uint32_t>(whole_spans)));
+  }
 
   __device__ __forceinline__ void copy_next(uint32_t stage) {
+    if (copied < whole_spans)
+      copy_whole(stage);
+    else
+      copy_checked(stage);
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+      if (input[i] != nullptr) input[i] += kSpanBlocks * kMxBlock;
+    codes[0] += kSpanBlocks, codes[1] += kSpanBlocks;
+    scale_word += 4;  // a span's 4 scales of a row: the next word
+    ++copied;
+  }
+
+  __device__ __forceinline__ void copy_whole(uint32_t stage) {
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+      if (input[i] != nullptr) copy16_async(stage + input_to[i], input[i]);
+    copy16_async(stage + codes_to, codes[0]);
+    copy16_async(stage + codes_to + StageOffsets<kTiles>::high_codes, codes[1]);
+    copy4_async(stage + scale_to, scale_word);
+  }
+
+  __device__ __forceinline__ void copy_checked(uint32_t stage) {
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) {
       if (input[i] == nullptr) continue;
-      const bool present = input_columns_left[i] > 0;
+      const bool present = input_columns[i] - copied * kSpanBlocks * kMxBlock > 0;
       copy16_async(stage + input_to[i], present ? input[i] : static_cast<const void*>(readable), present ? 16 : 0);
-      input[i] += kSpanBlocks * kMxBlock, input_columns_left[i] -= kSpanBlocks * kMxBlock;
     }
-    const bool codes_present = code_spans_left > 0;
+    const bool codes_present = copied < code_spans;
     copy16_async(stage + codes_to, codes_present ? codes[0] : readable, codes_present ? 16 : 0);
     copy16_async(stage + codes_to + StageOffsets<kTiles>::high_codes, codes_present ? codes[1] : readable,
                  codes_present ? 16 : 0);
-    codes[0] += kSpanBlocks, codes[1] += kSpanBlocks, --code_spans_left;
+    const int scale_bytes_left = scale_bytes - 4 * copied;
     const bool scales_present = scale_bytes_left > 0;  // a second word past the last scale is not needed
     copy4_async(stage + scale_to, scales_present ? scale_word : scale_base,
                 scales_present ? min(scale_bytes_left, 4) : 0);
-    scale_word += 4, scale_bytes_left -= 4;  // a span's 4 scales of a row: the next word
   }
 };
 
@@ -495,15 +532,16 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
       copies.input[i] = first + slot < n ? x + static_cast<int64_t>(mine[first + slot] / a.x_divisor) * a.x_row_stride +
                                                piece * 8
                                          : nullptr;
-      copies.input_columns_left[i] = a.cols - piece * 8;
+      copies.input_columns[i] = a.cols - piece * 8;
       copies.input_to[i] = kept(Offsets::input(slot, piece));
     }
     copies.codes[0] = low_codes + t, copies.codes[1] = high_codes + t, copies.readable = low_codes;
-    copies.code_spans_left = has_rows ? (blocks_per_row - t + kSpanBlocks - 1) / kSpanBlocks : 0;
+    copies.code_spans = has_rows ? (blocks_per_row - t + kSpanBlocks - 1) / kSpanBlocks : 0;
     copies.codes_to = reads.low_codes;
     copies.scale_word = scale_base + copied_word, copies.scale_base = scale_base;
-    copies.scale_bytes_left = has_rows ? scales_end - copied_word : 0;
+    copies.scale_bytes = has_rows ? scales_end - copied_word : 0;
     copies.scale_to = kept(Offsets::scale_word(warp, lane));
+    copies.start();
     __syncthreads();  // the previous pass has read its last stage
 #pragma unroll
     for (int span = 0; span < stages - 1; ++span) {
