@@ -251,8 +251,12 @@ __device__ __forceinline__ uint32_t bf16_pair(uint32_t bits) { return bits | bit
 // Whether 2^(s - 1) is past bfloat16's range, so that a scale needs the two multiplications.
 __device__ __forceinline__ bool takes_two_steps(unsigned scale) { return scale > 128; }
 
+__device__ __forceinline__ PairScale one_step_scale(unsigned scale) {
+  return {bf16_pair((scale + 126) << 7), bf16_pair(0x3F80u)};
+}
+
 __device__ __forceinline__ PairScale pair_scale_of(unsigned scale) {
-  if (!takes_two_steps(scale)) return {bf16_pair((scale + 126) << 7), bf16_pair(0x3F80u)};
+  if (!takes_two_steps(scale)) return one_step_scale(scale);
   return {kPlacedToValues, bf16_pair(scale << 7)};
 }
 
@@ -377,7 +381,8 @@ struct LaneReads {
 // (all but a row's last, mostly) are copied whole without checks, which took half of the copies' instructions.
 template <int kTiles>
 struct SpanCopies {
-  const __nv_bfloat16* input[kTiles];  // null: no input in the slot
+  const __nv_bfloat16* input[kTiles];
+  bool has_input[kTiles];              // false: no input in the slot
   int input_columns[kTiles];           // columns of the row from the piece on, at the first span
   uint32_t input_to[kTiles];
   const uint4* codes[2];  // rows g and g + 8
@@ -394,7 +399,7 @@ struct SpanCopies {
     whole_spans = min(code_spans, scale_bytes / 4);
 #pragma unroll
     for (int i = 0; i < kTiles; ++i)
-      if (input[i] != nullptr)
+      if (has_input[i])
         whole_spans = min(whole_spans, (input_columns[i] + kSpanBlocks * kMxBlock - 1) / (kSpanBlocks * kMxBlock));
     whole_spans = static_cast<int>(kept(static_cast<uint32_t>(whole_spans)));
   }
@@ -405,8 +410,7 @@ struct SpanCopies {
     else
       copy_checked(stage);
 #pragma unroll
-    for (int i = 0; i < kTiles; ++i)
-      if (input[i] != nullptr) input[i] += kSpanBlocks * kMxBlock;
+    for (int i = 0; i < kTiles; ++i) input[i] += kSpanBlocks * kMxBlock;
     codes[0] += kSpanBlocks, codes[1] += kSpanBlocks;
     scale_word += 4;  // a span's 4 scales of a row: the next word
     ++copied;
@@ -415,7 +419,7 @@ struct SpanCopies {
   __device__ __forceinline__ void copy_whole(uint32_t stage) {
 #pragma unroll
     for (int i = 0; i < kTiles; ++i)
-      if (input[i] != nullptr) copy16_async(stage + input_to[i], input[i]);
+      if (has_input[i]) copy16_async(stage + input_to[i], input[i]);
     copy16_async(stage + codes_to, codes[0]);
     copy16_async(stage + codes_to + StageOffsets<kTiles>::high_codes, codes[1]);
     copy4_async(stage + scale_to, scale_word);
@@ -424,7 +428,7 @@ struct SpanCopies {
   __device__ __forceinline__ void copy_checked(uint32_t stage) {
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) {
-      if (input[i] == nullptr) continue;
+      if (!has_input[i]) continue;
       const bool present = input_columns[i] - copied * kSpanBlocks * kMxBlock > 0;
       copy16_async(stage + input_to[i], present ? input[i] : static_cast<const void*>(readable), present ? 16 : 0);
     }
@@ -468,11 +472,15 @@ __device__ __forceinline__ void multiply_span(uint32_t stage, const LaneReads& r
   // A block past the row's end: zero codes (and zero inputs) whatever its scale.
   const unsigned low_bits = scale_from(load_shared4(stage + reads.scale_word[0]), reads.scale_shift[0]);
   const unsigned high_bits = scale_from(load_shared4(stage + reads.scale_word[1]), reads.scale_shift[1]);
-  const PairScale low_scale = pair_scale_of(low_bits), high_scale = pair_scale_of(high_bits);
+  // The scales are made inside each branch: the common one (no scale of the warp's above 128) needs only the first
+  // factor of each.
   with_two_steps(__any_sync(0xFFFFFFFFu, takes_two_steps(max(low_bits, high_bits))), [&](auto two_steps) {
+    constexpr bool kTwoSteps = decltype(two_steps)::value;
+    const PairScale low_scale = kTwoSteps ? pair_scale_of(low_bits) : one_step_scale(low_bits);
+    const PairScale high_scale = kTwoSteps ? pair_scale_of(high_bits) : one_step_scale(high_bits);
 #pragma unroll
     for (int u = 0; u < 4; ++u)
-      mma_word<kTiles, decltype(two_steps)::value>(low_code, high_code, low_scale, high_scale, u, stage, reads, acc);
+      mma_word<kTiles, kTwoSteps>(low_code, high_code, low_scale, high_scale, u, stage, reads, acc);
   });
 }
 
@@ -529,9 +537,9 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) {
       const int id = threadIdx.x + i * kWarps * 32, slot = id / kSpanPieces, piece = id % kSpanPieces;
-      copies.input[i] = first + slot < n ? x + static_cast<int64_t>(mine[first + slot] / a.x_divisor) * a.x_row_stride +
-                                               piece * 8
-                                         : nullptr;
+      copies.has_input[i] = first + slot < n;
+      const int64_t row = copies.has_input[i] ? mine[first + slot] / a.x_divisor : 0;
+      copies.input[i] = x + row * a.x_row_stride + piece * 8;
       copies.input_columns[i] = a.cols - piece * 8;
       copies.input_to[i] = kept(Offsets::input(slot, piece));
     }
