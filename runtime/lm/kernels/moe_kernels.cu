@@ -484,6 +484,109 @@ __device__ __forceinline__ void multiply_span(uint32_t stage, const LaneReads& r
   });
 }
 
+// The 16 rows of its expert a warp multiplies (from row0) and where lane (g, t)'s part of them lies: rows g and g + 8
+// (rows past the end read the last row again and are never written), their code blocks, and their scales. A row's 4
+// scales of span s lie in the one or two aligned words from scale_base + (its first scale & ~3) + 4 s: lane (g, t)
+// copies word t % 2 of row g (t < 2) or g + 8 (copied_word + 4 s). scale_base is a.scales rounded down to 4 bytes (a
+// view's scales may start anywhere; the bytes before them are in the same allocation). No byte past the scales is
+// read (launch takes fewer than 2^31 - 64 of them).
+struct LaneRows {
+  int row0;
+  bool has_rows;  // a warp without rows still copies inputs and meets the barriers
+  int64_t low_row, high_row;  // rows g and g + 8 among all experts' rows
+  const uint4* low_codes;
+  const uint4* high_codes;
+  int misaligned;  // a.scales' bytes past an aligned word
+  const uint8_t* scale_base;
+  int scales_end;   // bytes from scale_base to the end of the scales
+  int copied_word;  // the lane's word of the first span, in bytes from scale_base
+};
+
+__device__ __forceinline__ LaneRows lane_rows(const ExpertGemvArgs& a, int expert, int warp, int g, int t) {
+  LaneRows r;
+  r.row0 = static_cast<int>(kept((blockIdx.y * kWarps + warp) * kMmaRows));
+  r.has_rows = r.row0 < a.rows;
+  const int blocks_per_row = a.cols / kMxBlock;
+  r.low_row = static_cast<int64_t>(expert) * a.rows + min(r.row0 + g, a.rows - 1);
+  r.high_row = static_cast<int64_t>(expert) * a.rows + min(r.row0 + g + 8, a.rows - 1);
+  r.low_codes = reinterpret_cast<const uint4*>(a.blocks) + r.low_row * blocks_per_row;
+  r.high_codes = reinterpret_cast<const uint4*>(a.blocks) + r.high_row * blocks_per_row;
+  r.misaligned = static_cast<int>(reinterpret_cast<uintptr_t>(a.scales) & 3);
+  r.scale_base = a.scales - r.misaligned;
+  r.scales_end = r.misaligned + a.experts_count * a.rows * blocks_per_row;
+  r.copied_word =
+      ((r.misaligned + static_cast<int>((t < 2 ? r.low_row : r.high_row) * blocks_per_row)) & ~3) + 4 * (t & 1);
+  return r;
+}
+
+// Where lane (g, t) of `warp` reads a stage: its own copied code blocks, its scale of row g (r = 0) and g + 8 in word
+// scale_word[r] of its warp's, scale_shift[r] bits in, and its input pieces.
+template <int kTiles>
+__device__ __forceinline__ LaneReads lane_reads(const ExpertGemvArgs& a, const LaneRows& rows, int warp, int lane, int g,
+                                                int t) {
+  using Offsets = StageOffsets<kTiles>;
+  const int blocks_per_row = a.cols / kMxBlock;
+  LaneReads reads;
+  reads.low_codes = kept(Offsets::low_codes(warp, lane));
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row_at = rows.misaligned + static_cast<int>((r == 0 ? rows.low_row : rows.high_row) * blocks_per_row);
+    reads.scale_word[r] = kept(Offsets::scale_word(warp, 4 * g + 2 * r + (((row_at & 3) + t) >> 2)));
+    reads.scale_shift[r] = static_cast<int>(kept(8 * ((row_at + t) & 3)));
+  }
+#pragma unroll
+  for (int u = 0; u < 4; ++u) reads.input[u] = kept(Offsets::input(g, 4 * t + u));
+  return reads;
+}
+
+// A thread's copies for the pass over assignments first .. first + 8 kTiles of the block's n: thread i copies pieces
+// i, i + 128, ... of each span's inputs (slot id / kSpanPieces, piece id % kSpanPieces), and its lane's code blocks
+// and scale word.
+template <int kTiles>
+__device__ __forceinline__ SpanCopies<kTiles> span_copies(const ExpertGemvArgs& a, const LaneRows& rows,
+                                                          const LaneReads& reads, const int* mine, int first, int n,
+                                                          int warp, int lane, int t) {
+  using Offsets = StageOffsets<kTiles>;
+  const auto* x = static_cast<const __nv_bfloat16*>(a.x);
+  const int blocks_per_row = a.cols / kMxBlock;
+  SpanCopies<kTiles> copies;
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    const int id = threadIdx.x + i * kWarps * 32, slot = id / kSpanPieces, piece = id % kSpanPieces;
+    copies.has_input[i] = first + slot < n;
+    const int64_t row = copies.has_input[i] ? mine[first + slot] / a.x_divisor : 0;
+    copies.input[i] = x + row * a.x_row_stride + piece * 8;
+    copies.input_columns[i] = a.cols - piece * 8;
+    copies.input_to[i] = kept(Offsets::input(slot, piece));
+  }
+  copies.codes[0] = rows.low_codes + t, copies.codes[1] = rows.high_codes + t, copies.readable = rows.low_codes;
+  copies.code_spans = rows.has_rows ? (blocks_per_row - t + kSpanBlocks - 1) / kSpanBlocks : 0;
+  copies.codes_to = reads.low_codes;
+  copies.scale_word = rows.scale_base + rows.copied_word, copies.scale_base = rows.scale_base;
+  copies.scale_bytes = rows.has_rows ? rows.scales_end - rows.copied_word : 0;
+  copies.scale_to = kept(Offsets::scale_word(warp, lane));
+  copies.start();
+  return copies;
+}
+
+// Lane (g, t) holds rows g and g + 8 of inputs 2t and 2t + 1 of each tile: each with its expert's bias, to the
+// assignment's row of the output.
+template <int kTiles>
+__device__ __forceinline__ void store_products(const ExpertGemvArgs& a, int expert, const LaneRows& rows,
+                                               const int* mine, int first, int n, int g, int t,
+                                               const float (&acc)[kTiles][4]) {
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = rows.row0 + g + (i >= 2 ? 8 : 0), slot = first + 8 * j + 2 * t + i % 2;
+      if (row >= a.rows || slot >= n) continue;
+      const int64_t row_index = static_cast<int64_t>(expert) * a.rows + row;
+      const float bias = a.bias ? to_float(a.bias, row_index, a.bias_element) : 0.0f;
+      a.out[static_cast<int64_t>(mine[slot]) * a.rows + row] = acc[j][i] + bias;
+    }
+}
+
 // One tile's blocks fit 5 to an SM by shared memory; registers are held to that too.
 template <int kTiles, bool kOrdered>
 __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_kernel(ExpertGemvArgs a,
@@ -498,58 +601,13 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
   int expert = 0;
   const int n = kOrdered ? ordered_assignments(a, 8 * kTiles, expert, routed)
                          : gather_assignments(a, by_assignment, expert, routed);
-  const int* mine = routed.mine;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int row0 = static_cast<int>(kept((blockIdx.y * kWarps + warp) * kMmaRows));
-  const bool has_rows = row0 < a.rows;  // a warp without rows still copies inputs and meets the barriers
-  const int blocks_per_row = a.cols / kMxBlock;
-  const int spans = (blocks_per_row + kSpanBlocks - 1) / kSpanBlocks;
-  // Rows past the end read the last row again and are never written.
-  const int64_t low_row = static_cast<int64_t>(expert) * a.rows + min(row0 + g, a.rows - 1);
-  const int64_t high_row = static_cast<int64_t>(expert) * a.rows + min(row0 + g + 8, a.rows - 1);
-  const uint4* low_codes = reinterpret_cast<const uint4*>(a.blocks) + low_row * blocks_per_row;
-  const uint4* high_codes = reinterpret_cast<const uint4*>(a.blocks) + high_row * blocks_per_row;
-  // A row's 4 scales of span s lie in the one or two aligned words from scale_base + (its first scale & ~3) + 4 s:
-  // lane (g, t) copies word t % 2 of row g (t < 2) or g + 8 (copied_word + 4 s), and finds its own scale of row g
-  // (r = 0) and g + 8 in word scale_slot of its warp's, scale_shift bits in. scale_base is a.scales rounded down to 4
-  // bytes (a view's scales may start anywhere; the bytes before them are in the same allocation). No byte past the
-  // scales is read (launch takes fewer than 2^31 - 64 of them).
-  const int misaligned = static_cast<int>(reinterpret_cast<uintptr_t>(a.scales) & 3);
-  const uint8_t* scale_base = a.scales - misaligned;
-  const int scales_end = misaligned + a.experts_count * a.rows * blocks_per_row;
-  LaneReads reads;
-  reads.low_codes = kept(Offsets::low_codes(warp, lane));
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row_at = misaligned + static_cast<int>((r == 0 ? low_row : high_row) * blocks_per_row);
-    reads.scale_word[r] = kept(Offsets::scale_word(warp, 4 * g + 2 * r + (((row_at & 3) + t) >> 2)));
-    reads.scale_shift[r] = static_cast<int>(kept(8 * ((row_at + t) & 3)));
-  }
-#pragma unroll
-  for (int u = 0; u < 4; ++u) reads.input[u] = kept(Offsets::input(g, 4 * t + u));
-  const int copied_word =
-      ((misaligned + static_cast<int>((t < 2 ? low_row : high_row) * blocks_per_row)) & ~3) + 4 * (t & 1);
-  const auto* x = static_cast<const __nv_bfloat16*>(a.x);
+  const LaneRows rows = lane_rows(a, expert, warp, g, t);
+  const LaneReads reads = lane_reads<kTiles>(a, rows, warp, lane, g, t);
+  const int spans = (a.cols / kMxBlock + kSpanBlocks - 1) / kSpanBlocks;
   const uint32_t ring_at = kept(static_cast<uint32_t>(__cvta_generic_to_shared(ring)));
   for (int first = 0; first < n; first += 8 * kTiles) {
-    // Thread i copies pieces i, i + 128, ... of each span's inputs (slot id / kSpanPieces, piece id % kSpanPieces).
-    SpanCopies<kTiles> copies;
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i) {
-      const int id = threadIdx.x + i * kWarps * 32, slot = id / kSpanPieces, piece = id % kSpanPieces;
-      copies.has_input[i] = first + slot < n;
-      const int64_t row = copies.has_input[i] ? mine[first + slot] / a.x_divisor : 0;
-      copies.input[i] = x + row * a.x_row_stride + piece * 8;
-      copies.input_columns[i] = a.cols - piece * 8;
-      copies.input_to[i] = kept(Offsets::input(slot, piece));
-    }
-    copies.codes[0] = low_codes + t, copies.codes[1] = high_codes + t, copies.readable = low_codes;
-    copies.code_spans = has_rows ? (blocks_per_row - t + kSpanBlocks - 1) / kSpanBlocks : 0;
-    copies.codes_to = reads.low_codes;
-    copies.scale_word = scale_base + copied_word, copies.scale_base = scale_base;
-    copies.scale_bytes = has_rows ? scales_end - copied_word : 0;
-    copies.scale_to = kept(Offsets::scale_word(warp, lane));
-    copies.start();
+    SpanCopies<kTiles> copies = span_copies<kTiles>(a, rows, reads, routed.mine, first, n, warp, lane, t);
     __syncthreads();  // the previous pass has read its last stage
 #pragma unroll
     for (int span = 0; span < stages - 1; ++span) {
@@ -567,21 +625,10 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
       const uint32_t stage = ring_at + oldest;
       oldest = oldest + Offsets::size == stages * Offsets::size ? 0 : oldest + Offsets::size;
       next = next + Offsets::size == stages * Offsets::size ? 0 : next + Offsets::size;
-      if (has_rows) multiply_span<kTiles>(stage, reads, acc);
+      if (rows.has_rows) multiply_span<kTiles>(stage, reads, acc);
     }
     wait_copies<0>();
-    if (!has_rows) continue;
-    // Lane (g, t) holds rows g and g + 8 of inputs 2t and 2t + 1 of each tile.
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int row = row0 + g + (i >= 2 ? 8 : 0), slot = first + 8 * j + 2 * t + i % 2;
-        if (row >= a.rows || slot >= n) continue;
-        const int64_t row_index = static_cast<int64_t>(expert) * a.rows + row;
-        const float bias = a.bias ? to_float(a.bias, row_index, a.bias_element) : 0.0f;
-        a.out[static_cast<int64_t>(mine[slot]) * a.rows + row] = acc[j][i] + bias;
-      }
+    if (rows.has_rows) store_products<kTiles>(a, expert, rows, routed.mine, first, n, g, t, acc);
   }
 #endif
 }
