@@ -1,0 +1,412 @@
+// The experts' products in bfloat16 on tensor cores: the kernel and its launch.
+#include <cuda_bf16.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "lm/kernels/mma_device.cuh"
+#include "lm/kernels/moe_device.cuh"
+
+namespace crucible::lm::kernels {
+namespace {
+
+// Many assignments on tensor cores, the model in bfloat16: each warp multiplies 16 rows of its expert by 8 * kTiles
+// inputs at a time with mma.m16n8k16 (bfloat16 operands, float32 sums), so each decoded weight serves every input of
+// the tile for one instruction's share. The products sum over the columns in any order, so the warp takes its k order
+// from whole loads: over a span of 4 MX blocks lane (g, t) holds MX block t of rows g and g + 8 (16 code bytes each,
+// decoded times the block's scale, exact in bfloat16) and reads the same columns of input g of each tile; step s of a
+// block's 8 gives its columns 4s .. 4s + 3 the fragments' k positions 2t, 2t + 1, 2t + 8, 2t + 9, in A and B alike.
+// Blocks past a row's end hold zeros in both.
+// A block keeps several spans in flight: asynchronous copies (cp.async) fill a ring of stages in shared memory, each
+// with a span's inputs (bfloat16, shared by the block's warps) and each lane's codes and scales, while the warps
+// multiply the oldest. One span in flight (registers, a barrier a span) left the memory idle between spans at 8
+// tokens an expert; at about 2 an expert the decoding's integer instructions, not the memory, bound the kernel
+// (docs/benchmarks.md, gpt-oss decode).
+constexpr int kSpanBlocks = 4;
+constexpr int kSpanPieces = kSpanBlocks * kMxBlock / 8;  // 16-byte pieces of 8 bfloat16 inputs in a span's row
+constexpr int kMmaRows = 16;
+
+// Where piece p of token slot `slot` lies in its staged row: the 8 lanes of a quarter warp read pieces 16i + 4t + u
+// (t = 0..3) of two slots, which this places in 8 different groups of 4 banks.
+__device__ __forceinline__ int staged_position(int slot, int piece) {
+  return piece ^ (((piece >> 3) & 1) << 1) ^ (slot & 1);
+}
+
+// Asynchronous copies into shared memory (at a 32-bit shared address): `bytes` of `size` read from global memory,
+// the rest zeros.
+__device__ __forceinline__ void copy16_async(uint32_t to, const void* from, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from), "r"(bytes));
+}
+__device__ __forceinline__ void copy4_async(uint32_t to, const void* from, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(from), "r"(bytes));
+}
+__device__ __forceinline__ void copy16_async(uint32_t to, const void* from) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(from));
+}
+__device__ __forceinline__ void copy4_async(uint32_t to, const void* from) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to), "l"(from));
+}
+__device__ __forceinline__ uint4 load_shared16(uint32_t at) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(at));
+  return v;
+}
+__device__ __forceinline__ uint32_t load_shared4(uint32_t at) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(at));
+  return v;
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most `kPending` of this thread's groups of copies are still in flight.
+template <int kPending>
+__device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// One span in shared memory: its inputs, and each warp's lanes' code blocks and scales. A row's scales are 1 byte a
+// block at any alignment, so a span's 4 lie in one or two aligned words: scale_words[warp][4 g + j] holds word j % 2
+// of row g (j < 2) or row g + 8, copied by lane (g, j).
+template <int kTiles>
+struct MmaStage {
+  uint4 inputs[8 * kTiles][kSpanPieces];
+  uint4 codes[kWarps][2][32];  // [warp][rows g, g + 8][lane]
+  uint32_t scale_words[kWarps][32];
+};
+
+// Spans in flight, as many as fit 48 KB of shared memory with the block's Routed list: a wider tile multiplies more a
+// span, so it needs fewer spans ahead.
+template <int kTiles>
+constexpr int kStages = kTiles == 1 ? 6 : kTiles == 2 ? 5 : kTiles == 4 ? 3 : 2;
+template <int kTiles>
+constexpr bool fits_static_shared = kStages<kTiles> * sizeof(MmaStage<kTiles>) + sizeof(Routed) <= 48 * 1024;
+static_assert(fits_static_shared<1> && fits_static_shared<2> && fits_static_shared<4> && fits_static_shared<8>,
+              "a block's static shared memory");
+
+// Where a stage's parts lie, in bytes from its start: a ring of stages is addressed through 32-bit shared addresses,
+// each thread's offsets worked out once a pass (recomputing them took about a third of a span's instructions).
+template <int kTiles>
+struct StageOffsets {
+  static constexpr uint32_t size = sizeof(MmaStage<kTiles>);
+  static constexpr uint32_t inputs = offsetof(MmaStage<kTiles>, inputs);
+  static constexpr uint32_t codes = offsetof(MmaStage<kTiles>, codes);
+  static constexpr uint32_t scale_words = offsetof(MmaStage<kTiles>, scale_words);
+  static constexpr uint32_t tile = 8 * kSpanPieces * sizeof(uint4);  // one tile's 8 slots of inputs
+  static constexpr uint32_t high_codes = 32 * sizeof(uint4);         // rows g + 8 after rows g
+
+  static __device__ __forceinline__ uint32_t input(int slot, int piece) {
+    return inputs + static_cast<uint32_t>(slot * kSpanPieces + staged_position(slot, piece)) * sizeof(uint4);
+  }
+  static __device__ __forceinline__ uint32_t low_codes(int warp, int lane) {
+    return codes + static_cast<uint32_t>(2 * warp * 32 + lane) * sizeof(uint4);
+  }
+  static __device__ __forceinline__ uint32_t scale_word(int warp, int slot) {
+    return scale_words + static_cast<uint32_t>(warp * 32 + slot) * sizeof(uint32_t);
+  }
+};
+
+// The value itself, opaque to the compiler: offsets derived from the thread's index stay in registers instead of
+// being worked out again from it at each use.
+__device__ __forceinline__ uint32_t kept(uint32_t v) {
+  asm volatile("mov.b32 %0, %0;\n" : "+r"(v));
+  return v;
+}
+
+// What a lane reads of a stage: its code blocks, its two scales' words and where its scales lie in them, and input
+// piece u of span block t of its slot g in each tile (the same place in every tile, a tile further each).
+struct LaneReads {
+  uint32_t low_codes, scale_word[2], input[4];
+  int scale_shift[2];
+};
+
+// One thread's copies of successive spans (taken in order, one a call), its sources a span further each time: the
+// thread's input pieces (each tile's), and its lane's two code blocks and scale word. A slot without an input is not
+// copied: its columns of the products are never written, and a column of an MMA's product reads only its own column
+// of inputs. What lies past a row's end, or past the last scale, is copied as zeros. The spans before any of that
+// (all but a row's last, mostly) are copied whole without checks, which took half of the copies' instructions.
+template <int kTiles>
+struct SpanCopies {
+  const __nv_bfloat16* input[kTiles];
+  bool has_input[kTiles];              // false: no input in the slot
+  int input_columns[kTiles];           // columns of the row from the piece on, at the first span
+  uint32_t input_to[kTiles];
+  const uint4* codes[2];  // rows g and g + 8
+  const uint4* readable;  // an address for the copies of nothing (they read no byte)
+  int code_spans;         // spans in which the lane's code blocks are present (none in a warp without rows)
+  uint32_t codes_to;
+  const uint8_t* scale_word;
+  const uint8_t* scale_base;
+  int scale_bytes;  // from the lane's first word to the last scale (none in a warp without rows)
+  uint32_t scale_to;
+  int copied = 0, whole_spans = 0;  // spans copied so far; spans copied whole from the first
+
+  __device__ __forceinline__ void start() {
+    whole_spans = min(code_spans, scale_bytes / 4);
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+      if (has_input[i])
+        whole_spans = min(whole_spans, (input_columns[i] + kSpanBlocks * kMxBlock - 1) / (kSpanBlocks * kMxBlock));
+    whole_spans = static_cast<int>(kept(static_cast<uint32_t>(whole_spans)));
+  }
+
+  __device__ __forceinline__ void copy_next(uint32_t stage) {
+    if (copied < whole_spans)
+      copy_whole(stage);
+    else
+      copy_checked(stage);
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) input[i] += kSpanBlocks * kMxBlock;
+    codes[0] += kSpanBlocks, codes[1] += kSpanBlocks;
+    scale_word += 4;  // a span's 4 scales of a row: the next word
+    ++copied;
+  }
+
+  __device__ __forceinline__ void copy_whole(uint32_t stage) {
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+      if (has_input[i]) copy16_async(stage + input_to[i], input[i]);
+    copy16_async(stage + codes_to, codes[0]);
+    copy16_async(stage + codes_to + StageOffsets<kTiles>::high_codes, codes[1]);
+    copy4_async(stage + scale_to, scale_word);
+  }
+
+  __device__ __forceinline__ void copy_checked(uint32_t stage) {
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      if (!has_input[i]) continue;
+      const bool present = input_columns[i] - copied * kSpanBlocks * kMxBlock > 0;
+      copy16_async(stage + input_to[i], present ? input[i] : static_cast<const void*>(readable), present ? 16 : 0);
+    }
+    const bool codes_present = copied < code_spans;
+    copy16_async(stage + codes_to, codes_present ? codes[0] : readable, codes_present ? 16 : 0);
+    copy16_async(stage + codes_to + StageOffsets<kTiles>::high_codes, codes_present ? codes[1] : readable,
+                 codes_present ? 16 : 0);
+    const int scale_bytes_left = scale_bytes - 4 * copied;
+    const bool scales_present = scale_bytes_left > 0;  // a second word past the last scale is not needed
+    copy4_async(stage + scale_to, scales_present ? scale_word : scale_base,
+                scales_present ? min(scale_bytes_left, 4) : 0);
+  }
+};
+
+// Steps 2u and 2u + 1 of the lane's span block: code word u of rows g and g + 8 as A fragments, times each tile's
+// staged inputs (piece u of span block t).
+template <int kTiles, bool kTwoSteps>
+__device__ __forceinline__ void mma_word(const uint4& low_code, const uint4& high_code, const PairScale& low_scale,
+                                         const PairScale& high_scale, int u, uint32_t stage, const LaneReads& reads,
+                                         float (&acc)[kTiles][4]) {
+  uint32_t low[4], high[4];
+  decode_pairs<kTwoSteps>(word_of(low_code, u), low_scale, low);
+  decode_pairs<kTwoSteps>(word_of(high_code, u), high_scale, high);
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const uint4 in = load_shared16(stage + reads.input[u] + j * StageOffsets<kTiles>::tile);
+    const uint32_t first[4] = {low[0], high[0], low[1], high[1]}, second[4] = {low[2], high[2], low[3], high[3]};
+    mma<__nv_bfloat16>(acc[j], first, in.x, in.y);
+    mma<__nv_bfloat16>(acc[j], second, in.z, in.w);
+  }
+}
+
+// A lane's scale, `shift` bits into its copied word.
+__device__ __forceinline__ unsigned scale_from(uint32_t word, int shift) { return (word >> shift) & 0xFFu; }
+
+// One span of the lane's rows from a stage: its scales, then its 4 words of codes a row against each tile's inputs.
+template <int kTiles>
+__device__ __forceinline__ void multiply_span(uint32_t stage, const LaneReads& reads, float (&acc)[kTiles][4]) {
+  const uint4 low_code = load_shared16(stage + reads.low_codes);
+  const uint4 high_code = load_shared16(stage + reads.low_codes + StageOffsets<kTiles>::high_codes);
+  // A block past the row's end: zero codes (and zero inputs) whatever its scale.
+  const unsigned low_bits = scale_from(load_shared4(stage + reads.scale_word[0]), reads.scale_shift[0]);
+  const unsigned high_bits = scale_from(load_shared4(stage + reads.scale_word[1]), reads.scale_shift[1]);
+  // The scales are made inside each branch: the common one (no scale of the warp's above 128) needs only the first
+  // factor of each.
+  with_two_steps(__any_sync(0xFFFFFFFFu, takes_two_steps(max(low_bits, high_bits))), [&](auto two_steps) {
+    constexpr bool kTwoSteps = decltype(two_steps)::value;
+    const PairScale low_scale = kTwoSteps ? pair_scale_of(low_bits) : one_step_scale(low_bits);
+    const PairScale high_scale = kTwoSteps ? pair_scale_of(high_bits) : one_step_scale(high_bits);
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      mma_word<kTiles, kTwoSteps>(low_code, high_code, low_scale, high_scale, u, stage, reads, acc);
+  });
+}
+
+// The 16 rows of its expert a warp multiplies (from row0) and where lane (g, t)'s part of them lies: rows g and g + 8
+// (rows past the end read the last row again and are never written), their code blocks, and their scales. A row's 4
+// scales of span s lie in the one or two aligned words from scale_base + (its first scale & ~3) + 4 s: lane (g, t)
+// copies word t % 2 of row g (t < 2) or g + 8 (copied_word + 4 s). scale_base is a.scales rounded down to 4 bytes (a
+// view's scales may start anywhere; the bytes before them are in the same allocation). No byte past the scales is
+// read (launch takes fewer than 2^31 - 64 of them).
+struct LaneRows {
+  int row0;
+  bool has_rows;  // a warp without rows still copies inputs and meets the barriers
+  int64_t low_row, high_row;  // rows g and g + 8 among all experts' rows
+  const uint4* low_codes;
+  const uint4* high_codes;
+  int misaligned;  // a.scales' bytes past an aligned word
+  const uint8_t* scale_base;
+  int scales_end;   // bytes from scale_base to the end of the scales
+  int copied_word;  // the lane's word of the first span, in bytes from scale_base
+};
+
+__device__ __forceinline__ LaneRows lane_rows(const ExpertGemvArgs& a, int expert, int warp, int g, int t) {
+  LaneRows r;
+  r.row0 = static_cast<int>(kept((blockIdx.y * kWarps + warp) * kMmaRows));
+  r.has_rows = r.row0 < a.rows;
+  const int blocks_per_row = a.cols / kMxBlock;
+  r.low_row = static_cast<int64_t>(expert) * a.rows + min(r.row0 + g, a.rows - 1);
+  r.high_row = static_cast<int64_t>(expert) * a.rows + min(r.row0 + g + 8, a.rows - 1);
+  r.low_codes = reinterpret_cast<const uint4*>(a.blocks) + r.low_row * blocks_per_row;
+  r.high_codes = reinterpret_cast<const uint4*>(a.blocks) + r.high_row * blocks_per_row;
+  r.misaligned = static_cast<int>(reinterpret_cast<uintptr_t>(a.scales) & 3);
+  r.scale_base = a.scales - r.misaligned;
+  r.scales_end = r.misaligned + a.experts_count * a.rows * blocks_per_row;
+  r.copied_word =
+      ((r.misaligned + static_cast<int>((t < 2 ? r.low_row : r.high_row) * blocks_per_row)) & ~3) + 4 * (t & 1);
+  return r;
+}
+
+// Where lane (g, t) of `warp` reads a stage: its own copied code blocks, its scale of row g (r = 0) and g + 8 in word
+// scale_word[r] of its warp's, scale_shift[r] bits in, and its input pieces.
+template <int kTiles>
+__device__ __forceinline__ LaneReads lane_reads(const ExpertGemvArgs& a, const LaneRows& rows, int warp, int lane, int g,
+                                                int t) {
+  using Offsets = StageOffsets<kTiles>;
+  const int blocks_per_row = a.cols / kMxBlock;
+  LaneReads reads;
+  reads.low_codes = kept(Offsets::low_codes(warp, lane));
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row_at = rows.misaligned + static_cast<int>((r == 0 ? rows.low_row : rows.high_row) * blocks_per_row);
+    reads.scale_word[r] = kept(Offsets::scale_word(warp, 4 * g + 2 * r + (((row_at & 3) + t) >> 2)));
+    reads.scale_shift[r] = static_cast<int>(kept(8 * ((row_at + t) & 3)));
+  }
+#pragma unroll
+  for (int u = 0; u < 4; ++u) reads.input[u] = kept(Offsets::input(g, 4 * t + u));
+  return reads;
+}
+
+// A thread's copies for the pass over assignments first .. first + 8 kTiles of the block's n: thread i copies pieces
+// i, i + 128, ... of each span's inputs (slot id / kSpanPieces, piece id % kSpanPieces), and its lane's code blocks
+// and scale word.
+template <int kTiles>
+__device__ __forceinline__ SpanCopies<kTiles> span_copies(const ExpertGemvArgs& a, const LaneRows& rows,
+                                                          const LaneReads& reads, const int* mine, int first, int n,
+                                                          int warp, int lane, int t) {
+  using Offsets = StageOffsets<kTiles>;
+  const auto* x = static_cast<const __nv_bfloat16*>(a.x);
+  const int blocks_per_row = a.cols / kMxBlock;
+  SpanCopies<kTiles> copies;
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    const int id = threadIdx.x + i * kWarps * 32, slot = id / kSpanPieces, piece = id % kSpanPieces;
+    copies.has_input[i] = first + slot < n;
+    const int64_t row = copies.has_input[i] ? mine[first + slot] / a.x_divisor : 0;
+    copies.input[i] = x + row * a.x_row_stride + piece * 8;
+    copies.input_columns[i] = a.cols - piece * 8;
+    copies.input_to[i] = kept(Offsets::input(slot, piece));
+  }
+  copies.codes[0] = rows.low_codes + t, copies.codes[1] = rows.high_codes + t, copies.readable = rows.low_codes;
+  copies.code_spans = rows.has_rows ? (blocks_per_row - t + kSpanBlocks - 1) / kSpanBlocks : 0;
+  copies.codes_to = reads.low_codes;
+  copies.scale_word = rows.scale_base + rows.copied_word, copies.scale_base = rows.scale_base;
+  copies.scale_bytes = rows.has_rows ? rows.scales_end - rows.copied_word : 0;
+  copies.scale_to = kept(Offsets::scale_word(warp, lane));
+  copies.start();
+  return copies;
+}
+
+// Lane (g, t) holds rows g and g + 8 of inputs 2t and 2t + 1 of each tile: each with its expert's bias, to the
+// assignment's row of the output.
+template <int kTiles>
+__device__ __forceinline__ void store_products(const ExpertGemvArgs& a, int expert, const LaneRows& rows,
+                                               const int* mine, int first, int n, int g, int t,
+                                               const float (&acc)[kTiles][4]) {
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = rows.row0 + g + (i >= 2 ? 8 : 0), slot = first + 8 * j + 2 * t + i % 2;
+      if (row >= a.rows || slot >= n) continue;
+      const int64_t row_index = static_cast<int64_t>(expert) * a.rows + row;
+      const float bias = a.bias ? to_float(a.bias, row_index, a.bias_element) : 0.0f;
+      a.out[static_cast<int64_t>(mine[slot]) * a.rows + row] = acc[j][i] + bias;
+    }
+}
+
+// One tile's blocks fit 5 to an SM by shared memory; registers are held to that too.
+template <int kTiles, bool kOrdered>
+__global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_kernel(ExpertGemvArgs a,
+                                                                                     bool by_assignment) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  wait_for_earlier_kernels();  // launched early (decode_kernels_device.cuh): every input is an earlier kernel's
+  let_later_kernels_start();
+  using Offsets = StageOffsets<kTiles>;
+  constexpr int stages = kStages<kTiles>;
+  __shared__ Routed routed;
+  __shared__ MmaStage<kTiles> ring[stages];
+  int expert = 0;
+  const int n = kOrdered ? ordered_assignments(a, 8 * kTiles, expert, routed)
+                         : gather_assignments(a, by_assignment, expert, routed);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const LaneRows rows = lane_rows(a, expert, warp, g, t);
+  const LaneReads reads = lane_reads<kTiles>(a, rows, warp, lane, g, t);
+  const int spans = (a.cols / kMxBlock + kSpanBlocks - 1) / kSpanBlocks;
+  const uint32_t ring_at = kept(static_cast<uint32_t>(__cvta_generic_to_shared(ring)));
+  for (int first = 0; first < n; first += 8 * kTiles) {
+    SpanCopies<kTiles> copies = span_copies<kTiles>(a, rows, reads, routed.mine, first, n, warp, lane, t);
+    __syncthreads();  // the previous pass has read its last stage
+#pragma unroll
+    for (int span = 0; span < stages - 1; ++span) {
+      if (span < spans) copies.copy_next(ring_at + span * Offsets::size);
+      commit_copies();
+    }
+    float acc[kTiles][4] = {};
+    // The ring's stage multiplied now and the one refilled, in bytes from its start.
+    uint32_t oldest = 0, next = (stages - 1) * Offsets::size;
+    for (int span = 0; span < spans; ++span) {
+      wait_copies<stages - 2>();  // this span's copies (this thread's) have landed
+      __syncthreads();            // and every thread's; the stage refilled next was read by all
+      if (span + stages - 1 < spans) copies.copy_next(ring_at + next);
+      commit_copies();            // an empty group past the last span keeps the count
+      const uint32_t stage = ring_at + oldest;
+      oldest = oldest + Offsets::size == stages * Offsets::size ? 0 : oldest + Offsets::size;
+      next = next + Offsets::size == stages * Offsets::size ? 0 : next + Offsets::size;
+      if (rows.has_rows) multiply_span<kTiles>(stage, reads, acc);
+    }
+    wait_copies<0>();
+    if (rows.has_rows) store_products<kTiles>(a, expert, rows, routed.mine, first, n, g, t, acc);
+  }
+#endif
+}
+
+}  // namespace
+
+// On tensor cores. Ordered assignments (a prefill's many): a block per tile of args.ordered_tile of an expert's, at
+// most assignments / tile + experts tiles. A step of a token or two (no more assignments than experts): a block per
+// assignment, the first of each expert standing for it, so only the chosen experts' rows are read. Otherwise by
+// expert: 8 inputs a warp's pass when experts have a few each, 16 or 32 when more tokens share an expert, so that
+// most experts' rows are read once.
+void launch_expert_mma(const ExpertGemvArgs& args, cudaStream_t stream) {
+  const int rows = (args.rows + kWarps * kMmaRows - 1) / (kWarps * kMmaRows);
+  if (args.order) {
+    const int tile = args.ordered_tile;
+    const dim3 grid((args.assignments + tile - 1) / tile + args.experts_count, rows);
+    if (tile == kWideOrderedTile)
+      launch(expert_mma_kernel<kWideOrderedTile / 8, true>, grid, dim3(kWarps * 32), 0, stream, args, false);
+    else
+      launch(expert_mma_kernel<kOrderedTile / 8, true>, grid, dim3(kWarps * 32), 0, stream, args, false);
+    return;
+  }
+  if (args.assignments <= args.experts_count) {
+    launch(expert_mma_kernel<1, false>, dim3(args.assignments, rows), dim3(kWarps * 32), 0, stream, args, true);
+    return;
+  }
+  const int per_expert = (args.assignments + args.experts_count - 1) / args.experts_count;
+  const dim3 grid(args.experts_count, rows);
+  if (per_expert <= 4)
+    launch(expert_mma_kernel<1, false>, grid, dim3(kWarps * 32), 0, stream, args, false);
+  else if (per_expert <= 12)
+    launch(expert_mma_kernel<2, false>, grid, dim3(kWarps * 32), 0, stream, args, false);
+  else
+    launch(expert_mma_kernel<4, false>, grid, dim3(kWarps * 32), 0, stream, args, false);
+}
+
+}  // namespace crucible::lm::kernels
