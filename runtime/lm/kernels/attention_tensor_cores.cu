@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "lm/kernels/async_copy.cuh"
 #include "lm/kernels/decode_kernels_device.cuh"
 #include "lm/kernels/decode_kernels_launch.h"
 #include "lm/kernels/mma_device.cuh"
@@ -36,22 +37,11 @@ __host__ __device__ constexpr int warps_for() {
   return D == 64 ? 16 : 8;
 }
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // 16 bytes from global to shared memory, or 16 zero bytes where `load` is false (nothing is read then).
 __device__ __forceinline__ void copy16_async(void* to, const void* from, bool load) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(to)), "l"(from),
                "r"(load ? 16 : 0)
                : "memory");
-}
-
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-template <int Pending>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
 
 __device__ __forceinline__ void load_matrices(uint32_t (&r)[4], const void* row) {

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "lm/kernels/async_copy.cuh"
 #include "lm/kernels/mma_device.cuh"
 #include "lm/kernels/moe_device.cuh"
 
@@ -55,12 +56,6 @@ __device__ __forceinline__ uint32_t load_shared4(uint32_t at) {
   uint32_t v;
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(at));
   return v;
-}
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most `kPending` of this thread's groups of copies are still in flight.
-template <int kPending>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 // One span in shared memory: its inputs, and each warp's lanes' code blocks and scales. A row's scales are 1 byte a
@@ -134,7 +129,6 @@ struct SpanCopies {
   int code_spans;         // spans in which the lane's code blocks are present (none in a warp without rows)
   uint32_t codes_to;
   const uint8_t* scale_word;
-  const uint8_t* scale_base;
   int scale_bytes;  // from the lane's first word to the last scale (none in a warp without rows)
   uint32_t scale_to;
   int copied = 0, whole_spans = 0;  // spans copied so far; spans copied whole from the first
@@ -182,7 +176,7 @@ struct SpanCopies {
                  codes_present ? 16 : 0);
     const int scale_bytes_left = scale_bytes - 4 * copied;
     const bool scales_present = scale_bytes_left > 0;  // a second word past the last scale is not needed
-    copy4_async(stage + scale_to, scales_present ? scale_word : scale_base,
+    copy4_async(stage + scale_to, scales_present ? static_cast<const void*>(scale_word) : readable,
                 scales_present ? min(scale_bytes_left, 4) : 0);
   }
 };
@@ -306,7 +300,7 @@ __device__ __forceinline__ SpanCopies<kTiles> span_copies(const ExpertGemvArgs& 
   copies.codes[0] = rows.low_codes + t, copies.codes[1] = rows.high_codes + t, copies.readable = rows.low_codes;
   copies.code_spans = rows.has_rows ? (blocks_per_row - t + kSpanBlocks - 1) / kSpanBlocks : 0;
   copies.codes_to = reads.low_codes;
-  copies.scale_word = rows.scale_base + rows.copied_word, copies.scale_base = rows.scale_base;
+  copies.scale_word = rows.scale_base + rows.copied_word;
   copies.scale_bytes = rows.has_rows ? rows.scales_end - rows.copied_word : 0;
   copies.scale_to = kept(Offsets::scale_word(warp, lane));
   copies.start();
@@ -349,7 +343,7 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
   const LaneRows rows = lane_rows(a, expert, warp, g, t);
   const LaneReads reads = lane_reads<kTiles>(a, rows, warp, lane, g, t);
   const int spans = (a.cols / kMxBlock + kSpanBlocks - 1) / kSpanBlocks;
-  const uint32_t ring_at = kept(static_cast<uint32_t>(__cvta_generic_to_shared(ring)));
+  const uint32_t ring_at = kept(shared_address(ring));
   for (int first = 0; first < n; first += 8 * kTiles) {
     SpanCopies<kTiles> copies = span_copies<kTiles>(a, rows, reads, routed.mine, first, n, warp, lane, t);
     __syncthreads();  // the previous pass has read its last stage
