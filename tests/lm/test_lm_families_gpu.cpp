@@ -194,9 +194,9 @@ TEST_CASE("lm gpu: experts read from MXFP4 by the device kernel give LibTorch's 
     const auto router = at::randn({E, hidden}, g) * 0.3, router_bias = at::randn({E}, g) * 0.1;
     const auto gate_up = lm::mxfp4_encode(at::randn({E, 2 * I, hidden}, g) * 0.2);
     const auto down = lm::mxfp4_encode(at::randn({E, hidden, I}, g) * 0.2);
-    w.gate_up.blocks = gate_up.blocks.to(gpu);
+    w.gate_up.blocks = lm::mxfp4_paired(gate_up.blocks).to(gpu);  // an ExpertMatrix's order (mxfp4.h)
     w.gate_up.scales = gate_up.scales.to(gpu);
-    w.down.blocks = down.blocks.to(gpu);
+    w.down.blocks = lm::mxfp4_paired(down.blocks.to(gpu));  // the same, the order changed on the GPU
     w.down.scales = down.scales.to(gpu);
     for (const auto dtype : {at::kFloat, at::kBFloat16}) {
       CAPTURE(dtype == at::kFloat);
@@ -254,7 +254,7 @@ TEST_CASE("lm gpu: the experts' bfloat16 products on tensor cores are the exact 
                                : at::pow(2.0, at::randint(-6, shape.largest_power + 1, {E, rows, 1}, g).to(at::kFloat));
     const auto packed = lm::mxfp4_encode(at::randn({E, rows, cols}, g) * row_scale);
     const auto decoded = lm::mxfp4_decode(packed.blocks, packed.scales, at::kFloat).to(at::kDouble);
-    const auto blocks = packed.blocks.to(gpu);
+    const auto blocks = lm::mxfp4_paired(packed.blocks).to(gpu);  // the kernels' order (mxfp4.h)
     // The scales as a view one byte into its storage: the kernel reads them as aligned words, from before their start.
     const auto scales = at::zeros({packed.scales.numel() + 1}, packed.scales.options().device(gpu))
                             .narrow(0, 1, packed.scales.numel())
@@ -306,7 +306,11 @@ TEST_CASE("lm gpu: MXFP4 decoded on the GPU gives the CPU's values for every cod
     CAPTURE(dtype == at::kFloat);
     CHECK(mxfp4_decode_serves(gpu_blocks, gpu_scales, dtype));
     const auto expected = lm::mxfp4_decode(blocks, scales, dtype).to(at::kFloat);
+    // Stored codes are put in the kernel's paired order on the GPU first; paired ones go straight to it.
     const auto got = lm::mxfp4_decode(gpu_blocks, gpu_scales, dtype).cpu().to(at::kFloat);
+    const auto paired = lm::mxfp4_paired(gpu_blocks);
+    CHECK(at::equal(lm::mxfp4_decode(paired, gpu_scales, dtype, lm::CodeOrder::paired).cpu().to(at::kFloat), got));
+    CHECK(at::equal(lm::mxfp4_stored(paired).cpu(), blocks));
     REQUIRE(got.sizes() == expected.sizes());
     const auto got_blocks = got.view({-1, 32}), expected_blocks = expected.view({-1, 32});
     CHECK(at::equal(got_blocks.slice(0, 1), expected_blocks.slice(0, 1)));

@@ -107,7 +107,8 @@ TEST_CASE("mxfp4: other values round to the nearest code, ties to the even one, 
   CHECK_THROWS_AS(mxfp4_decode(p.blocks, p.scales.narrow(0, 0, 1), at::kFloat), std::invalid_argument);
 }
 
-TEST_CASE("mxfp4: the GPU decoder's placed bfloat16 pairs are every code's value times 2^-126, signed zeros too") {
+TEST_CASE("mxfp4: the GPU decoder's placed bfloat16 pairs of paired words are every code's value times 2^-126") {
+  using crucible::lm::kernels::paired_word;
   using crucible::lm::kernels::placed_pairs;
   // bfloat16 bits as the float32 they are the high half of (bfloat16 subnormals are float32 subnormals).
   const auto as_float = [](uint32_t half) {
@@ -116,28 +117,55 @@ TEST_CASE("mxfp4: the GPU decoder's placed bfloat16 pairs are every code's value
     std::memcpy(&f, &bits, sizeof f);
     return f;
   };
-  // Every byte at every place in a word, the other bytes all 0x00, all 0xFF or a mixed pattern: pair i holds byte i's
-  // low code, then its high code, and nothing of the other bytes.
+  // Every code at every place of a stored word, the other codes all 0, all 15 or a mixed pattern: pair j holds stored
+  // nibble 2j, then nibble 2j + 1, signed zeros included, and nothing of the other codes.
   int compared = 0, wrong = 0;
   for (const uint32_t others : {0x00000000u, 0xFFFFFFFFu, 0x7A3C95E1u})
-    for (int place = 0; place < 4; ++place)
-      for (uint32_t byte = 0; byte < 256; ++byte) {
-        const uint32_t word = (others & ~(0xFFu << (8 * place))) | byte << (8 * place);
+    for (int place = 0; place < 8; ++place)
+      for (uint32_t code = 0; code < 16; ++code) {
+        const uint32_t word = (others & ~(0xFu << (4 * place))) | code << (4 * place);
         uint32_t pairs[4];
-        placed_pairs(word, pairs);
-        for (int i = 0; i < 4; ++i) {
-          const uint32_t b = (word >> (8 * i)) & 0xFFu;
-          for (const auto& [half, code] : {std::pair{pairs[i] & 0xFFFFu, b & 0xFu}, std::pair{pairs[i] >> 16, b >> 4}}) {
-            const float value = std::ldexp(as_float(half), 126);
+        placed_pairs(paired_word(word), pairs);
+        for (int j = 0; j < 4; ++j)
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t nibble = (word >> (4 * (2 * j + h))) & 0xFu;
+            const float value = std::ldexp(as_float(pairs[j] >> (16 * h)), 126);
             ++compared;
-            if (value != kMxfp4Values[code] || std::signbit(value) != std::signbit(kMxfp4Values[code])) {
-              if (++wrong <= 3) MESSAGE("word " << word << ", pair " << i << ", code " << code << ": " << value);
-            }
+            if (value != kMxfp4Values[nibble] || std::signbit(value) != std::signbit(kMxfp4Values[nibble]))
+              if (++wrong <= 3) MESSAGE("word " << word << ", pair " << j << ", code " << nibble << ": " << value);
           }
-        }
       }
-  CHECK(compared == 3 * 4 * 256 * 8);
+  CHECK(compared == 3 * 8 * 16 * 8);
   CHECK(wrong == 0);
+}
+
+TEST_CASE("mxfp4: the paired order moves every bit of a word once, on tensors as on words, and decodes the same") {
+  using crucible::lm::kernels::paired_word;
+  using crucible::lm::kernels::stored_word;
+  uint32_t reached = 0;
+  for (int bit = 0; bit < 32; ++bit) {
+    CAPTURE(bit);
+    CHECK(stored_word(paired_word(1u << bit)) == 1u << bit);
+    reached |= paired_word(1u << bit);
+  }
+  CHECK(reached == 0xFFFFFFFFu);  // a permutation
+  // Random bytes (every bit pattern of the sign bits included), as blocks [3, 5, 16]: the tensors' order changed by
+  // shifts and masks on int32 words equals the words' own, both ways, and decodes to the same values.
+  auto g = at::make_generator<at::CPUGeneratorImpl>(5);
+  const auto stored = at::randint(256, {3, 5, 16}, g, at::kInt).to(at::kByte);
+  const auto paired = mxfp4_paired(stored);
+  const auto words = stored.view(at::kInt).flatten(), paired_words = paired.view(at::kInt).flatten();
+  int differing = 0;
+  for (int64_t i = 0; i < words.numel(); ++i)
+    differing += paired_word(static_cast<uint32_t>(words[i].item<int32_t>())) !=
+                 static_cast<uint32_t>(paired_words[i].item<int32_t>());
+  CHECK(differing == 0);
+  CHECK(!at::equal(paired, stored));
+  CHECK(at::equal(mxfp4_stored(paired), stored));
+  CHECK(at::equal(mxfp4_stored(mxfp4_paired(stored.transpose(0, 1))), stored.transpose(0, 1)));
+  const auto scales = at::randint(100, 150, {3, 5}, g, at::kInt).to(at::kByte);
+  CHECK(at::equal(mxfp4_decode(paired, scales, at::kFloat, CodeOrder::paired), mxfp4_decode(stored, scales, at::kFloat)));
+  CHECK_THROWS_AS(mxfp4_paired(at::zeros({3, 8}, at::kByte)), std::invalid_argument);
 }
 
 TEST_CASE("moe: routing keeps the top k and softmaxes their logits; the SwiGLU clamps and interleaves") {

@@ -34,16 +34,16 @@ __device__ __forceinline__ float to_float(const void* p, int64_t i, Element e) {
 #error "decode8 builds 0.5 as a float32 subnormal: compile without flushing subnormals to zero (-ftz=false)"
 #endif
 
-// The 8 values of one 32-bit word of codes, the low nibble of each byte first. A code's sign bit goes to bit 31 and
-// its exponent and mantissa bits to 24-22, which is a float32 of 2^-126 times the code's value (0, 0.5, 1, 1.5, 2, 3,
-// 4, 6; 0.5 a subnormal); the multiplication by 2^126 is exact. Arithmetic, not a table: a table indexed per lane
-// would sit in local memory or conflict in shared memory.
+// The 8 values of one paired word of codes (mxfp4_pairs.h), in the stored order of its codes: each placed bfloat16
+// is the high half of a float32 of 2^-126 times the code's value (0.5 a subnormal); the multiplication by 2^126 is
+// exact.
 __device__ __forceinline__ void decode8(unsigned word, float (&w)[8]) {
+  uint32_t pair[4];
+  placed_pairs(word, pair);
 #pragma unroll
-  for (int byte = 0; byte < 4; ++byte) {
-    const unsigned v = word >> (8 * byte);
-    w[2 * byte] = __uint_as_float(((v << 28) & 0x80000000u) | ((v << 22) & 0x01C00000u)) * 0x1p126f;
-    w[2 * byte + 1] = __uint_as_float(((v << 24) & 0x80000000u) | ((v << 18) & 0x01C00000u)) * 0x1p126f;
+  for (int i = 0; i < 4; ++i) {
+    w[2 * i] = __uint_as_float(pair[i] << 16) * 0x1p126f;
+    w[2 * i + 1] = __uint_as_float(pair[i] & 0xFFFF0000u) * 0x1p126f;
   }
 }
 
@@ -147,8 +147,8 @@ __device__ __forceinline__ void with_two_steps(bool two_steps, F&& f) {
     f(std::false_type{});
 }
 
-// The 8 codes of a word as 4 bfloat16 pairs (codes 2i and 2i + 1, the low nibble of byte i first, in pair i), exact:
-// placed (mxfp4_pairs.h), then scaled. kTwoSteps where any lane of the warp has a scale above 128.
+// The 8 codes of a paired word as 4 bfloat16 pairs (codes 2i and 2i + 1, in pair i), exact: placed (mxfp4_pairs.h),
+// then scaled. kTwoSteps where any lane of the warp has a scale above 128.
 template <bool kTwoSteps>
 __device__ __forceinline__ void decode_pairs(uint32_t word, const PairScale& scale, uint32_t (&pair)[4]) {
   uint32_t placed[4];

@@ -13,8 +13,8 @@
 namespace crucible::lm::kernels {
 namespace {
 
-// One MXFP4 block decoded whole into 32 values: bfloat16 through the byte-permute decoder, float32 through decode8
-// (both exact).
+// One MXFP4 block of paired codes (mxfp4_pairs.h) decoded whole into 32 values in the stored order: bfloat16 pairs
+// scaled, or float32 values (both exact).
 __device__ __forceinline__ void decode_block_into(const uint4& code, unsigned scale, __nv_bfloat16* out) {
   uint4* to = reinterpret_cast<uint4*>(out);
 #pragma unroll

@@ -35,8 +35,8 @@ void set_expert_ordered_tile(int tile);
 ExpertProducts expert_products_for(const at::Tensor& x, c10::ScalarType dtype);
 void set_expert_tensor_cores(bool on);
 
-// x [rows, cols] (cols contiguous), experts [A] int64 on x's device, blocks [E, out, cols / 32, 16] and scales
-// [E, out, cols / 32] uint8, bias [E, out] or undefined -> [A, out] float32: row a is x[a / x_divisor] times expert
+// x [rows, cols] (cols contiguous), experts [A] int64 on x's device, blocks [E, out, cols / 32, 16] (codes in the
+// paired order, mxfp4.h) and scales [E, out, cols / 32] uint8, bias [E, out] or undefined -> [A, out] float32: row a is x[a / x_divisor] times expert
 // experts[a]'s matrix, plus its bias. bfloat16 products take x in bfloat16 or float32.
 // Assignments in their experts' order, which the tensor cores take for steps of more than 256 (found on the device:
 // no host synchronisation): expert e's at order[offsets[e] .. offsets[e + 1]), int32. Both projections of a step
@@ -52,8 +52,8 @@ at::Tensor expert_gemv(const at::Tensor& x, int64_t x_divisor, const at::Tensor&
                        ExpertProducts products = ExpertProducts::float32, const ExpertOrder* order = nullptr);
 
 // MXFP4 decoded on the GPU in one kernel, mxfp4_decode's values (LibTorch's way is a table lookup and four more
-// kernels, about 0.15 ms for one of gpt-oss's 5760 x 2880 experts): blocks [..., n, 16] and scales [..., n]
-// contiguous uint8 on a GPU, to bfloat16 or float32, unless the expert kernels are switched off.
+// kernels, about 0.15 ms for one of gpt-oss's 5760 x 2880 experts): blocks [..., n, 16] (codes in the paired order)
+// and scales [..., n] contiguous uint8 on a GPU, to bfloat16 or float32, unless the expert kernels are switched off.
 bool mxfp4_decode_serves(const at::Tensor& blocks, const at::Tensor& scales, c10::ScalarType dtype);
 at::Tensor mxfp4_decode_on_device(const at::Tensor& blocks, const at::Tensor& scales, c10::ScalarType dtype);
 

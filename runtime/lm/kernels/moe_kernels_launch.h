@@ -13,7 +13,8 @@ namespace crucible::lm::kernels {
 constexpr int kMaxExpertAssignments = 256;
 
 // out[a, r] = sum_c x[a / x_divisor, c] * W[experts[a], r, c] + bias[experts[a], r], W decoded from MXFP4 as it is
-// read (blocks [E, rows, cols / 32, 16], scales [E, rows, cols / 32], uint8), summed in float32.
+// read (blocks [E, rows, cols / 32, 16] with codes in the paired order of mxfp4_pairs.h, scales [E, rows, cols / 32],
+// uint8), summed in float32.
 struct ExpertGemvArgs {
   const void* x = nullptr;  // row i at x + i * x_row_stride elements, `cols` contiguous
   int64_t x_row_stride = 0;
@@ -58,7 +59,7 @@ static_assert(ordered_tile_for(512 * 4, 32) == kOrderedTile, "one 512-token pref
 static_assert(ordered_tile_for(512 * 4, 128) == kOrderedTile, "one 512-token prefill, 128 experts: 16 each");
 static_assert(ordered_tile_for(256 * 32, 32) == kOrderedTile, "exactly 256 each");
 
-// MXFP4 decoded to bfloat16 or float32 (`element`), exactly: codes [blocks, 16] (16-byte aligned) and scales
+// MXFP4 decoded to bfloat16 or float32 (`element`), exactly: codes [blocks, 16] (paired, 16-byte aligned) and scales
 // [blocks] -> out [blocks, 32].
 bool launch_mxfp4_decode(const uint8_t* codes, const uint8_t* scales, void* out, Element element, int64_t blocks,
                          cudaStream_t stream);

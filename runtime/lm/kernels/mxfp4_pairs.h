@@ -1,59 +1,66 @@
 #pragma once
-// MXFP4 codes placed into bfloat16 pairs with few integer instructions, for the expert kernels' decoders. Plain C++
-// on the host (tests check every byte against the format's table) and the same code on the device.
+// MXFP4 codes placed into bfloat16 pairs in few integer instructions, for the expert kernels' decoders. Plain C++ on
+// the host (tests check every code at every place against the format's table) and the same code on the device.
 //
 // An e2m1 code s e1 e0 m becomes the bfloat16 with sign s, exponent field e1 e0 (its two low bits) and mantissa
 // m 0 0 0 0 0 0: that is the code's value times 2^-126 exactly, the codes 0.5 and 0 included (bfloat16's subnormals
-// follow e2m1's). Byte i of a 32-bit word of codes gives pair i: the low nibble (code 2i) in the low half, the high
-// nibble in the high half. One byte permute puts byte i's magnitude bits in the low byte of a 16-bit value and its
-// sign bits, moved 2 down, in the high byte; one multiplication by 2^6 + 2^18 then moves all four pieces into place
-// at once (magnitudes 6 and 18 up, signs 12 and 24 up, and copies elsewhere that never carry into the bits kept), and
-// a mask drops the copies. Per word of 8 codes: 3 operations on the word, then a permute, a multiplication and a
-// mask a pair: the GPU's integer pipe, which the decoding saturates, does half the work of a table lookup with
-// separate sign handling.
+// follow e2m1's). A pair of codes is then a 32-bit word with its low code's bits at 6, 7, 8 (m, e0, e1) and 15 (s),
+// and its high code's 16 higher.
+//
+// The kernels read codes in a paired order: each 4 bytes hold the same 8 codes as stored (code 2j + h in nibble
+// 2j + h, the low nibble of each byte first), their bits moved once at load so that pair j (codes 2j and 2j + 1)
+// is placed by a shift, a mask or a multiplication:
+//   pair 0 where it is placed (a mask);
+//   pair 1 three bits below (a shift, a mask);
+//   pair 2 with its magnitudes six bits below and its signs one below (a mask, one multiplication by 2^6 + 2^1 that
+//     copies every bit to both places without overlap, a mask);
+//   pair 3 with its magnitudes three bits above and its signs two above (a shift down by 3, then as pair 2 with
+//     2^0 + 2^5).
+// Per word of 8 codes that is 10 integer instructions, against 15 from the stored order (a byte permute, a
+// multiplication and a mask a pair, 3 more on the word): the decoding's integer instructions bound the experts'
+// kernel where few tokens share an expert (docs/benchmarks.md, gpt-oss decode).
 #include <cstdint>
 
 #include "lm/host_device.h"
 
 namespace crucible::lm::kernels {
 
-// PTX prmt.b32 in its default mode: byte k of the result is byte (selector nibble k & 7) of b:a, or that byte's
-// sign replicated when the nibble's bit 3 is set.
-CRUCIBLE_HOST_DEVICE inline uint32_t byte_permute(uint32_t a, uint32_t b, uint32_t selector) {
-#if defined(__CUDA_ARCH__)
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
-  return d;
-#else
-  const uint64_t bytes = (static_cast<uint64_t>(b) << 32) | a;
-  uint32_t d = 0;
-  for (int k = 0; k < 4; ++k) {
-    const uint32_t nibble = (selector >> (4 * k)) & 0xFu;
-    uint32_t byte = static_cast<uint32_t>(bytes >> (8 * (nibble & 7u))) & 0xFFu;
-    if (nibble & 8u) byte = byte & 0x80u ? 0xFFu : 0u;
-    d |= byte << (8 * k);
-  }
-  return d;
-#endif
+// Where bit b (0 m, 1 e0, 2 e1, 3 s) of pair j's low code lies in a paired word; its high code's lies 16 higher.
+constexpr int kPairedBit[4][4] = {{6, 7, 8, 15}, {3, 4, 5, 12}, {0, 1, 2, 14}, {9, 10, 11, 13}};
+
+// Bit `stored` of a stored word (code stored / 4, bit stored % 4 of it): its place in the paired word.
+constexpr int paired_bit(int stored) {
+  const int code = stored / 4;
+  return kPairedBit[code / 2][stored % 4] + 16 * (code % 2);
+}
+
+// A stored word of 8 codes in the paired order, and back (host: loading and tests; a permutation of the bits).
+inline uint32_t paired_word(uint32_t stored) {
+  uint32_t paired = 0;
+  for (int bit = 0; bit < 32; ++bit) paired |= ((stored >> bit) & 1u) << paired_bit(bit);
+  return paired;
+}
+inline uint32_t stored_word(uint32_t paired) {
+  uint32_t stored = 0;
+  for (int bit = 0; bit < 32; ++bit) stored |= ((paired >> paired_bit(bit)) & 1u) << bit;
+  return stored;
 }
 
 // 2^126 in both halves of a bfloat16 pair: a placed pair times this is the codes' values.
 constexpr uint32_t kPlacedToValues = 0x7E807E80u;
 
-// The 4 pairs of a word of codes, each value times 2^-126 (see above).
+// The 4 pairs of a paired word (codes 2j and 2j + 1 in pair j, the low code in the low half), each value times
+// 2^-126 (see above).
 CRUCIBLE_HOST_DEVICE inline void placed_pairs(uint32_t word, uint32_t (&pair)[4]) {
-  // Byte i of `signs` has the low code's sign at bit 1 and the high code's at bit 5.
-  const uint32_t magnitudes = word & 0x77777777u, signs = (word >> 2) & 0x22222222u;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    // Byte i of the magnitudes, byte i of the signs, then two zero bytes (the replicated top bit of a magnitude byte).
-    const uint32_t selector = 0x8800u | (4u + static_cast<uint32_t>(i)) << 4 | static_cast<uint32_t>(i);
-    const uint32_t d = byte_permute(magnitudes, signs, selector);
-    // d << 6 puts the low code's magnitude at bits 6-8 and its sign (d's bit 9) at 15; d << 18 the high code's
-    // magnitude at 22-24 and its sign (bit 13) at 31. The other copies land at bits 10-12, 18-21 and 27, which the
-    // mask drops: 18-21 holds at most 7 << 18 plus the high sign's 2 << 18, so nothing carries into 22.
-    pair[i] = (d * 0x00040040u) & 0x81C081C0u;
-  }
+  constexpr uint32_t kPlaced = 0x81C081C0u;  // bits 6-8 and 15 of each half
+  pair[0] = word & kPlaced;
+  pair[1] = (word << 3) & kPlaced;
+  // Bits 0-2 and 14 of each half, copied 6 and 1 up: 6-8 (kept), 20 (dropped); 1-3 (dropped), 15 (kept). The copies
+  // share no bit, so the sum carries nowhere.
+  pair[2] = ((word & 0x40074007u) * 0x42u) & kPlaced;
+  // Bits 9-11 and 13 of each half, 3 down: 6-8 and 10, copied 0 and 5 up: 6-8 (kept), 10 (dropped); 11-13 (dropped),
+  // 15 (kept).
+  pair[3] = (((word >> 3) & 0x05C005C0u) * 0x21u) & kPlaced;
 }
 
 }  // namespace crucible::lm::kernels

@@ -19,7 +19,7 @@ namespace crucible::lm {
 
 at::Tensor ExpertMatrix::expert(int64_t e, c10::ScalarType dtype) const {
   if (!packed()) return dense[e];
-  return mxfp4_decode(blocks[e], scales[e], dtype);
+  return mxfp4_decode(blocks[e], scales[e], dtype, CodeOrder::paired);
 }
 
 int64_t ExpertMatrix::rows() const { return packed() ? blocks.size(1) : dense.size(1); }

@@ -14,7 +14,7 @@
 namespace crucible::lm {
 
 // One projection of every expert, [E, rows, cols] in a linear layer's (out, in) layout: dense, or MXFP4 blocks
-// [E, rows, cols / 32, 16] and scales [E, rows, cols / 32].
+// [E, rows, cols / 32, 16] with their codes in the kernels' paired order (mxfp4.h) and scales [E, rows, cols / 32].
 struct ExpertMatrix {
   at::Tensor dense;
   at::Tensor blocks, scales;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lm/kernels/moe_kernels.h"
+#include "lm/kernels/mxfp4_pairs.h"
 
 namespace crucible::lm {
 namespace {
@@ -43,7 +44,33 @@ at::Tensor pack_nibbles(const at::Tensor& codes) {
   return at::bitwise_or(pairs.select(-1, 0), at::bitwise_left_shift(pairs.select(-1, 1), 4));
 }
 
+// Each 32-bit word of blocks with its bits moved by `place` (bit i to place(i), a permutation): one shift and mask
+// for each distance bits move, on whatever device the blocks are. As int32: a right shift's copies of the sign bit
+// land above every bit its mask keeps.
+template <typename Place>
+at::Tensor bits_moved(const at::Tensor& blocks, Place place) {
+  if (blocks.scalar_type() != at::kByte || blocks.dim() < 1 || blocks.size(-1) != kMxfp4BlockSize / 2)
+    throw std::invalid_argument("mxfp4 code order: blocks must be [..., 16] uint8");
+  std::map<int, uint32_t> masks;  // distance -> the bits that land there
+  for (int bit = 0; bit < 32; ++bit) masks[place(bit) - bit] |= 1u << place(bit);
+  const auto words = blocks.contiguous().view(at::kInt);
+  auto out = at::zeros_like(words);
+  for (const auto& [distance, mask] : masks) {
+    const auto moved = distance >= 0 ? at::bitwise_left_shift(words, distance) : at::bitwise_right_shift(words, -distance);
+    out.bitwise_or_(moved.bitwise_and_(static_cast<int32_t>(mask)));
+  }
+  return out.view(at::kByte);
+}
+
 }  // namespace
+
+at::Tensor mxfp4_paired(const at::Tensor& stored_blocks) { return bits_moved(stored_blocks, kernels::paired_bit); }
+
+at::Tensor mxfp4_stored(const at::Tensor& paired_blocks) {
+  int stored_at[32];
+  for (int bit = 0; bit < 32; ++bit) stored_at[kernels::paired_bit(bit)] = bit;
+  return bits_moved(paired_blocks, [&](int bit) { return stored_at[bit]; });
+}
 
 Mxfp4Tensor mxfp4_encode(const at::Tensor& values) {
   const int64_t cols = values.size(-1);
@@ -69,16 +96,18 @@ Mxfp4Tensor mxfp4_encode(const at::Tensor& values) {
   return {pack_nibbles(codes).view(block_shape), (exponent + 127).to(at::kByte).view(shape)};
 }
 
-at::Tensor mxfp4_decode(const at::Tensor& blocks, const at::Tensor& scales, c10::ScalarType dtype) {
+at::Tensor mxfp4_decode(const at::Tensor& blocks, const at::Tensor& scales, c10::ScalarType dtype, CodeOrder order) {
   if (blocks.scalar_type() != at::kByte || scales.scalar_type() != at::kByte)
     throw std::invalid_argument("mxfp4_decode: blocks and scales must be uint8");
   if (blocks.dim() < 2 || blocks.size(-1) != kMxfp4BlockSize / 2 || blocks.sizes().slice(0, blocks.dim() - 1).vec() != scales.sizes().vec())
     throw std::invalid_argument("mxfp4_decode: blocks and scales must be [..., n, 16] and [..., n]");
-  if (mxfp4_decode_serves(blocks, scales, dtype)) return mxfp4_decode_on_device(blocks, scales, dtype);
+  if (mxfp4_decode_serves(blocks, scales, dtype))
+    return mxfp4_decode_on_device(order == CodeOrder::paired ? blocks : mxfp4_paired(blocks), scales, dtype);
+  const auto stored = order == CodeOrder::stored ? blocks : mxfp4_stored(blocks);
   // float16 cannot hold every scale (2^-127 to 2^127), though it holds many products: computed in float32.
   const auto compute = dtype == at::kHalf ? at::kFloat : dtype;
-  auto values = byte_values(blocks.device(), compute).index_select(0, blocks.reshape({-1}).to(at::kInt));
-  auto shape = blocks.sizes().vec();
+  auto values = byte_values(blocks.device(), compute).index_select(0, stored.reshape({-1}).to(at::kInt));
+  auto shape = stored.sizes().vec();
   shape.back() = kMxfp4BlockSize;  // [..., n, 32]: byte i's two values at 2i and 2i + 1
   values = values.view(shape) * at::exp2(scales.to(at::kFloat) - 127).to(compute).unsqueeze(-1);  // exact: a power of two
   auto out_shape = scales.sizes().vec();

@@ -24,8 +24,18 @@ struct Mxfp4Tensor {
 // code (ties to the even code). A block of zeros gets scale 0. Exact for values that are codes times the scale.
 Mxfp4Tensor mxfp4_encode(const at::Tensor& values);
 
+// The order of the 8 codes in each 4 bytes of blocks: as stored (the low nibble of each byte first), or paired, as
+// the GPU kernels read them (the same codes, their bits placed so that each pair of codes becomes a bfloat16 pair in
+// a few integer instructions: runtime/lm/kernels/mxfp4_pairs.h). A model's experts (ExpertMatrix) hold theirs paired.
+enum class CodeOrder { stored, paired };
+
+// blocks [..., 16] uint8 (contiguous or not, any device) in the other order: a new contiguous tensor.
+at::Tensor mxfp4_paired(const at::Tensor& stored_blocks);
+at::Tensor mxfp4_stored(const at::Tensor& paired_blocks);
+
 // blocks [..., n, 16] and scales [..., n] uint8 -> [..., n * 32] in `dtype` (exact in float32; bfloat16 holds
 // every product of a code and a power of two in its range).
-at::Tensor mxfp4_decode(const at::Tensor& blocks, const at::Tensor& scales, c10::ScalarType dtype);
+at::Tensor mxfp4_decode(const at::Tensor& blocks, const at::Tensor& scales, c10::ScalarType dtype,
+                        CodeOrder order = CodeOrder::stored);
 
 }  // namespace crucible::lm

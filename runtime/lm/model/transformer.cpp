@@ -178,7 +178,7 @@ ExpertMatrix read_experts(const WeightReader& read, const std::string& name, int
     if (in % kMxfp4BlockSize != 0)
       throw ModelFormatError(name + ": MXFP4 needs an input width that is a multiple of 32, not " + std::to_string(in));
     const int64_t n = in / kMxfp4BlockSize;
-    m.blocks = read.raw(name + "_blocks", {experts, out, n, kMxfp4BlockSize / 2}, at::kByte);
+    m.blocks = mxfp4_paired(read.raw(name + "_blocks", {experts, out, n, kMxfp4BlockSize / 2}, at::kByte));
     m.scales = read.raw(name + "_scales", {experts, out, n}, at::kByte);
     // The MX format reserves scale 0xFF for NaN: a block under it has no values.
     if (m.scales.eq(255).any().item<bool>())
