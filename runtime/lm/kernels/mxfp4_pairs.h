@@ -34,17 +34,24 @@ constexpr int paired_bit(int stored) {
   return kPairedBit[code / 2][stored % 4] + 16 * (code % 2);
 }
 
-// A stored word of 8 codes in the paired order, and back (host: loading and tests; a permutation of the bits).
-inline uint32_t paired_word(uint32_t stored) {
-  uint32_t paired = 0;
-  for (int bit = 0; bit < 32; ++bit) paired |= ((stored >> bit) & 1u) << paired_bit(bit);
-  return paired;
+// Bit `paired` of a paired word: its place in the stored word (the inverse of paired_bit).
+constexpr int stored_bit(int paired) {
+  for (int bit = 0; bit < 32; ++bit)
+    if (paired_bit(bit) == paired) return bit;
+  return -1;
 }
-inline uint32_t stored_word(uint32_t paired) {
-  uint32_t stored = 0;
-  for (int bit = 0; bit < 32; ++bit) stored |= ((paired >> paired_bit(bit)) & 1u) << bit;
-  return stored;
+
+// A word with bit i moved to place(i) (host: loading and tests).
+template <typename Place>
+uint32_t bits_placed(uint32_t word, Place place) {
+  uint32_t placed = 0;
+  for (int bit = 0; bit < 32; ++bit) placed |= ((word >> bit) & 1u) << place(bit);
+  return placed;
 }
+
+// A stored word of 8 codes in the paired order, and back.
+inline uint32_t paired_word(uint32_t stored) { return bits_placed(stored, paired_bit); }
+inline uint32_t stored_word(uint32_t paired) { return bits_placed(paired, stored_bit); }
 
 // 2^126 in both halves of a bfloat16 pair: a placed pair times this is the codes' values.
 constexpr uint32_t kPlacedToValues = 0x7E807E80u;

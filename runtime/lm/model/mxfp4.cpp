@@ -66,11 +66,7 @@ at::Tensor bits_moved(const at::Tensor& blocks, Place place) {
 
 at::Tensor mxfp4_paired(const at::Tensor& stored_blocks) { return bits_moved(stored_blocks, kernels::paired_bit); }
 
-at::Tensor mxfp4_stored(const at::Tensor& paired_blocks) {
-  int stored_at[32];
-  for (int bit = 0; bit < 32; ++bit) stored_at[kernels::paired_bit(bit)] = bit;
-  return bits_moved(paired_blocks, [&](int bit) { return stored_at[bit]; });
-}
+at::Tensor mxfp4_stored(const at::Tensor& paired_blocks) { return bits_moved(paired_blocks, kernels::stored_bit); }
 
 Mxfp4Tensor mxfp4_encode(const at::Tensor& values) {
   const int64_t cols = values.size(-1);
