@@ -165,6 +165,9 @@ TEST_CASE("mxfp4: the paired order moves every bit of a word once, on tensors as
   CHECK(at::equal(mxfp4_stored(mxfp4_paired(stored.transpose(0, 1))), stored.transpose(0, 1)));
   const auto scales = at::randint(100, 150, {3, 5}, g, at::kInt).to(at::kByte);
   CHECK(at::equal(mxfp4_decode(paired, scales, at::kFloat, CodeOrder::paired), mxfp4_decode(stored, scales, at::kFloat)));
+  // Blocks starting at any byte of their storage (a view one byte in) are reordered too.
+  const auto one_byte_in = at::cat({at::zeros({1}, at::kByte), stored.flatten()}).narrow(0, 1, stored.numel()).view({3, 5, 16});
+  CHECK(at::equal(mxfp4_paired(one_byte_in), paired));
   CHECK_THROWS_AS(mxfp4_paired(at::zeros({3, 8}, at::kByte)), std::invalid_argument);
 }
 

@@ -53,7 +53,9 @@ at::Tensor bits_moved(const at::Tensor& blocks, Place place) {
     throw std::invalid_argument("mxfp4 code order: blocks must be [..., 16] uint8");
   std::map<int, uint32_t> masks;  // distance -> the bits that land there
   for (int bit = 0; bit < 32; ++bit) masks[place(bit) - bit] |= 1u << place(bit);
-  const auto words = blocks.contiguous().view(at::kInt);
+  // Read as int32 words: blocks that start inside a word of their storage are copied first.
+  const auto whole = blocks.storage_offset() % 4 == 0 ? blocks.contiguous() : blocks.clone(at::MemoryFormat::Contiguous);
+  const auto words = whole.view(at::kInt);
   auto out = at::zeros_like(words);
   for (const auto& [distance, mask] : masks) {
     const auto moved = distance >= 0 ? at::bitwise_left_shift(words, distance) : at::bitwise_right_shift(words, -distance);
