@@ -335,11 +335,15 @@ TEST_CASE("lm gpu: decode attention with sinks and a sliding window gives the ma
     CAPTURE(slot);
     const auto slot_tensor = at::tensor(std::vector<int64_t>{slot}, at::kLong).to(gpu);
     const auto slots = at::arange(visible, at::TensorOptions().dtype(at::kLong).device(gpu));
-    for (const auto dtype : {at::kFloat, at::kBFloat16}) {
-      // 40 rows x 2 key heads take the tensor-core kernel in bfloat16 (a window skips whole tiles before it; the sink
-      // joins its final merge), the split kernels in float32.
+    for (const auto dtype : {at::kFloat, at::kBFloat16})
+    for (const bool tensor_cores : {true, false}) {
+      // In bfloat16 the tensor-core kernel takes 5 and 40 rows (10 and 80 blocks of a row and key head; a window
+      // skips whole tiles before it, the sink joins its final merge); the split kernels take float32, one row, and
+      // bfloat16 with it off (splits wholly before a window are skipped, and the combine reads from the first in it).
+      set_decode_attention_tensor_cores(tensor_cores);
       for (const int64_t B : {1, 5, 40}) {
         CAPTURE(dtype == at::kFloat);
+        CAPTURE(tensor_cores);
         CAPTURE(B);
         const auto q = at::randn({B, 1, H, D}, g).to(gpu, dtype);
         const auto k = at::randn({B, Hkv, capacity, D}, g).to(gpu, dtype);
@@ -368,6 +372,7 @@ TEST_CASE("lm gpu: decode attention with sinks and a sliding window gives the ma
       }
     }
   }
+  set_decode_attention_tensor_cores(true);
 }
 
 TEST_CASE("lm gpu: the experts' glue kernels give LibTorch's clamped SwiGLU and weighted sum") {

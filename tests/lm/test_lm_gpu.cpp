@@ -358,13 +358,15 @@ TEST_CASE("lm gpu: decode attention reads only valid slots up to the step's own,
     double tolerance;
   };
   // Qwen2.5-0.5B's heads, Qwen2.5-1.5B's, one key head per query head, eight per key head, the tiny fixtures' 16.
-  // One row spreads over many splits. Above 32 rows x key heads the tensor-core kernel takes 16-bit heads of 64 and
+  // One row spreads over many splits. gpt-oss's heads at batch 1, a batch of 3 of four key heads and 3 rows of two
+  // give 8, 12 and 6 blocks, which the tensor-core kernel takes at small batches too. Above 32 rows x key heads the tensor-core kernel takes 16-bit heads of 64 and
   // 128 (with it off, the split kernels take them, as under CRUCIBLE_DECODE_ATTENTION=1).
   const Shape shapes[] = {{1, 14, 2, 64, at::kBFloat16, 2e-2}, {3, 12, 2, 128, at::kHalf, 4e-3},
                           {2, 8, 8, 64, at::kFloat, 1e-5},     {5, 16, 2, 64, at::kFloat, 1e-5},
                           {4, 4, 2, 16, at::kBFloat16, 2e-2},  {2, 4, 2, 16, at::kFloat, 1e-5},
                           {66, 14, 2, 64, at::kBFloat16, 2e-2}, {20, 16, 2, 128, at::kHalf, 4e-3},
-                          {40, 3, 1, 64, at::kHalf, 4e-3},      {17, 12, 2, 128, at::kBFloat16, 2e-2}};
+                          {40, 3, 1, 64, at::kHalf, 4e-3},      {17, 12, 2, 128, at::kBFloat16, 2e-2},
+                          {1, 64, 8, 64, at::kBFloat16, 2e-2},  {3, 16, 4, 128, at::kHalf, 4e-3}};
   const int64_t capacity = 700;
   // With two GPUs or more the kernels also run on the last one (a policy on cuda:1 beside an evaluator on cuda:0).
   const int gpus = crucible::eval::cuda_devices();
@@ -386,8 +388,10 @@ TEST_CASE("lm gpu: decode attention reads only valid slots up to the step's own,
     valid[0].narrow(0, 0, 100).fill_(false);                  // a row whose first splits hold nothing valid
     REQUIRE(decode_attention_takes(k, shape.H));
     const bool large = shape.B * shape.Hkv > 32, sixteen_bit = shape.dtype != at::kFloat;
+    // Small batches of 4 rows x key heads or more take the tensor-core kernel too.
     const bool on_tensor_cores = decode_attention_on_tensor_cores(k, shape.H);
-    CHECK((!on_tensor_cores || (tensor_cores && large && sixteen_bit && shape.D >= 64)));
+    const bool enough = large || (shape.B * shape.Hkv >= 4 && !std::getenv("CRUCIBLE_DECODE_ATTENTION_TC_FROM"));
+    CHECK((!on_tensor_cores || (tensor_cores && enough && sixteen_bit && shape.D >= 64)));
     if (tensor_cores && large && sixteen_bit && shape.D >= 64 && !on_tensor_cores)
       MESSAGE("the tensor-core attention kernel does not take this GPU (it needs 208 KiB of shared memory a block)");
     if (!std::getenv("CRUCIBLE_DECODE_ATTENTION"))  // by default, small batches, and large ones on tensor cores

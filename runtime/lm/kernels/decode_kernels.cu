@@ -82,8 +82,14 @@ __global__ void silu_times_up_kernel(SiluArgs a) {
 // the wait for the kernel before), then come three phases: scores, the split's maximum and weights per query head,
 // and weighted values.
 // It writes one partial (weighted sum, maximum, sum of weights) per (row, query head, split); the combine kernel merges
-// the splits. Splits past the step's slot write nothing; the combine reads none past it.
+// the splits. Splits past the step's slot, or wholly before its window, write nothing; the combine reads none of them.
 constexpr int kAttendWarps = kAttentionThreads / 32;
+
+// The first slot a step at `slot` attends: past the window's start, or 0. Splits wholly before it hold no slot the
+// softmax weighs, so the split kernel skips them and the combine reads from the first one that does.
+__device__ __forceinline__ int64_t first_windowed(const AttendArgs& a, int64_t slot) {
+  return a.window > 0 && slot >= a.window ? slot - a.window + 1 : 0;
+}
 constexpr int kAttendMaxGroup = 8;
 
 template <typename T, int L, int R>
@@ -97,7 +103,7 @@ __global__ void attend_split_kernel(AttendArgs a) {
   const int64_t slot = *a.slot;
   if (slot < 0 || slot >= a.visible || a.visible > a.capacity || a.visible > static_cast<int64_t>(a.splits) * C) __trap();
   const int64_t begin = static_cast<int64_t>(split) * C;
-  if (begin > slot) return;
+  if (begin > slot || begin + C <= first_windowed(a, slot)) return;
   const int n = static_cast<int>(min(static_cast<int64_t>(C), slot + 1 - begin));
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, part = lane % L;
   const int group = warp * kPerWarp + lane / L;
@@ -236,14 +242,16 @@ inline bool combine_stages(const AttendArgs& a) {
 template <typename T>
 __global__ void attend_combine_kernel(AttendArgs a, bool staged) {
   const int D = a.head_dim;
-  const int used = static_cast<int>(min(static_cast<int64_t>(a.splits), *a.slot / a.chunk + 1));
+  const int64_t slot = *a.slot;
+  const int first = static_cast<int>(first_windowed(a, slot) / a.chunk);
+  const int used = static_cast<int>(min(static_cast<int64_t>(a.splits), slot / a.chunk + 1)) - first;
   const float sink = a.sinks ? a.sinks[blockIdx.x % a.heads] : -INFINITY;  // block (row, query head)
   wait_for_earlier_kernels();
   let_later_kernels_start();
   extern __shared__ float shared[];  // scale [splits], then the staged partials [used, D + 2]
   float* scale = shared;
   __shared__ float reduced[32];
-  const float* p = a.partial + static_cast<int64_t>(blockIdx.x) * a.splits * (D + 2);
+  const float* p = a.partial + (static_cast<int64_t>(blockIdx.x) * a.splits + first) * (D + 2);
   if (staged) {
     constexpr int kInFlight = 16;
     float* copy = shared + a.splits;

@@ -37,7 +37,8 @@ bool decode_attention_serves(const at::Tensor& k_cache, int64_t heads);
 // CRUCIBLE_DECODE_ATTENTION=0 starts off. Captured graphs keep what they captured.
 void set_decode_attention(bool on);
 
-// Whether decode_attention runs these caches on the tensor-core kernel: switched on, more than 32 rows x key heads,
+// Whether decode_attention runs these caches on the tensor-core kernel: switched on, at least 4 rows x key heads
+// (CRUCIBLE_DECODE_ATTENTION_TC_FROM; fewer take the split kernels, which spread a row's slots over more of the GPU),
 // and heads, caches and a GPU it takes (16-bit, D = 64 or 128, up to 65,536 slots, 208 KiB of shared memory a block:
 // Hopper, not an A100).
 bool decode_attention_on_tensor_cores(const at::Tensor& k_cache, int64_t heads);

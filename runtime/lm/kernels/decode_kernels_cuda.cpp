@@ -25,7 +25,7 @@ std::atomic<bool>& switched_on() {
 // Where decode steps use the attention kernels. The split kernels beat cuDNN's attention (which reads the graph's
 // whole span) when few rows and key heads leave most of the GPU idle, and lose to it on large batches
 // (docs/benchmarks.md, "Decode attention kernels"): by default they serve batches up to kAttentionMaxRowsTimesKvHeads,
-// and the tensor-core kernel those above, where it takes the heads.
+// and the tensor-core kernel those above, where it takes the heads, and small batches of enough key heads too.
 enum class AttentionUse { off, small_batches, always };
 constexpr int64_t kAttentionMaxRowsTimesKvHeads = 32;
 
@@ -42,8 +42,8 @@ std::atomic<AttentionUse>& attention_use() {
 }
 
 // The tensor-core kernel serves the batches above kAttentionMaxRowsTimesKvHeads where it takes the heads (16-bit
-// caches, D = 64 or 128), instead of cuDNN's attention (or the split kernels, with CRUCIBLE_DECODE_ATTENTION=1).
-// CRUCIBLE_DECODE_ATTENTION_TC=0 starts it off.
+// caches, D = 64 or 128), instead of cuDNN's attention (or the split kernels, with CRUCIBLE_DECODE_ATTENTION=1), and
+// the smaller ones of small_batch_tensor_core_blocks() or more. CRUCIBLE_DECODE_ATTENTION_TC=0 starts it off.
 std::atomic<bool>& tensor_core_attention_on() {
   static std::atomic<bool> on{on_unless_zero("CRUCIBLE_DECODE_ATTENTION_TC")};
   return on;
@@ -65,8 +65,21 @@ cudaStream_t stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDASt
 
 bool large_batch(const at::Tensor& k_cache) { return k_cache.size(0) * k_cache.size(1) > kAttentionMaxRowsTimesKvHeads; }
 
+// Small batches attend on the tensor-core kernel too where they give it at least this many blocks (rows x key heads):
+// from 4 blocks on (Qwen2.5-7B at batch 1; gpt-oss's 8 key heads at every cache length measured, up to 16,384 slots)
+// it finished sooner than the split kernels and their combine (docs/benchmarks.md, "Decode attention kernels").
+// CRUCIBLE_DECODE_ATTENTION_TC_FROM sets it.
+int64_t small_batch_tensor_core_blocks() {
+  static const int64_t blocks = [] {
+    const char* value = std::getenv("CRUCIBLE_DECODE_ATTENTION_TC_FROM");
+    return value ? std::max<int64_t>(1, std::atoll(value)) : int64_t{4};
+  }();
+  return blocks;
+}
+
 bool tensor_cores_attend(const at::Tensor& k_cache, int64_t heads) {
-  return tensor_core_attention_on().load(std::memory_order_relaxed) && large_batch(k_cache) &&
+  return tensor_core_attention_on().load(std::memory_order_relaxed) &&
+         k_cache.size(0) * k_cache.size(1) >= small_batch_tensor_core_blocks() &&
          kernels::attention_tensor_cores_take(static_cast<int>(heads), static_cast<int>(k_cache.size(1)),
                                               static_cast<int>(k_cache.size(3)), element_of(k_cache),
                                               k_cache.size(2));

@@ -79,6 +79,9 @@ __device__ __forceinline__ float rounded_as(float v, Element e) {
   }
 }
 
+// Up to kUnrolled choices a token (kUnrolled = 0: any number, one at a time): their products, weights and the residual
+// loaded at once before the sum, not one after another in its chain (a few L2 round trips in a batch-1 step's layer).
+template <int kUnrolled>
 __global__ void weighted_expert_sum_kernel(const float* experts_out, const void* weights, Element weights_element,
                                            const void* residual, void* out, Element out_element, int64_t count, int k,
                                            int width) {
@@ -87,11 +90,25 @@ __global__ void weighted_expert_sum_kernel(const float* experts_out, const void*
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t token = i / width, column = i % width;
+    const float before = residual ? to_float(residual, i, out_element) : 0.0f;
     float sum = 0.0f;
-    for (int j = 0; j < k; ++j)
-      sum += experts_out[(token * k + j) * width + column] * to_float(weights, token * k + j, weights_element);
+    if constexpr (kUnrolled > 0) {
+      float product[kUnrolled], weight[kUnrolled];
+#pragma unroll
+      for (int j = 0; j < kUnrolled; ++j)
+        if (j < k) {
+          product[j] = experts_out[(token * k + j) * width + column];
+          weight[j] = to_float(weights, token * k + j, weights_element);
+        }
+#pragma unroll
+      for (int j = 0; j < kUnrolled; ++j)
+        if (j < k) sum += product[j] * weight[j];
+    } else {
+      for (int j = 0; j < k; ++j)
+        sum += experts_out[(token * k + j) * width + column] * to_float(weights, token * k + j, weights_element);
+    }
     // LibTorch's residual + sum: the sum rounded to the element type, the addition in float32, rounded again.
-    if (residual) sum = rounded_as(sum, out_element) + to_float(residual, i, out_element);
+    if (residual) sum = rounded_as(sum, out_element) + before;
     store_as(out, i, sum, out_element);
   }
 }
@@ -209,8 +226,9 @@ bool launch_weighted_expert_sum(const float* experts_out, const void* weights, E
                                 cudaStream_t stream) {
   const int64_t count = tokens * width;
   if (count <= 0 || k <= 0) return count == 0;
-  launch(weighted_expert_sum_kernel, dim3(elementwise_blocks(count)), dim3(256), 0, stream, experts_out, weights,
-         weights_element, residual, out, out_element, count, k, width);
+  const auto kernel = k <= kMaxRouteK ? weighted_expert_sum_kernel<kMaxRouteK> : weighted_expert_sum_kernel<0>;
+  launch(kernel, dim3(elementwise_blocks(count)), dim3(256), 0, stream, experts_out, weights, weights_element,
+         residual, out, out_element, count, k, width);
   return cudaGetLastError() == cudaSuccess;
 }
 
