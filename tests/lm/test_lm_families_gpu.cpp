@@ -434,52 +434,6 @@ TEST_CASE("lm gpu: the router's top-k kernel picks LibTorch's top logits, equals
   CHECK(at::allclose(weights.cpu(), at::full({3, 4}, 0.25f)));
 }
 
-TEST_CASE("lm gpu: the one-row router kernel gives the norm, the router's logits and their top k as the kernels before") {
-  c10::InferenceMode guard;
-  const c10::Device gpu("cuda:0");
-  auto g = at::make_generator<at::CPUGeneratorImpl>(13);
-  const double eps = 1e-5;
-  for (const int64_t E : {32, 128})
-  for (const int64_t hidden : {int64_t{2880}, int64_t{1056}})
-  for (const auto dtype : {at::kBFloat16, at::kHalf})
-  for (const bool ties : {false, true}) {
-    CAPTURE(E);
-    CAPTURE(hidden);
-    CAPTURE(dtype == at::kHalf);
-    CAPTURE(ties);
-    const auto x = (at::randn({1, 1, hidden}, g) * 2).to(gpu, dtype);
-    const auto norm = (1 + at::randn({hidden}, g) * 0.1).to(gpu, dtype);
-    auto router = at::randn({E, hidden}, g) * (ties ? 0.01 : 0.3), bias = at::randn({E}, g) * 0.1;
-    if (ties) {  // experts 3-8 tie above the rest: the lower indices first, a quarter each
-      router.narrow(0, 3, 6).zero_();
-      bias.narrow(0, 3, 6).fill_(5.0);
-    }
-    router = router.to(gpu, dtype);
-    bias = bias.to(gpu, dtype);
-    if (!route_row_serves(x, norm, router, bias, 4)) {
-      MESSAGE("the one-row router kernel needs compute capability 9.0 (a cluster of blocks)");
-      return;
-    }
-    CHECK_FALSE(route_row_serves(x.to(at::kFloat), norm.to(at::kFloat), router.to(at::kFloat), bias.to(at::kFloat), 4));
-    CHECK_FALSE(route_row_serves(x.repeat({2, 1, 1}), norm, router, bias, 4));
-    const auto routed = route_row(x, norm, eps, router, bias, 4);
-    // The one-row linear kernel's normalised row, bit for bit (the same sums), and its logits within rounding.
-    auto folds = LinearFolds::rms_normed(norm, eps);
-    folds.normed_out = at::empty_like(x);
-    const auto logits = small_linear(x, router, bias, {}, folds).view({1, E});
-    CHECK(at::equal(routed.normed, folds.normed_out));
-    CHECK(at::allclose(routed.logits.to(at::kFloat), logits.to(at::kFloat), 1e-2, 1e-2));
-    // The top-k kernel's routing of these logits, bit for bit.
-    const auto [experts, weights] = route_top_k(routed.logits, 4);
-    CHECK(at::equal(routed.experts, experts));
-    CHECK(at::equal(routed.weights, weights));
-    if (ties) {
-      CHECK(routed.experts.cpu().equal(at::tensor(std::vector<int64_t>{3, 4, 5, 6}).view({1, 4})));
-      CHECK(at::allclose(routed.weights.cpu().to(at::kFloat), at::full({1, 4}, 0.25f)));
-    }
-  }
-}
-
 namespace {
 
 // Two sequences of T tokens, the second right-padded from two thirds on: which slots hold tokens [2, T], and which keys

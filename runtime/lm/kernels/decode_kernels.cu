@@ -341,6 +341,16 @@ bool attend_with_lanes(const AttendArgs& a, cudaStream_t stream) {
 // once. With more than one row of x the x loads and conversions made it slower than cuBLAS (docs/benchmarks.md).
 constexpr int kLinearWarps = 4;
 
+template <typename T, int N>
+__device__ uint4 narrow_all(const float (&in)[N]) {
+  static_assert(N * sizeof(T) == 16, "16-byte slices");
+  uint4 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < N; ++i) e[i] = narrow<T>(in[i]);
+  return raw;
+}
+
 // Where the kernel reads x from: each lane its own slices from L2 (not through the read-only cache, as the kernel
 // before this one wrote x while this one was already running); a copy in shared memory, made once per block, where
 // blocks take many rounds of outputs (the lm_head: every output would otherwise read x from L2 again); or x
@@ -359,6 +369,39 @@ __device__ void stage_copied(const LinearArgs& a, uint4* staged) {
   const int64_t slices = a.in_features * static_cast<int64_t>(sizeof(T)) / 16;
   const uint4* x = static_cast<const uint4*>(a.x);
   for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) staged[i] = __ldcg(x + i);
+  __syncthreads();
+}
+
+// x RMS-normalised, in 16-byte slices, into `staged`: y = x * rstd * weight in float32 rounded once, as LibTorch's
+// fused rms_norm rounds it.
+template <typename T>
+__device__ void stage_normed(const LinearArgs& a, uint4* staged, float* reduced) {
+  constexpr int V = 16 / sizeof(T);
+  const int64_t slices = a.in_features / V;
+  const uint4* x = reinterpret_cast<const uint4*>(a.x);
+  float squares = 0.0f;
+  for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
+    float xf[V];
+    widen_all<T>(__ldcg(x + i), xf);
+#pragma unroll
+    for (int e = 0; e < V; ++e) squares = fmaf(xf[e], xf[e], squares);
+  }
+  for (int o = 16; o > 0; o /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, o);
+  if (threadIdx.x % 32 == 0) reduced[threadIdx.x / 32] = squares;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kLinearWarps; ++w) total += reduced[w];
+  const float rstd = rsqrtf(total / static_cast<float>(a.in_features) + a.eps);
+  const uint4* norm = reinterpret_cast<const uint4*>(a.norm_weight);
+  for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
+    float xf[V], nf[V];
+    widen_all<T>(__ldcg(x + i), xf);
+    widen_all<T>(norm[i], nf);
+#pragma unroll
+    for (int e = 0; e < V; ++e) xf[e] = xf[e] * rstd * nf[e];
+    staged[i] = narrow_all<T>(xf);
+  }
   __syncthreads();
 }
 
@@ -392,7 +435,7 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
   load(n, t);
   wait_for_earlier_kernels();
   if constexpr (In == Input::normed) {
-    stage_normed<T, kLinearWarps>(a.x, a.norm_weight, a.in_features, a.eps, staged, reduced);
+    stage_normed<T>(a, staged, reduced);
     if (a.normed_out && blockIdx.x == 0)
       for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) static_cast<uint4*>(a.normed_out)[i] = staged[i];
   }

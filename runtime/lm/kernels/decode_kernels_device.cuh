@@ -115,49 +115,4 @@ __device__ void widen_all(const uint4& raw, float (&out)[N]) {
   for (int i = 0; i < N; ++i) out[i] = widen(e[i]);
 }
 
-template <typename T, int N>
-__device__ uint4 narrow_all(const float (&in)[N]) {
-  static_assert(N * sizeof(T) == 16, "16-byte slices");
-  uint4 raw;
-  T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-  for (int i = 0; i < N; ++i) e[i] = narrow<T>(in[i]);
-  return raw;
-}
-
-// x [n] RMS-normalised by `norm` [n], in 16-byte slices, into `staged`, by a block of kWarps warps (`reduced`: kWarps
-// floats of shared memory): y = x * rstd * norm in float32 rounded once, as LibTorch's fused rms_norm rounds it.
-// x is read from L2 (an earlier kernel wrote it).
-template <typename T, int kWarps>
-__device__ void stage_normed(const void* x_row, const void* norm_weight, int64_t n, float eps, uint4* staged,
-                             float* reduced) {
-  constexpr int V = 16 / sizeof(T);
-  const int64_t slices = n / V;
-  const uint4* x = static_cast<const uint4*>(x_row);
-  float squares = 0.0f;
-  for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
-    float xf[V];
-    widen_all<T>(__ldcg(x + i), xf);
-#pragma unroll
-    for (int e = 0; e < V; ++e) squares = fmaf(xf[e], xf[e], squares);
-  }
-  for (int o = 16; o > 0; o /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, o);
-  if (threadIdx.x % 32 == 0) reduced[threadIdx.x / 32] = squares;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) total += reduced[w];
-  const float rstd = rsqrtf(total / static_cast<float>(n) + eps);
-  const uint4* norm = static_cast<const uint4*>(norm_weight);
-  for (int64_t i = threadIdx.x; i < slices; i += blockDim.x) {
-    float xf[V], nf[V];
-    widen_all<T>(__ldcg(x + i), xf);
-    widen_all<T>(norm[i], nf);
-#pragma unroll
-    for (int e = 0; e < V; ++e) xf[e] = xf[e] * rstd * nf[e];
-    staged[i] = narrow_all<T>(xf);
-  }
-  __syncthreads();
-}
-
 }  // namespace crucible::lm::kernels

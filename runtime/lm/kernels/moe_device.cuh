@@ -5,7 +5,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -29,74 +28,6 @@ __device__ __forceinline__ float to_float(const void* p, int64_t i, Element e) {
     case Element::f16: return widen(static_cast<const __half*>(p)[i]);
     default: return static_cast<const float*>(p)[i];
   }
-}
-
-__device__ __forceinline__ void store_as(void* p, int64_t i, float v, Element e) {
-  switch (e) {
-    case Element::bf16: static_cast<__nv_bfloat16*>(p)[i] = narrow<__nv_bfloat16>(v); break;
-    case Element::f16: static_cast<__half*>(p)[i] = narrow<__half>(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
-  }
-}
-
-// Whether (v, i) ranks before (w, j) in a top-k: the larger logit, a NaN above any number (as LibTorch's topk ranks
-// it), the lower index between equals.
-__device__ __forceinline__ bool ranks_before(float v, int i, float w, int j) {
-  if (isnan(v) != isnan(w)) return isnan(v);
-  return v > w || (!(v < w) && i < j);
-}
-
-// A router's top k of one token's logits, largest first, the same in every lane of the warp that found them.
-struct TopK {
-  float value[kMaxRouteK];
-  int index[kMaxRouteK];
-
-  // The choices into chosen[0..k) and their softmax over the k into weights[at..at + k) (`element`), by one thread.
-  __device__ __forceinline__ void write(int64_t* chosen, void* weights, int64_t at, Element element, int k) const {
-    float sum = 0.0f;
-    for (int r = 0; r < k; ++r) sum += expf(value[r] - value[0]);  // value[0] is the largest
-    for (int r = 0; r < k; ++r) {
-      chosen[r] = index[r];
-      store_as(weights, at + r, expf(value[r] - value[0]) / sum, element);
-    }
-  }
-};
-
-// The whole warp takes part: each lane holds its share of `experts` logits (up to kMaxRouteExperts); k rounds of a
-// warp-wide arg-max, the winner's lane striking it out.
-__device__ __forceinline__ TopK warp_top_k(const void* logits, Element element, int experts, int k) {
-  constexpr int kPerLane = kMaxRouteExperts / 32;
-  const int lane = threadIdx.x % 32;
-  float value[kPerLane];
-  bool taken[kPerLane];
-#pragma unroll
-  for (int s = 0; s < kPerLane; ++s) {
-    const int e = s * 32 + lane;
-    value[s] = e < experts ? to_float(logits, e, element) : -INFINITY;
-    taken[s] = e >= experts;
-  }
-  TopK top;
-  for (int r = 0; r < k; ++r) {
-    float best = -INFINITY;
-    int index = INT_MAX;
-#pragma unroll
-    for (int s = 0; s < kPerLane; ++s)
-      if (!taken[s] && (index == INT_MAX || ranks_before(value[s], s * 32 + lane, best, index)))
-        best = value[s], index = s * 32 + lane;
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const float other = __shfl_xor_sync(0xFFFFFFFFu, best, offset);
-      const int other_index = __shfl_xor_sync(0xFFFFFFFFu, index, offset);
-      if (other_index != INT_MAX && (index == INT_MAX || ranks_before(other, other_index, best, index)))
-        best = other, index = other_index;
-    }
-#pragma unroll
-    for (int s = 0; s < kPerLane; ++s)
-      if (s * 32 + lane == index) taken[s] = true;
-    top.value[r] = best;
-    top.index[r] = index;
-  }
-  return top;
 }
 
 #if defined(__CUDACC_FTZ__)

@@ -46,6 +46,14 @@ __global__ void mxfp4_decode_kernel(const uint4* codes, const uint8_t* scales, T
     decode_block_into(__ldg(codes + b), __ldg(scales + b), out + b * kMxBlock);
 }
 
+__device__ __forceinline__ void store_as(void* p, int64_t i, float v, Element e) {
+  switch (e) {
+    case Element::bf16: static_cast<__nv_bfloat16*>(p)[i] = narrow<__nv_bfloat16>(v); break;
+    case Element::f16: static_cast<__half*>(p)[i] = narrow<__half>(v); break;
+    default: static_cast<float*>(p)[i] = v; break;
+  }
+}
+
 __global__ void clamped_swiglu_kernel(const float* gate_up, void* out, Element out_element, int64_t count, int width,
                                       float limit, float alpha) {
   wait_for_earlier_kernels();  // launched early (decode_kernels_device.cuh): every input is an earlier kernel's
@@ -105,16 +113,56 @@ __global__ void weighted_expert_sum_kernel(const float* experts_out, const void*
   }
 }
 
-// One warp per token.
+// Whether (v, i) ranks before (w, j) in a top-k: the larger logit, a NaN above any number (as LibTorch's topk ranks
+// it), the lower index between equals.
+__device__ __forceinline__ bool ranks_before(float v, int i, float w, int j) {
+  if (isnan(v) != isnan(w)) return isnan(v);
+  return v > w || (!(v < w) && i < j);
+}
+
+// One warp per token: each lane holds its share of the logits; k rounds of a warp-wide arg-max, the winner's lane
+// striking it out.
 __global__ void route_top_k_kernel(const void* logits, Element element, int64_t tokens, int experts, int k,
                                    int64_t* chosen, void* weights) {
   wait_for_earlier_kernels();  // launched early (decode_kernels_device.cuh): every input is an earlier kernel's
   let_later_kernels_start();
+  constexpr int kPerLane = kMaxRouteExperts / 32;
+  const int lane = threadIdx.x % 32;
   const int64_t token = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   if (token >= tokens) return;  // the whole warp
-  const int64_t bytes = element == Element::f32 ? 4 : 2;
-  const TopK top = warp_top_k(static_cast<const char*>(logits) + token * experts * bytes, element, experts, k);
-  if (threadIdx.x % 32 == 0) top.write(chosen + token * k, weights, token * k, element, k);
+  float value[kPerLane];
+  bool taken[kPerLane];
+#pragma unroll
+  for (int s = 0; s < kPerLane; ++s) {
+    const int e = s * 32 + lane;
+    value[s] = e < experts ? to_float(logits, token * experts + e, element) : -INFINITY;
+    taken[s] = e >= experts;
+  }
+  float top[kMaxRouteK];
+  for (int r = 0; r < k; ++r) {
+    float best = -INFINITY;
+    int index = INT_MAX;
+#pragma unroll
+    for (int s = 0; s < kPerLane; ++s)
+      if (!taken[s] && (index == INT_MAX || ranks_before(value[s], s * 32 + lane, best, index)))
+        best = value[s], index = s * 32 + lane;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const float other = __shfl_xor_sync(0xFFFFFFFFu, best, offset);
+      const int other_index = __shfl_xor_sync(0xFFFFFFFFu, index, offset);
+      if (other_index != INT_MAX && (index == INT_MAX || ranks_before(other, other_index, best, index)))
+        best = other, index = other_index;
+    }
+#pragma unroll
+    for (int s = 0; s < kPerLane; ++s)
+      if (s * 32 + lane == index) taken[s] = true;
+    top[r] = best;
+    if (lane == 0) chosen[token * k + r] = index;
+  }
+  if (lane != 0) return;
+  float sum = 0.0f;
+  for (int r = 0; r < k; ++r) sum += expf(top[r] - top[0]);  // top[0] is the largest
+  for (int r = 0; r < k; ++r) store_as(weights, token * k + r, expf(top[r] - top[0]) / sum, element);
 }
 
 int elementwise_blocks(int64_t count) {

@@ -67,22 +67,6 @@ void set_route_kernel(bool on);
 // -> experts [N, k] int64, largest logit first, and their softmax [N, k] in the logits' dtype (no gradient).
 std::pair<at::Tensor, at::Tensor> route_top_k(const at::Tensor& logits, int64_t k);
 
-// A one-row step's router in one kernel (a batch-1 decode step: the router's one-row linear kernel and the top-k
-// kernel were two): x (one row of `hidden`, the residual stream) RMS-normalised by `norm` with `eps`, its logits
-// [1, E] = normed x router^T + bias, and route_top_k's routing of them (experts [1, k] int64, weights [1, k]). The
-// normalised row and the logits round as the one-row linear kernel rounds them; their sums run in another order.
-// Taken where route_row_serves says: x, norm, router [E, hidden] and bias [E] (or undefined) contiguous in bfloat16
-// or float16 on one GPU of compute capability 9.0 or later, no gradient recorded, up to 256 experts and k <= 8, and
-// switched on (CRUCIBLE_ROUTE_ROW=0 starts off).
-struct RoutedRow {
-  at::Tensor normed, logits, experts, weights;
-};
-bool route_row_serves(const at::Tensor& x, const at::Tensor& norm, const at::Tensor& router, const at::Tensor& bias,
-                      int64_t k);
-void set_route_row(bool on);
-RoutedRow route_row(const at::Tensor& x, const at::Tensor& norm, double eps, const at::Tensor& router,
-                    const at::Tensor& bias, int64_t k);
-
 // The glue of a device step around expert_gemv, one kernel each instead of LibTorch's five and three (a decode step
 // is mostly small kernels): gpt-oss's clamped SwiGLU of the first projection's float32 output [A, 2 I] -> [A, I] in
 // `dtype` (clamped_swiglu in moe.h, same operations and order, rounded once: bfloat16 for the tensor cores' second

@@ -43,11 +43,6 @@ std::atomic<bool>& route_kernel_on() {
   return on;
 }
 
-std::atomic<bool>& route_row_on() {
-  static std::atomic<bool> on{on_unless_zero("CRUCIBLE_ROUTE_ROW")};
-  return on;
-}
-
 // The CUDA-core kernel keeps an expert's assignments in shared memory (up to 256); the tensor cores' takes any
 // number in its experts' order, for up to kMaxRouteExperts experts.
 int64_t most_assignments(ExpertProducts products, int64_t experts) {
@@ -202,53 +197,6 @@ std::pair<at::Tensor, at::Tensor> route_top_k(const at::Tensor& logits, int64_t 
                                           c10::cuda::getCurrentCUDAStream(l.get_device()).stream()),
               "route_top_k: launch failed");
   return {chosen, weights};
-}
-
-bool route_row_serves(const at::Tensor& x, const at::Tensor& norm, const at::Tensor& router, const at::Tensor& bias,
-                      int64_t k) {
-  const auto same = [&](const at::Tensor& t) {
-    return t.scalar_type() == x.scalar_type() && t.device() == x.device() && t.is_contiguous();
-  };
-  if (!route_row_on().load(std::memory_order_relaxed) || !route_kernel_on().load(std::memory_order_relaxed) ||
-      !x.is_cuda() || (at::GradMode::is_enabled() && x.requires_grad()) || x.dim() < 1 || !x.is_contiguous() ||
-      (x.scalar_type() != at::kBFloat16 && x.scalar_type() != at::kHalf) || router.dim() != 2 || !same(router) ||
-      !same(norm) || x.numel() != router.size(1) || norm.numel() != router.size(1) ||
-      (bias.defined() && (!same(bias) || bias.numel() != router.size(0))) || router.size(0) > kernels::kMaxRouteExperts)
-    return false;
-  const c10::cuda::CUDAGuard on_its_device(x.device());
-  return kernels::route_row_takes(static_cast<int>(router.size(0)), router.size(1), static_cast<int>(k),
-                                  element_of(x));
-}
-
-void set_route_row(bool on) { route_row_on().store(on, std::memory_order_relaxed); }
-
-RoutedRow route_row(const at::Tensor& x, const at::Tensor& norm, double eps, const at::Tensor& router,
-                    const at::Tensor& bias, int64_t k) {
-  TORCH_CHECK(route_row_serves(x, norm, router, bias, k), "route_row: inputs the kernel does not take");
-  const c10::cuda::CUDAGuard on_its_device(x.device());
-  const int64_t E = router.size(0);
-  RoutedRow routed;
-  routed.normed = at::empty_like(x);
-  routed.logits = at::empty({1, E}, x.options());
-  routed.experts = at::empty({1, k}, x.options().dtype(at::kLong));
-  routed.weights = at::empty({1, k}, x.options());
-  kernels::RouteRowArgs a;
-  a.x = x.data_ptr();
-  a.norm_weight = norm.data_ptr();
-  a.eps = static_cast<float>(eps);
-  a.router = router.data_ptr();
-  a.bias = bias.defined() ? bias.data_ptr() : nullptr;
-  a.normed_out = routed.normed.data_ptr();
-  a.logits = routed.logits.data_ptr();
-  a.chosen = routed.experts.data_ptr<int64_t>();
-  a.weights = routed.weights.data_ptr();
-  a.in_features = static_cast<int>(router.size(1));
-  a.experts = static_cast<int>(E);
-  a.k = static_cast<int>(k);
-  a.element = element_of(x);
-  TORCH_CHECK(kernels::launch_route_row(a, c10::cuda::getCurrentCUDAStream(x.get_device()).stream()),
-              "route_row: launch failed");
-  return routed;
 }
 
 at::Tensor clamped_swiglu_on_device(const at::Tensor& gate_up, double limit, double alpha, c10::ScalarType dtype) {

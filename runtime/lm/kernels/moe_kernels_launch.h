@@ -72,39 +72,6 @@ constexpr int kMaxRouteK = 8;
 bool launch_route_top_k(const void* logits, Element element, int64_t tokens, int experts, int k, int64_t* chosen,
                         void* weights, cudaStream_t stream);
 
-// A one-row step's router (route_row.cu): x [in_features] RMS-normalised by norm_weight (written to normed_out), its
-// logits [experts] = normed x router^T + bias rounded to the element type (written to logits), and their top k as
-// route_top_k gives them (chosen [k] int64, weights [k] in the element type). A cluster of kRouteRowBlocks blocks,
-// each with route_row_rows(experts) rows of the router in shared memory; 16-bit elements, Hopper or later.
-struct RouteRowArgs {
-  const void* x = nullptr;
-  const void* norm_weight = nullptr;
-  float eps = 0.0f;
-  const void* router = nullptr;  // [experts, in_features] contiguous
-  const void* bias = nullptr;    // [experts] or null
-  void* normed_out = nullptr;
-  void* logits = nullptr;
-  int64_t* chosen = nullptr;
-  void* weights = nullptr;
-  int in_features = 0, experts = 0, k = 0;
-  Element element = Element::bf16;
-};
-
-constexpr int kRouteRowBlocks = 8;  // a cluster's most blocks on every Hopper (the portable size)
-
-inline int route_row_rows(int experts) { return (experts + kRouteRowBlocks - 1) / kRouteRowBlocks; }
-
-inline size_t route_row_shared_bytes(int experts, int64_t in_features, Element element) {
-  return static_cast<size_t>(route_row_rows(experts) + 1) * static_cast<size_t>(in_features) *
-         static_cast<size_t>(element_bytes(element));
-}
-
-// Whether the kernel takes these shapes on the current GPU: compute capability 9.0 or later, 16-bit elements, up to
-// kMaxRouteExperts experts and kMaxRouteK chosen, rows of whole 16-byte slices, and a block's rows and the normalised
-// row within the shared memory a block may have.
-bool route_row_takes(int experts, int64_t in_features, int k, Element element);
-bool launch_route_row(const RouteRowArgs& a, cudaStream_t stream);
-
 // gpt-oss's clamped SwiGLU on the first projection's float32 output: gate_up [rows, 2 * width] (columns alternate
 // gate, linear) -> out [rows, width] in `out_element`, out = (clamp(linear, -limit, limit) + 1) * g * sigmoid(alpha * g)
 // with g = min(gate, limit), in the order and precision of LibTorch's float32 operators, rounded once.

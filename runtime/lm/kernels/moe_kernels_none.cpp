@@ -35,16 +35,6 @@ at::Tensor mxfp4_decode_on_device(const at::Tensor&, const at::Tensor&, c10::Sca
 
 bool route_kernel_serves(const at::Tensor&, int64_t) { return false; }
 
-bool route_row_serves(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t) {
-  return false;
-}
-
-void set_route_row(bool) {}
-
-RoutedRow route_row(const at::Tensor&, const at::Tensor&, double, const at::Tensor&, const at::Tensor&, int64_t) {
-  throw std::logic_error("route_row: this build has no CUDA kernels");
-}
-
 void set_route_kernel(bool) {}
 
 std::pair<at::Tensor, at::Tensor> route_top_k(const at::Tensor&, int64_t) {

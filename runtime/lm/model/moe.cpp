@@ -190,15 +190,11 @@ at::Tensor router_logits_of(const MoeWeights& w, const at::Tensor& flat, const L
 }  // namespace
 
 at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& config, const at::Tensor& x, const LoraAdapter* lora,
-                       int64_t layer, const at::Tensor& residual, const at::Tensor& router_logits,
-                       const Routing& routed) {
+                       int64_t layer, const at::Tensor& residual, const at::Tensor& router_logits) {
   const auto flat = x.reshape({-1, x.size(-1)});
-  Routing routing = routed;
-  if (!routing.experts.defined()) {
-    const auto logits = router_logits.defined() ? router_logits.reshape({-1, router_logits.size(-1)})
-                                                : router_logits_of(w, flat, lora, layer);
-    routing = route_tokens(logits, config.experts_per_token);
-  }
+  const auto logits = router_logits.defined() ? router_logits.reshape({-1, router_logits.size(-1)})
+                                              : router_logits_of(w, flat, lora, layer);
+  const auto routing = route_tokens(logits, config.experts_per_token);
   if (auto on_device = experts_on_device(w, config, flat, routing, lora, layer, residual))
     return on_device->view(x.sizes());
   const auto out = experts_in_turn(w, config, flat, routing, lora, layer).view(x.sizes());

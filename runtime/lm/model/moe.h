@@ -66,10 +66,8 @@ void set_experts_decoded_from(int64_t mean);
 // x [..., hidden] (normalised) -> [..., hidden], the experts' weighted sum, plus `residual` (x's shape) where given
 // (on the device kernels, in the same kernel as the sum). `lora` (may be null) adds its router and expert deltas of
 // `layer`. `router_logits` [..., E]: the router's output for x where the caller made it (the one-row kernel that also
-// normalised x), with the adapter's delta; undefined: made here. `routed`: the routing where the caller made it too
-// (route_row, with the logits); undefined experts: made here.
+// normalised x), with the adapter's delta; undefined: made here.
 at::Tensor moe_forward(const MoeWeights& w, const MoeConfig& config, const at::Tensor& x, const LoraAdapter* lora,
-                       int64_t layer, const at::Tensor& residual = {}, const at::Tensor& router_logits = {},
-                       const Routing& routed = {});
+                       int64_t layer, const at::Tensor& residual = {}, const at::Tensor& router_logits = {});
 
 }  // namespace crucible::lm

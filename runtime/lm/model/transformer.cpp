@@ -9,7 +9,6 @@
 
 #include "lm/training/block_checkpoint.h"
 #include "lm/kernels/decode_kernels.h"
-#include "lm/kernels/moe_kernels.h"
 #include "lm/format/model_files.h"
 #include "lm/model/flash_sink_attention.h"
 #include "lm/model/lora.h"
@@ -399,19 +398,12 @@ at::Tensor Transformer::sink_or_window_attention(int64_t layer, const at::Tensor
   return lm::plain_attention(queries, k_cache, v_cache, mask, block_weights(layer).sinks, scale, attention.visible);
 }
 
-// A one-row step without an adapter normalises inside the router's kernel, which also writes the normalised row for
-// the experts (and, on Hopper, takes the top k: route_row), and adds the residual in the experts' weighted sum:
-// LibTorch's norm, cuBLAS's router GEMM with its reduction and the residual's add are not launched (a batch-1 decode
-// step is a chain of small kernels).
+// A one-row step without an adapter normalises inside the router's one-row kernel, which also writes the normalised
+// row for the experts, and adds the residual in the experts' weighted sum: LibTorch's norm, cuBLAS's router GEMM with
+// its reduction and the residual's add are not launched (a batch-1 decode step is a chain of small kernels).
 at::Tensor Transformer::moe_block(int64_t layer, const at::Tensor& residual, const at::Tensor& norm) const {
   const auto& moe = block_weights(layer).moe;
   const auto* lora = active_adapter();
-  const int64_t k = config_.moe->experts_per_token;
-  if (!lora && route_row_serves(residual, norm, moe.router, moe.router_bias, k)) {
-    const auto routed = route_row(residual, norm, config_.rms_norm_eps, moe.router, moe.router_bias, k);
-    return moe_forward(moe, *config_.moe, routed.normed, nullptr, layer, residual, routed.logits,
-                       {routed.experts, routed.weights});
-  }
   auto folds = LinearFolds::rms_normed(norm, config_.rms_norm_eps);
   if (!lora && small_linear_serves(residual, moe.router, moe.router_bias, {}, folds)) {
     folds.normed_out = at::empty_like(residual);
