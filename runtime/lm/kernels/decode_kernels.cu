@@ -84,13 +84,13 @@ __global__ void silu_times_up_kernel(SiluArgs a) {
 // It writes one partial (weighted sum, maximum, sum of weights) per (row, query head, split); the combine kernel merges
 // the splits. Splits past the step's slot, or wholly before its window, write nothing; the combine reads none of them.
 constexpr int kAttendWarps = kAttentionThreads / 32;
+constexpr int kAttendMaxGroup = 8;
 
 // The first slot a step at `slot` attends: past the window's start, or 0. Splits wholly before it hold no slot the
 // softmax weighs, so the split kernel skips them and the combine reads from the first one that does.
 __device__ __forceinline__ int64_t first_windowed(const AttendArgs& a, int64_t slot) {
   return a.window > 0 && slot >= a.window ? slot - a.window + 1 : 0;
 }
-constexpr int kAttendMaxGroup = 8;
 
 template <typename T, int L, int R>
 __global__ void attend_split_kernel(AttendArgs a) {
