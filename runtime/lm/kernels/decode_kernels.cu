@@ -372,6 +372,17 @@ __device__ void stage_copied(const LinearArgs& a, uint4* staged) {
   __syncthreads();
 }
 
+// A thread's first kAtOnce of `slices` 16-byte slices (threadIdx.x, then a block further each) loaded at once: through
+// the read-only cache (kReadOnly: weights), or from L2 (what an earlier kernel wrote).
+template <bool kReadOnly, int kAtOnce>
+__device__ __forceinline__ void load_at_once(const uint4* from, int64_t slices, uint4 (&to)[kAtOnce]) {
+#pragma unroll
+  for (int u = 0; u < kAtOnce; ++u) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+    if (i < slices) to[u] = kReadOnly ? __ldg(from + i) : __ldcg(from + i);
+  }
+}
+
 // x RMS-normalised, in 16-byte slices, into `staged`: y = x * rstd * weight in float32 rounded once, as LibTorch's
 // fused rms_norm rounds it. The first pass copies x into `staged` as it sums its squares, a thread's first
 // kAtOnce slices loaded at once, and the second reads it back from there: loaded in each pass's loop, one after
@@ -394,9 +405,7 @@ __device__ void stage_normed(const LinearArgs& a, uint4* staged, float* reduced)
   };
   {
     uint4 raw[kAtOnce];
-#pragma unroll
-    for (int u = 0; u < kAtOnce; ++u)
-      if (slice(u) < slices) raw[u] = __ldcg(x + slice(u));
+    load_at_once<false>(x, slices, raw);
 #pragma unroll
     for (int u = 0; u < kAtOnce; ++u)
       if (slice(u) < slices) add_squares(slice(u), raw[u]);
@@ -419,9 +428,7 @@ __device__ void stage_normed(const LinearArgs& a, uint4* staged, float* reduced)
   };
   {
     uint4 weight[kAtOnce];
-#pragma unroll
-    for (int u = 0; u < kAtOnce; ++u)
-      if (slice(u) < slices) weight[u] = __ldg(norm + slice(u));
+    load_at_once<true>(norm, slices, weight);
 #pragma unroll
     for (int u = 0; u < kAtOnce; ++u)
       if (slice(u) < slices) stage(slice(u), weight[u]);
