@@ -295,6 +295,75 @@ TEST_CASE("lm gpu: the experts' bfloat16 products on tensor cores are the exact 
   }
 }
 
+TEST_CASE("lm gpu: the experts' epilogues give their glue kernels' values: the clamped SwiGLU, one token's sum") {
+  // Bit for bit: each epilogue computes what its glue kernel computes from the kernel's float32 sums.
+  c10::InferenceMode guard;
+  const c10::Device gpu("cuda:0");
+  REQUIRE(expert_epilogues_serve(ExpertProducts::bfloat16));
+  const SwigluClamp clamp{7.0, 1.702};
+  struct Shape {
+    int64_t experts, rows, cols;
+  };
+  // Rows ending inside a warp's 16 and a block's 64, columns inside a span of 4 MX blocks, gpt-oss's 8 experts a
+  // token at most.
+  for (const Shape& shape : {Shape{8, 88, 96}, Shape{32, 200, 1056}, Shape{4, 130, 160}, Shape{12, 64, 288}}) {
+    const int64_t E = shape.experts, rows = shape.rows, cols = shape.cols;
+    CAPTURE(E);
+    auto g = at::make_generator<at::CPUGeneratorImpl>(17);
+    const auto packed = lm::mxfp4_encode(at::randn({E, rows, cols}, g) * 0.3);
+    const auto blocks = lm::mxfp4_paired(packed.blocks).to(gpu);
+    const auto scales = packed.scales.to(gpu);
+    const auto bias = (at::randn({E, rows}, g) * 2.0).to(at::kBFloat16).to(gpu);  // some sums past the clamp
+    // The first projection: one token's 4, a pass of a few an expert, and an ordered pass.
+    for (const int64_t assignments : {int64_t{4}, 3 * E, int64_t{300}}) {
+      CAPTURE(assignments);
+      const auto experts = at::randint(E, {assignments}, g, at::kLong).to(gpu);
+      const auto x = (at::randn({assignments / 4, cols}, g) * 2.0).to(at::kBFloat16).to(gpu);
+      const auto sums = expert_gemv(x, 4, experts, blocks, scales, bias, ExpertProducts::bfloat16);
+      const auto want = clamped_swiglu_on_device(sums, clamp.limit, clamp.alpha, at::kBFloat16);
+      const auto got = expert_gemv_swiglu(x, 4, experts, blocks, scales, bias, clamp);
+      CHECK(at::equal(got, want));
+    }
+    // The second projection of one token's k different experts, weighted and summed, with and without a residual,
+    // in bfloat16 and float32.
+    if (!expert_sum_fuses(blocks, 1, 1, E, ExpertProducts::bfloat16)) {
+      MESSAGE("skipped: the summed epilogue needs compute capability 9.0 (clusters)");
+      continue;
+    }
+    for (const int64_t k : {int64_t{1}, int64_t{2}, int64_t{4}, std::min<int64_t>(E, 8)}) {
+      CAPTURE(k);
+      REQUIRE(expert_sum_fuses(blocks, 1, k, E, ExpertProducts::bfloat16));
+      const auto experts = at::randperm(E, g, at::kLong).narrow(0, 0, k).contiguous().to(gpu);
+      const auto x = at::randn({k, cols}, g).to(at::kBFloat16).to(gpu);
+      const auto weights = at::softmax(at::randn({1, k}, g), -1).to(at::kBFloat16).to(gpu);
+      for (const auto dtype : {at::kBFloat16, at::kFloat})
+        for (const bool with_residual : {false, true}) {
+          CAPTURE(dtype == at::kFloat);
+          CAPTURE(with_residual);
+          const auto residual = with_residual ? at::randn({1, rows}, g).to(dtype).to(gpu) : at::Tensor();
+          const auto sums = expert_gemv(x, 1, experts, blocks, scales, bias, ExpertProducts::bfloat16);
+          const auto want = weighted_expert_sum(sums, weights, dtype, residual);
+          const auto got = expert_gemv_summed(x, experts, blocks, scales, bias, weights, dtype, residual);
+          CHECK(at::equal(got, want));
+        }
+    }
+    CHECK_FALSE(expert_sum_fuses(blocks, 2, 4, E, ExpertProducts::bfloat16));  // one token only
+    CHECK_FALSE(expert_sum_fuses(blocks, 1, 9, E, ExpertProducts::bfloat16));
+  }
+  // Switched off, the layer runs its glue kernels: the same greedy tokens either way in a bfloat16 gpt-oss.
+  const auto m = test::tiny_gpt_oss();
+  const test::ScratchDir dir("families-gpu-epilogues");
+  test::write_model_dir(m, dir.path(), /*mxfp4=*/true);
+  const auto model = load_on_gpu(dir.path(), at::kBFloat16);
+  const auto folded = greedy_tokens(model, {ids_of(9, 1)});
+  set_expert_epilogues(false);
+  CHECK_FALSE(expert_epilogues_serve(ExpertProducts::bfloat16));
+  const auto glued = greedy_tokens(model, {ids_of(9, 1)});
+  set_expert_epilogues(true);
+  CHECK(folded == glued);
+  CHECK_FALSE(expert_epilogues_serve(ExpertProducts::float32));
+}
+
 TEST_CASE("lm gpu: MXFP4 decoded on the GPU gives the CPU's values for every code byte and scale") {
   c10::InferenceMode guard;
   // Block b holds bytes 16 b .. 16 b + 15 (mod 256) and scale b: every byte under many scales, up to 2^127 (6 times

@@ -89,22 +89,35 @@ inline bool has_early_launch_code(const void* kernel) {
   return has;
 }
 
+// A launch with the early start where the kernel has its code, and blocks in clusters of `cluster` along x where that
+// is not 0 (compute capability 9.0: the kernel must have code for it, which the caller checks).
 template <typename... Params, typename... Args>
-bool launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream, const Args&... args) {
-  cudaLaunchAttribute early;
-  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early.val.programmaticStreamSerializationAllowed = 1;
+bool launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned cluster, size_t shared,
+                      cudaStream_t stream, const Args&... args) {
+  cudaLaunchAttribute attributes[2];
+  unsigned count = 0;
+  if (early_launch_on().load(std::memory_order_relaxed) && current_gpu().major >= 9 &&
+      has_early_launch_code(reinterpret_cast<const void*>(kernel))) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 0) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count++].val.clusterDim = {cluster, 1, 1};
+  }
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared;
   config.stream = stream;
-  config.attrs = &early;
-  config.numAttrs = early_launch_on().load(std::memory_order_relaxed) && current_gpu().major >= 9 &&
-                            has_early_launch_code(reinterpret_cast<const void*>(kernel))
-                        ? 1
-                        : 0;
+  config.attrs = attributes;
+  config.numAttrs = count;
   return cudaLaunchKernelEx(&config, kernel, args...) == cudaSuccess;
+}
+
+template <typename... Params, typename... Args>
+bool launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream, const Args&... args) {
+  return launch_clustered(kernel, grid, block, 0, shared, stream, args...);
 }
 
 template <typename T, int N>

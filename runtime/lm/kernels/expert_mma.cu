@@ -1,4 +1,5 @@
 // The experts' products in bfloat16 on tensor cores: the kernel and its launch.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <cstddef>
@@ -310,8 +311,21 @@ __device__ __forceinline__ SpanCopies<kTiles> span_copies(const ExpertGemvArgs& 
   return copies;
 }
 
+// Sum i of a lane's tile j (row g + 8 (i >= 2), input 2t + i % 2), with its expert's bias.
+template <int kTiles, int kChains>
+__device__ __forceinline__ float product_of(const ExpertGemvArgs& a, int expert, int row, int j, int i,
+                                            const float (&acc)[kChains][kTiles][4]) {
+  const int64_t row_index = static_cast<int64_t>(expert) * a.rows + row;
+  const float bias = a.bias ? to_float(a.bias, row_index, a.bias_element) : 0.0f;
+  float sum = acc[0][j][i];
+#pragma unroll
+  for (int c = 1; c < kChains; ++c) sum += acc[c][j][i];
+  return sum + bias;
+}
+
 // Lane (g, t) holds rows g and g + 8 of inputs 2t and 2t + 1 of each tile: each with its expert's bias, to the
-// assignment's row of the output.
+// assignment's row of the output; or, with the SwiGLU epilogue, a gate row's (g even) activated with its linear row
+// (g + 1: lane + 4) to the assignment's row of `activated`.
 template <int kTiles, int kChains>
 __device__ __forceinline__ void store_products(const ExpertGemvArgs& a, int expert, const LaneRows& rows,
                                                const int* mine, int first, int n, int g, int t,
@@ -321,18 +335,67 @@ __device__ __forceinline__ void store_products(const ExpertGemvArgs& a, int expe
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int row = rows.row0 + g + (i >= 2 ? 8 : 0), slot = first + 8 * j + 2 * t + i % 2;
-      if (row >= a.rows || slot >= n) continue;
-      const int64_t row_index = static_cast<int64_t>(expert) * a.rows + row;
-      const float bias = a.bias ? to_float(a.bias, row_index, a.bias_element) : 0.0f;
-      float sum = acc[0][j][i];
-#pragma unroll
-      for (int c = 1; c < kChains; ++c) sum += acc[c][j][i];
-      a.out[static_cast<int64_t>(mine[slot]) * a.rows + row] = sum + bias;
+      const bool stored = row < a.rows && slot < n;
+      if (a.activated) {  // the same for the whole warp: the shuffle takes every lane
+        const float product = stored ? product_of<kTiles, kChains>(a, expert, row, j, i, acc) : 0.0f;
+        const float linear = __shfl_xor_sync(0xFFFFFFFFu, product, 4);
+        if (stored && g % 2 == 0)
+          static_cast<__nv_bfloat16*>(a.activated)[static_cast<int64_t>(mine[slot]) * (a.rows / 2) + row / 2] =
+              narrow<__nv_bfloat16>(clamped_swiglu_of(product, linear, a.swiglu_limit, a.swiglu_alpha));
+      } else if (stored) {
+        a.out[static_cast<int64_t>(mine[slot]) * a.rows + row] = product_of<kTiles, kChains>(a, expert, row, j, i, acc);
+      }
     }
 }
 
+// The summed epilogue (kSummed: one token, a block per assignment, the token's k blocks of a row block in one
+// cluster): each block's 64 sums in its shared memory, read by the cluster's first block.
+__device__ __forceinline__ float* summed_part() {
+  __shared__ float part[kWarps * kMmaRows];
+  return part;
+}
+
+// Column 0 (the block's one assignment) of lane (g, 0)'s rows into the block's part; NaN where the block has no
+// assignment (an expert chosen twice, which a router's top-k never does, or one out of range).
+template <int kChains>
+__device__ __forceinline__ void store_part(const ExpertGemvArgs& a, int expert, const LaneRows& rows, int warp, int n,
+                                           int g, int t, const float (&acc)[kChains][1][4]) {
+  if (t != 0 || !rows.has_rows) return;
+#pragma unroll
+  for (int i = 0; i < 4; i += 2) {
+    const int row = rows.row0 + g + (i >= 2 ? 8 : 0);
+    if (row < a.rows)
+      summed_part()[warp * kMmaRows + g + (i >= 2 ? 8 : 0)] =
+          n > 0 ? product_of<1, kChains>(a, expert, row, 0, i, acc) : __int_as_float(0x7FC00000);
+  }
+}
+
+// The cluster's first block weights and sums the k blocks' parts of each row in the order of the assignments, adds
+// the residual and stores the row, as launch_weighted_expert_sum does.
+__device__ __forceinline__ void sum_parts_in_cluster(const ExpertGemvArgs& a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's part is written
+  const int row = blockIdx.y * kWarps * kMmaRows + threadIdx.x, k = static_cast<int>(gridDim.x);
+  if (cluster.block_rank() == 0 && threadIdx.x < kWarps * kMmaRows && row < a.rows) {
+    float product[kMaxRouteK], weight[kMaxRouteK];
+#pragma unroll
+    for (int j = 0; j < kMaxRouteK; ++j)
+      if (j < k) {
+        product[j] = *cluster.map_shared_rank(summed_part() + threadIdx.x, j);
+        weight[j] = to_float(a.weights, j, a.weights_element);
+      }
+    float sum = weighted_sum_of(product, weight, k);
+    if (a.residual) sum = plus_residual(sum, to_float(a.residual, row, a.summed_element), a.summed_element);
+    store_as(a.summed, row, sum, a.summed_element);
+  }
+  cluster.sync();  // the first block has read every part: their blocks may end
+#endif
+}
+
 // One tile's blocks fit 5 to an SM by shared memory; registers are held to that too.
-template <int kTiles, bool kOrdered, int kChains = 1>
+template <int kTiles, bool kOrdered, int kChains = 1, bool kSummed = false>
 __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_kernel(ExpertGemvArgs a,
                                                                                      bool by_assignment) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -372,12 +435,23 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
       if (rows.has_rows) multiply_span<kTiles, kChains>(stage, reads, acc);
     }
     wait_copies<0>();
-    if (rows.has_rows) store_products<kTiles, kChains>(a, expert, rows, routed.mine, first, n, g, t, acc);
+    if constexpr (kSummed)
+      store_part<kChains>(a, expert, rows, warp, n, g, t, acc);
+    else if (rows.has_rows)
+      store_products<kTiles, kChains>(a, expert, rows, routed.mine, first, n, g, t, acc);
+  }
+  if constexpr (kSummed) {
+    if (n == 0) store_part<kChains>(a, expert, rows, warp, n, g, t, {});
+    sum_parts_in_cluster(a);
   }
 #endif
 }
 
 }  // namespace
+
+bool summed_epilogue_built() {
+  return has_early_launch_code(reinterpret_cast<const void*>(expert_mma_kernel<1, false, 4, true>));
+}
 
 // On tensor cores. Ordered assignments (a prefill's many): a block per tile of args.ordered_tile of an expert's, at
 // most assignments / tile + experts tiles. A step of a token or two (no more assignments than experts): a block per
@@ -403,6 +477,11 @@ void launch_expert_mma(const ExpertGemvArgs& args, cudaStream_t stream) {
     return value && std::atoi(value) == 1;
   }();
   const auto one_tile = one_chain ? expert_mma_kernel<1, false, 1> : expert_mma_kernel<1, false, 4>;
+  if (args.summed) {  // one token: launch_expert_gemv checked that a cluster takes its assignments
+    const auto summed = one_chain ? expert_mma_kernel<1, false, 1, true> : expert_mma_kernel<1, false, 4, true>;
+    launch_clustered(summed, dim3(args.assignments, rows), dim3(kWarps * 32), args.assignments, 0, stream, args, true);
+    return;
+  }
   if (args.assignments <= args.experts_count) {
     launch(one_tile, dim3(args.assignments, rows), dim3(kWarps * 32), 0, stream, args, true);
     return;

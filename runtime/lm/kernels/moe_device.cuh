@@ -18,6 +18,8 @@ namespace crucible::lm::kernels {
 // type, up to kMaxExpertAssignments), bfloat16 products on tensor cores (any number, with an order past that).
 void launch_expert_gemv_cuda_cores(const ExpertGemvArgs& args, cudaStream_t stream);
 void launch_expert_mma(const ExpertGemvArgs& args, cudaStream_t stream);
+// Whether the tensor cores' summed epilogue has code for clusters (compute capability 9.0) in this build.
+bool summed_epilogue_built();
 
 constexpr int kWarps = 4;
 constexpr int kMxBlock = 32;
@@ -53,6 +55,43 @@ __device__ __forceinline__ unsigned word_of(const uint4& q, int g) { return g ==
 // at load).
 __device__ __forceinline__ float scale_of(unsigned scale) {
   return scale == 0 ? __int_as_float(0x00400000) : __int_as_float(static_cast<int>(scale) << 23);
+}
+
+__device__ __forceinline__ void store_as(void* p, int64_t i, float v, Element e) {
+  switch (e) {
+    case Element::bf16: static_cast<__nv_bfloat16*>(p)[i] = narrow<__nv_bfloat16>(v); break;
+    case Element::f16: static_cast<__half*>(p)[i] = narrow<__half>(v); break;
+    default: static_cast<float*>(p)[i] = v; break;
+  }
+}
+
+// gpt-oss's clamped SwiGLU of a gate and its linear value, as LibTorch's float32 operators compute it (moe.cpp's
+// clamped_swiglu). LibTorch's clamp keeps a NaN, where fminf and fmaxf would drop it.
+__device__ __forceinline__ float clamped_swiglu_of(float gate_in, float linear_in, float limit, float alpha) {
+  const float gate = isnan(gate_in) ? gate_in : fminf(gate_in, limit);
+  const float linear = isnan(linear_in) ? linear_in : fminf(fmaxf(linear_in, -limit), limit);
+  const float activated = gate * (1.0f / (1.0f + expf(-(gate * alpha))));
+  return (linear + 1.0f) * activated;
+}
+
+// A token's k experts' outputs times their routing weights, summed in the order j = 0, 1, ...
+template <int N>
+__device__ __forceinline__ float weighted_sum_of(const float (&product)[N], const float (&weight)[N], int k) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+    if (j < k) sum += product[j] * weight[j];
+  return sum;
+}
+
+// LibTorch's residual + sum in element type e: the sum rounded to e, the addition in float32 (rounded again when
+// stored).
+__device__ __forceinline__ float plus_residual(float sum, float residual, Element e) {
+  switch (e) {
+    case Element::bf16: return widen(narrow<__nv_bfloat16>(sum)) + residual;
+    case Element::f16: return widen(narrow<__half>(sum)) + residual;
+    default: return sum + residual;
+  }
 }
 
 // The assignments routed to a block's expert, found on the device.

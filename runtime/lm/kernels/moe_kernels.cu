@@ -46,14 +46,6 @@ __global__ void mxfp4_decode_kernel(const uint4* codes, const uint8_t* scales, T
     decode_block_into(__ldg(codes + b), __ldg(scales + b), out + b * kMxBlock);
 }
 
-__device__ __forceinline__ void store_as(void* p, int64_t i, float v, Element e) {
-  switch (e) {
-    case Element::bf16: static_cast<__nv_bfloat16*>(p)[i] = narrow<__nv_bfloat16>(v); break;
-    case Element::f16: static_cast<__half*>(p)[i] = narrow<__half>(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
-  }
-}
-
 __global__ void clamped_swiglu_kernel(const float* gate_up, void* out, Element out_element, int64_t count, int width,
                                       float limit, float alpha) {
   wait_for_earlier_kernels();  // launched early (decode_kernels_device.cuh): every input is an earlier kernel's
@@ -62,20 +54,7 @@ __global__ void clamped_swiglu_kernel(const float* gate_up, void* out, Element o
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / width, column = i % width;
     const float2 pair = reinterpret_cast<const float2*>(gate_up)[row * width + column];  // gate, linear
-    // LibTorch's clamp keeps a NaN, where fminf and fmaxf would drop it.
-    const float gate = isnan(pair.x) ? pair.x : fminf(pair.x, limit);
-    const float linear = isnan(pair.y) ? pair.y : fminf(fmaxf(pair.y, -limit), limit);
-    const float activated = gate * (1.0f / (1.0f + expf(-(gate * alpha))));
-    store_as(out, i, (linear + 1.0f) * activated, out_element);
-  }
-}
-
-// v as the element type e holds it (rounded to nearest even), as a float.
-__device__ __forceinline__ float rounded_as(float v, Element e) {
-  switch (e) {
-    case Element::bf16: return widen(narrow<__nv_bfloat16>(v));
-    case Element::f16: return widen(narrow<__half>(v));
-    default: return v;
+    store_as(out, i, clamped_swiglu_of(pair.x, pair.y, limit, alpha), out_element);
   }
 }
 
@@ -100,15 +79,12 @@ __global__ void weighted_expert_sum_kernel(const float* experts_out, const void*
           product[j] = experts_out[(token * k + j) * width + column];
           weight[j] = to_float(weights, token * k + j, weights_element);
         }
-#pragma unroll
-      for (int j = 0; j < kUnrolled; ++j)
-        if (j < k) sum += product[j] * weight[j];
+      sum = weighted_sum_of(product, weight, k);
     } else {
       for (int j = 0; j < k; ++j)
         sum += experts_out[(token * k + j) * width + column] * to_float(weights, token * k + j, weights_element);
     }
-    // LibTorch's residual + sum: the sum rounded to the element type, the addition in float32, rounded again.
-    if (residual) sum = rounded_as(sum, out_element) + before;
+    if (residual) sum = plus_residual(sum, before, out_element);
     store_as(out, i, sum, out_element);
   }
 }
@@ -178,6 +154,15 @@ bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
       (args.ordered_tile != kOrderedTile && args.ordered_tile != kWideOrderedTile) ||
       static_cast<int64_t>(args.experts_count) * args.rows * (args.cols / 32) > INT_MAX - 64)
     return false;
+  const bool epilogue = args.activated || args.summed;
+  if (epilogue && (!args.bf16_products || (args.activated && args.summed)))
+    return false;
+  if (args.activated && args.rows % 2 != 0) return false;
+  // The summed epilogue's blocks (one an assignment) meet in one cluster, on a GPU and in code that have clusters.
+  if (args.summed && (args.assignments > kMaxRouteK || args.assignments > args.experts_count || !args.weights ||
+                      current_gpu().major < 9 || !summed_epilogue_built()))
+    return false;
+  if (!epilogue && !args.out) return false;
   if (args.bf16_products) {  // an order comes only with bfloat16 products
     if (args.x_element != Element::bf16) return false;
     launch_expert_mma(args, stream);

@@ -51,6 +51,35 @@ at::Tensor expert_gemv(const at::Tensor& x, int64_t x_divisor, const at::Tensor&
                        const at::Tensor& scales, const at::Tensor& bias,
                        ExpertProducts products = ExpertProducts::float32, const ExpertOrder* order = nullptr);
 
+// The layer's glue kernels folded into the experts' kernel (bfloat16 products), one launch fewer each, the same values:
+// the first projection's clamped SwiGLU, and for one token the weighted sum of its experts' second projections
+// (on compute capability 9.0, its k <= 8 blocks of a row block meeting in a cluster). CRUCIBLE_MOE_EPILOGUES=0 starts
+// off.
+bool expert_epilogues_serve(ExpertProducts products);
+void set_expert_epilogues(bool on);
+
+// gpt-oss's SwiGLU clamp: its limit and the sigmoid's alpha.
+struct SwigluClamp {
+  double limit, alpha;
+};
+
+// clamped_swiglu_on_device(expert_gemv(...bfloat16 products...), clamp, bfloat16) in one launch: blocks' rows
+// alternate gate, linear -> [A, out / 2] bfloat16.
+at::Tensor expert_gemv_swiglu(const at::Tensor& x, int64_t x_divisor, const at::Tensor& experts,
+                              const at::Tensor& blocks, const at::Tensor& scales, const at::Tensor& bias,
+                              const SwigluClamp& clamp, const ExpertOrder* order = nullptr);
+
+// Whether expert_gemv_summed takes a step of `tokens` tokens with k experts each: epilogues serve, one token, k at
+// most 8 and no more than the experts, on a GPU of compute capability 9.0 or later (x's).
+bool expert_sum_fuses(const at::Tensor& x, int64_t tokens, int64_t k, int64_t experts_count, ExpertProducts products);
+
+// weighted_expert_sum(expert_gemv(x, 1, ...bfloat16 products...), weights, dtype, residual) for one token's k
+// assignments (different experts, as a router's top-k chooses them; weights [1, k]), in one launch -> [1, out] in
+// dtype.
+at::Tensor expert_gemv_summed(const at::Tensor& x, const at::Tensor& experts, const at::Tensor& blocks,
+                              const at::Tensor& scales, const at::Tensor& bias, const at::Tensor& weights,
+                              c10::ScalarType dtype, const at::Tensor& residual = {});
+
 // MXFP4 decoded on the GPU in one kernel, mxfp4_decode's values (LibTorch's way is a table lookup and four more
 // kernels, about 0.15 ms for one of gpt-oss's 5760 x 2880 experts): blocks [..., n, 16] (codes in the paired order)
 // and scales [..., n] contiguous uint8 on a GPU, to bfloat16 or float32, unless the expert kernels are switched off.

@@ -38,6 +38,11 @@ std::atomic<int>& ordered_tile() {
   return tile;
 }
 
+std::atomic<bool>& epilogues_on() {
+  static std::atomic<bool> on{on_unless_zero("CRUCIBLE_MOE_EPILOGUES")};
+  return on;
+}
+
 std::atomic<bool>& route_kernel_on() {
   static std::atomic<bool> on{on_unless_zero("CRUCIBLE_ROUTE_KERNEL")};
   return on;
@@ -93,9 +98,19 @@ ExpertOrder expert_order_for(const at::Tensor& experts, int64_t experts_count, E
           at::cat({at::zeros({1}, counts.options()), at::cumsum(counts, 0)}).to(at::kInt)};
 }
 
-at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Tensor& experts, const at::Tensor& blocks,
-                       const at::Tensor& scales, const at::Tensor& bias, ExpertProducts products,
-                       const ExpertOrder* order) {
+namespace {
+
+// A launch of the experts' kernel as expert_gemv checks and prepares it: its arguments (no output yet), and what
+// they point into, kept alive past the launch (the stream orders the release).
+struct ExpertLaunch {
+  kernels::ExpertGemvArgs args;
+  at::Tensor x, bias;
+  ExpertOrder made;
+};
+
+ExpertLaunch prepared_launch(const at::Tensor& input, int64_t x_divisor, const at::Tensor& experts,
+                             const at::Tensor& blocks, const at::Tensor& scales, const at::Tensor& bias,
+                             ExpertProducts products, const ExpertOrder* order) {
   TORCH_CHECK(input.dim() == 2 && input.stride(1) == 1, "expert_gemv: x must be [rows, cols] with cols contiguous");
   // The kernel reads 8 values of a row at a time, 16-byte aligned.
   const bool aligned = reinterpret_cast<uintptr_t>(input.data_ptr()) % 16 == 0 &&
@@ -103,10 +118,12 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   const bool bf16_products = products == ExpertProducts::bfloat16;
   TORCH_CHECK(!bf16_products || input.scalar_type() == at::kBFloat16 || input.scalar_type() == at::kFloat,
               "expert_gemv: bfloat16 products take x in bfloat16 or float32");
+  ExpertLaunch l;
   // The tensor cores' kernel copies its inputs as they are, in bfloat16 (rounded to nearest even, as it multiplies).
-  const at::Tensor x = bf16_products && input.scalar_type() == at::kFloat ? input.to(at::kBFloat16)
-                       : aligned                                          ? input
-                                                                          : input.clone(at::MemoryFormat::Contiguous);
+  l.x = bf16_products && input.scalar_type() == at::kFloat ? input.to(at::kBFloat16)
+        : aligned                                          ? input
+                                                           : input.clone(at::MemoryFormat::Contiguous);
+  const at::Tensor& x = l.x;
   TORCH_CHECK(expert_gemv_serves(x, blocks, scales, experts.numel(), products),
               "expert_gemv: inputs the kernel does not take");
   TORCH_CHECK(!bf16_products || has_tensor_cores(x),
@@ -117,13 +134,12 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   TORCH_CHECK(experts.scalar_type() == at::kLong && experts.is_contiguous() && experts.device() == x.device() &&
                   x_divisor > 0 && experts.numel() <= x.size(0) * x_divisor,
               "expert_gemv: experts [A] int64 on x's device, one x row per x_divisor of them");
-  const auto b = bias.defined() ? bias.contiguous() : bias;
+  l.bias = bias.defined() ? bias.contiguous() : bias;
+  const at::Tensor& b = l.bias;
   TORCH_CHECK(!b.defined() || (b.dim() == 2 && b.size(0) == E && b.size(1) == out_rows && float_type(b) &&
                                b.device() == x.device()),
               "expert_gemv: bias must be [E, out] on x's device");
-  const c10::cuda::CUDAGuard on_its_device(x.device());
-  auto out = at::empty({experts.numel(), out_rows}, x.options().dtype(at::kFloat));
-  kernels::ExpertGemvArgs a;
+  kernels::ExpertGemvArgs& a = l.args;
   a.x = x.data_ptr();
   a.x_row_stride = x.stride(0);
   a.x_divisor = static_cast<int>(x_divisor);
@@ -134,16 +150,14 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
   a.scales = scales.data_ptr<uint8_t>();
   a.bias = b.defined() ? b.data_ptr() : nullptr;
   a.bias_element = b.defined() ? element_of(b) : kernels::Element::f32;
-  a.out = out.data_ptr<float>();
   a.experts_count = static_cast<int>(E);
   a.rows = static_cast<int>(out_rows);
   a.cols = static_cast<int>(cols);
   a.bf16_products = bf16_products;
   const int tile = ordered_tile().load(std::memory_order_relaxed);
   a.ordered_tile = tile != 0 ? tile : kernels::ordered_tile_for(experts.numel(), E);
-  ExpertOrder made;  // kept alive past the launch (the stream orders its release)
   if (experts.numel() > kernels::kMaxExpertAssignments) {
-    if (!order || !order->order.defined()) made = expert_order_for(experts, E, products), order = &made;
+    if (!order || !order->order.defined()) l.made = expert_order_for(experts, E, products), order = &l.made;
     TORCH_CHECK(order->order.numel() == experts.numel() && order->offsets.numel() == E + 1 &&
                     order->order.scalar_type() == at::kInt && order->offsets.scalar_type() == at::kInt &&
                     order->order.device() == x.device() && order->offsets.device() == x.device(),
@@ -151,8 +165,75 @@ at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Ten
     a.order = order->order.data_ptr<int32_t>();
     a.offsets = order->offsets.data_ptr<int32_t>();
   }
-  TORCH_CHECK(kernels::launch_expert_gemv(a, c10::cuda::getCurrentCUDAStream(x.get_device()).stream()),
-              "expert_gemv: launch failed");
+  return l;
+}
+
+void run(const ExpertLaunch& l, const char* name) {
+  const c10::cuda::CUDAGuard on_its_device(l.x.device());
+  TORCH_CHECK(kernels::launch_expert_gemv(l.args, c10::cuda::getCurrentCUDAStream(l.x.get_device()).stream()), name,
+              ": launch failed");
+}
+
+}  // namespace
+
+at::Tensor expert_gemv(const at::Tensor& input, int64_t x_divisor, const at::Tensor& experts, const at::Tensor& blocks,
+                       const at::Tensor& scales, const at::Tensor& bias, ExpertProducts products,
+                       const ExpertOrder* order) {
+  ExpertLaunch l = prepared_launch(input, x_divisor, experts, blocks, scales, bias, products, order);
+  auto out = at::empty({experts.numel(), l.args.rows}, l.x.options().dtype(at::kFloat));
+  l.args.out = out.data_ptr<float>();
+  run(l, "expert_gemv");
+  return out;
+}
+
+bool expert_epilogues_serve(ExpertProducts products) {
+  return epilogues_on().load(std::memory_order_relaxed) && products == ExpertProducts::bfloat16;
+}
+
+void set_expert_epilogues(bool on) { epilogues_on().store(on, std::memory_order_relaxed); }
+
+at::Tensor expert_gemv_swiglu(const at::Tensor& x, int64_t x_divisor, const at::Tensor& experts,
+                              const at::Tensor& blocks, const at::Tensor& scales, const at::Tensor& bias,
+                              const SwigluClamp& clamp, const ExpertOrder* order) {
+  TORCH_CHECK(expert_epilogues_serve(ExpertProducts::bfloat16) && blocks.dim() == 4 && blocks.size(1) % 2 == 0,
+              "expert_gemv_swiglu: epilogues switched off, or rows that are not (gate, linear) pairs");
+  ExpertLaunch l = prepared_launch(x, x_divisor, experts, blocks, scales, bias, ExpertProducts::bfloat16, order);
+  auto out = at::empty({experts.numel(), l.args.rows / 2}, l.x.options().dtype(at::kBFloat16));
+  l.args.activated = out.data_ptr();
+  l.args.swiglu_limit = static_cast<float>(clamp.limit);
+  l.args.swiglu_alpha = static_cast<float>(clamp.alpha);
+  run(l, "expert_gemv_swiglu");
+  return out;
+}
+
+bool expert_sum_fuses(const at::Tensor& x, int64_t tokens, int64_t k, int64_t experts_count, ExpertProducts products) {
+  return expert_epilogues_serve(products) && x.is_cuda() && tokens == 1 && k > 0 && k <= kernels::kMaxRouteK &&
+         k <= experts_count &&
+         at::cuda::getDeviceProperties(x.get_device())->major >= 9;
+}
+
+at::Tensor expert_gemv_summed(const at::Tensor& x, const at::Tensor& experts, const at::Tensor& blocks,
+                              const at::Tensor& scales, const at::Tensor& bias, const at::Tensor& weights,
+                              c10::ScalarType dtype, const at::Tensor& residual) {
+  TORCH_CHECK(weights.dim() == 2 && weights.size(0) == 1 && weights.size(1) == experts.numel() &&
+                  expert_sum_fuses(x, 1, experts.numel(), blocks.size(0), ExpertProducts::bfloat16),
+              "expert_gemv_summed: one token's experts (weights [1, k]) the summed epilogue does not take");
+  ExpertLaunch l = prepared_launch(x, 1, experts, blocks, scales, bias, ExpertProducts::bfloat16, nullptr);
+  const auto w = weights.contiguous();
+  TORCH_CHECK(w.device() == l.x.device() && float_type(w) &&
+                  (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf),
+              "expert_gemv_summed: weights [1, k] on x's GPU; dtype float32, bfloat16 or float16");
+  const int64_t width = l.args.rows;
+  TORCH_CHECK(!residual.defined() || (residual.scalar_type() == dtype && residual.is_contiguous() &&
+                                      residual.device() == l.x.device() && residual.numel() == width),
+              "expert_gemv_summed: residual [1, width] in dtype, contiguous, on x's GPU");
+  auto out = at::empty({1, width}, l.x.options().dtype(dtype));
+  l.args.summed = out.data_ptr();
+  l.args.summed_element = element_of(out);
+  l.args.weights = w.data_ptr();
+  l.args.weights_element = element_of(w);
+  l.args.residual = residual.defined() ? residual.data_ptr() : nullptr;
+  run(l, "expert_gemv_summed");
   return out;
 }
 

@@ -36,6 +36,20 @@ struct ExpertGemvArgs {
   const int32_t* order = nullptr;  // [assignments]
   const int32_t* offsets = nullptr;  // [experts_count + 1]
   int ordered_tile = 32;  // assignments an ordered block takes: kOrderedTile or kWideOrderedTile
+  // Epilogues in place of `out` (bfloat16 products only; `out` is then null), each giving the values its glue kernel
+  // below would give from `out`, without the launch between:
+  // gpt-oss's clamped SwiGLU of row pairs (gate, linear): activated [assignments, rows / 2] bfloat16, as
+  // launch_clamped_swiglu.
+  void* activated = nullptr;
+  float swiglu_limit = 0.0f, swiglu_alpha = 0.0f;
+  // One token's assignments (its k different experts, k <= kMaxRouteK; compute capability 9.0) weighted and summed:
+  // summed [rows] in summed_element, weights [k] in weights_element, plus residual [rows] in summed_element where
+  // given, as launch_weighted_expert_sum.
+  void* summed = nullptr;
+  Element summed_element = Element::f32;
+  const void* weights = nullptr;
+  Element weights_element = Element::f32;
+  const void* residual = nullptr;
 };
 
 // False for arguments it does not take: more than kMaxExpertAssignments without an order, or float32 products.

@@ -27,6 +27,22 @@ at::Tensor expert_gemv(const at::Tensor&, int64_t, const at::Tensor&, const at::
   throw std::logic_error("expert_gemv: this build has no CUDA kernels");
 }
 
+bool expert_epilogues_serve(ExpertProducts) { return false; }
+
+void set_expert_epilogues(bool) {}
+
+at::Tensor expert_gemv_swiglu(const at::Tensor&, int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                              const at::Tensor&, const SwigluClamp&, const ExpertOrder*) {
+  throw std::logic_error("expert_gemv_swiglu: this build has no CUDA kernels");
+}
+
+bool expert_sum_fuses(const at::Tensor&, int64_t, int64_t, int64_t, ExpertProducts) { return false; }
+
+at::Tensor expert_gemv_summed(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                              const at::Tensor&, const at::Tensor&, c10::ScalarType, const at::Tensor&) {
+  throw std::logic_error("expert_gemv_summed: this build has no CUDA kernels");
+}
+
 bool mxfp4_decode_serves(const at::Tensor&, const at::Tensor&, c10::ScalarType) { return false; }
 
 at::Tensor mxfp4_decode_on_device(const at::Tensor&, const at::Tensor&, c10::ScalarType) {

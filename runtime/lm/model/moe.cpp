@@ -64,6 +64,20 @@ at::Tensor expert_projection(const ExpertMatrix& m, const at::Tensor& bias, Lora
   return lora ? lora->plus_expert_delta(layer, target, e, config.num_experts, x, out) : out;
 }
 
+// The first projection of the routed rows, its adapter's deltas added, then the clamped SwiGLU: [A, intermediate].
+at::Tensor gate_up_activated(const MoeWeights& w, const MoeConfig& config, const at::Tensor& x,
+                             const at::Tensor& experts, ExpertProducts products, const ExpertOrder& order,
+                             const LoraAdapter* lora, int64_t layer) {
+  const int64_t k = config.experts_per_token, E = config.num_experts;
+  auto gate_up = expert_gemv(x, k, experts, w.gate_up.blocks, w.gate_up.scales, w.gate_up_bias, products, &order);
+  if (lora) {
+    const auto delta = lora->expert_deltas(layer, LoraTarget::experts_gate_up, experts, E, x.repeat_interleave(k, 0));
+    if (delta.defined()) gate_up = gate_up + delta.to(at::kFloat);
+  }
+  return clamped_swiglu_on_device(gate_up, config.swiglu_limit, config.swiglu_alpha,
+                                  products == ExpertProducts::bfloat16 ? at::kBFloat16 : at::kFloat);
+}
+
 // Every token's experts read straight from MXFP4 on the GPU (moe_kernels.h), with an adapter's expert deltas gathered
 // there too: [T, hidden] -> [T, hidden], with no host synchronisation. Nothing where experts_run_on_device says no.
 std::optional<at::Tensor> experts_on_device(const MoeWeights& w, const MoeConfig& config, const at::Tensor& flat,
@@ -75,20 +89,21 @@ std::optional<at::Tensor> experts_on_device(const MoeWeights& w, const MoeConfig
   const auto x = flat.contiguous();
   const auto products = expert_products_for(x, x.scalar_type());
   const auto order = expert_order_for(experts, E, products);  // many assignments: ordered once for both
-  auto gate_up = expert_gemv(x, k, experts, w.gate_up.blocks, w.gate_up.scales, w.gate_up_bias, products, &order);
-  if (lora) {
-    const auto delta = lora->expert_deltas(layer, LoraTarget::experts_gate_up, experts, E, x.repeat_interleave(k, 0));
-    if (delta.defined()) gate_up = gate_up + delta.to(at::kFloat);
-  }
-  const auto hidden = clamped_swiglu_on_device(gate_up, config.swiglu_limit, config.swiglu_alpha,
-                                               products == ExpertProducts::bfloat16 ? at::kBFloat16 : at::kFloat);
+  // Without an adapter's deltas between them, the glue kernels are the experts' kernels' epilogues.
+  const bool folded = !lora && expert_epilogues_serve(products);
+  const auto hidden = folded ? expert_gemv_swiglu(x, k, experts, w.gate_up.blocks, w.gate_up.scales, w.gate_up_bias,
+                                                  {config.swiglu_limit, config.swiglu_alpha}, &order)
+                             : gate_up_activated(w, config, x, experts, products, order, lora, layer);
+  const auto residual_rows = residual.defined() ? residual.reshape({-1, residual.size(-1)}).contiguous() : residual;
+  if (folded && expert_sum_fuses(hidden, flat.size(0), k, E, products))
+    return expert_gemv_summed(hidden, experts, w.down.blocks, w.down.scales, w.down_bias, routing.weights,
+                              flat.scalar_type(), residual_rows);
   auto out = expert_gemv(hidden, 1, experts, w.down.blocks, w.down.scales, w.down_bias, products, &order);
   if (lora) {
     const auto delta = lora->expert_deltas(layer, LoraTarget::experts_down, experts, E, hidden.to(x.scalar_type()));
     if (delta.defined()) out = out + delta.to(at::kFloat);
   }
-  return weighted_expert_sum(out, routing.weights, flat.scalar_type(),
-                             residual.defined() ? residual.reshape({-1, residual.size(-1)}).contiguous() : residual);
+  return weighted_expert_sum(out, routing.weights, flat.scalar_type(), residual_rows);
 }
 
 // x's rows in the order `perm`, a permutation whose inverse is `inverse`. The backward takes the gradient's rows back
