@@ -145,10 +145,34 @@ struct SpanCopies {
   }
 
   __device__ __forceinline__ void copy_next(uint32_t stage) {
+    if (copied < whole_spans) {
+      copy_inputs<true>(stage);
+      copy_weights<true>(stage);
+    } else {
+      copy_inputs<false>(stage);
+      copy_weights<false>(stage);
+    }
+    advance();
+  }
+
+  // What copy_next copies, in two calls on two objects (starting alike): the weights first, which an earlier kernel
+  // never writes, then the inputs, once the kernel before has finished them.
+  __device__ __forceinline__ void copy_next_weights(uint32_t stage) {
     if (copied < whole_spans)
-      copy_whole(stage);
+      copy_weights<true>(stage);
     else
-      copy_checked(stage);
+      copy_weights<false>(stage);
+    advance();
+  }
+  __device__ __forceinline__ void copy_next_inputs(uint32_t stage) {
+    if (copied < whole_spans)
+      copy_inputs<true>(stage);
+    else
+      copy_inputs<false>(stage);
+    advance();
+  }
+
+  __device__ __forceinline__ void advance() {
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) input[i] += kSpanBlocks * kMxBlock;
     codes[0] += kSpanBlocks, codes[1] += kSpanBlocks;
@@ -156,21 +180,27 @@ struct SpanCopies {
     ++copied;
   }
 
-  __device__ __forceinline__ void copy_whole(uint32_t stage) {
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i)
-      if (has_input[i]) copy16_async(stage + input_to[i], input[i]);
-    copy16_async(stage + codes_to, codes[0]);
-    copy16_async(stage + codes_to + StageOffsets<kTiles>::high_codes, codes[1]);
-    copy4_async(stage + scale_to, scale_word);
-  }
-
-  __device__ __forceinline__ void copy_checked(uint32_t stage) {
+  template <bool kWhole>
+  __device__ __forceinline__ void copy_inputs(uint32_t stage) {
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) {
       if (!has_input[i]) continue;
-      const bool present = input_columns[i] - copied * kSpanBlocks * kMxBlock > 0;
-      copy16_async(stage + input_to[i], present ? input[i] : static_cast<const void*>(readable), present ? 16 : 0);
+      if (kWhole) {
+        copy16_async(stage + input_to[i], input[i]);
+      } else {
+        const bool present = input_columns[i] - copied * kSpanBlocks * kMxBlock > 0;
+        copy16_async(stage + input_to[i], present ? input[i] : static_cast<const void*>(readable), present ? 16 : 0);
+      }
+    }
+  }
+
+  template <bool kWhole>
+  __device__ __forceinline__ void copy_weights(uint32_t stage) {
+    if (kWhole) {
+      copy16_async(stage + codes_to, codes[0]);
+      copy16_async(stage + codes_to + StageOffsets<kTiles>::high_codes, codes[1]);
+      copy4_async(stage + scale_to, scale_word);
+      return;
     }
     const bool codes_present = copied < code_spans;
     copy16_async(stage + codes_to, codes_present ? codes[0] : readable, codes_present ? 16 : 0);
@@ -376,18 +406,23 @@ __device__ __forceinline__ void sum_parts_in_cluster(const ExpertGemvArgs& a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // every block's part is written
   const int row = blockIdx.y * kWarps * kMmaRows + threadIdx.x, k = static_cast<int>(gridDim.x);
-  if (cluster.block_rank() == 0 && threadIdx.x < kWarps * kMmaRows && row < a.rows) {
-    float product[kMaxRouteK], weight[kMaxRouteK];
+  const bool sums = cluster.block_rank() == 0 && threadIdx.x < kWarps * kMmaRows && row < a.rows;
+  // The weights and the residual (earlier kernels' too) loaded while the cluster's blocks finish.
+  float product[kMaxRouteK], weight[kMaxRouteK], residual = 0.0f;
+  if (sums) {
 #pragma unroll
     for (int j = 0; j < kMaxRouteK; ++j)
-      if (j < k) {
-        product[j] = *cluster.map_shared_rank(summed_part() + threadIdx.x, j);
-        weight[j] = to_float(a.weights, j, a.weights_element);
-      }
+      if (j < k) weight[j] = to_float(a.weights, j, a.weights_element);
+    if (a.residual) residual = to_float(a.residual, row, a.summed_element);
+  }
+  cluster.sync();  // every block's part is written
+  if (sums) {
+#pragma unroll
+    for (int j = 0; j < kMaxRouteK; ++j)
+      if (j < k) product[j] = *cluster.map_shared_rank(summed_part() + threadIdx.x, j);
     float sum = weighted_sum_of(product, weight, k);
-    if (a.residual) sum = plus_residual(sum, to_float(a.residual, row, a.summed_element), a.summed_element);
+    if (a.residual) sum = plus_residual(sum, residual, a.summed_element);
     store_as(a.summed, row, sum, a.summed_element);
   }
   cluster.sync();  // the first block has read every part: their blocks may end
@@ -399,8 +434,13 @@ template <int kTiles, bool kOrdered, int kChains = 1, bool kSummed = false>
 __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_kernel(ExpertGemvArgs a,
                                                                                      bool by_assignment) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  wait_for_earlier_kernels();  // launched early (decode_kernels_device.cuh): every input is an earlier kernel's
-  let_later_kernels_start();
+  // Launched early (decode_kernels_device.cuh): every input is an earlier kernel's. A summed block first finds its
+  // expert and copies its first spans' weights, then waits for the kernel before to finish its inputs (its experts
+  // were chosen before that kernel started: expert_gemv_summed).
+  if constexpr (!kSummed) {
+    wait_for_earlier_kernels();
+    let_later_kernels_start();
+  }
   using Offsets = StageOffsets<kTiles>;
   constexpr int stages = kStages<kTiles>;
   __shared__ Routed routed;
@@ -416,9 +456,23 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
   for (int first = 0; first < n; first += 8 * kTiles) {
     SpanCopies<kTiles> copies = span_copies<kTiles>(a, rows, reads, routed.mine, first, n, warp, lane, t);
     __syncthreads();  // the previous pass has read its last stage
+    if constexpr (kSummed) {
+      SpanCopies<kTiles> weights = copies;
+#pragma unroll
+      for (int span = 0; span < stages - 1; ++span)
+        if (span < spans) weights.copy_next_weights(ring_at + span * Offsets::size);
+      commit_copies();  // a group before the first span's: waited for with it
+      wait_for_earlier_kernels();
+      let_later_kernels_start();
+    }
 #pragma unroll
     for (int span = 0; span < stages - 1; ++span) {
-      if (span < spans) copies.copy_next(ring_at + span * Offsets::size);
+      if (span < spans) {
+        if constexpr (kSummed)
+          copies.copy_next_inputs(ring_at + span * Offsets::size);
+        else
+          copies.copy_next(ring_at + span * Offsets::size);
+      }
       commit_copies();
     }
     float acc[kChains][kTiles][4] = {};
@@ -441,6 +495,7 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
       store_products<kTiles, kChains>(a, expert, rows, routed.mine, first, n, g, t, acc);
   }
   if constexpr (kSummed) {
+    wait_for_earlier_kernels();  // where no pass waited: the output is written only after it
     if (n == 0) store_part<kChains>(a, expert, rows, warp, n, g, t, {});
     sum_parts_in_cluster(a);
   }

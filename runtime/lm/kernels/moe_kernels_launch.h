@@ -44,7 +44,8 @@ struct ExpertGemvArgs {
   float swiglu_limit = 0.0f, swiglu_alpha = 0.0f;
   // One token's assignments (its k different experts, k <= kMaxRouteK; compute capability 9.0) weighted and summed:
   // summed [rows] in summed_element, weights [k] in weights_element, plus residual [rows] in summed_element where
-  // given, as launch_weighted_expert_sum.
+  // given, as launch_weighted_expert_sum. Experts, weights and residual must not come from the kernel launched just
+  // before (the blocks read them before they wait for it; only x may).
   void* summed = nullptr;
   Element summed_element = Element::f32;
   const void* weights = nullptr;
