@@ -144,31 +144,17 @@ struct SpanCopies {
     whole_spans = static_cast<int>(kept(static_cast<uint32_t>(whole_spans)));
   }
 
+  // The next span's copies: its inputs, its weights, or both. The weights may go ahead on a second object starting
+  // alike: no earlier kernel writes them, where the inputs wait for the kernel before to finish them.
+  template <bool kInputs = true, bool kWeights = true>
   __device__ __forceinline__ void copy_next(uint32_t stage) {
     if (copied < whole_spans) {
-      copy_inputs<true>(stage);
-      copy_weights<true>(stage);
+      if (kInputs) copy_inputs<true>(stage);
+      if (kWeights) copy_weights<true>(stage);
     } else {
-      copy_inputs<false>(stage);
-      copy_weights<false>(stage);
+      if (kInputs) copy_inputs<false>(stage);
+      if (kWeights) copy_weights<false>(stage);
     }
-    advance();
-  }
-
-  // What copy_next copies, in two calls on two objects (starting alike): the weights first, which an earlier kernel
-  // never writes, then the inputs, once the kernel before has finished them.
-  __device__ __forceinline__ void copy_next_weights(uint32_t stage) {
-    if (copied < whole_spans)
-      copy_weights<true>(stage);
-    else
-      copy_weights<false>(stage);
-    advance();
-  }
-  __device__ __forceinline__ void copy_next_inputs(uint32_t stage) {
-    if (copied < whole_spans)
-      copy_inputs<true>(stage);
-    else
-      copy_inputs<false>(stage);
     advance();
   }
 
@@ -460,7 +446,7 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
       SpanCopies<kTiles> weights = copies;
 #pragma unroll
       for (int span = 0; span < stages - 1; ++span)
-        if (span < spans) weights.copy_next_weights(ring_at + span * Offsets::size);
+        if (span < spans) weights.template copy_next<false, true>(ring_at + span * Offsets::size);
       commit_copies();  // a group before the first span's: waited for with it
       wait_for_earlier_kernels();
       let_later_kernels_start();
@@ -469,7 +455,7 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
     for (int span = 0; span < stages - 1; ++span) {
       if (span < spans) {
         if constexpr (kSummed)
-          copies.copy_next_inputs(ring_at + span * Offsets::size);
+          copies.template copy_next<true, false>(ring_at + span * Offsets::size);
         else
           copies.copy_next(ring_at + span * Offsets::size);
       }
