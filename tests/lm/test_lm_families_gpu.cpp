@@ -299,6 +299,7 @@ TEST_CASE("lm gpu: the experts' epilogues give their glue kernels' values: the c
   // Bit for bit: each epilogue computes what its glue kernel computes from the kernel's float32 sums.
   c10::InferenceMode guard;
   const c10::Device gpu("cuda:0");
+  set_expert_epilogues(true);
   REQUIRE(expert_epilogues_serve(ExpertProducts::bfloat16));
   const SwigluClamp clamp{7.0, 1.702};
   struct Shape {
@@ -324,20 +325,22 @@ TEST_CASE("lm gpu: the experts' epilogues give their glue kernels' values: the c
       const auto got = expert_gemv_swiglu(x, 4, experts, blocks, scales, bias, clamp);
       CHECK(at::equal(got, want));
     }
-    // The second projection of one token's k different experts, weighted and summed, with and without a residual,
-    // in bfloat16 and float32.
+    // The second projection of one token's k experts (clusters of 1 to 8 blocks), weighted and summed, with and
+    // without a residual, in bfloat16, float16 and float32 (the weights in float32 where the output is).
     if (!expert_sum_fuses(blocks, 1, 1, E, ExpertProducts::bfloat16)) {
       MESSAGE("skipped: the summed epilogue needs compute capability 9.0 (clusters)");
       continue;
     }
-    for (const int64_t k : {int64_t{1}, int64_t{2}, int64_t{4}, std::min<int64_t>(E, 8)}) {
+    for (const int64_t k : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{7}, int64_t{8}}) {
+      if (k > E) continue;
       CAPTURE(k);
       REQUIRE(expert_sum_fuses(blocks, 1, k, E, ExpertProducts::bfloat16));
       const auto experts = at::randperm(E, g, at::kLong).narrow(0, 0, k).contiguous().to(gpu);
       const auto x = at::randn({k, cols}, g).to(at::kBFloat16).to(gpu);
-      const auto weights = at::softmax(at::randn({1, k}, g), -1).to(at::kBFloat16).to(gpu);
-      for (const auto dtype : {at::kBFloat16, at::kFloat})
+      const auto routed = at::softmax(at::randn({1, k}, g), -1);
+      for (const auto dtype : {at::kBFloat16, at::kHalf, at::kFloat})
         for (const bool with_residual : {false, true}) {
+          const auto weights = routed.to(dtype == at::kFloat ? at::kFloat : at::kBFloat16).to(gpu);
           CAPTURE(dtype == at::kFloat);
           CAPTURE(with_residual);
           const auto residual = with_residual ? at::randn({1, rows}, g).to(dtype).to(gpu) : at::Tensor();
@@ -349,6 +352,34 @@ TEST_CASE("lm gpu: the experts' epilogues give their glue kernels' values: the c
     }
     CHECK_FALSE(expert_sum_fuses(blocks, 2, 4, E, ExpertProducts::bfloat16));  // one token only
     CHECK_FALSE(expert_sum_fuses(blocks, 1, 9, E, ExpertProducts::bfloat16));
+  }
+  // The chain a decode step runs: the summed kernel launched right after the one that writes its input (it copies
+  // its weights before it waits for that one).
+  if (expert_sum_fuses(at::zeros({1}, at::TensorOptions().device(gpu)), 1, 4, 12, ExpertProducts::bfloat16)) {
+    auto g = at::make_generator<at::CPUGeneratorImpl>(19);
+    const int64_t E = 12, hidden = 96, I = 64;
+    const auto up = lm::mxfp4_encode(at::randn({E, 2 * I, hidden}, g) * 0.3);
+    const auto down = lm::mxfp4_encode(at::randn({E, hidden, I}, g) * 0.3);
+    const auto up_blocks = lm::mxfp4_paired(up.blocks).to(gpu), up_scales = up.scales.to(gpu);
+    const auto down_blocks = lm::mxfp4_paired(down.blocks).to(gpu), down_scales = down.scales.to(gpu);
+    const auto up_bias = at::randn({E, 2 * I}, g).to(at::kBFloat16).to(gpu);
+    const auto down_bias = at::randn({E, hidden}, g).to(at::kBFloat16).to(gpu);
+    const auto x = at::randn({1, hidden}, g).to(at::kBFloat16).to(gpu);
+    const auto residual = at::randn({1, hidden}, g).to(at::kBFloat16).to(gpu);
+    const auto weights = at::softmax(at::randn({1, 4}, g), -1).to(at::kBFloat16).to(gpu);
+    const auto experts = at::randperm(E, g, at::kLong).narrow(0, 0, 4).contiguous().to(gpu);
+    const auto glued_hidden = clamped_swiglu_on_device(
+        expert_gemv(x, 4, experts, up_blocks, up_scales, up_bias, ExpertProducts::bfloat16), clamp.limit, clamp.alpha,
+        at::kBFloat16);
+    const auto want = weighted_expert_sum(
+        expert_gemv(glued_hidden, 1, experts, down_blocks, down_scales, down_bias, ExpertProducts::bfloat16), weights,
+        at::kBFloat16, residual);
+    for (int run = 0; run < 20; ++run) {
+      const auto folded_hidden = expert_gemv_swiglu(x, 4, experts, up_blocks, up_scales, up_bias, clamp);
+      const auto got = expert_gemv_summed(folded_hidden, experts, down_blocks, down_scales, down_bias, weights,
+                                          at::kBFloat16, residual);
+      CHECK(at::equal(got, want));
+    }
   }
   // Switched off, the layer runs its glue kernels: the same greedy tokens either way in a bfloat16 gpt-oss.
   const auto m = test::tiny_gpt_oss();

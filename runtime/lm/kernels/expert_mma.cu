@@ -364,6 +364,15 @@ __device__ __forceinline__ void store_products(const ExpertGemvArgs& a, int expe
     }
 }
 
+// A summed block's assignment: its own (x), even where another block's chose the same expert (each sums its own).
+// None where the expert is out of range.
+__device__ __forceinline__ int own_assignment(const ExpertGemvArgs& a, int& expert, Routed& routed) {
+  expert = static_cast<int>(a.experts[blockIdx.x]);
+  if (threadIdx.x == 0) routed.mine[0] = static_cast<int>(blockIdx.x);
+  __syncthreads();
+  return expert >= 0 && expert < a.experts_count ? 1 : 0;
+}
+
 // The summed epilogue (kSummed: one token, a block per assignment, the token's k blocks of a row block in one
 // cluster): each block's 64 sums in its shared memory, read by the cluster's first block.
 __device__ __forceinline__ float* summed_part() {
@@ -372,7 +381,7 @@ __device__ __forceinline__ float* summed_part() {
 }
 
 // Column 0 (the block's one assignment) of lane (g, 0)'s rows into the block's part; NaN where the block has no
-// assignment (an expert chosen twice, which a router's top-k never does, or one out of range).
+// assignment (its expert out of range).
 template <int kChains>
 __device__ __forceinline__ void store_part(const ExpertGemvArgs& a, int expert, const LaneRows& rows, int warp, int n,
                                            int g, int t, const float (&acc)[kChains][1][4]) {
@@ -432,8 +441,9 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 5 : 1) expert_mma_k
   __shared__ Routed routed;
   __shared__ MmaStage<kTiles> ring[stages];
   int expert = 0;
-  const int n = kOrdered ? ordered_assignments(a, 8 * kTiles, expert, routed)
-                         : gather_assignments(a, by_assignment, expert, routed);
+  const int n = kSummed  ? own_assignment(a, expert, routed)
+                : kOrdered ? ordered_assignments(a, 8 * kTiles, expert, routed)
+                           : gather_assignments(a, by_assignment, expert, routed);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const LaneRows rows = lane_rows(a, expert, warp, g, t);
   const LaneReads reads = lane_reads<kTiles>(a, rows, warp, lane, g, t);

@@ -18,8 +18,6 @@ namespace crucible::lm::kernels {
 // type, up to kMaxExpertAssignments), bfloat16 products on tensor cores (any number, with an order past that).
 void launch_expert_gemv_cuda_cores(const ExpertGemvArgs& args, cudaStream_t stream);
 void launch_expert_mma(const ExpertGemvArgs& args, cudaStream_t stream);
-// Whether the tensor cores' summed epilogue has code for clusters (compute capability 9.0) in this build.
-bool summed_epilogue_built();
 
 constexpr int kWarps = 4;
 constexpr int kMxBlock = 32;

@@ -160,7 +160,7 @@ bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream) {
   if (args.activated && args.rows % 2 != 0) return false;
   // The summed epilogue's blocks (one an assignment) meet in one cluster, on a GPU and in code that have clusters.
   if (args.summed && (args.assignments > kMaxRouteK || args.assignments > args.experts_count || !args.weights ||
-                      current_gpu().major < 9 || !summed_epilogue_built()))
+                      args.order || current_gpu().major < 9 || !summed_epilogue_built()))
     return false;
   if (!epilogue && !args.out) return false;
   if (args.bf16_products) {  // an order comes only with bfloat16 products

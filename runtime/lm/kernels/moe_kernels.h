@@ -75,7 +75,7 @@ bool expert_sum_fuses(const at::Tensor& x, int64_t tokens, int64_t k, int64_t ex
 
 // weighted_expert_sum(expert_gemv(x, 1, ...bfloat16 products...), weights, dtype, residual) for one token's k
 // assignments (different experts, as a router's top-k chooses them; weights [1, k]), in one launch -> [1, out] in
-// dtype. The experts, weights and residual must not come from the kernel launched just before it (x may): its blocks
+// dtype. The experts must not come from the kernel launched just before it (x, weights and residual may): its blocks
 // read them, and start copying the experts' weights, while that kernel still runs.
 at::Tensor expert_gemv_summed(const at::Tensor& x, const at::Tensor& experts, const at::Tensor& blocks,
                               const at::Tensor& scales, const at::Tensor& bias, const at::Tensor& weights,

@@ -208,17 +208,17 @@ at::Tensor expert_gemv_swiglu(const at::Tensor& x, int64_t x_divisor, const at::
 
 bool expert_sum_fuses(const at::Tensor& x, int64_t tokens, int64_t k, int64_t experts_count, ExpertProducts products) {
   return expert_epilogues_serve(products) && x.is_cuda() && tokens == 1 && k > 0 && k <= kernels::kMaxRouteK &&
-         k <= experts_count &&
+         k <= experts_count && kernels::summed_epilogue_built() &&
          at::cuda::getDeviceProperties(x.get_device())->major >= 9;
 }
 
 at::Tensor expert_gemv_summed(const at::Tensor& x, const at::Tensor& experts, const at::Tensor& blocks,
                               const at::Tensor& scales, const at::Tensor& bias, const at::Tensor& weights,
                               c10::ScalarType dtype, const at::Tensor& residual) {
-  TORCH_CHECK(weights.dim() == 2 && weights.size(0) == 1 && weights.size(1) == experts.numel() &&
-                  expert_sum_fuses(x, 1, experts.numel(), blocks.size(0), ExpertProducts::bfloat16),
-              "expert_gemv_summed: one token's experts (weights [1, k]) the summed epilogue does not take");
   ExpertLaunch l = prepared_launch(x, 1, experts, blocks, scales, bias, ExpertProducts::bfloat16, nullptr);
+  TORCH_CHECK(weights.dim() == 2 && weights.size(0) == 1 && weights.size(1) == experts.numel() &&
+                  expert_sum_fuses(x, 1, experts.numel(), l.args.experts_count, ExpertProducts::bfloat16),
+              "expert_gemv_summed: one token's experts (weights [1, k]) the summed epilogue does not take");
   const auto w = weights.contiguous();
   TORCH_CHECK(w.device() == l.x.device() && float_type(w) &&
                   (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf),

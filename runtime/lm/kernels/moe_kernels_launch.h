@@ -42,10 +42,10 @@ struct ExpertGemvArgs {
   // launch_clamped_swiglu.
   void* activated = nullptr;
   float swiglu_limit = 0.0f, swiglu_alpha = 0.0f;
-  // One token's assignments (its k different experts, k <= kMaxRouteK; compute capability 9.0) weighted and summed:
-  // summed [rows] in summed_element, weights [k] in weights_element, plus residual [rows] in summed_element where
-  // given, as launch_weighted_expert_sum. Experts, weights and residual must not come from the kernel launched just
-  // before (the blocks read them before they wait for it; only x may).
+  // One token's assignments (block x takes assignment x; k <= kMaxRouteK; compute capability 9.0) weighted and
+  // summed: summed [rows] in summed_element, weights [k] in weights_element, plus residual [rows] in summed_element
+  // where given, as launch_weighted_expert_sum. The experts must not come from the kernel launched just before (the
+  // blocks read them, and start copying their weights, before they wait for it).
   void* summed = nullptr;
   Element summed_element = Element::f32;
   const void* weights = nullptr;
@@ -55,6 +55,10 @@ struct ExpertGemvArgs {
 
 // False for arguments it does not take: more than kMaxExpertAssignments without an order, or float32 products.
 bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream);
+
+// Whether this build's summed epilogue has code for clusters (compute capability 9.0; a build for older GPUs only,
+// run from its PTX, has none).
+bool summed_epilogue_built();
 
 // Assignments an ordered tensor-core block takes: one tile of an expert's. A wide tile decodes each weight once for
 // twice as many inputs (fewer reads and decodes of the codes in long passes) at twice the accumulators and staging.
