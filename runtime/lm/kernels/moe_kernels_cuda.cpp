@@ -168,6 +168,20 @@ ExpertLaunch prepared_launch(const at::Tensor& input, int64_t x_divisor, const a
   return l;
 }
 
+// The weighted sum's inputs, checked alike for the glue kernel and the summed epilogue (`name` says which): weights
+// [tokens, k] (contiguous, returned) of `assignments` in all, and the residual [tokens, width] in dtype, on `device`.
+at::Tensor checked_sum_inputs(const at::Tensor& weights, int64_t assignments, c10::ScalarType dtype,
+                              const at::Tensor& residual, int64_t width, c10::Device device, const char* name) {
+  const auto w = weights.contiguous();
+  TORCH_CHECK(w.dim() == 2 && w.numel() == assignments && w.device() == device && float_type(w) &&
+                  (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf),
+              name, ": weights [tokens, k] on the experts' GPU; dtype float32, bfloat16 or float16");
+  TORCH_CHECK(!residual.defined() || (residual.scalar_type() == dtype && residual.is_contiguous() &&
+                                      residual.device() == device && residual.numel() == w.size(0) * width),
+              name, ": residual [tokens, width] in dtype, contiguous, on the experts' GPU");
+  return w;
+}
+
 void run(const ExpertLaunch& l, const char* name) {
   const c10::cuda::CUDAGuard on_its_device(l.x.device());
   TORCH_CHECK(kernels::launch_expert_gemv(l.args, c10::cuda::getCurrentCUDAStream(l.x.get_device()).stream()), name,
@@ -219,14 +233,9 @@ at::Tensor expert_gemv_summed(const at::Tensor& x, const at::Tensor& experts, co
   TORCH_CHECK(weights.dim() == 2 && weights.size(0) == 1 && weights.size(1) == experts.numel() &&
                   expert_sum_fuses(x, 1, experts.numel(), l.args.experts_count, ExpertProducts::bfloat16),
               "expert_gemv_summed: one token's experts (weights [1, k]) the summed epilogue does not take");
-  const auto w = weights.contiguous();
-  TORCH_CHECK(w.device() == l.x.device() && float_type(w) &&
-                  (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf),
-              "expert_gemv_summed: weights [1, k] on x's GPU; dtype float32, bfloat16 or float16");
   const int64_t width = l.args.rows;
-  TORCH_CHECK(!residual.defined() || (residual.scalar_type() == dtype && residual.is_contiguous() &&
-                                      residual.device() == l.x.device() && residual.numel() == width),
-              "expert_gemv_summed: residual [1, width] in dtype, contiguous, on x's GPU");
+  const auto w = checked_sum_inputs(weights, experts.numel(), dtype, residual, width, l.x.device(),
+                                    "expert_gemv_summed");
   auto out = at::empty({1, width}, l.x.options().dtype(dtype));
   l.args.summed = out.data_ptr();
   l.args.summed_element = element_of(out);
@@ -301,15 +310,10 @@ at::Tensor weighted_expert_sum(const at::Tensor& experts_out, const at::Tensor& 
   TORCH_CHECK(experts_out.is_cuda() && experts_out.scalar_type() == at::kFloat && experts_out.dim() == 2 &&
                   experts_out.is_contiguous(),
               "weighted_expert_sum: experts_out must be [tokens * k, width] float32, contiguous, on a GPU");
-  const auto w = weights.contiguous();
-  TORCH_CHECK(w.dim() == 2 && w.numel() == experts_out.size(0) && w.device() == experts_out.device() &&
-                  float_type(w) && (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf),
-              "weighted_expert_sum: weights [tokens, k] on experts_out's GPU; dtype float32, bfloat16 or float16");
+  const auto w = checked_sum_inputs(weights, experts_out.size(0), dtype, residual, experts_out.size(1),
+                                    experts_out.device(), "weighted_expert_sum");
   const c10::cuda::CUDAGuard on_its_device(experts_out.device());
   const int64_t tokens = w.size(0), k = w.size(1), width = experts_out.size(1);
-  TORCH_CHECK(!residual.defined() || (residual.scalar_type() == dtype && residual.is_contiguous() &&
-                                      residual.device() == experts_out.device() && residual.numel() == tokens * width),
-              "weighted_expert_sum: residual [tokens, width] in dtype, contiguous, on experts_out's GPU");
   auto out = at::empty({tokens, width}, experts_out.options().dtype(dtype));
   TORCH_CHECK(kernels::launch_weighted_expert_sum(experts_out.data_ptr<float>(), w.data_ptr(), element_of(w),
                                                   residual.defined() ? residual.data_ptr() : nullptr,
