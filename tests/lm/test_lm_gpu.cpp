@@ -589,9 +589,11 @@ TEST_CASE("lm gpu: the one-row linear kernel agrees with double precision, with 
     int64_t N, K;
   };
   // Qwen2.5-0.5B's qkv and down projections (two and four warps a row on an H100), Qwen2.5-1.5B's o projection (two),
-  // enough rows for one warp a row, a ragged one (the last block's warps partly idle), and more outputs than the GPU
-  // holds blocks for (each block takes several in turn).
-  const Shape shapes[] = {{1152, 896}, {896, 4864}, {1536, 1536}, {4096, 896}, {1001, 24}, {40000, 64}};
+  // enough rows for one warp a row, a ragged one (the last block's warps partly idle), more outputs than the GPU
+  // holds blocks for (each block takes several in turn), and gpt-oss's q/k/v and output projections (blocks taking two
+  // or three rounds of rows, the second copied into shared memory ahead).
+  const Shape shapes[] = {{1152, 896}, {896, 4864}, {1536, 1536}, {4096, 896}, {1001, 24}, {40000, 64}, {5120, 2880},
+                          {2880, 4096}};
   const int gpus = crucible::eval::cuda_devices();  // the last GPU too, where there are two or more
   for (const int gpu : gpus > 1 ? std::vector<int>{0, gpus - 1} : std::vector<int>{0})
   for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf})
@@ -629,6 +631,12 @@ TEST_CASE("lm gpu: the one-row linear kernel agrees with double precision, with 
       const auto x_normed = (xf * at::rsqrt(xf.pow(2).mean(-1, true) + 1e-6) * norm.to(at::kFloat)).to(dtype);
       CHECK(off(small_linear(x, w, bias, {}, normed),
                 at::matmul(x_normed.to(at::kDouble), w.to(at::kDouble).t()) + bias.to(at::kDouble)) < tolerance);
+      // Rows ahead or not: the same sums in the same order.
+      set_small_linear_ahead(false);
+      const auto plain = small_linear(x, w, bias, residual), plain_normed = small_linear(x, w, bias, {}, normed);
+      set_small_linear_ahead(true);
+      CHECK(at::equal(small_linear(x, w, bias, residual), plain));
+      CHECK(at::equal(small_linear(x, w, bias, {}, normed), plain_normed));
       // Writing the normalised row too (a router's for its experts): the same products, and the row as the kernel
       // normalised it, within one rounding of the float32 norm's (the sums of squares go in another order).
       auto writing = normed;

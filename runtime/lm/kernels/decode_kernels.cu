@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "lm/kernels/decode_kernels_device.cuh"
+#include "lm/kernels/async_copy.cuh"
 #include "lm/kernels/decode_kernels_launch.h"
 
 namespace crucible::lm::kernels {
@@ -437,12 +438,28 @@ __device__ void stage_normed(const LinearArgs& a, uint4* staged, float* reduced)
   __syncthreads();
 }
 
+std::atomic<bool>& rows_ahead_on() {
+  static std::atomic<bool> on{on_unless_zero("CRUCIBLE_DECODE_GEMV_AHEAD")};
+  return on;
+}
+
 // Loads a lane keeps in flight per row of the one-row linear kernel: gated outputs sum two rows, so half as many.
 template <bool Gated>
 constexpr int kLinearInFlight = Gated ? 4 : 8;
 
-template <typename T, Input In, bool Gated, int W>
+// Shared memory a block of the one-row kernel holds its second round's rows in (kAhead), behind the staged x.
+template <bool Gated, int W>
+constexpr int64_t ahead_slices() {
+  return static_cast<int64_t>(kLinearWarps / W) * kLinearInFlight<Gated> * 32 * W;
+}
+
+// kAhead (one-row outputs whose row a round of loads covers, blocks taking two rounds or more): the block's second
+// round of rows is copied into shared memory before the wait as well, and the registers take the third round's at the
+// end of the first, so that a block's rounds after the wait start with their rows landed or in flight instead of each
+// waiting for its own loads (its rounds were the steps of q/k/v's chain after the norm: docs/benchmarks.md).
+template <typename T, Input In, bool Gated, int W, bool kAhead>
 __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearArgs a) {
+  static_assert(!(kAhead && Gated), "rows ahead for one-row outputs");
   constexpr int V = 16 / sizeof(T);
   constexpr int kRowThreads = 32 * W;
   constexpr int kGroups = kLinearWarps / W;  // outputs a block takes at once
@@ -463,8 +480,20 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
       for (int u = 0; u < kInFlight; ++u)
         if (first + u * kRowThreads < slices) raw[r][u] = __ldg(weight + (n + r * outputs) * slices + first + u * kRowThreads);
   };
+  // This thread's copies of its second-round row, read back by it alone (no barrier between).
+  uint4* ahead = staged + (In == Input::from_l2 ? 0 : slices) + (warp / W) * kInFlight * kRowThreads + t;
   int64_t n = static_cast<int64_t>(blockIdx.x) * kGroups + warp / W;
   load(n, t);
+  if constexpr (kAhead) {
+    if (n + stride < outputs)
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u)
+        if (t + u * kRowThreads < slices)
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(ahead + u * kRowThreads)),
+                       "l"(weight + (n + stride) * slices + t + u * kRowThreads)
+                       : "memory");
+    commit_copies();
+  }
   wait_for_earlier_kernels();
   if constexpr (In == Input::normed) {
     // Three slices a thread at once where the registers allow: a gated kernel holds twice the weights' loads.
@@ -477,7 +506,10 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
   const uint4* input = kStaged ? staged : static_cast<const uint4*>(a.x);
   let_later_kernels_start();
   // Every warp of a block runs every round (W warps' sums meet in shared memory).
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kGroups; base < outputs; base += stride, n += stride) {
+  int round = 0;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kGroups; base < outputs; base += stride, n += stride, ++round) {
+    const bool from_ahead = kAhead && round == 1;
+    if (from_ahead) wait_copies<0>();
     float acc[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
@@ -490,8 +522,13 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
         widen_all<T>(kStaged ? input[c] : __ldcg(input + c), xf);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
+          uint4 w;  // a value, not a reference to either: `raw` stays in registers
+          if (from_ahead)
+            w = ahead[u * kRowThreads];
+          else
+            w = raw[r][u];
           float wf[V];
-          widen_all<T>(raw[r][u], wf);
+          widen_all<T>(w, wf);
 #pragma unroll
           for (int i = 0; i < V; ++i) acc[r] = fmaf(wf[i], xf[i], acc[r]);
         }
@@ -500,7 +537,12 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
       if (first >= slices) break;
       load(n, first);
     }
-    load(n + stride, t);  // the next output's loads fly while this one's sums are reduced and written
+    // The next round's loads fly while this one's sums are reduced and written; with rows ahead, the first round's
+    // end loads the third round's (the second's are in shared memory), and the second's loads nothing.
+    if (!kAhead || round >= 2)
+      load(n + stride, t);
+    else if (round == 0)
+      load(n + 2 * stride, t);
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -549,27 +591,58 @@ inline int linear_row_warps(int64_t slices, int64_t outputs, int sms, int per_la
   return w;
 }
 
-// As many blocks as the outputs need, up to as many as the GPU holds at once (by the kernel's registers and shared
-// memory; asked once per kernel and input width, as the GPUs of one process are alike).
-template <typename T, Input In, bool Gated, int W>
-bool small_linear_with(const LinearArgs& a, cudaStream_t stream) {
-  constexpr int kGroups = kLinearWarps / W;
-  const auto kernel = small_linear_kernel<T, In, Gated, W>;
-  const size_t shared = In != Input::from_l2 ? static_cast<size_t>(a.in_features) * sizeof(T) : 0;
+// Blocks of the kernel the GPU holds at once with `shared` bytes each (by its registers and shared memory; asked once
+// per kernel and size, as the GPUs of one process are alike), or -1 where the question fails.
+template <typename T, Input In, bool Gated, int W, bool kAhead>
+int64_t resident_blocks(size_t shared) {
   // Racing threads can at worst size one grid for the other's width: a grid of another size, never another result.
   static std::atomic<int64_t> asked_for{-1};  // the shared bytes `per_sm` was asked for
   static std::atomic<int> per_sm_asked{0};
   int per_sm = per_sm_asked.load(std::memory_order_relaxed);
   if (asked_for.load(std::memory_order_relaxed) != static_cast<int64_t>(shared)) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kLinearWarps * 32, shared) != cudaSuccess)
-      return false;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, small_linear_kernel<T, In, Gated, W, kAhead>,
+                                                      kLinearWarps * 32, shared) != cudaSuccess)
+      return -1;
     per_sm_asked.store(per_sm, std::memory_order_relaxed);
     asked_for.store(static_cast<int64_t>(shared), std::memory_order_relaxed);
   }
+  return static_cast<int64_t>(current_gpu().sms) * (per_sm > 0 ? per_sm : 1);
+}
+
+template <typename T, Input In, bool Gated, int W, bool kAhead>
+size_t linear_shared_bytes(const LinearArgs& a) {
+  return (In != Input::from_l2 ? static_cast<size_t>(a.in_features) * sizeof(T) : 0) +
+         (kAhead ? ahead_slices<Gated, W>() * sizeof(uint4) : 0);
+}
+
+// Whether rows ahead may serve: one-row outputs whose row one round of loads covers, with the second round's rows in a
+// block's default 48 KiB of shared memory, and not switched off. They do where blocks take two rounds or more.
+template <typename T, Input In, bool Gated, int W>
+bool rows_ahead_fit(const LinearArgs& a) {
+  const int64_t slices = a.in_features * static_cast<int64_t>(sizeof(T)) / 16;
+  return !Gated && In != Input::copied && rows_ahead_on().load(std::memory_order_relaxed) &&
+         slices <= 32 * W * kLinearInFlight<Gated> && linear_shared_bytes<T, In, Gated, W, true>(a) <= 48 * 1024;
+}
+
+// As many blocks as the outputs need, up to as many as the GPU holds at once.
+template <typename T, Input In, bool Gated, int W>
+bool small_linear_with(const LinearArgs& a, cudaStream_t stream) {
+  constexpr int kGroups = kLinearWarps / W;
   const int64_t wanted = (a.out_features + kGroups - 1) / kGroups;
-  const int64_t resident = static_cast<int64_t>(current_gpu().sms) * (per_sm > 0 ? per_sm : 1);
-  const unsigned blocks = static_cast<unsigned>(resident > 0 && resident < wanted ? resident : wanted);
-  return launch(kernel, dim3(blocks), dim3(kLinearWarps * 32), shared, stream, a);
+  if constexpr (!Gated && In != Input::copied) {
+    if (rows_ahead_fit<T, In, Gated, W>(a)) {
+      const size_t shared = linear_shared_bytes<T, In, Gated, W, true>(a);
+      const int64_t resident = resident_blocks<T, In, Gated, W, true>(shared);
+      if (resident > 0 && wanted > resident)
+        return launch(small_linear_kernel<T, In, Gated, W, true>, dim3(static_cast<unsigned>(resident)),
+                      dim3(kLinearWarps * 32), shared, stream, a);
+    }
+  }
+  const size_t shared = linear_shared_bytes<T, In, Gated, W, false>(a);
+  const int64_t resident = resident_blocks<T, In, Gated, W, false>(shared);
+  if (resident < 0) return false;
+  const unsigned blocks = static_cast<unsigned>(resident < wanted ? resident : wanted);
+  return launch(small_linear_kernel<T, In, Gated, W, false>, dim3(blocks), dim3(kLinearWarps * 32), shared, stream, a);
 }
 
 template <typename T, Input In, bool Gated>
@@ -622,6 +695,8 @@ bool silu_as(const SiluArgs& a, cudaStream_t stream) {
 }  // namespace
 
 void allow_early_launch(bool on) { early_launch_on().store(on); }
+
+void allow_rows_ahead(bool on) { rows_ahead_on().store(on); }
 
 bool attention_takes(int heads, int kv_heads, int head_dim, Element element) {
   if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || heads / kv_heads > kAttendMaxGroup) return false;

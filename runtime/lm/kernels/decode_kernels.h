@@ -88,6 +88,9 @@ struct LinearFolds {
 bool small_linear_serves(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {},
                          const at::Tensor& residual = {}, const LinearFolds& folds = {});
 void set_small_linear(bool on);
+// Whether the one-row kernel copies a block's second round of rows into shared memory before it waits for the kernel
+// before it (the same sums either way; CRUCIBLE_DECODE_GEMV_AHEAD=0 starts it off).
+void set_small_linear_ahead(bool on);
 
 // folds(x W^T (+ bias)), then + residual (same shape as the result) when given; rounded where LibTorch's linear,
 // addmm and add round. Sums in another order than cuBLAS: within rounding of it, not its bits.

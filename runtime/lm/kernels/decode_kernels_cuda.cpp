@@ -155,6 +155,8 @@ void set_small_linear(bool on) { small_linear_on().store(on); }
 
 void set_early_launch(bool on) { kernels::allow_early_launch(on); }
 
+void set_small_linear_ahead(bool on) { kernels::allow_rows_ahead(on); }
+
 at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                         const at::Tensor& residual, const LinearFolds& folds) {
   TORCH_CHECK(small_linear_serves(x, weight, bias, residual, folds), "small_linear: inputs the kernel does not take");

@@ -179,6 +179,10 @@ inline bool small_linear_takes(int64_t in_features, Element e, bool normed) {
 // finishes), or plainly. On unless CRUCIBLE_DECODE_PDL=0; benchmarks compare both.
 void allow_early_launch(bool on);
 
+// The one-row linear kernel copies a block's second round of rows into shared memory before it waits, where it serves
+// (on unless CRUCIBLE_DECODE_GEMV_AHEAD=0; the same sums either way).
+void allow_rows_ahead(bool on);
+
 // False on a launch error or a shape the kernels do not take (rotation_takes). A position outside the rotary tables
 // or a slot outside the caches stops the kernel with a device error, as LibTorch's index checks do.
 bool launch_rotate_into_cache(const RotateArgs& a, cudaStream_t stream);

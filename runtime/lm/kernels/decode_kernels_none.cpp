@@ -28,6 +28,8 @@ bool small_linear_serves(const at::Tensor&, const at::Tensor&, const at::Tensor&
 
 void set_small_linear(bool) {}
 
+void set_small_linear_ahead(bool) {}
+
 void set_early_launch(bool) {}
 
 at::Tensor small_linear(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const LinearFolds&) {
