@@ -489,9 +489,7 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
 #pragma unroll
       for (int u = 0; u < kInFlight; ++u)
         if (t + u * kRowThreads < slices)
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(ahead + u * kRowThreads)),
-                       "l"(weight + (n + stride) * slices + t + u * kRowThreads)
-                       : "memory");
+          copy16_behind(ahead + u * kRowThreads, weight + (n + stride) * slices + t + u * kRowThreads);
     commit_copies();
   }
   wait_for_earlier_kernels();
