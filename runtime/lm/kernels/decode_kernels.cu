@@ -447,6 +447,53 @@ std::atomic<bool>& rows_ahead_on() {
 template <bool Gated>
 constexpr int kLinearInFlight = Gated ? 4 : 8;
 
+// Each lane's sums of its output's rows, summed over the warp and then over the W warps that share the output (through
+// shared memory): every lane of those warps ends with the whole sums. Every warp of the block calls it.
+template <int W, int kRows>
+__device__ __forceinline__ void sum_row_warps(float (&acc)[kRows], float (&partial)[kLinearWarps][kRows], int warp,
+                                              int lane) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+  if constexpr (W > 1) {
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) partial[warp][r] = acc[r];
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      acc[r] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < W; ++i) acc[r] += partial[warp - warp % W + i][r];
+    }
+    __syncthreads();  // `partial` is written again next round
+  }
+}
+
+// Output n from its float32 sums, rounded where LibTorch's linear (with its bias), silu, mul and add round.
+template <typename T, bool Gated>
+__device__ __forceinline__ void store_output(const LinearArgs& a, int64_t n, const float (&acc)[Gated ? 2 : 1]) {
+  const T* bias = static_cast<const T*>(a.bias);
+  T* out = static_cast<T*>(a.out);
+  if constexpr (Gated) {  // as LibTorch: the projection rounded, then silu rounded, then the product
+    const T gate = narrow<T>(bias ? acc[0] + widen(bias[n]) : acc[0]);
+    const T up = narrow<T>(bias ? acc[1] + widen(bias[n + a.out_features]) : acc[1]);
+    const float g = widen(gate);
+    out[n] = mul(narrow<T>(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g)))), up);
+  } else {
+    const T* residual = static_cast<const T*>(a.residual);
+    if (bias && residual)  // LibTorch: linear with its bias, rounded, then the residual added
+      out[n] = add(narrow<T>(acc[0] + widen(bias[n])), residual[n]);
+    else if (bias)
+      out[n] = narrow<T>(acc[0] + widen(bias[n]));
+    else if (residual)  // addmm: the residual added before the one rounding
+      out[n] = narrow<T>(acc[0] + widen(residual[n]));
+    else
+      out[n] = narrow<T>(acc[0]);
+  }
+}
+
 // Shared memory a block of the one-row kernel holds its second round's rows in (kAhead), behind the staged x.
 template <bool Gated, int W>
 constexpr int64_t ahead_slices() {
@@ -541,42 +588,9 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
       load(n + stride, t);
     else if (round == 0)
       load(n + 2 * stride, t);
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-    if constexpr (W > 1) {
-      if (lane == 0)
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) partial[warp][r] = acc[r];
-      __syncthreads();
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        acc[r] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < W; ++i) acc[r] += partial[warp - warp % W + i][r];
-      }
-      __syncthreads();  // `partial` is written again next round
-    }
+    sum_row_warps<W>(acc, partial, warp, lane);
     if (n >= outputs || t != 0) continue;
-    const T* bias = static_cast<const T*>(a.bias);
-    T* out = static_cast<T*>(a.out);
-    if constexpr (Gated) {  // as LibTorch: the projection rounded, then silu rounded, then the product
-      const T gate = narrow<T>(bias ? acc[0] + widen(bias[n]) : acc[0]);
-      const T up = narrow<T>(bias ? acc[1] + widen(bias[n + outputs]) : acc[1]);
-      const float g = widen(gate);
-      out[n] = mul(narrow<T>(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g)))), up);
-    } else {
-      const T* residual = static_cast<const T*>(a.residual);
-      if (bias && residual)  // LibTorch: linear with its bias, rounded, then the residual added
-        out[n] = add(narrow<T>(acc[0] + widen(bias[n])), residual[n]);
-      else if (bias)
-        out[n] = narrow<T>(acc[0] + widen(bias[n]));
-      else if (residual)  // addmm: the residual added before the one rounding
-        out[n] = narrow<T>(acc[0] + widen(residual[n]));
-      else
-        out[n] = narrow<T>(acc[0]);
-    }
+    store_output<T, Gated>(a, n, acc);
   }
 }
 
