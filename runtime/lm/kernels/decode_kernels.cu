@@ -527,7 +527,8 @@ __global__ void __launch_bounds__(kLinearWarps * 32) small_linear_kernel(LinearA
       for (int u = 0; u < kInFlight; ++u)
         if (first + u * kRowThreads < slices) raw[r][u] = __ldg(weight + (n + r * outputs) * slices + first + u * kRowThreads);
   };
-  // This thread's copies of its second-round row, read back by it alone (no barrier between).
+  // This thread's copies of its second-round row, read back by it alone (no barrier between). The host takes rows
+  // ahead only where one round of loads covers a row: the loop below never loads within a row.
   uint4* ahead = staged + (In == Input::from_l2 ? 0 : slices) + (warp / W) * kInFlight * kRowThreads + t;
   int64_t n = static_cast<int64_t>(blockIdx.x) * kGroups + warp / W;
   load(n, t);
@@ -627,32 +628,34 @@ size_t linear_shared_bytes(const LinearArgs& a) {
          (kAhead ? ahead_slices<Gated, W>() * sizeof(uint4) : 0);
 }
 
-// Whether rows ahead may serve: one-row outputs whose row one round of loads covers, with the second round's rows in a
-// block's default 48 KiB of shared memory, and not switched off. They do where blocks take two rounds or more.
+// Whether rows ahead may serve: one-row outputs whose row one round of loads covers (so x is at most 16 KiB, and with
+// the rows' 16 KiB a block stays within its default 48 KiB of shared memory), and not switched off.
 template <typename T, Input In, bool Gated, int W>
 bool rows_ahead_fit(const LinearArgs& a) {
+  static_assert(!Gated && 2 * ahead_slices<Gated, W>() * sizeof(uint4) <= kLinearMaxNormedBytes, "48 KiB a block");
   const int64_t slices = a.in_features * static_cast<int64_t>(sizeof(T)) / 16;
-  return !Gated && In != Input::copied && rows_ahead_on().load(std::memory_order_relaxed) &&
-         slices <= 32 * W * kLinearInFlight<Gated> && linear_shared_bytes<T, In, Gated, W, true>(a) <= 48 * 1024;
+  return In != Input::copied && rows_ahead_on().load(std::memory_order_relaxed) &&
+         slices <= 32 * W * kLinearInFlight<Gated>;
 }
 
-// As many blocks as the outputs need, up to as many as the GPU holds at once.
+// As many blocks as the outputs need, up to as many as the GPU holds at once. Rows ahead where blocks take two rounds
+// or more with either kernel (the ahead kernel holds fewer blocks: it must not turn one round into two).
 template <typename T, Input In, bool Gated, int W>
 bool small_linear_with(const LinearArgs& a, cudaStream_t stream) {
   constexpr int kGroups = kLinearWarps / W;
   const int64_t wanted = (a.out_features + kGroups - 1) / kGroups;
-  if constexpr (!Gated && In != Input::copied) {
-    if (rows_ahead_fit<T, In, Gated, W>(a)) {
-      const size_t shared = linear_shared_bytes<T, In, Gated, W, true>(a);
-      const int64_t resident = resident_blocks<T, In, Gated, W, true>(shared);
-      if (resident > 0 && wanted > resident)
-        return launch(small_linear_kernel<T, In, Gated, W, true>, dim3(static_cast<unsigned>(resident)),
-                      dim3(kLinearWarps * 32), shared, stream, a);
-    }
-  }
   const size_t shared = linear_shared_bytes<T, In, Gated, W, false>(a);
   const int64_t resident = resident_blocks<T, In, Gated, W, false>(shared);
   if (resident < 0) return false;
+  if constexpr (!Gated && In != Input::copied) {
+    if (wanted > resident && rows_ahead_fit<T, In, Gated, W>(a)) {
+      const size_t ahead_shared = linear_shared_bytes<T, In, Gated, W, true>(a);
+      const int64_t ahead_resident = resident_blocks<T, In, Gated, W, true>(ahead_shared);
+      if (ahead_resident > 0 && wanted > ahead_resident)
+        return launch(small_linear_kernel<T, In, Gated, W, true>, dim3(static_cast<unsigned>(ahead_resident)),
+                      dim3(kLinearWarps * 32), ahead_shared, stream, a);
+    }
+  }
   const unsigned blocks = static_cast<unsigned>(resident < wanted ? resident : wanted);
   return launch(small_linear_kernel<T, In, Gated, W, false>, dim3(blocks), dim3(kLinearWarps * 32), shared, stream, a);
 }
