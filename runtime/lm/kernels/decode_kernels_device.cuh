@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "lm/kernels/decode_kernels_launch.h"
 #include "lm/kernels/kernel_switch.h"
 
 namespace crucible::lm::kernels {
@@ -118,6 +119,17 @@ bool launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned
 template <typename... Params, typename... Args>
 bool launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream, const Args&... args) {
   return launch_clustered(kernel, grid, block, 0, shared, stream, args...);
+}
+
+// `launch` called with a value of the element type `e` names; false for none.
+template <typename Launch>
+inline bool by_element(Element e, Launch launch) {
+  switch (e) {
+    case Element::f32: return launch(float{});
+    case Element::bf16: return launch(__nv_bfloat16{});
+    case Element::f16: return launch(__half{});
+  }
+  return false;
 }
 
 template <typename T, int N>
