@@ -177,11 +177,9 @@ __device__ __forceinline__ void store_output(const LinearArgs& a, int64_t n, con
   }
 }
 
-// Shared memory a block of the one-row kernel holds its second round's rows in (kAhead), behind the staged x.
-template <bool Gated, int W>
-constexpr int64_t ahead_slices() {
-  return static_cast<int64_t>(kLinearWarps / W) * kLinearInFlight<Gated> * 32 * W;
-}
+// The 16-byte slices of shared memory a block of the one-row kernel holds its second round's rows in (kAhead), behind
+// the staged x: each lane's loads of one round, whatever the warps a row.
+constexpr int64_t kAheadSlices = kLinearWarps * 32 * kLinearInFlight<false>;
 
 // kAhead (one-row outputs whose row a round of loads covers, blocks taking two rounds or more): the block's second
 // round of rows is copied into shared memory before the wait as well, and the registers take the third round's at the
@@ -308,17 +306,17 @@ int64_t resident_blocks(size_t shared) {
 template <typename T, Input In, bool Gated, int W, bool kAhead>
 size_t linear_shared_bytes(const LinearArgs& a) {
   return (In != Input::from_l2 ? static_cast<size_t>(a.in_features) * sizeof(T) : 0) +
-         (kAhead ? ahead_slices<Gated, W>() * sizeof(uint4) : 0);
+         (kAhead ? kAheadSlices * sizeof(uint4) : 0);
 }
 
-// Whether rows ahead may serve: one-row outputs whose row one round of loads covers (so x is at most 16 KiB, and with
-// the rows' 16 KiB a block stays within its default 48 KiB of shared memory), and not switched off.
-template <typename T, Input In, bool Gated, int W>
+// Whether rows ahead may serve a one-row output kernel of W warps a row: one round of loads covers a row (so x is at
+// most 16 KiB, and with the rows' 16 KiB a block stays within its default 48 KiB of shared memory), and not switched
+// off.
+template <typename T, int W>
 bool rows_ahead_fit(const LinearArgs& a) {
-  static_assert(!Gated && 2 * ahead_slices<Gated, W>() * sizeof(uint4) <= kLinearMaxNormedBytes, "48 KiB a block");
+  static_assert(2 * kAheadSlices * sizeof(uint4) <= kLinearMaxNormedBytes, "48 KiB a block");
   const int64_t slices = a.in_features * static_cast<int64_t>(sizeof(T)) / 16;
-  return In != Input::copied && rows_ahead_on().load(std::memory_order_relaxed) &&
-         slices <= 32 * W * kLinearInFlight<Gated>;
+  return rows_ahead_on().load(std::memory_order_relaxed) && slices <= 32 * W * kLinearInFlight<false>;
 }
 
 // As many blocks as the outputs need, up to as many as the GPU holds at once. Rows ahead where blocks take two rounds
@@ -331,7 +329,7 @@ bool small_linear_with(const LinearArgs& a, cudaStream_t stream) {
   const int64_t resident = resident_blocks<T, In, Gated, W, false>(shared);
   if (resident < 0) return false;
   if constexpr (!Gated && In != Input::copied) {
-    if (wanted > resident && rows_ahead_fit<T, In, Gated, W>(a)) {
+    if (wanted > resident && rows_ahead_fit<T, W>(a)) {
       const size_t ahead_shared = linear_shared_bytes<T, In, Gated, W, true>(a);
       const int64_t ahead_resident = resident_blocks<T, In, Gated, W, true>(ahead_shared);
       if (ahead_resident > 0 && wanted > ahead_resident)
