@@ -295,6 +295,44 @@ TEST_CASE("lm gpu: the experts' bfloat16 products on tensor cores are the exact 
   }
 }
 
+TEST_CASE("lm gpu: one token's experts on their own warps give the bits the same token gets beside another") {
+  // One token's first projection takes a warp per 16 rows of each of its k experts (expert_warps.cu); two tokens'
+  // take the blocks of expert_mma.cu. Both make each column of the products in the same order, so the token's rows
+  // must be equal bit for bit.
+  c10::InferenceMode guard;
+  const c10::Device gpu("cuda:0");
+  struct Shape {
+    int64_t experts, rows, cols;
+    int64_t largest_power = 0;
+  };
+  // Rows ending inside a warp's 16, columns inside a span of 4 MX blocks, the last scale's aligned word past the
+  // scales (3 x 25 x 96), scales above 128 beside small ones in one warp (16 x 48 x 288).
+  for (const Shape& shape : {Shape{8, 88, 96}, Shape{32, 200, 1056}, Shape{3, 25, 96}, Shape{16, 48, 288, 14}}) {
+    const int64_t E = shape.experts, rows = shape.rows, cols = shape.cols;
+    CAPTURE(E);
+    auto g = at::make_generator<at::CPUGeneratorImpl>(23);
+    const auto row_scale = shape.largest_power == 0
+                               ? at::full({E, rows, 1}, 0.2)
+                               : at::pow(2.0, at::randint(-6, shape.largest_power + 1, {E, rows, 1}, g).to(at::kFloat));
+    const auto packed = lm::mxfp4_encode(at::randn({E, rows, cols}, g) * row_scale);
+    const auto blocks = lm::mxfp4_paired(packed.blocks).to(gpu);
+    const auto scales = at::zeros({packed.scales.numel() + 1}, packed.scales.options().device(gpu))
+                            .narrow(0, 1, packed.scales.numel())
+                            .copy_(packed.scales.flatten().to(gpu))
+                            .view(packed.scales.sizes());
+    const auto bias = (at::randn({E, rows}, g) * 0.1).to(at::kBFloat16).to(gpu);
+    for (const int64_t k : {int64_t{1}, int64_t{4}, int64_t{8}}) {
+      CAPTURE(k);
+      const auto experts = at::randint(E, {2 * k}, g, at::kLong).to(gpu);  // an expert may repeat
+      const auto x = at::randn({2, cols + 32}, g).to(at::kBFloat16).to(gpu).slice(1, 0, cols);
+      const auto alone = expert_gemv(x.narrow(0, 0, 1), k, experts.narrow(0, 0, k), blocks, scales, bias,
+                                     ExpertProducts::bfloat16);
+      const auto beside = expert_gemv(x, k, experts, blocks, scales, bias, ExpertProducts::bfloat16);
+      CHECK(at::equal(alone, beside.narrow(0, 0, k)));
+    }
+  }
+}
+
 TEST_CASE("lm gpu: the experts' epilogues give their glue kernels' values: the clamped SwiGLU, one token's sum") {
   // Bit for bit: each epilogue computes what its glue kernel computes from the kernel's float32 sums.
   c10::InferenceMode guard;

@@ -7,57 +7,24 @@
 #include <cstdlib>
 
 #include "lm/kernels/async_copy.cuh"
-#include "lm/kernels/mma_device.cuh"
-#include "lm/kernels/moe_device.cuh"
+#include "lm/kernels/expert_span.cuh"
 
 namespace crucible::lm::kernels {
 namespace {
 
-// Many assignments on tensor cores, the model in bfloat16: each warp multiplies 16 rows of its expert by 8 * kTiles
-// inputs at a time with mma.m16n8k16 (bfloat16 operands, float32 sums), so each decoded weight serves every input of
-// the tile for one instruction's share. The products sum over the columns in any order, so the warp takes its k order
-// from whole loads: over a span of 4 MX blocks lane (g, t) holds MX block t of rows g and g + 8 (16 code bytes each,
-// decoded times the block's scale, exact in bfloat16) and reads the same columns of input g of each tile; step s of a
-// block's 8 gives its columns 4s .. 4s + 3 the fragments' k positions 2t, 2t + 1, 2t + 8, 2t + 9, in A and B alike.
-// Blocks past a row's end hold zeros in both.
+// Many assignments on tensor cores, the model in bfloat16 (the products as expert_span.cuh describes): each warp
+// multiplies 16 rows of its expert by 8 * kTiles inputs at a time, lane (g, t) reading input g of each tile, so each
+// decoded weight serves every input of the tile for one instruction's share.
 // A block keeps several spans in flight: asynchronous copies (cp.async) fill a ring of stages in shared memory, each
 // with a span's inputs (bfloat16, shared by the block's warps) and each lane's codes and scales, while the warps
 // multiply the oldest. One span in flight (registers, a barrier a span) left the memory idle between spans at 8
 // tokens an expert; at about 2 an expert the decoding's integer instructions, not the memory, bound the kernel
 // (docs/benchmarks.md, gpt-oss decode).
-constexpr int kSpanBlocks = 4;
-constexpr int kSpanPieces = kSpanBlocks * kMxBlock / 8;  // 16-byte pieces of 8 bfloat16 inputs in a span's row
-constexpr int kMmaRows = 16;
 
 // Where piece p of token slot `slot` lies in its staged row: the 8 lanes of a quarter warp read pieces 16i + 4t + u
 // (t = 0..3) of two slots, which this places in 8 different groups of 4 banks.
 __device__ __forceinline__ int staged_position(int slot, int piece) {
   return piece ^ (((piece >> 3) & 1) << 1) ^ (slot & 1);
-}
-
-// Asynchronous copies into shared memory (at a 32-bit shared address): `bytes` of `size` read from global memory,
-// the rest zeros.
-__device__ __forceinline__ void copy16_async(uint32_t to, const void* from, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from), "r"(bytes));
-}
-__device__ __forceinline__ void copy4_async(uint32_t to, const void* from, int bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(from), "r"(bytes));
-}
-__device__ __forceinline__ void copy16_async(uint32_t to, const void* from) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(from));
-}
-__device__ __forceinline__ void copy4_async(uint32_t to, const void* from) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to), "l"(from));
-}
-__device__ __forceinline__ uint4 load_shared16(uint32_t at) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(at));
-  return v;
-}
-__device__ __forceinline__ uint32_t load_shared4(uint32_t at) {
-  uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(at));
-  return v;
 }
 
 // One span in shared memory: its inputs, and each warp's lanes' code blocks and scales. A row's scales are 1 byte a
@@ -199,28 +166,6 @@ struct SpanCopies {
   }
 };
 
-// Steps 2u and 2u + 1 of the lane's span block: code word u of rows g and g + 8 as A fragments, times each tile's
-// staged inputs (piece u of span block t), into sums (2u + step) % kChains of each tile: several chains of sums let
-// a warp issue an MMA before the one before it has finished.
-template <int kTiles, int kChains, bool kTwoSteps>
-__device__ __forceinline__ void mma_word(const uint4& low_code, const uint4& high_code, const PairScale& low_scale,
-                                         const PairScale& high_scale, int u, uint32_t stage, const LaneReads& reads,
-                                         float (&acc)[kChains][kTiles][4]) {
-  uint32_t low[4], high[4];
-  decode_pairs<kTwoSteps>(word_of(low_code, u), low_scale, low);
-  decode_pairs<kTwoSteps>(word_of(high_code, u), high_scale, high);
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    const uint4 in = load_shared16(stage + reads.input[u] + j * StageOffsets<kTiles>::tile);
-    const uint32_t first[4] = {low[0], high[0], low[1], high[1]}, second[4] = {low[2], high[2], low[3], high[3]};
-    mma<__nv_bfloat16>(acc[(2 * u) % kChains][j], first, in.x, in.y);
-    mma<__nv_bfloat16>(acc[(2 * u + 1) % kChains][j], second, in.z, in.w);
-  }
-}
-
-// A lane's scale, `shift` bits into its copied word.
-__device__ __forceinline__ unsigned scale_from(uint32_t word, int shift) { return (word >> shift) & 0xFFu; }
-
 // One span of the lane's rows from a stage: its scales, then its 4 words of codes a row against each tile's inputs.
 template <int kTiles, int kChains>
 __device__ __forceinline__ void multiply_span(uint32_t stage, const LaneReads& reads,
@@ -230,16 +175,9 @@ __device__ __forceinline__ void multiply_span(uint32_t stage, const LaneReads& r
   // A block past the row's end: zero codes (and zero inputs) whatever its scale.
   const unsigned low_bits = scale_from(load_shared4(stage + reads.scale_word[0]), reads.scale_shift[0]);
   const unsigned high_bits = scale_from(load_shared4(stage + reads.scale_word[1]), reads.scale_shift[1]);
-  // The scales are made inside each branch: the common one (no scale of the warp's above 128) needs only the first
-  // factor of each.
-  with_two_steps(__any_sync(0xFFFFFFFFu, takes_two_steps(max(low_bits, high_bits))), [&](auto two_steps) {
-    constexpr bool kTwoSteps = decltype(two_steps)::value;
-    const PairScale low_scale = kTwoSteps ? pair_scale_of(low_bits) : one_step_scale(low_bits);
-    const PairScale high_scale = kTwoSteps ? pair_scale_of(high_bits) : one_step_scale(high_bits);
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-      mma_word<kTiles, kChains, kTwoSteps>(low_code, high_code, low_scale, high_scale, u, stage, reads, acc);
-  });
+  multiply_code_blocks<kTiles, kChains>(
+      low_code, high_code, low_bits, high_bits,
+      [&](int u, int j) { return load_shared16(stage + reads.input[u] + j * StageOffsets<kTiles>::tile); }, acc);
 }
 
 // The 16 rows of its expert a warp multiplies (from row0) and where lane (g, t)'s part of them lies: rows g and g + 8
@@ -333,10 +271,7 @@ __device__ __forceinline__ float product_of(const ExpertGemvArgs& a, int expert,
                                             const float (&acc)[kChains][kTiles][4]) {
   const int64_t row_index = static_cast<int64_t>(expert) * a.rows + row;
   const float bias = a.bias ? to_float(a.bias, row_index, a.bias_element) : 0.0f;
-  float sum = acc[0][j][i];
-#pragma unroll
-  for (int c = 1; c < kChains; ++c) sum += acc[c][j][i];
-  return sum + bias;
+  return chains_summed<kTiles, kChains>(acc, j, i) + bias;
 }
 
 // Lane (g, t) holds rows g and g + 8 of inputs 2t and 2t + 1 of each tile: each with its expert's bias, to the
@@ -504,12 +439,17 @@ bool summed_epilogue_built() {
   return has_early_launch_code(reinterpret_cast<const void*>(expert_mma_kernel<1, false, 4, true>));
 }
 
-// On tensor cores. Ordered assignments (a prefill's many): a block per tile of args.ordered_tile of an expert's, at
-// most assignments / tile + experts tiles. A step of a token or two (no more assignments than experts): a block per
+// On tensor cores. One token's first projection (every assignment reading x's row 0): a warp per 16 rows of an
+// assignment (expert_warps.cu). Ordered assignments (a prefill's many): a block per tile of args.ordered_tile of an
+// expert's, at most assignments / tile + experts tiles. A step of a token or two (no more assignments than experts): a block per
 // assignment, the first of each expert standing for it, so only the chosen experts' rows are read. Otherwise by
 // expert: 8 inputs a warp's pass when experts have a few each, 16 or 32 when more tokens share an expert, so that
 // most experts' rows are read once.
 void launch_expert_mma(const ExpertGemvArgs& args, cudaStream_t stream) {
+  if (expert_warps_take(args)) {
+    launch_expert_warps(args, stream);
+    return;
+  }
   const int rows = (args.rows + kWarps * kMmaRows - 1) / (kWarps * kMmaRows);
   if (args.order) {
     const int tile = args.ordered_tile;

@@ -18,6 +18,10 @@ namespace crucible::lm::kernels {
 // type, up to kMaxExpertAssignments), bfloat16 products on tensor cores (any number, with an order past that).
 void launch_expert_gemv_cuda_cores(const ExpertGemvArgs& args, cudaStream_t stream);
 void launch_expert_mma(const ExpertGemvArgs& args, cudaStream_t stream);
+// One token's first projection on tensor cores (every assignment reading x's row 0), a warp per 16 rows of an
+// assignment (expert_warps.cu): launch_expert_mma takes it there.
+bool expert_warps_take(const ExpertGemvArgs& args);
+void launch_expert_warps(const ExpertGemvArgs& args, cudaStream_t stream);
 
 constexpr int kWarps = 4;
 constexpr int kMxBlock = 32;

@@ -1,0 +1,188 @@
+// One token's first expert projection in bfloat16 on tensor cores: each warp multiplies 16 rows of one assignment's
+// expert by the token's row on its own (the products as expert_span.cuh describes, the same MMAs in the same order as
+// expert_mma.cu's blocks, so the same bits). Its lanes copy their code blocks and scale words into their own ring of
+// stages in shared memory and read the input through L1: no barrier a span, since a lane reads only what it copied.
+// In a gpt-oss-120b decode step the blocks of expert_mma.cu (4 warps over 64 rows, a barrier a span, 2-3 blocks an
+// SM) took 23.5 µs a layer for this projection, these warps 18.7-20 (docs/benchmarks.md, gpt-oss decode). The second
+// projection stays on those blocks, whose clusters start while this kernel runs.
+#include <cuda_bf16.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "lm/kernels/async_copy.cuh"
+#include "lm/kernels/expert_span.cuh"
+
+namespace crucible::lm::kernels {
+namespace {
+
+// Spans in flight a lane: 3 to 5 measured alike in a chain of both projections, 8 slower by 8 µs a layer.
+constexpr int kStages = 3;
+// A lane's share of a stage: its two code blocks (rows g and g + 8) and the aligned words holding their scales.
+constexpr uint32_t kStageBytesPerLane = 2 * 16 + 2 * 4;
+
+// Where lane (g, t) of a warp on rows row0.. of `expert` reads its codes, scales and input, and where its copies go.
+struct LaneSpans {
+  const uint4* low_codes;  // the lane's block of span 0 in row g; a span is kSpanBlocks blocks further
+  const uint4* high_codes;
+  const uint8_t* scale_base;  // a.scales rounded down to 4 bytes (the bytes before them are in the same allocation)
+  int low_word, high_word;    // the words holding the lane's scales of span 0, in bytes from scale_base
+  int scale_shift[2];
+  int scales_end;  // bytes from scale_base to the end of the scales: none past it is read
+  const uint4* input;  // the lane's 4 pieces of span 0; a span is kSpanPieces pieces further
+  int blocks_per_row, spans;
+  uint32_t low_to, high_to, words_to, stage_stride;  // shared addresses of stage 0, and a stage's size
+
+  __device__ __forceinline__ bool present(int span, int t) const { return kSpanBlocks * span + t < blocks_per_row; }
+
+  // The lane's copies of `span` into `stage`, zeros past its row's end.
+  __device__ __forceinline__ void copy(int span, int stage, int t) const {
+    const bool here = present(span, t);
+    const uint32_t at = stage * stage_stride;
+    copy16_async(low_to + at, here ? low_codes + kSpanBlocks * span : low_codes, here ? 16 : 0);
+    copy16_async(high_to + at, here ? high_codes + kSpanBlocks * span : low_codes, here ? 16 : 0);
+    const int low = low_word + 4 * span, high = high_word + 4 * span;
+    copy4_async(words_to + at, scale_base + (here ? low : 0), here ? min(4, scales_end - low) : 0);
+    copy4_async(words_to + 4 + at, scale_base + (here ? high : 0), here ? min(4, scales_end - high) : 0);
+  }
+
+  // The lane's 4 input pieces of `span` (zeros past the row's end, as its codes are).
+  __device__ __forceinline__ void load_input(int span, int t, uint4 (&in)[4]) const {
+    const bool here = present(span, t);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) in[u] = here ? __ldg(input + span * kSpanPieces + u) : make_uint4(0, 0, 0, 0);
+  }
+};
+
+__device__ __forceinline__ LaneSpans lane_spans(const ExpertGemvArgs& a, int expert, int assignment, int row0,
+                                                uint32_t ring_at) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  LaneSpans s;
+  s.blocks_per_row = a.cols / kMxBlock;
+  s.spans = (s.blocks_per_row + kSpanBlocks - 1) / kSpanBlocks;
+  const int64_t low_row = static_cast<int64_t>(expert) * a.rows + min(row0 + g, a.rows - 1);
+  const int64_t high_row = static_cast<int64_t>(expert) * a.rows + min(row0 + g + 8, a.rows - 1);
+  s.low_codes = reinterpret_cast<const uint4*>(a.blocks) + low_row * s.blocks_per_row + t;
+  s.high_codes = reinterpret_cast<const uint4*>(a.blocks) + high_row * s.blocks_per_row + t;
+  const int misaligned = static_cast<int>(reinterpret_cast<uintptr_t>(a.scales) & 3);
+  s.scale_base = a.scales - misaligned;
+  s.scales_end = misaligned + a.experts_count * a.rows * s.blocks_per_row;
+  const int low_at = misaligned + static_cast<int>(low_row * s.blocks_per_row) + t;
+  const int high_at = misaligned + static_cast<int>(high_row * s.blocks_per_row) + t;
+  s.low_word = low_at & ~3, s.high_word = high_at & ~3;
+  s.scale_shift[0] = 8 * (low_at & 3), s.scale_shift[1] = 8 * (high_at & 3);
+  const int64_t x_row = assignment / a.x_divisor;
+  s.input = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + x_row * a.x_row_stride) + 4 * t;
+  // Stage s of the block's ring: every lane's low code blocks, then high ones, then scale words.
+  const int lanes = static_cast<int>(blockDim.x);
+  s.stage_stride = lanes * kStageBytesPerLane;
+  s.low_to = ring_at + threadIdx.x * 16;
+  s.high_to = ring_at + (lanes + threadIdx.x) * 16;
+  s.words_to = ring_at + lanes * 32 + threadIdx.x * 8;
+  return s;
+}
+
+// The warp's sums over all spans (no codes copied where its expert is out of range): the ring's first kStages - 1
+// spans copied by the caller, committed one group each.
+__device__ __forceinline__ void multiply_spans(const LaneSpans& s, bool active, float (&acc)[4][1][4]) {
+  const int t = threadIdx.x % 4;
+  uint4 next_input[4];
+  s.load_input(0, t, next_input);
+  int oldest = 0;
+  for (int span = 0; span < s.spans; ++span) {
+    wait_copies<kStages - 2>();  // this span's copies (the lane's own) have landed
+    // The stage read last span (its values already in the MMAs) is refilled, an empty group past the last span.
+    if (active) s.copy(span + kStages - 1, oldest == 0 ? kStages - 1 : oldest - 1, t);
+    commit_copies();
+    const uint32_t at = oldest * s.stage_stride;
+    oldest = oldest + 1 == kStages ? 0 : oldest + 1;
+    const uint4 low_code = load_shared16(s.low_to + at), high_code = load_shared16(s.high_to + at);
+    const uint2 words = load_shared8(s.words_to + at);
+    uint4 input[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) input[u] = next_input[u];
+    s.load_input(span + 1, t, next_input);
+    multiply_code_blocks<1, 4>(low_code, high_code, scale_from(words.x, s.scale_shift[0]),
+                               scale_from(words.y, s.scale_shift[1]), [&](int u, int) { return input[u]; }, acc);
+  }
+  wait_copies<0>();
+}
+
+// Rows g and g + 8 of lane (g, 0): its sums with its expert's bias.
+__device__ __forceinline__ void row_products(const ExpertGemvArgs& a, int expert, int row0,
+                                             const float (&acc)[4][1][4], float (&product)[2]) {
+  const int g = threadIdx.x % 32 / 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = min(row0 + g + 8 * h, a.rows - 1);
+    const float bias = a.bias ? to_float(a.bias, static_cast<int64_t>(expert) * a.rows + row, a.bias_element) : 0.0f;
+    product[h] = chains_summed<1, 4>(acc, 0, 2 * h) + bias;
+  }
+}
+
+// A block per warp: warp x takes rows 16 (x % tiles) on of assignment x / tiles, and stores them to `out`, or with
+// the SwiGLU epilogue each gate row (g even) activated with its linear row (g + 1: lane + 4) to `activated`.
+__global__ void __launch_bounds__(32) expert_warp_kernel(ExpertGemvArgs a) {
+  wait_for_earlier_kernels();  // launched early: its experts and input are the kernels' before
+  let_later_kernels_start();
+  extern __shared__ uint4 ring[];
+  const int tiles = (a.rows + kMmaRows - 1) / kMmaRows;
+  const int assignment = static_cast<int>(blockIdx.x) / tiles, row0 = static_cast<int>(blockIdx.x) % tiles * kMmaRows;
+  const int64_t chosen = a.experts[assignment];
+  const bool active = chosen >= 0 && chosen < a.experts_count;  // else nothing is read or written
+  const int expert = active ? static_cast<int>(chosen) : 0;
+  const LaneSpans s = lane_spans(a, expert, assignment, row0, shared_address(ring));
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int span = 0; span < kStages - 1; ++span) {
+    if (active) s.copy(span, span, t);
+    commit_copies();
+  }
+  float acc[4][1][4] = {};
+  multiply_spans(s, active, acc);
+  float product[2];
+  row_products(a, expert, row0, acc, product);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + g + 8 * h;
+    const bool stored = active && t == 0 && row < a.rows;
+    if (a.activated) {  // the same for the whole warp: the shuffle takes every lane
+      const float linear = __shfl_xor_sync(0xFFFFFFFFu, product[h], 4);
+      if (stored && g % 2 == 0)
+        static_cast<__nv_bfloat16*>(a.activated)[static_cast<int64_t>(assignment) * (a.rows / 2) + row / 2] =
+            narrow<__nv_bfloat16>(clamped_swiglu_of(product[h], linear, a.swiglu_limit, a.swiglu_alpha));
+    } else if (stored) {
+      a.out[static_cast<int64_t>(assignment) * a.rows + row] = product[h];
+    }
+  }
+}
+
+// The kernel's blocks ask for a little shared memory, so the GPU would split an SM's memory between L1 and shared
+// memory in L1's favour, and the experts' second kernel (launched early, 40 KB of shared memory a block) could not
+// start beside them until they ended: 321 tok/s at 120b batch 1 where asking for the largest shared part gives 357.
+void prefer_shared_memory(const void* kernel) {
+  constexpr int kGpus = 64;
+  static std::atomic<bool> done[kGpus] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kGpus || done[device].load()) return;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  done[device].store(true);
+}
+
+}  // namespace
+
+// CRUCIBLE_MOE_WARPS=0 keeps one token's first projection on expert_mma.cu's blocks.
+bool expert_warps_take(const ExpertGemvArgs& args) {
+  static const bool on = on_unless_zero("CRUCIBLE_MOE_WARPS");
+  return on && !args.order && !args.summed && args.bf16_products && args.assignments <= kMaxRouteK &&
+         args.x_divisor == args.assignments;  // every assignment reads row 0: one token
+}
+
+void launch_expert_warps(const ExpertGemvArgs& args, cudaStream_t stream) {
+  const auto kernel = expert_warp_kernel;
+  prefer_shared_memory(reinterpret_cast<const void*>(kernel));
+  const int tiles = (args.rows + kMmaRows - 1) / kMmaRows;
+  launch(kernel, dim3(args.assignments * tiles), dim3(32), kStages * 32 * kStageBytesPerLane, stream, args);
+}
+
+}  // namespace crucible::lm::kernels
