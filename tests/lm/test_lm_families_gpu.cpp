@@ -57,6 +57,35 @@ Transformer load_on_gpu(const std::filesystem::path& dir, c10::ScalarType dtype)
   return Transformer::load(dir, options);
 }
 
+// Random experts in one of the kernels' test shapes, packed as MXFP4: rows scaled by 0.2, or (largest_power > 0) by
+// 2^-6 .. 2^largest_power, so that scales above 128 (two multiplications a pair) meet small ones in one warp. On the
+// GPU the codes are in the kernels' order (mxfp4.h) and the scales a view one byte into their storage: the kernels
+// read them as aligned words, from before their start.
+struct ExpertShape {
+  int64_t experts, rows, cols;
+  int64_t largest_power = 0;
+};
+
+struct PackedExperts {
+  Mxfp4Tensor packed;
+  at::Tensor blocks, scales;  // on the GPU
+};
+
+PackedExperts random_packed_experts(const ExpertShape& shape, at::Generator& g) {
+  const int64_t E = shape.experts, rows = shape.rows, cols = shape.cols;
+  const c10::Device gpu("cuda:0");
+  const auto row_scale = shape.largest_power == 0
+                             ? at::full({E, rows, 1}, 0.2)
+                             : at::pow(2.0, at::randint(-6, shape.largest_power + 1, {E, rows, 1}, g).to(at::kFloat));
+  PackedExperts p{lm::mxfp4_encode(at::randn({E, rows, cols}, g) * row_scale), {}, {}};
+  p.blocks = lm::mxfp4_paired(p.packed.blocks).to(gpu);
+  p.scales = at::zeros({p.packed.scales.numel() + 1}, p.packed.scales.options().device(gpu))
+                 .narrow(0, 1, p.packed.scales.numel())
+                 .copy_(p.packed.scales.flatten().to(gpu))
+                 .view(p.packed.scales.sizes());
+  return p;
+}
+
 }  // namespace
 
 TEST_CASE("lm gpu: qwen3 and gpt-oss on CUDA match the CPU reference (float32) and the CPU model's greedy tokens") {
@@ -234,32 +263,19 @@ TEST_CASE("lm gpu: the experts' bfloat16 products on tensor cores are the exact 
   // A decode step of a few tokens (no more assignments than experts) takes a block per assignment.
   c10::InferenceMode guard;
   const c10::Device gpu("cuda:0");
-  struct Shape {
-    int64_t experts, rows, cols;
-    int64_t largest_power = 0;  // rows scaled by 2^-6 .. 2^largest_power: scales above 128 beside small ones
-  };
   // Rows ending inside a warp's 16 and columns inside a span of 4 MX blocks; up to E assignments, then 8 inputs a pass
   // (up to 4 an expert), 16 (up to 12) and 32, all on one expert (many passes), more than 256 (ordered, spread and
   // all on one expert; 200 experts, more than a block's threads, count their tiles), with inputs shared k ways (the
   // first projection) or one each, in bfloat16 and float32, rows padded past their columns. 3 x 25 x 96 has 225
   // scales: the last one's aligned word ends past them (copied in part). 16 x 48 x 288 mixes rows of scales above 128
-  // (two multiplications a pair) with rows of small ones in one warp.
-  for (const Shape& shape :
-       {Shape{8, 88, 96}, Shape{32, 200, 1056}, Shape{200, 40, 160}, Shape{3, 25, 96}, Shape{16, 48, 288, 14}}) {
+  // with rows of small ones in one warp.
+  for (const ExpertShape& shape : {ExpertShape{8, 88, 96}, ExpertShape{32, 200, 1056}, ExpertShape{200, 40, 160},
+                                   ExpertShape{3, 25, 96}, ExpertShape{16, 48, 288, 14}}) {
     const int64_t E = shape.experts, rows = shape.rows, cols = shape.cols;
     CAPTURE(E);
     auto g = at::make_generator<at::CPUGeneratorImpl>(11);
-    const auto row_scale = shape.largest_power == 0
-                               ? at::full({E, rows, 1}, 0.2)
-                               : at::pow(2.0, at::randint(-6, shape.largest_power + 1, {E, rows, 1}, g).to(at::kFloat));
-    const auto packed = lm::mxfp4_encode(at::randn({E, rows, cols}, g) * row_scale);
+    const auto [packed, blocks, scales] = random_packed_experts(shape, g);
     const auto decoded = lm::mxfp4_decode(packed.blocks, packed.scales, at::kFloat).to(at::kDouble);
-    const auto blocks = lm::mxfp4_paired(packed.blocks).to(gpu);  // the kernels' order (mxfp4.h)
-    // The scales as a view one byte into its storage: the kernel reads them as aligned words, from before their start.
-    const auto scales = at::zeros({packed.scales.numel() + 1}, packed.scales.options().device(gpu))
-                            .narrow(0, 1, packed.scales.numel())
-                            .copy_(packed.scales.flatten().to(gpu))
-                            .view(packed.scales.sizes());
     const auto bias = (at::randn({E, rows}, g) * 0.1).to(at::kBFloat16);
     // More than 256 assignments go in the order of their experts, found on the device.
     for (const int64_t assignments :
@@ -301,25 +317,14 @@ TEST_CASE("lm gpu: one token's experts on their own warps give the bits the same
   // must be equal bit for bit.
   c10::InferenceMode guard;
   const c10::Device gpu("cuda:0");
-  struct Shape {
-    int64_t experts, rows, cols;
-    int64_t largest_power = 0;
-  };
   // Rows ending inside a warp's 16, columns inside a span of 4 MX blocks, the last scale's aligned word past the
   // scales (3 x 25 x 96), scales above 128 beside small ones in one warp (16 x 48 x 288).
-  for (const Shape& shape : {Shape{8, 88, 96}, Shape{32, 200, 1056}, Shape{3, 25, 96}, Shape{16, 48, 288, 14}}) {
+  for (const ExpertShape& shape :
+       {ExpertShape{8, 88, 96}, ExpertShape{32, 200, 1056}, ExpertShape{3, 25, 96}, ExpertShape{16, 48, 288, 14}}) {
     const int64_t E = shape.experts, rows = shape.rows, cols = shape.cols;
     CAPTURE(E);
     auto g = at::make_generator<at::CPUGeneratorImpl>(23);
-    const auto row_scale = shape.largest_power == 0
-                               ? at::full({E, rows, 1}, 0.2)
-                               : at::pow(2.0, at::randint(-6, shape.largest_power + 1, {E, rows, 1}, g).to(at::kFloat));
-    const auto packed = lm::mxfp4_encode(at::randn({E, rows, cols}, g) * row_scale);
-    const auto blocks = lm::mxfp4_paired(packed.blocks).to(gpu);
-    const auto scales = at::zeros({packed.scales.numel() + 1}, packed.scales.options().device(gpu))
-                            .narrow(0, 1, packed.scales.numel())
-                            .copy_(packed.scales.flatten().to(gpu))
-                            .view(packed.scales.sizes());
+    const auto [packed, blocks, scales] = random_packed_experts(shape, g);
     const auto bias = (at::randn({E, rows}, g) * 0.1).to(at::kBFloat16).to(gpu);
     for (const int64_t k : {int64_t{1}, int64_t{4}, int64_t{8}}) {
       CAPTURE(k);
