@@ -441,10 +441,10 @@ bool summed_epilogue_built() {
 
 // On tensor cores. One token's first projection (every assignment reading x's row 0): a warp per 16 rows of an
 // assignment (expert_warps.cu). Ordered assignments (a prefill's many): a block per tile of args.ordered_tile of an
-// expert's, at most assignments / tile + experts tiles. A step of a token or two (no more assignments than experts): a block per
-// assignment, the first of each expert standing for it, so only the chosen experts' rows are read. Otherwise by
-// expert: 8 inputs a warp's pass when experts have a few each, 16 or 32 when more tokens share an expert, so that
-// most experts' rows are read once.
+// expert's, at most assignments / tile + experts tiles. A step of a token or two (no more assignments than experts):
+// a block per assignment, the first of each expert standing for it, so only the chosen experts' rows are read.
+// Otherwise by expert: 8 inputs a warp's pass when experts have a few each, 16 or 32 when more tokens share an
+// expert, so that most experts' rows are read once.
 void launch_expert_mma(const ExpertGemvArgs& args, cudaStream_t stream) {
   if (expert_warps_take(args)) {
     launch_expert_warps(args, stream);
