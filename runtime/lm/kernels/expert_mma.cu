@@ -274,9 +274,8 @@ __device__ __forceinline__ float product_of(const ExpertGemvArgs& a, int expert,
   return chains_summed<kTiles, kChains>(acc, j, i) + bias;
 }
 
-// Lane (g, t) holds rows g and g + 8 of inputs 2t and 2t + 1 of each tile: each with its expert's bias, to the
-// assignment's row of the output; or, with the SwiGLU epilogue, a gate row's (g even) activated with its linear row
-// (g + 1: lane + 4) to the assignment's row of `activated`.
+// Lane (g, t) holds rows g and g + 8 of inputs 2t and 2t + 1 of each tile: each with its expert's bias, stored by
+// store_product.
 template <int kTiles, int kChains>
 __device__ __forceinline__ void store_products(const ExpertGemvArgs& a, int expert, const LaneRows& rows,
                                                const int* mine, int first, int n, int g, int t,
@@ -287,15 +286,8 @@ __device__ __forceinline__ void store_products(const ExpertGemvArgs& a, int expe
     for (int i = 0; i < 4; ++i) {
       const int row = rows.row0 + g + (i >= 2 ? 8 : 0), slot = first + 8 * j + 2 * t + i % 2;
       const bool stored = row < a.rows && slot < n;
-      if (a.activated) {  // the same for the whole warp: the shuffle takes every lane
-        const float product = stored ? product_of<kTiles, kChains>(a, expert, row, j, i, acc) : 0.0f;
-        const float linear = __shfl_xor_sync(0xFFFFFFFFu, product, 4);
-        if (stored && g % 2 == 0)
-          static_cast<__nv_bfloat16*>(a.activated)[static_cast<int64_t>(mine[slot]) * (a.rows / 2) + row / 2] =
-              narrow<__nv_bfloat16>(clamped_swiglu_of(product, linear, a.swiglu_limit, a.swiglu_alpha));
-      } else if (stored) {
-        a.out[static_cast<int64_t>(mine[slot]) * a.rows + row] = product_of<kTiles, kChains>(a, expert, row, j, i, acc);
-      }
+      const float product = stored ? product_of<kTiles, kChains>(a, expert, row, j, i, acc) : 0.0f;
+      store_product(a, stored ? mine[slot] : 0, row, g, stored, product);
     }
 }
 

@@ -86,13 +86,28 @@ __device__ __forceinline__ void multiply_code_blocks(const uint4& low_code, cons
   });
 }
 
-// A lane's sums of rows g (h = 0) and g + 8 (h = 1) for input 2t + i of tile j, its chains added in order.
+// Sum i of a lane's tile j (row g, or g + 8 where i >= 2; input 2t + i % 2), its chains added in order.
 template <int kTiles, int kChains>
 __device__ __forceinline__ float chains_summed(const float (&acc)[kChains][kTiles][4], int j, int i) {
   float sum = acc[0][j][i];
 #pragma unroll
   for (int c = 1; c < kChains; ++c) sum += acc[c][j][i];
   return sum;
+}
+
+// A lane's product of `row` for `assignment`, where `stored`, to the assignment's row of `out`; or, with the SwiGLU
+// epilogue, a gate row's (g even) activated with its linear row (g + 1: lane + 4) to the assignment's row of
+// `activated`. The same for the whole warp: every lane calls it, since the shuffle takes them all.
+__device__ __forceinline__ void store_product(const ExpertGemvArgs& a, int64_t assignment, int row, int g,
+                                              bool stored, float product) {
+  if (a.activated) {
+    const float linear = __shfl_xor_sync(0xFFFFFFFFu, product, 4);
+    if (stored && g % 2 == 0)
+      static_cast<__nv_bfloat16*>(a.activated)[assignment * (a.rows / 2) + row / 2] =
+          narrow<__nv_bfloat16>(clamped_swiglu_of(product, linear, a.swiglu_limit, a.swiglu_alpha));
+  } else if (stored) {
+    a.out[assignment * a.rows + row] = product;
+  }
 }
 
 }  // namespace crucible::lm::kernels

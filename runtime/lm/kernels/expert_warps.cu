@@ -120,8 +120,7 @@ __device__ __forceinline__ void row_products(const ExpertGemvArgs& a, int expert
   }
 }
 
-// A block per warp: warp x takes rows 16 (x % tiles) on of assignment x / tiles, and stores them to `out`, or with
-// the SwiGLU epilogue each gate row (g even) activated with its linear row (g + 1: lane + 4) to `activated`.
+// A block per warp: warp x takes rows 16 (x % tiles) on of assignment x / tiles, stored by store_product.
 __global__ void __launch_bounds__(32) expert_warp_kernel(ExpertGemvArgs a) {
   wait_for_earlier_kernels();  // launched early: its experts and input are the kernels' before
   let_later_kernels_start();
@@ -145,15 +144,7 @@ __global__ void __launch_bounds__(32) expert_warp_kernel(ExpertGemvArgs a) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + g + 8 * h;
-    const bool stored = active && t == 0 && row < a.rows;
-    if (a.activated) {  // the same for the whole warp: the shuffle takes every lane
-      const float linear = __shfl_xor_sync(0xFFFFFFFFu, product[h], 4);
-      if (stored && g % 2 == 0)
-        static_cast<__nv_bfloat16*>(a.activated)[static_cast<int64_t>(assignment) * (a.rows / 2) + row / 2] =
-            narrow<__nv_bfloat16>(clamped_swiglu_of(product[h], linear, a.swiglu_limit, a.swiglu_alpha));
-    } else if (stored) {
-      a.out[static_cast<int64_t>(assignment) * a.rows + row] = product[h];
-    }
+    store_product(a, assignment, row, g, active && t == 0 && row < a.rows, product[h]);
   }
 }
 
