@@ -518,6 +518,79 @@ TEST_CASE("lm gpu: decode attention with sinks and a sliding window gives the ma
   set_decode_attention_tensor_cores(true);
 }
 
+TEST_CASE("lm gpu: the attention kernel's own rotation gives the rotation kernel's caches and the attention's bits") {
+  c10::InferenceMode guard;
+  const c10::Device gpu("cuda:0");
+  auto g = at::make_generator<at::CPUGeneratorImpl>(23);
+  set_rotation_fold(true);
+  struct Heads {
+    int64_t H, Hkv, D, B;
+  };
+  // gpt-oss's group of 8 query heads a key head (its 64-wide heads) at batch 1 and 3, and 128-wide heads in twos.
+  for (const Heads heads : {Heads{32, 4, 64, 1}, Heads{32, 4, 64, 3}, Heads{8, 4, 128, 2}}) {
+    const int64_t H = heads.H, Hkv = heads.Hkv, D = heads.D, B = heads.B, capacity = 1024, table_rows = 2048;
+    CAPTURE(D);
+    CAPTURE(B);
+    for (const auto dtype : {at::kBFloat16, at::kHalf}) {
+      CAPTURE(dtype == at::kHalf);
+      const auto qkv = at::randn({B, 1, (H + 2 * Hkv) * D}, g).to(gpu, dtype);
+      const auto cos = at::randn({table_rows, D}, g).to(gpu, dtype), signed_sin = at::randn({table_rows, D}, g).to(gpu, dtype);
+      const auto positions = at::randint(table_rows, {B, 1}, g, at::kLong).to(gpu);
+      const auto k_before = at::randn({B, Hkv, capacity, D}, g).to(gpu, dtype);
+      const auto v_before = at::randn({B, Hkv, capacity, D}, g).to(gpu, dtype);
+      auto valid = (at::rand({B, capacity}, g) > 0.2).to(gpu);
+      const auto sinks = at::randn({H}, g).to(gpu);
+      REQUIRE(rotation_folds_into_attention(k_before, H, /*normalised_heads=*/false));
+      CHECK_FALSE(rotation_folds_into_attention(k_before, H, /*normalised_heads=*/true));
+      // The step's own slot in a warp's first tiles (written into its stage) and past them (copied back from the
+      // caches), with and without gpt-oss's sinks and windows.
+      for (const int64_t slot : {int64_t{20}, int64_t{1000}})
+        for (const int64_t window : {int64_t{0}, int64_t{7}, int64_t{128}}) {
+          CAPTURE(slot);
+          CAPTURE(window);
+          const auto slot_tensor = at::tensor(std::vector<int64_t>{slot}, at::kLong).to(gpu);
+          const int64_t visible = slot + 3;
+          const at::Tensor s = window > 0 ? sinks : at::Tensor();
+          auto k_apart = k_before.clone(), v_apart = v_before.clone();
+          const auto q = rotate_into_cache(qkv, positions, slot_tensor, cos, signed_sin, k_apart, v_apart, H, Hkv);
+          const auto apart = decode_attention(q, k_apart, v_apart, valid, slot_tensor, visible, 0.125, s, window);
+          auto k_folded = k_before.clone(), v_folded = v_before.clone();
+          const auto folded = rotate_and_attend(qkv, positions, cos, signed_sin, k_folded, v_folded, valid, slot_tensor,
+                                                visible, 0.125, H, s, window);
+          CHECK(at::equal(folded, apart));
+          CHECK(at::equal(k_folded, k_apart));
+          CHECK(at::equal(v_folded, v_apart));
+          CHECK_FALSE(at::equal(k_folded, k_before));  // the step's key was written
+        }
+    }
+  }
+  // Off, the step takes the rotation kernel; Qwen3's normalised heads always do.
+  const auto k = at::zeros({1, 8, 64, 64}, at::TensorOptions().device(gpu).dtype(at::kBFloat16));
+  set_rotation_fold(false);
+  CHECK_FALSE(rotation_folds_into_attention(k, 64, false));
+  set_rotation_fold(true);
+  CHECK(rotation_folds_into_attention(k, 64, false));
+  // 16-wide heads (the tiny models'), which the tensor-core kernel does not take, keep the rotation kernel.
+  CHECK_FALSE(rotation_folds_into_attention(at::zeros({1, 2, 64, 16}, k.options()), 4, false));
+
+  // A bfloat16 gpt-oss of 64-wide heads: the same greedy tokens with the rotation in the attention kernel or apart,
+  // one prompt and three (sinks, a 3-token window, decode steps in CUDA graphs).
+  const auto m = test::tiny_gpt_oss(2, /*wide_heads=*/true);
+  const test::ScratchDir dir("families-gpu-rotation-fold");
+  test::write_model_dir(m, dir.path(), /*mxfp4=*/true);
+  const auto model = load_on_gpu(dir.path(), at::kBFloat16);
+  REQUIRE(rotation_folds_into_attention(at::zeros({1, 4, 64, 64}, k.options()), 8, false));
+  const std::vector<std::vector<int64_t>> prompts[2] = {{ids_of(9, 1)}, {ids_of(1, 1), ids_of(4, 2), ids_of(9, 3)}};
+  for (const auto& batch : prompts) {
+    CAPTURE(batch.size());
+    const auto folded = greedy_tokens(model, batch);
+    set_rotation_fold(false);
+    const auto apart = greedy_tokens(model, batch);
+    set_rotation_fold(true);
+    CHECK(folded == apart);
+  }
+}
+
 TEST_CASE("lm gpu: the experts' glue kernels give LibTorch's clamped SwiGLU and weighted sum") {
   c10::InferenceMode guard;
   const c10::Device gpu("cuda:0");

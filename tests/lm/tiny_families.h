@@ -69,10 +69,12 @@ inline TinyModel tiny_qwen3(uint64_t seed = 1, int64_t D = 16) {
 }
 
 // Two layers (the first sliding, window 3), four experts with two per token, sinks, gpt-oss's YaRN (its ramp inside
-// the 8 frequencies of a 16-wide head), untied unembedding, expert weights MXFP4-exact.
-inline TinyModel tiny_gpt_oss(uint64_t seed = 2) {
+// the 8 frequencies of a 16-wide head), untied unembedding, expert weights MXFP4-exact. `wide_heads`: 8 query heads
+// of 64, 2 a key head: heads the decode step's tensor-core attention takes at batch 1.
+inline TinyModel tiny_gpt_oss(uint64_t seed = 2, bool wide_heads = false) {
   auto g = at::detail::createCPUGenerator(seed);
-  const int64_t V = 48, Hd = 64, I = 32, L = 2, H = 4, Hkv = 2, D = 16, E = 4;
+  const int64_t V = 48, Hd = 64, I = 32, L = 2, E = 4;
+  const int64_t H = wide_heads ? 8 : 4, Hkv = wide_heads ? 4 : 2, D = wide_heads ? 64 : 16;
   TinyModel m;
   m.config = {{"model_type", "gpt_oss"}, {"vocab_size", V}, {"hidden_size", Hd}, {"intermediate_size", I},
               {"num_hidden_layers", L}, {"num_attention_heads", H}, {"num_key_value_heads", Hkv}, {"head_dim", D},

@@ -11,7 +11,8 @@
 // scores of slots a row may not attend (padding, retired requests, slots before a sliding window) are masked to -inf,
 // and their values zeroed in shared memory before the weighted sum, so whatever they hold (NaN, too) never reaches the
 // output. Slots past the step's, and tiles wholly before a window, are never read. A sink (gpt-oss) joins the final
-// merge's softmax.
+// merge's softmax. Given the step's unrotated q/k/v row (AttendArgs::rotary), each block rotates its key head's
+// queries and key as the rotation kernel does and writes the step's key and value into the caches itself.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -104,6 +105,14 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
   const T* values = static_cast<const T*>(a.v_cache) + head * D;
   const bool* valid = a.key_valid + static_cast<int64_t>(b) * a.capacity;
   T* stages = stages_all + warp * kStages * 2 * kTile;  // this warp's
+  const T* row_heads = static_cast<const T*>(a.q) + b * a.q_row_stride;  // the row's query heads (or q/k/v heads)
+  const bool rotates = a.rotary.cos != nullptr;
+  const T *cos = nullptr, *sin = nullptr;
+  if (rotates) rotary_rows_of(a.rotary, b, D, cos, sin);  // the positions are written before the step
+  // Element d of a head as attended: rotated here where the kernel rotates.
+  const auto element = [&](const T* head, int d) {
+    return rotates ? rotated(head[d], head[d < D / 2 ? d + D / 2 : d - D / 2], cos[d], sin[d]) : head[d];
+  };
 
   // The warp's i-th tile (slots 16 (first_tile + warp + i kWarps) on) into stage i % kStages, zeros past the step's slot; one copy
   // group per call, empty past the last tile, so that waiting for all but the newest kStages - 1 groups always means
@@ -133,12 +142,25 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
   wait_for_earlier_kernels();  // the step's own key, value and query, and key_valid, come from kernels before
   let_later_kernels_start();
   const int own_tile = static_cast<int>(slot / kSlotsPerTile) - first_tile;  // counted from the first tile
-  if (own_tile % kWarps == warp && own_tile / kWarps < kStages && lane < kPieces) {
+  if (own_tile % kWarps == warp) {
     const int row = static_cast<int>(slot % kSlotsPerTile), i = own_tile / kWarps;
-    T* k_tile = stages + i * 2 * kTile;
-    const int to = swizzled<D>(row, lane);
-    *reinterpret_cast<uint4*>(k_tile + to) = *reinterpret_cast<const uint4*>(keys + slot * D + lane * 8);
-    *reinterpret_cast<uint4*>(k_tile + kTile + to) = *reinterpret_cast<const uint4*>(values + slot * D + lane * 8);
+    T* k_tile = i < kStages ? stages + i * 2 * kTile : nullptr;  // else its tile is fetched later, from the caches
+    if (rotates) {
+      // The step's key rotated and its value, into the caches (this block's key head alone reads them) and the tile.
+      const T* key = row_heads + (a.heads + kvh) * a.q_head_stride;
+      const T* value = row_heads + (a.heads + a.kv_heads + kvh) * a.q_head_stride;
+      for (int d = lane; d < D; d += 32) {
+        const T k = element(key, d), v = value[d];
+        static_cast<T*>(a.k_cache)[(head + slot) * D + d] = k;
+        static_cast<T*>(a.v_cache)[(head + slot) * D + d] = v;
+        if (k_tile) k_tile[swizzled<D>(row, d / 8) + d % 8] = k, k_tile[kTile + swizzled<D>(row, d / 8) + d % 8] = v;
+      }
+      __threadfence_block();  // a later tile's copies read them back
+    } else if (k_tile && lane < kPieces) {
+      const int to = swizzled<D>(row, lane);
+      *reinterpret_cast<uint4*>(k_tile + to) = *reinterpret_cast<const uint4*>(keys + slot * D + lane * 8);
+      *reinterpret_cast<uint4*>(k_tile + kTile + to) = *reinterpret_cast<const uint4*>(values + slot * D + lane * 8);
+    }
   }
 
   for (int word = first_tile / 2 + warp; word < (n + 31) / 32; word += kWarps) {
@@ -147,10 +169,10 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
     const unsigned bits = __ballot_sync(0xffffffffu, s < n && (s == slot || valid[s]) && in_window);
     if (lane == 0) mask[word] = bits;
   }
-  const T* query = static_cast<const T*>(a.q) + b * a.q_row_stride + static_cast<int64_t>(kvh) * G * a.q_head_stride;
+  const T* query = row_heads + static_cast<int64_t>(kvh) * G * a.q_head_stride;
   for (int e = threadIdx.x; e < kRows * D; e += kWarps * 32) {
     const int row = e / D, d = e % D;
-    q_tile[swizzled<D>(row, d / 8) + d % 8] = row < G ? query[row * a.q_head_stride + d] : narrow<T>(0.0f);
+    q_tile[swizzled<D>(row, d / 8) + d % 8] = row < G ? element(query + row * a.q_head_stride, d) : narrow<T>(0.0f);
   }
   __syncthreads();
   // The query heads as the MMA's A operand, one 16 x 16 fragment per 16 elements of the head.

@@ -47,21 +47,19 @@ __global__ void rotate_into_cache_kernel(RotateArgs a) {
     static_cast<T*>(a.v_cache)[b * a.v_strides[0] + vh * a.v_strides[1] + slot * a.v_strides[2] + d] = row[h * D + d];
     return;
   }
-  const int64_t position = a.positions[b * a.position_stride];
-  if (position < 0 || position >= a.table_rows) __trap();
+  const T *cos, *sin;
+  rotary_rows_of(a.rotary, b, D, cos, sin);
   const int partner_d = d < half ? d + half : d - half;
   T x = row[h * D + d];
   T swapped = row[h * D + partner_d];
   if (a.q_norm != nullptr)
     normalise_head(x, swapped, static_cast<const T*>(h < a.heads ? a.q_norm : a.k_norm), d, partner_d, D, a.eps);
-  const T c = static_cast<const T*>(a.cos)[position * D + d];
-  const T s = static_cast<const T*>(a.signed_sin)[position * D + d];
-  const T rotated = add(mul(x, c), mul(swapped, s));  // x * cos + rotate_half(x) * sin
+  const T value = rotated(x, swapped, cos[d], sin[d]);
   if (h < a.heads) {
-    static_cast<T*>(a.q)[(static_cast<int64_t>(b) * a.heads + h) * D + d] = rotated;
+    static_cast<T*>(a.q)[(static_cast<int64_t>(b) * a.heads + h) * D + d] = value;
   } else {
     const int kh = h - a.heads;
-    static_cast<T*>(a.k_cache)[b * a.k_strides[0] + kh * a.k_strides[1] + slot * a.k_strides[2] + d] = rotated;
+    static_cast<T*>(a.k_cache)[b * a.k_strides[0] + kh * a.k_strides[1] + slot * a.k_strides[2] + d] = value;
   }
 }
 

@@ -112,6 +112,20 @@ at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& positions,
                              at::Tensor& v_cache, int64_t heads, int64_t kv_heads, const at::Tensor& q_norm = {},
                              const at::Tensor& k_norm = {}, double eps = 0.0);
 
+// Whether a decode step's rotation folds into its attention (rotate_and_attend): switched on, heads not normalised
+// before their rotation (Qwen3's are), and caches decode_attention runs on the tensor-core kernel.
+// CRUCIBLE_DECODE_ROTATION_FOLD=0 starts it off; captured graphs keep what they captured.
+bool rotation_folds_into_attention(const at::Tensor& k_cache, int64_t heads, bool normalised_heads);
+void set_rotation_fold(bool on);
+
+// rotate_into_cache and decode_attention in one kernel, where rotation_folds_into_attention: the same inputs as those
+// two (qkv, positions, the tables, the caches, the slot), the keys and values written into the caches as
+// rotate_into_cache writes them, and decode_attention's output, bit for bit. One kernel fewer in a decode step.
+at::Tensor rotate_and_attend(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& cos,
+                             const at::Tensor& signed_sin, at::Tensor& k_cache, at::Tensor& v_cache,
+                             const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale,
+                             int64_t heads, const at::Tensor& sinks = {}, int64_t window = 0);
+
 // gate_up [..., 2 I] (gate then up, contiguous) -> silu(gate) * up [..., I].
 at::Tensor silu_times_up(const at::Tensor& gate_up);
 

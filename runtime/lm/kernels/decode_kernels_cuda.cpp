@@ -49,6 +49,12 @@ std::atomic<bool>& tensor_core_attention_on() {
   return on;
 }
 
+// The step's rotation folded into the tensor-core attention kernel. CRUCIBLE_DECODE_ROTATION_FOLD=0 starts it off.
+std::atomic<bool>& rotation_fold_on() {
+  static std::atomic<bool> on{on_unless_zero("CRUCIBLE_DECODE_ROTATION_FOLD")};
+  return on;
+}
+
 std::atomic<bool>& fused_sampling_on() {
   static std::atomic<bool> on{on_unless_zero("CRUCIBLE_DECODE_SAMPLER")};
   return on;
@@ -186,41 +192,44 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   return out;
 }
 
-at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                            const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale,
-                            const at::Tensor& sinks, int64_t window) {
-  TORCH_CHECK(q.dim() == 4 && q.size(1) == 1 && q.stride(3) == 1 && q.scalar_type() == k_cache.scalar_type(),
-              "decode_attention: q must be [B, 1, H, D] in the caches' dtype with D contiguous");
-  const int64_t B = q.size(0), H = q.size(2), D = q.size(3), capacity = k_cache.size(2);
+namespace {
+
+// What both decode attention entries check: caches, valid slots, the slot, the span, sinks and window, for B rows
+// of H query heads of D elements on `device`.
+void check_attention_inputs(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& key_valid,
+                            const at::Tensor& slot, int64_t visible, const at::Tensor& sinks, int64_t window,
+                            int64_t B, int64_t H, int64_t D, c10::Device device) {
+  const int64_t capacity = k_cache.size(2);
   TORCH_CHECK(decode_attention_takes(k_cache, H), "decode_attention: caches or heads the kernels do not take");
   TORCH_CHECK(v_cache.sizes() == k_cache.sizes() && v_cache.is_contiguous() && aligned16(v_cache) &&
                   v_cache.scalar_type() == k_cache.scalar_type() && k_cache.size(0) == B && k_cache.size(3) == D &&
-                  k_cache.device() == q.device() && v_cache.device() == q.device(),
+                  k_cache.device() == device && v_cache.device() == device,
               "decode_attention: caches [B, Hkv, capacity, D] on q's GPU, both contiguous");
   TORCH_CHECK(key_valid.scalar_type() == at::kBool && key_valid.is_contiguous() && key_valid.dim() == 2 &&
-                  key_valid.size(0) == B && key_valid.size(1) == capacity && key_valid.device() == q.device() &&
-                  slot.device() == q.device(),
+                  key_valid.size(0) == B && key_valid.size(1) == capacity && key_valid.device() == device &&
+                  slot.device() == device,
               "decode_attention: key_valid must be [B, capacity] bool, contiguous, on q's GPU");
   TORCH_CHECK(slot.scalar_type() == at::kLong && slot.numel() == 1, "decode_attention: slot [1] int64");
   TORCH_CHECK(visible > 0 && visible <= capacity, "decode_attention: visible must be in [1, capacity]");
   TORCH_CHECK(!sinks.defined() || (sinks.scalar_type() == at::kFloat && sinks.is_contiguous() && sinks.dim() == 1 &&
-                                   sinks.size(0) == H && sinks.device() == q.device()),
+                                   sinks.size(0) == H && sinks.device() == device),
               "decode_attention: sinks must be [H] float32, contiguous, on q's GPU");
   TORCH_CHECK(window >= 0, "decode_attention: window must be 0 (none) or positive");
-  const c10::cuda::CUDAGuard on_its_device(q.device());
+}
+
+// The launch's arguments but for the queries and, for the split kernels, their partials.
+kernels::AttendArgs attend_args(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& key_valid,
+                                const at::Tensor& slot, int64_t visible, double scale, const at::Tensor& sinks,
+                                int64_t window, int64_t B, int64_t H, at::Tensor& out) {
   kernels::AttendArgs a;
   a.batch = static_cast<int>(B);
   a.heads = static_cast<int>(H);
   a.kv_heads = static_cast<int>(k_cache.size(1));
-  a.head_dim = static_cast<int>(D);
-  a.capacity = capacity;
+  a.head_dim = static_cast<int>(k_cache.size(3));
+  a.capacity = k_cache.size(2);
   a.visible = visible;
   a.scale = static_cast<float>(scale);
   a.element = element_of(k_cache);
-  auto out = at::empty({B, 1, H * D}, q.options());
-  a.q = q.data_ptr();
-  a.q_row_stride = q.stride(0);
-  a.q_head_stride = q.stride(2);
   a.k_cache = k_cache.data_ptr();
   a.v_cache = v_cache.data_ptr();
   a.key_valid = key_valid.data_ptr<bool>();
@@ -228,6 +237,52 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   a.out = out.data_ptr();
   a.sinks = sinks.defined() ? sinks.data_ptr<float>() : nullptr;
   a.window = window;
+  return a;
+}
+
+// What rotate_into_cache and rotate_and_attend check of the step's q/k/v rows, positions and rotary tables.
+void check_rotation_inputs(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& slots,
+                           const at::Tensor& cos, const at::Tensor& signed_sin, int64_t heads, int64_t kv_heads,
+                           int64_t D) {
+  const int64_t B = qkv.size(0);
+  TORCH_CHECK(qkv.dim() == 3 && qkv.size(1) == 1 && qkv.size(2) == (heads + 2 * kv_heads) * D && qkv.stride(2) == 1,
+              "decode rotation: qkv must be [B, 1, (H + 2 Hkv) D] with a contiguous last dimension");
+  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.dim() == 2 && positions.size(0) == B &&
+                  slots.scalar_type() == at::kLong && slots.numel() == 1,
+              "decode rotation: positions [B, 1] and slots [1], int64");
+  TORCH_CHECK(cos.is_contiguous() && signed_sin.is_contiguous() && cos.size(1) == D &&
+                  cos.scalar_type() == qkv.scalar_type() && signed_sin.scalar_type() == qkv.scalar_type(),
+              "decode rotation: rotary tables [n, D] in the model dtype");
+  TORCH_CHECK(positions.device() == qkv.device() && cos.device() == qkv.device() &&
+                  signed_sin.device() == qkv.device(),
+              "decode rotation: positions and tables on qkv's GPU");
+}
+
+kernels::RotaryRows rotary_rows(const at::Tensor& positions, const at::Tensor& cos, const at::Tensor& signed_sin) {
+  kernels::RotaryRows r;
+  r.cos = cos.data_ptr();
+  r.signed_sin = signed_sin.data_ptr();
+  r.table_rows = std::min(cos.size(0), signed_sin.size(0));
+  r.positions = positions.data_ptr<int64_t>();
+  r.position_stride = positions.stride(0);
+  return r;
+}
+
+}  // namespace
+
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale,
+                            const at::Tensor& sinks, int64_t window) {
+  TORCH_CHECK(q.dim() == 4 && q.size(1) == 1 && q.stride(3) == 1 && q.scalar_type() == k_cache.scalar_type(),
+              "decode_attention: q must be [B, 1, H, D] in the caches' dtype with D contiguous");
+  const int64_t B = q.size(0), H = q.size(2), D = q.size(3);
+  check_attention_inputs(k_cache, v_cache, key_valid, slot, visible, sinks, window, B, H, D, q.device());
+  const c10::cuda::CUDAGuard on_its_device(q.device());
+  auto out = at::empty({B, 1, H * D}, q.options());
+  auto a = attend_args(k_cache, v_cache, key_valid, slot, visible, scale, sinks, window, B, H, out);
+  a.q = q.data_ptr();
+  a.q_row_stride = q.stride(0);
+  a.q_head_stride = q.stride(2);
   if (tensor_cores_attend(k_cache, H)) {
     TORCH_CHECK(kernels::launch_attend_tensor_cores(a, stream_of(q)), "decode_attention: launch failed");
     return out;
@@ -238,6 +293,37 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   auto partial = at::empty({B * H, a.splits, D + 2}, q.options().dtype(at::kFloat));
   a.partial = partial.data_ptr<float>();
   TORCH_CHECK(kernels::launch_attend(a, stream_of(q)), "decode_attention: launch failed");
+  return out;
+}
+
+bool rotation_folds_into_attention(const at::Tensor& k_cache, int64_t heads, bool normalised_heads) {
+  if (!rotation_fold_on().load(std::memory_order_relaxed) || normalised_heads ||
+      !kernels::rotation_takes(k_cache.size(3)) || !decode_attention_takes(k_cache, heads))
+    return false;
+  const c10::cuda::CUDAGuard on_its_device(k_cache.device());
+  return tensor_cores_attend(k_cache, heads);
+}
+
+void set_rotation_fold(bool on) { rotation_fold_on().store(on, std::memory_order_relaxed); }
+
+at::Tensor rotate_and_attend(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& cos,
+                             const at::Tensor& signed_sin, at::Tensor& k_cache, at::Tensor& v_cache,
+                             const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale,
+                             int64_t heads, const at::Tensor& sinks, int64_t window) {
+  const int64_t B = qkv.size(0), D = k_cache.size(3), kv_heads = k_cache.size(1);
+  TORCH_CHECK(rotation_folds_into_attention(k_cache, heads, false),
+              "rotate_and_attend: caches, heads or a GPU the tensor-core kernel does not take, or switched off");
+  TORCH_CHECK(qkv.scalar_type() == k_cache.scalar_type(), "rotate_and_attend: qkv in the caches' dtype");
+  check_rotation_inputs(qkv, positions, slot, cos, signed_sin, heads, kv_heads, D);
+  check_attention_inputs(k_cache, v_cache, key_valid, slot, visible, sinks, window, B, heads, D, qkv.device());
+  const c10::cuda::CUDAGuard on_its_device(qkv.device());
+  auto out = at::empty({B, 1, heads * D}, qkv.options());
+  auto a = attend_args(k_cache, v_cache, key_valid, slot, visible, scale, sinks, window, B, heads, out);
+  a.q = qkv.data_ptr();
+  a.q_row_stride = qkv.stride(0);
+  a.q_head_stride = D;
+  a.rotary = rotary_rows(positions, cos, signed_sin);
+  TORCH_CHECK(kernels::launch_attend_tensor_cores(a, stream_of(qkv)), "rotate_and_attend: launch failed");
   return out;
 }
 
@@ -254,14 +340,7 @@ at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& positions,
                               k_norm.device() == qkv.device() && q_norm.scalar_type() == qkv.scalar_type() &&
                               k_norm.scalar_type() == qkv.scalar_type()),
               "rotate_into_cache: q_norm and k_norm [D], contiguous, in the model dtype on its device");
-  TORCH_CHECK(qkv.dim() == 3 && qkv.size(1) == 1 && qkv.size(2) == (heads + 2 * kv_heads) * D && qkv.stride(2) == 1,
-              "rotate_into_cache: qkv must be [B, 1, (H + 2 Hkv) D] with a contiguous last dimension");
-  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.dim() == 2 && positions.size(0) == B &&
-                  slots.scalar_type() == at::kLong && slots.numel() == 1,
-              "rotate_into_cache: positions [B, 1] and slots [1], int64");
-  TORCH_CHECK(cos.is_contiguous() && signed_sin.is_contiguous() && cos.size(1) == D &&
-                  cos.scalar_type() == qkv.scalar_type() && signed_sin.scalar_type() == qkv.scalar_type(),
-              "rotate_into_cache: rotary tables [n, D] in the model dtype");
+  check_rotation_inputs(qkv, positions, slots, cos, signed_sin, heads, kv_heads, D);
   TORCH_CHECK(k_cache.scalar_type() == qkv.scalar_type() && v_cache.scalar_type() == qkv.scalar_type() &&
                   k_cache.stride(3) == 1 && v_cache.stride(3) == 1 && k_cache.sizes() == v_cache.sizes() &&
                   k_cache.size(0) == B && k_cache.size(1) == kv_heads,
@@ -271,11 +350,7 @@ at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& positions,
   kernels::RotateArgs a;
   a.qkv = qkv.data_ptr();
   a.qkv_row_stride = qkv.stride(0);
-  a.cos = cos.data_ptr();
-  a.signed_sin = signed_sin.data_ptr();
-  a.table_rows = std::min(cos.size(0), signed_sin.size(0));
-  a.positions = positions.data_ptr<int64_t>();
-  a.position_stride = positions.stride(0);
+  a.rotary = rotary_rows(positions, cos, signed_sin);
   a.slot = slots.data_ptr<int64_t>();
   a.q = q.data_ptr();
   a.k_cache = k_cache.data_ptr();

@@ -27,6 +27,21 @@ template <> inline __device__ __half narrow<__half>(float x) { return __float2ha
 template <typename T> __device__ T mul(T a, T b) { return narrow<T>(__fmul_rn(widen(a), widen(b))); }
 template <typename T> __device__ T add(T a, T b) { return narrow<T>(__fadd_rn(widen(a), widen(b))); }
 
+// Element d of a head rotated: x * cos + rotate_half(x) * sin, `partner` the element rotate_half pairs with x (the
+// sign in signed_sin), each product and the sum rounded to T as LibTorch's elementwise operators round them.
+template <typename T> __device__ T rotated(T x, T partner, T cos, T signed_sin) {
+  return add(mul(x, cos), mul(partner, signed_sin));
+}
+
+// Row b's rotary rows of `cos` and `signed_sin` ([table_rows, D]) at its position; a device error outside the tables.
+template <typename T>
+__device__ __forceinline__ void rotary_rows_of(const RotaryRows& r, int64_t b, int D, const T*& cos, const T*& sin) {
+  const int64_t position = r.positions[b * r.position_stride];
+  if (position < 0 || position >= r.table_rows) __trap();
+  cos = static_cast<const T*>(r.cos) + position * D;
+  sin = static_cast<const T*>(r.signed_sin) + position * D;
+}
+
 // Programmatic dependent launch (Hopper and later): a kernel launched with it may start while the kernel before it
 // on the stream finishes, so that its launch, and its loads of what no earlier kernel writes (weights), overlap that
 // kernel. Every kernel here therefore waits for the earlier kernels before it reads or writes anything else, and lets

@@ -8,14 +8,19 @@ namespace crucible::lm::kernels {
 
 enum class Element { f32, bf16, f16 };
 
+// A decode step's rotary rows: row b's rotation reads the tables' row positions[b * position_stride].
+struct RotaryRows {
+  const void* cos = nullptr;  // [table_rows, D], signs folded into signed_sin (rotate_half's)
+  const void* signed_sin = nullptr;
+  int64_t table_rows = 0;
+  const int64_t* positions = nullptr;
+  int64_t position_stride = 0;
+};
+
 struct RotateArgs {
   const void* qkv = nullptr;  // row b at qkv + b * qkv_row_stride: H query, Hkv key, Hkv value heads of D
   int64_t qkv_row_stride = 0;
-  const void* cos = nullptr;  // [table_rows, D]
-  const void* signed_sin = nullptr;
-  int64_t table_rows = 0;
-  const int64_t* positions = nullptr;  // row b's at positions[b * position_stride]
-  int64_t position_stride = 0;
+  RotaryRows rotary;
   const int64_t* slot = nullptr;  // [1]
   void* q = nullptr;              // [B, H, D] contiguous
   void* k_cache = nullptr;        // element (b, h, s, d) at b * cache_strides[0] + h * [1] + s * [2] + d
@@ -118,8 +123,13 @@ inline int attention_chunk(int head_dim, Element e, int rounds) {
 struct AttendArgs {
   const void* q = nullptr;  // query head h of row b at q + b * q_row_stride + h * q_head_stride, D contiguous
   int64_t q_row_stride = 0, q_head_stride = 0;
-  const void* k_cache = nullptr;  // [B, Hkv, capacity, D] contiguous, 16-byte aligned
-  const void* v_cache = nullptr;
+  void* k_cache = nullptr;  // [B, Hkv, capacity, D] contiguous, 16-byte aligned
+  void* v_cache = nullptr;
+  // The tensor-core kernel only: where rotary.cos is set, q is the step's q/k/v row as rotate_into_cache takes it
+  // (H query, Hkv key, Hkv value heads, q_head_stride = D apart), and the kernel rotates the queries and key itself
+  // and writes the step's key and value into the caches, as rotate_into_cache does (one kernel fewer a layer).
+  // The positions are written before the step, like the slot.
+  RotaryRows rotary;
   const bool* key_valid = nullptr;  // [B, capacity] contiguous: slots a row may attend (its own always)
   const int64_t* slot = nullptr;    // [1]: the step's slot; attention reads slots up to it. Written before the step
                                     // (an early launch reads it, and the other slots, before its wait)

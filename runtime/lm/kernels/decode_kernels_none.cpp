@@ -49,6 +49,16 @@ at::Tensor rotate_into_cache(const at::Tensor&, const at::Tensor&, const at::Ten
   throw std::logic_error("rotate_into_cache: this build has no CUDA LibTorch");
 }
 
+bool rotation_folds_into_attention(const at::Tensor&, int64_t, bool) { return false; }
+
+void set_rotation_fold(bool) {}
+
+at::Tensor rotate_and_attend(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&,
+                             at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, double, int64_t,
+                             const at::Tensor&, int64_t) {
+  throw std::logic_error("rotate_and_attend: this build has no CUDA LibTorch");
+}
+
 at::Tensor silu_times_up(const at::Tensor&) { throw std::logic_error("silu_times_up: this build has no CUDA LibTorch"); }
 
 at::Tensor pick_by_cdf_fused(const at::Tensor&, const at::Tensor&) {

@@ -323,9 +323,12 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& residua
   auto qkv = normed_projection(residual, norm, w.qkv, w.qkv_bias, x);
   if (lora) qkv = lora->plus_deltas(layer, x, qkv, {{LoraTarget::q, H * D}, {LoraTarget::k, Hkv * D}, {LoraTarget::v, Hkv * D}});
   at::Tensor queries;  // [B, T, H, D], rotated
+  at::Tensor out;      // where the attention kernel rotates them itself
   if (!cos.defined()) {  // a decode step with the fused kernels (hidden_states looked up no rotary rows)
-    queries = rotate_into_cache(qkv, attention.positions, attention.slots, rotary_.cos(), rotary_.signed_sin(), k_cache,
-                                v_cache, H, Hkv, w.q_norm, w.k_norm, config_.rms_norm_eps);
+    out = rotated_in_attention(layer, qkv, attention, k_cache, v_cache);
+    if (!out.defined())
+      queries = rotate_into_cache(qkv, attention.positions, attention.slots, rotary_.cos(), rotary_.signed_sin(),
+                                  k_cache, v_cache, H, Hkv, w.q_norm, w.k_norm, config_.rms_norm_eps);
   } else {
     // Queries and keys rotate together: one set of kernels for both. Split rather than narrowed: a narrow's backward
     // fills a whole-width zero gradient for each part, a split's joins the parts' gradients once.
@@ -343,8 +346,8 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& residua
   }
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  at::Tensor out;
-  if (plain_attention(layer)) out = sink_or_window_attention(layer, queries, attention, k_cache, v_cache);
+  if (!out.defined() && plain_attention(layer))
+    out = sink_or_window_attention(layer, queries, attention, k_cache, v_cache);
   if (!out.defined() && attention.fused_decode(T))
     out = decode_attention(queries, k_cache, v_cache, attention.key_valid, attention.slots, vis, scale);
 #if CRUCIBLE_SDPA_GQA
@@ -366,6 +369,21 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& residua
   }
   auto projected = linear_onto(residual, out, w.o, w.o_bias);
   return lora ? lora->plus_deltas(layer, out, projected, {{LoraTarget::o, projected.size(-1)}}) : projected;
+}
+
+at::Tensor Transformer::rotated_in_attention(int64_t layer, const at::Tensor& qkv, const AttentionInputs& attention,
+                                             at::Tensor& k_cache, at::Tensor& v_cache) const {
+  const int64_t H = config_.num_heads;
+  // The decode kernels the step would attend with otherwise (sink_or_window_attention's, or decode_attention).
+  const bool decode_kernels = plain_attention(layer) ? decode_attention_serves_sinks(k_cache, H) : true;
+  if (!attention.fused_decode(1) || !decode_kernels || !rotation_folds_into_attention(k_cache, H, config_.qk_norm))
+    return {};
+  const bool sliding = config_.layer_types[layer] == AttentionKind::sliding;
+  const at::Tensor sinks = config_.attention_sinks ? block_weights(layer).sinks : at::Tensor();
+  return rotate_and_attend(qkv, attention.positions, rotary_.cos(), rotary_.signed_sin(), k_cache, v_cache,
+                           attention.key_valid, attention.slots, attention.visible,
+                           1.0 / std::sqrt(static_cast<double>(config_.head_dim)), H, sinks,
+                           sliding ? config_.sliding_window : 0);
 }
 
 bool Transformer::plain_attention(int64_t layer) const {

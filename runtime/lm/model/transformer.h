@@ -140,6 +140,10 @@ class Transformer {
                                       const at::Tensor& k_cache, const at::Tensor& v_cache) const;
   // Whether a layer's attention needs that fallback (the fused kernels and SDPA take neither sinks nor windows).
   bool plain_attention(int64_t layer) const;
+  // A decode step's attention [B, 1, H * D] from its unrotated q/k/v row, the rotation done by the attention kernel
+  // (rotate_and_attend), which also writes the step's key and value into the caches; undefined where it does not serve.
+  at::Tensor rotated_in_attention(int64_t layer, const at::Tensor& qkv, const AttentionInputs& attention,
+                                  at::Tensor& k_cache, at::Tensor& v_cache) const;
   // rms_norm(x, norm) W^T (+ bias): one kernel where the one-row kernel takes it and no adapter needs the normalised
   // input; otherwise `normed` gets that input.
   at::Tensor normed_projection(const at::Tensor& x, const at::Tensor& norm, const at::Tensor& weight,
