@@ -217,15 +217,23 @@ void check_attention_inputs(const at::Tensor& k_cache, const at::Tensor& v_cache
   TORCH_CHECK(window >= 0, "decode_attention: window must be 0 (none) or positive");
 }
 
-// The launch's arguments but for the queries and, for the split kernels, their partials.
-kernels::AttendArgs attend_args(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& key_valid,
-                                const at::Tensor& slot, int64_t visible, double scale, const at::Tensor& sinks,
-                                int64_t window, int64_t B, int64_t H, at::Tensor& out) {
+// The launch's arguments (but the split kernels' partials) for B = queries.size(0) rows of H query heads of D, row
+// b's head h at queries + b * row_stride + h * head_stride, after check_attention_inputs; `out` allocated for them.
+kernels::AttendArgs attend_args(const at::Tensor& queries, int64_t row_stride, int64_t head_stride, int64_t H,
+                                int64_t D, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale,
+                                const at::Tensor& sinks, int64_t window, at::Tensor& out) {
+  const int64_t B = queries.size(0);
+  check_attention_inputs(k_cache, v_cache, key_valid, slot, visible, sinks, window, B, H, D, queries.device());
+  out = at::empty({B, 1, H * D}, queries.options());
   kernels::AttendArgs a;
+  a.q = queries.data_ptr();
+  a.q_row_stride = row_stride;
+  a.q_head_stride = head_stride;
   a.batch = static_cast<int>(B);
   a.heads = static_cast<int>(H);
   a.kv_heads = static_cast<int>(k_cache.size(1));
-  a.head_dim = static_cast<int>(k_cache.size(3));
+  a.head_dim = static_cast<int>(D);
   a.capacity = k_cache.size(2);
   a.visible = visible;
   a.scale = static_cast<float>(scale);
@@ -276,13 +284,10 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   TORCH_CHECK(q.dim() == 4 && q.size(1) == 1 && q.stride(3) == 1 && q.scalar_type() == k_cache.scalar_type(),
               "decode_attention: q must be [B, 1, H, D] in the caches' dtype with D contiguous");
   const int64_t B = q.size(0), H = q.size(2), D = q.size(3);
-  check_attention_inputs(k_cache, v_cache, key_valid, slot, visible, sinks, window, B, H, D, q.device());
   const c10::cuda::CUDAGuard on_its_device(q.device());
-  auto out = at::empty({B, 1, H * D}, q.options());
-  auto a = attend_args(k_cache, v_cache, key_valid, slot, visible, scale, sinks, window, B, H, out);
-  a.q = q.data_ptr();
-  a.q_row_stride = q.stride(0);
-  a.q_head_stride = q.stride(2);
+  at::Tensor out;
+  auto a = attend_args(q, q.stride(0), q.stride(2), H, D, k_cache, v_cache, key_valid, slot, visible, scale, sinks,
+                       window, out);
   if (tensor_cores_attend(k_cache, H)) {
     TORCH_CHECK(kernels::launch_attend_tensor_cores(a, stream_of(q)), "decode_attention: launch failed");
     return out;
@@ -310,18 +315,15 @@ at::Tensor rotate_and_attend(const at::Tensor& qkv, const at::Tensor& positions,
                              const at::Tensor& signed_sin, at::Tensor& k_cache, at::Tensor& v_cache,
                              const at::Tensor& key_valid, const at::Tensor& slot, int64_t visible, double scale,
                              int64_t heads, const at::Tensor& sinks, int64_t window) {
-  const int64_t B = qkv.size(0), D = k_cache.size(3), kv_heads = k_cache.size(1);
+  const int64_t D = k_cache.size(3);
   TORCH_CHECK(rotation_folds_into_attention(k_cache, heads, false),
               "rotate_and_attend: caches, heads or a GPU the tensor-core kernel does not take, or switched off");
   TORCH_CHECK(qkv.scalar_type() == k_cache.scalar_type(), "rotate_and_attend: qkv in the caches' dtype");
-  check_rotation_inputs(qkv, positions, slot, cos, signed_sin, heads, kv_heads, D);
-  check_attention_inputs(k_cache, v_cache, key_valid, slot, visible, sinks, window, B, heads, D, qkv.device());
+  check_rotation_inputs(qkv, positions, slot, cos, signed_sin, heads, k_cache.size(1), D);
   const c10::cuda::CUDAGuard on_its_device(qkv.device());
-  auto out = at::empty({B, 1, heads * D}, qkv.options());
-  auto a = attend_args(k_cache, v_cache, key_valid, slot, visible, scale, sinks, window, B, heads, out);
-  a.q = qkv.data_ptr();
-  a.q_row_stride = qkv.stride(0);
-  a.q_head_stride = D;
+  at::Tensor out;  // the q/k/v row's heads are D apart
+  auto a = attend_args(qkv, qkv.stride(0), D, heads, D, k_cache, v_cache, key_valid, slot, visible, scale, sinks,
+                       window, out);
   a.rotary = rotary_rows(positions, cos, signed_sin);
   TORCH_CHECK(kernels::launch_attend_tensor_cores(a, stream_of(qkv)), "rotate_and_attend: launch failed");
   return out;
