@@ -543,14 +543,17 @@ TEST_CASE("lm gpu: the attention kernel's own rotation gives the rotation kernel
       REQUIRE(rotation_folds_into_attention(k_before, H, /*normalised_heads=*/false));
       CHECK_FALSE(rotation_folds_into_attention(k_before, H, /*normalised_heads=*/true));
       // The step's own slot in a warp's first tiles (written into its stage) and past them (copied back from the
-      // caches), with and without gpt-oss's sinks and windows.
+      // caches: slot 1000 with no window or one of 900), with and without gpt-oss's sinks, with windows of 7 and 128
+      // (the own tile among the first ones counted from the window's).
       for (const int64_t slot : {int64_t{20}, int64_t{1000}})
-        for (const int64_t window : {int64_t{0}, int64_t{7}, int64_t{128}}) {
+        for (const int64_t window : {int64_t{0}, int64_t{7}, int64_t{128}, int64_t{900}})
+        for (const bool with_sinks : {false, true}) {
           CAPTURE(slot);
           CAPTURE(window);
+          CAPTURE(with_sinks);
           const auto slot_tensor = at::tensor(std::vector<int64_t>{slot}, at::kLong).to(gpu);
           const int64_t visible = slot + 3;
-          const at::Tensor s = window > 0 ? sinks : at::Tensor();
+          const at::Tensor s = with_sinks ? sinks : at::Tensor();
           auto k_apart = k_before.clone(), v_apart = v_before.clone();
           const auto q = rotate_into_cache(qkv, positions, slot_tensor, cos, signed_sin, k_apart, v_apart, H, Hkv);
           const auto apart = decode_attention(q, k_apart, v_apart, valid, slot_tensor, visible, 0.125, s, window);
@@ -573,21 +576,40 @@ TEST_CASE("lm gpu: the attention kernel's own rotation gives the rotation kernel
   // 16-wide heads (the tiny models'), which the tensor-core kernel does not take, keep the rotation kernel.
   CHECK_FALSE(rotation_folds_into_attention(at::zeros({1, 2, 64, 16}, k.options()), 4, false));
 
-  // A bfloat16 gpt-oss of 64-wide heads: the same greedy tokens with the rotation in the attention kernel or apart,
-  // one prompt and three (sinks, a 3-token window, decode steps in CUDA graphs).
+  // A bfloat16 gpt-oss of 64-wide heads: the same tokens and the same log-probs to the bit with the rotation in the
+  // attention kernel or apart, one prompt and three (sinks, a 3-token window, decode steps in CUDA graphs).
   const auto m = test::tiny_gpt_oss(2, /*wide_heads=*/true);
   const test::ScratchDir dir("families-gpu-rotation-fold");
   test::write_model_dir(m, dir.path(), /*mxfp4=*/true);
   const auto model = load_on_gpu(dir.path(), at::kBFloat16);
+  // Its caches' key heads and head width (the capacity does not decide).
   REQUIRE(rotation_folds_into_attention(at::zeros({1, 4, 64, 64}, k.options()), 8, false));
+  const auto sampled = [&](const std::vector<std::vector<int64_t>>& prompts) {
+    Generator generator(model, [](int64_t) { return std::string(); });
+    std::vector<GenerationRequest> batch;
+    for (const auto& p : prompts) {
+      GenerationRequest r;
+      r.prompt = p;
+      r.sampling.temperature = 1.0;
+      r.sampling.seed = 5;
+      r.max_new_tokens = 12;
+      batch.push_back(r);
+    }
+    return generator.generate(batch);
+  };
   const std::vector<std::vector<int64_t>> prompts[2] = {{ids_of(9, 1)}, {ids_of(1, 1), ids_of(4, 2), ids_of(9, 3)}};
   for (const auto& batch : prompts) {
     CAPTURE(batch.size());
-    const auto folded = greedy_tokens(model, batch);
+    const auto folded = sampled(batch);
     set_rotation_fold(false);
-    const auto apart = greedy_tokens(model, batch);
+    const auto apart = sampled(batch);
     set_rotation_fold(true);
-    CHECK(folded == apart);
+    REQUIRE(folded.size() == apart.size());
+    for (std::size_t i = 0; i < folded.size(); ++i) {
+      CHECK(folded[i].tokens.size() == 12);
+      CHECK(folded[i].tokens == apart[i].tokens);
+      CHECK(folded[i].model_logprobs == apart[i].model_logprobs);
+    }
   }
 }
 

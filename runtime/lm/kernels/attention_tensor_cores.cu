@@ -155,7 +155,8 @@ __global__ void __launch_bounds__(warps_for<D>() * 32) attend_tensor_cores_kerne
         static_cast<T*>(a.v_cache)[(head + slot) * D + d] = v;
         if (k_tile) k_tile[swizzled<D>(row, d / 8) + d % 8] = k, k_tile[kTile + swizzled<D>(row, d / 8) + d % 8] = v;
       }
-      __threadfence_block();  // a later tile's copies read them back
+      // A later tile's copies (i >= kStages) read them back from the caches: the block and warp barriers before the
+      // tiles order these stores before those copies (cp.async is an ordinary load here, not the bulk proxy's).
     } else if (k_tile && lane < kPieces) {
       const int to = swizzled<D>(row, lane);
       *reinterpret_cast<uint4*>(k_tile + to) = *reinterpret_cast<const uint4*>(keys + slot * D + lane * 8);

@@ -256,10 +256,11 @@ void check_rotation_inputs(const at::Tensor& qkv, const at::Tensor& positions, c
   TORCH_CHECK(qkv.dim() == 3 && qkv.size(1) == 1 && qkv.size(2) == (heads + 2 * kv_heads) * D && qkv.stride(2) == 1,
               "decode rotation: qkv must be [B, 1, (H + 2 Hkv) D] with a contiguous last dimension");
   TORCH_CHECK(positions.scalar_type() == at::kLong && positions.dim() == 2 && positions.size(0) == B &&
-                  slots.scalar_type() == at::kLong && slots.numel() == 1,
+                  positions.size(1) == 1 && slots.scalar_type() == at::kLong && slots.numel() == 1,
               "decode rotation: positions [B, 1] and slots [1], int64");
-  TORCH_CHECK(cos.is_contiguous() && signed_sin.is_contiguous() && cos.size(1) == D &&
-                  cos.scalar_type() == qkv.scalar_type() && signed_sin.scalar_type() == qkv.scalar_type(),
+  TORCH_CHECK(cos.dim() == 2 && signed_sin.dim() == 2 && cos.is_contiguous() && signed_sin.is_contiguous() &&
+                  cos.size(1) == D && signed_sin.size(1) == D && cos.scalar_type() == qkv.scalar_type() &&
+                  signed_sin.scalar_type() == qkv.scalar_type(),
               "decode rotation: rotary tables [n, D] in the model dtype");
   TORCH_CHECK(positions.device() == qkv.device() && cos.device() == qkv.device() &&
                   signed_sin.device() == qkv.device(),
@@ -303,7 +304,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
 
 bool rotation_folds_into_attention(const at::Tensor& k_cache, int64_t heads, bool normalised_heads) {
   if (!rotation_fold_on().load(std::memory_order_relaxed) || normalised_heads ||
-      !kernels::rotation_takes(k_cache.size(3)) || !decode_attention_takes(k_cache, heads))
+      !decode_attention_takes(k_cache, heads) || !kernels::rotation_takes(k_cache.size(3)))
     return false;
   const c10::cuda::CUDAGuard on_its_device(k_cache.device());
   return tensor_cores_attend(k_cache, heads);
