@@ -35,18 +35,25 @@ std::vector<int64_t> ids_of(int64_t n, int64_t salt) {
   return ids;
 }
 
-std::vector<std::vector<int64_t>> greedy_tokens(const Transformer& model, const std::vector<std::vector<int64_t>>& prompts) {
+// 12 new tokens for each prompt, greedy at temperature 0 (else drawn with the same seed each call).
+std::vector<Completion> completions_of(const Transformer& model, const std::vector<std::vector<int64_t>>& prompts,
+                                       double temperature = 0) {
   Generator generator(model, [](int64_t) { return std::string(); });
   std::vector<GenerationRequest> batch;
   for (const auto& p : prompts) {
     GenerationRequest r;
     r.prompt = p;
-    r.sampling.temperature = 0;
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 5;
     r.max_new_tokens = 12;
     batch.push_back(r);
   }
+  return generator.generate(batch);
+}
+
+std::vector<std::vector<int64_t>> greedy_tokens(const Transformer& model, const std::vector<std::vector<int64_t>>& prompts) {
   std::vector<std::vector<int64_t>> out;
-  for (const auto& c : generator.generate(batch)) out.push_back(c.tokens);
+  for (const auto& c : completions_of(model, prompts)) out.push_back(c.tokens);
   return out;
 }
 
@@ -584,25 +591,12 @@ TEST_CASE("lm gpu: the attention kernel's own rotation gives the rotation kernel
   const auto model = load_on_gpu(dir.path(), at::kBFloat16);
   // Its caches' key heads and head width (the capacity does not decide).
   REQUIRE(rotation_folds_into_attention(at::zeros({1, 4, 64, 64}, k.options()), 8, false));
-  const auto sampled = [&](const std::vector<std::vector<int64_t>>& prompts) {
-    Generator generator(model, [](int64_t) { return std::string(); });
-    std::vector<GenerationRequest> batch;
-    for (const auto& p : prompts) {
-      GenerationRequest r;
-      r.prompt = p;
-      r.sampling.temperature = 1.0;
-      r.sampling.seed = 5;
-      r.max_new_tokens = 12;
-      batch.push_back(r);
-    }
-    return generator.generate(batch);
-  };
   const std::vector<std::vector<int64_t>> prompts[2] = {{ids_of(9, 1)}, {ids_of(1, 1), ids_of(4, 2), ids_of(9, 3)}};
   for (const auto& batch : prompts) {
     CAPTURE(batch.size());
-    const auto folded = sampled(batch);
+    const auto folded = completions_of(model, batch, /*temperature=*/1.0);
     set_rotation_fold(false);
-    const auto apart = sampled(batch);
+    const auto apart = completions_of(model, batch, /*temperature=*/1.0);
     set_rotation_fold(true);
     REQUIRE(folded.size() == apart.size());
     for (std::size_t i = 0; i < folded.size(); ++i) {
