@@ -345,7 +345,7 @@ at::Tensor Transformer::attention_block(int64_t layer, const at::Tensor& residua
     queries = qk[0];
   }
 
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const double scale = attention_scale();
   if (!out.defined() && plain_attention(layer))
     out = sink_or_window_attention(layer, queries, attention, k_cache, v_cache);
   if (!out.defined() && attention.fused_decode(T))
@@ -378,12 +378,15 @@ at::Tensor Transformer::rotated_in_attention(int64_t layer, const at::Tensor& qk
   const bool decode_kernels = plain_attention(layer) ? decode_attention_serves_sinks(k_cache, H) : true;
   if (!attention.fused_decode(1) || !decode_kernels || !rotation_folds_into_attention(k_cache, H, config_.qk_norm))
     return {};
-  const bool sliding = config_.layer_types[layer] == AttentionKind::sliding;
-  const at::Tensor sinks = config_.attention_sinks ? block_weights(layer).sinks : at::Tensor();
   return rotate_and_attend(qkv, attention.positions, rotary_.cos(), rotary_.signed_sin(), k_cache, v_cache,
-                           attention.key_valid, attention.slots, attention.visible,
-                           1.0 / std::sqrt(static_cast<double>(config_.head_dim)), H, sinks,
-                           sliding ? config_.sliding_window : 0);
+                           attention.key_valid, attention.slots, attention.visible, attention_scale(), H,
+                           block_weights(layer).sinks, window_of(layer));
+}
+
+double Transformer::attention_scale() const { return 1.0 / std::sqrt(static_cast<double>(config_.head_dim)); }
+
+int64_t Transformer::window_of(int64_t layer) const {
+  return config_.layer_types[layer] == AttentionKind::sliding ? config_.sliding_window : 0;
 }
 
 bool Transformer::plain_attention(int64_t layer) const {
@@ -393,12 +396,12 @@ bool Transformer::plain_attention(int64_t layer) const {
 at::Tensor Transformer::sink_or_window_attention(int64_t layer, const at::Tensor& queries,
                                                  const AttentionInputs& attention, const at::Tensor& k_cache,
                                                  const at::Tensor& v_cache) const {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  const double scale = attention_scale();
   const bool sliding = config_.layer_types[layer] == AttentionKind::sliding;
   // A fused decode step (one query, the valid slots, no mask): the split decode kernels take sinks and windows.
   if (attention.fused_decode(queries.size(1)) && decode_attention_serves_sinks(k_cache, config_.num_heads))
     return decode_attention(queries, k_cache, v_cache, attention.key_valid, attention.slots, attention.visible, scale,
-                            block_weights(layer).sinks, sliding ? config_.sliding_window : 0);
+                            block_weights(layer).sinks, window_of(layer));
   // Whole sequences from position 0 (training, log-prob passes, prefills of a fresh cache): the flash kernel, which
   // skips what causality and the window hide and takes the sinks through each row's log-sum-exp.
   const int64_t T = queries.size(1), visible = attention.visible;
@@ -406,7 +409,7 @@ at::Tensor Transformer::sink_or_window_attention(int64_t layer, const at::Tensor
     const auto keys = k_cache.narrow(2, 0, visible).transpose(1, 2);
     if (flash_sink_attention_serves(queries, keys)) {
       auto out = flash_sink_attention(queries, keys, v_cache.narrow(2, 0, visible).transpose(1, 2),
-                                      block_weights(layer).sinks, scale, sliding ? config_.sliding_window : 0);
+                                      block_weights(layer).sinks, scale, window_of(layer));
       if (out.defined()) return out;
     }
   }

@@ -144,6 +144,8 @@ class Transformer {
   // (rotate_and_attend), which also writes the step's key and value into the caches; undefined where it does not serve.
   at::Tensor rotated_in_attention(int64_t layer, const at::Tensor& qkv, const AttentionInputs& attention,
                                   at::Tensor& k_cache, at::Tensor& v_cache) const;
+  double attention_scale() const;           // 1 / sqrt(head_dim)
+  int64_t window_of(int64_t layer) const;  // the layer's sliding window, 0 for full attention
   // rms_norm(x, norm) W^T (+ bias): one kernel where the one-row kernel takes it and no adapter needs the normalised
   // input; otherwise `normed` gets that input.
   at::Tensor normed_projection(const at::Tensor& x, const at::Tensor& norm, const at::Tensor& weight,
