@@ -78,7 +78,8 @@ struct PackedExperts {
   at::Tensor blocks, scales;  // on the GPU
 };
 
-PackedExperts random_packed_experts(const ExpertShape& shape, at::Generator& g) {
+// The scales start one byte into their storage unless `scales_aligned` (then where the allocator puts them).
+PackedExperts random_packed_experts(const ExpertShape& shape, at::Generator& g, bool scales_aligned = false) {
   const int64_t E = shape.experts, rows = shape.rows, cols = shape.cols;
   const c10::Device gpu("cuda:0");
   const auto row_scale = shape.largest_power == 0
@@ -86,6 +87,10 @@ PackedExperts random_packed_experts(const ExpertShape& shape, at::Generator& g) 
                              : at::pow(2.0, at::randint(-6, shape.largest_power + 1, {E, rows, 1}, g).to(at::kFloat));
   PackedExperts p{lm::mxfp4_encode(at::randn({E, rows, cols}, g) * row_scale), {}, {}};
   p.blocks = lm::mxfp4_paired(p.packed.blocks).to(gpu);
+  if (scales_aligned) {
+    p.scales = p.packed.scales.to(gpu);
+    return p;
+  }
   p.scales = at::zeros({p.packed.scales.numel() + 1}, p.packed.scales.options().device(gpu))
                  .narrow(0, 1, p.packed.scales.numel())
                  .copy_(p.packed.scales.flatten().to(gpu))
@@ -341,6 +346,51 @@ TEST_CASE("lm gpu: one token's experts on their own warps give the bits the same
                                      ExpertProducts::bfloat16);
       const auto beside = expert_gemv(x, k, experts, blocks, scales, bias, ExpertProducts::bfloat16);
       CHECK(at::equal(alone, beside.narrow(0, 0, k)));
+    }
+  }
+}
+
+TEST_CASE("lm gpu: one token's first projection by bulk copies gives the bits of the warps' own rings") {
+  // Where the codes and scales are 16-byte aligned and a warp's 16 rows whole, bulk copies bring each row's codes 4
+  // spans at a time; the lanes multiply the same blocks in the same order, so the products must be equal bit for bit
+  // to the rings' and to the same token's beside another (expert_mma.cu's blocks).
+  c10::InferenceMode guard;
+  const c10::Device gpu("cuda:0");
+  set_expert_epilogues(true);
+  // gpt-oss's 2,880 columns (90 MX blocks: 5 chunks of 16 and one of 10, the last span 2 blocks), 33 blocks (a chunk
+  // of one block), one chunk of 9 blocks with scales above 128 beside small ones, and exactly one span.
+  for (const ExpertShape& shape : {ExpertShape{8, 64, 2880}, ExpertShape{6, 96, 1056}, ExpertShape{16, 48, 288, 14},
+                                   ExpertShape{4, 32, 128}}) {
+    const int64_t E = shape.experts, rows = shape.rows, cols = shape.cols;
+    CAPTURE(E);
+    CAPTURE(cols);
+    auto g = at::make_generator<at::CPUGeneratorImpl>(29);
+    const auto [packed, blocks, scales] = random_packed_experts(shape, g, /*scales_aligned=*/true);
+    if (!expert_bulk_copies_serve(blocks, scales)) {
+      MESSAGE("skipped: bulk copies need compute capability 9.0 and a build for it");
+      return;
+    }
+    // The rings' tests' layouts are refused: scales a byte into their storage, rows ending inside a warp's 16.
+    CHECK_FALSE(expert_bulk_copies_serve(blocks, random_packed_experts(shape, g).scales));
+    const auto ragged = random_packed_experts({E, rows - 8, cols}, g, /*scales_aligned=*/true);
+    CHECK_FALSE(expert_bulk_copies_serve(ragged.blocks, ragged.scales));
+    const auto bias = (at::randn({E, rows}, g) * 0.1).to(at::kBFloat16).to(gpu);
+    const SwigluClamp clamp{7.0, 1.702};
+    for (const int64_t k : {int64_t{1}, int64_t{4}, int64_t{8}}) {
+      CAPTURE(k);
+      const auto experts = at::randint(E, {2 * k}, g, at::kLong).to(gpu);  // an expert may repeat
+      const auto x = at::randn({2, cols + 32}, g).to(at::kBFloat16).to(gpu).slice(1, 0, cols);
+      const auto one = experts.narrow(0, 0, k);
+      const auto bulk = expert_gemv(x.narrow(0, 0, 1), k, one, blocks, scales, bias, ExpertProducts::bfloat16);
+      const auto bulk_swiglu = expert_gemv_swiglu(x.narrow(0, 0, 1), k, one, blocks, scales, bias, clamp);
+      set_expert_bulk_copies(false);
+      const auto rings = expert_gemv(x.narrow(0, 0, 1), k, one, blocks, scales, bias, ExpertProducts::bfloat16);
+      const auto rings_swiglu = expert_gemv_swiglu(x.narrow(0, 0, 1), k, one, blocks, scales, bias, clamp);
+      set_expert_bulk_copies(true);
+      const auto beside = expert_gemv(x, k, experts, blocks, scales, bias, ExpertProducts::bfloat16);
+      CHECK(at::equal(bulk, rings));
+      CHECK(at::equal(bulk, beside.narrow(0, 0, k)));
+      CHECK(at::equal(bulk_swiglu, rings_swiglu));
     }
   }
 }

@@ -2,15 +2,18 @@
 // expert by the token's row on its own (the products as expert_span.cuh describes, the same MMAs in the same order as
 // expert_mma.cu's blocks, so the same bits). Its lanes copy their code blocks and scale words into their own ring of
 // stages in shared memory and read the input through L1: no barrier a span, since a lane reads only what it copied.
+// On compute capability 9.0, where the warp's 16 rows are whole and the codes and scales 16-byte aligned, bulk copies
+// bring each row's codes 4 spans at a time instead (bulk_copy.cuh), and the lanes read theirs from there.
 // In a gpt-oss-120b decode step the blocks of expert_mma.cu (4 warps over 64 rows, a barrier a span, 2-3 blocks an
-// SM) took 23.5 µs a layer for this projection, these warps 18.7-20 (docs/benchmarks.md, gpt-oss decode). The second
-// projection stays on those blocks, whose clusters start while this kernel runs.
+// SM) took 23.5 µs a layer for this projection, the warps' rings 18.7-21 (docs/benchmarks.md, gpt-oss decode). The
+// second projection stays on those blocks, whose clusters start while this kernel runs.
 #include <cuda_bf16.h>
 
 #include <atomic>
 #include <cstdint>
 
 #include "lm/kernels/async_copy.cuh"
+#include "lm/kernels/bulk_copy.cuh"
 #include "lm/kernels/expert_span.cuh"
 
 namespace crucible::lm::kernels {
@@ -21,19 +24,39 @@ constexpr int kStages = 3;
 // A lane's share of a stage: its two code blocks (rows g and g + 8) and the aligned words holding their scales.
 constexpr uint32_t kStageBytesPerLane = 2 * 16 + 2 * 4;
 
-// Where lane (g, t) of a warp on rows row0.. of `expert` reads its codes, scales and input, and where its copies go.
-struct LaneSpans {
+// Where lane (g, t) reads its pieces of the token's row: 4 a span, zeros past the row's end (as its codes are).
+struct LaneInput {
+  const uint4* input;  // the lane's 4 pieces of span 0; a span is kSpanPieces pieces further
+  int blocks_per_row, spans;
+
+  __device__ __forceinline__ bool present(int span, int t) const { return kSpanBlocks * span + t < blocks_per_row; }
+
+  __device__ __forceinline__ void load_input(int span, int t, uint4 (&in)[4]) const {
+    const bool here = present(span, t);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) in[u] = here ? __ldg(input + span * kSpanPieces + u) : make_uint4(0, 0, 0, 0);
+  }
+};
+
+__device__ __forceinline__ LaneInput lane_input(const ExpertGemvArgs& a, int assignment) {
+  LaneInput in;
+  in.blocks_per_row = a.cols / kMxBlock;
+  in.spans = (in.blocks_per_row + kSpanBlocks - 1) / kSpanBlocks;
+  const int64_t x_row = assignment / a.x_divisor;
+  in.input = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + x_row * a.x_row_stride) +
+             4 * (threadIdx.x % 4);
+  return in;
+}
+
+// Where lane (g, t) of a warp on rows row0.. of `expert` reads its codes and scales, and where its copies go.
+struct LaneSpans : LaneInput {
   const uint4* low_codes;  // the lane's block of span 0 in row g; a span is kSpanBlocks blocks further
   const uint4* high_codes;
   const uint8_t* scale_base;  // a.scales rounded down to 4 bytes (the bytes before them are in the same allocation)
   int low_word, high_word;    // the words holding the lane's scales of span 0, in bytes from scale_base
   int scale_shift[2];
   int scales_end;  // bytes from scale_base to the end of the scales: none past it is read
-  const uint4* input;  // the lane's 4 pieces of span 0; a span is kSpanPieces pieces further
-  int blocks_per_row, spans;
   uint32_t low_to, high_to, words_to, stage_stride;  // shared addresses of stage 0, and a stage's size
-
-  __device__ __forceinline__ bool present(int span, int t) const { return kSpanBlocks * span + t < blocks_per_row; }
 
   // The lane's copies of `span` into `stage`, zeros past its row's end.
   __device__ __forceinline__ void copy(int span, int stage, int t) const {
@@ -45,21 +68,13 @@ struct LaneSpans {
     copy4_async(words_to + at, scale_base + (here ? low : 0), here ? min(4, scales_end - low) : 0);
     copy4_async(words_to + 4 + at, scale_base + (here ? high : 0), here ? min(4, scales_end - high) : 0);
   }
-
-  // The lane's 4 input pieces of `span` (zeros past the row's end, as its codes are).
-  __device__ __forceinline__ void load_input(int span, int t, uint4 (&in)[4]) const {
-    const bool here = present(span, t);
-#pragma unroll
-    for (int u = 0; u < 4; ++u) in[u] = here ? __ldg(input + span * kSpanPieces + u) : make_uint4(0, 0, 0, 0);
-  }
 };
 
 __device__ __forceinline__ LaneSpans lane_spans(const ExpertGemvArgs& a, int expert, int assignment, int row0,
                                                 uint32_t ring_at) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   LaneSpans s;
-  s.blocks_per_row = a.cols / kMxBlock;
-  s.spans = (s.blocks_per_row + kSpanBlocks - 1) / kSpanBlocks;
+  static_cast<LaneInput&>(s) = lane_input(a, assignment);
   const int64_t low_row = static_cast<int64_t>(expert) * a.rows + min(row0 + g, a.rows - 1);
   const int64_t high_row = static_cast<int64_t>(expert) * a.rows + min(row0 + g + 8, a.rows - 1);
   s.low_codes = reinterpret_cast<const uint4*>(a.blocks) + low_row * s.blocks_per_row + t;
@@ -71,8 +86,6 @@ __device__ __forceinline__ LaneSpans lane_spans(const ExpertGemvArgs& a, int exp
   const int high_at = misaligned + static_cast<int>(high_row * s.blocks_per_row) + t;
   s.low_word = low_at & ~3, s.high_word = high_at & ~3;
   s.scale_shift[0] = 8 * (low_at & 3), s.scale_shift[1] = 8 * (high_at & 3);
-  const int64_t x_row = assignment / a.x_divisor;
-  s.input = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + x_row * a.x_row_stride) + 4 * t;
   // Stage s of the block's ring: every lane's low code blocks, then high ones, then scale words.
   const int lanes = static_cast<int>(blockDim.x);
   s.stage_stride = lanes * kStageBytesPerLane;
@@ -120,7 +133,20 @@ __device__ __forceinline__ void row_products(const ExpertGemvArgs& a, int expert
   }
 }
 
-// A block per warp: warp x takes rows 16 (x % tiles) on of assignment x / tiles, stored by store_product.
+// The warp's rows with their biases, stored by store_product (every lane calls it: it shuffles).
+__device__ __forceinline__ void store_rows(const ExpertGemvArgs& a, int expert, int assignment, int row0, bool active,
+                                           const float (&acc)[4][1][4]) {
+  float product[2];
+  row_products(a, expert, row0, acc, product);
+  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + g + 8 * h;
+    store_product(a, assignment, row, g, active && t == 0 && row < a.rows, product[h]);
+  }
+}
+
+// A block per warp: warp x takes rows 16 (x % tiles) on of assignment x / tiles.
 __global__ void __launch_bounds__(32) expert_warp_kernel(ExpertGemvArgs a) {
   wait_for_earlier_kernels();  // launched early: its experts and input are the kernels' before
   let_later_kernels_start();
@@ -131,7 +157,7 @@ __global__ void __launch_bounds__(32) expert_warp_kernel(ExpertGemvArgs a) {
   const bool active = chosen >= 0 && chosen < a.experts_count;  // else nothing is read or written
   const int expert = active ? static_cast<int>(chosen) : 0;
   const LaneSpans s = lane_spans(a, expert, assignment, row0, shared_address(ring));
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int t = threadIdx.x % 4;
 #pragma unroll
   for (int span = 0; span < kStages - 1; ++span) {
     if (active) s.copy(span, span, t);
@@ -139,24 +165,117 @@ __global__ void __launch_bounds__(32) expert_warp_kernel(ExpertGemvArgs a) {
   }
   float acc[4][1][4] = {};
   multiply_spans(s, active, acc);
-  float product[2];
-  row_products(a, expert, row0, acc, product);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = row0 + g + 8 * h;
-    store_product(a, assignment, row, g, active && t == 0 && row < a.rows, product[h]);
+  store_rows(a, expert, assignment, row0, active, acc);
+}
+
+// Bulk copies: the warp's 16 rows of an expert are consecutive, so a row's codes of kChunkSpans spans are one
+// contiguous piece (lane r < 16 copies row r's), and the 16 rows' scales one block, copied once. Two chunks in flight
+// (8 spans, where a lane's ring holds 3). A bytes-only probe of 120b's grid read its 33 MB in 10.8 µs so, against the
+// rings' 17.7, as fast as a plain stream; in a 120b decode step, where the kernel is bound by its instructions, it
+// took 21.0 µs a layer against the rings' 21.3 (364 tok/s against 362; docs/benchmarks.md, gpt-oss decode).
+constexpr int kBulkStages = 2;
+constexpr int kChunkSpans = 4;
+constexpr int kChunkBytes = kChunkSpans * kSpanBlocks * 16;
+constexpr int kChunkPitch = kChunkBytes + 64;  // rows g and g + 1 of a quarter warp's loads in different banks
+constexpr int kBarrierBytes = 64;              // the stages' barriers, then the scales'
+constexpr int kMostScaleBytes = 8192;          // 16 rows of up to 512 MX blocks: 16,384 columns
+
+__host__ __device__ constexpr int scale_bytes_of(int blocks_per_row) {
+  return (kMmaRows * blocks_per_row + 15) / 16 * 16;
+}
+__host__ __device__ constexpr int bulk_shared_bytes(int blocks_per_row) {
+  return kBarrierBytes + scale_bytes_of(blocks_per_row) + kBulkStages * kMmaRows * kChunkPitch;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The warp's sums over all spans of rows row0.. of `expert`, their codes and scales brought by bulk copies.
+__device__ __forceinline__ void multiply_bulk(const ExpertGemvArgs& a, int expert, int assignment, int row0,
+                                              unsigned char* shared, float (&acc)[4][1][4]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const LaneInput in = lane_input(a, assignment);
+  const int row_bytes = in.blocks_per_row * 16, chunks = (row_bytes + kChunkBytes - 1) / kChunkBytes;
+  uint64_t* barriers = reinterpret_cast<uint64_t*>(shared);  // a stage's each, then the scales'
+  unsigned char* scales = shared + kBarrierBytes;
+  unsigned char* stages = scales + scale_bytes_of(in.blocks_per_row);
+  const int64_t first_row = static_cast<int64_t>(expert) * a.rows + row0;
+  const uint8_t* codes = a.blocks + first_row * row_bytes;
+  if (lane <= kBulkStages) init_barrier(barriers + lane);
+  barriers_initialised();
+  __syncwarp();
+  if (lane == 0) {
+    arrive_expecting(barriers + kBulkStages, kMmaRows * in.blocks_per_row);
+    bulk_copy(scales, a.scales + first_row * in.blocks_per_row, kMmaRows * in.blocks_per_row, barriers + kBulkStages);
   }
+  const auto stage_of = [&](int chunk) { return stages + chunk % kBulkStages * kMmaRows * kChunkPitch; };
+  const auto issue = [&](int chunk) {
+    if (chunk >= chunks) return;
+    uint64_t* barrier = barriers + chunk % kBulkStages;
+    const int bytes = min(kChunkBytes, row_bytes - chunk * kChunkBytes);
+    if (lane == 0) arrive_expecting(barrier, kMmaRows * bytes);
+    if (lane < kMmaRows)
+      bulk_copy(stage_of(chunk) + lane * kChunkPitch, codes + lane * row_bytes + chunk * kChunkBytes, bytes, barrier);
+  };
+#pragma unroll
+  for (int chunk = 0; chunk < kBulkStages; ++chunk) issue(chunk);
+  uint4 next_input[4];
+  in.load_input(0, t, next_input);
+  wait_barrier(barriers + kBulkStages, 0);
+  const unsigned char* low_scales = scales + g * in.blocks_per_row + t;
+  const unsigned char* high_scales = low_scales + 8 * in.blocks_per_row;
+  for (int span = 0; span < in.spans; ++span) {
+    const int chunk = span / kChunkSpans, within = span % kChunkSpans;
+    if (within == 0) wait_barrier(barriers + chunk % kBulkStages, chunk / kBulkStages % 2);
+    const unsigned char* at = stage_of(chunk) + g * kChunkPitch + within * kSpanBlocks * 16 + t * 16;
+    const bool here = in.present(span, t);  // else zeros, as the rings' copies of nothing are
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    const uint4 low_code = here ? *reinterpret_cast<const uint4*>(at) : zero;
+    const uint4 high_code = here ? *reinterpret_cast<const uint4*>(at + 8 * kChunkPitch) : zero;
+    const unsigned low_bits = here ? low_scales[kSpanBlocks * span] : 0u;
+    const unsigned high_bits = here ? high_scales[kSpanBlocks * span] : 0u;
+    uint4 input[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) input[u] = next_input[u];
+    in.load_input(span + 1, t, next_input);
+    multiply_code_blocks<1, 4>(low_code, high_code, low_bits, high_bits, [&](int u, int) { return input[u]; }, acc);
+    if (within == kChunkSpans - 1 || span == in.spans - 1) {  // every lane has read the chunk's stage: refill it
+      __syncwarp();
+      reads_before_bulk_copies();
+      issue(chunk + kBulkStages);
+    }
+  }
+}
+#endif
+
+// As expert_warp_kernel, its codes and scales brought by bulk copies (a.rows a multiple of 16).
+__global__ void __launch_bounds__(32) expert_warp_bulk_kernel(ExpertGemvArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  wait_for_earlier_kernels();  // launched early: its experts and input are the kernels' before
+  let_later_kernels_start();
+  extern __shared__ __align__(128) unsigned char shared_bytes[];
+  const int tiles = a.rows / kMmaRows;
+  const int assignment = static_cast<int>(blockIdx.x) / tiles, row0 = static_cast<int>(blockIdx.x) % tiles * kMmaRows;
+  const int64_t chosen = a.experts[assignment];
+  const bool active = chosen >= 0 && chosen < a.experts_count;  // else nothing is read or written
+  const int expert = active ? static_cast<int>(chosen) : 0;
+  float acc[4][1][4] = {};
+  if (active) multiply_bulk(a, expert, assignment, row0, shared_bytes, acc);
+  store_rows(a, expert, assignment, row0, active, acc);
+#else
+  __trap();  // bulk_copies_take refuses GPUs and builds without compute capability 9.0
+#endif
 }
 
 // The kernel's blocks ask for a little shared memory, so the GPU would split an SM's memory between L1 and shared
 // memory in L1's favour, and the experts' second kernel (launched early, 40 KB of shared memory a block) could not
 // start beside them until they ended: 321 tok/s at 120b batch 1 where asking for the largest shared part gives 357.
-void prefer_shared_memory(const void* kernel) {
+template <void (*kKernel)(ExpertGemvArgs)>
+void prefer_shared_memory() {
   constexpr int kGpus = 64;
-  static std::atomic<bool> done[kGpus] = {};
+  static std::atomic<bool> done[kGpus] = {};  // a kernel's own, per GPU
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kGpus || done[device].load()) return;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel), cudaFuncAttributePreferredSharedMemoryCarveout,
+                       cudaSharedmemCarveoutMaxShared);
   done[device].store(true);
 }
 
@@ -169,11 +288,23 @@ bool expert_warps_take(const ExpertGemvArgs& args) {
          args.x_divisor == args.assignments;  // every assignment reads row 0: one token
 }
 
+bool bulk_copies_take(const uint8_t* blocks, const uint8_t* scales, int rows, int cols) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return current_gpu().major >= 9 && has_early_launch_code(reinterpret_cast<const void*>(expert_warp_bulk_kernel)) &&
+         aligned(blocks) && aligned(scales) && rows > 0 && rows % kMmaRows == 0 && cols > 0 && cols % kMxBlock == 0 &&
+         scale_bytes_of(cols / kMxBlock) <= kMostScaleBytes;
+}
+
 void launch_expert_warps(const ExpertGemvArgs& args, cudaStream_t stream) {
-  const auto kernel = expert_warp_kernel;
-  prefer_shared_memory(reinterpret_cast<const void*>(kernel));
   const int tiles = (args.rows + kMmaRows - 1) / kMmaRows;
-  launch(kernel, dim3(args.assignments * tiles), dim3(32), kStages * 32 * kStageBytesPerLane, stream, args);
+  if (args.bulk_copies && bulk_copies_take(args.blocks, args.scales, args.rows, args.cols)) {
+    prefer_shared_memory<expert_warp_bulk_kernel>();
+    launch(expert_warp_bulk_kernel, dim3(args.assignments * tiles), dim3(32), bulk_shared_bytes(args.cols / kMxBlock),
+           stream, args);
+    return;
+  }
+  prefer_shared_memory<expert_warp_kernel>();
+  launch(expert_warp_kernel, dim3(args.assignments * tiles), dim3(32), kStages * 32 * kStageBytesPerLane, stream, args);
 }
 
 }  // namespace crucible::lm::kernels

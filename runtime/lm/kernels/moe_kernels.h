@@ -58,6 +58,12 @@ at::Tensor expert_gemv(const at::Tensor& x, int64_t x_divisor, const at::Tensor&
 bool expert_epilogues_serve(ExpertProducts products);
 void set_expert_epilogues(bool on);
 
+// Whether one token's first projection (bfloat16 products, a warp per 16 rows of an expert) brings these experts'
+// codes and scales by bulk copies rather than each lane's ring of copies: the same products, bit for bit. On compute
+// capability 9.0, codes and scales 16-byte aligned, rows a multiple of 16. CRUCIBLE_MOE_BULK=0 starts off.
+bool expert_bulk_copies_serve(const at::Tensor& blocks, const at::Tensor& scales);
+void set_expert_bulk_copies(bool on);
+
 // gpt-oss's SwiGLU clamp: its limit and the sigmoid's alpha.
 struct SwigluClamp {
   double limit, alpha;

@@ -43,6 +43,11 @@ std::atomic<bool>& epilogues_on() {
   return on;
 }
 
+std::atomic<bool>& bulk_copies_on() {
+  static std::atomic<bool> on{on_unless_zero("CRUCIBLE_MOE_BULK")};
+  return on;
+}
+
 std::atomic<bool>& route_kernel_on() {
   static std::atomic<bool> on{on_unless_zero("CRUCIBLE_ROUTE_KERNEL")};
   return on;
@@ -154,6 +159,7 @@ ExpertLaunch prepared_launch(const at::Tensor& input, int64_t x_divisor, const a
   a.rows = static_cast<int>(out_rows);
   a.cols = static_cast<int>(cols);
   a.bf16_products = bf16_products;
+  a.bulk_copies = bulk_copies_on().load(std::memory_order_relaxed);
   const int tile = ordered_tile().load(std::memory_order_relaxed);
   a.ordered_tile = tile != 0 ? tile : kernels::ordered_tile_for(experts.numel(), E);
   if (experts.numel() > kernels::kMaxExpertAssignments) {
@@ -205,6 +211,15 @@ bool expert_epilogues_serve(ExpertProducts products) {
 }
 
 void set_expert_epilogues(bool on) { epilogues_on().store(on, std::memory_order_relaxed); }
+
+bool expert_bulk_copies_serve(const at::Tensor& blocks, const at::Tensor& scales) {
+  if (!bulk_copies_on().load(std::memory_order_relaxed) || !blocks.is_cuda() || blocks.dim() != 4) return false;
+  const c10::cuda::CUDAGuard on_its_device(blocks.device());
+  return kernels::bulk_copies_take(blocks.data_ptr<uint8_t>(), scales.data_ptr<uint8_t>(),
+                                   static_cast<int>(blocks.size(1)), static_cast<int>(blocks.size(2) * 32));
+}
+
+void set_expert_bulk_copies(bool on) { bulk_copies_on().store(on, std::memory_order_relaxed); }
 
 at::Tensor expert_gemv_swiglu(const at::Tensor& x, int64_t x_divisor, const at::Tensor& experts,
                               const at::Tensor& blocks, const at::Tensor& scales, const at::Tensor& bias,

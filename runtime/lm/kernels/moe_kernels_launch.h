@@ -51,7 +51,14 @@ struct ExpertGemvArgs {
   const void* weights = nullptr;
   Element weights_element = Element::f32;
   const void* residual = nullptr;
+  // One token's first projection on warps (expert_warps.cu) may bring its codes by bulk copies, where
+  // bulk_copies_take allows; off to compare with the warps' rings.
+  bool bulk_copies = false;
 };
+
+// Whether the experts' codes and scales can be brought by bulk copies: compute capability 9.0 and a build for it, both
+// 16-byte aligned, whole warps of 16 rows, and 16 rows' scales in 8 KB.
+bool bulk_copies_take(const uint8_t* blocks, const uint8_t* scales, int rows, int cols);
 
 // False for arguments it does not take: more than kMaxExpertAssignments without an order, or float32 products.
 bool launch_expert_gemv(const ExpertGemvArgs& args, cudaStream_t stream);

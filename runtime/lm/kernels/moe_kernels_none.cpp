@@ -30,6 +30,8 @@ at::Tensor expert_gemv(const at::Tensor&, int64_t, const at::Tensor&, const at::
 bool expert_epilogues_serve(ExpertProducts) { return false; }
 
 void set_expert_epilogues(bool) {}
+bool expert_bulk_copies_serve(const at::Tensor&, const at::Tensor&) { return false; }
+void set_expert_bulk_copies(bool) {}
 
 at::Tensor expert_gemv_swiglu(const at::Tensor&, int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                               const at::Tensor&, const SwigluClamp&, const ExpertOrder*) {
