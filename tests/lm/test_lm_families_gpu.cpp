@@ -367,7 +367,8 @@ TEST_CASE("lm gpu: one token's first projection by bulk copies gives the bits of
     auto g = at::make_generator<at::CPUGeneratorImpl>(29);
     const auto [packed, blocks, scales] = random_packed_experts(shape, g, /*scales_aligned=*/true);
     if (!expert_bulk_copies_serve(blocks, scales)) {
-      MESSAGE("skipped: bulk copies need compute capability 9.0 and a build for it");
+      MESSAGE("skipped: bulk copies are switched off (CRUCIBLE_MOE_BULK=0, CRUCIBLE_MOE_WARPS=0), or this GPU or build "
+              "lacks compute capability 9.0");
       return;
     }
     // The rings' tests' layouts are refused: scales a byte into their storage, rows ending inside a warp's 16.

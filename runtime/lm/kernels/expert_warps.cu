@@ -279,19 +279,24 @@ void prefer_shared_memory() {
   done[device].store(true);
 }
 
+// CRUCIBLE_MOE_WARPS=0 keeps one token's first projection on expert_mma.cu's blocks.
+bool warps_switched_on() {
+  static const bool on = on_unless_zero("CRUCIBLE_MOE_WARPS");
+  return on;
+}
+
 }  // namespace
 
-// CRUCIBLE_MOE_WARPS=0 keeps one token's first projection on expert_mma.cu's blocks.
 bool expert_warps_take(const ExpertGemvArgs& args) {
-  static const bool on = on_unless_zero("CRUCIBLE_MOE_WARPS");
-  return on && !args.order && !args.summed && args.bf16_products && args.assignments <= kMaxRouteK &&
+  return warps_switched_on() && !args.order && !args.summed && args.bf16_products && args.assignments <= kMaxRouteK &&
          args.x_divisor == args.assignments;  // every assignment reads row 0: one token
 }
 
 bool bulk_copies_take(const uint8_t* blocks, const uint8_t* scales, int rows, int cols) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return current_gpu().major >= 9 && has_early_launch_code(reinterpret_cast<const void*>(expert_warp_bulk_kernel)) &&
-         aligned(blocks) && aligned(scales) && rows > 0 && rows % kMmaRows == 0 && cols > 0 && cols % kMxBlock == 0 &&
+  return warps_switched_on() && current_gpu().major >= 9 &&
+         has_early_launch_code(reinterpret_cast<const void*>(expert_warp_bulk_kernel)) && aligned(blocks) &&
+         aligned(scales) && rows > 0 && rows % kMmaRows == 0 && cols > 0 && cols % kMxBlock == 0 &&
          scale_bytes_of(cols / kMxBlock) <= kMostScaleBytes;
 }
 

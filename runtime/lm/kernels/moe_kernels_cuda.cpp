@@ -213,7 +213,9 @@ bool expert_epilogues_serve(ExpertProducts products) {
 void set_expert_epilogues(bool on) { epilogues_on().store(on, std::memory_order_relaxed); }
 
 bool expert_bulk_copies_serve(const at::Tensor& blocks, const at::Tensor& scales) {
-  if (!bulk_copies_on().load(std::memory_order_relaxed) || !blocks.is_cuda() || blocks.dim() != 4) return false;
+  if (!bulk_copies_on().load(std::memory_order_relaxed) || !blocks.is_cuda() || blocks.dim() != 4 ||
+      blocks.scalar_type() != at::kByte || !scales.is_cuda() || scales.scalar_type() != at::kByte)
+    return false;
   const c10::cuda::CUDAGuard on_its_device(blocks.device());
   return kernels::bulk_copies_take(blocks.data_ptr<uint8_t>(), scales.data_ptr<uint8_t>(),
                                    static_cast<int>(blocks.size(1)), static_cast<int>(blocks.size(2) * 32));

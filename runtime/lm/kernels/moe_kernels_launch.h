@@ -56,8 +56,9 @@ struct ExpertGemvArgs {
   bool bulk_copies = false;
 };
 
-// Whether the experts' codes and scales can be brought by bulk copies: compute capability 9.0 and a build for it, both
-// 16-byte aligned, whole warps of 16 rows, and 16 rows' scales in 8 KB.
+// Whether one token's first projection on warps (not switched off) can bring the experts' codes and scales by bulk
+// copies: compute capability 9.0 and a build for it, both 16-byte aligned, whole warps of 16 rows, and 16 rows'
+// scales in 8 KB.
 bool bulk_copies_take(const uint8_t* blocks, const uint8_t* scales, int rows, int cols);
 
 // False for arguments it does not take: more than kMaxExpertAssignments without an order, or float32 products.
