@@ -133,39 +133,52 @@ __device__ __forceinline__ void row_products(const ExpertGemvArgs& a, int expert
   }
 }
 
+// What block x's warp takes: rows 16 (x % tiles) on of assignment x / tiles, and that assignment's expert (0 where
+// the expert is out of range: then nothing is read or written).
+struct WarpTile {
+  int assignment, row0, expert;
+  bool active;
+};
+
+__device__ __forceinline__ WarpTile warp_tile(const ExpertGemvArgs& a) {
+  const int tiles = (a.rows + kMmaRows - 1) / kMmaRows;
+  WarpTile w;
+  w.assignment = static_cast<int>(blockIdx.x) / tiles;
+  w.row0 = static_cast<int>(blockIdx.x) % tiles * kMmaRows;
+  const int64_t chosen = a.experts[w.assignment];
+  w.active = chosen >= 0 && chosen < a.experts_count;
+  w.expert = w.active ? static_cast<int>(chosen) : 0;
+  return w;
+}
+
 // The warp's rows with their biases, stored by store_product (every lane calls it: it shuffles).
-__device__ __forceinline__ void store_rows(const ExpertGemvArgs& a, int expert, int assignment, int row0, bool active,
-                                           const float (&acc)[4][1][4]) {
+__device__ __forceinline__ void store_rows(const ExpertGemvArgs& a, const WarpTile& w, const float (&acc)[4][1][4]) {
   float product[2];
-  row_products(a, expert, row0, acc, product);
+  row_products(a, w.expert, w.row0, acc, product);
   const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int row = row0 + g + 8 * h;
-    store_product(a, assignment, row, g, active && t == 0 && row < a.rows, product[h]);
+    const int row = w.row0 + g + 8 * h;
+    store_product(a, w.assignment, row, g, w.active && t == 0 && row < a.rows, product[h]);
   }
 }
 
-// A block per warp: warp x takes rows 16 (x % tiles) on of assignment x / tiles.
+// A block per warp (warp_tile).
 __global__ void __launch_bounds__(32) expert_warp_kernel(ExpertGemvArgs a) {
   wait_for_earlier_kernels();  // launched early: its experts and input are the kernels' before
   let_later_kernels_start();
   extern __shared__ uint4 ring[];
-  const int tiles = (a.rows + kMmaRows - 1) / kMmaRows;
-  const int assignment = static_cast<int>(blockIdx.x) / tiles, row0 = static_cast<int>(blockIdx.x) % tiles * kMmaRows;
-  const int64_t chosen = a.experts[assignment];
-  const bool active = chosen >= 0 && chosen < a.experts_count;  // else nothing is read or written
-  const int expert = active ? static_cast<int>(chosen) : 0;
-  const LaneSpans s = lane_spans(a, expert, assignment, row0, shared_address(ring));
+  const WarpTile w = warp_tile(a);
+  const LaneSpans s = lane_spans(a, w.expert, w.assignment, w.row0, shared_address(ring));
   const int t = threadIdx.x % 4;
 #pragma unroll
   for (int span = 0; span < kStages - 1; ++span) {
-    if (active) s.copy(span, span, t);
+    if (w.active) s.copy(span, span, t);
     commit_copies();
   }
   float acc[4][1][4] = {};
-  multiply_spans(s, active, acc);
-  store_rows(a, expert, assignment, row0, active, acc);
+  multiply_spans(s, w.active, acc);
+  store_rows(a, w, acc);
 }
 
 // Bulk copies: the warp's 16 rows of an expert are consecutive, so a row's codes of kChunkSpans spans are one
@@ -252,14 +265,10 @@ __global__ void __launch_bounds__(32) expert_warp_bulk_kernel(ExpertGemvArgs a) 
   wait_for_earlier_kernels();  // launched early: its experts and input are the kernels' before
   let_later_kernels_start();
   extern __shared__ __align__(128) unsigned char shared_bytes[];
-  const int tiles = a.rows / kMmaRows;
-  const int assignment = static_cast<int>(blockIdx.x) / tiles, row0 = static_cast<int>(blockIdx.x) % tiles * kMmaRows;
-  const int64_t chosen = a.experts[assignment];
-  const bool active = chosen >= 0 && chosen < a.experts_count;  // else nothing is read or written
-  const int expert = active ? static_cast<int>(chosen) : 0;
+  const WarpTile w = warp_tile(a);
   float acc[4][1][4] = {};
-  if (active) multiply_bulk(a, expert, assignment, row0, shared_bytes, acc);
-  store_rows(a, expert, assignment, row0, active, acc);
+  if (w.active) multiply_bulk(a, w.expert, w.assignment, w.row0, shared_bytes, acc);
+  store_rows(a, w, acc);
 #else
   __trap();  // bulk_copies_take refuses GPUs and builds without compute capability 9.0
 #endif

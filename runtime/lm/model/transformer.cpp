@@ -397,11 +397,11 @@ at::Tensor Transformer::sink_or_window_attention(int64_t layer, const at::Tensor
                                                  const AttentionInputs& attention, const at::Tensor& k_cache,
                                                  const at::Tensor& v_cache) const {
   const double scale = attention_scale();
-  const bool sliding = config_.layer_types[layer] == AttentionKind::sliding;
+  const int64_t window = window_of(layer);
   // A fused decode step (one query, the valid slots, no mask): the split decode kernels take sinks and windows.
   if (attention.fused_decode(queries.size(1)) && decode_attention_serves_sinks(k_cache, config_.num_heads))
     return decode_attention(queries, k_cache, v_cache, attention.key_valid, attention.slots, attention.visible, scale,
-                            block_weights(layer).sinks, window_of(layer));
+                            block_weights(layer).sinks, window);
   // Whole sequences from position 0 (training, log-prob passes, prefills of a fresh cache): the flash kernel, which
   // skips what causality and the window hide and takes the sinks through each row's log-sum-exp.
   const int64_t T = queries.size(1), visible = attention.visible;
@@ -409,13 +409,13 @@ at::Tensor Transformer::sink_or_window_attention(int64_t layer, const at::Tensor
     const auto keys = k_cache.narrow(2, 0, visible).transpose(1, 2);
     if (flash_sink_attention_serves(queries, keys)) {
       auto out = flash_sink_attention(queries, keys, v_cache.narrow(2, 0, visible).transpose(1, 2),
-                                      block_weights(layer).sinks, scale, window_of(layer));
+                                      block_weights(layer).sinks, scale, window);
       if (out.defined()) return out;
     }
   }
   // hidden_states leaves these layers' mask as given: [B, 1, T, visible] bool, or none in a fused decode step.
   auto mask = attention.mask.defined() ? attention.mask : causal_mask(attention.slots, attention.key_valid, attention.visible);
-  if (sliding) mask = sliding_window_mask(mask, attention.slots, config_.sliding_window);
+  if (window > 0) mask = sliding_window_mask(mask, attention.slots, window);
   return lm::plain_attention(queries, k_cache, v_cache, mask, block_weights(layer).sinks, scale, attention.visible);
 }
 
